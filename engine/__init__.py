@@ -1,0 +1,1 @@
+"""The proving run: workload, partition pipeline, workers, device backends, allocator, telemetry."""

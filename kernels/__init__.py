@@ -1,0 +1,1 @@
+"""BLS12-381 arithmetic, NTT, MSM and SRS generation: exact CPU reference and CUDA kernels."""

@@ -1,0 +1,3 @@
+from provetop.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Telemetry schema, state reducer, recording files and their readers."""

@@ -1,0 +1,1 @@
+"""The Textual dashboard: live engines, replays and operator controls."""
