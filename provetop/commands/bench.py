@@ -1,0 +1,38 @@
+"""``provetop bench TARGET``: each target's benchmark lives next to the code it measures."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# target -> module providing add_arguments(parser) and run(args) -> int
+TARGETS: dict[str, str] = {
+    "cpu": "engine.bench_cpu",
+    "ntt": "kernels.bench_ntt",
+    "msm": "kernels.bench_msm",
+    "pipeline": "engine.bench_pipeline",
+    "tui": "tui.bench",
+}
+
+
+def add_parser(sub, name: str, help_text: str) -> None:
+    parser = sub.add_parser(name, help=help_text)
+    targets = parser.add_subparsers(dest="target", metavar="TARGET", parser_class=type(parser))
+    for target, module_name in TARGETS.items():
+        tp = targets.add_parser(target, help=f"benchmark: {target}")
+        try:
+            importlib.import_module(module_name).add_arguments(tp)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            tp.set_defaults(_unavailable=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from provetop.cli import UsageError
+
+    if not getattr(args, "target", None):
+        raise UsageError(f"bench needs a target: {', '.join(TARGETS)}")
+    if getattr(args, "_unavailable", False):
+        raise UsageError(f"bench target '{args.target}' is not available in this build")
+    return int(importlib.import_module(TARGETS[args.target]).run(args) or 0)
