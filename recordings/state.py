@@ -1,0 +1,420 @@
+"""The state reducer: ``state.apply(event)`` folds telemetry into the picture everyone draws.
+
+One reducer serves the dashboard (live and replay), ``provetop summary``, the Perfetto export,
+the full state a late-joining client is sent, and the snapshots in recordings. Keeping it in one
+place means the numbers an operator sees on screen, in a summary and in an export cannot
+disagree.
+
+Two kinds of state live here:
+
+- *current* state (partition rows, counters, the latest memory sample, open phases, faults):
+  small, and what :meth:`State.snapshot` captures so a replay can seek without reading
+  everything before;
+- *history* (finished timeline segments and memory series): grows with the run, rebuilt by
+  folding events, never put into snapshots.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from recordings.schema import MEMORY_FIELDS, PHASES
+
+SERIES_FIELDS = tuple(name for name in MEMORY_FIELDS if name != "modeled")
+LOG_LIMIT = 2000  # event-log lines kept; the recording keeps everything
+
+
+@dataclass
+class Segment:
+    """A span on one timeline lane. ``end`` is None while the phase is still running."""
+
+    lane: tuple
+    phase: str
+    start: int
+    end: int | None = None
+    proof: int | None = None
+    partition: int | None = None
+    ok: bool = True
+
+
+@dataclass
+class PartitionRow:
+    proof: int
+    partition: int
+    worker: int | None = None
+    device: int | None = None
+    attempt: int = 0
+    ok: bool | None = None  # None while running
+    prestage: str | None = None
+    prestage_reason: str | None = None
+    forced: bool = False
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    gpu_total_ms: float | None = None
+    mutex_wait_ms: float | None = None
+    verified: bool | None = None
+    failure: str | None = None
+    retried: bool = False
+    t_done: int | None = None
+
+    def group_ms(self, group: str) -> float:
+        """Milliseconds spent in one phase group (for example all four MSMs)."""
+        return sum(ms for name, ms in self.phases_ms.items() if _group(name) == group)
+
+
+def _group(phase: str) -> str:
+    spec = PHASES.get(phase)
+    return spec.group if spec else phase
+
+
+class MemorySeries:
+    """Columnar history of one device's memory samples (compact: one int64 array per field)."""
+
+    def __init__(self) -> None:
+        self.t = array("q")
+        self.columns: dict[str, array] = {name: array("q") for name in SERIES_FIELDS}
+
+    def append(self, t: int, sample: dict[str, Any]) -> None:
+        self.t.append(t)
+        for name, column in self.columns.items():
+            value = sample.get(name)
+            column.append(-1 if value is None else int(value))
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+
+@dataclass
+class LogLine:
+    t: int
+    level: str  # "info", "warn", "error"
+    text: str
+
+
+class State:
+    """Everything known about one engine run, built only from its events."""
+
+    def __init__(self) -> None:
+        self.hello: dict[str, Any] | None = None
+        self.engine_state = "starting"
+        self.t = 0
+        self.events = 0
+        self.partitions: dict[tuple[int, int], PartitionRow] = {}
+        self.attempts: list[PartitionRow] = []  # every finished attempt, in order
+        self.open: dict[tuple, Segment] = {}  # (device, worker, phase) -> open segment
+        self.segments: dict[tuple, list[Segment]] = {}  # lane -> finished segments
+        self._active: dict[tuple, int] = {}  # ("gpu"|"upload", device) -> running phases
+        self.memory: dict[int, dict[str, Any]] = {}
+        self.series: dict[int, MemorySeries] = {}
+        self.faults: list[dict[str, Any]] = []
+        self.markers: list[tuple[int, str]] = []
+        self.controls: list[dict[str, Any]] = []
+        self.forced_fallback: dict[int, bool] = {}
+        self.proofs_done: list[tuple[int, int, bool, float]] = []  # (t, proof, ok, wall_ms)
+        self.first_t: int | None = None
+        self.lagged = 0
+        self.counters: dict[str, int] = {}
+        # per-attempt tallies kept incrementally so snapshots stay small
+        self.tally: dict[str, int] = {"attempts": 0, "fallbacks": 0, "prestage_ok": 0, "retries": 0}
+        self.log: deque[LogLine] = deque(maxlen=LOG_LIMIT)
+
+    # -- folding ------------------------------------------------------------------------------
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """Fold one (validated) event into the state. Unknown kinds are ignored."""
+        self.events += 1
+        t = event.get("t", self.t)
+        if isinstance(t, int):
+            self.t = max(self.t, t)
+        handler = getattr(self, "_on_" + str(event.get("k")), None)
+        if handler is not None:
+            handler(event)
+
+    def fold(self, events) -> State:
+        for event in events:
+            self.apply(event)
+        return self
+
+    def _on_hello(self, e: dict[str, Any]) -> None:
+        self.hello = e
+        self.log.append(LogLine(e["t"], "info", f"engine {e['engine_id']} on {e['host']}"))
+
+    def _on_engine_state(self, e: dict[str, Any]) -> None:
+        self.engine_state = e["state"]
+        reason = f" ({e['reason']})" if e.get("reason") else ""
+        self.log.append(LogLine(e["t"], "info", f"engine {e['state']}{reason}"))
+
+    def _on_phase_begin(self, e: dict[str, Any]) -> None:
+        if self.first_t is None:
+            self.first_t = e["t"]
+        key = (e["device"], e["worker"], e["phase"])
+        lane = ("worker", e["device"], e["worker"])
+        self.open[key] = Segment(lane, e["phase"], e["t"], None, e["proof"], e["partition"])
+        row = self.partitions.get((e["proof"], e["partition"]))
+        if row is None or row.ok is not None:  # a new partition or a retry of a finished one
+            attempt = 0 if row is None else row.attempt + 1
+            row = PartitionRow(e["proof"], e["partition"], attempt=attempt, retried=attempt > 0)
+            self.partitions[(e["proof"], e["partition"])] = row
+        row.worker, row.device = e["worker"], e["device"]
+        spec = PHASES.get(e["phase"])
+        for kind, flag in (("gpu", spec and spec.gpu), ("upload", spec and spec.upload)):
+            if flag:
+                lane_key = (kind, e["device"])
+                self._active[lane_key] = self._active.get(lane_key, 0) + 1
+                if self._active[lane_key] == 1:
+                    self.open[lane_key] = Segment(lane_key, kind, e["t"])
+
+    def _on_phase_end(self, e: dict[str, Any]) -> None:
+        key = (e["device"], e["worker"], e["phase"])
+        seg = self.open.pop(key, None)
+        if seg is None:  # joined mid-phase: draw from the first time we know of
+            seg = Segment(("worker", e["device"], e["worker"]), e["phase"], e["t"])
+            seg.proof, seg.partition = e["proof"], e["partition"]
+        seg.end, seg.ok = e["t"], bool(e["ok"])
+        self.segments.setdefault(seg.lane, []).append(seg)
+        spec = PHASES.get(e["phase"])
+        for kind, flag in (("gpu", spec and spec.gpu), ("upload", spec and spec.upload)):
+            lane_key = (kind, e["device"])
+            if flag and self._active.get(lane_key, 0) > 0:
+                self._active[lane_key] -= 1
+                if self._active[lane_key] == 0:
+                    lane_seg = self.open.pop(lane_key, None)
+                    if lane_seg is not None:
+                        lane_seg.end = e["t"]
+                        self.segments.setdefault(lane_key, []).append(lane_seg)
+
+    def _on_alloc(self, e: dict[str, Any]) -> None:
+        if e["decision"] in ("skip", "fallback", "trim"):
+            level = "info" if e["decision"] == "trim" else "warn"
+            why = f": {e['reason']}" if e.get("reason") else ""
+            self.log.append(
+                LogLine(
+                    e["t"],
+                    level,
+                    f"gpu{e['device']} w{e['worker']} {e['site']} {e['decision']} "
+                    f"({_gib(e['requested'])} requested){why}",
+                )
+            )
+
+    def _on_memory(self, e: dict[str, Any]) -> None:
+        device = e["device"]
+        self.memory[device] = e
+        self.series.setdefault(device, MemorySeries()).append(e["t"], e)
+
+    def _on_partition_done(self, e: dict[str, Any]) -> None:
+        key = (e["proof"], e["partition"])
+        row = self.partitions.get(key)
+        if row is None or (row.ok is not None and row.attempt != e["attempt"]):
+            row = PartitionRow(e["proof"], e["partition"])
+            self.partitions[key] = row
+        row.worker, row.device, row.attempt = e["worker"], e["device"], e["attempt"]
+        row.retried = row.retried or e["attempt"] > 0
+        row.ok = bool(e["ok"])
+        row.prestage = e["prestage"]
+        row.prestage_reason = e.get("prestage_reason")
+        row.forced = bool(e.get("forced"))
+        row.phases_ms = dict(e["phases_ms"])
+        row.gpu_total_ms = float(e["gpu_total_ms"])
+        row.mutex_wait_ms = float(e["mutex_wait_ms"])
+        row.verified = e.get("verified")
+        row.failure = e.get("failure")
+        row.t_done = e["t"]
+        self.attempts.append(PartitionRow(**{**asdict(row), "phases_ms": dict(row.phases_ms)}))
+        self.tally["attempts"] += 1
+        self.tally["retries"] += e["attempt"] > 0
+        if row.ok and row.prestage in ("fallback", "ok"):
+            self.tally["fallbacks" if row.prestage == "fallback" else "prestage_ok"] += 1
+        if not row.ok:
+            retry = " (will retry on the fallback path)" if e.get("will_retry") else ""
+            self.log.append(
+                LogLine(
+                    e["t"],
+                    "error",
+                    f"proof {row.proof} partition {row.partition} failed: {row.failure}{retry}",
+                )
+            )
+        elif row.prestage == "fallback":
+            forced = "forced, " if row.forced else ""
+            self.log.append(
+                LogLine(
+                    e["t"],
+                    "warn",
+                    f"proof {row.proof} partition {row.partition} used the fallback "
+                    f"({forced}{row.prestage_reason or 'no reason given'})",
+                )
+            )
+
+    def _on_proof_done(self, e: dict[str, Any]) -> None:
+        self.proofs_done.append((e["t"], e["proof"], bool(e["ok"]), float(e["wall_ms"])))
+
+    def _on_fault(self, e: dict[str, Any]) -> None:
+        self.faults.append(e)
+        where = ""
+        if e.get("proof") is not None:
+            where = f" proof {e['proof']} partition {e.get('partition')}"
+        size = f", {_gib(e['requested'])} requested" if e.get("requested") else ""
+        pools = e.get("pools") or {}
+        state = ""
+        if pools:
+            free = _gib(pools.get("driver_free", 0))
+            state = f"; phantom {_gib(phantom_bytes(pools))}, driver free {free}"
+        self.log.append(
+            LogLine(e["t"], "error", f"{e['kind']}{where}: {e['message']}{size}{state}")
+        )
+
+    def _on_control(self, e: dict[str, Any]) -> None:
+        self.controls.append(e)
+        if e["ok"] and e["cmd"] == "force_fallback":
+            self.forced_fallback[int(e["args"].get("device", 0))] = bool(e["args"].get("on", True))
+        if e["ok"] and e["cmd"] in ("pause", "resume"):
+            self.engine_state = "paused" if e["cmd"] == "pause" else "running"
+        outcome = "ok" if e["ok"] else f"refused: {e.get('error')}"
+        self.log.append(LogLine(e["t"], "info", f"control {e['cmd']} {e['args']} {outcome}"))
+
+    def _on_marker(self, e: dict[str, Any]) -> None:
+        self.markers.append((e["t"], e["name"]))
+        self.log.append(LogLine(e["t"], "info", f"marker: {e['name']}"))
+
+    def _on_lag(self, e: dict[str, Any]) -> None:
+        self.lagged += int(e["missed"])
+        self.log.append(LogLine(e["t"], "warn", f"this client lagged: {e['missed']} events missed"))
+
+    def _on_snapshot(self, e: dict[str, Any]) -> None:
+        """Adopt a snapshot's current state; history already folded here is kept."""
+        fresh = State.from_snapshot(e["state"])
+        history = (self.segments, self.series, self.log, self.attempts)
+        self.__dict__.update(fresh.__dict__)
+        self.segments, self.series, self.log, self.attempts = history
+        self.events += 1
+
+    def _on_counters(self, e: dict[str, Any]) -> None:
+        self.counters = {k: v for k, v in e.items() if k not in ("k", "t")}
+
+    # -- derived figures ----------------------------------------------------------------------
+
+    def totals(self) -> dict[str, Any]:
+        """Run totals as ``summary`` prints them."""
+        done = [p for p in self.proofs_done if p[2]]
+        return {
+            "proofs_done": len(done),
+            "proofs_failed": sum(1 for p in self.proofs_done if not p[2]),
+            "partitions": len(self.partitions),
+            "partitions_ok": sum(1 for r in self.partitions.values() if r.ok),
+            "partitions_failed": sum(1 for r in self.partitions.values() if r.ok is False),
+            "partitions_verified": sum(1 for r in self.partitions.values() if r.verified),
+            **self.tally,
+            "ooms": sum(1 for f in self.faults if f["kind"] == "oom"),
+            "faults": len(self.faults),
+            "s_per_proof": self.s_per_proof(),
+        }
+
+    def s_per_proof(self) -> float | None:
+        """Seconds per proof over the whole run: wall span from the first phase to the last
+        completed proof, divided by the proofs completed."""
+        done = [p for p in self.proofs_done if p[2]]
+        if not done or self.first_t is None:
+            return None
+        return (done[-1][0] - self.first_t) / 1e9 / len(done)
+
+    def rolling_s_per_proof(self, last: int = 5) -> float | None:
+        """Seconds per proof from the spacing of the last completions (steady-state rate)."""
+        times = [p[0] for p in self.proofs_done if p[2]][-(last + 1) :]
+        if len(times) < 2:
+            return self.s_per_proof()
+        return (times[-1] - times[0]) / 1e9 / (len(times) - 1)
+
+    def lanes(self) -> list[tuple]:
+        """Timeline lanes in display order: per device, workers, then GPU, then upload."""
+        keys = set(self.segments) | {s.lane for s in self.open.values()}
+        devices = sorted({k[1] for k in keys})
+        out: list[tuple] = []
+        for d in devices:
+            out += sorted(k for k in keys if k[0] == "worker" and k[1] == d)
+            out += [k for k in (("gpu", d), ("upload", d)) if k in keys]
+        return out
+
+    def busy_fraction(self, device: int, start: int, end: int) -> float:
+        """Fraction of [start, end) during which any GPU phase ran on the device."""
+        if end <= start:
+            return 0.0
+        busy = 0
+        spans = list(self.segments.get(("gpu", device), []))
+        if ("gpu", device) in self.open:
+            spans.append(self.open[("gpu", device)])
+        for seg in spans:
+            s, e = max(seg.start, start), min(seg.end if seg.end is not None else self.t, end)
+            busy += max(0, e - s)
+        return busy / (end - start)
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The current state as plain msgpack-able data (no history)."""
+        return {
+            "hello": self.hello,
+            "engine_state": self.engine_state,
+            "t": self.t,
+            "events": self.events,
+            "first_t": self.first_t,
+            "partitions": [asdict(r) for r in self.partitions.values()],
+            "open": [asdict(s) for s in self.open.values()],
+            "active": [[list(k), v] for k, v in self._active.items()],
+            "memory": list(self.memory.values()),
+            "faults": self.faults,
+            "markers": [list(m) for m in self.markers],
+            "controls": self.controls,
+            "forced_fallback": [[d, on] for d, on in self.forced_fallback.items()],
+            "proofs_done": [list(p) for p in self.proofs_done],
+            "counters": self.counters,
+            "lagged": self.lagged,
+            "tally": self.tally,
+        }
+
+    @classmethod
+    def from_snapshot(cls, snap: dict[str, Any]) -> State:
+        """Rebuild current state from :meth:`snapshot` output (history starts empty)."""
+        s = cls()
+        s.hello = snap.get("hello")
+        s.engine_state = snap.get("engine_state", "starting")
+        s.t = snap.get("t", 0)
+        s.events = snap.get("events", 0)
+        s.first_t = snap.get("first_t")
+        for r in snap.get("partitions", []):
+            row = PartitionRow(**r)
+            s.partitions[(row.proof, row.partition)] = row
+        for raw in snap.get("open", []):
+            seg = Segment(**{**raw, "lane": tuple(raw["lane"])})
+            if seg.lane[0] == "worker":
+                s.open[(seg.lane[1], seg.lane[2], seg.phase)] = seg
+            else:
+                s.open[seg.lane] = seg
+        s._active = {tuple(k): v for k, v in snap.get("active", [])}
+        for m in snap.get("memory", []):
+            s.memory[m["device"]] = m
+        s.faults = list(snap.get("faults", []))
+        s.markers = [(t, n) for t, n in snap.get("markers", [])]
+        s.controls = list(snap.get("controls", []))
+        s.forced_fallback = {d: on for d, on in snap.get("forced_fallback", [])}
+        s.proofs_done = [tuple(p) for p in snap.get("proofs_done", [])]
+        s.counters = dict(snap.get("counters", {}))
+        s.lagged = snap.get("lagged", 0)
+        s.tally.update(snap.get("tally", {}))
+        return s
+
+
+def phantom_bytes(pools: dict[str, Any]) -> int:
+    """Memory free inside one pool that the other allocator cannot use: the stream-ordered
+    pool's reserved-but-unused bytes plus the synchronous pool's cache."""
+    async_free = max(0, int(pools.get("async_reserved", 0)) - int(pools.get("async_used", 0)))
+    return async_free + max(0, int(pools.get("sync_cached", 0)))
+
+
+def _gib(n: int | float | None) -> str:
+    if n is None:
+        return "?"
+    n = float(n)
+    if abs(n) >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    return f"{n / (1 << 20):.1f} MiB"
