@@ -261,14 +261,19 @@ def _from_ark(q: _ArkG1) -> Affine:
     return (int.from_bytes(raw[:48], "little"), int.from_bytes(raw[48:], "little"))
 
 
-def msm_fast(points: Sequence[Affine], scalars: Sequence[int]) -> Affine:
+def msm_fast(
+    points: Sequence[Affine], scalars: Sequence[int], use_arkworks: bool | None = None
+) -> Affine:
     """The same sum as :func:`pippenger` (same scalar rules), through py-arkworks-bls12381's
     ``G1Point.multiexp_unchecked`` when importable, else the reference :func:`pippenger`.
-    Points must be on the curve (the arkworks path does not re-check)."""
+    Points must be on the curve (the arkworks path does not re-check). ``use_arkworks``:
+    None = when importable; False forces the reference path."""
     if len(points) != len(scalars):
         raise ValueError("points and scalars differ in length")
     ks = _check_scalars(scalars)
-    if not ARKWORKS_AVAILABLE:
+    if use_arkworks is None:
+        use_arkworks = ARKWORKS_AVAILABLE
+    if not use_arkworks:
         return pippenger(points, ks)  # type: ignore[return-value]
     keep = [i for i, k in enumerate(ks) if k and points[i] is not None]
     if not keep:
