@@ -250,7 +250,7 @@ def _names(types: tuple[type, ...]) -> str:
     return " or ".join(t.__name__ for t in types)
 
 
-def make(kind: str, t: int, **fields: Any) -> dict[str, Any]:
+def make(kind: str, t: int, /, **fields: Any) -> dict[str, Any]:
     """Build an event map; validated, so a producer bug shows where it happens."""
     event = {"k": kind, "t": t, **fields}
     return validate(event)
