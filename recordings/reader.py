@@ -1,0 +1,392 @@
+"""Reading recording files: tolerant of a cut tail, strict about everything else.
+
+:func:`open_recording` scans a file frame by frame (``docs/recordings.md`` has the layout). A
+file that ends early, because the engine was killed or is still writing, reads up to its last
+whole frame and says so in :attr:`Recording.truncation`. Anything else that is wrong (another
+file type, a damaged frame in the middle, an event that breaks the schema, a footer that does
+not match) raises :class:`RecordingError` naming the byte offset. No other exception escapes,
+whatever the bytes: the reader is fuzzed with random and mutated files in the tests.
+
+:meth:`Recording.state_at` and :func:`seek_state` rebuild the reducer's state at a time by
+starting from the nearest seek snapshot before it and folding forward, which is how replay
+jumps around a long recording without reading it all.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from recordings.errors import RecordingError
+from recordings.format import (
+    END_MAGIC,
+    FORMAT_VERSION,
+    HEADER_KIND,
+    INDEX_KIND,
+    MAGIC,
+    PREFIX_SIZE,
+    TRAILER,
+    TRAILER_SIZE,
+)
+from recordings.framing import HEADER_SIZE, MAX_FRAME, FrameError, decode_payload
+from recordings.schema import SchemaError, validate
+from recordings.state import State
+
+__all__ = [
+    "Recording",
+    "RecordingError",
+    "SnapshotRef",
+    "Truncation",
+    "open_recording",
+    "read_state",
+    "seek_state",
+]
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """Where a recording stops early and what is missing there."""
+
+    offset: int  # byte offset where the unreadable tail starts (= bytes that were read)
+    file_size: int
+    what: str  # in words: "frame body (120 of 300 bytes)", "index and trailer", ...
+
+    def __str__(self) -> str:
+        lost = self.file_size - self.offset
+        tail = f", {lost} trailing bytes ignored" if lost else ""
+        return f"truncated at byte {self.offset} of {self.file_size}: missing {self.what}{tail}"
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    """One seek snapshot: its recorded time, its byte offset, and how many events precede it."""
+
+    t: int
+    offset: int
+    event_index: int
+
+
+class Recording:
+    """A recording read into memory: header, hello, events and the seek points."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self.size = size
+        self.header: dict[str, Any] | None = None
+        self.hello: dict[str, Any] | None = None
+        self.events: list[dict[str, Any]] = []
+        self.offsets = array("q")  # byte offset of every event, parallel to events
+        self.snapshots: list[SnapshotRef] = []
+        self.index: dict[str, Any] | None = None
+        self.complete = False  # the index and trailer were read: the writer closed cleanly
+        self.truncation: Truncation | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return self.truncation is not None
+
+    @property
+    def duration_ns(self) -> int:
+        return max((e["t"] for e in self.events), default=0)
+
+    def state(self) -> State:
+        """The reducer folded over every event, history included."""
+        return self._fold(State(), 0, None)
+
+    def state_at(self, t: int) -> State:
+        """The state after the events recorded up to time ``t`` (the prefix of the event
+        sequence whose times are <= t), rebuilt from the nearest seek snapshot at or before
+        ``t``. Its current state equals a full fold of that prefix; its history (segments,
+        memory series) starts at the snapshot."""
+        times = [s.t for s in self.snapshots]
+        i = bisect_right(times, t) - 1
+        if i < 0:
+            return self._fold(State(), 0, t)
+        ref = self.snapshots[i]
+        with _open(self.path) as f:
+            state = _load_snapshot(f, self.path, ref.offset, self.size)
+        return self._fold(state, ref.event_index, t)
+
+    def _fold(self, state: State, start: int, until: int | None) -> State:
+        for i in range(start, len(self.events)):
+            event = self.events[i]
+            if until is not None and event["t"] > until:
+                break
+            _apply(state, event, self.path, self.offsets[i])
+        return state
+
+
+def open_recording(path: str | os.PathLike[str]) -> Recording:
+    """Read a whole recording; :class:`RecordingError` when it is not a readable recording."""
+    p = Path(path)
+    with _open(p) as f:
+        size = _size(f, p)
+        rec = Recording(p, size)
+        try:
+            _scan(f, rec)
+        except OSError as exc:
+            raise RecordingError(f"cannot read recording {p}: {exc.strerror or exc}") from None
+    return rec
+
+
+def read_state(path: str | os.PathLike[str]) -> State:
+    """The reducer folded over every event of a recording."""
+    return open_recording(path).state()
+
+
+def seek_state(path: str | os.PathLike[str], t: int) -> State:
+    """Like ``open_recording(path).state_at(t)`` but, for a cleanly closed file, reads only the
+    index, the nearest snapshot at or before ``t`` and the frames after it up to ``t``."""
+    p = Path(path)
+    with _open(p) as f:
+        size = _size(f, p)
+        footer = _read_footer(f, p, size)
+        if footer is None:
+            return open_recording(p).state_at(t)
+        index_offset, index = footer
+        refs = _index_snapshots(index, p, index_offset)
+        chosen = [(st, off) for st, off in refs if st <= t]
+        if chosen:
+            state = _load_snapshot(f, p, chosen[-1][1], index_offset)  # leaves f after it
+        else:
+            state = State()
+            f.seek(PREFIX_SIZE)
+            _read_frame(f, p, PREFIX_SIZE, index_offset)  # skip the recording header
+        while f.tell() < index_offset:
+            offset = f.tell()
+            frame = _read_frame(f, p, offset, index_offset)
+            if _is_seek_snapshot(frame):
+                continue
+            event = _validate(frame, p, offset)
+            if event["t"] > t:
+                break
+            _apply(state, event, p, offset)
+        return state
+
+
+# -- scanning -------------------------------------------------------------------------------------
+
+
+class _Truncated(Exception):
+    def __init__(self, offset: int, what: str) -> None:
+        self.offset, self.what = offset, what
+
+
+def _scan(f: BinaryIO, rec: Recording) -> None:
+    path, size = rec.path, rec.size
+    prefix = f.read(PREFIX_SIZE)
+    if prefix[: len(MAGIC)] != MAGIC[: len(prefix)]:
+        raise RecordingError(f"{path}: not a provetop recording (bad magic bytes at byte 0)")
+    if len(prefix) < PREFIX_SIZE:
+        rec.truncation = Truncation(0, size, "the file header")
+        return
+    if prefix[-1] != FORMAT_VERSION:
+        raise RecordingError(
+            f"{path}: recording format version {prefix[-1]} is not supported "
+            f"(this reader knows version {FORMAT_VERSION})"
+        )
+    footer = _read_footer(f, path, size)
+    limit = footer[0] if footer else size
+    f.seek(PREFIX_SIZE)
+    try:
+        while True:
+            offset = f.tell()
+            if offset == limit:
+                break
+            frame = _read_frame(f, path, offset, limit, tolerant=footer is None)
+            kind = frame.get("k")
+            if rec.header is None:
+                rec.header = _check_header(frame, path, offset)
+            elif kind == INDEX_KIND and footer is None:
+                rec.index = frame
+                _check_trailer_tail(f, path, offset, size)
+                break
+            elif _is_seek_snapshot(frame):
+                if not isinstance(frame.get("t"), int) or not isinstance(frame["state"], dict):
+                    raise RecordingError(f"{path}: malformed seek snapshot at byte {offset}")
+                rec.snapshots.append(SnapshotRef(frame["t"], offset, len(rec.events)))
+            else:
+                event = _validate(frame, path, offset)
+                if rec.hello is None:
+                    if event["k"] != "hello":
+                        raise RecordingError(
+                            f"{path}: expected the hello event at byte {offset}, "
+                            f"found {event['k']!r}"
+                        )
+                    rec.hello = event
+                rec.events.append(event)
+                rec.offsets.append(offset)
+    except _Truncated as cut:
+        rec.truncation = Truncation(cut.offset, size, cut.what)
+        return
+    if footer is not None:
+        rec.index = footer[1]
+        rec.complete = True
+        scanned = [(s.t, s.offset) for s in rec.snapshots]
+        if _index_snapshots(footer[1], path, footer[0]) != scanned:
+            raise RecordingError(
+                f"{path}: the index at byte {footer[0]} does not match the snapshots in the file"
+            )
+    elif rec.index is None:
+        rec.truncation = Truncation(size, size, "the index and trailer (the writer did not close)")
+
+
+def _check_header(frame: dict[str, Any], path: Path, offset: int) -> dict[str, Any]:
+    if frame.get("k") != HEADER_KIND or frame.get("format") != FORMAT_VERSION:
+        raise RecordingError(f"{path}: bad recording header frame at byte {offset}")
+    return frame
+
+
+def _is_seek_snapshot(frame: dict[str, Any]) -> bool:
+    return frame.get("k") == "snapshot" and frame.get("seek") is True
+
+
+def _validate(frame: dict[str, Any], path: Path, offset: int) -> dict[str, Any]:
+    try:
+        return validate(frame)
+    except SchemaError as exc:
+        raise RecordingError(f"{path}: invalid event at byte {offset}: {exc}") from None
+
+
+def _apply(state: State, event: dict[str, Any], path: Path, offset: int) -> None:
+    try:
+        state.apply(event)
+    except Exception as exc:  # the reducer trusts validated events; odd values still land here
+        raise RecordingError(
+            f"{path}: event at byte {offset} cannot be folded into the state: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _read_frame(
+    f: BinaryIO, path: Path, offset: int, limit: int, *, tolerant: bool = False
+) -> dict[str, Any]:
+    """Read the frame at ``offset`` (the file position). ``limit`` is where frames must end.
+    With ``tolerant`` (no footer: the file may have been cut) an incomplete frame at the end
+    raises _Truncated instead of RecordingError."""
+    head = f.read(HEADER_SIZE)
+    if offset + HEADER_SIZE > limit or len(head) < HEADER_SIZE:
+        if tolerant:
+            raise _Truncated(offset, f"a frame header ({limit - offset} of 4 bytes)")
+        raise RecordingError(f"{path}: frame header at byte {offset} runs past byte {limit}")
+    length = int.from_bytes(head, "big")
+    if length > MAX_FRAME:
+        if tolerant and _zero_tail(f, offset):
+            raise _Truncated(offset, "frames (the tail is zero-filled)")
+        raise RecordingError(
+            f"{path}: corrupt frame at byte {offset}: length {length} exceeds {MAX_FRAME}"
+        )
+    end = offset + HEADER_SIZE + length
+    if end > limit:
+        if tolerant:
+            raise _Truncated(offset, f"a frame body ({limit - offset - 4} of {length} bytes)")
+        raise RecordingError(f"{path}: frame at byte {offset} runs past byte {limit}")
+    payload = f.read(length)
+    if len(payload) < length:
+        if tolerant:
+            raise _Truncated(offset, "a frame body (the file shrank while being read)")
+        raise RecordingError(f"{path}: frame at byte {offset} is cut short")
+    try:
+        return decode_payload(payload)
+    except FrameError as exc:
+        if tolerant and _zero_tail(f, offset):
+            raise _Truncated(offset, "frames (the tail is zero-filled)") from None
+        raise RecordingError(f"{path}: corrupt frame at byte {offset}: {exc}") from None
+
+
+def _zero_tail(f: BinaryIO, offset: int) -> bool:
+    """True when everything from ``offset`` to the end is zero bytes: what a crash leaves when
+    the file system extended the file but the data never reached it."""
+    f.seek(offset)
+    while chunk := f.read(1 << 16):
+        if chunk.count(0) != len(chunk):
+            return False
+    return True
+
+
+def _read_footer(f: BinaryIO, path: Path, size: int) -> tuple[int, dict[str, Any]] | None:
+    """(index offset, index frame) when the file ends with a valid trailer, else None. A
+    trailer that points to something other than an index frame ending right before it is
+    corruption."""
+    if size < PREFIX_SIZE + TRAILER_SIZE:
+        return None
+    f.seek(size - TRAILER_SIZE)
+    index_offset, end_magic = TRAILER.unpack(f.read(TRAILER_SIZE))
+    if end_magic != END_MAGIC:
+        return None
+    where = size - TRAILER_SIZE
+    if not PREFIX_SIZE <= index_offset <= where - HEADER_SIZE:
+        raise RecordingError(f"{path}: the trailer at byte {where} points outside the file")
+    f.seek(index_offset)
+    index = _read_frame(f, path, index_offset, where)
+    if index.get("k") != INDEX_KIND or f.tell() != where:
+        raise RecordingError(f"{path}: the trailer at byte {where} does not point to the index")
+    return index_offset, index
+
+
+def _check_trailer_tail(f: BinaryIO, path: Path, index_offset: int, size: int) -> None:
+    """After an index frame found by scanning (no valid trailer at the end of the file): the
+    rest must be the start of a trailer cut short, else the file is damaged."""
+    rest = f.read(TRAILER_SIZE + 1)
+    expected = TRAILER.pack(index_offset, END_MAGIC)
+    if len(rest) < TRAILER_SIZE and expected.startswith(rest):
+        raise _Truncated(f.tell() - len(rest), f"the trailer ({len(rest)} of 16 bytes)")
+    raise RecordingError(f"{path}: damaged trailer after the index at byte {index_offset}")
+
+
+def _index_snapshots(index: dict[str, Any], path: Path, offset: int) -> list[tuple[int, int]]:
+    refs = index.get("snapshots")
+    ok = isinstance(refs, list) and all(
+        isinstance(r, list)
+        and len(r) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+        for r in refs
+    )
+    if not ok:
+        raise RecordingError(f"{path}: malformed index at byte {offset}")
+    return [(r[0], r[1]) for r in refs]
+
+
+def _load_snapshot(f: BinaryIO, path: Path, offset: int, limit: int) -> State:
+    if not PREFIX_SIZE <= offset < limit:
+        raise RecordingError(f"{path}: snapshot offset {offset} is outside the frames")
+    f.seek(offset)
+    frame = _read_frame(f, path, offset, limit)
+    if not _is_seek_snapshot(frame) or not isinstance(frame.get("state"), dict):
+        raise RecordingError(f"{path}: no seek snapshot at byte {offset}")
+    try:
+        return State.from_snapshot(frame["state"])
+    except Exception as exc:  # a snapshot is data from disk; any shape error is corruption
+        raise RecordingError(
+            f"{path}: unusable snapshot at byte {offset}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+class _open:
+    """``open(path, 'rb')`` whose failures are a one-line :class:`RecordingError`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> BinaryIO:
+        try:
+            if self.path.is_dir():
+                raise RecordingError(f"{self.path}: is a directory, not a recording")
+            self.f = open(self.path, "rb")  # noqa: SIM115 (closed in __exit__)
+        except OSError as exc:
+            raise RecordingError(f"cannot read recording {self.path}: {exc.strerror}") from None
+        return self.f
+
+    def __exit__(self, *exc: object) -> None:
+        self.f.close()
+
+
+def _size(f: BinaryIO, path: Path) -> int:
+    try:
+        return os.fstat(f.fileno()).st_size
+    except OSError as exc:
+        raise RecordingError(f"cannot read recording {path}: {exc.strerror}") from None

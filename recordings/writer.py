@@ -1,0 +1,240 @@
+"""Writing recording files: every event the engine emits, framed, flushed, seekable.
+
+The engine's recorder thread calls :meth:`RecordingWriter.write` for every event (the recording
+never drops). ``write`` only validates, encodes, folds the event into the writer's own
+:class:`~recordings.state.State` and appends to an in-memory buffer; a background thread moves
+the buffer to the file every ``flush_every_s`` seconds, so a SIGKILL loses at most that much.
+Every ``snapshot_every_s`` seconds of recorded time the writer adds a *seek snapshot* (the
+reducer's current state), and :meth:`RecordingWriter.close` appends an index of the snapshots and
+a fixed trailer so a reader can find them without scanning. The layout is in
+``docs/recordings.md`` and :mod:`recordings.format`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from recordings.errors import RecordingError
+from recordings.format import (
+    END_MAGIC,
+    FORMAT_VERSION,
+    HEADER_KIND,
+    INDEX_KIND,
+    PREFIX,
+    SUFFIX,
+    TRAILER,
+)
+from recordings.framing import FrameError, encode_frame
+from recordings.schema import validate
+from recordings.state import State
+
+
+def default_recording_dir() -> Path:
+    """Where recordings go unless ``--record`` says otherwise: the user's data directory
+    (``$XDG_DATA_HOME/provetop/recordings``, else ``~/.local/share/provetop/recordings``)."""
+    base = os.environ.get("XDG_DATA_HOME")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".local" / "share"
+    return root / "provetop" / "recordings"
+
+
+def default_recording_path(engine_id: str | None = None, directory: Path | None = None) -> Path:
+    """A fresh file name in the recordings directory: ``YYYYmmdd-HHMMSS-<engine_id>.pvtrec``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    safe = "".join(c for c in (engine_id or str(os.getpid())) if c.isalnum() or c in "-_")[:40]
+    return (directory or default_recording_dir()) / f"{stamp}-{safe or 'run'}{SUFFIX}"
+
+
+class RecordingWriter:
+    """Append-only writer of one recording file (see the module docstring).
+
+    ``write`` is meant for one thread (the recorder); the background flusher is the only other
+    thread touching the writer, and it shares only the pending buffer (under a short lock).
+    Errors of the background flusher (disk full) are raised by the next ``write`` or ``close``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        snapshot_every_s: float = 10.0,
+        flush_every_s: float = 0.5,
+        fsync: bool = False,
+        validate_events: bool = True,
+        background_flush: bool = True,
+        writer: str | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.snapshot_every_ns = int(max(0.0, snapshot_every_s) * 1e9)
+        self.flush_every_s = max(0.01, float(flush_every_s))
+        self.fsync = fsync
+        self.validate_events = validate_events
+        self.state = State()
+        self.snapshots: list[tuple[int, int]] = []  # (t, byte offset) of every seek snapshot
+        self.events_written = 0
+        self.closed = False
+        self._lock = threading.Lock()  # guards _pending and _error
+        self._io_lock = threading.Lock()  # one writer of the file at a time
+        self._pending = bytearray()
+        self._error: RecordingError | None = None
+        self._last_snapshot_t: int | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed in close())
+        except OSError as exc:
+            raise RecordingError(
+                f"cannot write recording {self.path}: {exc.strerror or exc}"
+            ) from None
+        if writer is None:
+            from provetop import __version__
+
+            writer = f"provetop {__version__}"
+        header = {
+            "k": HEADER_KIND,
+            "t": 0,
+            "format": FORMAT_VERSION,
+            "writer": writer,
+            "created_ns": time.time_ns(),
+            "snapshot_every_s": float(snapshot_every_s),
+            "flush_every_s": float(flush_every_s),
+        }
+        self._pending += PREFIX + encode_frame(header)
+        self.offset = len(self._pending)  # logical end of file: flushed plus pending bytes
+        self.flush()
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        if background_flush:
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name="recording-flush", daemon=True
+            )
+            self._flusher.start()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def write(self, event: dict[str, Any]) -> None:
+        """Record one event. The first event must be ``hello``. Raises
+        :class:`~recordings.schema.SchemaError` for an invalid event (nothing is written) and
+        :class:`RecordingError` when the file cannot be written (disk full, closed)."""
+        if self.closed:
+            raise RecordingError(f"recording {self.path} is closed")
+        if self._error is not None:
+            raise self._error
+        if self.validate_events:
+            validate(event)
+        if self.events_written == 0 and event.get("k") != "hello":
+            raise RecordingError(
+                f"the first event of a recording must be hello, not {event.get('k')!r}"
+            )
+        frame = encode_frame(event)
+        with self._lock:
+            self._pending += frame
+            self.offset += len(frame)
+        self.events_written += 1
+        self.state.apply(event)
+        if self._last_snapshot_t is None:
+            self._last_snapshot_t = self.state.t
+        elif self.state.t - self._last_snapshot_t >= self.snapshot_every_ns:
+            self.write_snapshot()
+
+    def write_snapshot(self) -> bool:
+        """Append a seek snapshot of the current state now; False when it could not be encoded
+        (too large), in which case the recording simply has one seek point fewer."""
+        if self.events_written == 0:
+            return False
+        t = self.state.t
+        self._last_snapshot_t = t
+        try:
+            frame = encode_frame({"k": "snapshot", "t": t, "seek": True, "state": self.snapshot()})
+        except FrameError:
+            return False
+        with self._lock:
+            self.snapshots.append((t, self.offset))
+            self._pending += frame
+            self.offset += len(frame)
+        # Snapshots carry no history, so the writer's own history can go: its memory stays
+        # bounded by the current state, however long the run.
+        self.state.segments.clear()
+        self.state.series.clear()
+        self.state.attempts.clear()
+        self.state.log.clear()
+        return True
+
+    def snapshot(self) -> dict[str, Any]:
+        """The reducer's current state as written into seek snapshots."""
+        return self.state.snapshot()
+
+    def flush(self) -> None:
+        """Move pending bytes to the file (the kernel's page cache: they survive a SIGKILL of
+        this process); with ``fsync=True`` also to the disk."""
+        with self._io_lock:
+            with self._lock:
+                if self._error is not None:
+                    raise self._error
+                data, self._pending = self._pending, bytearray()
+            if not data:
+                return
+            try:
+                view = memoryview(data)
+                while view:
+                    n = self._file.write(view)
+                    view = view[n:]
+                if self.fsync:
+                    os.fsync(self._file.fileno())
+            except (OSError, ValueError) as exc:
+                error = RecordingError(
+                    f"cannot write recording {self.path}: {getattr(exc, 'strerror', None) or exc}"
+                )
+                with self._lock:
+                    self._error = error
+                raise error from None
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.flush_every_s):
+            try:
+                self.flush()
+            except RecordingError:
+                return  # kept in self._error; raised by the next write() or close()
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write a final seek snapshot, the index and the trailer, flush, fsync and close.
+        Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join()
+        try:
+            if self._error is None:
+                if self.events_written and (
+                    not self.snapshots or self.snapshots[-1][0] != self.state.t
+                ):
+                    self.write_snapshot()
+                index = {
+                    "k": INDEX_KIND,
+                    "t": self.state.t,
+                    "snapshots": [[t, off] for t, off in self.snapshots],
+                    "events": self.events_written,
+                }
+                with self._lock:
+                    index_offset = self.offset
+                    self._pending += encode_frame(index) + TRAILER.pack(index_offset, END_MAGIC)
+                self.flush()
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            raise RecordingError(f"cannot write recording {self.path}: {exc}") from None
+        finally:
+            self._file.close()
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> RecordingWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
