@@ -57,9 +57,10 @@ _DTYPE = np.dtype("<u8")
 
 
 def _ints_to_array(values: Sequence[int], nbytes: int, limbs: int) -> np.ndarray:
-    buf = b"".join([int(v).to_bytes(nbytes, "little") for v in values])
+    # bytearray (not bytes) so the array that shares its memory is writable
+    buf = bytearray().join([int(v).to_bytes(nbytes, "little") for v in values])
     arr = np.frombuffer(buf, dtype=_DTYPE).reshape(len(values), limbs)
-    return np.ascontiguousarray(arr, dtype=np.uint64)  # native uint64, writable copy
+    return arr.astype(np.uint64, copy=False)  # native byte order (no copy on little-endian)
 
 
 def _array_to_ints(arr: Any, nbytes: int, limbs: int) -> list[int]:
