@@ -54,11 +54,25 @@ PHASES: dict[str, Phase] = {
         Phase("copy_back", "copy_back", gpu=True),
         Phase("verify", "host"),
         Phase("release", "host"),
+        # Phases of a cuzk (supraseal-c2) partition as its CUZK_TIMING lines measure them; the
+        # cuzk adapter (engine/cuzk, docs/cuzk.md) emits these instead of the finer ones above.
+        Phase("ntt_msm_h", "h_step", gpu=True),  # NTT H step and the H MSM, timed together
+        Phase("batch_add", "msm", gpu=True),  # batch additions of L, A, B-G1, B-G2
+        Phase("tail_msm", "msm", gpu=True),  # tail MSMs of L, A, B-G1
+        Phase("gpu_prove", "host"),  # the whole cuzk GPU call when no finer timing was logged
     )
 }
 
 PRESTAGE_STATUSES = ("ok", "skip", "fallback")
-FAULT_KINDS = ("oom", "exception", "injected", "registration", "worker_died", "client_dropped")
+FAULT_KINDS = (
+    "oom",
+    "exception",
+    "injected",
+    "registration",
+    "worker_died",
+    "client_dropped",
+    "source",  # the telemetry source failed (cuzk log unreadable, status endpoint down)
+)
 ENGINE_STATES = ("starting", "running", "paused", "stopping", "done")
 CONTROL_COMMANDS = ("force_fallback", "pause", "resume", "trim", "marker", "stop")
 
