@@ -1,0 +1,98 @@
+// Kernels of the GPU NTT and H step (loaded by kernels/cuda_ntt.py through kernels/cuda_build.py).
+// Every array is Fr, 8 little-endian 32-bit words per element (= the (n, 4) uint64 layout),
+// Montgomery form unless a kernel says otherwise.
+#include "ntt.cuh"
+
+#ifndef NTT_BLOCK
+#define NTT_BLOCK 512
+#endif
+#ifndef NTT_MIN_BLOCKS
+#define NTT_MIN_BLOCKS 1
+#endif
+
+#define NTT_PASS_PARAMS                                                                       \
+    fr_t *dst, const fr_t *src, const fr_t *tw, int k, int s, int L, int logC, int K,         \
+        int inverse, int flags, int pre_sb, int post_sb, const fr_t *pre_hi,                  \
+        const fr_t *pre_lo, const fr_t *post_hi, const fr_t *post_lo, const fr_t *post_const, \
+        const fr_t *qa, const fr_t *qb
+
+#define NTT_PASS_ARGS                                                                          \
+    dst, src, tw, ntt_pass_args{k, s, L, logC, K, inverse, flags, pre_sb, post_sb}, pre_hi,    \
+        pre_lo, post_hi, post_lo, post_const, qa, qb
+
+// One pass of Gentleman-Sande (natural -> bit-reversed) butterflies.
+extern "C" __global__ void __launch_bounds__(NTT_BLOCK, NTT_MIN_BLOCKS)
+    ntt_pass_dif(NTT_PASS_PARAMS) {
+    ntt_pass_body<false>(NTT_PASS_ARGS);
+}
+
+// One pass of Cooley-Tukey (bit-reversed -> natural) butterflies.
+extern "C" __global__ void __launch_bounds__(NTT_BLOCK, NTT_MIN_BLOCKS)
+    ntt_pass_dit(NTT_PASS_PARAMS) {
+    ntt_pass_body<true>(NTT_PASS_ARGS);
+}
+
+// out[i] = hi[i >> sb] * lo[i & (2^sb - 1)] for i < count: the twiddle table T[i] = w^i from two
+// small host-built tables (w^(t 2^sb) and w^u), one multiplication per entry.
+extern "C" __global__ void fr_build_powers(fr_t *out, const fr_t *hi, const fr_t *lo, int sb,
+                                           unsigned long long count) {
+    const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    fr_store(out + i, fr_ldg(hi + (i >> sb)) * fr_ldg(lo + (i & ((1ull << sb) - 1))));
+}
+
+// out[t] = sum_{i < m} c[t m + i] x^i (Horner inside each chunk of m coefficients; the host
+// combines chunks with x^m, recursively): polynomial evaluation on the GPU for the H identity.
+extern "C" __global__ void fr_horner_chunks(fr_t *out, const fr_t *c, unsigned long long n, int m,
+                                            const fr_t *xp) {
+    const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned long long start = t * (unsigned long long)m;
+    if (start >= n) return;
+    unsigned long long end = start + m;
+    if (end > n) end = n;
+    const fr_t x = fr_ldg(xp);
+    fr_t acc = fr_t::zero();
+    for (unsigned long long i = end; i > start; i--) acc = acc * x + fr_load(c + i - 1);
+    fr_store(out + t, acc);
+}
+
+// Elementwise Fr operations (tests, conversions): op 0 a*b, 1 a+b, 2 a-b, 3 to Montgomery,
+// 4 from Montgomery, 5 a^2, 6 a^-1, 7 -a.
+extern "C" __global__ void fr_elementwise(fr_t *out, const fr_t *a, const fr_t *b, int op,
+                                          unsigned long long n) {
+    const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const fr_t x = fr_load(a + i);
+    fr_t y;
+    switch (op) {
+        case 0: y = x * fr_load(b + i); break;
+        case 1: y = x + fr_load(b + i); break;
+        case 2: y = x - fr_load(b + i); break;
+        case 3: y = x.to_mont(); break;
+        case 4: y = x.from_mont(); break;
+        case 5: y = x.sqr(); break;
+        case 6: y = x.inverse(); break;
+        default: y = x.neg(); break;
+    }
+    fr_store(out + i, y);
+}
+
+// out[i] = in[bitrev_k(i)] per vector (gridDim.y = batch); out of place.
+extern "C" __global__ void fr_bitrev_permute(fr_t *out, const fr_t *in, int k) {
+    const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >> k) return;
+    const size_t off = (size_t)blockIdx.y << k;
+    fr_store(out + off + i, fr_load(in + off + ntt_brev((uint32_t)i, k)));
+}
+
+// Throughput probe: two independent chains of `iters` Montgomery multiplications per thread.
+extern "C" __global__ void fr_mul_chain(fr_t *io, int iters, unsigned long long n) {
+    const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    fr_t x = fr_load(io + i), y = x.sqr(), z = x;
+    for (int it = 0; it < iters; it++) {
+        x = x * z;
+        y = y * z;
+    }
+    fr_store(io + i, x + y);
+}

@@ -1,0 +1,175 @@
+// Radix-2 NTT passes over Fr in shared memory, plus the fused pre/post steps of the H step.
+//
+// Why this shape (see bench/ntt_notes.md for the arithmetic): a 2^k transform is split into
+// passes of at most NTT_MAX_LEVELS levels (27 = 9+9+9). A pass reads each element once from
+// global memory into a shared-memory tile, does its levels there, and writes each element once.
+// Gentleman-Sande (DIF) maps natural order to bit-reversed order, Cooley-Tukey (DIT) the
+// reverse, so chained transforms (inverse to coefficients, then coset forward) never need a
+// separate bit-reversal pass; where an order change is asked for, the first pass gathers its
+// input through the bit-reversal map instead (out of place, so no block reads what another
+// wrote).
+//
+// Index algebra of one pass. Let s be the log size of the sub-transforms the pass works in and L
+// its number of levels; an element's position p splits as
+//     p = hi * 2^s + mid * 2^(s-L) + lo,     mid < 2^L,  lo < 2^(s-L).
+// The pass's butterflies only change mid, so a tile = all 2^L mids for C consecutive lo values
+// (C = 2^logC columns, contiguous in memory) of one hi. DIF passes run with s = k, k-L1, ...;
+// DIT passes with s = L1, L1+L2, ... (each pass's lo bits are the levels already done).
+//
+// Twiddles: one table per device of T[i] = w^i, i < 2^(K-1), w the primitive 2^K-th root, for
+// the largest K built so far; a level of half-size h uses w_{2h}^j = T[j << (K - log2(2h))].
+// The inverse transform uses w^-e = -T[2^(K-1) - e] (e > 0) and folds the sign into the
+// butterfly, so one table serves both directions.
+#pragma once
+#include "fields.cuh"
+
+#ifndef NTT_MAX_TILE_LOG
+#define NTT_MAX_TILE_LOG 10  // a tile holds at most 2^10 elements = 32 KiB of shared memory
+#endif
+
+// Flags of one pass (host side: kernels/cuda_ntt.py).
+#define NTT_F_GATHER 1       // read src[bitrev_k(p)] instead of src[p]
+#define NTT_F_PRE_TABLE 2    // x *= pre_hi[j >> sb] * pre_lo[j & (2^sb-1)], j = coefficient index
+#define NTT_F_POST_CONST 4   // y *= post_const[0]
+#define NTT_F_POST_TABLE 8   // y *= post_hi[j >> sb] * post_lo[...], j = output's natural index
+#define NTT_F_QUOTIENT 16    // y = (qa[p] * qb[p] - y) * post_const[1]   (H-step quotient)
+
+__device__ __forceinline__ uint32_t ntt_brev(uint32_t p, int k) {
+    return k == 0 ? 0u : (__brev(p) >> (32 - k));
+}
+
+__device__ __forceinline__ fr_t fr_load(const fr_t* ptr) {
+    const uint4* q = reinterpret_cast<const uint4*>(ptr);
+    uint4 a = q[0], b = q[1];
+    fr_t r;
+    r.v[0] = a.x; r.v[1] = a.y; r.v[2] = a.z; r.v[3] = a.w;
+    r.v[4] = b.x; r.v[5] = b.y; r.v[6] = b.z; r.v[7] = b.w;
+    return r;
+}
+
+__device__ __forceinline__ fr_t fr_ldg(const fr_t* ptr) {
+    const uint4* q = reinterpret_cast<const uint4*>(ptr);
+    uint4 a = __ldg(q), b = __ldg(q + 1);
+    fr_t r;
+    r.v[0] = a.x; r.v[1] = a.y; r.v[2] = a.z; r.v[3] = a.w;
+    r.v[4] = b.x; r.v[5] = b.y; r.v[6] = b.z; r.v[7] = b.w;
+    return r;
+}
+
+__device__ __forceinline__ void fr_store(fr_t* ptr, const fr_t& x) {
+    uint4* q = reinterpret_cast<uint4*>(ptr);
+    q[0] = make_uint4(x.v[0], x.v[1], x.v[2], x.v[3]);
+    q[1] = make_uint4(x.v[4], x.v[5], x.v[6], x.v[7]);
+}
+
+// Shared tile, structure of arrays: word w of element e lives at sm[w * ts + e], so a warp
+// touching consecutive elements touches consecutive banks.
+__device__ __forceinline__ fr_t sm_get(const uint32_t* sm, uint32_t ts, uint32_t e) {
+    fr_t r;
+#pragma unroll
+    for (int w = 0; w < 8; w++) r.v[w] = sm[w * ts + e];
+    return r;
+}
+__device__ __forceinline__ void sm_put(uint32_t* sm, uint32_t ts, uint32_t e, const fr_t& x) {
+#pragma unroll
+    for (int w = 0; w < 8; w++) sm[w * ts + e] = x.v[w];
+}
+
+__device__ __forceinline__ fr_t split_factor(const fr_t* hi_tab, const fr_t* lo_tab, int sb,
+                                             uint32_t j) {
+    return fr_ldg(hi_tab + (j >> sb)) * fr_ldg(lo_tab + (j & ((1u << sb) - 1)));
+}
+
+struct ntt_pass_args {
+    int k;       // log2 n
+    int s;       // log size of this pass's sub-transforms
+    int L;       // levels in this pass
+    int logC;    // log2 of the columns per tile
+    int K;       // log2 of the twiddle table's root order (table holds 2^(K-1) entries)
+    int inverse;
+    int flags;
+    int pre_sb, post_sb;
+};
+
+template <bool DIT>
+__device__ __forceinline__ void ntt_pass_body(fr_t* dst, const fr_t* src,  // may alias (in place)
+                                              const fr_t* __restrict__ tw, const ntt_pass_args a,
+                                              const fr_t* pre_hi, const fr_t* pre_lo,
+                                              const fr_t* post_hi, const fr_t* post_lo,
+                                              const fr_t* post_const, const fr_t* qa,
+                                              const fr_t* qb) {
+    extern __shared__ uint32_t sm[];
+    const int lowbits = a.s - a.L;
+    const uint32_t C = 1u << a.logC;
+    const uint32_t ts = 1u << (a.L + a.logC);
+    const uint32_t tile = blockIdx.x;
+    const uint32_t hi = tile >> (lowbits - a.logC);
+    const uint32_t lo_base = (tile & ((1u << (lowbits - a.logC)) - 1)) << a.logC;
+    const size_t boff = (size_t)blockIdx.y << a.k;
+    src += boff;
+    dst += boff;
+
+    // ---- load (optionally gathered, optionally pre-multiplied) ----
+    for (uint32_t e = threadIdx.x; e < ts; e += blockDim.x) {
+        const uint32_t c = e & (C - 1), mid = e >> a.logC;
+        const uint32_t p = (hi << a.s) | (mid << lowbits) | (lo_base + c);
+        fr_t x = fr_load(src + ((a.flags & NTT_F_GATHER) ? ntt_brev(p, a.k) : p));
+        if (a.flags & NTT_F_PRE_TABLE) {
+            const uint32_t j = DIT ? ntt_brev(p, a.k) : p;  // coefficient index of x
+            x = x * split_factor(pre_hi, pre_lo, a.pre_sb, j);
+        }
+        sm_put(sm, ts, e, x);
+    }
+    __syncthreads();
+
+    // ---- the levels ----
+    const uint32_t half_tab = 1u << (a.K - 1);
+    for (int it = 0; it < a.L; it++) {
+        const int l = DIT ? it : a.L - 1 - it;  // local level: half-size 2^l in mid space
+        const int logh = l + lowbits;            // global half-size 2^logh
+        const int tw_shift = a.K - logh - 1;
+        for (uint32_t q = threadIdx.x; q < ts / 2; q += blockDim.x) {
+            const uint32_t c = q & (C - 1), r = q >> a.logC;
+            const uint32_t mid_a = ((r >> l) << (l + 1)) | (r & ((1u << l) - 1));
+            const uint32_t ea = (mid_a << a.logC) | c;
+            const uint32_t eb = ea + (1u << (l + a.logC));
+            const uint32_t j = ((mid_a & ((1u << l) - 1)) << lowbits) | (lo_base + c);
+            uint32_t e = j << tw_shift;
+            bool neg = false;
+            if (a.inverse && e != 0) {
+                e = half_tab - e;
+                neg = true;
+            }
+            const fr_t w = fr_ldg(tw + e);
+            const fr_t x = sm_get(sm, ts, ea), y = sm_get(sm, ts, eb);
+            fr_t u, v;
+            if (DIT) {
+                const fr_t t = y * w;
+                u = neg ? x - t : x + t;
+                v = neg ? x + t : x - t;
+            } else {
+                u = x + y;
+                v = (neg ? y - x : x - y) * w;
+            }
+            sm_put(sm, ts, ea, u);
+            sm_put(sm, ts, eb, v);
+        }
+        __syncthreads();
+    }
+
+    // ---- store (optionally scaled, optionally fused into the quotient) ----
+    for (uint32_t e = threadIdx.x; e < ts; e += blockDim.x) {
+        const uint32_t c = e & (C - 1), mid = e >> a.logC;
+        const uint32_t p = (hi << a.s) | (mid << lowbits) | (lo_base + c);
+        fr_t y = sm_get(sm, ts, e);
+        if (a.flags & NTT_F_POST_CONST) y = y * fr_ldg(post_const);
+        if (a.flags & NTT_F_POST_TABLE) {
+            const uint32_t j = DIT ? p : ntt_brev(p, a.k);  // natural index of the output
+            y = y * split_factor(post_hi, post_lo, a.post_sb, j);
+        }
+        if (a.flags & NTT_F_QUOTIENT) {
+            y = (fr_load(qa + boff + p) * fr_load(qb + boff + p) - y) * fr_ldg(post_const + 1);
+        }
+        fr_store(dst + p, y);
+    }
+}

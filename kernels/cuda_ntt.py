@@ -1,0 +1,508 @@
+"""GPU NTT and Groth16 H step over BLS12-381 Fr (CuPy + the CUDA C in ``kernels/cuda/ntt.cu``).
+
+Why split into a planner and an executor: the planner (pure Python, no CuPy) turns one request
+into a list of :class:`Pass` launches over named buffers and named tables; the executor maps
+the names to CuPy arrays and launches. The CPU tests run the very same plans through a host
+build of ``ntt.cuh`` (``tests/test_cuda_ntt_host.py``), so the index algebra is proven in CI
+without a GPU, and the GPU tests only have to prove the device build.
+
+Conventions are those of ``kernels/cpu/ntt.py`` (domain root ``w_k``, coset generator g = 7,
+"bitrev" order = position i holds natural index bitrev_k(i)). Arrays are ``(n, 4)`` or
+``(batch, n, 4)`` uint64, Montgomery form (``kernels/backend.py``).
+
+Memory: the twiddle table holds 2^(K-1) elements for the largest K used (2 GiB at K = 27),
+built once per device on the GPU and reused, with a stride, for every smaller size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kernels.constants import (
+    FR_COSET_GENERATOR,
+    FR_MODULUS,
+    FR_MONT_R,
+    FR_ROOT_OF_UNITY,
+    FR_TWO_ADICITY,
+)
+
+R = FR_MODULUS
+TILE_LOG = 10  # = NTT_MAX_TILE_LOG in ntt.cuh: a tile holds at most 2^10 elements
+BLOCK = 512  # = NTT_BLOCK in ntt.cu
+MAX_LOG_SIZE = 27
+ELEM_BYTES = 32
+
+F_GATHER = 1
+F_PRE_TABLE = 2
+F_POST_CONST = 4
+F_POST_TABLE = 8
+F_QUOTIENT = 16
+
+ORDERS = ("natural", "bitrev")
+
+
+# ---------------------------------------------------------------------------------------------
+# planning (pure Python)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One launch of ``ntt_pass_dif`` / ``ntt_pass_dit`` over named buffers and tables."""
+
+    dit: bool
+    src: str
+    dst: str
+    k: int
+    s: int
+    L: int
+    log_c: int
+    inverse: bool
+    flags: int = 0
+    pre: str | None = None  # factor-table kind (see factor_table_values)
+    post: str | None = None
+    qa: str | None = None
+    qb: str | None = None
+
+    @property
+    def tile_log(self) -> int:
+        return self.L + self.log_c
+
+    def grid(self, batch: int) -> tuple[int, int]:
+        return (1 << (self.k - self.tile_log), batch)
+
+    @property
+    def block(self) -> int:
+        return min(BLOCK, max(1, 1 << (self.tile_log - 1)))
+
+    @property
+    def shared_bytes(self) -> int:
+        return ELEM_BYTES << self.tile_log
+
+
+def split_levels(k: int, max_levels: int = TILE_LOG) -> list[int]:
+    """k levels in as few passes of at most ``max_levels`` as possible, as even as possible
+    (27 -> [9, 9, 9], 20 -> [10, 10], 11 -> [6, 5])."""
+    if k < 1:
+        return []
+    npass = math.ceil(k / max_levels)
+    base, extra = divmod(k, npass)
+    return [base + 1] * extra + [base] * (npass - extra)
+
+
+def plan_transform(
+    k: int,
+    *,
+    inverse: bool,
+    input_order: str,
+    output_order: str,
+    src: str,
+    dst: str,
+    pre: str | None = None,
+    post: str | None = None,
+    post_const: bool = False,
+    quotient: tuple[str, str] | None = None,
+    max_levels: int = TILE_LOG,
+) -> list[Pass]:
+    """The passes of one transform of size 2^k from buffer ``src`` into ``dst``.
+
+    DIT (Cooley-Tukey) when the output is natural, DIF (Gentleman-Sande) when it is
+    bit-reversed; the first pass gathers through bitrev_k when the input order is not the one
+    the algorithm wants. ``pre`` multiplies the input by a factor table indexed by coefficient
+    index (first pass), ``post``/``post_const``/``quotient`` act on the output (last pass).
+    The first pass always writes ``dst`` (out of place unless src == dst), later ones in place.
+    """
+    if input_order not in ORDERS or output_order not in ORDERS:
+        raise ValueError(f"orders must be in {ORDERS}, got {input_order!r}, {output_order!r}")
+    dit = output_order == "natural"
+    gather = (input_order == "natural") if dit else (input_order == "bitrev")
+    levels = split_levels(k, max_levels)
+    passes = []
+    done = 0
+    for i, L in enumerate(levels):
+        s = done + L if dit else k - done
+        lowbits = s - L
+        log_c = min(TILE_LOG - L, lowbits)
+        first, last = i == 0, i == len(levels) - 1
+        flags = 0
+        if first and gather:
+            flags |= F_GATHER
+        if first and pre:
+            flags |= F_PRE_TABLE
+        if last and post_const:
+            flags |= F_POST_CONST
+        if last and post:
+            flags |= F_POST_TABLE
+        if last and quotient:
+            flags |= F_QUOTIENT
+        passes.append(
+            Pass(
+                dit=dit,
+                src=src if first else dst,
+                dst=dst,
+                k=k,
+                s=s,
+                L=L,
+                log_c=log_c,
+                inverse=inverse,
+                flags=flags,
+                pre=pre if first else None,
+                post=post if last else None,
+                qa=quotient[0] if (last and quotient) else None,
+                qb=quotient[1] if (last and quotient) else None,
+            )
+        )
+        done += L
+    return passes
+
+
+def plan_ntt(
+    k: int,
+    *,
+    inverse: bool,
+    coset: bool,
+    input_order: str,
+    output_order: str,
+    max_levels: int = TILE_LOG,
+) -> list[Pass]:
+    """Passes for :meth:`CudaNtt.ntt`: buffer "x" (input, never written) into "out".
+    The constants array (post_const) is always [n^-1, Z^-1] in Montgomery form."""
+    return plan_transform(
+        k,
+        inverse=inverse,
+        input_order=input_order,
+        output_order=output_order,
+        src="x",
+        dst="out",
+        pre="coset" if (coset and not inverse) else None,
+        post="coset_inv" if (coset and inverse) else None,
+        post_const=inverse and not coset,
+        max_levels=max_levels,
+    )
+
+
+def plan_h_step(k: int, max_levels: int = TILE_LOG) -> list[Pass]:
+    """Passes for the H step from "a", "b", "c" (natural evaluations, never written) to "out"
+    (natural, canonical coefficients of H; the last one is zero for a satisfied system).
+
+    Per input: inverse DIF to bit-reversed coefficients, with the 1/n scaling and the coset
+    shift g^j folded into its last pass ("hprep"); coset forward DIT back to natural order on
+    the coset (plain butterflies). The last DIT (of c) computes (A*B - C) / Z(g) in its store
+    phase. Finally the coset inverse DIT gathers the natural quotient through bitrev, scales by
+    n^-1 g^-j and leaves canonical form ("coset_inv_canon"). Work buffers: "out" doubles as a's,
+    "wb" and "wc" are scratch.
+    """
+    plans: list[Pass] = []
+    for src, work in (("a", "out"), ("b", "wb"), ("c", "wc")):
+        plans += plan_transform(
+            k,
+            inverse=True,
+            input_order="natural",
+            output_order="bitrev",
+            src=src,
+            dst=work,
+            post="hprep",
+            max_levels=max_levels,
+        )
+    for work in ("out", "wb"):
+        plans += plan_transform(
+            k,
+            inverse=False,
+            input_order="bitrev",
+            output_order="natural",
+            src=work,
+            dst=work,
+            max_levels=max_levels,
+        )
+    plans += plan_transform(
+        k,
+        inverse=False,
+        input_order="bitrev",
+        output_order="natural",
+        src="wc",
+        dst="wc",
+        quotient=("out", "wb"),
+        max_levels=max_levels,
+    )
+    plans += plan_transform(
+        k,
+        inverse=True,
+        input_order="natural",
+        output_order="natural",
+        src="wc",
+        dst="out",
+        post="coset_inv_canon",
+        max_levels=max_levels,
+    )
+    return plans
+
+
+# ---------------------------------------------------------------------------------------------
+# host-side table values (Python ints -> limb arrays)
+# ---------------------------------------------------------------------------------------------
+
+
+def domain_root(k: int) -> int:
+    """Primitive 2^k-th root of unity of the size-2^k domain (as kernels/cpu/ntt.py)."""
+    return pow(FR_ROOT_OF_UNITY, 1 << (FR_TWO_ADICITY - k), R)
+
+
+def to_words(values: list[int], montgomery: bool) -> np.ndarray:
+    """Canonical ints -> ``(len, 4)`` uint64 rows (Montgomery form if asked)."""
+    if montgomery:
+        values = [v * FR_MONT_R % R for v in values]
+    buf = b"".join(v.to_bytes(32, "little") for v in values)
+    return np.frombuffer(buf, dtype="<u8").reshape(len(values), 4).astype(np.uint64)
+
+
+def from_words(arr: Any, montgomery: bool) -> list[int]:
+    """``(..., 4)`` uint64 rows -> canonical ints (flattened)."""
+    raw = np.ascontiguousarray(np.asarray(arr), dtype="<u8").tobytes()
+    vals = [int.from_bytes(raw[i : i + 32], "little") for i in range(0, len(raw), 32)]
+    if montgomery:
+        rinv = pow(FR_MONT_R, -1, R)
+        vals = [v * rinv % R for v in vals]
+    return vals
+
+
+def _powers(base: int, count: int, scale: int = 1, stride: int = 1) -> list[int]:
+    step = pow(base, stride, R)
+    out, acc = [], scale % R
+    for _ in range(count):
+        out.append(acc)
+        acc = acc * step % R
+    return out
+
+
+def split_bits(k: int) -> int:
+    """sb of a factor table for indices j < 2^k: lo has 2^sb entries, hi 2^(k-sb)."""
+    return (k + 1) // 2
+
+
+def factor_table_values(kind: str, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(hi, lo, sb) with f(j) = hi[j >> sb] * lo[j & (2^sb-1)] (Montgomery product):
+    "coset": g^j; "coset_inv": n^-1 g^-j; "hprep": n^-1 g^j (all Montgomery); and
+    "coset_inv_canon": n^-1 g^-j with lo canonical, so the product leaves canonical form."""
+    n = 1 << k
+    sb = split_bits(k)
+    g = FR_COSET_GENERATOR
+    ginv = pow(g, -1, R)
+    ninv = pow(n, -1, R)
+    base, scale, lo_mont = {
+        "coset": (g, 1, True),
+        "coset_inv": (ginv, ninv, True),
+        "coset_inv_canon": (ginv, ninv, False),
+        "hprep": (g, ninv, True),
+    }[kind]
+    hi = _powers(base, 1 << (k - sb), stride=1 << sb)
+    lo = _powers(base, 1 << sb, scale=scale)
+    return to_words(hi, True), to_words(lo, lo_mont), sb
+
+
+def const_values(k: int) -> np.ndarray:
+    """[n^-1, Z(g)^-1 = (g^n - 1)^-1], Montgomery form: the post_const array."""
+    n = 1 << k
+    zinv = pow((pow(FR_COSET_GENERATOR, n, R) - 1) % R, -1, R)
+    return to_words([pow(n, -1, R), zinv], True)
+
+
+def twiddle_split(K: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(hi, lo, sb, count) with T[i] = hi[i >> sb] * lo[i & mask] = w_K^i for i < count."""
+    count = max(1, 1 << (K - 1))
+    bits = max(0, K - 1)
+    sb = (bits + 1) // 2
+    w = domain_root(K)
+    hi = _powers(w, max(1, count >> sb), stride=1 << sb)
+    lo = _powers(w, 1 << sb)
+    return to_words(hi, True), to_words(lo, True), sb, count
+
+
+# ---------------------------------------------------------------------------------------------
+# execution (CuPy)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _DeviceState:
+    module: Any
+    tw: Any = None
+    tw_log: int = 0
+    tables: dict[tuple[str, int], tuple[Any, Any, int]] = field(default_factory=dict)
+    consts: dict[int, Any] = field(default_factory=dict)
+
+
+_states: dict[int, _DeviceState] = {}
+
+
+def _state() -> _DeviceState:
+    from kernels.cuda_build import load_module, require_cupy
+
+    cupy = require_cupy()
+    dev = cupy.cuda.Device().id
+    st = _states.get(dev)
+    if st is None:
+        mod = load_module("ntt.cu", defines={"NTT_MIN_BLOCKS": 2})
+        st = _DeviceState(module=mod)
+        _states[dev] = st
+    return st
+
+
+def _log2_size(n: int) -> int:
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"NTT size must be a power of two, got {n}")
+    k = n.bit_length() - 1
+    if k > MAX_LOG_SIZE:
+        raise ValueError(f"NTT size 2^{k} exceeds the supported 2^{MAX_LOG_SIZE}")
+    return k
+
+
+def _alloc(cupy: Any, shape: tuple[int, ...], allocator: Any) -> Any:
+    if allocator is None:
+        return cupy.empty(shape, dtype=cupy.uint64)
+    nbytes = int(np.prod(shape)) * 8
+    return cupy.ndarray(shape, dtype=cupy.uint64, memptr=allocator(nbytes))
+
+
+class CudaNtt:
+    """The NTT and H-step half of the CUDA backend (matches kernels.backend.KernelBackend)."""
+
+    name = "cuda"
+
+    def __init__(self, max_levels: int = TILE_LOG) -> None:
+        self.max_levels = max_levels
+
+    # --- tables -----------------------------------------------------------------------------
+    def twiddles(self, k: int, stream: Any = None) -> tuple[Any, int]:
+        """The device's twiddle table covering 2^k (built, or rebuilt larger, on first need)."""
+        import cupy
+
+        st = _state()
+        if st.tw is None or st.tw_log < k:
+            hi, lo, sb, count = twiddle_split(k)
+            s = stream or cupy.cuda.get_current_stream()
+            with s:
+                tw = cupy.empty((count, 4), dtype=cupy.uint64)
+                d_hi, d_lo = cupy.asarray(hi), cupy.asarray(lo)
+                st.module.get_function("fr_build_powers")(
+                    ((count + 255) // 256,),
+                    (256,),
+                    (tw, d_hi, d_lo, np.int32(sb), np.uint64(count)),
+                    stream=s,
+                )
+                s.synchronize()
+            st.tw, st.tw_log = tw, k
+        return st.tw, st.tw_log
+
+    def _table(self, kind: str, k: int) -> tuple[Any, Any, int]:
+        import cupy
+
+        st = _state()
+        key = (kind, k)
+        if key not in st.tables:
+            hi, lo, sb = factor_table_values(kind, k)
+            st.tables[key] = (cupy.asarray(hi), cupy.asarray(lo), sb)
+            cupy.cuda.Device().synchronize()
+        return st.tables[key]
+
+    def _consts(self, k: int) -> Any:
+        import cupy
+
+        st = _state()
+        if k not in st.consts:
+            st.consts[k] = cupy.asarray(const_values(k))
+            cupy.cuda.Device().synchronize()
+        return st.consts[k]
+
+    # --- execution --------------------------------------------------------------------------
+    def run_plan(self, plans: list[Pass], buffers: dict[str, Any], batch: int, stream: Any) -> None:
+        """Launch every pass of ``plans`` on ``stream`` with the named buffers."""
+        st = _state()
+        if not plans:
+            return
+        k = plans[0].k
+        tw, K = self.twiddles(k, stream)
+        consts = self._consts(k)
+        dummy = consts
+        for p in plans:
+            pre_hi, pre_lo, pre_sb = self._table(p.pre, k) if p.pre else (dummy, dummy, 0)
+            post_hi, post_lo, post_sb = self._table(p.post, k) if p.post else (dummy, dummy, 0)
+            fn = st.module.get_function("ntt_pass_dit" if p.dit else "ntt_pass_dif")
+            args = (
+                buffers[p.dst], buffers[p.src], tw,
+                np.int32(p.k), np.int32(p.s), np.int32(p.L), np.int32(p.log_c), np.int32(K),
+                np.int32(int(p.inverse)), np.int32(p.flags), np.int32(pre_sb),
+                np.int32(post_sb), pre_hi, pre_lo, post_hi, post_lo, consts,
+                buffers[p.qa] if p.qa else dummy, buffers[p.qb] if p.qb else dummy,
+            )  # fmt: skip
+            fn(p.grid(batch), (p.block,), args, shared_mem=p.shared_bytes, stream=stream)
+
+    def ntt(
+        self,
+        x: Any,
+        *,
+        inverse: bool = False,
+        coset: bool = False,
+        input_order: str = "natural",
+        output_order: str = "natural",
+        stream: Any = None,
+        allocator: Any = None,
+    ) -> Any:
+        """NTT of ``x`` ((n, 4) or (batch, n, 4) uint64 CuPy, Montgomery) into a new array of
+        the same shape. ``allocator`` is unused (the transform needs no scratch) but accepted
+        for the backend interface; the output comes from CuPy's current allocator."""
+        import cupy
+
+        del allocator
+        if x.dtype != cupy.uint64 or x.ndim not in (2, 3) or x.shape[-1] != 4:
+            raise ValueError(f"expected (n, 4) or (batch, n, 4) uint64, got {x.shape} {x.dtype}")
+        x = cupy.ascontiguousarray(x)
+        n = x.shape[-2]
+        batch = x.shape[0] if x.ndim == 3 else 1
+        k = _log2_size(n)
+        s = stream or cupy.cuda.get_current_stream()
+        with s:
+            out = cupy.empty_like(x)
+            if k == 0:
+                out[...] = x
+                return out
+            plans = plan_ntt(
+                k,
+                inverse=inverse,
+                coset=coset,
+                input_order=input_order,
+                output_order=output_order,
+                max_levels=self.max_levels,
+            )
+            self.run_plan(plans, {"x": x, "out": out}, batch, s)
+        return out
+
+    def h_step(self, a: Any, b: Any, c: Any, *, stream: Any = None, allocator: Any = None) -> Any:
+        """H = (A B - C) / Z from natural evaluations a, b, c ((n, 4) Montgomery): the n-1
+        coefficients h_0..h_{n-2}, canonical, natural order, as a ``(n - 1, 4)`` view of an
+        n-row array. Scratch (2 n rows) comes from ``allocator``."""
+        import cupy
+
+        n = a.shape[0]
+        for v in (a, b, c):
+            if v.shape != (n, 4) or v.dtype != cupy.uint64:
+                raise ValueError(f"expected ({n}, 4) uint64 inputs, got {v.shape} {v.dtype}")
+        k = _log2_size(n)
+        if k < 1:
+            raise ValueError("the H step needs n >= 2")
+        s = stream or cupy.cuda.get_current_stream()
+        with s:
+            a, b, c = (cupy.ascontiguousarray(v) for v in (a, b, c))
+            out = cupy.empty((n, 4), dtype=cupy.uint64)
+            wb = _alloc(cupy, (n, 4), allocator)
+            wc = _alloc(cupy, (n, 4), allocator)
+            self.run_plan(
+                plan_h_step(k, self.max_levels),
+                {"a": a, "b": b, "c": c, "out": out, "wb": wb, "wc": wc},
+                1,
+                s,
+            )
+        return out[: n - 1]
