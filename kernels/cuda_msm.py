@@ -1,0 +1,459 @@
+"""GPU multi-scalar multiplication on BLS12-381 G1: host-side orchestration of kernels/cuda/msm.cu.
+
+Why Python here: every step that is not arithmetic (choosing the window, sizing scratch,
+launching the counting sort, the reduction levels and the chunked uploads) is a handful of
+launches whose order is easier to read and test in Python; the arithmetic is in CUDA C.
+
+The pipeline (details in ``kernels/cuda/msm.cu`` and ``bench/msm_notes.md``): signed window
+digits, a counting sort of (point, sign) entries by bucket on the GPU, a bucket accumulation cut
+into equal chunks of entries (so very uneven buckets cost no more than uniform ones), a
+multi-level segmented reduction of the partial sums, a parallel running-sum bucket reduction per
+window, and the window combination (c doublings per window) on the host. Scalars equal to 0 are
+skipped; scalars equal to 1 go to one extra bucket, which the balanced accumulation sums like any
+other (the "batch addition" path: half of a real witness lands there).
+
+Layout (``kernels/backend.py``): points ``(n, 12)`` uint64 affine Montgomery, scalars ``(n, 4)``
+uint64 canonical; the result is one affine point as a numpy ``(12,)`` array.
+
+Scratch memory is drawn from ``allocator`` (a callable ``nbytes -> cupy.cuda.MemoryPointer``, as
+``cupy.cuda.set_allocator`` takes) when given, else CuPy's current allocator;
+:func:`scratch_bytes` says how much one call needs at most, so the engine can budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kernels.cuda_build import CUDA_DIR, expand_includes, load_module, require_cupy, source_hash
+
+BLOCK = 256
+XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
+LEVEL_L = 16  # chunk length of the reduction levels past the first
+SUM_FANIN = 16  # fan-in of the tree sum of per-thread bucket-reduction results
+MIN_WINDOW, MAX_WINDOW = 4, 23
+# Relative cost of one mixed addition (8M + 2S) and of one bucket in the reduction (two full
+# additions, 2 x (12M + 2S)), in field multiplications: the window rule below weighs them.
+MADD_MULS, BUCKET_MULS = 10, 28
+# nvcc-built cubins (see build_cubin); the GPU machine then skips a ~1 min NVRTC compile
+PREBUILT_DIR = Path(
+    os.environ.get("PROVETOP_CUBIN_DIR", Path(__file__).resolve().parents[1] / "build" / "cubin")
+)
+
+_lock = threading.Lock()
+_modules: dict[tuple[int, str], Any] = {}
+
+
+# --- parameters ------------------------------------------------------------------------------
+
+
+def num_windows(c: int) -> int:
+    """ceil(256 / c): a 255-bit scalar plus the signed-digit carry (see kernels/cpu/msm.py)."""
+    return -(-256 // c)
+
+
+def window_cost(n: int, c: int) -> int:
+    """Modelled work of one MSM with window c, in field multiplications: every non-zero digit
+    is one mixed addition into a bucket (n W of them), every bucket costs two additions in the
+    running-sum reduction (W 2^(c-1) of them)."""
+    return num_windows(c) * (MADD_MULS * n + BUCKET_MULS * (1 << (c - 1)))
+
+
+def choose_window_bits(n: int) -> int:
+    """The window size for ``n`` scalars that are neither 0 nor 1: the c in [4, 23] minimising
+    :func:`window_cost` (ties to the smaller window, which needs less scratch). The sweep in
+    bench/msm_notes.md checks this rule against measured times around its choice."""
+    if n <= 1:
+        return MIN_WINDOW
+    return min(range(MIN_WINDOW, MAX_WINDOW + 1), key=lambda c: (window_cost(n, c), c))
+
+
+def first_chunk(m: int) -> int:
+    """Entries per thread in the first accumulation level: enough threads to fill the GPU
+    (~2^18), at most 128 entries each (longer chunks leave fewer partial sums, shorter ones more
+    threads), a power of two in [8, 128]."""
+    target = max(8, min(128, m >> 18))
+    return 1 << (target.bit_length() - 1)
+
+
+def reduce_group(W: int, B: int) -> int:
+    """Buckets per thread in the bucket reduction: aim for ~2^16 threads, 4..64 buckets each."""
+    s = max(4, min(64, (W * B) >> 16))
+    return min(B, 1 << (s.bit_length() - 1))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of one MSM launch sequence (all derived from n, the tail count and c)."""
+
+    n: int
+    c: int
+    W: int
+    B: int
+    K: int  # buckets, including the ones bucket (key W * B)
+    S: int  # buckets per bucket-reduction thread
+    G: int  # bucket-reduction threads per window
+
+
+def make_plan(n: int, c: int) -> Plan:
+    W, B = num_windows(c), 1 << (c - 1)
+    S = reduce_group(W, B)
+    return Plan(n=n, c=c, W=W, B=B, K=W * B + 1, S=S, G=-(-B // S))
+
+
+def _level_sizes(m: int) -> list[tuple[int, int, int]]:
+    """(entries in, chunk length, threads) for each accumulation level, given m sorted entries."""
+    out = []
+    L = first_chunk(m)
+    size = m
+    while True:
+        T = -(-size // L)
+        out.append((size, L, T))
+        if T == 1:
+            return out
+        size, L = 2 * T, LEVEL_L
+
+
+def scratch_bytes(n: int, c: int | None = None, n_entries: int | None = None) -> int:
+    """Peak device scratch bytes of :func:`msm` for ``n`` points with window ``c`` (default:
+    :func:`choose_window_bits` (n)), not counting the inputs. ``n_entries`` is the number of
+    (point, bucket) entries; by default the worst case n * W (every digit non-zero).
+
+    Terms: counts, offsets and cursors (3 x 4 (K + 1)); the sorted entries (4 per entry);
+    the bucket array (192 K); the partial sums of every accumulation level (196 per slot, two
+    slots per thread, all levels alive until the end); the bucket-reduction outputs and their
+    tree sums (192 per thread, about 1.07 x W G); the window sums (192 (W + 1)); plus the
+    scalar classification (n bytes) and 512-byte rounding of each block."""
+    c = c or choose_window_bits(n)
+    p = make_plan(n, c)
+    m = n * p.W if n_entries is None else n_entries
+    total = 3 * 4 * (p.K + 1) + 4 * max(m, 1) + 192 * p.K
+    if m:
+        for _size, _L, T in _level_sizes(m):
+            if T > 1:
+                total += 2 * T * (192 + 4)
+    red = p.W * p.G
+    while True:
+        total += 192 * red
+        if red <= p.W:
+            break
+        red = p.W * -(-(red // p.W) // SUM_FANIN)
+    total += 192 * (p.W + 1) + n + 16 * 512
+    return total
+
+
+# --- module loading --------------------------------------------------------------------------
+
+
+def prebuilt_path(name: str, arch: str) -> Path:
+    """Where a cubin built ahead by nvcc for ``name`` at ``arch`` would be: the name carries a
+    hash of the expanded source, so a stale cubin is never picked up."""
+    src = expand_includes(name)
+    return PREBUILT_DIR / f"{Path(name).stem}-{source_hash(src, (arch,))}-{arch}.cubin"
+
+
+def build_cubin(name: str, arch: str = "sm_90") -> Path:
+    """Compile ``kernels/cuda/<name>`` with nvcc into :func:`prebuilt_path` (run on a build host
+    with nvcc, so the GPU machine skips the NVRTC compile)."""
+    import subprocess
+
+    out = prebuilt_path(name, arch)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = ["nvcc", "-cubin", f"-arch={arch}", "-std=c++17", "-O3", f"-I{CUDA_DIR}"]
+    subprocess.run([*cmd, "-o", str(out), str(CUDA_DIR / name)], check=True)
+    return out
+
+
+def module(name: str) -> Any:
+    """The RawModule for ``kernels/cuda/<name>`` on the current device: a prebuilt cubin for
+    this exact source when one exists, else an NVRTC compile through kernels/cuda_build."""
+    cupy = require_cupy()
+    dev = cupy.cuda.Device()
+    key = (dev.id, name)
+    with _lock:
+        mod = _modules.get(key)
+        if mod is None:
+            path = prebuilt_path(name, f"sm_{dev.compute_capability}")
+            if path.exists():
+                mod = cupy.RawModule(path=str(path))
+            else:
+                mod = load_module(name)
+            _modules[key] = mod
+    return mod
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _context(stream: Any, allocator: Any) -> Iterator[Any]:
+    """Make ``stream`` current and route CuPy allocations through ``allocator``."""
+    cupy = require_cupy()
+    s = stream if stream is not None else cupy.cuda.get_current_stream()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(s)
+        if allocator is not None:
+            stack.enter_context(cupy.cuda.using_allocator(allocator))
+        yield s
+
+
+def _launch(fn: Any, threads: int, args: tuple, stream: Any) -> None:
+    if threads <= 0:
+        return
+    fn((-(-threads // BLOCK),), (BLOCK,), args, stream=stream)
+
+
+def _u32(x: int) -> np.uint32:
+    return np.uint32(x)
+
+
+def _check_inputs(points: Any, scalars: Any) -> int:
+    if points.ndim != 2 or points.shape[1] != 12:
+        raise ValueError(f"points must have shape (n, 12), got {points.shape}")
+    if scalars.ndim != 2 or scalars.shape[1] != 4:
+        raise ValueError(f"scalars must have shape (n, 4), got {scalars.shape}")
+    if points.shape[0] != scalars.shape[0]:
+        raise ValueError("points and scalars differ in length")
+    if points.dtype != np.uint64 or scalars.dtype != np.uint64:
+        raise ValueError("points and scalars must be uint64 arrays")
+    n = int(points.shape[0])
+    if n >= 1 << 31:
+        raise ValueError("at most 2^31 - 1 points per call")
+    return n
+
+
+def tail_count(scalars: Any) -> int:
+    """How many scalars are neither 0 nor 1 (one reduction over the scalars, one sync)."""
+    cupy = require_cupy()
+    small = (scalars[:, 1] == 0) & (scalars[:, 2] == 0) & (scalars[:, 3] == 0)
+    small &= scalars[:, 0] <= 1
+    return int(scalars.shape[0] - int(cupy.count_nonzero(small)))
+
+
+# --- the MSM ---------------------------------------------------------------------------------
+
+
+def window_sums(points: Any, scalars: Any, c: int, stream: Any) -> Any:
+    """The device array ``(W + 1, 24)`` of XYZZ window sums sum_b (b+1) bucket[w][b] followed
+    by the ones bucket, for device ``points`` and ``scalars`` (current allocator and stream)."""
+    cupy = require_cupy()
+    mod = module("msm.cu")
+    n = int(points.shape[0])
+    p = make_plan(n, c)
+    out = cupy.zeros((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
+    if n == 0:
+        return out
+    counts = cupy.zeros(p.K + 1, dtype=np.uint32)
+    args = (scalars, _u32(n), _u32(c), _u32(p.W), counts)
+    _launch(mod.get_function("msm_count"), n, args, stream)
+    offs = cupy.empty(p.K + 1, dtype=np.uint32)
+    offs[0] = 0
+    offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
+    m = int(offs[p.K].get(stream=stream))  # the one sync: sizes of everything below
+    if m == 0:
+        return out
+    cursor = offs[: p.K].copy()
+    del counts
+    sorted_e = cupy.empty(m, dtype=np.uint32)
+    _launch(
+        mod.get_function("msm_scatter"),
+        n,
+        (scalars, _u32(n), _u32(c), _u32(p.W), cursor, sorted_e),
+        stream,
+    )
+    del cursor
+    buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
+    levels = _level_sizes(m)
+    vals = keys = None
+    for depth, (size, L, T) in enumerate(levels):
+        pv = cupy.empty((2 * T, XYZZ_WORDS), dtype=np.uint64)
+        pk = cupy.empty(2 * T, dtype=np.uint32)
+        if depth == 0:
+            args = (points, sorted_e, offs, _u32(p.K), _u32(m), _u32(L), _u32(T), buckets, pv, pk)
+            _launch(mod.get_function("msm_accumulate0"), T, args, stream)
+        else:
+            args = (vals, keys, _u32(size), _u32(L), _u32(T), buckets, pv, pk)
+            _launch(mod.get_function("msm_accumulate_n"), T, args, stream)
+        vals, keys = pv, pk
+    del vals, keys, sorted_e, offs
+    red = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
+    args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), red)
+    _launch(mod.get_function("msm_bucket_reduce"), p.W * p.G, args, stream)
+    length = p.G
+    sum_fn = mod.get_function("xyzz_sum_groups")
+    while length > 1:
+        out_len = -(-length // SUM_FANIN)
+        nxt = cupy.empty((p.W * out_len, XYZZ_WORDS), dtype=np.uint64)
+        args = (red, _u32(p.W), _u32(length), _u32(SUM_FANIN), _u32(out_len), nxt)
+        _launch(sum_fn, p.W * out_len, args, stream)
+        red, length = nxt, out_len
+    out[: p.W] = red
+    out[p.W] = buckets[p.K - 1]
+    return out
+
+
+def combine_windows(sums: np.ndarray, c: int) -> np.ndarray:
+    """sum_w 2^(c w) S_w + ones-bucket on the host (Horner, c doublings per window), as an affine
+    ``(12,)`` array. Host-side because it is one serial chain of ~256 doublings: a single GPU
+    thread would take milliseconds for it, Python ints take about one."""
+    from kernels.cpu import g1
+    from kernels.layout import g1_to_limbs, g1_xyzz_from_limbs
+
+    pts = [p if p[2] else g1.XYZZ_INFINITY for p in g1_xyzz_from_limbs(sums)]
+    acc = g1.XYZZ_INFINITY
+    for w in range(len(pts) - 2, -1, -1):
+        for _ in range(c):
+            acc = g1.xyzz_double(acc)
+        acc = g1.xyzz_add(acc, pts[w])
+    acc = g1.xyzz_add(acc, pts[-1])
+    return g1_to_limbs([g1.xyzz_to_affine(acc)])[0]
+
+
+def msm(
+    points: Any,
+    scalars: Any,
+    *,
+    stream: Any = None,
+    allocator: Any = None,
+    window_bits: int | None = None,
+) -> np.ndarray:
+    """sum_i scalars[i] * points[i] for device arrays ``points`` (n, 12) and ``scalars`` (n, 4);
+    returns the affine result as a numpy ``(12,)`` array (infinity = zeros). The window is
+    :func:`choose_window_bits` of the number of scalars other than 0 and 1 unless given."""
+    require_cupy()
+    n = _check_inputs(points, scalars)
+    with _context(stream, allocator) as s:
+        c = window_bits or choose_window_bits(tail_count(scalars) if n else 0)
+        sums = window_sums(points, scalars, c, s).get(stream=s)
+    return combine_windows(sums, c)
+
+
+def pinned_empty(shape: tuple[int, ...], dtype: Any = np.uint64) -> np.ndarray:
+    """A numpy array in page-locked host memory (cudaHostAlloc): the only kind a host-to-device
+    copy can overlap with kernels."""
+    cupy = require_cupy()
+    count = int(np.prod(shape))
+    mem = cupy.cuda.alloc_pinned_memory(count * np.dtype(dtype).itemsize)
+    return np.frombuffer(mem, dtype, count).reshape(shape)
+
+
+def msm_host_points(
+    points: np.ndarray,
+    scalars: Any,
+    *,
+    chunk: int = 1 << 25,
+    stream: Any = None,
+    allocator: Any = None,
+    window_bits: int | None = None,
+) -> np.ndarray:
+    """The same sum with ``points`` in host memory (pinned, see :func:`pinned_empty`, for the
+    overlap) and ``scalars`` on the device: for a card smaller than the SRS. Points go up in
+    chunks through two device buffers on a copy stream; chunk k+1 uploads while chunk k is
+    summed, and the per-chunk window sums accumulate on the device. Device memory: two chunks
+    of points plus :func:`scratch_bytes` (chunk)."""
+    cupy = require_cupy()
+    n = _check_inputs(points, scalars)
+    mod = module("msm.cu")
+    chunk = max(1, min(chunk, n or 1))
+    c = window_bits or choose_window_bits(chunk)
+    W = num_windows(c)
+    with _context(stream, allocator) as s:
+        copy_stream = cupy.cuda.Stream(non_blocking=True)
+        bufs = [cupy.empty((chunk, 12), dtype=np.uint64) for _ in range(min(2, -(-n // chunk)))]
+        uploaded = [cupy.cuda.Event(disable_timing=True) for _ in bufs]
+        consumed = [cupy.cuda.Event(disable_timing=True) for _ in bufs]
+        acc = cupy.zeros((W + 1, XYZZ_WORDS), dtype=np.uint64)
+        starts = list(range(0, n, chunk))
+
+        def upload(k: int) -> None:
+            lo, hi = starts[k], min(starts[k] + chunk, n)
+            j = k % len(bufs)
+            if k >= len(bufs):
+                copy_stream.wait_event(consumed[j])  # the compute of chunk k-2 is done with it
+            bufs[j][: hi - lo].set(points[lo:hi], stream=copy_stream)
+            uploaded[j].record(copy_stream)
+
+        if starts:
+            upload(0)
+        add_fn = mod.get_function("xyzz_sum_groups")
+        for k, lo in enumerate(starts):
+            if k + 1 < len(starts):
+                upload(k + 1)
+            hi = min(lo + chunk, n)
+            j = k % len(bufs)
+            s.wait_event(uploaded[j])
+            part = window_sums(bufs[j][: hi - lo], scalars[lo:hi], c, s)
+            consumed[j].record(s)
+            both = cupy.stack([acc, part], axis=1)  # (W+1, 2, 24): segment w = [acc_w, part_w]
+            _launch(add_fn, W + 1, (both, _u32(W + 1), _u32(2), _u32(2), _u32(1), acc), s)
+        sums = acc.get(stream=s)
+    return combine_windows(sums, c)
+
+
+# --- self-test rows --------------------------------------------------------------------------
+
+
+def selftest_checks() -> list:
+    """Rows for ``provetop selftest --backend cuda``: the GPU MSM against the CPU reference on
+    fresh random inputs with the edge cases (zeros, ones, a repeated point, infinity), and the
+    known-secret identity through the GPU SRS."""
+    from kernels.selftest import Check
+
+    def small() -> None:
+        from kernels import layout
+        from kernels.cpu import msm as cmsm
+        from kernels.cuda_srs import srs_random_points
+
+        cupy = require_cupy()
+        n = 64
+        pts_dev, _ = srs_random_points(n)
+        pts_dev[5] = pts_dev[3]  # a repeated point
+        pts_dev[7] = 0  # the point at infinity
+        ks = layout.random_fr(n)
+        ks[0], ks[1], ks[2] = 0, 1, 1
+        ks[5] = ks[3]  # same point, same scalar: the doubling case in a bucket
+        sc = layout.fr_to_limbs(ks, montgomery=False)
+        got = msm(pts_dev, cupy.asarray(sc))
+        pts = layout.g1_from_limbs(pts_dev.get())
+        want = cmsm.msm_fast(pts, ks)
+        assert layout.g1_from_limbs(got)[0] == want, "GPU MSM != CPU reference (n = 64)"
+
+    def identity() -> None:
+        from kernels import layout
+        from kernels.cpu import srs as csrs
+        from kernels.cuda_srs import srs_random_points
+
+        cupy = require_cupy()
+        n = 1 << 14
+        pts_dev, secrets = srs_random_points(n)
+        ks = layout.random_fr(n)
+        for i in range(0, n, 3):
+            ks[i] = i % 2  # a third zeros and ones, like a real witness
+        got = msm(pts_dev, cupy.asarray(layout.fr_to_limbs(ks, montgomery=False)))
+        res = layout.g1_from_limbs(got)[0]
+        assert csrs.check_msm_identity(secrets, ks, res), "GPU MSM != [<k, s>]G (n = 2^14)"
+
+    return [
+        Check("cuda msm vs reference (zeros, ones, repeats, infinity)", 64, small),
+        Check("cuda srs + msm: MSM(k, [s]G) = [<k,s>]G", 1 << 14, identity),
+    ]
+
+
+__all__ = [
+    "choose_window_bits",
+    "make_plan",
+    "msm",
+    "msm_host_points",
+    "num_windows",
+    "pinned_empty",
+    "scratch_bytes",
+    "selftest_checks",
+    "window_cost",
+]
