@@ -71,7 +71,7 @@ def decode_payload(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
             max_bin_len=MAX_FRAME,
             max_array_len=MAX_ITEMS,
             max_map_len=MAX_ITEMS,
-            max_ext_len=0,
+            max_ext_len=MAX_FRAME,
         )
     except FrameError:
         raise
@@ -94,23 +94,24 @@ def _kind(obj: Any) -> str:
     return {list: "array", str: "string", bytes: "binary"}.get(type(obj), type(obj).__name__)
 
 
+_SCALARS = frozenset((str, bytes, int, float, bool, type(None)))
+
+
 def check_depth(obj: Any, limit: int = MAX_DEPTH) -> None:
-    """Raise :class:`FrameError` when maps/arrays nest deeper than ``limit`` (iterative, so a
-    deep object cannot exhaust the Python stack)."""
+    """Raise :class:`FrameError` when maps/arrays nest deeper than ``limit`` or a value is not a
+    plain msgpack type (msgpack decodes its timestamp extension without asking the ext hook).
+    Iterative, so a deep object cannot exhaust the Python stack."""
     stack: list[tuple[Any, int]] = [(obj, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > limit:
             raise FrameError(f"frame nested deeper than {limit} levels")
-        if isinstance(node, dict):
-            children = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        for child in children:
-            if isinstance(child, (dict, list)):
+        for child in node.values() if type(node) is dict else node:
+            kind = type(child)
+            if kind is dict or kind is list:
                 stack.append((child, depth + 1))
+            elif kind not in _SCALARS:
+                raise FrameError(f"frame holds a {kind.__name__}, not a plain value")
 
 
 class FrameDecoder:
