@@ -1,0 +1,259 @@
+"""The telemetry bus: workers emit, the recorder gets everything, clients get what they can.
+
+Why a bus with one dispatcher thread: a worker must never wait on a slow disk or a slow
+dashboard, so ``emit`` only validates the event and puts it on an unbounded queue. One
+dispatcher thread then, in order:
+
+1. hands the event to the recorder (never dropped);
+2. folds it into the live :class:`~recordings.state.State` (what ``provetop run`` draws);
+3. appends it to the retained recent history; events falling off the front are folded into a
+   base state, so a client joining late gets ``hello``, a ``snapshot`` of that base state,
+   the retained events and then the live stream, and ends with exactly the live state;
+4. puts it on each subscriber's bounded queue; a subscriber that falls behind loses the oldest
+   queued events and is sent one ``lag`` event counting them before the next event it gets.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from recordings.schema import make
+from recordings.state import State
+
+_STOP = object()
+
+
+class Clock:
+    """Monotonic nanoseconds since the engine started, with the wall-clock anchor of t = 0."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic_ns()
+        self.wall_ns = time.time_ns()
+
+    def now(self) -> int:
+        return time.monotonic_ns() - self.t0
+
+
+class Subscription:
+    """One client's view of the stream: a bounded queue with lag accounting."""
+
+    def __init__(self, bus: Bus, maxlen: int, name: str) -> None:
+        self.bus = bus
+        self.name = name
+        self.maxlen = maxlen
+        self._q: deque[dict[str, Any]] = deque()
+        self._cv = threading.Condition()
+        self._pending_lag = 0
+        self.missed = 0
+        self.closed = False
+
+    def _put(self, event: dict[str, Any]) -> None:
+        with self._cv:
+            if self.closed:
+                return
+            if len(self._q) >= self.maxlen:
+                self._q.popleft()
+                self._pending_lag += 1
+                self.missed += 1
+            self._q.append(event)
+            self._cv.notify()
+
+    def _put_initial(self, events: list[dict[str, Any]]) -> None:
+        with self._cv:
+            self._q.extend(events)
+            self._cv.notify()
+
+    def get(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The next event (a ``lag`` event first when some were skipped), or None on timeout
+        or once closed and drained."""
+        with self._cv:
+            if not self._q and not self.closed:
+                self._cv.wait(timeout)
+            if self._pending_lag:
+                missed, self._pending_lag = self._pending_lag, 0
+                return make("lag", self.bus.clock.now(), missed=missed)
+            if self._q:
+                return self._q.popleft()
+            return None
+
+    def pending(self) -> int:
+        """Events queued and not yet taken."""
+        with self._cv:
+            return len(self._q) + (1 if self._pending_lag else 0)
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Everything queued now, without waiting."""
+        out = []
+        while True:
+            with self._cv:
+                if not self._q and not self._pending_lag:
+                    return out
+            event = self.get(0)
+            if event is None:
+                return out
+            out.append(event)
+
+    def close(self) -> None:
+        with self._cv:
+            self.closed = True
+            self._cv.notify_all()
+        self.bus._unsubscribe(self)
+
+
+class Bus:
+    """See the module docstring. ``recorder`` is any object with ``write(event)``."""
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        *,
+        retain: int = 20000,
+        client_queue: int = 50000,
+        drop_after: int = 1_000_000,
+    ) -> None:
+        self.clock = clock or Clock()
+        self.retain = retain
+        self.client_queue = client_queue
+        self.drop_after = drop_after  # a client that missed this many is disconnected
+        self.state = State()  # live state, everything folded
+        self._base = State()  # state at the start of the retained history
+        self._retained: deque[dict[str, Any]] = deque()
+        self._hello: dict[str, Any] | None = None
+        self._subs: list[Subscription] = []
+        self._recorders: list[Any] = []
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.RLock()
+        self.events = 0
+        self.lagged_events = 0
+        self.dropped_clients = 0
+        self.recorder_errors: list[str] = []
+        self._idle = threading.Event()
+        self._idle.set()
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="telemetry-bus", daemon=True)
+        self._thread.start()
+
+    # -- producing ----------------------------------------------------------------------------
+
+    def emit(self, kind: str, /, **fields: Any) -> dict[str, Any]:
+        """Build (validated), stamp and enqueue one event; never blocks."""
+        event = make(kind, self.clock.now(), **fields)
+        self.publish(event)
+        return event
+
+    def publish(self, event: dict[str, Any]) -> None:
+        """Enqueue an already built event."""
+        with self._pending_lock:
+            self._pending += 1
+            self._idle.clear()
+        self._q.put(event)
+
+    def add_recorder(self, recorder: Any) -> None:
+        """Every later event goes to ``recorder.write`` (add before ``hello``)."""
+        with self._lock:
+            self._recorders.append(recorder)
+
+    def add_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``fn(event)`` on the dispatcher thread for every event (keep it fast)."""
+        with self._lock:
+            self._listeners.append(fn)
+
+    # -- consuming ----------------------------------------------------------------------------
+
+    def subscribe(self, name: str = "client", maxlen: int | None = None) -> Subscription:
+        """A new subscriber; its queue starts with hello, a snapshot and the retained events."""
+        sub = Subscription(self, maxlen or self.client_queue, name)
+        with self._lock:
+            initial: list[dict[str, Any]] = []
+            if self._hello is not None:
+                initial.append(self._hello)
+            snap = make("snapshot", self._base.t, state=self._base.snapshot())
+            initial.append(snap)
+            initial.extend(self._retained)
+            sub._put_initial(initial)
+            self._subs.append(sub)
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            if sub in self._subs:
+                self._subs.remove(sub)
+
+    @property
+    def clients(self) -> int:
+        with self._lock:
+            return len(self._subs)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every event emitted so far has been dispatched."""
+        return self._idle.wait(timeout)
+
+    def counters(self) -> dict[str, int]:
+        return {
+            "events": self.events,
+            "clients": self.clients,
+            "dropped_clients": self.dropped_clients,
+            "lagged_events": self.lagged_events,
+        }
+
+    def close(self) -> None:
+        """Dispatch what is queued, then stop the dispatcher and close the subscribers."""
+        self._q.put(_STOP)
+        self._thread.join(timeout=30)
+        with self._lock:
+            subs = list(self._subs)
+        for sub in subs:
+            sub.close()
+
+    # -- dispatching --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            event = self._q.get()
+            if event is _STOP:
+                return
+            try:
+                self._dispatch(event)
+            finally:
+                with self._pending_lock:
+                    self._pending -= 1
+                    if self._pending == 0:
+                        self._idle.set()
+
+    def _dispatch(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self.events += 1
+            for rec in self._recorders:
+                try:
+                    rec.write(event)
+                except Exception as exc:  # a broken disk must not stop the run
+                    if len(self.recorder_errors) < 10:
+                        self.recorder_errors.append(str(exc))
+            self.state.apply(event)
+            if event["k"] == "hello":
+                self._hello = event
+                self._base.apply(event)
+            else:
+                self._retained.append(event)
+                while len(self._retained) > self.retain:
+                    self._base.apply(self._retained.popleft())
+            for fn in self._listeners:
+                try:
+                    fn(event)
+                except Exception:  # a listener bug must not stop the run
+                    pass
+            for sub in list(self._subs):
+                before = sub.missed
+                sub._put(event)
+                if sub.missed != before:
+                    self.lagged_events += sub.missed - before
+                    if sub.missed >= self.drop_after:
+                        self.dropped_clients += 1
+                        sub.close()

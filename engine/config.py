@@ -1,0 +1,151 @@
+"""The run's configuration: one dataclass, four presets, and the checks that turn a bad value
+into one clear line.
+
+Why a dataclass and not argparse's namespace: ``provetop engine``, ``provetop run``, the tests
+and the benchmark all build engines, and they should share defaults, presets and validation
+instead of re-implementing them. The configuration is also what ``hello`` carries, so a
+recording says exactly how the run was set up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+MAX_DOMAIN_LOG = 28  # 2^28 is the largest domain the engine plans for (Fr allows 2^32)
+ALLOCATORS = ("naive", "aware")
+VERIFY_MODES = ("always", "sampled", "never")
+BACKENDS = ("cpu", "cuda")
+DEFAULT_PROFILE = (0.48, 0.48, 0.04)  # zeros, ones, dense: synthetic PoRep-like aux witness
+PROFILE_LABEL = "synthetic approximation of a PoRep witness"
+DEFAULT_MODELED_MEMORY = 16 << 30  # the seed's card (RTX 5070 Ti, 16 GiB)
+EXACT_VERIFY_MAX_LOG = 14  # verify="auto": every partition up to 2^14, sampled above
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot run; the message is one line for the CLI."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything that decides what a run computes and how it uses the device(s)."""
+
+    backend: str = "cpu"
+    preset: str | None = None
+    domain_log: int = 8
+    partitions: int = 2
+    proofs: int = 1
+    concurrency: int = 1  # proofs in flight
+    workers_per_device: int = 2
+    devices: tuple[int, ...] = (0,)
+    device_memory: int | None = None  # bytes; None: the preset's or the backend's default
+    allocator: str = "aware"
+    witness_profile: tuple[float, float, float] = DEFAULT_PROFILE
+    verify: str = "auto"  # always | sampled | never | auto (always when small)
+    verify_every: int = 4  # with "sampled": one partition in this many is checked exactly
+    seed: int | None = None
+    prestage_margin: int | None = None  # bytes; None: need/24 (cuzk's 512 MiB on 12 GiB)
+    sample_hz: float = 10.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        """Domain size 2^K."""
+        return 1 << self.domain_log
+
+    @property
+    def verify_mode(self) -> str:
+        """The effective verification mode ("auto" resolved by the domain size)."""
+        if self.verify != "auto":
+            return self.verify
+        return "always" if self.domain_log <= EXACT_VERIFY_MAX_LOG else "sampled"
+
+    def validate(self) -> EngineConfig:
+        """Raise :class:`ConfigError` with one line naming the bad value; return self."""
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r} (expected cpu or cuda)")
+        if not 1 <= self.domain_log <= MAX_DOMAIN_LOG:
+            raise ConfigError(
+                f"--domain-log must be between 1 and {MAX_DOMAIN_LOG}, got {self.domain_log}"
+            )
+        for name in ("partitions", "proofs", "concurrency", "workers_per_device", "verify_every"):
+            if getattr(self, name) < 1:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be at least 1, got {getattr(self, name)}")
+        if not self.devices:
+            raise ConfigError("--devices needs at least one device")
+        if len(set(self.devices)) != len(self.devices) or min(self.devices) < 0:
+            raise ConfigError(f"--devices must be distinct non-negative ints, got {self.devices}")
+        if self.allocator not in ALLOCATORS:
+            raise ConfigError(f"--allocator must be naive or aware, got {self.allocator!r}")
+        if self.verify not in (*VERIFY_MODES, "auto"):
+            raise ConfigError(f"--verify must be always, sampled or never, got {self.verify!r}")
+        prof = self.witness_profile
+        if len(prof) != 3 or min(prof) < 0 or abs(sum(prof) - 1.0) > 1e-6:
+            raise ConfigError(
+                f"--witness-profile needs three fractions (zeros,ones,dense) summing to 1, "
+                f"got {','.join(str(p) for p in prof)}"
+            )
+        if self.device_memory is not None and self.device_memory < 1 << 12:
+            raise ConfigError(f"--device-memory is too small: {self.device_memory} bytes")
+        if self.sample_hz <= 0:
+            raise ConfigError("the memory sampling rate must be positive")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``hello.config`` (msgpack-able)."""
+        d = asdict(self)
+        d["devices"] = list(self.devices)
+        d["witness_profile"] = list(self.witness_profile)
+        d["witness_profile_label"] = PROFILE_LABEL
+        d["verify_mode"] = self.verify_mode
+        return d
+
+
+# Presets: the values a preset sets; anything given explicitly on the command line wins.
+PRESETS: dict[str, dict[str, Any]] = {
+    # A 32 GiB PoRep sector: n = 2^27 per partition, 10 partitions (domain.md section 2).
+    "porep-32g": {"domain_log": 27, "partitions": 10, "proofs": 1, "verify": "sampled"},
+    # A few seconds per proof on a laptop; enough to see overlap and the pool graphs.
+    "small": {"domain_log": 10, "partitions": 4, "proofs": 2, "concurrency": 2},
+    # The CI run: tiny domain, every partition checked exactly.
+    "ci": {"domain_log": 5, "partitions": 2, "proofs": 1, "verify": "always"},
+    # The seed's failure: a modeled capacity (computed from the partition's real sizes, see
+    # engine.allocator.phantom_capacity) at which naive pre-staging OOMs from partition 1 on
+    # while the pools hold enough free memory. One worker keeps the order deterministic.
+    "phantom": {
+        "domain_log": 6,
+        "partitions": 4,
+        "proofs": 1,
+        "workers_per_device": 1,
+        "allocator": "naive",
+        "verify": "always",
+        "extra": {"phantom": True},
+    },
+}
+
+
+def from_preset(preset: str | None, **overrides: Any) -> EngineConfig:
+    """A config from a preset (or the defaults), with explicit values (not None) on top."""
+    values: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r} (expected one of {', '.join(PRESETS)})")
+        values.update(PRESETS[preset])
+        values["preset"] = preset
+    known = {f.name for f in fields(EngineConfig)}
+    for key, value in overrides.items():
+        if key not in known:
+            raise ConfigError(f"unknown configuration key {key!r}")
+        if value is not None:
+            values[key] = value
+    if "devices" in values:
+        values["devices"] = tuple(values["devices"])
+    if "witness_profile" in values:
+        values["witness_profile"] = tuple(float(p) for p in values["witness_profile"])
+    return EngineConfig(**values).validate()
+
+
+def with_changes(config: EngineConfig, **changes: Any) -> EngineConfig:
+    """A validated copy with some fields changed."""
+    return replace(config, **changes).validate()

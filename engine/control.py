@@ -1,0 +1,109 @@
+"""Operator control: what a command may say, and what it changes.
+
+Why separate from the server: the same commands arrive over a socket, from ``provetop run``
+in-process, and from tests, and they must be checked and acknowledged the same way. Every
+command, accepted or not, becomes one ``control`` event (broadcast and recorded), so a replay
+shows who changed what and when.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from recordings.schema import CONTROL_COMMANDS
+
+
+class Controls:
+    """The switches workers read: forced fallback per device."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._forced: dict[int, bool] = {}
+
+    def is_forced(self, device: int) -> bool:
+        with self._lock:
+            return self._forced.get(device, False)
+
+    def force(self, device: int, on: bool) -> None:
+        with self._lock:
+            self._forced[device] = on
+
+
+class CommandError(ValueError):
+    """A command that is malformed, unknown or refused; the message goes into ``error``."""
+
+
+def parse_command(frame: Any) -> tuple[int, str, dict[str, Any]]:
+    """Check a client's command frame; return (id, cmd, args) or raise :class:`CommandError`.
+
+    The id is recovered whenever it is an int, so even a refusal can be matched by the
+    client (see :func:`frame_id`)."""
+    if not isinstance(frame, dict):
+        raise CommandError("a command is a map")
+    if frame.get("k") != "command":
+        raise CommandError(f"expected a frame with k='command', got k={frame.get('k')!r}")
+    cid = frame.get("id")
+    if not isinstance(cid, int) or isinstance(cid, bool):
+        raise CommandError("command 'id' must be an integer")
+    cmd = frame.get("cmd")
+    if not isinstance(cmd, str) or cmd not in CONTROL_COMMANDS:
+        raise CommandError(
+            f"unknown command {cmd!r} (expected one of {', '.join(CONTROL_COMMANDS)})"
+        )
+    args = frame.get("args", {})
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise CommandError("command 'args' must be a map")
+    return cid, cmd, _check_args(cmd, args)
+
+
+def _check_args(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
+    def integer(name: str, required: bool) -> int | None:
+        v = args.get(name)
+        if v is None:
+            if required:
+                raise CommandError(f"{cmd} needs an integer '{name}'")
+            return None
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise CommandError(f"{cmd}: '{name}' must be an integer")
+        return v
+
+    if cmd == "force_fallback":
+        device = integer("device", False)
+        on = args.get("on", True)
+        if not isinstance(on, bool):
+            raise CommandError("force_fallback: 'on' must be true or false")
+        return {"device": 0 if device is None else device, "on": on}
+    if cmd == "trim":
+        device = integer("device", False)
+        return {} if device is None else {"device": device}
+    if cmd == "marker":
+        name = args.get("name")
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise CommandError("marker needs a 'name' string of 1 to 200 characters")
+        return {"name": name}
+    return {}
+
+
+def frame_id(frame: Any) -> int:
+    """The command id to acknowledge with, -1 when the frame has none."""
+    if isinstance(frame, dict):
+        cid = frame.get("id")
+        if isinstance(cid, int) and not isinstance(cid, bool):
+            return cid
+    return -1
+
+
+def frame_cmd(frame: Any) -> str:
+    """The command name as sent (for the refusal's ``cmd`` field), shortened."""
+    if isinstance(frame, dict) and isinstance(frame.get("cmd"), str):
+        return frame["cmd"][:64]
+    return "?"
+
+
+def frame_args(frame: Any) -> dict[str, Any]:
+    if isinstance(frame, dict) and isinstance(frame.get("args"), dict):
+        return {str(k)[:64]: v for k, v in list(frame["args"].items())[:16] if isinstance(k, str)}
+    return {}

@@ -1,0 +1,901 @@
+"""cuzk log lines and ``/status`` snapshots in, provetop telemetry events out.
+
+cuzk tells its story in three voices that do not share identifiers (``docs/cuzk.md`` has the
+source of every format):
+
+- ``TIMELINE`` lines name the job, the partition and the worker, with milliseconds since the
+  engine started. They give this converter its clock: event ``t`` is that offset in nanoseconds.
+- ``CUZK_TIMING`` lines carry the GPU-region timings and pre-staging decisions, but no job, no
+  worker and no time. They are attributed in order: a line goes to the oldest GPU call (between
+  ``GPU_START`` and ``GPU_END``) that has not yet received a line of its kind. That is exact with
+  one call in the C++ code at a time and a good guess with two workers per GPU, because the
+  per-GPU mutex makes the GPU-region lines of one call contiguous.
+- ``tracing`` lines report failures (and the number of partitions of a job).
+
+Because GPU-region lines have no time, the phases of a GPU call are laid out when the call's
+``gpu_total_ms`` line arrives: the mutex is acquired at ``max(call ready, previous holder's
+release on that device)`` (or after ``mutex_wait_ms`` when cuzk logs it), then ``ntt_msm_h``,
+``batch_add`` and ``tail_msm`` follow with their logged durations. Those events lie in the past
+of lines already read, so every event goes through a small reorder buffer and is released only
+once nothing earlier can still come (the *watermark*: the clock minus a slack, held back by the
+oldest unfinished GPU call). Output times never go backwards, as recordings and the reducer
+require; an event that still arrives late is clamped forward and counted.
+
+The converter is a plain object with no threads and no I/O: ``feed_line``, ``feed_status`` and
+``feed_status_error`` return the events now releasable, ``flush`` releases the rest. Lines it
+does not understand are counted (``stats``) and sampled (``unknown_samples``), never fatal.
+"""
+
+from __future__ import annotations
+
+import heapq
+import socket
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.cuzk.parse import (
+    Malformed,
+    PanicLine,
+    TimelineLine,
+    TimingLine,
+    TraceLine,
+    Value,
+    parse_line,
+)
+from recordings.schema import SCHEMA_VERSION, make
+
+MS = 1_000_000  # ns per ms
+MIB = 1 << 20
+PRESTAGE_MARGIN = 512 * MIB  # cuzk's SAFETY_MARGIN in groth16_cuda.cu
+SYNTH_WORKER_BASE = 100  # synthesis slots are drawn as workers 100, 101, ... of device 0
+SLACK_NS = 100 * MS  # TIMELINE lines of different threads may print slightly out of order
+STALE_NS = 600 * 1_000_000_000  # an unfinished GPU call stops holding the watermark after this
+SAMPLES = 20
+
+CUDA_ERRORS = {
+    1: "cudaErrorInvalidValue",
+    2: "cudaErrorMemoryAllocation",
+    3: "cudaErrorInitializationError",
+    100: "cudaErrorNoDevice",
+    201: "cudaErrorDeviceUninitialized",
+    700: "cudaErrorIllegalAddress",
+    712: "cudaErrorHostMemoryAlreadyRegistered",
+    999: "cudaErrorUnknown",
+}
+OOM_WORDS = ("out of memory", "memoryallocation", "memory allocation", "oom")
+
+# CUZK_TIMING keys, by where in a GPU call they are printed.
+REGION_KEYS = ("ntt_msm_h_ms", "batch_add_ms", "tail_msm_ms", "mutex_wait_ms", "mutex_held_ms")
+CALL_KEYS = (
+    "split_vectors_ms",
+    "prep_msm_ms",
+    "b_g2_msm_ms",
+    "epilogue_ms",
+    "host_register",
+)
+AFTER_KEYS = ("async_dealloc_ms",)
+# CUZK_TIMING key -> phases_ms name in partition_done
+PHASE_MS = {
+    "split_vectors_ms": "split_vectors",
+    "ntt_msm_h_ms": "ntt_msm_h",
+    "batch_add_ms": "batch_add",
+    "tail_msm_ms": "tail_msm",
+    "prep_msm_ms": "prep_msm",
+    "b_g2_msm_ms": "b_g2_msm",
+    "epilogue_ms": "epilogue",
+}
+
+
+def cuda_error(code: Value) -> str:
+    """``2`` -> ``cudaErrorMemoryAllocation (2)``."""
+    if isinstance(code, int) and code in CUDA_ERRORS:
+        return f"{CUDA_ERRORS[code]} ({code})"
+    return f"CUDA error {code}"
+
+
+def is_oom(text: str) -> bool:
+    """Whether an error text says the device ran out of memory."""
+    low = text.lower().replace("_", " ")
+    return any(word in low for word in OOM_WORDS) or "cudaerrormemoryallocation" in low
+
+
+@dataclass
+class Attempt:
+    """One partition of one job, from synthesis to the end of its GPU call."""
+
+    job: str
+    partition: int
+    proof: int
+    synth_start: int | None = None
+    synth_end: int | None = None
+    synth_ms: float | None = None
+    synth_slot: int | None = None
+    queued: int | None = None
+    pickup: int | None = None
+    start: int | None = None  # GPU_START (entry of the C++ call)
+    end: int | None = None
+    gworker: int | None = None  # cuzk's global worker id
+    gpu_ms: float | None = None
+    timing: dict[str, Value] = field(default_factory=dict)
+    slots: set[str] = field(default_factory=set)
+    region_closed: bool = False
+    region_emitted: bool = False
+    finished: bool = False
+    mutex_wait_ms: float = 0.0
+    anonymous: bool = False
+
+
+@dataclass
+class Job:
+    job_id: str
+    proof: int
+    first_t: int
+    total: int | None = None
+    kind: str | None = None
+    attempts: dict[int, Attempt] = field(default_factory=dict)
+    done_ok: set[int] = field(default_factory=set)
+    failed: bool = False
+    proof_sent: bool = False
+    last_t: int = 0
+
+
+class Converter:
+    """Stateful cuzk -> provetop translation (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        workers_per_device: int = 2,
+        wall_ns: int | None = None,
+        host: str | None = None,
+        config: dict[str, Any] | None = None,
+        synth_lanes: bool = True,
+        status_drives: bool | None = None,
+    ) -> None:
+        self.workers_per_device = max(1, int(workers_per_device))
+        self.default_wall_ns = wall_ns
+        self.host = host or socket.gethostname()
+        self.config = dict(config or {})
+        self.synth_lanes = synth_lanes
+        self.status_drives = status_drives  # None: only until a TIMELINE line is seen
+        self.stats: Counter[str] = Counter()
+        self.unknown_samples: deque[str] = deque(maxlen=SAMPLES)
+        self.clock = 0
+        self.timeline_seen = False
+        self.jobs: dict[str, Job] = {}
+        self.in_call: list[Attempt] = []  # GPU calls in GPU_START order, not yet finished
+        self.ended: deque[Attempt] = deque(maxlen=16)  # for lines printed after GPU_END
+        self.last_release: dict[int, int] = {}
+        self.worker_map: dict[int, tuple[int, int]] = {}  # global id -> (device, index)
+        self.synth_busy: set[int] = set()
+        self.latest_status: dict[str, Any] | None = None
+        self.status_state = "unknown"  # "up", "down"
+        self._status_parts: dict[tuple[str, int], dict[str, Any]] = {}
+        self._heap: list[tuple[int, int, dict[str, Any]]] = []
+        self._seq = 0
+        self._last_t = 0
+        self._hello_sent = False
+        self._wall_anchor: int | None = None
+        self._anon = 0
+        self._last_prestage_need: int | None = None
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def feed_line(self, line: str, *, truncated: bool = False) -> list[dict[str, Any]]:
+        """One log line (without its newline). ``truncated``: a last line cut short (never
+        trusted: a cut number would be a wrong number), only counted."""
+        self.stats["lines"] += 1
+        if truncated:
+            self.stats["truncated"] += 1
+            self._sample("truncated", line)
+            return self.drain()
+        record = parse_line(line)
+        if record is None:
+            if line.strip():
+                self.stats["unknown"] += 1
+                self._sample("unknown", line)
+            else:
+                self.stats["blank"] += 1
+        elif isinstance(record, Malformed):
+            self.stats["malformed"] += 1
+            self._sample(f"malformed {record.kind}: {record.reason}", line)
+        elif isinstance(record, TimelineLine):
+            self.stats["timeline"] += 1
+            self._on_timeline(record)
+        elif isinstance(record, TimingLine):
+            self.stats["timing"] += 1
+            self._on_timing(record)
+        elif isinstance(record, TraceLine):
+            self.stats["trace"] += 1
+            self._on_trace(record)
+        elif isinstance(record, PanicLine):
+            self.stats["panic"] += 1
+            self._push(
+                make(
+                    "fault",
+                    self.clock,
+                    kind="exception",
+                    message=f"panic in thread '{record.thread}' at {record.where}",
+                )
+            )
+        return self.drain()
+
+    def feed_status(self, snapshot: Any) -> list[dict[str, Any]]:
+        """One decoded ``GET /status`` body."""
+        if not isinstance(snapshot, dict):
+            return self.feed_status_error(
+                f"status is a {type(snapshot).__name__}, not a JSON object"
+            )
+        self.stats["status_ok"] += 1
+        if self.status_state == "down":
+            self._push(
+                make(
+                    "engine_state",
+                    self.clock,
+                    state="running",
+                    reason="cuzk status endpoint answers again",
+                )
+            )
+        self.status_state = "up"
+        self.learn_status(snapshot)
+        self.latest_status = snapshot
+        drives = self.status_drives
+        if drives or (drives is None and not self.timeline_seen):  # no log: status drives
+            uptime = snapshot.get("uptime_secs")
+            if isinstance(uptime, int | float) and not isinstance(uptime, bool) and uptime >= 0:
+                self._advance(int(uptime * 1e9))
+            self._status_drive(snapshot)
+        return self.drain()
+
+    def feed_status_error(self, message: str) -> list[dict[str, Any]]:
+        """The status endpoint is down or answered something that is not a status; reported
+        once per outage as a ``source`` fault."""
+        self.stats["status_errors"] += 1
+        if self.status_state != "down":
+            self._push(
+                make("fault", self.clock, kind="source", message=f"cuzk status endpoint: {message}")
+            )
+        self.status_state = "down"
+        return self.drain()
+
+    def learn_status(self, snapshot: dict[str, Any]) -> None:
+        """Take the worker -> GPU map and job sizes from a status snapshot (no events)."""
+        workers = snapshot.get("gpu_workers")
+        if isinstance(workers, list):
+            by_gpu: dict[int, list[int]] = {}
+            for w in workers:
+                if isinstance(w, dict) and _is_int(w.get("worker_id")):
+                    gpu = w.get("gpu_ordinal")
+                    by_gpu.setdefault(gpu if _is_int(gpu) else 0, []).append(w["worker_id"])
+            for gpu, ids in by_gpu.items():
+                for index, wid in enumerate(sorted(ids)):
+                    self.worker_map[wid] = (gpu, index)
+        for pipe in snapshot.get("pipelines") or []:
+            if isinstance(pipe, dict) and isinstance(pipe.get("job_id"), str):
+                job = self.jobs.get(pipe["job_id"])
+                if job is not None:
+                    if _is_int(pipe.get("total_partitions")) and pipe["total_partitions"] > 0:
+                        job.total = pipe["total_partitions"]
+                    if isinstance(pipe.get("proof_kind"), str):
+                        job.kind = pipe["proof_kind"]
+
+    def advance(self, t: int) -> list[dict[str, Any]]:
+        """Move the clock (live sources estimate it from wall time while the log is quiet)."""
+        self._advance(int(t))
+        return self.drain()
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Events that nothing earlier can still precede."""
+        return self._release(self._watermark())
+
+    def flush(self, *, final: bool = True) -> list[dict[str, Any]]:
+        """End of input: release everything. ``final`` also completes proofs whose partitions
+        all succeeded (when the total was never logged) and ends with ``engine_state done``."""
+        if final:
+            for job in self.jobs.values():
+                if job.proof_sent or job.failed or not job.attempts:
+                    continue
+                if job.total is None and all(a.finished for a in job.attempts.values()):
+                    if len(job.done_ok) == len(job.attempts):
+                        self._proof_done(job, job.last_t, ok=True)
+            self._push(make("engine_state", self.clock, state="done", reason="end of the cuzk log"))
+        return self._release(None)
+
+    @property
+    def proofs(self) -> dict[str, int]:
+        """cuzk job id -> provetop proof number."""
+        return {job_id: job.proof for job_id, job in self.jobs.items()}
+
+    # -- clock, buffer, hello -----------------------------------------------------------------
+
+    def _advance(self, t: int) -> None:
+        if t > self.clock:
+            self.clock = t
+
+    def _watermark(self) -> int:
+        mark = self.clock - SLACK_NS
+        for a in self.in_call:
+            if a.region_emitted:
+                continue
+            since = a.start if a.start is not None else a.pickup
+            if since is not None and self.clock - since < STALE_NS:
+                mark = min(mark, since)
+        return mark
+
+    def _push(self, event: dict[str, Any]) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (event["t"], self._seq, event))
+
+    def _release(self, mark: int | None) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if not self._hello_sent and (self._heap and (mark is None or self._heap[0][0] <= mark)):
+            out += self._hello()
+        while self._heap and (mark is None or self._heap[0][0] <= mark):
+            _, _, event = heapq.heappop(self._heap)
+            if event["t"] < self._last_t:
+                event = {**event, "t": self._last_t}
+                self.stats["clamped"] += 1
+            self._last_t = event["t"]
+            out.append(event)
+        self.stats["events"] += len(out)
+        return out
+
+    def _hello(self) -> list[dict[str, Any]]:
+        self._hello_sent = True
+        wall = self._wall_anchor if self._wall_anchor is not None else self.default_wall_ns
+        devices = sorted({d for d, _ in self.worker_map.values()} | {0})
+        hello = make(
+            "hello",
+            0,
+            schema=SCHEMA_VERSION,
+            engine_id=f"cuzk-{self.host}-{(wall or 0) // 1_000_000_000}",
+            host=self.host,
+            version=_version(),
+            source="cuzk",
+            backend="cuda",
+            modeled=False,
+            devices=[
+                {"index": d, "name": f"cuzk GPU {d}", "capacity": 0, "modeled": False}
+                for d in devices
+            ],
+            config={
+                "adapter": "cuzk",
+                "workers_per_device": self.workers_per_device,
+                "synth_worker_base": SYNTH_WORKER_BASE,
+                **self.config,
+            },
+            wall_ns=int(wall or 0),
+            read_only=True,
+        )
+        return [hello, make("engine_state", 0, state="running", reason="following cuzk")]
+
+    def _sample(self, why: str, line: str) -> None:
+        self.unknown_samples.append(f"{why}: {line[:200]}")
+
+    # -- identities -----------------------------------------------------------------------------
+
+    def _job(self, job_id: str, t: int) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            job = Job(job_id, len(self.jobs), t, last_t=t)
+            self.jobs[job_id] = job
+            self._push(make("marker", t, name=f"cuzk job {job_id} = proof {job.proof}"))
+            if self.latest_status is not None:
+                self.learn_status(self.latest_status)
+        job.last_t = max(job.last_t, t)
+        return job
+
+    def _attempt(self, job: Job, partition: int) -> Attempt:
+        a = job.attempts.get(partition)
+        if a is None:
+            a = Attempt(job.job_id, partition, job.proof)
+            job.attempts[partition] = a
+        return a
+
+    def _where(self, a: Attempt) -> tuple[int, int]:
+        """(device, worker index within the device) of an attempt's GPU worker."""
+        g = a.gworker if a.gworker is not None else 0
+        if g in self.worker_map:
+            return self.worker_map[g]
+        return divmod(g, self.workers_per_device)
+
+    def _ids(self, a: Attempt) -> dict[str, int]:
+        device, worker = self._where(a)
+        return {"proof": a.proof, "partition": a.partition, "worker": worker, "device": device}
+
+    # -- TIMELINE -------------------------------------------------------------------------------
+
+    def _on_timeline(self, rec: TimelineLine) -> None:
+        self.timeline_seen = True
+        t = rec.offset_ms * MS
+        self._advance(t)
+        job = self._job(rec.job_id, t)
+        partition = rec.int_detail("partition")
+        a = self._attempt(job, partition if partition is not None else 0)
+        worker = rec.int_detail("worker")
+        if rec.event == "SYNTH_START":
+            a.synth_start = t
+            if self.synth_lanes:
+                slot = 0
+                while slot in self.synth_busy:
+                    slot += 1
+                self.synth_busy.add(slot)
+                a.synth_slot = slot
+                self._push(make("phase_begin", t, **self._synth_ids(a), phase="synthesis"))
+        elif rec.event == "SYNTH_END":
+            a.synth_end = t
+            ms = rec.int_detail("synth_ms")
+            a.synth_ms = float(ms) if ms is not None else _ms(a.synth_start, t)
+            self._end_synthesis(a, t, ok=True)
+        elif rec.event == "GPU_QUEUE":
+            a.queued = t
+        elif rec.event == "GPU_PICKUP":
+            a.pickup = t
+            a.gworker = worker if worker is not None else a.gworker
+            if a not in self.in_call:
+                self.in_call.append(a)
+        elif rec.event == "GPU_START":
+            a.start = t
+            a.gworker = worker if worker is not None else a.gworker
+            if a not in self.in_call:
+                self.in_call.append(a)
+        elif rec.event == "GPU_END":
+            a.end = t
+            a.gworker = worker if worker is not None else a.gworker
+            gpu_ms = rec.int_detail("gpu_ms")
+            a.gpu_ms = float(gpu_ms) if gpu_ms is not None else None
+            if a.start is None:
+                a.start = a.pickup if a.pickup is not None else t
+            self._finish(a, t, ok=True)
+        else:
+            self.stats["timeline_other"] += 1
+
+    def _synth_ids(self, a: Attempt) -> dict[str, int]:
+        return {
+            "proof": a.proof,
+            "partition": a.partition,
+            "worker": SYNTH_WORKER_BASE + (a.synth_slot or 0),
+            "device": 0,
+        }
+
+    def _end_synthesis(self, a: Attempt, t: int, ok: bool) -> None:
+        if a.synth_slot is None:
+            return
+        self._push(make("phase_end", t, **self._synth_ids(a), phase="synthesis", ok=ok))
+        self.synth_busy.discard(a.synth_slot)
+        a.synth_slot = None
+
+    # -- CUZK_TIMING ----------------------------------------------------------------------------
+
+    def _on_timing(self, rec: TimingLine) -> None:
+        slot = _timing_slot(rec)
+        if slot is None:
+            self.stats["timing_unmapped"] += 1
+            return
+        if slot in AFTER_KEYS:
+            for a in self.ended:
+                if slot not in a.slots:
+                    a.slots.add(slot)
+                    a.timing.update(rec.fields)
+                    return
+            self.stats["timing_unattributed"] += 1
+            return
+        region = slot not in CALL_KEYS
+        target = None
+        for a in self.in_call:
+            if slot in a.slots or (region and a.region_closed):
+                continue
+            target = a
+            break
+        if target is None:
+            if self.timeline_seen:
+                self.stats["timing_unattributed"] += 1
+                return
+            target = self._anonymous()
+        target.slots.add(slot)
+        if slot == "prestage_vram":
+            target.timing["prestage_vram"] = 1
+            for key, value in rec.fields.items():
+                target.timing[f"vram_{key}"] = value
+        else:
+            target.timing.update(rec.fields)
+        if slot == "tail_msm_ms":
+            target.region_closed = True
+            self._emit_region(target)
+            if target.anonymous:
+                self._advance(self.last_release.get(self._where(target)[0], self.clock))
+                self._finish(target, self.clock, ok=True)
+
+    def _anonymous(self) -> Attempt:
+        """A GPU call seen only through CUZK_TIMING lines (a log without TIMELINE lines): each
+        becomes a partition of proof 0 on worker 0, laid out back to back in synthetic time."""
+        job = self._job("(no TIMELINE lines)", self.clock)
+        a = self._attempt(job, self._anon)
+        self._anon += 1
+        a.anonymous = True
+        a.gworker = 0
+        a.start = max(self.clock, self.last_release.get(0, 0))
+        self.in_call.append(a)
+        return a
+
+    # -- tracing ------------------------------------------------------------------------------
+
+    def _trace_time(self, rec: TraceLine) -> int:
+        """A tracing line's time on the TIMELINE clock. Each line bounds the wall time of t = 0
+        from above (the clock never runs ahead of cuzk's), so the smallest bound is kept; the
+        line's time is then never later than the truth and never earlier than the clock."""
+        if rec.wall_ns is None:
+            return self.clock
+        bound = rec.wall_ns - self.clock
+        if self._wall_anchor is None or bound < self._wall_anchor:
+            self._wall_anchor = bound
+        return max(self.clock, rec.wall_ns - self._wall_anchor)
+
+    def _on_trace(self, rec: TraceLine) -> None:
+        now = self._trace_time(rec)
+        msg = rec.message
+        job_id = rec.get("job_id")
+        job = self.jobs.get(job_id) if isinstance(job_id, str) else None
+        partition = rec.get("partition")
+        error = rec.get("error")
+        error_text = str(error) if error is not None else msg
+        if _is_int(rec.fields.get("num_partitions")) and isinstance(job_id, str):
+            self._job(job_id, now).total = rec.fields["num_partitions"]
+            return
+        if "self-check FAILED" in msg or "self-check error" in msg:
+            if job is not None:
+                self._push(
+                    make(
+                        "fault",
+                        now,
+                        kind="exception",
+                        message=f"cuzk proof self-check failed for job {job.job_id}",
+                        proof=job.proof,
+                    )
+                )
+                self._fail_job(job, now)
+            return
+        if "all partitions complete, proof assembled" in msg and job is not None:
+            self._proof_done(job, now, ok=True)
+            return
+        if msg.startswith("skipping GPU prove for failed") and job is not None:
+            if _is_int(partition):
+                a = self._attempt(job, partition)
+                self._finish(a, now, ok=False, failure="skipped: the job had failed")
+            return
+        gpu_fail = msg.startswith(("partition GPU proving", "GPU prove start", "GPU proving"))
+        synth_fail = msg.startswith(("partition synthesis failed", "partition synthesis task"))
+        if rec.level == "ERROR" and (gpu_fail or synth_fail) and job is not None:
+            if _is_int(partition):
+                a = self._attempt(job, partition)
+                if synth_fail:
+                    self._end_synthesis(a, now, ok=False)
+                self._finish(a, now, ok=False, failure=error_text, oom=is_oom(error_text))
+            else:
+                self._fail_job(job, now, failure=error_text)
+            return
+        if rec.level == "ERROR":
+            self.stats["trace_errors"] += 1
+            fault = {"proof": job.proof} if job is not None else {}
+            text = msg if error is None else f"{msg}: {error}"
+            kind = "oom" if is_oom(text) else "exception"
+            self._push(make("fault", now, kind=kind, message=f"cuzk: {text}", **fault))
+
+    def _fail_job(self, job: Job, t: int, failure: str | None = None) -> None:
+        """A job-level failure: every unfinished partition fails with it."""
+        for a in list(job.attempts.values()):
+            if not a.finished and (a.start is not None or failure is not None):
+                self._finish(a, t, ok=False, failure=failure or "the job failed")
+        self._proof_done(job, t, ok=False)
+
+    # -- GPU call reconstruction ---------------------------------------------------------------
+
+    def _emit_region(self, a: Attempt, fail_t: int | None = None) -> None:
+        """Lay out the GPU call's phases from its CUZK_TIMING durations (module docstring).
+
+        With the ``gpu_total_ms`` line the region ends ``gpu_total_ms`` after the mutex was
+        acquired and ``tail_msm`` ends it, ``batch_add`` right before (the gap, cuzk's barrier
+        wait for the CPU preprocessing, goes after ``ntt_msm_h``). Without it (a failure, a lost
+        line) the known phases follow each other and a failed call ends in a failed phase."""
+        if a.region_emitted:
+            return
+        a.region_emitted = True
+        ids = self._ids(a)
+        device = ids["device"]
+        tm = a.timing
+        start = a.start if a.start is not None else self.clock
+        ready = start + _ns(tm.get("setup_to_split_ms"))
+        if _is_num(tm.get("mutex_wait_ms")):
+            acquire = ready + _ns(tm["mutex_wait_ms"])
+        else:
+            acquire = max(ready, self.last_release.get(device, 0))
+        present = [
+            (name, _ns(tm[key]))
+            for key, name in (
+                ("ntt_msm_h_ms", "ntt_msm_h"),
+                ("batch_add_ms", "batch_add"),
+                ("tail_msm_ms", "tail_msm"),
+            )
+            if _is_num(tm.get(key))
+        ]
+        spans: list[tuple[str, int, int, bool]] = []
+        if a.region_closed:
+            total = max(_ns(tm.get("gpu_total_ms")), _ns(tm.get("mutex_held_ms")))
+            release = acquire + max(total, sum(d for _, d in present))
+            cursor = release
+            for name, d in reversed(present):  # pack from the end, ntt_msm_h from the start
+                t0 = acquire if name == "ntt_msm_h" else cursor - d
+                spans.insert(0, (name, t0, t0 + d, True))
+                cursor = t0
+        else:
+            cursor = acquire
+            for name, d in present:
+                spans.append((name, cursor, cursor + d, True))
+                cursor += d
+            if fail_t is not None:
+                done = {name for name, _ in present}
+                failing = next(
+                    (p for p in ("ntt_msm_h", "batch_add", "tail_msm") if p not in done),
+                    "tail_msm",
+                )
+                spans.append((failing, cursor, max(cursor, fail_t), False))
+                cursor = max(cursor, fail_t)
+            release = cursor
+        self.last_release[device] = max(self.last_release.get(device, 0), release)
+        a.mutex_wait_ms = (acquire - ready) / MS
+
+        self._push(make("phase_begin", ready, **ids, phase="mutex_wait"))
+        self._push(make("phase_end", acquire, **ids, phase="mutex_wait", ok=True))
+        self._push(
+            make("mutex", acquire, **ids, wait_ns=acquire - ready, hold_ns=0, action="acquire")
+        )
+        self._prestage_events(a, ids, acquire)
+        for name, t0, t1, ok in spans:
+            self._push(make("phase_begin", t0, **ids, phase=name))
+            self._push(make("phase_end", t1, **ids, phase=name, ok=ok))
+        self._push(
+            make(
+                "mutex", release, **ids, wait_ns=acquire - ready, hold_ns=release - acquire,
+                action="release",
+            )
+        )  # fmt: skip
+
+    def _prestage(self, a: Attempt) -> tuple[str, str | None, bool]:
+        """(status, reason, out of memory) of an attempt's pre-staging."""
+        tm = a.timing
+        if "host_register" in tm:
+            return (
+                "fallback",
+                f"cudaHostRegister of a/b/c failed ({cuda_error(tm.get('err'))}); "
+                "a/b/c uploaded inside the mutex",
+                False,
+            )
+        setup = tm.get("prestage_setup")
+        need, usable, free = (tm.get(f"vram_{k}") for k in ("total_mib", "usable_mib", "free_mib"))
+        if setup == "ok":
+            return "ok", None, False
+        if setup == "skip_vram":
+            return (
+                "skip",
+                f"needs {need} MiB, {usable} MiB usable ({free} MiB free less the 512 MiB margin)",
+                False,
+            )
+        if setup == "fallback":
+            err = tm.get("err")
+            return "fallback", f"pre-stage setup failed: {cuda_error(err)}", err == 2
+        if "prestage_vram" in tm:
+            return (
+                "fallback",
+                f"cudaMalloc of {need} MiB failed (out of memory) with {free} MiB reported "
+                "free; no prestage_setup line",
+                True,
+            )
+        if not tm:
+            return "skip", "unknown: no CUZK_TIMING lines for this call", False
+        return "skip", "not pre-staged: no pre-stage lines (build before Phase 9?)", False
+
+    def _prestage_events(self, a: Attempt, ids: dict[str, int], t: int) -> None:
+        tm = a.timing
+        status, reason, oom = self._prestage(a)
+        need = tm.get("vram_total_mib")
+        if _is_int(need):
+            requested = need * MIB
+            self._last_prestage_need = requested
+        elif _is_int(tm.get("domain")):
+            requested = tm["domain"] * 32 * (3 if tm.get("lot_of_memory") else 2)
+        else:
+            requested = self._last_prestage_need or 0
+        if "host_register" in tm:
+            self._push(
+                make(
+                    "alloc", a.start if a.start is not None else t, **ids, site="host_register",
+                    pool="host", requested=requested, decision="fallback", reason=reason,
+                )
+            )  # fmt: skip
+        elif "prestage_vram" in tm or "prestage_setup" in tm:
+            extra: dict[str, Any] = {}
+            if _is_int(tm.get("vram_free_mib")):
+                extra = {"free": tm["vram_free_mib"] * MIB, "margin": PRESTAGE_MARGIN}
+            self._push(
+                make(
+                    "alloc", t, **ids, site="prestage", pool="sync", requested=requested,
+                    decision=status, **({"reason": reason} if reason else {}), **extra,
+                )
+            )  # fmt: skip
+        if oom:
+            self._push(
+                make(
+                    "fault", t, kind="oom", message=reason or "pre-stage out of memory",
+                    site="prestage", requested=requested, **ids,
+                )
+            )  # fmt: skip
+
+    def _finish(
+        self,
+        a: Attempt,
+        t: int,
+        *,
+        ok: bool,
+        failure: str | None = None,
+        oom: bool = False,
+    ) -> None:
+        """End an attempt: its phases (if not laid out yet) and its ``partition_done``."""
+        if a.finished:
+            return
+        a.finished = True
+        job = self.jobs[a.job]
+        job.last_t = max(job.last_t, t)
+        if a in self.in_call:
+            self.in_call.remove(a)
+        self.ended.appendleft(a)
+        ids = self._ids(a)
+        if a.synth_slot is not None:
+            self._end_synthesis(a, t, ok=ok)
+        timed = any(k in a.timing for k in ("ntt_msm_h_ms", "batch_add_ms", "tail_msm_ms"))
+        if timed:
+            self._emit_region(a, fail_t=None if ok else t)
+        elif a.start is not None and not a.region_emitted:
+            a.region_emitted = True
+            if "host_register" in a.timing or "prestage_vram" in a.timing:
+                self._prestage_events(a, ids, a.start)
+            self._push(make("phase_begin", a.start, **ids, phase="gpu_prove"))
+            self._push(make("phase_end", t, **ids, phase="gpu_prove", ok=ok))
+        if not ok:
+            self._push(
+                make(
+                    "fault", t, kind="oom" if oom else "exception",
+                    message=failure or "partition failed", **ids,
+                )
+            )  # fmt: skip
+        status, reason, _ = self._prestage(a)
+        phases_ms: dict[str, float] = {}
+        if a.synth_ms is not None:
+            phases_ms["synthesis"] = float(a.synth_ms)
+        if a.synth_end is not None and a.pickup is not None and a.pickup >= a.synth_end:
+            phases_ms["queue_wait"] = (a.pickup - a.synth_end) / MS
+        if a.region_emitted and a.start is not None and timed:
+            phases_ms["mutex_wait"] = a.mutex_wait_ms
+        for key, name in PHASE_MS.items():
+            if _is_num(a.timing.get(key)):
+                phases_ms[name] = float(a.timing[key])
+        gpu_total = a.timing.get("gpu_total_ms")
+        if not _is_num(gpu_total):
+            gpu_total = a.gpu_ms if a.gpu_ms is not None else 0.0
+        fields: dict[str, Any] = {}
+        if reason:
+            fields["prestage_reason"] = reason
+        if not ok:
+            fields["failure"] = failure or "partition failed"
+            fields["will_retry"] = False
+        self._push(
+            make(
+                "partition_done", t, **ids, attempt=0, ok=ok, phases_ms=phases_ms,
+                gpu_total_ms=float(gpu_total), mutex_wait_ms=float(a.mutex_wait_ms),
+                prestage=status, **fields,
+            )
+        )  # fmt: skip
+        if ok:
+            job.done_ok.add(a.partition)
+            if job.total is not None and len(job.done_ok) >= job.total:
+                self._proof_done(job, t, ok=True)
+        elif not job.failed:
+            job.failed = True
+            self._proof_done(job, t, ok=False)
+
+    def _proof_done(self, job: Job, t: int, *, ok: bool) -> None:
+        if job.proof_sent:
+            return
+        job.proof_sent = True
+        self._push(make("proof_done", t, proof=job.proof, ok=ok, wall_ms=(t - job.first_t) / MS))
+
+    # -- status-only mode -----------------------------------------------------------------------
+
+    def _status_drive(self, snap: dict[str, Any]) -> None:
+        """Without TIMELINE lines, partition state changes seen between polls become phases."""
+        t = self.clock
+        workers: dict[tuple[str, int], int] = {}
+        for w in snap.get("gpu_workers") or []:
+            if isinstance(w, dict) and isinstance(w.get("current_job"), str):
+                if _is_int(w.get("current_partition")) and _is_int(w.get("worker_id")):
+                    workers[(w["current_job"], w["current_partition"])] = w["worker_id"]
+        for pipe in snap.get("pipelines") or []:
+            if not (isinstance(pipe, dict) and isinstance(pipe.get("job_id"), str)):
+                continue
+            job = self._job(pipe["job_id"], t)
+            if _is_int(pipe.get("total_partitions")) and pipe["total_partitions"] > 0:
+                job.total = pipe["total_partitions"]
+            for p in pipe.get("partitions") or []:
+                if isinstance(p, dict) and _is_int(p.get("index")):
+                    self._status_partition(job, p, workers.get((job.job_id, p["index"])), t)
+
+    def _status_partition(self, job: Job, p: dict[str, Any], gworker: int | None, t: int) -> None:
+        a = self._attempt(job, p["index"])
+        if a.finished:
+            return
+        state = p.get("state")
+        synth_ms = p.get("synth_ms") if _is_num(p.get("synth_ms")) else None
+        gpu_ms = p.get("gpu_ms") if _is_num(p.get("gpu_ms")) else None
+        if state == "synthesizing" and a.synth_start is None:
+            a.synth_start = t - _ns(synth_ms)
+            if self.synth_lanes:
+                slot = 0
+                while slot in self.synth_busy:
+                    slot += 1
+                self.synth_busy.add(slot)
+                a.synth_slot = slot
+                self._push(
+                    make("phase_begin", a.synth_start, **self._synth_ids(a), phase="synthesis")
+                )
+        if state in ("synth_done", "gpu", "done", "failed") and synth_ms is not None:
+            a.synth_ms = float(synth_ms)
+            if a.synth_slot is not None:
+                self._end_synthesis(a, (a.synth_start or t) + _ns(synth_ms), ok=state != "failed")
+        if gworker is not None:
+            a.gworker = gworker
+        if state == "gpu" and a.start is None:
+            a.start = t - _ns(gpu_ms)
+            a.pickup = a.start
+        if state == "done":
+            a.gpu_ms = float(gpu_ms) if gpu_ms is not None else None
+            end = (a.start + _ns(gpu_ms)) if a.start is not None else t
+            self._finish(a, end, ok=True)
+        elif state == "failed":
+            self._finish(a, t, ok=False, failure="failed (reported by the status endpoint)")
+
+
+def _timing_slot(rec: TimingLine) -> str | None:
+    """Which kind of CUZK_TIMING line this is (the key used for in-order attribution)."""
+    if "prestage_vram" in rec.tags:
+        return "prestage_vram"
+    for key in ("prestage_setup", "host_register"):
+        if key in rec.fields:
+            return key
+    for key in REGION_KEYS + CALL_KEYS + AFTER_KEYS:
+        if key in rec.fields:
+            return key
+    if "gpu_total_ms" in rec.fields:
+        return "tail_msm_ms"
+    return None
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _ns(ms: object) -> int:
+    return int(round(float(ms) * MS)) if _is_num(ms) else 0
+
+
+def _ms(start: int | None, end: int) -> float | None:
+    return (end - start) / MS if start is not None else None
+
+
+def _version() -> str:
+    from provetop import __version__
+
+    return f"provetop {__version__} cuzk adapter"

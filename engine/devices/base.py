@@ -1,0 +1,107 @@
+"""What the engine needs from a device's memory, whatever the hardware.
+
+Why an interface: the phantom OOM lives in the gap between two allocators on one device, so the
+pipeline must allocate through the same three doors on every backend and be able to ask the
+same questions afterwards:
+
+- ``raw``: plain cudaMalloc / cudaFree (the seed's pre-stage buffers, ``dev_ptr_t``);
+- ``sync``: a caching pool over cudaMalloc (CuPy's ``MemoryPool``): frees are cached, a miss
+  that the driver refuses first empties the cache and retries;
+- ``async``: the stream-ordered pool (cudaMallocAsync, release threshold UINT64_MAX): frees
+  stay reserved by the pool until :meth:`Device.trim`; the other two cannot use that memory.
+
+``sample()`` returns the ``memory`` event's fields (``recordings.schema.MEMORY_FIELDS``). The
+cpu backend implements this with a model (``engine.devices.modeled``); the cuda backend with
+CuPy's pools and NVML.
+"""
+
+from __future__ import annotations
+
+import itertools
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+POOLS = ("raw", "sync", "async")
+_ids = itertools.count(1)
+
+
+class DeviceOOM(MemoryError):
+    """An allocation the device refused. Carries what a fault event needs."""
+
+    def __init__(self, requested: int, pool: str, site: str, pools: dict[str, Any]) -> None:
+        self.requested = requested
+        self.pool = pool
+        self.site = site
+        self.pools = pools
+        super().__init__(
+            f"out of memory: {pool} allocation of {requested} bytes for {site} "
+            f"(driver free {pools.get('driver_free')})"
+        )
+
+
+@dataclass
+class Block:
+    """One live allocation. ``size`` is what the pool charged (rounded)."""
+
+    pool: str
+    size: int
+    requested: int
+    site: str
+    id: int = field(default_factory=lambda: next(_ids))
+    handle: Any = None  # backend object (a CuPy memory pointer); None on the model
+    freed: bool = False
+
+
+class Device(ABC):
+    """One device's memory: allocate, free, trim, ask. Thread-safe."""
+
+    index: int
+    name: str
+    capacity: int  # bytes the device offers this run (after ballast)
+    modeled: bool
+
+    @abstractmethod
+    def malloc(self, nbytes: int, pool: str, site: str) -> Block:
+        """Allocate ``nbytes`` from ``pool`` (one of :data:`POOLS`); raise :class:`DeviceOOM`."""
+
+    @abstractmethod
+    def free(self, block: Block) -> None:
+        """Return a block to where it came from (idempotent)."""
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Wait for the device's streams, so stream-ordered frees are observed (before trim)."""
+
+    @abstractmethod
+    def trim(self, pools: tuple[str, ...] = ("async", "sync")) -> int:
+        """Give cached/reserved-but-unused memory back to the driver; return bytes released."""
+
+    @abstractmethod
+    def mem_info(self) -> tuple[int, int]:
+        """(free, total) as cudaMemGetInfo reports them."""
+
+    @abstractmethod
+    def sample(self) -> dict[str, Any]:
+        """The ``memory`` event's fields (without ``device``), every MEMORY_FIELDS key set."""
+
+    @abstractmethod
+    def pin(self, nbytes: int) -> None:
+        """Account host memory pinned or registered for uploads."""
+
+    @abstractmethod
+    def unpin(self, nbytes: int) -> None:
+        """Undo :meth:`pin`."""
+
+    def round(self, nbytes: int) -> int:
+        """What a pool charges for ``nbytes`` (CuPy rounds to 512 bytes)."""
+        return max(512, -(-int(nbytes) // 512) * 512)
+
+    def describe(self) -> dict[str, Any]:
+        """The entry of ``hello.devices``."""
+        return {
+            "index": self.index,
+            "name": self.name,
+            "capacity": self.capacity,
+            "modeled": self.modeled,
+        }

@@ -1,0 +1,370 @@
+"""One partition, phase by phase, on one worker of one device.
+
+Why one module: this is the path a newcomer should be able to trace in minutes (architecture
+doc, "Flow of one partition"). Every phase is timed and emitted (``phase_begin``/``phase_end``);
+every allocation decision is emitted with the pool state (``alloc`` + a ``memory`` sample);
+every failure is a ``fault``. Memory is always given back in ``finally``, so an OOM never
+leaks into the next partition; a partition whose first attempt fails is retried once on the
+fallback path after the engine synchronises and trims the device.
+
+The arithmetic goes through the ``KernelBackend`` interface only (h_step, msm), so the same
+code drives the CPU reference and the CUDA kernels.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.allocator import Decision, Footprint
+from engine.config import EngineConfig
+from engine.devices.base import Block, Device, DeviceOOM
+from engine.srs import QUERIES, Srs
+from engine.workload import QuerySizes, Witness, partition_rng, synthesize
+
+MSM_PHASES = {"h": "msm_h", "l": "msm_l", "a": "msm_a", "b_g1": "msm_b_g1"}
+
+
+@dataclass
+class RunContext:
+    """What every partition of a run shares (read-only for the pipeline, except controls)."""
+
+    config: EngineConfig
+    backend: Any
+    srs: Srs
+    sizes: QuerySizes
+    footprint: Footprint
+    policy: Any
+    bus: Any
+    controls: Any  # engine.control.Controls
+    sample: Any  # callable(device) -> None: emit a memory sample now
+
+
+class PartitionFailed(Exception):
+    """An attempt that could not complete; ``oom`` tells whether the fallback may help."""
+
+    def __init__(self, message: str, oom: bool) -> None:
+        super().__init__(message)
+        self.oom = oom
+
+
+@dataclass
+class Attempt:
+    """Bookkeeping of one attempt: phase times, pool blocks, pinned bytes, mutex timings."""
+
+    proof: int
+    partition: int
+    attempt: int
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    blocks: list[Block] = field(default_factory=list)
+    pinned: int = 0
+    wait_ns: int = 0
+    hold_ns: int = 0
+    prestage: str = "ok"
+    prestage_reason: str | None = None
+    forced: bool = False
+    verified: bool | None = None
+
+
+@dataclass
+class PartitionResult:
+    ok: bool
+    verified: bool | None
+    attempts: int
+
+
+class PartitionRunner:
+    """Runs partitions for one worker (``worker`` is its index within ``device``)."""
+
+    def __init__(self, ctx: RunContext, device: Device, worker: int, mutex: threading.Lock):
+        self.ctx = ctx
+        self.device = device
+        self.worker = worker
+        self.mutex = mutex
+        self.bus = ctx.bus
+
+    # -- the whole partition ------------------------------------------------------------------
+
+    def run(self, proof: int, partition: int) -> PartitionResult:
+        """Synthesise, then attempt; on failure recover and retry once on the fallback path."""
+        att = Attempt(proof, partition, 0)
+        witness: Witness | None = None
+        try:
+            with self._phase(att, "synthesis"):
+                rng = partition_rng(self.ctx.config.seed, proof, partition)
+                cfg = self.ctx.config
+                witness = synthesize(cfg.domain_log, self.ctx.sizes, cfg.witness_profile, rng)
+            self._attempt(att, witness, retry=False)
+            self._done(att, ok=True)
+            return PartitionResult(True, att.verified, 1)
+        except PartitionFailed as exc:
+            retry = witness is not None
+            self._done(att, ok=False, failure=str(exc), will_retry=retry)
+            if not retry:
+                return PartitionResult(False, None, 1)
+        self._recover()
+        att2 = Attempt(proof, partition, 1)
+        try:
+            self._attempt(att2, witness, retry=True)
+            self._done(att2, ok=True)
+            return PartitionResult(True, att2.verified, 2)
+        except PartitionFailed as exc:
+            self._done(att2, ok=False, failure=str(exc), will_retry=False)
+            self._recover()
+            return PartitionResult(False, None, 2)
+
+    def _recover(self) -> None:
+        """After a failed attempt: wait for the device and give cached memory back, so the
+        failure cannot poison what runs next (the seed's partitions all died of this)."""
+        self.device.synchronize()
+        self.device.trim()
+        self.ctx.sample(self.device)
+
+    # -- one attempt --------------------------------------------------------------------------
+
+    def _attempt(self, att: Attempt, w: Witness, retry: bool) -> None:
+        dev, fp = self.device, self.ctx.footprint
+        held = False
+        t_acquired = 0
+        try:
+            with self._phase(att, "prestage"):
+                if retry:
+                    decision = Decision("fallback", "retry on the fallback path after a failure")
+                else:
+                    forced = self.ctx.controls.is_forced(dev.index)
+                    decision = self.ctx.policy.prestage(dev, fp, forced)
+                att.prestage, att.prestage_reason = decision.status, decision.reason
+                att.forced = decision.forced
+                self._alloc_event(att, "prestage", "raw", fp.prestage, decision)
+                if decision.status == "ok":
+                    dev.pin(w.abc_bytes)
+                    att.pinned += w.abc_bytes
+                    d_a = self._malloc(att, fp.u, "raw", "prestage")
+                    d_bc = self._malloc(att, 2 * fp.u, "raw", "prestage")
+                    self.ctx.sample(dev)
+            prestaged = att.prestage == "ok"
+            if prestaged:
+                with self._phase(att, "upload"):
+                    a, b, c = np.copy(w.a), np.copy(w.b), np.copy(w.c)
+            with self._phase(att, "mutex_wait"):
+                t0 = time.monotonic_ns()
+                self.mutex.acquire()
+                held = True
+                t_acquired = time.monotonic_ns()
+                att.wait_ns = t_acquired - t0
+                self._mutex_event(att, "acquire")
+            if not prestaged:
+                with self._phase(att, "fallback_upload"):
+                    d_a, d_bc, a, b, c = self._fallback_upload(att, w)
+            with self._phase(att, "h_step"):
+                h = np.asarray(self.ctx.backend.h_step(a, b, c))
+                del b, c
+                self._free(att, d_bc)
+            results: dict[str, np.ndarray] = {}
+            scalars = self._scalars(w, h)
+            for q in QUERIES:
+                with self._phase(att, MSM_PHASES[q]):
+                    scratch = self._malloc(att, fp.msm[q], "async", "msm_scratch")
+                    res = self.ctx.backend.msm(self.ctx.srs.points[q], scalars[q])
+                    results[q] = np.asarray(res)
+                    self._free(att, scratch)
+            with self._phase(att, "copy_back"):
+                results = {q: np.array(r, copy=True) for q, r in results.items()}
+                self._free(att, d_a)
+            att.hold_ns = time.monotonic_ns() - t_acquired
+            held = False
+            self.mutex.release()
+            self._mutex_event(att, "release")
+            self.ctx.sample(dev)
+            with self._phase(att, "verify"):
+                att.verified = self._verify(att, w, h, scalars, results)
+            with self._phase(att, "release"):
+                self._release(att)
+        except DeviceOOM as exc:
+            if exc.site == "prestage" and att.prestage == "ok":
+                att.prestage = "fallback"
+                att.prestage_reason = f"{exc.pool} allocation of {exc.requested} bytes refused"
+            self._fault_oom(att, exc)
+            raise PartitionFailed(f"OOM: {exc}", oom=True) from None
+        except PartitionFailed:
+            raise
+        except Exception as exc:
+            self.bus.emit(
+                "fault",
+                kind="exception",
+                message=f"{type(exc).__name__}: {exc}",
+                device=dev.index,
+                worker=self.worker,
+                proof=att.proof,
+                partition=att.partition,
+            )
+            raise PartitionFailed(f"{type(exc).__name__}: {exc}", oom=False) from None
+        finally:
+            if held:
+                att.hold_ns = time.monotonic_ns() - t_acquired
+                self.mutex.release()
+                self._mutex_event(att, "release")
+            self._release(att)
+
+    def _fallback_upload(self, att: Attempt, w: Witness) -> tuple:
+        """The non-pre-staged path, under the mutex: a/b/c buffers from the stream-ordered
+        pool (which can reuse the MSM scratch it keeps reserved), filled chunk by chunk
+        through a pinned staging buffer sized to the budget."""
+        dev, fp = self.device, self.ctx.footprint
+        decision = self.ctx.policy.fallback_chunk(dev, fp, 3 * fp.u)
+        chunk = int(decision.chunk or fp.u)
+        self._alloc_event(att, "prestage", "async", 3 * fp.u + chunk, decision)
+        d_a = self._malloc(att, fp.u, "async", "prestage")
+        d_b = self._malloc(att, fp.u, "async", "prestage")
+        d_c = self._malloc(att, fp.u, "async", "prestage")
+        staging = self._malloc(att, chunk, "async", "prestage")
+        dev.pin(chunk)
+        att.pinned += chunk
+        self.ctx.sample(dev)
+        out = []
+        rows = max(1, chunk // w.a.itemsize // w.a.shape[1])
+        for src in (w.a, w.b, w.c):
+            dst = np.empty_like(src)
+            for start in range(0, src.shape[0], rows):
+                dst[start : start + rows] = src[start : start + rows]
+            out.append(dst)
+        self._free(att, staging)
+        dev.unpin(chunk)
+        att.pinned -= chunk
+        return d_a, [d_b, d_c], out[0], out[1], out[2]
+
+    def _scalars(self, w: Witness, h: np.ndarray) -> dict[str, np.ndarray]:
+        s = self.ctx.sizes
+        return {"h": h, "l": w.z[: s.l], "a": w.z[: s.a], "b_g1": w.z[: s.b_g1]}
+
+    def _verify(
+        self,
+        att: Attempt,
+        w: Witness,
+        h: np.ndarray,
+        scalars: dict[str, np.ndarray],
+        results: dict[str, np.ndarray],
+    ) -> bool | None:
+        """Exact identities (known SRS secrets): the H step, then every MSM."""
+        cfg = self.ctx.config
+        mode = cfg.verify_mode
+        if mode == "never":
+            return None
+        if mode == "sampled":
+            index = att.proof * cfg.partitions + att.partition
+            if index % cfg.verify_every:
+                return None
+        from kernels.cpu.srs import check_h_identity, check_msm_identity
+        from kernels.layout import fr_from_limbs, g1_from_limbs
+
+        srs = self.ctx.srs
+        ok = check_h_identity(
+            fr_from_limbs(w.a),
+            fr_from_limbs(w.b),
+            fr_from_limbs(w.c),
+            fr_from_limbs(h, montgomery=False),
+            srs.tau,
+        )
+        for q in QUERIES:
+            ks = fr_from_limbs(scalars[q], montgomery=False)
+            ok = ok and check_msm_identity(srs.secrets[q], ks, g1_from_limbs(results[q])[0])
+        return bool(ok)
+
+    # -- memory helpers -----------------------------------------------------------------------
+
+    def _malloc(self, att: Attempt, nbytes: int, pool: str, site: str) -> Block:
+        blk = self.device.malloc(nbytes, pool, site)
+        att.blocks.append(blk)
+        return blk
+
+    def _free(self, att: Attempt, blk: Block | list[Block]) -> None:
+        for b in blk if isinstance(blk, list) else [blk]:
+            self.device.free(b)
+
+    def _release(self, att: Attempt) -> None:
+        for blk in att.blocks:
+            self.device.free(blk)
+        att.blocks.clear()
+        if att.pinned:
+            self.device.unpin(att.pinned)
+            att.pinned = 0
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _where(self, att: Attempt) -> dict[str, int]:
+        return {
+            "proof": att.proof,
+            "partition": att.partition,
+            "worker": self.worker,
+            "device": self.device.index,
+        }
+
+    @contextmanager
+    def _phase(self, att: Attempt, name: str):
+        self.bus.emit("phase_begin", **self._where(att), phase=name)
+        t0 = time.monotonic_ns()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            ms = (time.monotonic_ns() - t0) / 1e6
+            att.phases_ms[name] = att.phases_ms.get(name, 0.0) + ms
+            self.bus.emit("phase_end", **self._where(att), phase=name, ok=ok)
+
+    def _mutex_event(self, att: Attempt, action: str) -> None:
+        hold = att.hold_ns if action == "release" else 0
+        self.bus.emit("mutex", **self._where(att), wait_ns=att.wait_ns, hold_ns=hold, action=action)
+
+    def _alloc_event(self, att: Attempt, site: str, pool: str, requested: int, d: Decision) -> None:
+        fields: dict[str, Any] = {"reason": d.reason, "pools": self.device.sample()}
+        if d.free is not None:
+            fields["free"] = d.free
+        if d.margin is not None:
+            fields["margin"] = d.margin
+        self.bus.emit(
+            "alloc",
+            **self._where(att),
+            site=site,
+            pool=pool,
+            requested=int(requested),
+            decision=d.status,
+            **fields,
+        )
+        self.ctx.sample(self.device)
+
+    def _fault_oom(self, att: Attempt, exc: DeviceOOM) -> None:
+        self.bus.emit(
+            "fault",
+            kind="oom",
+            message=str(exc),
+            **self._where(att),
+            site=exc.site,
+            requested=int(exc.requested),
+            pools=exc.pools,
+        )
+        self.ctx.sample(self.device)
+
+    def _done(
+        self, att: Attempt, ok: bool, failure: str | None = None, will_retry: bool = False
+    ) -> None:
+        self.bus.emit(
+            "partition_done",
+            **self._where(att),
+            attempt=att.attempt,
+            ok=ok,
+            phases_ms=dict(att.phases_ms),
+            gpu_total_ms=att.hold_ns / 1e6,
+            mutex_wait_ms=att.wait_ns / 1e6,
+            prestage=att.prestage,
+            prestage_reason=att.prestage_reason,
+            forced=att.forced,
+            verified=att.verified if ok else None,
+            failure=failure,
+            will_retry=will_retry,
+        )

@@ -1,0 +1,391 @@
+"""The engine as an object: build a run from an :class:`EngineConfig`, start it, watch it,
+control it, stop it. ``provetop engine`` is a thin CLI around this class, ``provetop run``
+uses it in-process, and the tests drive it directly.
+
+Lifecycle: ``Engine(config, ...)`` checks everything that can be checked without work
+(backend, listen address, token, recording path); ``start()`` opens the socket and the
+recording, emits ``hello`` and returns at once; a run thread generates the SRS, starts the
+workers and, when every proof is done, emits ``engine_state done``. ``wait()`` blocks until
+then, ``stop()`` ends intake early (running partitions finish), ``close()`` tears everything
+down (final samples, recording footer, socket removed).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine.allocator import footprint, make_policy, phantom_capacity
+from engine.bus import Bus, Clock, Subscription
+from engine.config import DEFAULT_MODELED_MEMORY, EngineConfig
+from engine.control import (
+    CommandError,
+    Controls,
+    frame_args,
+    frame_cmd,
+    frame_id,
+    parse_command,
+)
+from engine.devices.base import Device
+from engine.devices.modeled import ModeledDevice
+from engine.pipeline import PartitionRunner, RunContext
+from engine.sampler import Sampler
+from engine.server import ListenError, TelemetryServer, read_token
+from engine.srs import generate_srs
+from engine.workers import Scheduler, worker_loop
+from engine.workload import query_sizes
+from recordings.schema import SCHEMA_VERSION
+
+
+class EngineError(ValueError):
+    """The engine cannot start with these settings; the message is one line."""
+
+
+class Engine:
+    """One proving run (see the module docstring).
+
+    ``listen``: None/"unix" (a fresh private Unix socket), "unix:PATH", "tcp://127.0.0.1:PORT",
+    or False for no socket at all (in-process use). ``token_file`` is required for TCP.
+    ``record``: a path to write the recording to, or None for none.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        listen: str | None | bool = None,
+        token_file: str | None = None,
+        read_only: bool = False,
+        record: str | os.PathLike[str] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config.validate()
+        self.read_only = read_only
+        self.log = log or (lambda line: None)
+        self.engine_id = uuid.uuid4().hex[:16]
+        self.record_path = Path(record) if record is not None else None
+        if config.backend == "cuda":
+            raise EngineError(
+                "the cuda backend is not available in the engine yet; use --backend cpu"
+            )
+        from kernels.backends import get_backend
+
+        self.backend = get_backend(config.backend)
+        self.sizes = query_sizes(config.domain_log)
+        self.footprint = footprint(config.domain_log, self.sizes, config.prestage_margin)
+        self.devices: list[Device] = self._make_devices()
+        self.policy = make_policy(config.allocator)
+        self.controls = Controls()
+        self.clock = Clock()
+        self.bus = Bus(self.clock)
+        self.scheduler = Scheduler(config.proofs, config.partitions, config.concurrency)
+        self.sampler = Sampler(self.bus, self.devices, config.sample_hz)
+        token = None
+        if listen is not False:
+            try:
+                kind = listen if isinstance(listen, str) else None
+                if kind and kind.startswith("tcp://"):
+                    if not token_file:
+                        raise ListenError("--listen tcp:// needs --token-file F")
+                    token = read_token(token_file)
+                self.server: TelemetryServer | None = TelemetryServer(
+                    self.bus,
+                    self._on_frame,
+                    self._on_bad_frame,
+                    listen=kind,
+                    token=token,
+                )
+            except ListenError as exc:
+                self.bus.close()
+                raise EngineError(str(exc)) from None
+        else:
+            self.server = None
+        self.recorder = None
+        self.address: str | None = None
+        self._run_thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._stop_requested = threading.Event()
+        self._closed = False
+        self.proofs_ok: dict[int, bool] = {}
+        self.error: str | None = None
+
+    # -- construction helpers -----------------------------------------------------------------
+
+    def _make_devices(self) -> list[Device]:
+        cfg = self.config
+        capacity = cfg.device_memory
+        if capacity is None and cfg.extra.get("phantom"):
+            capacity = phantom_capacity(self.footprint, ModeledDevice(0, 1 << 30))
+        if capacity is None:
+            capacity = DEFAULT_MODELED_MEMORY
+        physical = max(DEFAULT_MODELED_MEMORY, capacity)
+        return [ModeledDevice(i, capacity, physical) for i in cfg.devices]
+
+    def hello_fields(self) -> dict[str, Any]:
+        cfg = self.config.to_dict()
+        cfg["query_sizes"] = self.sizes.as_dict()
+        cfg["footprint"] = {
+            "abc_each": self.footprint.u,
+            "prestage": self.footprint.prestage,
+            "msm_scratch": dict(self.footprint.msm),
+            "margin": self.footprint.margin,
+        }
+        cfg["record"] = str(self.record_path) if self.record_path else None
+        from provetop import __version__
+
+        return {
+            "schema": SCHEMA_VERSION,
+            "engine_id": self.engine_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "version": __version__,
+            "source": "provetop",
+            "backend": self.config.backend,
+            "modeled": all(d.modeled for d in self.devices),
+            "devices": [d.describe() for d in self.devices],
+            "config": cfg,
+            "wall_ns": self.clock.wall_ns,
+            "read_only": self.read_only,
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> Engine:
+        """Open the recording and the socket, emit ``hello``, start the run thread."""
+        if self.record_path is not None:
+            from recordings.writer import RecordingWriter
+
+            try:
+                self.recorder = RecordingWriter(self.record_path)
+            except Exception as exc:
+                self.bus.close()
+                raise EngineError(str(exc)) from None
+            self.bus.add_recorder(self.recorder)
+        self.bus.emit("hello", **self.hello_fields())
+        if self.server is not None:
+            try:
+                self.address = self.server.start()
+            except (ListenError, OSError) as exc:
+                self._abort_start()
+                raise EngineError(str(exc)) from None
+        self.bus.emit("engine_state", state="starting", reason="generating the SRS")
+        self.sampler.sample_all()
+        self._run_thread = threading.Thread(target=self._run, name="engine-run", daemon=True)
+        self._run_thread.start()
+        return self
+
+    def _abort_start(self) -> None:
+        self.bus.close()
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def _run(self) -> None:
+        try:
+            import numpy as np
+
+            rng = np.random.default_rng(None if self.config.seed is None else [self.config.seed])
+            srs = generate_srs(self.backend, self.sizes, rng)
+            ctx = RunContext(
+                config=self.config,
+                backend=self.backend,
+                srs=srs,
+                sizes=self.sizes,
+                footprint=self.footprint,
+                policy=self.policy,
+                bus=self.bus,
+                controls=self.controls,
+                sample=self.sampler.sample,
+            )
+            self.sampler.start()
+            if not self.scheduler.paused:
+                self.bus.emit("engine_state", state="running", reason="SRS ready, workers started")
+            threads = []
+            for device in self.devices:
+                mutex = threading.Lock()
+                for w in range(self.config.workers_per_device):
+                    runner = PartitionRunner(ctx, device, w, mutex)
+                    t = threading.Thread(
+                        target=worker_loop,
+                        args=(
+                            self.scheduler,
+                            self._runner_fn(runner),
+                            self._on_proof_done,
+                            self._on_worker_error,
+                        ),
+                        name=f"worker-d{device.index}-w{w}",
+                        daemon=True,
+                    )
+                    t.start()
+                    threads.append(t)
+            for t in threads:
+                t.join()
+        except Exception as exc:  # the run cannot continue: say so, end cleanly
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.bus.emit("fault", kind="exception", message=f"engine run failed: {self.error}")
+        finally:
+            self.sampler.stop()
+            self.sampler.sample_all()
+            self.bus.emit("counters", **self.bus.counters())
+            if self.scheduler.stopped and not self.scheduler.all_dispatched:
+                reason = "stopped before every proof was done"
+            elif self.error:
+                reason = "failed"
+            else:
+                reason = "all proofs done"
+            self.bus.emit("engine_state", state="done", reason=reason)
+            self._done.set()
+
+    def _runner_fn(self, runner: PartitionRunner) -> Callable[[int, int], bool]:
+        def run(proof: int, partition: int) -> bool:
+            result = runner.run(proof, partition)
+            return result.ok and result.verified is not False
+
+        return run
+
+    def _on_worker_error(self, proof: int, partition: int, exc: Exception) -> None:
+        self.bus.emit(
+            "fault",
+            kind="exception",
+            message=f"worker error: {type(exc).__name__}: {exc}",
+            proof=proof,
+            partition=partition,
+        )
+
+    def _on_proof_done(self, proof: int, ok: bool, wall_ms: float) -> None:
+        self.proofs_ok[proof] = ok
+        self.bus.emit("proof_done", proof=proof, ok=ok, wall_ms=wall_ms)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def ok(self) -> bool:
+        """True when the run finished, every proof was completed and ok."""
+        return (
+            self.done
+            and self.error is None
+            and len(self.proofs_ok) == self.config.proofs
+            and all(self.proofs_ok.values())
+        )
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every worker has finished; False on timeout."""
+        return self._done.wait(timeout)
+
+    def wait_for_stop(self, timeout: float | None = None) -> bool:
+        """Block until a ``stop`` (command or :meth:`stop`); False on timeout."""
+        return self._stop_requested.wait(timeout)
+
+    def stop(self, reason: str = "stop requested") -> None:
+        """End intake; partitions already running finish. Idempotent."""
+        if self._stop_requested.is_set():
+            return
+        self._stop_requested.set()
+        self.scheduler.stop()
+        if not self.done:
+            self.bus.emit("engine_state", state="stopping", reason=reason)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop, wait for the workers, flush telemetry, finish the recording, remove the
+        socket. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.stop("engine closing")
+        if self._run_thread is not None:
+            self._run_thread.join(timeout)
+        self.bus.flush(10.0)
+        if self.server is not None:
+            self.server.close()
+        self.bus.close()
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def __enter__(self) -> Engine:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- observing ----------------------------------------------------------------------------
+
+    def subscribe(self, name: str = "in-process", maxlen: int | None = None) -> Subscription:
+        """A subscription to the stream, exactly as a socket client gets it."""
+        return self.bus.subscribe(name, maxlen)
+
+    @property
+    def state(self):
+        """The live reducer state (``recordings.state.State``); read it after
+        ``bus.flush()`` for a consistent picture."""
+        return self.bus.state
+
+    # -- control ------------------------------------------------------------------------------
+
+    def command(
+        self,
+        cmd: str,
+        args: dict[str, Any] | None = None,
+        *,
+        id: int = 0,
+        client: str = "in-process",
+    ) -> dict[str, Any]:
+        """Run a control command in-process; returns the ``control`` acknowledgement."""
+        frame = {"k": "command", "id": id, "cmd": cmd, "args": args or {}}
+        return self._on_frame(frame, client)
+
+    def _on_frame(self, frame: Any, client: str) -> dict[str, Any]:
+        try:
+            cid, cmd, args = parse_command(frame)
+            if self.read_only:
+                raise CommandError("this engine is read-only (--read-only)")
+            self._check_applicable(cmd, args)
+        except CommandError as exc:
+            return self.bus.emit(
+                "control",
+                id=frame_id(frame),
+                cmd=frame_cmd(frame),
+                args=frame_args(frame),
+                ok=False,
+                error=str(exc),
+                client=client,
+            )
+        ack = self.bus.emit("control", id=cid, cmd=cmd, args=args, ok=True, client=client)
+        self._apply(cmd, args)
+        return ack
+
+    def _on_bad_frame(self, error: str, client: str) -> None:
+        self.bus.emit(
+            "control", id=-1, cmd="?", args={}, ok=False, error=f"bad frame: {error}", client=client
+        )
+
+    def _check_applicable(self, cmd: str, args: dict[str, Any]) -> None:
+        known = {d.index for d in self.devices}
+        device = args.get("device")
+        if device is not None and device not in known:
+            raise CommandError(f"{cmd}: no device {device} (devices: {sorted(known)})")
+
+    def _apply(self, cmd: str, args: dict[str, Any]) -> None:
+        if cmd == "force_fallback":
+            self.controls.force(args["device"], args["on"])
+        elif cmd == "pause":
+            self.scheduler.pause()
+            self.bus.emit("engine_state", state="paused", reason="paused by the operator")
+        elif cmd == "resume":
+            self.scheduler.resume()
+            self.bus.emit("engine_state", state="running", reason="resumed by the operator")
+        elif cmd == "trim":
+            for d in self.devices:
+                if args.get("device") in (None, d.index):
+                    d.synchronize()
+                    d.trim()
+                    self.sampler.sample(d)
+        elif cmd == "marker":
+            self.bus.emit("marker", name=args["name"])
+        elif cmd == "stop":
+            self.stop("stop command")

@@ -1,0 +1,50 @@
+"""Memory samples: every device at a steady rate, and on demand at every allocation decision.
+
+Why both: the steady 10 Hz series draws the pool graphs; the on-demand samples catch what a
+partition does between two ticks (a tiny domain's whole GPU region can fit between them), and
+they put the exact pool state next to every decision in the recording.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from engine.devices.base import Device
+
+
+class Sampler:
+    """Emits ``memory`` events through ``bus`` and, once a second, ``counters``."""
+
+    def __init__(self, bus, devices: Sequence[Device], hz: float = 10.0) -> None:
+        self.bus = bus
+        self.devices = list(devices)
+        self.period = 1.0 / hz
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self, device: Device) -> None:
+        """One sample of one device, now."""
+        self.bus.emit("memory", device=device.index, **device.sample())
+
+    def sample_all(self) -> None:
+        for device in self.devices:
+            self.sample(device)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        ticks = 0
+        per_second = max(1, round(1.0 / self.period))
+        while not self._stop.wait(self.period):
+            self.sample_all()
+            ticks += 1
+            if ticks % per_second == 0:
+                self.bus.emit("counters", **self.bus.counters())
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,271 @@
+"""The telemetry socket: state on connect, then the live stream; control commands back.
+
+Why these defaults: the stream shows what a machine is doing and the commands change it, so by
+default it is a Unix socket in a fresh directory only the user can enter (0700, the socket
+0600), and the path is printed. TCP is for a dashboard on another terminal of the same machine
+only: loopback addresses, and a token (from a file, never the command line) that must come in
+the first frame, compared in constant time.
+
+Per connection: one thread writes the subscription's events (``hello``, ``snapshot``, retained
+events, live; ``lag`` when the client fell behind), one reads framed commands and hands them to
+the engine. Bad framing closes only that connection; the engine keeps running.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from recordings.framing import FrameDecoder, FrameError, encode_frame
+
+AUTH_TIMEOUT_S = 10.0
+
+
+class ListenError(ValueError):
+    """A --listen value the engine refuses (one line for the CLI)."""
+
+
+def parse_listen(spec: str | None) -> tuple[str, Any, Any]:
+    """``None``/"unix" -> ("unix", None, None); "unix:PATH" -> ("unix", PATH, None);
+    "tcp://127.0.0.1:PORT" -> ("tcp", host, port). Non-loopback hosts are refused."""
+    if spec is None or spec == "unix":
+        return ("unix", None, None)
+    if spec.startswith("unix:"):
+        path = spec[5:]
+        if not path:
+            raise ListenError("--listen unix:PATH needs a path")
+        return ("unix", path, None)
+    if spec.startswith("tcp://"):
+        rest = spec[6:]
+        host, sep, port_s = rest.rpartition(":")
+        if not sep or not port_s.isdigit() or int(port_s) > 65535:
+            raise ListenError(f"--listen {spec!r}: expected tcp://127.0.0.1:PORT")
+        host = host.strip("[]")
+        if host == "localhost":
+            host = "127.0.0.1"
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ListenError(f"--listen {spec!r}: only loopback addresses are allowed")
+        return ("tcp", host, int(port_s))
+    raise ListenError(f"--listen {spec!r}: expected unix, unix:PATH or tcp://127.0.0.1:PORT")
+
+
+def read_token(path: str) -> str:
+    """The token in ``path`` (surrounding whitespace ignored); ListenError when unusable."""
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ListenError(f"cannot read --token-file {path}: {exc.strerror or exc}") from None
+    if len(token) < 8:
+        raise ListenError(f"--token-file {path}: the token must be at least 8 characters")
+    return token
+
+
+class TelemetryServer:
+    """Serves ``bus`` subscriptions; ``on_command(frame, client)`` handles each decoded frame
+    (``frame`` is None with an error string when framing broke: ``on_bad_frame``)."""
+
+    def __init__(
+        self,
+        bus: Any,
+        on_command: Callable[[Any, str], None],
+        on_bad_frame: Callable[[str, str], None],
+        *,
+        listen: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.bus = bus
+        self.on_command = on_command
+        self.on_bad_frame = on_bad_frame
+        self.kind, self._path, self._port = parse_listen(listen)
+        if self.kind == "tcp" and not token:
+            raise ListenError("--listen tcp:// needs --token-file")
+        self.token = token
+        self._sock: socket.socket | None = None
+        self._dir: str | None = None
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self.address = ""
+        self._counter = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Bind, listen, start accepting; return the address to print."""
+        if self.kind == "unix":
+            if self._path is None:
+                base = os.environ.get("XDG_RUNTIME_DIR")
+                if not base or not os.path.isdir(base):
+                    base = None
+                self._dir = tempfile.mkdtemp(prefix="provetop-", dir=base)  # mode 0700
+                os.chmod(self._dir, 0o700)
+                path = os.path.join(self._dir, "engine.sock")
+            else:
+                path = os.path.abspath(self._path)
+                if os.path.exists(path):
+                    raise ListenError(f"--listen {path}: the path already exists")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old = os.umask(0o177)
+            try:
+                sock.bind(path)
+            finally:
+                os.umask(old)
+            os.chmod(path, 0o600)
+            self.socket_path = path
+            self.address = f"unix:{path}"
+        else:
+            family = socket.AF_INET6 if ":" in self._path else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((self._path, self._port))
+            except OSError as exc:
+                sock.close()
+                raise ListenError(f"cannot listen on {self._path}:{self._port}: {exc}") from None
+            host, port = sock.getsockname()[:2]
+            self.socket_path = None
+            self.address = f"tcp://{host}:{port}"
+        sock.listen(16)
+        self._sock = sock
+        threading.Thread(target=self._accept_loop, name="telemetry-accept", daemon=True).start()
+        return self.address
+
+    def close(self) -> None:
+        """Stop accepting, close every connection, remove the socket and its directory."""
+        self._closed.set()
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            _shutdown(conn)
+        if self.kind == "unix" and getattr(self, "socket_path", None):
+            try:
+                os.unlink(self.socket_path)
+            except OSError:
+                pass
+            if self._dir:
+                try:
+                    os.rmdir(self._dir)
+                except OSError:
+                    pass
+
+    # -- connections --------------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        while not self._closed.is_set():
+            try:
+                conn, _addr = self._sock.accept()
+            except OSError:
+                return
+            self._counter += 1
+            name = f"{self.kind}#{self._counter}"
+            with self._lock:
+                self._conns.add(conn)
+            threading.Thread(
+                target=self._serve, args=(conn, name), name=f"telemetry-{name}", daemon=True
+            ).start()
+
+    def _serve(self, conn: socket.socket, name: str) -> None:
+        decoder = FrameDecoder()
+        sub = None
+        try:
+            if self.kind == "tcp" and not self._authenticate(conn, decoder):
+                return
+            sub = self.bus.subscribe(name)
+            writer = threading.Thread(
+                target=self._write_loop, args=(conn, sub), name=f"{name}-writer", daemon=True
+            )
+            writer.start()
+            while not self._closed.is_set():
+                try:
+                    data = conn.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                try:
+                    decoder.feed(data)
+                    for frame in decoder.frames():
+                        self.on_command(frame, name)
+                except FrameError as exc:
+                    self.on_bad_frame(str(exc), name)
+                    self.bus.flush(2.0)  # let the refusal reach this client before closing
+                    _wait_drained(sub, 2.0)
+                    return
+        finally:
+            if sub is not None:
+                sub.close()
+            _shutdown(conn)
+            with self._lock:
+                self._conns.discard(conn)
+
+    def _authenticate(self, conn: socket.socket, decoder: FrameDecoder) -> bool:
+        """The first frame on TCP must be {"k": "auth", "token": ...} with the right token."""
+        conn.settimeout(AUTH_TIMEOUT_S)
+        try:
+            while True:
+                frame = decoder.next_frame()
+                if frame is not None:
+                    break
+                data = conn.recv(4096)
+                if not data:
+                    return False
+                decoder.feed(data)
+        except (OSError, FrameError):
+            return False
+        finally:
+            try:
+                conn.settimeout(None)
+            except OSError:
+                pass
+        token = frame.get("token") if frame.get("k") == "auth" else None
+        if not isinstance(token, str) or self.token is None:
+            return False
+        return hmac.compare_digest(token.encode(), self.token.encode())
+
+    def _write_loop(self, conn: socket.socket, sub: Any) -> None:
+        while not self._closed.is_set() and not sub.closed:
+            event = sub.get(timeout=0.5)
+            if event is None:
+                continue
+            try:
+                conn.sendall(encode_frame(event))
+            except (OSError, FrameError):
+                _shutdown(conn)
+                return
+
+
+def _wait_drained(sub: Any, timeout: float) -> None:
+    """Give the writer thread a moment to send what is queued (the refusal) before closing."""
+    deadline = time.monotonic() + timeout
+    while sub.pending() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+
+
+def _shutdown(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        conn.close()
+    except OSError:
+        pass

@@ -1,0 +1,185 @@
+"""``provetop engine``: run the proving engine headless, serving telemetry on a socket.
+
+Keeps its imports light (the parser is built for every command); the engine is imported only
+when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_parser(sub, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text)
+    add_engine_arguments(p)
+
+
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    """The engine's flags; ``provetop run`` reuses them."""
+    p.add_argument("--backend", choices=("cpu", "cuda"), help="kernel backend (default: cpu)")
+    p.add_argument("--preset", help="porep-32g, small, ci or phantom")
+    p.add_argument("--domain-log", type=int, metavar="K", help="domain size n = 2^K (1..28)")
+    p.add_argument("--partitions", type=int, help="partitions per proof")
+    p.add_argument("--proofs", type=int, help="proofs to run")
+    p.add_argument("--concurrency", type=int, help="proofs in flight")
+    p.add_argument("--workers-per-device", type=int, help="worker threads per device (2)")
+    p.add_argument("--devices", metavar="LIST", help="device indices, e.g. 0,1")
+    p.add_argument("--device-memory", metavar="SIZE", help="device memory to use, e.g. 16GiB")
+    p.add_argument("--allocator", choices=("naive", "aware"), help="allocation policy")
+    p.add_argument(
+        "--witness-profile", metavar="Z,O,D", help="fractions of zeros, ones, dense scalars"
+    )
+    p.add_argument("--verify", choices=("always", "sampled", "never"), help="exact checks")
+    p.add_argument("--listen", help="unix (default), unix:PATH or tcp://127.0.0.1:PORT")
+    p.add_argument("--token-file", metavar="F", help="token required by TCP clients")
+    p.add_argument("--read-only", action="store_true", help="refuse control commands")
+    p.add_argument("--record", metavar="PATH", help="recording file (default: data directory)")
+    p.add_argument("--no-record", action="store_true", help="do not write a recording")
+    p.add_argument("--exit-when-done", action="store_true", help="exit when every proof is done")
+    p.add_argument("--seed", type=int, help="seed for reproducible witnesses and SRS")
+
+
+def config_from_args(args: argparse.Namespace):
+    """An EngineConfig from parsed flags (preset first, explicit flags on top); bad values
+    raise UsageError with one line."""
+    from engine.config import ConfigError, from_preset
+    from engine.sizes import parse_size
+    from provetop.cli import UsageError
+
+    try:
+        devices = None
+        if args.devices is not None:
+            try:
+                devices = tuple(int(x) for x in args.devices.split(",") if x.strip() != "")
+            except ValueError:
+                raise UsageError(
+                    f"--devices expects a list like 0,1, got {args.devices!r}"
+                ) from None
+        memory = None
+        if args.device_memory is not None:
+            try:
+                memory = parse_size(args.device_memory)
+            except ValueError as exc:
+                raise UsageError(f"--device-memory: {exc}") from None
+        profile = None
+        if args.witness_profile is not None:
+            try:
+                profile = tuple(float(x) for x in args.witness_profile.split(","))
+            except ValueError:
+                raise UsageError(
+                    f"--witness-profile expects zeros,ones,dense fractions, "
+                    f"got {args.witness_profile!r}"
+                ) from None
+        return from_preset(
+            args.preset,
+            backend=args.backend,
+            domain_log=args.domain_log,
+            partitions=args.partitions,
+            proofs=args.proofs,
+            concurrency=args.concurrency,
+            workers_per_device=args.workers_per_device,
+            devices=devices,
+            device_memory=memory,
+            allocator=args.allocator,
+            witness_profile=profile,
+            verify=args.verify,
+            seed=args.seed,
+        )
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def build_engine(args: argparse.Namespace, log=None):
+    """Check the flags and construct (not start) the Engine; UsageError on bad values."""
+    from engine.runner import Engine, EngineError
+    from provetop.cli import UsageError
+
+    config = config_from_args(args)
+    if args.record and args.no_record:
+        raise UsageError("--record and --no-record are mutually exclusive")
+    if args.token_file and not (args.listen or "").startswith("tcp://"):
+        raise UsageError("--token-file is only used with --listen tcp://127.0.0.1:PORT")
+    record = None
+    if not args.no_record:
+        if args.record:
+            record = args.record
+        else:
+            from recordings.writer import default_recording_path
+
+            record = str(default_recording_path())
+    try:
+        return Engine(
+            config,
+            listen=args.listen,
+            token_file=args.token_file,
+            read_only=args.read_only,
+            record=record,
+            log=log,
+        )
+    except EngineError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def backend_note(args: argparse.Namespace) -> str:
+    """Why this backend: said once at start-up."""
+    if args.backend:
+        return f"backend {args.backend}"
+    gpu = os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+    why = "a GPU is present but the engine's cuda backend" if gpu else "no GPU found; cuda"
+    return f"backend cpu (default: {why} is not available yet), device memory modeled"
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.runner import EngineError
+    from engine.sizes import fmt_size
+    from provetop.cli import UsageError
+
+    engine = build_engine(args)
+    out = sys.stdout
+    cfg = engine.config
+    try:
+        engine.start()
+    except EngineError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        dev = engine.devices[0]
+        print(f"provetop engine {engine.engine_id}: {backend_note(args)}", file=out)
+        print(
+            f"  workload: n = 2^{cfg.domain_log}, {cfg.partitions} partitions x {cfg.proofs} "
+            f"proofs, concurrency {cfg.concurrency}, {cfg.workers_per_device} workers/device, "
+            f"allocator {cfg.allocator}, verify {cfg.verify_mode}",
+            file=out,
+        )
+        print(
+            f"  devices: {', '.join(str(d.index) for d in engine.devices)} "
+            f"({fmt_size(dev.capacity)} each{', modeled' if dev.modeled else ''})",
+            file=out,
+        )
+        if engine.address:
+            print(f"  listening on {engine.address}", file=out)
+        if engine.record_path:
+            print(f"  recording to {engine.record_path}", file=out)
+        out.flush()
+        if args.exit_when_done:
+            engine.wait()
+        else:
+            engine.wait_for_stop()
+            engine.wait()
+    except KeyboardInterrupt:
+        engine.stop("interrupted")
+    finally:
+        engine.close()
+    totals = engine.state.totals()
+    print(
+        f"done: {totals['proofs_done']}/{cfg.proofs} proofs, "
+        f"{totals['partitions_ok']}/{totals['partitions']} partitions ok, "
+        f"{totals['partitions_verified']} verified, {totals['ooms']} OOMs, "
+        f"{totals['retries']} retries",
+        file=out,
+    )
+    if engine.error:
+        print(f"provetop: engine failed: {engine.error}", file=sys.stderr)
+        return 1
+    return 0 if engine.ok else 1
