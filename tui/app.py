@@ -1,0 +1,599 @@
+"""The provetop dashboard: one Textual app for live engines and recordings.
+
+Sources feed events; each engine's events fold into its own :class:`recordings.state.State`;
+a timer redraws the panels from the selected engine's state a few times a second. Nothing here
+computes a figure the reducer does not: the panels only draw. Controls go back to the engine as
+commands and come back as ``control`` events, which is how the log proves they arrived.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, VerticalScroll
+from textual.widgets import Footer
+
+from recordings.state import LogLine, State
+from tui.commands import DashboardCommands
+from tui.screens import HelpScreen, MarkerPrompt
+from tui.sources import EventSource, ReplaySource, SourceError
+from tui.widgets.eventlog import EventLog
+from tui.widgets.header import Header, HeaderInfo
+from tui.widgets.memory import MemoryPanel
+from tui.widgets.partitions import PartitionsTable
+from tui.widgets.replaybar import ReplayBar
+from tui.widgets.timeline import Timeline
+
+REFRESH_HZ = 5.0
+REPLAY_TICK_S = 0.1
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+CONTROL_ACTIONS = {"force_fallback", "pause_intake", "trim", "marker", "save"}
+REPLAY_ACTIONS = {"replay_toggle", "replay_speed", "replay_seek", "replay_jump", "replay_point"}
+COMPACT_WIDTH, COMPACT_HEIGHT = 120, 36
+
+
+@dataclass
+class EngineView:
+    """One watched engine: its source, its reduced state and its connection."""
+
+    source: EventSource
+    state: State = field(default_factory=State)
+    conn: str = "connecting"
+    last_event_at: float = 0.0  # time.monotonic() of the last batch
+    pending: dict[int, tuple[str, dict]] = field(default_factory=dict)
+    sessions: int = 0
+
+
+@dataclass
+class ReplayState:
+    source: ReplaySource
+    position: int = 0
+    index: int = 0
+    speed: float = 1.0
+    playing: bool = False
+    window: int = 0  # history folded at the last seek
+
+
+class ProvetopApp(App[int]):
+    """The dashboard. Give it live sources, or a replay (a source or a file to load)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "provetop"
+    COMMANDS = App.COMMANDS | {DashboardCommands}
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark,f1", "help", "help"),
+        Binding("F", "force_fallback", "fallback"),
+        Binding("P", "pause_intake", "pause"),
+        Binding("T", "trim", "trim"),
+        Binding("M", "marker", "marker"),
+        Binding("S", "save", "save"),
+        Binding("space", "replay_toggle", "play/pause"),
+        Binding("left_square_bracket", "replay_speed(0.5)", "slower"),
+        Binding("right_square_bracket", "replay_speed(2.0)", "faster"),
+        Binding("comma", "replay_seek(-5)", "-5s", show=False),
+        Binding("full_stop", "replay_seek(5)", "+5s", show=False),
+        Binding("less_than_sign", "replay_seek(-60)", "-1m", show=False),
+        Binding("greater_than_sign", "replay_seek(60)", "+1m", show=False),
+        Binding("home", "replay_jump('start')", "start", show=False),
+        Binding("end", "replay_jump('end')", "end", show=False),
+        Binding("n", "replay_point(1)", "next fault", show=False),
+        Binding("p", "replay_point(-1)", "prev fault", show=False),
+        Binding("e", "next_engine", "engine", show=False),
+        Binding("t", "toggle_theme", "theme", show=False),
+        Binding("x", "toggle_maximize", "maximise", show=False),
+        Binding("1", "focus_panel('timeline')", show=False),
+        Binding("2", "focus_panel('memory')", show=False),
+        Binding("3", "focus_panel('partitions')", show=False),
+        Binding("4", "focus_panel('log')", show=False),
+    ]
+
+    def __init__(
+        self,
+        sources: list[EventSource] | None = None,
+        *,
+        replay: ReplaySource | None = None,
+        replay_path: str | None = None,
+        save_dir: str | Path = ".",
+        refresh_hz: float = REFRESH_HZ,
+        autoplay: bool = True,
+        live_clock: bool = True,
+    ) -> None:
+        super().__init__()
+        self.views = [EngineView(s) for s in sources or []]
+        self.selected = 0
+        self.replay: ReplayState | None = None
+        self._replay_source = replay
+        self._replay_path = replay_path
+        self.mode = "replay" if (replay is not None or replay_path) else "live"
+        self.save_dir = Path(save_dir)
+        self.refresh_hz = refresh_hz
+        self.autoplay = autoplay
+        self.live_clock = live_clock
+        self._dirty = True
+        self._ticks = 0
+        self._thread_id = threading.get_ident()
+        self._closing = False
+        self.saved: list[Path] = []
+        self._device: int | None = None
+        self.compact_panel = "memory-box"
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header(id="header")
+        with Grid(id="main"):
+            yield Timeline(id="timeline")
+            with VerticalScroll(id="memory-box"):
+                yield MemoryPanel(id="memory")
+            yield PartitionsTable(id="partitions")
+            yield EventLog(id="log")
+        yield ReplayBar(id="replaybar")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#timeline").border_title = "timeline"
+        self.query_one("#memory-box").border_title = "memory"
+        self.query_one("#partitions").border_title = "partitions"
+        self.query_one("#log").border_title = "events"
+        self.query_one(ReplayBar).display = self.mode == "replay"
+        self._apply_size_class()
+        self.query_one(Timeline).focus()
+        for view in self.views:
+            self._start_source(view)
+        if self.mode == "replay":
+            if self._replay_source is not None:
+                self._replay_loaded(self._replay_source)
+            else:
+                self.run_worker(self._load_replay, thread=True, name="replay-load")
+        self.set_interval(1 / self.refresh_hz, self._tick)
+        if self.mode == "replay":
+            self.set_interval(REPLAY_TICK_S, self._replay_tick)
+
+    def on_resize(self) -> None:
+        self._apply_size_class()
+
+    def _apply_size_class(self) -> None:
+        compact = self.size.width < COMPACT_WIDTH or self.size.height < COMPACT_HEIGHT
+        self.screen.set_class(compact, "-compact")
+        self._layout_panels()
+
+    @property
+    def compact(self) -> bool:
+        return self.screen.has_class("-compact")
+
+    def _layout_panels(self) -> None:
+        """Wide: timeline beside memory over table beside log, the top row as tall as the
+        timeline needs. Compact: the timeline over one panel at a time (2, 3, 4 or tab)."""
+        try:
+            timeline = self.query_one(Timeline)
+            grid = self.query_one("#main")
+        except Exception:  # not composed yet
+            return
+        for name in ("memory-box", "partitions", "log"):
+            self.query_one(f"#{name}").set_class(
+                self.compact and name != self.compact_panel, "-hidden"
+            )
+        if self.compact:
+            grid.styles.grid_rows = ("auto", "1fr")
+            return
+        want = timeline.get_content_height(self.size, self.size, max(20, timeline.size.width))
+        limit = max(10, int(self.size.height * 0.6))
+        grid.styles.grid_rows = (f"{min(limit, max(12, want + 2))}", "1fr")
+
+    # -- sources (Sink protocol; called from source threads) ----------------------------------
+
+    def _start_source(self, view: EngineView) -> None:
+        source = view.source
+        self.run_worker(
+            lambda: source.run(self),
+            thread=True,
+            name=f"source {source.label}",
+            exit_on_error=False,
+        )
+
+    def _call(self, fn, *args) -> None:
+        if self._closing:
+            return
+        if threading.get_ident() == self._thread_id:
+            fn(*args)
+            return
+        try:
+            self.call_from_thread(fn, *args)
+        except RuntimeError:  # the app is shutting down
+            pass
+
+    def events(self, source: EventSource, batch: list[dict[str, Any]]) -> None:
+        self._call(self._ingest, source, batch)
+
+    def status(self, source: EventSource, text: str, level: str = "info") -> None:
+        self._call(self._on_status, source, text, level)
+
+    def _view_of(self, source: EventSource) -> EngineView | None:
+        return next((v for v in self.views if v.source is source), None)
+
+    def _ingest(self, source: EventSource, batch: list[dict[str, Any]]) -> None:
+        view = self._view_of(source)
+        if view is None:
+            return
+        state = view.state
+        for event in batch:
+            kind = event.get("k")
+            if kind == "hello":
+                view.sessions += 1
+                if state.hello is not None or state.events:
+                    old = state
+                    state = view.state = State()
+                    for line in list(old.log)[-50:]:
+                        state.log.append(line)
+            state.apply(event)
+            if kind == "control":
+                self._acknowledge(view, event)
+        view.last_event_at = time.monotonic()
+        self._dirty = True
+
+    def _acknowledge(self, view: EngineView, event: dict[str, Any]) -> None:
+        pending = view.pending.pop(int(event.get("id", -1)), None)
+        if pending is None:
+            return
+        if event.get("ok"):
+            self.notify(f"engine acknowledged {event['cmd']}", timeout=2)
+        else:
+            self.notify(f"engine refused {event['cmd']}: {event.get('error')}", severity="error")
+
+    def _on_status(self, source: EventSource, text: str, level: str) -> None:
+        view = self._view_of(source)
+        if view is None:
+            return
+        conn = text.split(" (")[0]
+        if conn == view.conn and level != "error":
+            return
+        view.conn = conn
+        view.state.log.append(LogLine(view.state.t, level, f"{source.label}: {text}"))
+        self._dirty = True
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    @property
+    def view(self) -> EngineView | None:
+        if self.mode == "replay":
+            return self.views[0] if self.views else None
+        return self.views[self.selected] if self.views else None
+
+    def _now(self, view: EngineView) -> int:
+        if self.replay is not None:
+            return self.replay.position
+        state = view.state
+        if (
+            self.live_clock
+            and view.conn == "connected"
+            and state.engine_state == "running"
+            and view.last_event_at
+        ):
+            return state.t + int(min(1.0, time.monotonic() - view.last_event_at) * 1e9)
+        return state.t
+
+    def _tick(self) -> None:
+        self._ticks += 1
+        view = self.view
+        if view is None:
+            return
+        timeline = self.query_one(Timeline)
+        live_moving = self.replay is None and timeline.follow and view.conn == "connected"
+        if not (self._dirty or live_moving or self.replay is not None and self.replay.playing):
+            return
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Draw every panel from the selected view's state (also used by tests)."""
+        view = self.view
+        if view is None:
+            return
+        state = view.state
+        now = self._now(view)
+        timeline = self.query_one(Timeline)
+        timeline.show(state, now)
+        device = timeline.selected_device
+        end = timeline.window_end
+        self.query_one(MemoryPanel).show(state, device, (end - timeline.span, end))
+        self.query_one(Header).show(self._header_info(view, now))
+        self.query_one(EventLog).show(state)
+        if self._dirty or self._ticks % 2 == 0:
+            self.query_one(PartitionsTable).show(state)
+        if self.replay is not None:
+            r = self.replay
+            self.query_one(ReplayBar).show(
+                position=r.position,
+                start=r.source.start,
+                end=r.source.end,
+                speed=r.speed,
+                playing=r.playing,
+                faults=r.source.faults,
+                markers=r.source.markers,
+                truncated=r.source.truncated,
+            )
+        if not self.compact:
+            self._layout_panels()
+        self._dirty = False
+        self.refresh_bindings()
+
+    def _header_info(self, view: EngineView, now: int) -> HeaderInfo:
+        engines = [(v.source.label, v.conn) for v in self.views]
+        r = self.replay
+        start = view.state.first_t or 0
+        return HeaderInfo(
+            state=view.state,
+            mode=self.mode,
+            engines=engines,
+            selected=self.selected,
+            speed=r.speed if r else 1.0,
+            playing=r.playing if r else True,
+            elapsed_ns=max(0, now - start) if view.state.first_t is not None else now,
+            read_only=getattr(view.source, "read_only", False) and self.mode == "live",
+        )
+
+    def on_timeline_selected(self, message: Timeline.Selected) -> None:
+        self._device = message.device
+        self._dirty = True
+
+    # -- controls -----------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in CONTROL_ACTIONS:
+            view = self.view
+            if self.mode == "replay" or view is None:
+                return None
+            if action == "save":
+                return True if getattr(view.source, "received", None) is not None else None
+            if view.source.read_only or view.conn != "connected":
+                return None
+            return True
+        if action in REPLAY_ACTIONS:
+            return self.mode == "replay" and self.replay is not None
+        if action == "next_engine":
+            return len(self.views) > 1
+        return True
+
+    def _selected_device(self) -> int:
+        device = self.query_one(Timeline).selected_device
+        return 0 if device is None else int(device)
+
+    def send_command(self, cmd: str, args: dict[str, Any]) -> int | None:
+        """Send a control command to the selected engine; log it; None when it cannot go."""
+        view = self.view
+        if view is None:
+            return None
+        try:
+            cid = view.source.send(cmd, args)
+        except SourceError as exc:
+            self.notify(f"{cmd}: {exc}", severity="error")
+            view.state.log.append(LogLine(view.state.t, "warn", f"control {cmd} not sent: {exc}"))
+            self._dirty = True
+            return None
+        view.pending[cid] = (cmd, args)
+        view.state.log.append(LogLine(view.state.t, "info", f"sent {cmd} {args} (#{cid})"))
+        self._dirty = True
+        return cid
+
+    def action_force_fallback(self) -> None:
+        view = self.view
+        if view is None:
+            return
+        device = self._selected_device()
+        on = not view.state.forced_fallback.get(device, False)
+        self.send_command("force_fallback", {"device": device, "on": on})
+
+    def action_pause_intake(self) -> None:
+        view = self.view
+        if view is None:
+            return
+        paused = view.state.engine_state == "paused"
+        self.send_command("resume" if paused else "pause", {})
+
+    def action_trim(self) -> None:
+        self.send_command("trim", {"device": self._selected_device()})
+
+    def action_marker(self) -> None:
+        view = self.view
+        if view is None:
+            return
+        default = f"mark {len(view.state.markers) + 1}"
+
+        def done(name: str | None) -> None:
+            if name:
+                self.send_command("marker", {"name": name})
+
+        self.push_screen(MarkerPrompt(default), done)
+
+    def action_save(self) -> None:
+        view = self.view
+        if view is None:
+            return
+        try:
+            path = self.save_view(view)
+        except (OSError, ImportError, ValueError) as exc:
+            self.notify(f"save failed: {exc}", severity="error")
+            return
+        self.notify(f"saved {path}", timeout=4)
+
+    def save_view(self, view: EngineView, path: Path | None = None) -> Path:
+        """Write every event this dashboard received from ``view`` as a recording."""
+        from recordings.writer import RecordingWriter
+
+        received = getattr(view.source, "received_events", None)
+        if received is None:
+            raise ValueError("this source keeps no events")
+        hello = view.state.hello or {}
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        name = f"provetop-{hello.get('engine_id', 'engine')}-{stamp}.ptrec"
+        path = path or self.save_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writer = RecordingWriter(path)
+        count = 0
+        try:
+            for event in received():
+                writer.write(event)
+                count += 1
+        finally:
+            writer.close()
+        view.state.log.append(LogLine(view.state.t, "info", f"saved {count} events to {path}"))
+        self.saved.append(path)
+        self._dirty = True
+        return path
+
+    # -- replay -------------------------------------------------------------------------------
+
+    def _load_replay(self) -> None:
+        assert self._replay_path is not None
+        try:
+            source = ReplaySource.open(self._replay_path)
+        except Exception as exc:  # shown to the operator, then quit with an error
+            self._call(self._replay_failed, str(exc))
+            return
+        self._call(self._replay_loaded, source)
+
+    def _replay_failed(self, message: str) -> None:
+        self.notify(f"cannot open the recording: {message}", severity="error", timeout=8)
+        self.exit(2, message=f"provetop: error: {message}")
+
+    def _replay_loaded(self, source: ReplaySource) -> None:
+        view = EngineView(source, conn="replay")
+        self.views = [view]
+        self.replay = ReplayState(source, position=source.start, playing=self.autoplay)
+        if not source.checkpoints:
+            self.run_worker(source.build_checkpoints, thread=True, name="checkpoints")
+        self.seek(source.start)
+        if source.truncated:
+            view.state.log.append(LogLine(source.end, "warn", "the recording's tail is truncated"))
+
+    def seek(self, position: int) -> None:
+        """Show the recording at ``position`` (engine nanoseconds)."""
+        r = self.replay
+        if r is None or self.view is None:
+            return
+        position = max(r.source.start, min(r.source.end, int(position)))
+        window = self.query_one(Timeline).span + int(10e9)
+        if r.index and position >= r.position and position - r.position < window:
+            r.index = r.source.advance(self.view.state, r.index, position)
+        else:
+            state, r.index = r.source.state_at(position, window)
+            self.view.state = state
+            r.window = window
+        r.position = position
+        self._dirty = True
+        self.redraw()
+
+    def _replay_tick(self) -> None:
+        r = self.replay
+        if r is None or not r.playing or self.view is None:
+            return
+        position = r.position + int(REPLAY_TICK_S * r.speed * 1e9)
+        if position >= r.source.end:
+            position, r.playing = r.source.end, False
+        r.index = r.source.advance(self.view.state, r.index, position)
+        r.position = position
+        self._dirty = True
+
+    def action_replay_toggle(self) -> None:
+        if self.replay:
+            if not self.replay.playing and self.replay.position >= self.replay.source.end:
+                self.seek(self.replay.source.start)
+            self.replay.playing = not self.replay.playing
+            self.redraw()
+
+    def action_replay_speed(self, factor: float) -> None:
+        if self.replay:
+            wanted = self.replay.speed * factor
+            self.replay.speed = min(SPEEDS, key=lambda s: abs(s - wanted))
+            self.redraw()
+
+    def action_replay_seek(self, seconds: float) -> None:
+        if self.replay:
+            self.seek(self.replay.position + int(seconds * 1e9))
+
+    def action_replay_jump(self, where: str) -> None:
+        if self.replay:
+            src = self.replay.source
+            self.seek(src.start if where == "start" else src.end)
+
+    def action_replay_point(self, direction: int) -> None:
+        if not self.replay:
+            return
+        t = self.replay.source.next_point(self.replay.position, direction > 0)
+        if t is None:
+            self.notify("no further fault or marker", timeout=1.5)
+            return
+        self.seek(t)
+
+    # -- everything else ----------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_next_engine(self) -> None:
+        if len(self.views) > 1:
+            self.selected = (self.selected + 1) % len(self.views)
+            self._dirty = True
+            self.redraw()
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    def action_toggle_maximize(self) -> None:
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+        else:
+            target = self.focused or self.query_one(Timeline)
+            if isinstance(target, MemoryPanel):
+                target = self.query_one("#memory-box")
+            screen.maximize(target)
+
+    def action_focus_panel(self, name: str) -> None:
+        box = "memory-box" if name == "memory" else name
+        if box != "timeline":
+            self.compact_panel = box
+            self._layout_panels()
+        self.query_one(f"#{name}").focus()
+
+    def on_descendant_focus(self, event) -> None:
+        widget = event.widget
+        for name in ("memory-box", "partitions", "log"):
+            node = self.query_one(f"#{name}")
+            if widget is node or node in widget.ancestors:
+                if self.compact_panel != name:
+                    self.compact_panel = name
+                    self._layout_panels()
+                return
+
+    def action_follow(self) -> None:
+        self.query_one(Timeline).action_follow()
+
+    def action_zoom(self, step: int) -> None:
+        self.query_one(Timeline).action_zoom(step)
+        self._dirty = True
+
+    def action_gpu_only(self) -> None:
+        self.query_one(Timeline).action_gpu_only()
+
+    async def action_quit(self) -> None:
+        self.close_sources()
+        self.exit(0)
+
+    def close_sources(self) -> None:
+        self._closing = True
+        for view in self.views:
+            try:
+                view.source.close()
+            except Exception:  # a source failing to close must not block quitting
+                pass
+
+    def on_unmount(self) -> None:
+        self.close_sources()

@@ -1,0 +1,127 @@
+"""Modal screens: the help screen (every key, grouped) and the marker prompt."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, Static
+
+KEYS: list[tuple[str, list[tuple[str, str]]]] = [
+    (
+        "Everywhere",
+        [
+            ("?  F1", "this help"),
+            ("ctrl+p", "command palette: every action by name"),
+            ("tab  shift+tab", "next / previous panel"),
+            ("1 2 3 4", "focus timeline, memory, partitions, event log"),
+            ("x", "maximise the focused panel / restore"),
+            ("e", "next engine (when watching several)"),
+            ("t", "dark / light theme"),
+            ("q", "quit"),
+        ],
+    ),
+    (
+        "Controls (live engines that accept control)",
+        [
+            ("F", "toggle the forced pre-stage fallback on the selected device"),
+            ("P", "pause / resume the intake of partitions"),
+            ("T", "trim the selected device's pools now"),
+            ("M", "add a named marker"),
+            ("S", "save what this dashboard received as a recording"),
+        ],
+    ),
+    (
+        "Timeline",
+        [
+            ("← →", "move the cursor (pauses following)"),
+            ("shift+← →", "scroll half a window"),
+            ("↑ ↓", "select a lane (its device is the selected device)"),
+            ("+ -", "zoom in / out (100 ms … 1 h)"),
+            ("l", "follow live again"),
+            ("g", "GPU lanes only / all lanes"),
+        ],
+    ),
+    (
+        "Partitions table",
+        [("o", "cycle the sort column (or click a header)"), ("O", "reverse the sort")],
+    ),
+    (
+        "Replay",
+        [
+            ("space", "play / pause"),
+            ("[ ]", "slower / faster (0.25x … 16x)"),
+            (", .", "seek back / forward 5 s"),
+            ("< >", "seek back / forward 1 min"),
+            ("home end", "jump to start / end"),
+            ("n p", "next / previous fault or marker"),
+        ],
+    ),
+]
+
+
+def keys_table() -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold #00afff", no_wrap=True)
+    table.add_column()
+    for title, rows in KEYS:
+        table.add_row(Text(title, style="bold underline"), "")
+        for key, what in rows:
+            table.add_row(key, what)
+        table.add_row("", "")
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key binding, grouped by panel."""
+
+    BINDINGS = [
+        Binding("escape,q,question_mark,f1", "dismiss", "close"),
+    ]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 80; max-width: 95%; height: auto; max-height: 90%;
+        border: round $accent; background: $surface; padding: 0 1;
+    }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as box:
+            box.border_title = "provetop keys"
+            box.border_subtitle = "esc to close"
+            yield Static(keys_table())
+
+    def action_dismiss(self, result: None = None) -> None:  # type: ignore[override]
+        self.dismiss(None)
+
+
+class MarkerPrompt(ModalScreen[str | None]):
+    """Ask for a marker's name; Enter sends it, Escape cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    DEFAULT_CSS = """
+    MarkerPrompt { align: center middle; }
+    MarkerPrompt > Vertical {
+        width: 60; max-width: 95%; height: auto; border: round $accent;
+        background: $surface; padding: 0 1;
+    }
+    """
+
+    def __init__(self, default: str) -> None:
+        super().__init__()
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Marker name (Enter to add, Esc to cancel)")
+            yield Input(value=self.default, id="marker-name")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or self.default)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

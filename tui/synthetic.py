@@ -1,0 +1,331 @@
+"""Synthetic telemetry: a deterministic, plausible engine run made of schema events.
+
+The dashboard's snapshot tests need a fixed event sequence, and ``provetop bench tui`` needs a
+large one (an hour of 8 GPUs) without running a real engine for an hour. This module simulates
+the pipeline the engine emits (workers sharing a device mutex, pre-stage and upload outside it,
+the GPU phases inside it, memory samples at 10 Hz, an occasional OOM retried on the fallback
+path) so that every panel has something true-to-shape to draw. Nothing here claims to be a
+measurement: ``hello.config.synthetic`` says so.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from recordings.schema import SCHEMA_VERSION
+
+GIB = 1 << 30
+MIB = 1 << 20
+MS = 1_000_000
+
+# phase -> mean duration in ms (a small-domain partition; shapes, not a benchmark)
+_HOST = (("synthesis", 220.0), ("prestage", 30.0), ("upload", 90.0))
+_GPU = (
+    ("h_step", 160.0),
+    ("msm_h", 120.0),
+    ("msm_l", 170.0),
+    ("msm_a", 110.0),
+    ("msm_b_g1", 60.0),
+    ("copy_back", 12.0),
+)
+_AFTER = (("verify", 25.0), ("release", 3.0))
+
+
+def hello(
+    devices: int = 2,
+    t: int = 0,
+    *,
+    backend: str = "cpu",
+    engine_id: str = "synthetic-0001",
+    host: str = "lab-node",
+    capacity: int = 16 * GIB,
+    read_only: bool = False,
+    workers: int = 2,
+    allocator: str = "aware",
+    name: str | None = None,
+) -> dict[str, Any]:
+    """A ``hello`` event for a synthetic engine."""
+    modeled = backend == "cpu"
+    gpu_name = name or ("cpu-model" if modeled else "NVIDIA H200")
+    return {
+        "k": "hello",
+        "t": t,
+        "schema": SCHEMA_VERSION,
+        "engine_id": engine_id,
+        "host": host,
+        "pid": 4242,
+        "version": "0.1.0",
+        "source": "provetop",
+        "backend": backend,
+        "modeled": modeled,
+        "devices": [
+            {"index": d, "name": gpu_name, "capacity": capacity, "modeled": modeled}
+            for d in range(devices)
+        ],
+        "config": {
+            "allocator": allocator,
+            "workers_per_device": workers,
+            "preset": "synthetic",
+            "synthetic": True,
+        },
+        "wall_ns": 1_764_000_000_000_000_000,
+        "read_only": read_only,
+    }
+
+
+def _where(proof: int, partition: int, worker: int, device: int) -> dict[str, int]:
+    return {"proof": proof, "partition": partition, "worker": worker, "device": device}
+
+
+def generate(
+    *,
+    devices: int = 2,
+    workers: int = 2,
+    duration_s: float = 20.0,
+    partitions_per_proof: int = 4,
+    seed: int = 7,
+    capacity: int = 16 * GIB,
+    memory_hz: float = 10.0,
+    oom_every: int = 23,
+    backend: str = "cpu",
+    read_only: bool = False,
+    markers: tuple[tuple[float, str], ...] = (),
+    time_scale: float = 1.0,
+) -> list[dict[str, Any]]:
+    """Events of a synthetic run, sorted by time. Deterministic for a given seed.
+
+    ``oom_every``: every that many partitions one attempt fails with an OOM at pre-stage and
+    is retried on the fallback path (0 disables), so faults and fallbacks appear in every
+    panel. ``time_scale`` stretches every phase (3.0 is closer to a large-domain partition)."""
+    rng = random.Random(seed)
+    end_t = int(duration_s * 1e9)
+    events: list[dict[str, Any]] = [
+        hello(devices, 0, backend=backend, capacity=capacity, read_only=read_only, workers=workers),
+        {"k": "engine_state", "t": 1000, "state": "running"},
+    ]
+    next_partition = [0]  # shared intake across devices: (proof, partition) = divmod
+    proof_left: dict[int, int] = {}
+    proof_start: dict[int, int] = {}
+    # per-device memory state the samples are drawn from
+    mem = {
+        d: {"sync_used": 2 * GIB, "sync_cached": 0, "async_used": 0, "async_reserved": 0}
+        for d in range(devices)
+    }
+    mem_changes: list[tuple[int, int, dict[str, int]]] = []  # (t, device, new pool values)
+    gpu_free = dict.fromkeys(range(devices), 0)
+    worker_t = {
+        (d, w): int(rng.uniform(0, 80) * MS) + w * 40 * MS
+        for d in range(devices)
+        for w in range(workers)
+    }
+    serial = 0
+
+    def dur(mean: float) -> int:
+        return int(rng.uniform(0.8, 1.2) * mean * time_scale * MS)
+
+    while True:
+        # the worker that becomes free first takes the next partition
+        (d, w), t = min(worker_t.items(), key=lambda kv: (kv[1], kv[0]))
+        if t >= end_t:
+            break
+        proof, part = divmod(next_partition[0], partitions_per_proof)
+        next_partition[0] += 1
+        serial += 1
+        proof_left.setdefault(proof, partitions_per_proof)
+        proof_start.setdefault(proof, t)
+        where = _where(proof, part, w, d)
+        phases_ms: dict[str, float] = {}
+        oom = bool(oom_every) and serial % oom_every == 0
+
+        def phase(name: str, start: int, length: int, ok: bool = True) -> int:
+            events.append({"k": "phase_begin", "t": start, **where, "phase": name})  # noqa: B023
+            events.append(
+                {"k": "phase_end", "t": start + length, **where, "phase": name, "ok": ok}  # noqa: B023
+            )
+            phases_ms[name] = phases_ms.get(name, 0.0) + length / MS  # noqa: B023
+            return start + length
+
+        for attempt in (0, 1) if oom else (0,):
+            t = phase("synthesis", t, dur(_HOST[0][1])) if attempt == 0 else t
+            prestage_len = dur(_HOST[1][1])
+            if attempt == 0 and oom:
+                t = phase("prestage", t, prestage_len, ok=False)
+                pools = {**mem[d], "driver_free": 1 * GIB, "driver_total": capacity}
+                events.append(
+                    {
+                        "k": "fault",
+                        "t": t,
+                        "kind": "oom",
+                        "message": "cudaMalloc failed for the pre-stage buffers",
+                        **where,
+                        "site": "prestage",
+                        "requested": 12 * GIB,
+                        "pools": {**pools, "modeled": backend == "cpu"},
+                    }
+                )
+                events.append(
+                    {
+                        "k": "partition_done",
+                        "t": t + 1000,
+                        **where,
+                        "attempt": 0,
+                        "ok": False,
+                        "phases_ms": dict(phases_ms),
+                        "gpu_total_ms": 0.0,
+                        "mutex_wait_ms": 0.0,
+                        "prestage": "fallback",
+                        "prestage_reason": "OOM at pre-stage",
+                        "failure": "oom: cudaMalloc 12.00 GiB",
+                        "will_retry": True,
+                    }
+                )
+                t += 2000
+                phases_ms = {}
+                continue
+            fallback = attempt == 1
+            if not fallback:
+                t = phase("prestage", t, prestage_len)
+                events.append(
+                    {
+                        "k": "alloc",
+                        "t": t,
+                        **where,
+                        "site": "prestage",
+                        "pool": "sync",
+                        "requested": 3 * GIB,
+                        "decision": "ok",
+                    }
+                )
+                mem_changes.append((t, d, {"sync_used": +3 * GIB}))
+                t = phase("upload", t, dur(_HOST[2][1]))
+            wait_start = t
+            acquire = max(t, gpu_free[d])
+            events.append({"k": "phase_begin", "t": wait_start, **where, "phase": "mutex_wait"})
+            events.append(
+                {"k": "phase_end", "t": acquire, **where, "phase": "mutex_wait", "ok": True}
+            )
+            phases_ms["mutex_wait"] = (acquire - wait_start) / MS
+            events.append(
+                {
+                    "k": "mutex",
+                    "t": acquire,
+                    **where,
+                    "wait_ns": acquire - wait_start,
+                    "hold_ns": 0,
+                    "action": "acquire",
+                }
+            )
+            t = acquire
+            if fallback:
+                t = phase("fallback_upload", t, dur(140.0))
+            mem_changes.append((t, d, {"async_used": +4 * GIB}))
+            for name, mean in _GPU:
+                t = phase(name, t, dur(mean))
+            mem_changes.append((t, d, {"async_used": -4 * GIB}))
+            gpu_free[d] = t
+            events.append(
+                {
+                    "k": "mutex",
+                    "t": t,
+                    **where,
+                    "wait_ns": acquire - wait_start,
+                    "hold_ns": t - acquire,
+                    "action": "release",
+                }
+            )
+            gpu_total = (t - acquire) / MS
+            for name, mean in _AFTER:
+                t = phase(name, t, dur(mean))
+            if not fallback:
+                mem_changes.append((t, d, {"sync_used": -3 * GIB, "sync_cached": +3 * GIB}))
+            events.append(
+                {
+                    "k": "partition_done",
+                    "t": t,
+                    **where,
+                    "attempt": attempt,
+                    "ok": True,
+                    "phases_ms": dict(phases_ms),
+                    "gpu_total_ms": gpu_total,
+                    "mutex_wait_ms": (acquire - wait_start) / MS,
+                    "prestage": "fallback" if fallback else "ok",
+                    "prestage_reason": "retry after OOM" if fallback else None,
+                    "verified": True,
+                }
+            )
+        worker_t[(d, w)] = t + int(rng.uniform(1, 20) * MS)
+        proof_left[proof] -= 1
+        if proof_left[proof] == 0:
+            events.append(
+                {
+                    "k": "proof_done",
+                    "t": t + 1,
+                    "proof": proof,
+                    "ok": True,
+                    "wall_ms": (t - proof_start[proof]) / MS,
+                }
+            )
+
+    events.extend(_memory_samples(mem, mem_changes, devices, end_t, memory_hz, capacity, backend))
+    for at_s, name in markers:
+        events.append({"k": "marker", "t": int(at_s * 1e9), "name": name})
+    events.sort(key=lambda e: e["t"])
+    return [e for e in events if e["t"] <= end_t]
+
+
+def _memory_samples(
+    mem: dict[int, dict[str, int]],
+    changes: list[tuple[int, int, dict[str, int]]],
+    devices: int,
+    end_t: int,
+    hz: float,
+    capacity: int,
+    backend: str,
+) -> list[dict[str, Any]]:
+    """Memory samples at ``hz`` per device, replaying the pool changes in time order."""
+    changes.sort(key=lambda c: c[0])
+    out: list[dict[str, Any]] = []
+    step = int(1e9 / hz)
+    i = 0
+    ballast = 0
+    other = 600 * MIB
+    for t in range(step, end_t + 1, step):
+        while i < len(changes) and changes[i][0] <= t:
+            _, d, delta = changes[i]
+            pools = mem[d]
+            for key, value in delta.items():
+                pools[key] = max(0, pools[key] + value)
+            # the sync pool reuses its cache before growing
+            if delta.get("sync_used", 0) > 0:
+                reuse = min(pools["sync_cached"], delta["sync_used"])
+                pools["sync_cached"] -= reuse
+            pools["async_reserved"] = max(pools["async_reserved"], pools["async_used"])
+            i += 1
+        for d in range(devices):
+            p = mem[d]
+            held = p["sync_used"] + p["sync_cached"] + p["async_reserved"] + ballast + other
+            free = max(0, capacity - held)
+            out.append(
+                {
+                    "k": "memory",
+                    "t": t,
+                    "device": d,
+                    "sync_used": p["sync_used"],
+                    "sync_cached": p["sync_cached"],
+                    "async_used": p["async_used"],
+                    "async_reserved": max(p["async_reserved"], p["async_used"]),
+                    "async_high": 8 * GIB,
+                    "pinned_host": 3 * GIB,
+                    "ballast": ballast,
+                    "driver_free": free,
+                    "driver_total": capacity,
+                    "largest_alloc": max(0, free - 64 * MIB),
+                    "nvml_used": held + 400 * MIB,
+                    "nvml_free": max(0, capacity - held - 400 * MIB),
+                    "nvml_total": capacity,
+                    "process_used": held,
+                    "modeled": backend == "cpu",
+                }
+            )
+    return out

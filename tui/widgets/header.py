@@ -1,0 +1,140 @@
+"""The header: what is being watched and how it is doing, in two lines.
+
+Title, engine(s) and host, GPU names, backend (cpu is marked modeled), allocator policy, state
+(running, paused, replay at N x), proofs done, rolling s/proof, elapsed time and the connection
+state of every source."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widget import Widget
+
+from recordings.state import State
+from tui.style import FAILURE_COLOUR, clock
+
+STATE_STYLE = {
+    "running": "bold #5fd75f",
+    "paused": "bold #d7af00",
+    "starting": "bold #00afaf",
+    "stopping": "bold #d7af00",
+    "done": "bold #8a8a8a",
+}
+CONN_STYLE = {"connected": "#5fd75f", "replay": "#00afff", "loaded": "#00afff"}
+
+
+@dataclass
+class HeaderInfo:
+    """What the header draws, prepared by the app from the selected engine's view."""
+
+    state: State
+    mode: str  # "live" or "replay"
+    engines: list[tuple[str, str]]  # (label, connection state) for every source
+    selected: int = 0
+    speed: float = 1.0
+    playing: bool = True
+    elapsed_ns: int = 0
+    read_only: bool = False
+
+
+def gpu_names(hello: dict | None) -> str:
+    if not hello:
+        return "?"
+    names = Counter(str(d.get("name", "?")) for d in hello.get("devices", []))
+    return ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items()) or "none"
+
+
+class Header(Widget):
+    """Two lines of status; see the module docstring."""
+
+    DEFAULT_CSS = """
+    Header { height: 2; background: $panel; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.info: HeaderInfo | None = None
+
+    def show(self, info: HeaderInfo) -> None:
+        self.info = info
+        self.refresh()
+
+    def render(self) -> Text:
+        info = self.info
+        title = Text(" provetop ", style="bold reverse #00afff")
+        if info is None:
+            return title + Text(" starting…")
+        width = max(20, self.size.width)
+        first = [title, *self._engines(info), *self._setup(info)]
+        second = self._progress(info)
+        return pack(first, width) + Text("\n") + pack(second, width)
+
+    def _engines(self, info: HeaderInfo) -> list[Text]:
+        out = []
+        for i, (label, conn) in enumerate(info.engines):
+            mark = "▸" if i == info.selected and len(info.engines) > 1 else ""
+            chunk = Text(f" {mark}{label} ", style="bold" if i == info.selected else "dim")
+            chunk.append(f"[{conn}]", style=CONN_STYLE.get(conn, f"bold {FAILURE_COLOUR}"))
+            out.append(chunk)
+        return out
+
+    def _setup(self, info: HeaderInfo) -> list[Text]:
+        hello = info.state.hello or {}
+        out = [Text(" │ ", style="dim") + Text(gpu_names(hello))]
+        backend = Text(" │ ", style="dim") + Text(hello.get("backend", "?"), style="bold")
+        if hello.get("modeled") or hello.get("backend") == "cpu":
+            backend.append(" modeled", style="italic #d7af00")
+        out.append(backend)
+        alloc = (hello.get("config") or {}).get("allocator")
+        if alloc:
+            out.append(Text(" │ ", style="dim") + Text(f"allocator {alloc}"))
+        if info.read_only:
+            out.append(Text(" │ ", style="dim") + Text("read-only", style="italic"))
+        host = hello.get("host")
+        if host and len(info.engines) == 1 and host not in info.engines[0][0]:
+            out.append(Text(" │ ", style="dim") + Text(f"host {host}"))
+        return out
+
+    def _progress(self, info: HeaderInfo) -> list[Text]:
+        state = info.state
+        sep = Text(" │ ", style="dim")
+        if info.mode == "replay":
+            icon = "▶" if info.playing else "⏸"
+            head = Text(f" {icon} replay at {info.speed:g}x ", style="bold reverse #00afff")
+        else:
+            head = Text(
+                f" {state.engine_state} ", style=STATE_STYLE.get(state.engine_state, "bold")
+            )
+        totals = state.totals()
+        proofs = sep + Text(f"proofs {totals['proofs_done']}", style="bold")
+        if totals["proofs_failed"]:
+            proofs.append(f" ({totals['proofs_failed']} failed)", style=FAILURE_COLOUR)
+        rolling = state.rolling_s_per_proof()
+        rate = sep + Text(f"{rolling:.2f} s/proof" if rolling else "– s/proof", style="bold")
+        out = [head, proofs, rate, sep + Text(f"elapsed {clock(info.elapsed_ns)}")]
+        out.append(Text(f" · partitions {totals['partitions_ok']}/{totals['partitions']}"))
+        if totals["ooms"]:
+            out.append(sep + Text(f"OOM {totals['ooms']}", style=f"bold {FAILURE_COLOUR}"))
+        if totals["fallbacks"]:
+            out.append(Text(f" · fallbacks {totals['fallbacks']}", style="#ff8700"))
+        if info.mode == "replay":
+            out.append(sep + Text(f"engine {state.engine_state}", style="dim"))
+        if state.lagged:
+            out.append(Text(f" · lagged {state.lagged}", style="#d7af00"))
+        return out
+
+
+def pack(chunks: list[Text], width: int) -> Text:
+    """Join chunks in priority order into one line of ``width``, skipping those that no longer
+    fit (so a narrow terminal loses the least important figures, never the layout)."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    used = 0
+    for chunk in chunks:
+        n = chunk.cell_len
+        if used + n > width:
+            continue
+        line.append_text(chunk)
+        used += n
+    return line

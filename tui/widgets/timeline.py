@@ -1,0 +1,533 @@
+"""The timeline: one lane per worker per device, a GPU lane and an upload lane, drawn with the
+Line API so only the visible rows are built, and only once per refresh.
+
+Each column is a time bucket; it shows the phase that covers most of the bucket (failures win).
+The window follows the newest event (live) or stays where the operator put it (paused), from
+100 ms to 1 h wide. A cursor (a lane and an instant) selects the segment shown in the detail row.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from rich.segment import Segment as RichSegment
+from rich.style import Style
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.strip import Strip
+from textual.widget import Widget
+
+from recordings.state import Segment, State
+from tui.style import (
+    FAILURE_COLOUR,
+    GPU_BUSY,
+    GROUPS,
+    IDLE_GPU,
+    MARKER_COLOUR,
+    UPLOAD_BUSY,
+    clock,
+    duration_ns,
+    group_colour,
+    phase_group,
+)
+
+ZOOMS_NS = [
+    int(x * 1e9) for x in (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+]
+DEFAULT_ZOOM = ZOOMS_NS.index(int(30e9))
+LABEL_W = 9
+SAMPLE_LIMIT = 8  # segments per column above which columns are point-sampled
+
+
+@dataclass
+class Cell:
+    """What one column of one lane shows."""
+
+    kind: str  # "idle", "busy", a phase group, or "fail"
+    seg: Segment | None = None
+
+
+class LaneIndex:
+    """End times of one lane's finished segments, kept in step with the state's list (which
+    only grows, in order of end time), so a window's segments are found by bisection."""
+
+    def __init__(self) -> None:
+        self.source: list[Segment] | None = None
+        self.ends: list[int] = []
+        self.longest = 0
+
+    def sync(self, segments: list[Segment]) -> None:
+        if segments is not self.source or len(self.ends) > len(segments):
+            self.source, self.ends, self.longest = segments, [], 0
+        for seg in segments[len(self.ends) :]:
+            end = seg.end if seg.end is not None else seg.start
+            self.ends.append(end)
+            self.longest = max(self.longest, end - seg.start)
+
+    def window(self, start: int, end: int) -> list[Segment]:
+        """Finished segments overlapping [start, end)."""
+        assert self.source is not None
+        lo = bisect_left(self.ends, start)
+        hi = bisect_left(self.ends, end + self.longest + 1, lo)
+        return [s for s in self.source[lo:hi] if s.start < end]
+
+
+class Timeline(Widget, can_focus=True):
+    """Lanes of phases over a time window; see the module docstring."""
+
+    BINDINGS = [
+        Binding("left", "cursor(-1)", "◀", show=False),
+        Binding("right", "cursor(1)", "▶", show=False),
+        Binding("shift+left", "scroll_window(-0.5)", "scroll", show=False),
+        Binding("shift+right", "scroll_window(0.5)", "scroll", show=False),
+        Binding("up", "lane(-1)", "lane up", show=False),
+        Binding("down", "lane(1)", "lane down", show=False),
+        Binding("plus,equals_sign", "zoom(-1)", "zoom in"),
+        Binding("minus", "zoom(1)", "zoom out"),
+        Binding("l", "follow", "live"),
+        Binding("g", "gpu_only", "GPU lanes", show=False),
+    ]
+
+    follow: reactive[bool] = reactive(True)
+    zoom: reactive[int] = reactive(DEFAULT_ZOOM)
+
+    class Selected(Message):
+        """The cursor moved to another lane: its device becomes the selected device."""
+
+        def __init__(self, device: int | None) -> None:
+            super().__init__()
+            self.device = device
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.state: State | None = None
+        self.now = 0
+        self.end_t = 0  # right edge of the window while paused
+        self.cursor_t: int | None = None  # None: the right edge
+        self.lane_index = 0
+        self.lane_top = 0
+        self.gpu_only = False
+        self._lanes: list[tuple] = []
+        self._rows: list[Strip] = []
+        self._key: tuple | None = None
+        self._indexes: dict[tuple, LaneIndex] = {}
+        self._state_id = 0
+        self._styles_key: tuple | None = None
+
+    # -- data in ------------------------------------------------------------------------------
+
+    def show(self, state: State, now: int) -> None:
+        """Draw ``state`` with the live edge at ``now`` (engine nanoseconds)."""
+        if state is not self.state:
+            self._indexes.clear()
+            self.state = state
+        self.now = now
+        self._key = None
+        self.refresh()
+
+    @property
+    def span(self) -> int:
+        return ZOOMS_NS[self.zoom]
+
+    @property
+    def window_end(self) -> int:
+        return self.now if self.follow else self.end_t
+
+    @property
+    def selected_lane(self) -> tuple | None:
+        lanes = self.visible_lanes()
+        if not lanes:
+            return None
+        return lanes[min(self.lane_index, len(lanes) - 1)]
+
+    @property
+    def selected_device(self) -> int | None:
+        lane = self.selected_lane
+        return None if lane is None else lane[1]
+
+    def visible_lanes(self) -> list[tuple]:
+        if self.state is None:
+            return []
+        lanes = self.state.lanes()
+        if self.gpu_only:
+            lanes = [lane for lane in lanes if lane[0] == "gpu"]
+        return lanes
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def _pause_here(self) -> None:
+        if self.follow:
+            self.end_t = self.now
+            self.follow = False
+
+    def action_cursor(self, step: int) -> None:
+        self._pause_here()
+        cols = self._cols()
+        cell = self.span / cols
+        start = self.window_end - self.span
+        cur = self.cursor_t if self.cursor_t is not None else self.window_end - cell / 2
+        cur = int(cur + step * cell)
+        if cur < start:
+            self.end_t -= int(start - cur + cell)
+        elif cur > self.window_end:
+            self.end_t += int(cur - self.window_end + cell)
+        self.cursor_t = max(0, cur)
+        self._key = None
+        self.refresh()
+
+    def action_scroll_window(self, fraction: float) -> None:
+        self._pause_here()
+        shift = int(self.span * fraction)
+        self.end_t = max(self.span // 2, self.end_t + shift)
+        if self.cursor_t is not None:
+            self.cursor_t += shift
+        self._key = None
+        self.refresh()
+
+    def action_lane(self, step: int) -> None:
+        lanes = self.visible_lanes()
+        if not lanes:
+            return
+        self.lane_index = max(0, min(len(lanes) - 1, self.lane_index + step))
+        self._key = None
+        self.refresh()
+        self.post_message(self.Selected(self.selected_device))
+
+    def action_zoom(self, step: int) -> None:
+        centre = self.cursor_t
+        self.zoom = max(0, min(len(ZOOMS_NS) - 1, self.zoom + step))
+        if not self.follow and centre is not None:
+            self.end_t = centre + self.span // 2
+        self._key = None
+
+    def action_follow(self) -> None:
+        self.follow = True
+        self.cursor_t = None
+        self._key = None
+        self.refresh()
+
+    def action_gpu_only(self) -> None:
+        self.gpu_only = not self.gpu_only
+        self.lane_index = 0
+        self._key = None
+        self.refresh()
+
+    def watch_zoom(self) -> None:
+        self.refresh()
+
+    def watch_follow(self) -> None:
+        self.refresh()
+
+    def set_window(self, end: int, follow: bool) -> None:
+        """Used by replay: the window ends at the replay position."""
+        self.end_t = end
+        self.follow = follow
+        self._key = None
+        self.refresh()
+
+    # -- geometry -----------------------------------------------------------------------------
+
+    def _cols(self) -> int:
+        return max(4, self.size.width - LABEL_W)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return max(4, len(self.visible_lanes()) + 2 + self.legend_height(width))
+
+    def legend_height(self, width: int) -> int:
+        return len(self._legend(max(20, width), Style()))
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        self._build()
+        if y < len(self._rows):
+            return self._rows[y]
+        return Strip.blank(self.size.width, self.rich_style)
+
+    def _build(self) -> None:
+        key = (
+            self.size,
+            self.window_end,
+            self.span,
+            self.cursor_t,
+            self.lane_index,
+            self.state.events if self.state else -1,
+            self.has_focus,
+            self.gpu_only,
+            self.app.theme,
+        )
+        if key == self._key:
+            return
+        self._key = key
+        width, height = self.size.width, self.size.height
+        base = self.rich_style
+        dim = base + Style(dim=True)
+        rows: list[Strip] = []
+        if self.state is None or self.state.hello is None and not self.state.segments:
+            rows.append(Strip([RichSegment(" waiting for events…".ljust(width), dim)]))
+            self._rows = rows
+            return
+        cols = self._cols()
+        end = self.window_end
+        start = end - self.span
+        cell = self.span / cols
+        lanes = self.visible_lanes()
+        self.lane_index = min(self.lane_index, max(0, len(lanes) - 1))
+        lane_rows = max(1, height - 2 - self.legend_height(width))
+        if self.lane_index < self.lane_top:
+            self.lane_top = self.lane_index
+        elif self.lane_index >= self.lane_top + lane_rows:
+            self.lane_top = self.lane_index - lane_rows + 1
+        self.lane_top = max(0, min(self.lane_top, max(0, len(lanes) - lane_rows)))
+        cursor_col = None
+        if self.cursor_t is not None and start <= self.cursor_t < end:
+            cursor_col = int((self.cursor_t - start) / cell)
+        elif self.cursor_t is None:
+            cursor_col = cols - 1
+        rows.append(self._axis(start, end, cols, base, dim))
+        selected_seg: Segment | None = None
+        for i, lane in enumerate(lanes[self.lane_top : self.lane_top + lane_rows]):
+            index = self.lane_top + i
+            cells = self._cells(lane, start, end, cols)
+            is_sel = index == self.lane_index
+            if is_sel and cursor_col is not None and 0 <= cursor_col < cols:
+                selected_seg = cells[cursor_col].seg
+            rows.append(self._lane_strip(lane, cells, is_sel, cursor_col, base, dim))
+        rows.append(self._detail(selected_seg, width, base, dim))
+        rows.extend(self._legend(width, base))
+        self._rows = rows
+
+    def _label(self, lane: tuple) -> str:
+        if lane[0] == "worker":
+            return f"gpu{lane[1]} w{lane[2]}"
+        return f"gpu{lane[1]} {'GPU' if lane[0] == 'gpu' else 'upl'}"
+
+    def _cells(self, lane: tuple, start: int, end: int, cols: int) -> list[Cell]:
+        assert self.state is not None
+        state = self.state
+        idx = self._indexes.get(lane)
+        if idx is None:
+            idx = self._indexes[lane] = LaneIndex()
+        idx.sync(state.segments.get(lane, []))
+        segs = idx.window(start, end)
+        for seg in state.open.values():
+            if seg.lane == lane and seg.start < end:
+                segs.append(seg)
+        cell = (end - start) / cols
+        kind_busy = lane[0] != "worker"
+        idle = "idle" if lane[0] == "gpu" else "none"
+        cells = [Cell(idle) for _ in range(cols)]
+        cover = [0.0] * cols
+        now = state.t
+        if len(segs) > SAMPLE_LIMIT * cols:  # too many to weigh: sample column midpoints
+            segs.sort(key=lambda s: s.start)
+            starts = [s.start for s in segs]
+            for c in range(cols):
+                mid = start + (c + 0.5) * cell
+                j = bisect_left(starts, mid) - 1
+                if j >= 0:
+                    seg = segs[j]
+                    seg_end = seg.end if seg.end is not None else now
+                    if seg_end >= mid:
+                        cells[c] = Cell(self._kind(seg, kind_busy), seg)
+            for seg in segs:
+                if not seg.ok:
+                    c = int((max(seg.start, start) - start) / cell)
+                    if 0 <= c < cols:
+                        cells[c] = Cell("fail", seg)
+            return cells
+        for seg in segs:
+            seg_end = seg.end if seg.end is not None else max(now, seg.start)
+            s, e = max(seg.start, start), min(seg_end, end)
+            if e < s:
+                continue
+            c0 = int((s - start) / cell)
+            c1 = min(cols - 1, int((e - start) / cell))
+            kind = self._kind(seg, kind_busy)
+            for c in range(max(0, c0), c1 + 1):
+                lo = start + c * cell
+                overlap = min(e, lo + cell) - max(s, lo)
+                if overlap <= 0 and c0 != c1:
+                    continue
+                overlap = max(overlap, 1e-9)
+                current = cells[c]
+                if kind == "fail" or (current.kind != "fail" and overlap > cover[c]):
+                    cells[c] = Cell(kind, seg)
+                    cover[c] = overlap
+        return cells
+
+    @staticmethod
+    def _kind(seg: Segment, busy: bool) -> str:
+        if not seg.ok:
+            return "fail"
+        return "busy" if busy else phase_group(seg.phase)
+
+    def _lane_strip(
+        self,
+        lane: tuple,
+        cells: list[Cell],
+        selected: bool,
+        cursor_col: int | None,
+        base: Style,
+        dim: Style,
+    ) -> Strip:
+        label_style = base + Style(bold=True, reverse=selected and self.has_focus)
+        if selected and not self.has_focus:
+            label_style += Style(underline=True)
+        segments = [
+            RichSegment(self._label(lane).ljust(LABEL_W - 1)[: LABEL_W - 1] + " ", label_style)
+        ]
+        busy_colour = GPU_BUSY if lane[0] == "gpu" else UPLOAD_BUSY
+        run_text: list[str] = []
+        run_style: Style | None = None
+        for c, cell in enumerate(cells):
+            if cell.kind == "none":
+                char, style = " ", base
+            elif cell.kind == "idle":
+                char, style = "·", base + Style(color=IDLE_GPU)
+            elif cell.kind == "fail":
+                char, style = "✖", base + Style(color=FAILURE_COLOUR, bold=True)
+            elif cell.kind == "busy":
+                char, style = "█", base + Style(color=busy_colour)
+            elif cell.kind == "mutex_wait":
+                char, style = "▒", base + Style(color=group_colour(cell.kind))
+            else:
+                char, style = "█", base + Style(color=group_colour(cell.kind))
+            if selected and c == cursor_col:
+                style += Style(reverse=True)
+                if char == " ":
+                    char = "│"
+            if style == run_style:
+                run_text.append(char)
+            else:
+                if run_text:
+                    segments.append(RichSegment("".join(run_text), run_style))
+                run_text, run_style = [char], style
+        if run_text:
+            segments.append(RichSegment("".join(run_text), run_style))
+        return Strip(segments).adjust_cell_length(self.size.width, base)
+
+    def _axis(self, start: int, end: int, cols: int, base: Style, dim: Style) -> Strip:
+        assert self.state is not None
+        mode = "live" if self.follow else "paused"
+        head = f"{mode:<{LABEL_W - 1}} "
+        line = [" "] * cols
+        styles: list[Style] = [dim] * cols
+        step = _nice_step(self.span, max(1, cols // 12))
+        first = max(0, math.ceil(start / step) * step)
+        t = first
+        while t < end:
+            c = int((t - start) / (self.span / cols))
+            label = "┆" + clock(t)
+            if c + len(label) <= cols:
+                for i, ch in enumerate(label):
+                    line[c + i] = ch
+            t += step
+        cell = self.span / cols
+        for ft in (f["t"] for f in self.state.faults):
+            if start <= ft < end:
+                c = int((ft - start) / cell)
+                line[c], styles[c] = "✖", base + Style(color=FAILURE_COLOUR, bold=True)
+        for mt, _ in self.state.markers:
+            if start <= mt < end:
+                c = int((mt - start) / cell)
+                line[c], styles[c] = "▼", base + Style(color=MARKER_COLOUR, bold=True)
+        segs = [
+            RichSegment(head, base + Style(bold=True, color="#d7af00" if not self.follow else None))
+        ]
+        for ch, st in zip(line, styles, strict=True):
+            segs.append(RichSegment(ch, st))
+        return Strip(Strip(segs).simplify()).adjust_cell_length(self.size.width, base)
+
+    def _detail(self, seg: Segment | None, width: int, base: Style, dim: Style) -> Strip:
+        span_text = f"window {duration_ns(self.span)}"
+        lane = self.selected_lane
+        if seg is None:
+            when = self.cursor_t if self.cursor_t is not None else self.window_end
+            text = f"{span_text} · cursor {clock(when)}"
+            if lane is not None:
+                text += f" · {self._label(lane)}: idle"
+            return Strip([RichSegment(text[:width].ljust(width), dim)])
+        end = seg.end if seg.end is not None else (self.state.t if self.state else seg.start)
+        parts = [span_text]
+        if seg.proof is not None:
+            parts.append(f"proof {seg.proof} partition {seg.partition}")
+        phase = seg.phase if seg.lane[0] == "worker" else f"{seg.phase} busy"
+        parts.append(phase + ("" if seg.ok else " FAILED"))
+        parts.append(f"{clock(seg.start)} +{duration_ns(end - seg.start)}")
+        if seg.end is None:
+            parts.append("running")
+        colour = FAILURE_COLOUR if not seg.ok else group_colour(phase_group(seg.phase))
+        text = " · ".join(parts)
+        return Strip(
+            [RichSegment("● ", base + Style(color=colour)), RichSegment(text, base)]
+        ).adjust_cell_length(width, base)
+
+    def _legend(self, width: int, base: Style) -> list[Strip]:
+        items: list[tuple[str, str, str]] = []
+        for group, (label, colour) in GROUPS.items():
+            items.append(("▒" if group == "mutex_wait" else "█", colour, label))
+        items += [
+            ("✖", FAILURE_COLOUR, "failure"),
+            ("·", IDLE_GPU, "GPU idle"),
+            ("▼", MARKER_COLOUR, "marker"),
+        ]
+        return legend_rows(items, width, base)
+
+
+def legend_rows(items: list[tuple[str, str, str]], width: int, base: Style) -> list[Strip]:
+    """Legend entries (glyph, colour, label) flowed into as many rows as ``width`` needs."""
+    rows: list[Strip] = []
+    line: list[RichSegment] = []
+    used = 0
+    for glyph, colour, label in items:
+        n = len(label) + 3
+        if line and used + n > width:
+            rows.append(Strip(line).adjust_cell_length(width, base))
+            line, used = [], 0
+        line += [
+            RichSegment(glyph, base + Style(color=colour, bold=True)),
+            RichSegment(f" {label} ", base),
+        ]
+        used += n
+    if line:
+        rows.append(Strip(line).adjust_cell_length(width, base))
+    return rows
+
+
+def _nice_step(span: int, ticks: int) -> int:
+    """A round tick interval giving about ``ticks`` labels over ``span`` nanoseconds."""
+    raw = span / max(1, ticks)
+    for step_s in (
+        0.01,
+        0.02,
+        0.05,
+        0.1,
+        0.2,
+        0.5,
+        1,
+        2,
+        5,
+        10,
+        15,
+        30,
+        60,
+        120,
+        300,
+        600,
+        900,
+        1800,
+        3600,
+    ):
+        if step_s * 1e9 >= raw:
+            return int(step_s * 1e9)
+    return int(3600e9)
+
+
+def monotonic_ns() -> int:
+    return time.monotonic_ns()
