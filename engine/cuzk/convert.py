@@ -75,6 +75,7 @@ CALL_KEYS = (
     "host_register",
 )
 AFTER_KEYS = ("async_dealloc_ms",)
+REGION_SLOTS = frozenset(REGION_KEYS) | {"prestage_vram", "prestage_setup"}
 # CUZK_TIMING key -> phases_ms name in partition_done
 PHASE_MS = {
     "split_vectors_ms": "split_vectors",
@@ -123,6 +124,7 @@ class Attempt:
     region_emitted: bool = False
     finished: bool = False
     mutex_wait_ms: float = 0.0
+    hold_ms: float = 0.0
     anonymous: bool = False
 
 
@@ -644,6 +646,7 @@ class Converter:
             release = cursor
         self.last_release[device] = max(self.last_release.get(device, 0), release)
         a.mutex_wait_ms = (acquire - ready) / MS
+        a.hold_ms = (release - acquire) / MS
 
         self._push(make("phase_begin", ready, **ids, phase="mutex_wait"))
         self._push(make("phase_end", acquire, **ids, phase="mutex_wait", ok=True))
@@ -752,7 +755,7 @@ class Converter:
         ids = self._ids(a)
         if a.synth_slot is not None:
             self._end_synthesis(a, t, ok=ok)
-        timed = any(k in a.timing for k in ("ntt_msm_h_ms", "batch_add_ms", "tail_msm_ms"))
+        timed = bool(a.slots & REGION_SLOTS)
         if timed:
             self._emit_region(a, fail_t=None if ok else t)
         elif a.start is not None and not a.region_emitted:
@@ -781,7 +784,7 @@ class Converter:
                 phases_ms[name] = float(a.timing[key])
         gpu_total = a.timing.get("gpu_total_ms")
         if not _is_num(gpu_total):
-            gpu_total = a.gpu_ms if a.gpu_ms is not None else 0.0
+            gpu_total = a.hold_ms if timed else (a.gpu_ms if a.gpu_ms is not None else 0.0)
         fields: dict[str, Any] = {}
         if reason:
             fields["prestage_reason"] = reason

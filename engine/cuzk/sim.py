@@ -1,0 +1,334 @@
+"""A synthetic cuzk daemon log, written from cuzk's formats, with the truth kept beside it.
+
+No cuzk daemon runs here, so the adapter is tested against this model of one: proofs split into
+partitions, a pool of synthesis workers, ``workers_per_device`` GPU workers sharing one mutex per
+GPU (granted in request order), each GPU call printing the lines supraseal-c2 and cuzk-core print
+(``docs/cuzk.md``) at the instant they would be printed. The model knows what really happened
+(mutex acquire and release, the phases, the pre-stage outcome), so a test can compare the
+converter's reconstruction with the truth on fresh random runs.
+
+Simplifications (each is also an assumption of the converter, see ``docs/cuzk.md``): times are
+whole milliseconds; the pre-stage setup under the mutex takes no time; host registration takes no
+time; the lock is requested ``setup_to_split_ms`` after ``GPU_START``.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass, field
+
+BASE_WALL_NS = 1_795_000_000_000_000_000  # a fixed wall clock for t = 0 (2026-11-18)
+
+# Pre-stage scenarios of one GPU call (the Phase 9 memory-aware build):
+OK = "ok"  # prestage_vram ... then prestage_setup=ok
+SKIP = "skip_vram"  # not enough usable VRAM
+MALLOC_OOM = "malloc_oom"  # enough reported free, cudaMalloc fails: no prestage_setup line
+SETUP_FALLBACK = "setup_fallback"  # prestage_setup=fallback err=2
+HOST_REGISTER = "host_register"  # cudaHostRegister failed: no pre-stage attempted
+FAIL_OOM = "fail_oom"  # setup fallback, then the fallback path runs out of memory: failure
+SCENARIOS = (OK, SKIP, MALLOC_OOM, SETUP_FALLBACK, HOST_REGISTER)
+
+
+@dataclass
+class Call:
+    """One partition's trip through the model, and its truth."""
+
+    job: int
+    job_id: str
+    partition: int
+    scenario: str
+    synth_start: int
+    synth_ms: int
+    setup: int
+    ntt: int
+    prep: int
+    batch: int
+    tail: int
+    b_g2: int
+    worker: int = -1
+    pickup: int = 0
+    start: int = 0
+    acquire: int = 0
+    release: int = 0
+    end: int = 0
+    gpu_total: int = 0
+    failed: bool = False
+    skipped: bool = False
+
+    @property
+    def synth_end(self) -> int:
+        return self.synth_start + self.synth_ms
+
+    @property
+    def wait(self) -> int:
+        return self.acquire - (self.start + self.setup)
+
+    @property
+    def prestage(self) -> str:
+        return {OK: "ok", SKIP: "skip"}.get(self.scenario, "fallback")
+
+
+@dataclass
+class Run:
+    """The lines of one modeled daemon run and the calls behind them."""
+
+    lines: list[str]
+    calls: list[Call]
+    job_ids: list[str]
+    workers_per_device: int
+    failed_jobs: set[int] = field(default_factory=set)
+
+    def text(self) -> str:
+        return "".join(line + "\n" for line in self.lines)
+
+
+def _wall(t_ms: int) -> str:
+    ns = BASE_WALL_NS + t_ms * 1_000_000
+    s, rem = divmod(ns, 1_000_000_000)
+    import datetime as _dt
+
+    stamp = _dt.datetime.fromtimestamp(s, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{rem // 1000:06d}Z"
+
+
+def simulate(
+    rng: random.Random,
+    *,
+    jobs: int = 2,
+    partitions: int = 4,
+    workers_per_device: int = 2,
+    scenarios: dict[tuple[int, int], str] | None = None,
+    synth_workers: int = 3,
+    trace: bool = True,
+    noise: bool = False,
+) -> Run:
+    """Model one run; ``scenarios`` maps (job, partition) to a pre-stage scenario (default OK)."""
+    scenarios = scenarios or {}
+    setup = rng.randint(1, 6)  # one value per run keeps the lock order equal to the start order
+    job_ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(jobs)]
+    calls: list[Call] = []
+    synth_free = [0] * synth_workers
+    for j in range(jobs):
+        for p in range(partitions):
+            slot = min(range(synth_workers), key=lambda i: synth_free[i])
+            start = synth_free[slot] + rng.randint(1, 40) + (j * 50 if p == 0 else 0)
+            call = Call(
+                job=j,
+                job_id=job_ids[j],
+                partition=p,
+                scenario=scenarios.get((j, p), OK),
+                synth_start=start,
+                synth_ms=rng.randint(300, 2500),
+                setup=setup,
+                ntt=rng.randint(500, 2500),
+                prep=rng.randint(200, 1400),
+                batch=rng.randint(400, 700),
+                tail=rng.randint(60, 140),
+                b_g2=rng.randint(100, 900),
+            )
+            synth_free[slot] = call.synth_end
+            calls.append(call)
+
+    out: list[tuple[int, int, str]] = []
+    seq = 0
+
+    def emit(t: int, line: str) -> None:
+        nonlocal seq
+        seq += 1
+        out.append((t, seq, line))
+
+    def tl(t: int, event: str, job_id: str, detail: str) -> None:
+        emit(t, f"TIMELINE,{t},{event},{job_id},{detail}")
+
+    def tr(t: int, level: str, text: str) -> None:
+        if trace:
+            emit(t, f"{_wall(t)} {level:>5} {text}")
+
+    tr(0, "INFO", "cuzk_core::engine: starting cuzk engine pipeline_enabled=true")
+    for j, job_id in enumerate(job_ids):
+        t0 = min(c.synth_start for c in calls if c.job == j)
+        tr(
+            t0,
+            "INFO",
+            f"cuzk_core::engine: dispatching per-partition synthesis (budget-gated) "
+            f"job_id={job_id} num_partitions={partitions} budget_available_gib=200",
+        )
+    for c in calls:
+        tl(c.synth_start, "SYNTH_START", c.job_id, f"partition={c.partition}")
+        tl(c.synth_end, "SYNTH_END", c.job_id, f"partition={c.partition},synth_ms={c.synth_ms}")
+        tl(c.synth_end, "GPU_QUEUE", c.job_id, f"partition={c.partition}")
+
+    worker_free = [0] * workers_per_device
+    mutex_free = 0
+    failed_at: dict[int, int] = {}  # job -> when its failure was logged
+    for c in sorted(calls, key=lambda c: (c.synth_end, c.job, c.partition)):
+        w = min(range(workers_per_device), key=lambda i: (max(worker_free[i], c.synth_end), i))
+        c.worker = w
+        c.pickup = max(worker_free[w], c.synth_end) + 1
+        tl(c.pickup, "GPU_PICKUP", c.job_id, f"worker={w},partition={c.partition}")
+        if c.job in failed_at and c.pickup >= failed_at[c.job]:
+            c.skipped = True
+            tr(
+                c.pickup,
+                "INFO",
+                f"gpu_worker{{worker_id={w} gpu=0 job_id={c.job_id} proof_kind=PoRep "
+                f"partition=Some({c.partition})}}: cuzk_core::engine: skipping GPU prove for "
+                f"failed partitioned job job_id={c.job_id} partition=Some({c.partition})",
+            )
+            worker_free[w] = c.pickup + 1
+            continue
+        c.start = c.pickup + 1
+        tl(c.start, "GPU_START", c.job_id, f"worker={w},partition={c.partition}")
+        ready = c.start + c.setup
+        emit(ready, f"CUZK_TIMING: split_vectors_ms={c.setup - 1} setup_to_split_ms={c.setup}")
+        if c.scenario == HOST_REGISTER:
+            emit(ready, "CUZK_TIMING: host_register=fallback err=712")
+        c.acquire = max(ready, mutex_free)
+        free = rng.randint(13_000, 15_800)
+        if c.scenario == SKIP:
+            free = rng.randint(1_000, 12_000)
+        usable = max(0, free - 512)
+        if c.scenario != HOST_REGISTER:
+            emit(
+                c.acquire,
+                f"CUZK_TIMING: prestage_vram free_mib={free} usable_mib={usable} "
+                f"need_da_mib=4096 need_dbc_mib=8192 total_mib=12288",
+            )
+        setup_line = {
+            OK: "prestage_setup=ok domain=134217728 lot_of_memory=1",
+            SKIP: "prestage_setup=skip_vram",
+            SETUP_FALLBACK: "prestage_setup=fallback err=2",
+            FAIL_OOM: "prestage_setup=fallback err=2",
+        }.get(c.scenario)
+        if setup_line:
+            emit(c.acquire, f"CUZK_TIMING: {setup_line}")
+        prep_end = c.start + c.prep
+        emit(prep_end, f"CUZK_TIMING: prep_msm_ms={c.prep}")
+        if c.scenario == FAIL_OOM:
+            c.failed = True
+            c.release = c.acquire + rng.randint(50, 300)
+            mutex_free = c.release
+            failed_at[c.job] = c.release
+            tr(
+                c.release,
+                "ERROR",
+                f"gpu_worker{{worker_id={w} gpu=0 job_id={c.job_id} proof_kind=PoRep "
+                f"partition=Some({c.partition})}}: cuzk_core::engine: GPU prove start failed "
+                f"error=CUDA error 2: out of memory",
+            )
+            c.end = c.release
+            worker_free[w] = c.release + 1
+            continue
+        ntt_end = c.acquire + c.ntt
+        emit(ntt_end, f"CUZK_TIMING: gpu_tid=0 ntt_msm_h_ms={c.ntt}")
+        batch_start = max(ntt_end, prep_end)
+        emit(batch_start + c.batch, f"CUZK_TIMING: gpu_tid=0 batch_add_ms={c.batch}")
+        c.release = batch_start + c.batch + c.tail
+        c.gpu_total = c.release - c.acquire
+        emit(c.release, f"CUZK_TIMING: gpu_tid=0 tail_msm_ms={c.tail} gpu_total_ms={c.gpu_total}")
+        mutex_free = c.release
+        worker_free[w] = c.release + 1
+        b2_end = prep_end + c.b_g2
+        emit(b2_end, f"CUZK_TIMING: b_g2_msm_ms={c.b_g2} num_circuits=1")
+        c.end = max(c.release, b2_end) + rng.randint(1, 30)
+        tl(
+            c.end,
+            "GPU_END",
+            c.job_id,
+            f"worker={w},partition={c.partition},gpu_ms={c.end - c.start}",
+        )
+        emit(c.end + 2, f"CUZK_TIMING: async_dealloc_ms={rng.randint(5, 90)}")
+        if noise:
+            emit(c.end, f"garbage line {rng.getrandbits(32):08x} with no format")
+    for j, job_id in enumerate(job_ids):
+        if j in failed_at:
+            continue
+        t_end = max(c.end for c in calls if c.job == j)
+        tr(
+            t_end,
+            "INFO",
+            f"cuzk_core::engine: Phase 7: all partitions complete, proof assembled "
+            f"job_id={job_id} proof_len={192 * partitions} total_ms={t_end}",
+        )
+    out.sort()
+    lines = [line for _, _, line in out]
+    return Run(lines, calls, job_ids, workers_per_device, set(failed_at))
+
+
+def status_snapshot(run: Run, t_ms: int) -> dict:
+    """The ``GET /status`` body (cuzk-core/src/status.rs) of the modeled run at ``t_ms``."""
+    pipelines = []
+    for j, job_id in enumerate(run.job_ids):
+        calls = [c for c in run.calls if c.job == j]
+        if min(c.synth_start for c in calls) > t_ms:
+            continue
+        parts = []
+        for c in sorted(calls, key=lambda c: c.partition):
+            if c.synth_start > t_ms:
+                state, synth_ms, gpu_ms = "pending", None, None
+            elif c.synth_end > t_ms:
+                state, synth_ms, gpu_ms = "synthesizing", t_ms - c.synth_start, None
+            elif c.skipped or not c.start or c.start > t_ms:
+                state, synth_ms, gpu_ms = "synth_done", c.synth_ms, None
+            elif c.end > t_ms:
+                state, synth_ms, gpu_ms = "gpu", c.synth_ms, t_ms - c.start
+            else:
+                state = "failed" if c.failed else "done"
+                synth_ms, gpu_ms = c.synth_ms, c.end - c.start
+            parts.append(
+                {"index": c.partition, "state": state, "synth_ms": synth_ms, "gpu_ms": gpu_ms}
+            )
+        pipelines.append(
+            {
+                "job_id": job_id,
+                "proof_kind": "PoRepSealCommit",
+                "started_secs_ago": (t_ms - min(c.synth_start for c in calls)) / 1000,
+                "total_partitions": len(calls),
+                "partitions_done": sum(1 for p in parts if p["state"] == "done"),
+                "partitions": parts,
+            }
+        )
+    workers = []
+    for w in range(run.workers_per_device):
+        busy = [c for c in run.calls if c.worker == w and c.start and c.start <= t_ms < c.end]
+        c = busy[0] if busy else None
+        workers.append(
+            {
+                "worker_id": w,
+                "gpu_ordinal": 0,
+                "state": "proving" if c else "idle",
+                "current_job": c.job_id if c else None,
+                "current_partition": c.partition if c else None,
+                "busy_secs": (t_ms - c.start) / 1000 if c else None,
+            }
+        )
+    done = [j for j in range(len(run.job_ids)) if j not in run.failed_jobs]
+    return {
+        "uptime_secs": t_ms / 1000,
+        "memory": {
+            "total_bytes": 400 << 30,
+            "used_bytes": 120 << 30,
+            "available_bytes": 280 << 30,
+        },
+        "synthesis": {"max_concurrent": 3, "active": 1},
+        "pipelines": pipelines,
+        "gpu_workers": workers,
+        "allocations": {"srs": [], "pce": []},
+        "counters": {
+            "total_completed": sum(
+                1 for j in done if max(c.end for c in run.calls if c.job == j) <= t_ms
+            ),
+            "total_failed": len(run.failed_jobs),
+            "completed_by_kind": {},
+            "failed_by_kind": {},
+            "queue_depth": 0,
+        },
+        "buffers": {
+            "synth_in_flight": 0,
+            "provers_in_flight": 0,
+            "aux_in_flight": 0,
+            "shells_in_flight": 0,
+            "pending_handles": 0,
+        },
+    }
