@@ -59,6 +59,7 @@ def expand_includes(name: str, _seen: frozenset[str] = frozenset()) -> str:
         body = expand_includes(inc, frozenset(seen))
         return f"// ---- begin {inc}\n{body}\n// ---- end {inc}"
 
+    text = re.sub(r"^\s*#\s*pragma\s+once\s*$", "", text, flags=re.MULTILINE)
     return _INCLUDE.sub(repl, text)
 
 

@@ -241,6 +241,24 @@ def plan_h_step(k: int, max_levels: int = TILE_LOG) -> list[Pass]:
     return plans
 
 
+def plan_cost(plans: list[Pass], batch: int = 1) -> tuple[int, int]:
+    """(bytes moved through device memory, Montgomery multiplications) of a plan: each pass
+    reads and writes every element once (32 B each way; twiddle and factor-table reads, which
+    mostly hit L2, are not counted), a radix-2 level costs n/2 multiplications, a factor table
+    2 per element, a constant 1, the quotient 2 plus 2 extra reads."""
+    nbytes = mults = 0
+    for p in plans:
+        n = batch << p.k
+        nbytes += 2 * n * ELEM_BYTES
+        mults += p.L * n // 2
+        mults += n * (2 * bool(p.flags & F_PRE_TABLE) + 2 * bool(p.flags & F_POST_TABLE))
+        mults += n * bool(p.flags & F_POST_CONST)
+        if p.flags & F_QUOTIENT:
+            mults += 2 * n
+            nbytes += 2 * n * ELEM_BYTES
+    return nbytes, mults
+
+
 # ---------------------------------------------------------------------------------------------
 # host-side table values (Python ints -> limb arrays)
 # ---------------------------------------------------------------------------------------------
@@ -333,6 +351,14 @@ class _DeviceState:
     tw_log: int = 0
     tables: dict[tuple[str, int], tuple[Any, Any, int]] = field(default_factory=dict)
     consts: dict[int, Any] = field(default_factory=dict)
+    fns: dict[str, Any] = field(default_factory=dict)
+
+    def fn(self, name: str) -> Any:
+        """A kernel of the module, looked up once."""
+        f = self.fns.get(name)
+        if f is None:
+            f = self.fns[name] = self.module.get_function(name)
+        return f
 
 
 _states: dict[int, _DeviceState] = {}
@@ -387,7 +413,7 @@ class CudaNtt:
             with s:
                 tw = cupy.empty((count, 4), dtype=cupy.uint64)
                 d_hi, d_lo = cupy.asarray(hi), cupy.asarray(lo)
-                st.module.get_function("fr_build_powers")(
+                st.fn("fr_build_powers")(
                     ((count + 255) // 256,),
                     (256,),
                     (tw, d_hi, d_lo, np.int32(sb), np.uint64(count)),
@@ -430,7 +456,7 @@ class CudaNtt:
         for p in plans:
             pre_hi, pre_lo, pre_sb = self._table(p.pre, k) if p.pre else (dummy, dummy, 0)
             post_hi, post_lo, post_sb = self._table(p.post, k) if p.post else (dummy, dummy, 0)
-            fn = st.module.get_function("ntt_pass_dit" if p.dit else "ntt_pass_dif")
+            fn = st.fn("ntt_pass_dit" if p.dit else "ntt_pass_dif")
             args = (
                 buffers[p.dst], buffers[p.src], tw,
                 np.int32(p.k), np.int32(p.s), np.int32(p.L), np.int32(p.log_c), np.int32(K),
@@ -450,10 +476,12 @@ class CudaNtt:
         output_order: str = "natural",
         stream: Any = None,
         allocator: Any = None,
+        out: Any = None,
     ) -> Any:
         """NTT of ``x`` ((n, 4) or (batch, n, 4) uint64 CuPy, Montgomery) into a new array of
-        the same shape. ``allocator`` is unused (the transform needs no scratch) but accepted
-        for the backend interface; the output comes from CuPy's current allocator."""
+        the same shape (or into ``out``, which must not overlap ``x``). ``allocator`` is unused
+        (the transform needs no scratch) but accepted for the backend interface; the output
+        comes from CuPy's current allocator."""
         import cupy
 
         del allocator
@@ -465,7 +493,10 @@ class CudaNtt:
         k = _log2_size(n)
         s = stream or cupy.cuda.get_current_stream()
         with s:
-            out = cupy.empty_like(x)
+            if out is None:
+                out = cupy.empty_like(x)
+            elif out.shape != x.shape or out.dtype != x.dtype or not out.flags.c_contiguous:
+                raise ValueError("out must be a C-contiguous array of x's shape and dtype")
             if k == 0:
                 out[...] = x
                 return out
@@ -480,10 +511,20 @@ class CudaNtt:
             self.run_plan(plans, {"x": x, "out": out}, batch, s)
         return out
 
-    def h_step(self, a: Any, b: Any, c: Any, *, stream: Any = None, allocator: Any = None) -> Any:
+    def h_step(
+        self,
+        a: Any,
+        b: Any,
+        c: Any,
+        *,
+        stream: Any = None,
+        allocator: Any = None,
+        out: Any = None,
+    ) -> Any:
         """H = (A B - C) / Z from natural evaluations a, b, c ((n, 4) Montgomery): the n-1
         coefficients h_0..h_{n-2}, canonical, natural order, as a ``(n - 1, 4)`` view of an
-        n-row array. Scratch (2 n rows) comes from ``allocator``."""
+        n-row array (``out`` if given, (n, 4) C-contiguous). Scratch (2 n rows) comes from
+        ``allocator``."""
         import cupy
 
         n = a.shape[0]
@@ -496,7 +537,10 @@ class CudaNtt:
         s = stream or cupy.cuda.get_current_stream()
         with s:
             a, b, c = (cupy.ascontiguousarray(v) for v in (a, b, c))
-            out = cupy.empty((n, 4), dtype=cupy.uint64)
+            if out is None:
+                out = cupy.empty((n, 4), dtype=cupy.uint64)
+            elif out.shape != (n, 4) or out.dtype != cupy.uint64 or not out.flags.c_contiguous:
+                raise ValueError(f"out must be a C-contiguous ({n}, 4) uint64 array")
             wb = _alloc(cupy, (n, 4), allocator)
             wc = _alloc(cupy, (n, 4), allocator)
             self.run_plan(
@@ -506,3 +550,83 @@ class CudaNtt:
                 s,
             )
         return out[: n - 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# self-test rows (``provetop selftest --backend cuda``)
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_ntt_vs_reference(k: int) -> None:
+    import random
+
+    import cupy
+
+    from kernels.cpu import ntt as ref
+
+    rng = random.Random()
+    n = 1 << k
+    eng = CudaNtt()
+    for inverse in (False, True):
+        for coset in (False, True):
+            io, oo = rng.choice(ORDERS), rng.choice(ORDERS)
+            vals = [rng.randrange(R) for _ in range(n)]
+            x = cupy.asarray(to_words(vals, True))
+            out = cupy.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))
+            eng.ntt(x, inverse=inverse, coset=coset, input_order=io, output_order=oo, out=out)
+            got = from_words(cupy.asnumpy(out), True)
+            idx = ref.bitrev_indices(k)
+            natural_in = [vals[int(i)] for i in idx] if io == "bitrev" else vals
+            want = ref.ntt(natural_in, inverse=inverse, coset=coset)
+            if oo == "bitrev":
+                got = [got[int(i)] for i in idx]
+            assert got == want, f"NTT 2^{k} inverse={inverse} coset={coset} {io}->{oo} differs"
+
+
+def _check_h_step_vs_reference(k: int) -> None:
+    import random
+
+    import cupy
+
+    from kernels.cpu import ntt as ref
+
+    rng = random.Random()
+    n = 1 << k
+    a = [rng.randrange(R) for _ in range(n)]
+    b = [rng.randrange(R) for _ in range(n)]
+    c = [x * y % R for x, y in zip(a, b, strict=True)]
+    h = CudaNtt().h_step(*(cupy.asarray(to_words(v, True)) for v in (a, b, c)))
+    assert from_words(cupy.asnumpy(h), False) == ref.h_step(a, b, c), f"H step 2^{k} differs"
+
+
+def _check_h_identity(k: int) -> None:
+    import random
+
+    from kernels.cuda_fr import elementwise, evaluate, random_fr
+
+    n = 1 << k
+    eng = CudaNtt()
+    a, b = random_fr((n,)), random_fr((n,))
+    c = elementwise("mul", a, b)
+    h = eng.h_step(a, b, c)
+    tau = random.Random().randrange(2, R)
+    ev = [evaluate(eng.ntt(v, inverse=True), tau) for v in (a, b, c)]
+    h_tau = evaluate(elementwise("to_mont", h), tau)
+    z_tau = (pow(tau, n, R) - 1) % R
+    assert (ev[0] * ev[1] - ev[2]) % R == h_tau * z_tau % R, f"(AB-C)(tau) != H(tau)Z(tau), 2^{k}"
+
+
+def selftest_checks() -> list[Any]:
+    """Check rows for ``provetop selftest --backend cuda``: NTT and H step on the GPU against
+    the CPU reference, and the H identity at a random tau (evaluated on the GPU)."""
+    from kernels.selftest import Check
+
+    return [
+        Check(
+            "cuda NTT vs reference (orders, coset, inverse)",
+            1 << 9,
+            lambda: _check_ntt_vs_reference(9),
+        ),
+        Check("cuda H step vs reference", 1 << 8, lambda: _check_h_step_vs_reference(8)),
+        Check("cuda H identity (AB-C)(tau) = H(tau)Z(tau)", 1 << 14, lambda: _check_h_identity(14)),
+    ]

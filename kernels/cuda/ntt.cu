@@ -81,7 +81,7 @@ extern "C" __global__ void fr_elementwise(fr_t *out, const fr_t *a, const fr_t *
 extern "C" __global__ void fr_bitrev_permute(fr_t *out, const fr_t *in, int k) {
     const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >> k) return;
-    const size_t off = (size_t)blockIdx.y << k;
+    const unsigned long long off = (unsigned long long)blockIdx.y << k;
     fr_store(out + off + i, fr_load(in + off + ntt_brev((uint32_t)i, k)));
 }
 
@@ -95,4 +95,27 @@ extern "C" __global__ void fr_mul_chain(fr_t *io, int iters, unsigned long long 
         y = y * z;
     }
     fr_store(io + i, x + y);
+}
+
+// Random Fr elements below 2^254 < r (valid in either form): splitmix64 of (seed, index), so
+// large test and benchmark inputs need no host round trip and no library RNG.
+__device__ __forceinline__ unsigned long long splitmix64(unsigned long long &state) {
+    unsigned long long z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+extern "C" __global__ void fr_random(fr_t *out, unsigned long long n, unsigned long long seed) {
+    const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned long long st = seed ^ (i * 0xD1B54A32D192ED03ull);
+    fr_t x;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const unsigned long long z = splitmix64(st);
+        x.v[2 * w] = (uint32_t)z;
+        x.v[2 * w + 1] = (uint32_t)(z >> 32);
+    }
+    x.v[7] &= 0x3fffffffu;
+    fr_store(out + i, x);
 }

@@ -105,7 +105,7 @@ __device__ __forceinline__ void ntt_pass_body(fr_t* dst, const fr_t* src,  // ma
     const uint32_t tile = blockIdx.x;
     const uint32_t hi = tile >> (lowbits - a.logC);
     const uint32_t lo_base = (tile & ((1u << (lowbits - a.logC)) - 1)) << a.logC;
-    const size_t boff = (size_t)blockIdx.y << a.k;
+    const unsigned long long boff = (unsigned long long)blockIdx.y << a.k;
     src += boff;
     dst += boff;
 

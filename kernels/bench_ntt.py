@@ -1,0 +1,259 @@
+"""``provetop bench ntt``: GPU NTT and H-step medians against the device's own ceilings.
+
+Why these numbers: a time alone says nothing about how far from the limit a kernel is. In the
+same run this measures the two ceilings that bound an NTT (a large device-to-device copy for
+bandwidth, a chain of Fr Montgomery multiplications for integer throughput), then reports for
+each size the medians (CUDA events, after warm-up, inputs rotated so L2 cannot serve them),
+the bytes per second and multiplications per second implied by the plan's cost model
+(``kernels.cuda_ntt.plan_cost``), and which ceiling is closer: that is what bounds the size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SIZES = "16,20,24,26,27"
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench" / "results"
+L2_BYTES = 64 << 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-sizes", default=DEFAULT_SIZES, help="comma-separated k (2^k)")
+    parser.add_argument("--json", action="store_true", help="also write JSON to --results-dir")
+    parser.add_argument("--results-dir", default=str(RESULTS_DIR), help="where --json writes")
+    parser.add_argument("--repeats", type=int, default=15, help="timed runs per measurement")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs first")
+    parser.add_argument(
+        "--max-levels", type=int, default=0, help="levels per shared-memory pass (0: default)"
+    )
+    parser.add_argument("--no-h-step", action="store_true", help="skip the H-step timing")
+
+
+def _parse_sizes(text: str) -> list[int]:
+    from provetop.cli import UsageError
+
+    try:
+        sizes = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError as exc:
+        raise UsageError(f"--log-sizes must be comma-separated integers, got {text!r}") from exc
+    if not sizes or any(not 1 <= k <= 27 for k in sizes):
+        raise UsageError(f"--log-sizes must lie in 1..27, got {text!r}")
+    return sizes
+
+
+def _time(cp: Any, fn: Any, repeats: int, warmup: int, rotate: int = 1) -> float:
+    """Median milliseconds of fn(i) (i = run index, for rotating inputs), CUDA events."""
+    for i in range(warmup):
+        fn(i % rotate)
+    cp.cuda.get_current_stream().synchronize()
+    times = []
+    for i in range(repeats):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn(i % rotate)
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
+def _ceilings(cp: Any, repeats: int) -> dict[str, float]:
+    """Device-to-device copy bandwidth (read + write bytes / s) and Fr Montgomery mults / s."""
+    import numpy as np
+
+    from kernels.cuda_ntt import _state
+
+    nbytes = 2 << 30
+    src = cp.ones(nbytes // 8, dtype=cp.uint64)
+    dst = cp.empty_like(src)
+    ms = _time(cp, lambda i: cp.copyto(dst, src), repeats, 2)
+    copy_bw = 2 * nbytes / (ms * 1e-3)
+    dev = cp.cuda.Device()
+    sms = dev.attributes["MultiProcessorCount"]
+    n = sms * 2048 * 2
+    iters = 256
+    from kernels.cuda_fr import random_fr
+
+    x = random_fr((n,))
+    fn = _state().fn("fr_mul_chain")
+    ms_mul = _time(
+        cp,
+        lambda i: fn(((n + 255) // 256,), (256,), (x, np.int32(iters), np.uint64(n))),
+        max(3, repeats // 3),
+        1,
+    )
+    mul_rate = 2 * n * iters / (ms_mul * 1e-3)
+    return {"copy_bytes_per_s": copy_bw, "copy_ms_2GiB": ms, "fr_mul_per_s": mul_rate}
+
+
+def _bound(ms: float, nbytes: int, mults: int, ceil: dict[str, float]) -> dict[str, Any]:
+    t_mem = nbytes / ceil["copy_bytes_per_s"] * 1e3
+    t_mul = mults / ceil["fr_mul_per_s"] * 1e3
+    floor = max(t_mem, t_mul)
+    eff = floor / ms if ms > 0 else 0.0
+    if eff < 0.3:
+        bound = "latency/launch (below both ceilings)"
+    else:
+        bound = "memory bandwidth" if t_mem >= t_mul else "Fr multiply throughput"
+    return {
+        "ms": ms,
+        "bytes": nbytes,
+        "mont_mults": mults,
+        "bytes_per_s": nbytes / (ms * 1e-3),
+        "mults_per_s": mults / (ms * 1e-3),
+        "floor_ms_memory": t_mem,
+        "floor_ms_mults": t_mul,
+        "fraction_of_floor": eff,
+        "bound": bound,
+    }
+
+
+def _meta(cp: Any, argv: list[str]) -> dict[str, Any]:
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    commit = os.environ.get("PROVETOP_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(
+                ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+        except Exception:
+            commit = "unknown"
+    try:
+        nvrtc = ".".join(map(str, cp.cuda.nvrtc.getVersion()))
+    except Exception:
+        nvrtc = "unknown"
+    return {
+        "gpu": name,
+        "compute_capability": cp.cuda.Device().compute_capability,
+        "driver_version": cp.cuda.runtime.driverGetVersion(),
+        "cuda_runtime_version": cp.cuda.runtime.runtimeGetVersion(),
+        "nvrtc_version": nvrtc,
+        "cupy_version": cp.__version__,
+        "python": platform.python_version(),
+        "commit": commit,
+        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(argv),
+    }
+
+
+def _bench_size(cp: Any, eng: Any, k: int, args: argparse.Namespace, ceil: dict) -> dict:
+    from kernels import cuda_ntt as cn
+    from kernels.cuda_fr import elementwise, random_fr
+
+    n = 1 << k
+    size_bytes = n * cn.ELEM_BYTES
+    rotate = max(3, -(-3 * L2_BYTES // size_bytes)) if size_bytes < L2_BYTES else 3
+    xs = [random_fr((n,)) for _ in range(rotate)]
+    out = cp.empty((n, 4), dtype=cp.uint64)
+    eng.ntt(xs[0], out=out)  # builds the twiddle table outside the timing
+    row: dict[str, Any] = {"log_size": k, "n": n, "rotating_inputs": rotate}
+    variants = {
+        "forward": dict(inverse=False, coset=False),
+        "forward_nat_to_bitrev": dict(inverse=False, coset=False, output_order="bitrev"),
+        "inverse": dict(inverse=True, coset=False),
+        "coset_forward": dict(inverse=False, coset=True),
+        "coset_inverse": dict(inverse=True, coset=True),
+    }
+    for name, kw in variants.items():
+        ms = _time(
+            cp, lambda i, kw=kw: eng.ntt(xs[i], out=out, **kw), args.repeats, args.warmup, rotate
+        )
+        plans = cn.plan_ntt(
+            k,
+            inverse=kw["inverse"],
+            coset=kw["coset"],
+            input_order="natural",
+            output_order=kw.get("output_order", "natural"),
+            max_levels=eng.max_levels,
+        )
+        row[name] = _bound(ms, *cn.plan_cost(plans), ceil)
+    if not args.no_h_step:
+        a, b = xs[0], xs[1 % rotate]
+        c = elementwise("mul", a, b)
+        hout = cp.empty((n, 4), dtype=cp.uint64)
+        reps = max(3, args.repeats // 3) if k >= 26 else args.repeats
+        ms = _time(cp, lambda i: eng.h_step(a, b, c, out=hout), reps, args.warmup)
+        row["h_step"] = _bound(ms, *cn.plan_cost(cn.plan_h_step(k, eng.max_levels)), ceil)
+    # device-to-device copy of the same size, for scale
+    ms = _time(cp, lambda i: cp.copyto(out, xs[i]), args.repeats, args.warmup, rotate)
+    row["copy_same_size_ms"] = ms
+    return row
+
+
+TARGETS_MS = {("forward", 24): 3.0, ("forward", 27): 30.0, ("h_step", 27): 250.0}
+
+
+def _table(rows: list[dict], ceil: dict) -> str:
+    lines = [
+        f"copy ceiling {ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s (2 GiB D2D), "
+        f"Fr mult ceiling {ceil['fr_mul_per_s'] / 1e9:.1f} G/s",
+        "| 2^k | forward ms | inverse ms | coset fwd ms | H step ms | fwd TB/s | fwd Gmul/s | "
+        "fwd bound |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        f = r["forward"]
+        h = r.get("h_step", {}).get("ms")
+        lines.append(
+            f"| {r['log_size']} | {f['ms']:.3f} | {r['inverse']['ms']:.3f} | "
+            f"{r['coset_forward']['ms']:.3f} | {'-' if h is None else f'{h:.2f}'} | "
+            f"{f['bytes_per_s'] / 1e12:.2f} | {f['mults_per_s'] / 1e9:.1f} | {f['bound']} |"
+        )
+    for (what, k), target in TARGETS_MS.items():
+        for r in rows:
+            if r["log_size"] == k and what in r:
+                ms = r[what]["ms"]
+                verdict = "MET" if ms <= target else "MISSED"
+                lines.append(f"target {what} 2^{k} <= {target} ms: {ms:.2f} ms {verdict}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernels.cuda_build import CudaUnavailable, require_cupy
+    from provetop.cli import UsageError
+
+    sizes = _parse_sizes(args.log_sizes)
+    try:
+        cp = require_cupy()
+    except CudaUnavailable as exc:
+        raise UsageError(f"bench ntt needs a GPU: {exc}") from exc
+    from kernels.cuda_ntt import TILE_LOG, CudaNtt
+
+    eng = CudaNtt(max_levels=args.max_levels or TILE_LOG)
+    meta = _meta(cp, [Path(sys.argv[0]).name] + sys.argv[1:])
+    meta["max_levels"] = eng.max_levels
+    ceil = _ceilings(cp, args.repeats)
+    cp.get_default_memory_pool().free_all_blocks()
+    rows = []
+    for k in sizes:
+        rows.append(_bench_size(cp, eng, k, args, ceil))
+        cp.get_default_memory_pool().free_all_blocks()
+        r = rows[-1]
+        print(
+            f"2^{k}: forward {r['forward']['ms']:.3f} ms, inverse {r['inverse']['ms']:.3f} ms, "
+            f"coset {r['coset_forward']['ms']:.3f} ms"
+            + (f", H step {r['h_step']['ms']:.2f} ms" if "h_step" in r else ""),
+            flush=True,
+        )
+    result = {"meta": meta, "ceilings": ceil, "sizes": rows}
+    print(_table(rows, ceil))
+    if args.json:
+        out_dir = Path(args.results_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        gpu = "".join(ch if ch.isalnum() else "-" for ch in meta["gpu"]).strip("-").lower()
+        stamp = meta["date_utc"].replace(":", "").replace("-", "")[:13]
+        path = out_dir / f"ntt-{gpu}-{stamp}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0
