@@ -45,6 +45,41 @@ class RunContext:
     sample: Any  # callable(device) -> None: emit a memory sample now
 
 
+class DeviceGate:
+    """Per-device bookkeeping that lets a retry recover: while a worker retries after a
+    failure, no worker starts a new pre-stage on that device, and the retry waits until every
+    pre-staged buffer held outside the mutex has been released. Then the retry has the whole
+    device under the mutex, so an OOM is never followed by another one caused by a neighbour
+    (the seed's partitions failed in a cascade)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self.prestaged = 0  # workers holding pre-stage buffers
+        self.recovering = 0
+
+    def try_prestage(self) -> bool:
+        with self._cv:
+            if self.recovering:
+                return False
+            self.prestaged += 1
+            return True
+
+    def prestage_released(self) -> None:
+        with self._cv:
+            self.prestaged -= 1
+            self._cv.notify_all()
+
+    def begin_recovery(self, timeout: float = 600.0) -> None:
+        with self._cv:
+            self.recovering += 1
+            self._cv.wait_for(lambda: self.prestaged == 0, timeout)
+
+    def end_recovery(self) -> None:
+        with self._cv:
+            self.recovering -= 1
+            self._cv.notify_all()
+
+
 class PartitionFailed(Exception):
     """An attempt that could not complete; ``oom`` tells whether the fallback may help."""
 
@@ -63,6 +98,7 @@ class Attempt:
     phases_ms: dict[str, float] = field(default_factory=dict)
     blocks: list[Block] = field(default_factory=list)
     pinned: int = 0
+    holds_prestage: bool = False
     wait_ns: int = 0
     hold_ns: int = 0
     prestage: str = "ok"
@@ -81,11 +117,19 @@ class PartitionResult:
 class PartitionRunner:
     """Runs partitions for one worker (``worker`` is its index within ``device``)."""
 
-    def __init__(self, ctx: RunContext, device: Device, worker: int, mutex: threading.Lock):
+    def __init__(
+        self,
+        ctx: RunContext,
+        device: Device,
+        worker: int,
+        mutex: threading.Lock,
+        gate: DeviceGate | None = None,
+    ) -> None:
         self.ctx = ctx
         self.device = device
         self.worker = worker
         self.mutex = mutex
+        self.gate = gate or DeviceGate()
         self.bus = ctx.bus
 
     # -- the whole partition ------------------------------------------------------------------
@@ -107,9 +151,10 @@ class PartitionRunner:
             self._done(att, ok=False, failure=str(exc), will_retry=retry)
             if not retry:
                 return PartitionResult(False, None, 1)
-        self._recover()
         att2 = Attempt(proof, partition, 1)
+        self.gate.begin_recovery()
         try:
+            self._recover()
             self._attempt(att2, witness, retry=True)
             self._done(att2, ok=True)
             return PartitionResult(True, att2.verified, 2)
@@ -117,6 +162,8 @@ class PartitionRunner:
             self._done(att2, ok=False, failure=str(exc), will_retry=False)
             self._recover()
             return PartitionResult(False, None, 2)
+        finally:
+            self.gate.end_recovery()
 
     def _recover(self) -> None:
         """After a failed attempt: wait for the device and give cached memory back, so the
@@ -138,6 +185,11 @@ class PartitionRunner:
                 else:
                     forced = self.ctx.controls.is_forced(dev.index)
                     decision = self.ctx.policy.prestage(dev, fp, forced)
+                    if decision.status == "ok":
+                        att.holds_prestage = self.gate.try_prestage()
+                        if not att.holds_prestage:
+                            reason = "another worker is recovering from a failure on this device"
+                            decision = Decision("skip", reason, decision.free, decision.margin)
                 att.prestage, att.prestage_reason = decision.status, decision.reason
                 att.forced = decision.forced
                 self._alloc_event(att, "prestage", "raw", fp.prestage, decision)
@@ -176,6 +228,7 @@ class PartitionRunner:
             with self._phase(att, "copy_back"):
                 results = {q: np.array(r, copy=True) for q, r in results.items()}
                 self._free(att, d_a)
+                self._prestage_done(att)
             att.hold_ns = time.monotonic_ns() - t_acquired
             held = False
             self.mutex.release()
@@ -290,9 +343,15 @@ class PartitionRunner:
         for blk in att.blocks:
             self.device.free(blk)
         att.blocks.clear()
+        self._prestage_done(att)
         if att.pinned:
             self.device.unpin(att.pinned)
             att.pinned = 0
+
+    def _prestage_done(self, att: Attempt) -> None:
+        if att.holds_prestage:
+            att.holds_prestage = False
+            self.gate.prestage_released()
 
     # -- events -------------------------------------------------------------------------------
 

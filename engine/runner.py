@@ -33,7 +33,7 @@ from engine.control import (
 )
 from engine.devices.base import Device
 from engine.devices.modeled import ModeledDevice
-from engine.pipeline import PartitionRunner, RunContext
+from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, read_token
 from engine.srs import generate_srs
@@ -51,7 +51,8 @@ class Engine:
 
     ``listen``: None/"unix" (a fresh private Unix socket), "unix:PATH", "tcp://127.0.0.1:PORT",
     or False for no socket at all (in-process use). ``token_file`` is required for TCP.
-    ``record``: a path to write the recording to, or None for none.
+    ``record``: a path to write the recording to, or None for none. ``backend``: a
+    ``KernelBackend`` instance to use instead of the one named by ``config.backend``.
     """
 
     def __init__(
@@ -63,6 +64,7 @@ class Engine:
         read_only: bool = False,
         record: str | os.PathLike[str] | None = None,
         log: Callable[[str], None] | None = None,
+        backend: Any = None,
     ) -> None:
         self.config = config.validate()
         self.read_only = read_only
@@ -73,9 +75,11 @@ class Engine:
             raise EngineError(
                 "the cuda backend is not available in the engine yet; use --backend cpu"
             )
-        from kernels.backends import get_backend
+        if backend is None:
+            from kernels.backends import get_backend
 
-        self.backend = get_backend(config.backend)
+            backend = get_backend(config.backend)
+        self.backend = backend  # any KernelBackend; tests pass a wrapped one
         self.sizes = query_sizes(config.domain_log)
         self.footprint = footprint(config.domain_log, self.sizes, config.prestage_margin)
         self.devices: list[Device] = self._make_devices()
@@ -207,8 +211,9 @@ class Engine:
             threads = []
             for device in self.devices:
                 mutex = threading.Lock()
+                gate = DeviceGate()
                 for w in range(self.config.workers_per_device):
-                    runner = PartitionRunner(ctx, device, w, mutex)
+                    runner = PartitionRunner(ctx, device, w, mutex, gate)
                     t = threading.Thread(
                         target=worker_loop,
                         args=(

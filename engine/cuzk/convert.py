@@ -485,11 +485,17 @@ class Converter:
             return
         region = slot not in CALL_KEYS
         target = None
+        if slot == "host_register":  # optional: printed right after its call's split line
+            for a in reversed(self.in_call):
+                if "split_vectors_ms" in a.slots and not a.slots & (REGION_SLOTS | {slot}):
+                    target = a
+                    break
         for a in self.in_call:
+            if target is not None:
+                break
             if slot in a.slots or (region and a.region_closed):
                 continue
             target = a
-            break
         if target is None:
             if self.timeline_seen:
                 self.stats["timing_unattributed"] += 1

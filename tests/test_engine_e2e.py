@@ -1,0 +1,126 @@
+"""End to end on the cpu backend: every partition computed, verified exactly, recorded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.config import from_preset
+from engine.runner import Engine
+from recordings.reader import open_recording
+from recordings.schema import PHASES, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(tmp_path, **overrides):
+    cfg = from_preset("ci", **overrides)
+    path = tmp_path / "run.pvtrec"
+    engine = Engine(cfg, listen=False, record=path)
+    sub = engine.subscribe("test")
+    engine.start()
+    assert engine.wait(60), "engine did not finish"
+    engine.close()
+    events = [e for e in sub.drain() if e["k"] != "snapshot"]
+    return engine, events, path
+
+
+def test_ci_run_verifies_every_partition_and_records_it(tmp_path):
+    engine, events, path = _run(tmp_path, proofs=2)
+    assert engine.ok and engine.error is None
+    for e in events:
+        validate(e)
+    done = [e for e in events if e["k"] == "partition_done"]
+    assert sorted((e["proof"], e["partition"]) for e in done) == [
+        (p, q) for p in (0, 1) for q in (0, 1)
+    ]
+    assert all(e["ok"] and e["verified"] is True and e["attempt"] == 0 for e in done)
+    assert {e["proof"] for e in events if e["k"] == "proof_done" and e["ok"]} == {0, 1}
+    # every phase of a partition is emitted in pipeline order, begin before end
+    order = list(PHASES)
+    for e in done:
+        mine = [
+            x
+            for x in events
+            if x["k"] in ("phase_begin", "phase_end")
+            and (x["proof"], x["partition"]) == (e["proof"], e["partition"])
+        ]
+        names = [x["phase"] for x in mine if x["k"] == "phase_begin"]
+        assert names == sorted(names, key=order.index)
+        assert set(names) == set(e["phases_ms"])
+        assert all(x["ok"] for x in mine if x["k"] == "phase_end")
+    assert events[0]["k"] == "hello" and events[0]["modeled"] is True
+    assert events[-1] == {**events[-1], "k": "engine_state", "state": "done"}
+    assert any(e["k"] == "memory" and e["modeled"] for e in events)
+
+    rec = open_recording(path)
+    assert rec.complete and not rec.truncated
+    state = rec.state()
+    totals = state.totals()
+    assert totals["partitions"] == totals["partitions_verified"] == 4
+    assert totals["proofs_done"] == 2 and totals["ooms"] == 0
+    # the recording holds exactly what the bus dispatched (the recorder never drops)
+    assert len([e for e in rec.events if e["k"] != "snapshot"]) == len(events)
+
+
+def test_wrong_kernel_result_is_caught_by_verification(tmp_path):
+    from engine.testing import GatedBackend
+    from kernels.backends import get_backend
+
+    class WrongMsm(GatedBackend):
+        def msm(self, points, scalars, **kw):
+            s = scalars.copy()
+            if len(s):
+                s[0, 0] ^= 1  # one flipped bit in one scalar
+            return self.inner.msm(points, s, **kw)
+
+    cfg = from_preset("ci", workers_per_device=1)
+    engine = Engine(cfg, listen=False, backend=WrongMsm(get_backend("cpu")))
+    sub = engine.subscribe()
+    engine.start()
+    assert engine.wait(60)
+    engine.close()
+    done = [e for e in sub.drain() if e["k"] == "partition_done"]
+    assert done and all(e["verified"] is False for e in done)
+    assert not engine.ok
+
+
+@pytest.mark.parametrize("verify, expected", [("never", {None}), ("sampled", {True, None})])
+def test_verify_modes(tmp_path, verify, expected):
+    engine, events, _ = _run(tmp_path, verify=verify, partitions=4, workers_per_device=1)
+    got = {e["verified"] for e in events if e["k"] == "partition_done"}
+    assert got == expected
+    assert engine.ok
+
+
+def test_cli_done_criterion(tmp_path):
+    """The issue's done criterion, through the real command line."""
+    path = tmp_path / "x.prec"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provetop",
+            "engine",
+            "--backend",
+            "cpu",
+            "--preset",
+            "ci",
+            "--proofs",
+            "2",
+            "--exit-when-done",
+            "--record",
+            str(path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "listening on unix:" in proc.stdout
+    state = open_recording(path).state()
+    assert state.totals()["partitions_verified"] == 4
