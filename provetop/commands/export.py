@@ -1,0 +1,48 @@
+"""``provetop export FILE --format perfetto -o OUT.json``: convert a recording."""
+
+from __future__ import annotations
+
+import argparse
+
+FORMATS = ("perfetto",)
+
+
+def add_parser(sub, name: str, help_text: str) -> None:
+    parser = sub.add_parser(name, help=help_text, description=help_text)
+    parser.add_argument("file", metavar="FILE", help="a recording (.pvtrec)")
+    parser.add_argument(
+        "--format",
+        default="perfetto",
+        help="perfetto: Chrome trace JSON that opens in ui.perfetto.dev (default)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="output file (default: FILE with the suffix .perfetto.json)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from provetop.cli import UsageError
+    from recordings.errors import RecordingError
+    from recordings.export_perfetto import write_perfetto
+
+    if args.format not in FORMATS:
+        raise UsageError(f"unknown export format {args.format!r} (known: {', '.join(FORMATS)})")
+    out = Path(args.output) if args.output else Path(args.file).with_suffix(".perfetto.json")
+    if out.is_dir():
+        raise UsageError(f"cannot write {out}: is a directory")
+    if not out.parent.is_dir():
+        raise UsageError(f"cannot write {out}: directory {out.parent} does not exist")
+    try:
+        count = write_perfetto(args.file, out)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    sys.stderr.write(f"wrote {count} trace events to {out} (open it in ui.perfetto.dev)\n")
+    return 0

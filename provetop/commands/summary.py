@@ -1,0 +1,32 @@
+"""``provetop summary FILE [--json]``: the per-partition summary of a recording."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub, name: str, help_text: str) -> None:
+    parser = sub.add_parser(name, help=help_text, description=help_text)
+    parser.add_argument("file", metavar="FILE", help="a recording (.pvtrec)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from provetop.cli import UsageError
+    from recordings.errors import RecordingError
+    from recordings.summary import build_summary, format_summary
+
+    try:
+        summary = build_summary(args.file)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    text = json.dumps(summary, indent=2, allow_nan=False) + "\n" if args.json else None
+    try:
+        sys.stdout.write(text if text is not None else format_summary(summary))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `provetop summary X | head`
+        sys.stderr.close()
+    return 0

@@ -1,0 +1,221 @@
+"""Recording -> Chrome trace JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open.
+
+Built from the reducer (:class:`recordings.state.State`), so the trace shows exactly the lanes
+and series the dashboard draws:
+
+- one process per device (``pid`` = device index + 1) and one for the engine (``pid`` 0);
+- one thread per lane: each worker, the GPU lane (any phase holding the device mutex) and the
+  upload lane, named with ``thread_name`` metadata and ordered with ``thread_sort_index``;
+- ``X`` complete slices for phases (args: proof, partition, ok), for GPU-lane and upload-lane
+  busy spans, and for phases still open when the recording ends (args: unfinished);
+- ``C`` counter tracks for the memory series per device (sync pool used/cached, stream-ordered
+  pool used/reserved, driver free, NVML used), in bytes, labelled "modeled" when they are;
+- ``i`` instants for faults (on the worker's thread when known), markers and control actions.
+
+Timestamps are microseconds since the engine's t = 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from recordings.reader import Recording, open_recording
+from recordings.schema import PHASES
+from recordings.state import Segment, State
+from recordings.summary import json_safe
+
+ENGINE_PID = 0
+GPU_TID = 1000
+UPLOAD_TID = 1001
+COUNTERS = (  # track name, {series label: MemorySeries column}
+    ("sync pool", {"used": "sync_used", "cached": "sync_cached"}),
+    ("stream-ordered pool", {"used": "async_used", "reserved": "async_reserved"}),
+    ("driver free", {"free": "driver_free"}),
+    ("NVML used", {"used": "nvml_used"}),
+)
+
+
+def export_perfetto(source: str | os.PathLike[str] | Recording) -> dict[str, Any]:
+    """The Chrome trace (a JSON-able dict) of a recording."""
+    rec = source if isinstance(source, Recording) else open_recording(source)
+    trace = trace_from_state(rec.state())
+    trace["otherData"].update(
+        {
+            "recording": str(rec.path),
+            "complete": rec.complete,
+            "truncation": str(rec.truncation) if rec.truncation else None,
+        }
+    )
+    return trace
+
+
+def trace_from_state(state: State) -> dict[str, Any]:
+    """The Chrome trace of a folded state (history included)."""
+    hello = state.hello or {}
+    modeled = bool(hello.get("modeled"))
+    events: list[dict[str, Any]] = []
+    names: dict[int, str] = {}
+    for d in hello.get("devices") or []:
+        if isinstance(d, dict) and isinstance(d.get("index"), int):
+            names[d["index"]] = str(d.get("name") or "")
+    devices: set[int] = set()
+
+    def meta(pid: int, tid: int | None, name: str, args: dict[str, Any]) -> None:
+        e: dict[str, Any] = {"ph": "M", "name": name, "pid": pid, "args": args}
+        if tid is not None:
+            e["tid"] = tid
+        events.append(e)
+
+    threads: set[tuple[int, int]] = set()
+    for lane in state.lanes():
+        pid, tid, label = _lane_ids(lane)
+        if pid is None:
+            continue
+        devices.add(pid - 1)
+        threads.add((pid, tid))
+        meta(pid, tid, "thread_name", {"name": label})
+        meta(pid, tid, "thread_sort_index", {"sort_index": tid})
+    end = state.t
+    for lane, segments in state.segments.items():
+        for seg in segments:
+            _slice(events, lane, seg, seg.end if seg.end is not None else end, False)
+    for seg in state.open.values():
+        _slice(events, seg.lane, seg, max(end, seg.start), True)
+    suffix = " (modeled)" if modeled else ""
+    for device, series in state.series.items():
+        if not isinstance(device, int):
+            continue
+        devices.add(device)
+        pid = device + 1
+        for track, columns in COUNTERS:
+            cols = {label: series.columns[name] for label, name in columns.items()}
+            for i, t in enumerate(series.t):
+                args = {label: col[i] for label, col in cols.items() if col[i] >= 0}
+                if args:
+                    events.append(
+                        {
+                            "ph": "C",
+                            "name": f"{track} (bytes){suffix}",
+                            "pid": pid,
+                            "tid": 0,
+                            "ts": _us(t),
+                            "args": args,
+                        }
+                    )
+    for fault in state.faults:
+        device = fault.get("device")
+        worker = fault.get("worker")
+        pid = device + 1 if isinstance(device, int) and device >= 0 else ENGINE_PID
+        tid = worker if pid != ENGINE_PID and isinstance(worker, int) else 0
+        if pid != ENGINE_PID:
+            devices.add(pid - 1)
+            if (pid, tid) not in threads and isinstance(worker, int):
+                threads.add((pid, tid))
+                meta(pid, tid, "thread_name", {"name": f"worker {worker}"})
+        args = {k: v for k, v in fault.items() if k not in ("k", "t")}
+        events.append(
+            _instant(f"fault: {fault.get('kind')}", fault.get("t", 0), pid, tid, "t", args)
+        )
+    for t, name in state.markers:
+        events.append(_instant(f"marker: {name}", t, ENGINE_PID, 0, "g", {"name": name}))
+    for c in state.controls:
+        outcome = "ok" if c.get("ok") else f"refused: {c.get('error')}"
+        args = {"id": c.get("id"), "args": c.get("args"), "outcome": outcome}
+        if c.get("client"):
+            args["client"] = c["client"]
+        events.append(_instant(f"control: {c.get('cmd')}", c.get("t", 0), ENGINE_PID, 0, "p", args))
+    for t, proof, ok, wall_ms in state.proofs_done:
+        args = {"proof": proof, "ok": ok, "wall_ms": wall_ms}
+        events.append(_instant(f"proof {proof} done", t, ENGINE_PID, 0, "p", args))
+    meta(ENGINE_PID, None, "process_name", {"name": f"engine {hello.get('engine_id', '?')}"})
+    meta(ENGINE_PID, 0, "thread_name", {"name": "events"})
+    meta(ENGINE_PID, None, "process_sort_index", {"sort_index": 0})
+    for d in sorted(devices):
+        label = f"gpu{d}" + (f" {names[d]}" if names.get(d) else "") + suffix
+        meta(d + 1, None, "process_name", {"name": label})
+        meta(d + 1, None, "process_sort_index", {"sort_index": d + 1})
+    return {
+        "traceEvents": json_safe(events),
+        "displayTimeUnit": "ms",
+        "otherData": json_safe(
+            {
+                "producer": "provetop export --format perfetto",
+                "engine_id": hello.get("engine_id"),
+                "backend": hello.get("backend"),
+                "modeled": modeled,
+            }
+        ),
+    }
+
+
+def _lane_ids(lane: tuple) -> tuple[int | None, int, str]:
+    kind = lane[0] if lane else None
+    device = lane[1] if len(lane) > 1 else None
+    if not isinstance(device, int) or device < 0:
+        return None, 0, ""
+    if kind == "worker" and len(lane) > 2 and isinstance(lane[2], int) and lane[2] >= 0:
+        return device + 1, lane[2], f"worker {lane[2]}"
+    if kind == "gpu":
+        return device + 1, GPU_TID, "GPU (mutex held)"
+    if kind == "upload":
+        return device + 1, UPLOAD_TID, "upload"
+    return None, 0, ""
+
+
+def _slice(events: list, lane: tuple, seg: Segment, end: int, unfinished: bool) -> None:
+    pid, tid, _ = _lane_ids(lane)
+    if pid is None:
+        return
+    if lane[0] == "worker":
+        spec = PHASES.get(seg.phase)
+        name, cat = seg.phase, spec.group if spec else "phase"
+        args: dict[str, Any] = {"proof": seg.proof, "partition": seg.partition, "ok": seg.ok}
+    else:
+        name, cat, args = ("gpu busy" if lane[0] == "gpu" else "upload"), lane[0], {}
+    if unfinished:
+        args["unfinished"] = True
+    events.append(
+        {
+            "ph": "X",
+            "name": str(name),
+            "cat": str(cat),
+            "pid": pid,
+            "tid": tid,
+            "ts": _us(seg.start),
+            "dur": max(0.0, _us(end) - _us(seg.start)),
+            "args": args,
+        }
+    )
+
+
+def _instant(name: str, t: Any, pid: int, tid: int, scope: str, args: dict) -> dict[str, Any]:
+    ts = _us(t) if isinstance(t, int) else 0.0
+    return {"ph": "i", "name": name, "pid": pid, "tid": tid, "ts": ts, "s": scope, "args": args}
+
+
+def _us(t: int) -> float:
+    return t / 1000.0
+
+
+def write_perfetto(source: str | os.PathLike[str] | Recording, out: str | os.PathLike[str]) -> int:
+    """Export to ``out`` atomically (a temporary file renamed into place); returns the number
+    of trace events. ``OSError`` when ``out`` cannot be written."""
+    trace = export_perfetto(source)
+    target = Path(out)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump(trace, f, separators=(",", ":"), allow_nan=False)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return len(trace["traceEvents"])

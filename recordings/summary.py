@@ -1,0 +1,240 @@
+"""The per-partition summary of a recording, as data and as a table.
+
+Every number is read from :class:`recordings.state.State` (the reducer the dashboard draws), so
+``provetop summary`` and the screen cannot disagree: per-attempt rows come from
+``State.attempts`` (plus partitions still in flight when the recording stops), run totals from
+``State.totals()``, ``State.s_per_proof()`` and ``State.busy_fraction()``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict
+from typing import Any
+
+from recordings.reader import Recording, open_recording
+from recordings.schema import PHASES
+from recordings.state import PartitionRow, State
+
+ROW_FIELDS = (
+    "proof",
+    "partition",
+    "attempt",
+    "worker",
+    "device",
+    "ok",
+    "prestage",
+    "prestage_reason",
+    "forced",
+    "mutex_wait_ms",
+    "phases_ms",
+    "gpu_total_ms",
+    "verified",
+    "failure",
+)
+
+
+def build_summary(source: str | os.PathLike[str] | Recording) -> dict[str, Any]:
+    """The summary of a recording as plain JSON-able data (what ``--json`` prints)."""
+    rec = source if isinstance(source, Recording) else open_recording(source)
+    state = rec.state()
+    return summarize_state(state, rec)
+
+
+def summarize_state(state: State, rec: Recording | None = None) -> dict[str, Any]:
+    """The summary of an already folded state (a live engine's, for example)."""
+    rows = [_row(a, "done" if a.ok else "failed") for a in state.attempts]
+    rows += [_row(r, "unfinished") for r in state.partitions.values() if r.ok is None]
+    rows.sort(key=_order)
+    hello = state.hello or {}
+    devices = sorted(
+        {int(d["index"]) for d in hello.get("devices") or [] if _is_device(d)}
+        | {k[1] for k in state.lanes() if isinstance(k[1], int)}
+    )
+    start, end = state.first_t, state.t
+    busy: dict[str, float | None] = {}
+    for d in devices:
+        busy[str(d)] = state.busy_fraction(d, start, end) if start is not None else None
+    known = [b for b in busy.values() if b is not None]
+    totals = dict(state.totals())
+    totals["gpu_busy_fraction"] = sum(known) / len(known) if known else None
+    totals["gpu_busy_fraction_by_device"] = busy
+    totals["rolling_s_per_proof"] = state.rolling_s_per_proof()
+    totals["unfinished"] = sum(1 for r in state.partitions.values() if r.ok is None)
+    totals["wall_s"] = (end - start) / 1e9 if start is not None else None
+    out: dict[str, Any] = {
+        "file": str(rec.path) if rec else None,
+        "complete": rec.complete if rec else None,
+        "truncated": rec.truncated if rec else False,
+        "truncation": str(rec.truncation) if rec and rec.truncation else None,
+        "modeled": bool(hello.get("modeled")),
+        "engine": {
+            k: hello.get(k)
+            for k in ("engine_id", "host", "source", "backend", "version", "devices", "config")
+        }
+        if hello
+        else None,
+        "engine_state": state.engine_state,
+        "events": state.events,
+        "attempts": rows,
+        "totals": totals,
+    }
+    return json_safe(out)
+
+
+def _order(row: dict[str, Any]) -> tuple:
+    return tuple(v if isinstance(v, int) else -1 for v in (row["proof"], row["partition"]))
+
+
+def _is_device(d: Any) -> bool:
+    return isinstance(d, dict) and isinstance(d.get("index"), int)
+
+
+def _row(row: PartitionRow, status: str) -> dict[str, Any]:
+    data = asdict(row)
+    out = {name: data[name] for name in ROW_FIELDS}
+    out["status"] = status
+    return out
+
+
+def json_safe(obj: Any) -> Any:
+    """JSON has no NaN/inf: such values (possible in a damaged or odd recording) become None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, bytes):
+        return obj.hex()
+    return obj
+
+
+# -- text -----------------------------------------------------------------------------------------
+
+_SHORT = {
+    "synthesis": "synth",
+    "prestage": "prestg",
+    "upload": "upload",
+    "mutex_wait": "mwait",
+    "fallback_upload": "fb_upl",
+    "h_step": "h_step",
+    "msm_h": "msm_h",
+    "msm_l": "msm_l",
+    "msm_a": "msm_a",
+    "msm_b_g1": "msm_bg1",
+    "copy_back": "copy",
+    "verify": "verify",
+    "release": "rel",
+}
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A readable report: header, one line per partition attempt, totals."""
+    lines: list[str] = []
+    lines.append(f"recording: {summary.get('file')}")
+    if summary.get("truncated"):
+        lines.append(f"  TRUNCATED: {summary.get('truncation')} (read up to the last whole frame)")
+    elif summary.get("complete") is False:
+        lines.append("  incomplete: no index/footer")
+    engine = summary.get("engine")
+    if engine:
+        modeled = ", device memory modeled" if summary.get("modeled") else ""
+        lines.append(
+            f"engine {engine.get('engine_id')} on {engine.get('host')}: "
+            f"{engine.get('source')} {engine.get('version')}, backend {engine.get('backend')}"
+            f"{modeled}; state {summary.get('engine_state')}"
+        )
+        for d in engine.get("devices") or []:
+            if isinstance(d, dict):
+                cap = d.get("capacity")
+                size = f"{cap / (1 << 30):.1f} GiB" if isinstance(cap, (int, float)) else "?"
+                tag = " (modeled)" if d.get("modeled") else ""
+                lines.append(f"  device {d.get('index')}: {d.get('name')}, {size}{tag}")
+    else:
+        lines.append("no hello event: the recording holds no engine run")
+    rows = summary.get("attempts") or []
+    # mutex_wait is the mwait_ms column already
+    phases = [
+        p
+        for p in PHASES
+        if p != "mutex_wait" and any(p in (r.get("phases_ms") or {}) for r in rows)
+    ]
+    extra = sorted(
+        {p for r in rows for p in (r.get("phases_ms") or {}) if p not in PHASES}, key=str
+    )
+    phases += extra
+    head = ["proof", "part", "try", "dev", "wkr", "status", "prestage", "mwait_ms"]
+    head += [_SHORT.get(p, str(p)[:8]) for p in phases] + ["gpu_ms", "verified", "note"]
+    table = [head]
+    for r in rows:
+        ms = r.get("phases_ms") or {}
+        prestage = str(r.get("prestage") or "-")
+        if r.get("forced"):
+            prestage += "*"
+        note = r.get("failure") or ""
+        if r.get("prestage_reason") and r.get("prestage") != "ok":
+            note = f"{note}; {r['prestage_reason']}" if note else str(r["prestage_reason"])
+        table.append(
+            [
+                _s(r.get("proof")),
+                _s(r.get("partition")),
+                _s(r.get("attempt")),
+                _s(r.get("device")),
+                _s(r.get("worker")),
+                str(r.get("status")),
+                prestage,
+                _ms(r.get("mutex_wait_ms")),
+                *(_ms(ms.get(p)) for p in phases),
+                _ms(r.get("gpu_total_ms")),
+                {True: "yes", False: "NO", None: "-"}.get(r.get("verified"), "?"),
+                note,
+            ]
+        )
+    if len(table) > 1:
+        widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+        lines.append("")
+        for row in table:
+            cells = [
+                c.rjust(w) if i < len(head) - 1 else c
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ]
+            lines.append("  ".join(cells).rstrip())
+        if any(r.get("forced") for r in rows):
+            lines.append("  * fallback forced by the operator")
+    else:
+        lines.append("no partition attempts recorded")
+    lines.append("")
+    lines.extend(_totals_lines(summary.get("totals") or {}, bool(summary.get("modeled"))))
+    return "\n".join(lines) + "\n"
+
+
+def _totals_lines(t: dict[str, Any], modeled: bool) -> list[str]:
+    spp = t.get("s_per_proof")
+    busy = t.get("gpu_busy_fraction")
+    by_device = t.get("gpu_busy_fraction_by_device") or {}
+    per = ", ".join(f"gpu{d} {b:.0%}" for d, b in by_device.items() if isinstance(b, (int, float)))
+    oom = f"{t.get('ooms', 0)}" + (" (modeled memory)" if modeled else "")
+    return [
+        f"proofs: {t.get('proofs_done', 0)} done, {t.get('proofs_failed', 0)} failed; "
+        f"s/proof: {f'{spp:.3f}' if isinstance(spp, (int, float)) else '-'}",
+        f"partitions: {t.get('partitions', 0)} ({t.get('partitions_ok', 0)} ok, "
+        f"{t.get('partitions_failed', 0)} failed, {t.get('unfinished', 0)} unfinished), "
+        f"{t.get('partitions_verified', 0)} verified; attempts {t.get('attempts', 0)}, "
+        f"retries {t.get('retries', 0)}",
+        f"pre-stage: {t.get('prestage_ok', 0)} ok, {t.get('fallbacks', 0)} fallbacks; "
+        f"OOMs: {oom}; faults: {t.get('faults', 0)}",
+        f"GPU busy: {f'{busy:.1%}' if isinstance(busy, (int, float)) else '-'}"
+        + (f" ({per})" if per else ""),
+    ]
+
+
+def _s(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def _ms(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return "-"
+    return f"{v:.1f}"
