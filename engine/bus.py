@@ -148,6 +148,12 @@ class Bus:
         self.publish(event)
         return event
 
+    def emit_at(self, t: int, kind: str, /, **fields: Any) -> dict[str, Any]:
+        """Like :meth:`emit` with a time measured by the caller (engine-relative ns)."""
+        event = make(kind, int(t), **fields)
+        self.publish(event)
+        return event
+
     def publish(self, event: dict[str, Any]) -> None:
         """Enqueue an already built event."""
         with self._pending_lock:

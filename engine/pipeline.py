@@ -209,7 +209,7 @@ class PartitionRunner:
                 held = True
                 t_acquired = time.monotonic_ns()
                 att.wait_ns = t_acquired - t0
-                self._mutex_event(att, "acquire")
+                self._mutex_event(att, "acquire", t_acquired)
             if not prestaged:
                 with self._phase(att, "fallback_upload"):
                     d_a, d_bc, a, b, c = self._fallback_upload(att, w)
@@ -229,10 +229,11 @@ class PartitionRunner:
                 results = {q: np.array(r, copy=True) for q, r in results.items()}
                 self._free(att, d_a)
                 self._prestage_done(att)
-            att.hold_ns = time.monotonic_ns() - t_acquired
+            t_release = time.monotonic_ns()
+            att.hold_ns = t_release - t_acquired
             held = False
             self.mutex.release()
-            self._mutex_event(att, "release")
+            self._mutex_event(att, "release", t_release)
             self.ctx.sample(dev)
             with self._phase(att, "verify"):
                 att.verified = self._verify(att, w, h, scalars, results)
@@ -259,9 +260,10 @@ class PartitionRunner:
             raise PartitionFailed(f"{type(exc).__name__}: {exc}", oom=False) from None
         finally:
             if held:
-                att.hold_ns = time.monotonic_ns() - t_acquired
+                t_release = time.monotonic_ns()
+                att.hold_ns = t_release - t_acquired
                 self.mutex.release()
-                self._mutex_event(att, "release")
+                self._mutex_event(att, "release", t_release)
             self._release(att)
 
     def _fallback_upload(self, att: Attempt, w: Witness) -> tuple:
@@ -376,9 +378,13 @@ class PartitionRunner:
             att.phases_ms[name] = att.phases_ms.get(name, 0.0) + ms
             self.bus.emit("phase_end", **self._where(att), phase=name, ok=ok)
 
-    def _mutex_event(self, att: Attempt, action: str) -> None:
+    def _mutex_event(self, att: Attempt, action: str, at_ns: int) -> None:
+        """Stamped with the instant the lock was taken or given back (not the emit time), so
+        the hold intervals in the stream are exact."""
         hold = att.hold_ns if action == "release" else 0
-        self.bus.emit("mutex", **self._where(att), wait_ns=att.wait_ns, hold_ns=hold, action=action)
+        t = at_ns - self.bus.clock.t0
+        where = self._where(att)
+        self.bus.emit_at(t, "mutex", **where, wait_ns=att.wait_ns, hold_ns=hold, action=action)
 
     def _alloc_event(self, att: Attempt, site: str, pool: str, requested: int, d: Decision) -> None:
         fields: dict[str, Any] = {"reason": d.reason, "pools": self.device.sample()}

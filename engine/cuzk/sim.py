@@ -240,7 +240,7 @@ def simulate(
         )
         emit(c.end + 2, f"CUZK_TIMING: async_dealloc_ms={rng.randint(5, 90)}")
         if noise:
-            emit(c.end, f"garbage line {rng.getrandbits(32):08x} with no format")
+            emit(c.end, f"garbage line {c.job}.{c.partition} \x00\xff with no format")
     for j, job_id in enumerate(job_ids):
         if j in failed_at:
             continue
