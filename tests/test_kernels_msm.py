@@ -18,8 +18,9 @@ from kernels.cpu.msm import (
     num_windows,
     pippenger,
     signed_digits,
+    trace_arrays,
 )
-from kernels.layout import random_fr
+from kernels.layout import g1_from_limbs, random_fr
 
 
 def rand_points(n: int, rng: random.Random) -> list:
@@ -131,6 +132,11 @@ def test_buckets_follow_their_definition() -> None:
         assert tr.window_sums[j] == msm_naive(want, [b + 1 for b in range(len(want))])
     total = msm_naive(tr.window_sums, [1 << (c * j) for j in range(tr.num_windows)])
     assert g1.affine_add(total, tr.ones_sum) == res
+    arrs = trace_arrays(tr)
+    assert arrs["buckets"].shape == (tr.num_windows, 1 << (c - 1), 12)
+    assert g1_from_limbs(arrs["buckets"][2]) == tr.buckets[2]
+    assert g1_from_limbs(arrs["window_sums"]) == tr.window_sums
+    assert g1_from_limbs(arrs["ones_sum"]) == [tr.ones_sum]
 
 
 def test_batch_add() -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kernels.constants import FP_MODULUS, FR_MODULUS
 from kernels.cpu.g1 import (
@@ -233,6 +234,21 @@ def pippenger(
     return result, trace
 
 
+def trace_arrays(trace: MsmTrace) -> dict[str, Any]:
+    """The trace in the shared limb layout, for bit-for-bit comparison with GPU buffers:
+    ``buckets`` ``(num_windows, 2^(c-1), 12)`` and ``window_sums`` ``(num_windows, 12)`` as
+    affine Montgomery points (infinity = zeros), ``ones_sum`` ``(12,)``."""
+    from kernels.layout import g1_to_limbs
+
+    nb = 1 << (trace.window_bits - 1)
+    flat = [p for row in trace.buckets for p in row]
+    return {
+        "buckets": g1_to_limbs(flat).reshape(len(trace.buckets), nb, 12),
+        "window_sums": g1_to_limbs(trace.window_sums),
+        "ones_sum": g1_to_limbs([trace.ones_sum])[0],
+    }
+
+
 # --- oracle and fast path -------------------------------------------------------------------
 
 
@@ -293,4 +309,5 @@ __all__ = [
     "num_windows",
     "pippenger",
     "signed_digits",
+    "trace_arrays",
 ]

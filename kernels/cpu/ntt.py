@@ -106,10 +106,15 @@ def _dit_inplace(a: np.ndarray, k: int, inverse: bool) -> None:
         h *= 2
 
 
-def _as_objects(values: Sequence[int] | np.ndarray) -> np.ndarray:
+def as_objects(values: Sequence[int] | np.ndarray) -> np.ndarray:
+    """A 1-D numpy object array of Python ints: the input form of :func:`ntt_objects` and
+    :func:`h_step_objects`."""
     arr = np.empty(len(values), dtype=object)
     arr[:] = [int(v) for v in values]
     return arr
+
+
+_as_objects = as_objects  # older name, kept for callers that already use it
 
 
 def ntt_objects(
