@@ -6,8 +6,9 @@ and series the dashboard draws:
 - one process per device (``pid`` = device index + 1) and one for the engine (``pid`` 0);
 - one thread per lane: each worker, the GPU lane (any phase holding the device mutex) and the
   upload lane, named with ``thread_name`` metadata and ordered with ``thread_sort_index``;
-- ``X`` complete slices for phases (args: proof, partition, ok), for GPU-lane and upload-lane
-  busy spans, and for phases still open when the recording ends (args: unfinished);
+- ``X`` complete slices for phases (named after the phase; args: proof, partition, ok), for
+  GPU-lane and upload-lane busy spans ("gpu busy", "upload busy"), and for phases still open
+  when the recording ends (args: unfinished);
 - ``C`` counter tracks for the memory series per device (sync pool used/cached, stream-ordered
   pool used/reserved, driver free, NVML used), in bytes, labelled "modeled" when they are;
 - ``i`` instants for faults (on the worker's thread when known), markers and control actions.
@@ -175,7 +176,7 @@ def _slice(events: list, lane: tuple, seg: Segment, end: int, unfinished: bool) 
         name, cat = seg.phase, spec.group if spec else "phase"
         args: dict[str, Any] = {"proof": seg.proof, "partition": seg.partition, "ok": seg.ok}
     else:
-        name, cat, args = ("gpu busy" if lane[0] == "gpu" else "upload"), lane[0], {}
+        name, cat, args = f"{lane[0]} busy", lane[0], {}
     if unfinished:
         args["unfinished"] = True
     events.append(
