@@ -64,7 +64,7 @@ class ReplayState:
 class ProvetopApp(App[int]):
     """The dashboard. Give it live sources, or a replay (a source or a file to load)."""
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = str(Path(__file__).with_name("app.tcss"))
     TITLE = "provetop"
     COMMANDS = App.COMMANDS | {DashboardCommands}
     BINDINGS = [
@@ -104,9 +104,14 @@ class ProvetopApp(App[int]):
         save_dir: str | Path = ".",
         refresh_hz: float = REFRESH_HZ,
         autoplay: bool = True,
+        speed: float = 1.0,
         live_clock: bool = True,
+        light: bool = False,
     ) -> None:
         super().__init__()
+        if light:
+            self.theme = "textual-light"
+        self.initial_speed = speed
         self.views = [EngineView(s) for s in sources or []]
         self.selected = 0
         self.replay: ReplayState | None = None
@@ -119,8 +124,8 @@ class ProvetopApp(App[int]):
         self.live_clock = live_clock
         self._dirty = True
         self._ticks = 0
-        self._thread_id = threading.get_ident()
-        self._closing = False
+        self._ui_thread = threading.get_ident()
+        self._sources_closed = False
         self.saved: list[Path] = []
         self._device: int | None = None
         self.compact_panel = "memory-box"
@@ -200,9 +205,9 @@ class ProvetopApp(App[int]):
         )
 
     def _call(self, fn, *args) -> None:
-        if self._closing:
+        if self._sources_closed:
             return
-        if threading.get_ident() == self._thread_id:
+        if threading.get_ident() == self._ui_thread:
             fn(*args)
             return
         try:
@@ -466,7 +471,9 @@ class ProvetopApp(App[int]):
     def _replay_loaded(self, source: ReplaySource) -> None:
         view = EngineView(source, conn="replay")
         self.views = [view]
-        self.replay = ReplayState(source, position=source.start, playing=self.autoplay)
+        self.replay = ReplayState(
+            source, position=source.start, playing=self.autoplay, speed=self.initial_speed
+        )
         if not source.checkpoints:
             self.run_worker(source.build_checkpoints, thread=True, name="checkpoints")
         self.seek(source.start)
@@ -588,7 +595,7 @@ class ProvetopApp(App[int]):
         self.exit(0)
 
     def close_sources(self) -> None:
-        self._closing = True
+        self._sources_closed = True
         for view in self.views:
             try:
                 view.source.close()

@@ -167,12 +167,16 @@ class MemoryPanel(Widget, can_focus=True):
             p = parts(sample)
             phantom = phantom_bytes(sample)
             label = f"gpu{d}"
-            modeled = " (modeled)" if sample.get("modeled") else ""
+            dev = names.get(d, {})
+            name = str(dev.get("name", ""))
+            if sample.get("modeled") and "modeled" not in name.lower():
+                name += " (modeled)"
+            if "GiB" not in name:
+                name += f" {size(p['total'])}"
             title = Text()
             title.append(label, style="bold reverse" if d == selected else "bold")
-            dev = names.get(d, {})
             if d == selected or len(devices) <= 2:
-                title.append(f" {dev.get('name', '')}{modeled} {size(p['total'])}")
+                title.append(f" {name}")
             bar_w = max(10, width - len(title.plain) - 1)
             if d != selected and len(devices) > 2:
                 line = title + Text(" ") + bar(sample, bar_w)

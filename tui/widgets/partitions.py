@@ -144,7 +144,7 @@ class PartitionsTable(DataTable):
             self.remove_row(f"{oldest[0]}:{oldest[1]}")
         if changed and self.sort_column:
             self._sort()
-        elif changed and self.cursor_row >= self.row_count - 2 and not self.has_focus:
+        elif changed and not self.has_focus:  # follow the newest rows until the operator looks
             self.move_cursor(row=self.row_count - 1, animate=False)
 
     def _sort(self) -> None:

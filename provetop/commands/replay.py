@@ -1,0 +1,35 @@
+"""``provetop replay FILE``: the dashboard over a recording, with play, pause, speed, seeks and
+jumps between faults and markers. Textual is imported only when the command runs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_parser(sub, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text)
+    p.add_argument("file", metavar="FILE", help="a recording (.pvtrec)")
+    p.add_argument(
+        "--speed", type=float, default=1.0, help="playback speed, 0.25 to 16 (default 1)"
+    )
+    p.add_argument("--paused", action="store_true", help="start paused at the beginning")
+    from provetop.commands.watch import add_display_arguments
+
+    add_display_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from provetop.cli import UsageError
+
+    if not os.path.isfile(args.file):
+        raise UsageError(f"no such recording: {args.file}")
+    if not 0.25 <= args.speed <= 16:
+        raise UsageError(f"--speed must be between 0.25 and 16, got {args.speed:g}")
+    from tui.app import ProvetopApp
+
+    app = ProvetopApp(
+        replay_path=args.file, autoplay=not args.paused, speed=args.speed, light=args.light
+    )
+    code = app.run()
+    return int(code or 0)

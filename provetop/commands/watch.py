@@ -1,0 +1,70 @@
+"""``provetop watch [ADDRESS ...]``: attach the dashboard to one or more running engines.
+
+Without an address it finds the newest engine running on this machine for this user (the
+private Unix socket ``provetop engine`` prints). Textual is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text)
+    p.add_argument(
+        "addresses",
+        nargs="*",
+        metavar="ADDRESS",
+        help="unix:PATH, a socket path, or tcp://127.0.0.1:PORT (default: the local engine)",
+    )
+    p.add_argument("--token-file", metavar="F", help="token for tcp:// engines")
+    p.add_argument("--save-dir", default=".", metavar="DIR", help="where S saves recordings")
+    add_display_arguments(p)
+
+
+def add_display_arguments(p: argparse.ArgumentParser) -> None:
+    """Display flags shared by watch, replay and run."""
+    p.add_argument("--light", action="store_true", help="start with the light theme")
+
+
+def read_token(path: str | None) -> str | None:
+    from provetop.cli import UsageError
+
+    if path is None:
+        return None
+    try:
+        token = open(path).read().strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read --token-file {path}: {exc.strerror or exc}") from None
+    if not token:
+        raise UsageError(f"--token-file {path} is empty")
+    return token
+
+
+def run(args: argparse.Namespace) -> int:
+    from provetop.cli import UsageError
+    from tui.sources import LiveSource, default_address, parse_address
+
+    addresses = list(args.addresses)
+    if not addresses:
+        found = default_address()
+        if found is None:
+            raise UsageError(
+                "no local engine found: start one with 'provetop engine' or give its ADDRESS"
+            )
+        addresses = [found]
+    token = read_token(args.token_file)
+    sources = []
+    for text in addresses:
+        try:
+            address = parse_address(text)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if address.kind == "tcp" and token is None:
+            raise UsageError(f"{text}: a tcp:// engine needs --token-file")
+        sources.append(LiveSource(address, token=token))
+    from tui.app import ProvetopApp
+
+    app = ProvetopApp(sources, save_dir=args.save_dir, light=args.light)
+    code = app.run()
+    return int(code or 0)
