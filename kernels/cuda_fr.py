@@ -29,7 +29,8 @@ def elementwise(op: str, a: Any, b: Any = None, stream: Any = None) -> Any:
     out = cupy.empty_like(a)
     fn = _state().fn("fr_elementwise")
     s = stream or cupy.cuda.get_current_stream()
-    fn(((n + 255) // 256,), (256,), (out, a, b, np.int32(OPS[op]), np.uint64(n)), stream=s)
+    with s:
+        fn(((n + 255) // 256,), (256,), (out, a, b, np.int32(OPS[op]), np.uint64(n)))
     return out
 
 
@@ -47,11 +48,11 @@ def evaluate(coeffs: Any, x: int, stream: Any = None) -> int:
         parts = (n + HORNER_CHUNK - 1) // HORNER_CHUNK
         out = cupy.empty((parts, 4), dtype=cupy.uint64)
         d_x = cupy.asarray(to_words([xx], True))
-        fn(
-            ((parts + 127) // 128,), (128,),
-            (out, cur, np.uint64(n), np.int32(HORNER_CHUNK), d_x),
-            stream=s,
-        )  # fmt: skip
+        with s:
+            fn(
+                ((parts + 127) // 128,), (128,),
+                (out, cur, np.uint64(n), np.int32(HORNER_CHUNK), d_x),
+            )  # fmt: skip
         cur = out
         xx = pow(xx, HORNER_CHUNK, R)
     vals = from_words(cupy.asnumpy(cur), True)
@@ -73,5 +74,6 @@ def random_fr(shape: tuple[int, ...], seed: int | None = None, stream: Any = Non
     seed = secrets.randbits(64) if seed is None else seed
     s = stream or cupy.cuda.get_current_stream()
     fn = _state().fn("fr_random")
-    fn(((n + 255) // 256,), (256,), (out, np.uint64(n), np.uint64(seed)), stream=s)
+    with s:
+        fn(((n + 255) // 256,), (256,), (out, np.uint64(n), np.uint64(seed)))
     return out

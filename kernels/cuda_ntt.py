@@ -417,7 +417,6 @@ class CudaNtt:
                     ((count + 255) // 256,),
                     (256,),
                     (tw, d_hi, d_lo, np.int32(sb), np.uint64(count)),
-                    stream=s,
                 )
                 s.synchronize()
             st.tw, st.tw_log = tw, k
@@ -452,19 +451,26 @@ class CudaNtt:
         k = plans[0].k
         tw, K = self.twiddles(k, stream)
         consts = self._consts(k)
-        dummy = consts
-        for p in plans:
-            pre_hi, pre_lo, pre_sb = self._table(p.pre, k) if p.pre else (dummy, dummy, 0)
-            post_hi, post_lo, post_sb = self._table(p.post, k) if p.post else (dummy, dummy, 0)
-            fn = st.fn("ntt_pass_dit" if p.dit else "ntt_pass_dif")
-            args = (
-                buffers[p.dst], buffers[p.src], tw,
-                np.int32(p.k), np.int32(p.s), np.int32(p.L), np.int32(p.log_c), np.int32(K),
-                np.int32(int(p.inverse)), np.int32(p.flags), np.int32(pre_sb),
-                np.int32(post_sb), pre_hi, pre_lo, post_hi, post_lo, consts,
-                buffers[p.qa] if p.qa else dummy, buffers[p.qb] if p.qb else dummy,
-            )  # fmt: skip
-            fn(p.grid(batch), (p.block,), args, shared_mem=p.shared_bytes, stream=stream)
+        with stream:
+            for p in plans:
+                self._launch(p, st, buffers, batch, tw, K, consts)
+
+    def _launch(
+        self, p: Pass, st: _DeviceState, buffers: dict[str, Any], batch: int, tw: Any, K: int,
+        consts: Any,
+    ) -> None:  # fmt: skip
+        """One pass; unused table pointers point at ``consts`` (never read)."""
+        pre_hi, pre_lo, pre_sb = self._table(p.pre, p.k) if p.pre else (consts, consts, 0)
+        post_hi, post_lo, post_sb = self._table(p.post, p.k) if p.post else (consts, consts, 0)
+        fn = st.fn("ntt_pass_dit" if p.dit else "ntt_pass_dif")
+        args = (
+            buffers[p.dst], buffers[p.src], tw,
+            np.int32(p.k), np.int32(p.s), np.int32(p.L), np.int32(p.log_c), np.int32(K),
+            np.int32(int(p.inverse)), np.int32(p.flags), np.int32(pre_sb),
+            np.int32(post_sb), pre_hi, pre_lo, post_hi, post_lo, consts,
+            buffers[p.qa] if p.qa else consts, buffers[p.qb] if p.qb else consts,
+        )  # fmt: skip
+        fn(p.grid(batch), (p.block,), args, shared_mem=p.shared_bytes)
 
     def ntt(
         self,
