@@ -29,5 +29,10 @@ def get_backend(name: str) -> KernelBackend:
             from kernels.cuda_backend import CudaBackend
         except ImportError as exc:
             raise BackendUnavailable(f"the cuda backend is not available here: {exc}") from exc
-        return CudaBackend()
+        try:
+            return CudaBackend()
+        except (ImportError, RuntimeError, OSError) as exc:  # no CuPy/driver/GPU at start-up
+            raise BackendUnavailable(
+                f"the cuda backend cannot start here: {type(exc).__name__}: {exc}"
+            ) from exc
     raise ValueError(f"unknown kernel backend {name!r} (expected one of {', '.join(BACKENDS)})")
