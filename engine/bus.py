@@ -40,15 +40,20 @@ class Clock:
 
 
 class Subscription:
-    """One client's view of the stream: a bounded queue with lag accounting."""
+    """One client's view of the stream: a bounded queue with lag accounting.
+
+    The initial events (hello, snapshot, retained history) are never dropped; when live events
+    overflow ``maxlen`` the oldest live event is dropped and the one after it carries the count,
+    so the client receives one ``lag`` event exactly where the gap is."""
 
     def __init__(self, bus: Bus, maxlen: int, name: str) -> None:
         self.bus = bus
         self.name = name
         self.maxlen = maxlen
-        self._q: deque[dict[str, Any]] = deque()
+        self._q: deque[list] = deque()  # [event, missed just before it]
+        self._protected = 0  # initial events at the front of the queue
         self._cv = threading.Condition()
-        self._pending_lag = 0
+        self._held: dict[str, Any] | None = None  # event to deliver after its lag event
         self.missed = 0
         self.closed = False
 
@@ -56,47 +61,58 @@ class Subscription:
         with self._cv:
             if self.closed:
                 return
-            if len(self._q) >= self.maxlen:
-                self._q.popleft()
-                self._pending_lag += 1
+            carried = 0
+            if len(self._q) - self._protected >= self.maxlen:
+                if len(self._q) > self._protected:
+                    dropped = self._q[self._protected]
+                    del self._q[self._protected]
+                    carried = dropped[1] + 1
+                    if len(self._q) > self._protected:
+                        self._q[self._protected][1] += carried
+                        carried = 0
                 self.missed += 1
-            self._q.append(event)
+            self._q.append([event, carried])
             self._cv.notify()
 
     def _put_initial(self, events: list[dict[str, Any]]) -> None:
         with self._cv:
-            self._q.extend(events)
+            self._q.extend([e, 0] for e in events)
+            self._protected = len(self._q)
             self._cv.notify()
 
     def get(self, timeout: float | None = None) -> dict[str, Any] | None:
-        """The next event (a ``lag`` event first when some were skipped), or None on timeout
-        or once closed and drained."""
+        """The next event (a ``lag`` event where some were skipped), or None on timeout or
+        once closed and drained."""
         with self._cv:
+            if self._held is not None:
+                event, self._held = self._held, None
+                return event
             if not self._q and not self.closed:
                 self._cv.wait(timeout)
-            if self._pending_lag:
-                missed, self._pending_lag = self._pending_lag, 0
+            if not self._q:
+                return None
+            event, missed = self._q.popleft()
+            if self._protected:
+                self._protected -= 1
+            if missed:
+                self._held = event
                 return make("lag", self.bus.clock.now(), missed=missed)
-            if self._q:
-                return self._q.popleft()
-            return None
+            return event
 
     def pending(self) -> int:
         """Events queued and not yet taken."""
         with self._cv:
-            return len(self._q) + (1 if self._pending_lag else 0)
+            return len(self._q) + (1 if self._held is not None else 0)
 
     def drain(self) -> list[dict[str, Any]]:
         """Everything queued now, without waiting."""
         out = []
-        while True:
-            with self._cv:
-                if not self._q and not self._pending_lag:
-                    return out
+        while self.pending():
             event = self.get(0)
             if event is None:
-                return out
+                break
             out.append(event)
+        return out
 
     def close(self) -> None:
         with self._cv:

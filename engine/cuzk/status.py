@@ -1,0 +1,102 @@
+"""Poll a cuzk daemon's ``GET /status`` (``cuzk-core/src/status.rs``, served on the address of
+``daemon.status_listen`` in cuzk's config, for example ``127.0.0.1:9821``).
+
+Every poll gives a :class:`StatusResult`: the decoded snapshot, or an error in words (refused,
+timed out, HTTP error, not JSON, JSON that is not an object). Nothing here raises for a bad
+endpoint: a dashboard watching cuzk must keep running while cuzk restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+MAX_BODY = 32 << 20  # a status body is a few KiB; refuse anything absurd
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    ok: bool
+    snapshot: dict[str, Any] | None
+    error: str | None
+    wall_ns: int
+
+
+def status_url(url: str) -> str:
+    """``host:port`` or ``http://host:port`` -> ``http://host:port/status``; a URL that already
+    has a path is kept as given."""
+    if "://" not in url:
+        url = "http://" + url
+    scheme, _, rest = url.partition("://")
+    if "/" not in rest:
+        url = f"{scheme}://{rest}/status"
+    return url
+
+
+def fetch_status(url: str, timeout: float = 2.0) -> StatusResult:
+    """One ``GET``; never raises."""
+    now = time.time_ns()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - operator URL
+            body = resp.read(MAX_BODY + 1)
+    except urllib.error.HTTPError as exc:
+        return StatusResult(False, None, f"HTTP {exc.code} {exc.reason}", now)
+    except urllib.error.URLError as exc:
+        return StatusResult(False, None, f"unreachable: {exc.reason}", now)
+    except (OSError, ValueError) as exc:  # timeouts, resets, bad URLs
+        return StatusResult(False, None, f"unreachable: {exc}", now)
+    if len(body) > MAX_BODY:
+        return StatusResult(False, None, f"body larger than {MAX_BODY} bytes", now)
+    try:
+        snapshot = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return StatusResult(False, None, f"invalid JSON: {exc}", now)
+    if not isinstance(snapshot, dict):
+        return StatusResult(False, None, f"JSON {type(snapshot).__name__}, not an object", now)
+    return StatusResult(True, snapshot, None, now)
+
+
+class StatusPoller:
+    """Calls ``on_result`` with a :class:`StatusResult` every ``interval`` seconds, on a
+    daemon thread, until :meth:`stop`."""
+
+    def __init__(
+        self,
+        url: str,
+        on_result: Callable[[StatusResult], None],
+        *,
+        interval: float = 1.0,
+        timeout: float | None = None,
+    ) -> None:
+        self.url = status_url(url)
+        self.interval = max(0.05, float(interval))
+        self.timeout = timeout if timeout is not None else min(5.0, max(0.5, self.interval))
+        self.on_result = on_result
+        self.polls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cuzk-status", daemon=True)
+
+    def start(self) -> StatusPoller:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            result = fetch_status(self.url, self.timeout)
+            self.polls += 1
+            if self._stop.is_set():
+                break
+            self.on_result(result)
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=self.timeout + 1.0)
