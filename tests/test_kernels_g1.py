@@ -5,11 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
-from py_ecc import optimized_bls12_381 as ecc
-from py_ecc.bls.g2_primitives import G1_to_pubkey, pubkey_to_G1
 
 from kernels.constants import FP_MODULUS, FR_MODULUS
 from kernels.cpu import g1
+
+ecc = pytest.importorskip("py_ecc.optimized_bls12_381")  # the independent implementation
+_prim = pytest.importorskip("py_ecc.bls.g2_primitives")
+G1_to_pubkey, pubkey_to_G1 = _prim.G1_to_pubkey, _prim.pubkey_to_G1
 
 P = FP_MODULUS
 
