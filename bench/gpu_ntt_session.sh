@@ -32,8 +32,10 @@ for c in selftest_checks():
 PY
 timeout 240 python3 -m provetop bench ntt --log-sizes "$SIZES" --json --results-dir "$OUT" 2>&1 | tee "$OUT/bench.txt"
 timeout 60 python3 -m provetop bench ntt --log-sizes 24,27 --max-levels 8 --no-h-step --repeats 9 2>&1 | tail -8 | tee "$OUT/variant.txt"
+PROVETOP_NTT_MIN_BLOCKS=1 timeout 60 python3 -m provetop bench ntt --log-sizes 24,27 --no-h-step --repeats 9 2>&1 | tail -8 | tee "$OUT/variant_mb1.txt"
 echo "==== summary"
 tail -3 "$OUT/pytest.txt" | head -2
 grep -E "^selftest" "$OUT/pytest.txt"
 grep -E "^\||^copy|^target" "$OUT/bench.txt"
 echo "variant max-levels 8:"; grep -E "^\| 2" "$OUT/variant.txt"
+echo "variant min-blocks 1 (no register cap):"; grep -E "^\| 2" "$OUT/variant_mb1.txt"

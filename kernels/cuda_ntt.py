@@ -17,6 +17,7 @@ built once per device on the GPU and reused, with a stride, for every smaller si
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -371,7 +372,9 @@ def _state() -> _DeviceState:
     dev = cupy.cuda.Device().id
     st = _states.get(dev)
     if st is None:
-        mod = load_module("ntt.cu", defines={"NTT_MIN_BLOCKS": 2})
+        # blocks per SM the compiler must fit (register cap); env override for tuning runs
+        min_blocks = int(os.environ.get("PROVETOP_NTT_MIN_BLOCKS", "2"))
+        mod = load_module("ntt.cu", defines={"NTT_MIN_BLOCKS": min_blocks})
         st = _DeviceState(module=mod)
         _states[dev] = st
     return st
