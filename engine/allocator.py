@@ -80,7 +80,7 @@ def phantom_capacity(fp: Footprint, device: Device) -> int:
     prestage = u + r(2 * fp.u) + fp.margin
     msm = u + r(fp.msm_max)
     fallback = 3 * u + r(MIN_CHUNK)
-    capacity = max(prestage, msm, fallback) + 4 * 512
+    capacity = max(prestage, msm, fallback) + 512
     if capacity - r(fp.msm_max) >= u + r(2 * fp.u):
         raise ValueError("this domain's MSM scratch is too small to show the phantom OOM")
     return capacity
@@ -137,7 +137,8 @@ class AwarePolicy:
     def fallback_chunk(self, device: Device, fp: Footprint, working: int) -> Decision:
         free, released = self._free_after_trim(device)
         budget = free - fp.margin - working
-        chunk = max(MIN_CHUNK, min(fp.u, budget // 2))  # device chunk + its pinned twin
+        # device chunk + its pinned twin; never more than one array, never below MIN_CHUNK
+        chunk = min(fp.u, max(min(MIN_CHUNK, fp.u), budget // 2))
         chunk -= chunk % FR_BYTES
         reason = f"chunks of {chunk} bytes from a budget of {max(0, budget)}"
         return Decision(

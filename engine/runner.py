@@ -35,7 +35,7 @@ from engine.devices.base import Device
 from engine.devices.modeled import ModeledDevice
 from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.sampler import Sampler
-from engine.server import ListenError, TelemetryServer, read_token
+from engine.server import ListenError, TelemetryServer, parse_listen, read_token
 from engine.srs import generate_srs
 from engine.workers import Scheduler, worker_loop
 from engine.workload import query_sizes
@@ -93,7 +93,7 @@ class Engine:
         if listen is not False:
             try:
                 kind = listen if isinstance(listen, str) else None
-                if kind and kind.startswith("tcp://"):
+                if parse_listen(kind)[0] == "tcp":
                     if not token_file:
                         raise ListenError("--listen tcp:// needs --token-file F")
                     token = read_token(token_file)

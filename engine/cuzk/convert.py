@@ -287,6 +287,11 @@ class Converter:
         self._advance(int(t))
         return self.drain()
 
+    def begin(self) -> list[dict[str, Any]]:
+        """``hello`` now, before any line (a live source announces itself at once); later
+        calls return nothing."""
+        return [] if self._hello_sent else self._hello()
+
     def drain(self) -> list[dict[str, Any]]:
         """Events that nothing earlier can still precede."""
         return self._release(self._watermark())
@@ -316,7 +321,7 @@ class Converter:
             self.clock = t
 
     def _watermark(self) -> int:
-        mark = self.clock - SLACK_NS
+        mark = self.clock - SLACK_NS if self.timeline_seen else self.clock
         for a in self.in_call:
             if a.region_emitted:
                 continue

@@ -169,6 +169,12 @@ class CuzkSource:
             if self._stop.is_set():
                 return
             self._poller.start()
+            if first.ok:
+                with self._lock:
+                    self.converter.learn_status(first.snapshot or {})
+        with self._lock:
+            hello = self.converter.begin()
+        self._publish(hello)
         while not self._stop.is_set():
             events: Events = []
             busy = False

@@ -1,0 +1,64 @@
+"""``provetop engine`` argument errors: one line on stderr, exit code 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from provetop.cli import main
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--domain-log", "29"], "between 1 and 28"),
+        (["--domain-log", "0"], "between 1 and 28"),
+        (["--backend", "cuda"], "not available"),
+        (["--backend", "tpu"], "invalid choice"),
+        (["--preset", "nope"], "unknown preset"),
+        (["--device-memory", "lots"], "not a size"),
+        (["--witness-profile", "0.5,0.6,0.1"], "summing to 1"),
+        (["--witness-profile", "a,b,c"], "zeros,ones,dense"),
+        (["--partitions", "0"], "--partitions must be at least 1"),
+        (["--workers-per-device", "0"], "--workers-per-device"),
+        (["--devices", "0,x"], "--devices"),
+        (["--devices", "0,0"], "distinct"),
+        (["--listen", "tcp://8.8.8.8:9000"], "loopback"),
+        (["--listen", "tcp://127.0.0.1:9000"], "--token-file"),
+        (["--listen", "udp://x"], "expected unix"),
+        (["--token-file", "/nonexistent"], "only used with"),
+        (["--listen", "tcp://127.0.0.1:0", "--token-file", "/nonexistent/t"], "cannot read"),
+        (["--record", "/tmp/x", "--no-record"], "mutually exclusive"),
+        (["--allocator", "greedy"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(["engine", "--exit-when-done", "--no-record", *argv]))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("provetop: error:")
+    assert message in err
+
+
+def test_sizes_parse_and_print():
+    from engine.sizes import fmt_size, parse_size
+
+    assert parse_size("16GiB") == 16 << 30
+    assert parse_size("512 MiB") == 512 << 20
+    assert parse_size("1.5G") == 3 << 29
+    assert parse_size("4096") == 4096
+    assert parse_size("2GB") == 2 * 10**9
+    for bad in ("", "GiB", "-1GiB", "12 parsecs", "0"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    assert fmt_size(3 << 30) == "3.00 GiB"
+
+
+def test_a_run_prints_its_socket_and_exits_0(tmp_path, capsys):
+    rec = tmp_path / "r.pvtrec"
+    code = main(["engine", "--preset", "ci", "--exit-when-done", "--record", str(rec)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "backend cpu (default:" in out and "listening on unix:" in out
+    assert "2/2 partitions ok, 2 verified" in out
+    assert rec.exists()

@@ -1,0 +1,153 @@
+"""The modeled device's pools, the allocator policies and the workload they are fed with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.allocator import (
+    AwarePolicy,
+    NaivePolicy,
+    footprint,
+    msm_scratch_bytes,
+    phantom_capacity,
+)
+from engine.devices.base import DeviceOOM
+from engine.devices.modeled import ModeledDevice
+from engine.workload import (
+    POREP_A,
+    POREP_B_G1,
+    POREP_L,
+    query_sizes,
+    synthesize,
+)
+from recordings.schema import MEMORY_FIELDS
+from recordings.state import phantom_bytes
+
+KIB = 1 << 10
+
+
+def test_sample_has_every_memory_field_and_is_modeled():
+    dev = ModeledDevice(0, 64 * KIB, physical=256 * KIB)
+    s = dev.sample()
+    assert set(s) == set(MEMORY_FIELDS) and s["modeled"] is True
+    assert s["ballast"] == 192 * KIB and s["driver_free"] == 64 * KIB
+    assert s["driver_total"] == 256 * KIB and s["nvml_used"] == 192 * KIB
+
+
+def test_async_pool_keeps_freed_memory_and_cudamalloc_cannot_use_it():
+    dev = ModeledDevice(0, 64 * KIB)
+    scratch = dev.malloc(40 * KIB, "async", "msm_scratch")
+    dev.free(scratch)
+    s = dev.sample()
+    assert s["async_used"] == 0 and s["async_reserved"] == s["async_high"] == 40 * KIB
+    assert s["driver_free"] == 24 * KIB
+    # the pool itself reuses its reservation ...
+    again = dev.malloc(30 * KIB, "async", "msm_scratch")
+    assert dev.sample()["async_reserved"] == 40 * KIB
+    dev.free(again)
+    # ... but plain cudaMalloc is refused although 64 KiB sit free in the pools: phantom
+    with pytest.raises(DeviceOOM) as exc:
+        dev.malloc(32 * KIB, "raw", "prestage")
+    pools = exc.value.pools
+    assert phantom_bytes(pools) >= exc.value.requested > pools["driver_free"]
+    assert dev.trim() == 40 * KIB
+    blk = dev.malloc(32 * KIB, "raw", "prestage")
+    assert dev.sample()["sync_used"] == 32 * KIB
+    dev.free(blk)
+    dev.free(blk)  # idempotent
+    assert dev.sample()["driver_free"] == 64 * KIB
+
+
+def test_sync_pool_caches_and_flushes_on_a_miss_like_cupy():
+    dev = ModeledDevice(0, 64 * KIB)
+    a = dev.malloc(24 * KIB, "sync", "ntt_scratch")
+    dev.free(a)
+    assert dev.sample()["sync_cached"] == 24 * KIB
+    b = dev.malloc(20 * KIB, "sync", "ntt_scratch")  # served from the cache
+    assert dev.sample()["sync_cached"] == 0 and dev.sample()["sync_used"] == 24 * KIB
+    dev.free(b)
+    c = dev.malloc(48 * KIB, "sync", "ntt_scratch")  # miss; cache flushed, then fits
+    assert dev.sample()["sync_cached"] == 0
+    dev.free(c)
+    # the async pool cannot use the sync cache either (the other direction)
+    with pytest.raises(DeviceOOM):
+        dev.malloc(40 * KIB, "async", "msm_scratch")
+    dev.pin(1000)
+    dev.unpin(400)
+    assert dev.sample()["pinned_host"] == 600
+
+
+def test_policies_decide_from_what_is_really_free():
+    sizes = query_sizes(6)
+    fp = footprint(6, sizes)
+    cap = phantom_capacity(fp, ModeledDevice(0, 1 << 30))
+    dev = ModeledDevice(0, cap)
+    scratch = dev.malloc(fp.msm_max, "async", "msm_scratch")
+    dev.free(scratch)
+    naive = NaivePolicy().prestage(dev, fp, forced=False)
+    assert naive.status == "ok" and naive.free is None  # never looks
+    aware = AwarePolicy().prestage(dev, fp, forced=False)
+    assert aware.status == "ok" and aware.released >= fp.msm_max
+    assert aware.free >= fp.prestage + fp.margin
+    hog = dev.malloc(cap - fp.prestage, "raw", "prestage")  # leave less than need + margin
+    skip = AwarePolicy().prestage(dev, fp, forced=False)
+    assert skip.status == "skip" and "skip_vram" in skip.reason
+    forced = AwarePolicy().prestage(dev, fp, forced=True)
+    assert forced.status == "fallback" and forced.forced
+    dev.free(hog)
+    chunk = AwarePolicy().fallback_chunk(dev, fp, 3 * fp.u)
+    assert chunk.chunk % 32 == 0 and 0 < chunk.chunk <= fp.u
+    assert 3 * fp.u + 2 * chunk.chunk <= chunk.free
+
+
+@pytest.mark.parametrize("k", [4, 6, 8, 10, 12, 16])
+def test_phantom_capacity_separates_naive_from_aware(k):
+    fp = footprint(k, query_sizes(k))
+    dev = ModeledDevice(0, phantom_capacity(fp, ModeledDevice(0, 1 << 30)))
+
+    def partition(trim_first: bool):
+        if trim_first:
+            dev.trim()
+        blocks = []
+        try:
+            blocks.append(dev.malloc(fp.u, "raw", "prestage"))  # d_a
+            blocks.append(dev.malloc(2 * fp.u, "raw", "prestage"))  # d_bc
+            dev.free(blocks[1])
+            for q in fp.msm:
+                dev.free(dev.malloc(fp.msm[q], "async", "msm_scratch"))
+        finally:
+            for blk in blocks:
+                dev.free(blk)
+
+    partition(False)  # partition 0 fits on a fresh device, naive or not
+    with pytest.raises(DeviceOOM) as exc:
+        partition(False)  # naive partition 1: refused while the pools hold enough
+    assert phantom_bytes(exc.value.pools) >= exc.value.requested
+    for _ in range(3):
+        partition(True)  # aware: trim first, always fits
+
+
+def test_query_sizes_scale_porep():
+    s = query_sizes(27)
+    assert (s.h, s.l, s.a, s.b_g1) == ((1 << 27) - 1, POREP_L, POREP_A, POREP_B_G1)
+    small = query_sizes(5)
+    assert small.h == 31 and 1 <= small.b_g1 < small.a <= small.l <= 31
+    assert msm_scratch_bytes(1 << 27) < 4 << 30  # batched: fits next to a 12 GiB pre-stage
+
+
+def test_witness_satisfies_every_constraint_and_follows_the_profile():
+    from kernels.constants import FR_MODULUS as r
+    from kernels.layout import fr_from_limbs
+
+    sizes = query_sizes(12)
+    w = synthesize(12, sizes, (0.48, 0.48, 0.04), np.random.default_rng())
+    a, b, c = (fr_from_limbs(v) for v in (w.a, w.b, w.c))
+    assert all(x * y % r == z for x, y, z in zip(a, b, c, strict=True))
+    m = w.z.shape[0]
+    assert sum(w.counts.values()) == m
+    assert abs(w.counts["zeros"] / m - 0.48) < 0.05
+    assert abs(w.counts["ones"] / m - 0.48) < 0.05
+    assert abs(w.counts["dense"] / m - 0.04) < 0.02
+    dense = fr_from_limbs(w.z, montgomery=False)
+    assert all(0 <= v < r for v in dense)
