@@ -62,3 +62,18 @@ def test_a_run_prints_its_socket_and_exits_0(tmp_path, capsys):
     assert "backend cpu (default:" in out and "listening on unix:" in out
     assert "2/2 partitions ok, 2 verified" in out
     assert rec.exists()
+
+
+def test_bench_cpu_reports_per_phase_medians(capsys):
+    import json
+
+    assert main(["bench", "cpu", "--sizes", "3,4", "--repeat", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["domain_log"] for r in report["results"]] == [3, 4]
+    for r in report["results"]:
+        assert r["partitions"] == r["verified"] == 2
+        assert {"synthesis", "h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1"} <= set(r["phases_ms"])
+        assert all(v >= 0 for v in r["phases_ms"].values())
+    assert main(["bench", "cpu", "--sizes", "3", "--repeat", "1"]) == 0
+    assert "msm_h" in capsys.readouterr().out
+    assert main(["bench", "cpu", "--sizes", "40"]) == 2
