@@ -12,6 +12,7 @@ from kernels.cpu.ntt import (
     bitrev_indices,
     domain_root,
     evaluate,
+    evaluate_interpolant,
     h_step,
     ntt,
     ntt_naive,
@@ -127,3 +128,14 @@ def test_vanishing_on_coset() -> None:
     for i in range(4):
         x = g * pow(w, i, R) % R
         assert (pow(x, 1 << k, R) - 1) % R == vanishing_on_coset(k) != 0
+
+
+@pytest.mark.parametrize("k", [0, 1, 4, 9])
+def test_evaluate_interpolant_matches_inverse_ntt(k: int) -> None:
+    rng = random.Random()
+    n = 1 << k
+    vecs = [random_fr(n, rng) for _ in range(3)]
+    x = rng.randrange(R)
+    assert evaluate_interpolant(vecs, x) == [evaluate(ntt(v, inverse=True), x) for v in vecs]
+    m = rng.randrange(n)  # at a domain point the interpolant is the evaluation itself
+    assert evaluate_interpolant(vecs, pow(domain_root(k), m, R)) == [v[m] for v in vecs]

@@ -28,7 +28,7 @@ from kernels.cpu.g1 import (
     scalar_mul,
     xyzz_add_mixed,
 )
-from kernels.cpu.ntt import evaluate, log2_size, ntt
+from kernels.cpu.ntt import evaluate, evaluate_interpolant, log2_size
 
 try:
     from py_arkworks_bls12381 import G1Point as _ArkG1
@@ -140,6 +140,6 @@ def check_h_identity(
     log2_size(n)
     if len(b) != n or len(c) != n:
         raise ValueError("a, b and c must have the same length")
-    A, B, C = (evaluate(ntt(v, inverse=True), tau) for v in (a, b, c))
+    A, B, C = evaluate_interpolant((a, b, c), tau)  # = evaluate(ntt(v, inverse=True), tau)
     z = (pow(tau, n, R) - 1) % R
     return (A * B - C) % R == evaluate(h, tau) * z % R
