@@ -102,3 +102,17 @@ def test_random_fr_uniform_range_and_rng_kinds() -> None:
     seeded = random_fr_limbs(20, random.Random(3), montgomery=False)
     assert fr_from_limbs(seeded, montgomery=False) == random_fr(20, random.Random(3))
     assert fr_from_limbs(random_fr_limbs(20, random.Random(3))) == random_fr(20, random.Random(3))
+
+
+def test_device_like_arrays_are_copied_to_host() -> None:
+    class FakeDevice:  # stands in for a CuPy array: only .get() reaches the host
+        def __init__(self, a: np.ndarray) -> None:
+            self._a = a
+
+        def get(self) -> np.ndarray:
+            return self._a.copy()
+
+    xs = random_fr(8)
+    assert fr_from_limbs(FakeDevice(fr_to_limbs(xs))) == xs
+    pts = [G1_GENERATOR, None]
+    assert g1_from_limbs(FakeDevice(g1_to_limbs(pts))) == pts
