@@ -87,6 +87,8 @@ class Engine:
         self.controls = Controls()
         self.clock = Clock()
         self.bus = Bus(self.clock)
+        if log is not None:
+            self.bus.add_listener(self._log_event)
         self.scheduler = Scheduler(config.proofs, config.partitions, config.concurrency)
         self.sampler = Sampler(self.bus, self.devices, config.sample_hz)
         token = None
@@ -251,6 +253,15 @@ class Engine:
             return result.ok and result.verified is not False
 
         return run
+
+    def _log_event(self, e: dict[str, Any]) -> None:
+        """Hand the lines an operator must not miss to ``log`` (state changes, faults)."""
+        if e["k"] == "engine_state":
+            reason = f" ({e['reason']})" if e.get("reason") else ""
+            self.log(f"engine {e['state']}{reason}")
+        elif e["k"] == "fault":
+            where = f" proof {e['proof']} partition {e.get('partition')}" if "proof" in e else ""
+            self.log(f"fault {e['kind']}{where}: {e['message']}")
 
     def _on_worker_error(self, proof: int, partition: int, exc: Exception) -> None:
         self.bus.emit(

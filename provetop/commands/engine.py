@@ -157,6 +157,12 @@ def run(args: argparse.Namespace) -> int:
             f"({fmt_size(dev.capacity)} each{', modeled' if dev.modeled else ''})",
             file=out,
         )
+        if cfg.backend == "cpu" and cfg.domain_log > 16:
+            print(
+                f"  note: n = 2^{cfg.domain_log} on the cpu backend is exact but slow "
+                "(pure-Python NTT and checks); expect minutes to hours per partition",
+                file=out,
+            )
         if engine.address:
             print(f"  listening on {engine.address}", file=out)
         if engine.record_path:
