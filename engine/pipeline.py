@@ -194,8 +194,10 @@ class PartitionRunner:
                 att.forced = decision.forced
                 self._alloc_event(att, "prestage", "raw", fp.prestage, decision)
                 if decision.status == "ok":
-                    dev.pin(w.abc_bytes)
+                    dev.pin(w.abc_bytes)  # cudaHostRegister of a, b, c for async upload
                     att.pinned += w.abc_bytes
+                    pinned = Decision("ok", "register a, b, c for the upload stream")
+                    self._alloc_event(att, "host_register", "host", w.abc_bytes, pinned)
                     d_a = self._malloc(att, fp.u, "raw", "prestage")
                     d_bc = self._malloc(att, 2 * fp.u, "raw", "prestage")
                     self.ctx.sample(dev)

@@ -185,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         f"{totals['retries']} retries",
         file=out,
     )
+    for problem in engine.bus.recorder_errors:
+        print(f"provetop: recording problem: {problem}", file=sys.stderr)
     if engine.error:
         print(f"provetop: engine failed: {engine.error}", file=sys.stderr)
         return 1
