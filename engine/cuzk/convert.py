@@ -52,6 +52,7 @@ SYNTH_WORKER_BASE = 100  # synthesis slots are drawn as workers 100, 101, ... of
 SLACK_NS = 100 * MS  # TIMELINE lines of different threads may print slightly out of order
 STALE_NS = 600 * 1_000_000_000  # an unfinished GPU call stops holding the watermark after this
 SAMPLES = 20
+TRACE_AHEAD_NS = 10 * 1_000_000_000  # a tracing time never runs further ahead of the clock
 
 CUDA_ERRORS = {
     1: "cudaErrorInvalidValue",
@@ -543,7 +544,7 @@ class Converter:
         bound = rec.wall_ns - self.clock
         if self._wall_anchor is None or bound < self._wall_anchor:
             self._wall_anchor = bound
-        return max(self.clock, rec.wall_ns - self._wall_anchor)
+        return min(max(self.clock, rec.wall_ns - self._wall_anchor), self.clock + TRACE_AHEAD_NS)
 
     def _on_trace(self, rec: TraceLine) -> None:
         now = self._trace_time(rec)

@@ -1,0 +1,150 @@
+"""``provetop import-cuzk LOG [--status-snapshots DIR] -o RECORDING``: a cuzk daemon's log (and
+optionally saved ``/status`` bodies) as a provetop recording, so ``replay``, ``summary`` and
+``export`` work on a cuzk run. Lines that are not cuzk's are counted and reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub, name: str, help_text: str) -> None:
+    parser = sub.add_parser(
+        name,
+        help=help_text,
+        description="Turn a cuzk daemon log (and saved /status bodies) into a provetop recording.",
+    )
+    parser.add_argument("log", metavar="LOG", help="cuzk daemon log file, or - for stdin")
+    parser.add_argument(
+        "--status-snapshots",
+        metavar="DIR",
+        help="directory of saved GET /status bodies (*.json), merged by their uptime_secs",
+    )
+    parser.add_argument("-o", "--output", metavar="RECORDING", required=True)
+    parser.add_argument(
+        "--workers-per-device",
+        type=int,
+        default=2,
+        metavar="N",
+        help="cuzk's gpus.gpu_workers_per_device, to place workers on GPUs when no status "
+        "snapshot says (default 2)",
+    )
+    parser.add_argument("--host", help="host name to record (default: this machine's)")
+
+
+def _snapshots(directory: str) -> tuple[list[tuple[float, dict[str, Any]]], list[str]]:
+    good: list[tuple[float, dict[str, Any]]] = []
+    bad: list[str] = []
+    for path in sorted(Path(directory).glob("*.json")):
+        try:
+            snap = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            bad.append(f"{path.name}: {exc}")
+            continue
+        uptime = snap.get("uptime_secs") if isinstance(snap, dict) else None
+        if not isinstance(uptime, int | float) or isinstance(uptime, bool):
+            bad.append(f"{path.name}: not a cuzk status (no uptime_secs)")
+            continue
+        good.append((float(uptime), snap))
+    good.sort(key=lambda item: item[0])
+    return good, bad
+
+
+def _wall_anchor(log: str) -> int | None:
+    """Wall time of cuzk's t = 0 when the log has no tracing timestamps: the file's
+    modification time less its last TIMELINE offset (approximate)."""
+    if log == "-":
+        return None
+    from engine.cuzk.follow import iter_lines
+    from engine.cuzk.parse import TimelineLine, parse_line
+
+    last = 0
+    for line, _ in iter_lines(log):
+        if "TIMELINE," in line:
+            rec = parse_line(line)
+            if isinstance(rec, TimelineLine):
+                last = max(last, rec.offset_ms)
+    return os.stat(log).st_mtime_ns - last * 1_000_000
+
+
+def run(args: argparse.Namespace) -> int:
+    from provetop.cli import UsageError
+
+    if args.log != "-" and not os.path.isfile(args.log):
+        raise UsageError(f"no such cuzk log: {args.log}")
+    if args.status_snapshots and not os.path.isdir(args.status_snapshots):
+        raise UsageError(f"--status-snapshots is not a directory: {args.status_snapshots}")
+    if args.workers_per_device < 1:
+        raise UsageError("--workers-per-device must be at least 1")
+
+    from engine.cuzk.convert import MS, Converter
+    from engine.cuzk.follow import iter_lines
+    from recordings.writer import RecordingWriter
+
+    snapshots, bad = _snapshots(args.status_snapshots) if args.status_snapshots else ([], [])
+    conv = Converter(
+        workers_per_device=args.workers_per_device,
+        wall_ns=_wall_anchor(args.log),
+        host=args.host,
+        config={"log": os.path.basename(args.log), "imported": True},
+        status_drives=False,
+    )
+    if snapshots:
+        conv.learn_status(snapshots[0][1])
+    writer = RecordingWriter(args.output, background_flush=False)
+    written = 0
+    try:
+        for message in bad:
+            for event in conv.feed_status_error(message):
+                writer.write(event)
+                written += 1
+        pending = list(snapshots)
+        for line, complete in iter_lines(args.log):
+            for event in conv.feed_line(line, truncated=not complete):
+                writer.write(event)
+                written += 1
+            while pending and pending[0][0] * 1000 * MS <= conv.clock:
+                for event in conv.feed_status(pending.pop(0)[1]):
+                    writer.write(event)
+                    written += 1
+        for _, snap in pending:
+            for event in conv.feed_status(snap):
+                writer.write(event)
+                written += 1
+        for event in conv.flush(final=True):
+            writer.write(event)
+            written += 1
+    finally:
+        writer.close()
+
+    stats = conv.stats
+    recognised = sum(stats[k] for k in ("timeline", "timing", "trace", "panic"))
+    out = sys.stderr
+    out.write(
+        f"import-cuzk: {stats['lines']} lines ({stats['timeline']} TIMELINE, "
+        f"{stats['timing']} CUZK_TIMING, {stats['trace']} tracing), "
+        f"{len(conv.jobs)} jobs, {written} events -> {args.output}\n"
+    )
+    skipped = {k: stats[k] for k in ("unknown", "malformed", "truncated") if stats[k]}
+    if skipped or bad:
+        details = ", ".join(f"{v} {k}" for k, v in skipped.items())
+        if bad:
+            details += f"{', ' if details else ''}{len(bad)} unreadable status snapshots"
+        out.write(f"import-cuzk: not understood: {details}\n")
+        for sample in list(conv.unknown_samples)[-5:]:
+            out.write(f"  {sample}\n")
+        for message in bad[:5]:
+            out.write(f"  {message}\n")
+    if stats["timing_unattributed"]:
+        out.write(
+            f"import-cuzk: {stats['timing_unattributed']} CUZK_TIMING lines had no GPU call "
+            "to belong to (log started mid-call?)\n"
+        )
+    if recognised == 0:
+        out.write("import-cuzk: warning: no cuzk line found; is this a cuzk daemon log?\n")
+    return 0
