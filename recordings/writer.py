@@ -81,6 +81,7 @@ class RecordingWriter:
         self._pending = bytearray()
         self._error: RecordingError | None = None
         self._last_snapshot_t: int | None = None
+        self.reducer_error: str | None = None  # set when an event could not be folded
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed in close())
@@ -133,7 +134,13 @@ class RecordingWriter:
             self._pending += frame
             self.offset += len(frame)
         self.events_written += 1
-        self.state.apply(event)
+        if self.reducer_error is not None:
+            return
+        try:
+            self.state.apply(event)
+        except Exception as exc:  # schema-valid but unfoldable values: keep recording
+            self.reducer_error = f"event {self.events_written - 1}: {type(exc).__name__}: {exc}"
+            return  # and write no more seek snapshots: they could not be trusted
         if self._last_snapshot_t is None:
             self._last_snapshot_t = self.state.t
         elif self.state.t - self._last_snapshot_t >= self.snapshot_every_ns:
@@ -142,7 +149,7 @@ class RecordingWriter:
     def write_snapshot(self) -> bool:
         """Append a seek snapshot of the current state now; False when it could not be encoded
         (too large), in which case the recording simply has one seek point fewer."""
-        if self.events_written == 0:
+        if self.events_written == 0 or self.reducer_error is not None:
             return False
         t = self.state.t
         self._last_snapshot_t = t
@@ -211,10 +218,9 @@ class RecordingWriter:
             self._flusher.join()
         try:
             if self._error is None:
-                if self.events_written and (
-                    not self.snapshots or self.snapshots[-1][0] != self.state.t
-                ):
-                    self.write_snapshot()
+                stale = not self.snapshots or self.snapshots[-1][0] != self.state.t
+                if self.events_written and stale:
+                    self.write_snapshot()  # a no-op after a reducer error
                 index = {
                     "k": INDEX_KIND,
                     "t": self.state.t,
