@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# One device call for the GPU NTT work (issue 4): compile report, GPU tests, self-test rows,
-# the benchmark (JSON into $OUT), a tiling variant; a short table last.
-# Usage on the device machine: PROVETOP_COMMIT=<sha> bash bench/gpu_ntt_session.sh [sizes]
+# One device call for the GPU NTT work (issue 4): for each compile variant, the GPU tests, the
+# self-test rows and the benchmark (JSON into $OUT); a short table last.
+# Usage on the device machine: PROVETOP_COMMIT=<sha> bash bench/gpu_ntt_session.sh
+# Variants: VARIANTS="label:DEFINES:SIZES ..." (DEFINES comma-separated, '-' for none).
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/ntt_out}
 mkdir -p "$OUT"
-SIZES=${1:-16,20,24,26,27}
+VARIANTS=${VARIANTS:-"default:-:16,20,24,26,27 mb3:NTT_MIN_BLOCKS=3:24,27 portable:MONT_PORTABLE=1:24,27"}
+LOG="$OUT/session.log"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-python3 - <<'PY' 2>&1 | tee "$OUT/compile.txt"
+for v in $VARIANTS; do
+  label=${v%%:*}; rest=${v#*:}; defs=${rest%%:*}; sizes=${rest#*:}
+  [ "$defs" = "-" ] && defs=""
+  export PROVETOP_NTT_DEFINES="$defs"
+  echo "==== variant $label (defines: ${defs:-none}) sizes $sizes" | tee -a "$LOG"
+  python3 - <<'PY' 2>&1 | tee -a "$LOG"
 import time
 t = time.time()
 from kernels.cuda_ntt import _state
 st = _state()
 print(f"ntt.cu compiled+loaded in {time.time() - t:.1f} s")
-for name in ("ntt_pass_dif", "ntt_pass_dit", "fr_mul_chain", "fr_elementwise"):
+for name in ("ntt_pass_dif", "ntt_pass_dit", "fr_mul_chain"):
     f = st.fn(name)
     print(name, "regs", f.num_regs, "local bytes", f.local_size_bytes, "binary", f.binary_version)
 PY
-timeout 300 python3 -m pytest -q -m gpu -rs tests/test_cuda_ntt.py --junitxml="$OUT/junit.xml" 2>&1 | tee "$OUT/pytest.txt"
-python3 - <<'PY' 2>&1 | tee -a "$OUT/pytest.txt"
+  timeout 200 python3 -m pytest -q -m gpu -rs tests/test_cuda_ntt.py 2>&1 | tail -4 | sed "s/^/[$label pytest] /" | tee -a "$LOG"
+  python3 - <<'PY' 2>&1 | sed "s/^/[selftest] /" | tee -a "$LOG"
 import time
 from kernels.cuda_ntt import selftest_checks
 for c in selftest_checks():
@@ -28,14 +35,11 @@ for c in selftest_checks():
         c.run(); status = "pass"
     except Exception as e:  # report, don't stop
         status = f"FAIL {e!r}"
-    print(f"selftest {c.name} (size {c.size}): {status} {time.time() - t:.2f} s")
+    print(f"{c.name} (size {c.size}): {status} {time.time() - t:.2f} s")
 PY
-timeout 240 python3 -m provetop bench ntt --log-sizes "$SIZES" --json --results-dir "$OUT" 2>&1 | tee "$OUT/bench.txt"
-timeout 60 python3 -m provetop bench ntt --log-sizes 24,27 --max-levels 8 --no-h-step --repeats 9 2>&1 | tail -8 | tee "$OUT/variant.txt"
-PROVETOP_NTT_MIN_BLOCKS=1 timeout 60 python3 -m provetop bench ntt --log-sizes 24,27 --no-h-step --repeats 9 2>&1 | tail -8 | tee "$OUT/variant_mb1.txt"
+  mkdir -p "$OUT/$label"
+  timeout 150 python3 -m provetop bench ntt --log-sizes "$sizes" --repeats 9 --json --results-dir "$OUT/$label" 2>&1 | sed "s/^/[$label] /" | tee -a "$LOG"
+done
 echo "==== summary"
-tail -3 "$OUT/pytest.txt" | head -2
-grep -E "^selftest" "$OUT/pytest.txt"
-grep -E "^\||^copy|^target" "$OUT/bench.txt"
-echo "variant max-levels 8:"; grep -E "^\| 2" "$OUT/variant.txt"
-echo "variant min-blocks 1 (no register cap):"; grep -E "^\| 2" "$OUT/variant_mb1.txt"
+grep -E "pytest\]|selftest\]" "$LOG" | grep -E "passed|failed|error|FAIL" | head -20
+grep -E "^\[[a-z0-9]+\] (\||copy|target)" "$LOG"

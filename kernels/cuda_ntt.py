@@ -33,7 +33,7 @@ from kernels.constants import (
 
 R = FR_MODULUS
 TILE_LOG = 10  # = NTT_MAX_TILE_LOG in ntt.cuh: a tile holds at most 2^10 elements
-BLOCK = 512  # = NTT_BLOCK in ntt.cu
+BLOCK = 256  # = NTT_BLOCK in ntt.cu
 MAX_LOG_SIZE = 27
 ELEM_BYTES = 32
 
@@ -78,7 +78,8 @@ class Pass:
 
     @property
     def block(self) -> int:
-        return min(BLOCK, max(1, 1 << (self.tile_log - 1)))
+        """One thread per radix-4 group (4 elements) of the tile."""
+        return min(BLOCK, max(1, 1 << max(0, self.tile_log - 2)))
 
     @property
     def shared_bytes(self) -> int:
@@ -345,6 +346,17 @@ def twiddle_split(K: int) -> tuple[np.ndarray, np.ndarray, int, int]:
 # ---------------------------------------------------------------------------------------------
 
 
+def compile_defines() -> dict[str, str]:
+    """Compile-time options of ntt.cu: none by default; ``PROVETOP_NTT_DEFINES="A=1,B=2"``
+    overrides them for tuning runs (e.g. NTT_MIN_BLOCKS, MONT_PORTABLE)."""
+    out: dict[str, str] = {}
+    for item in os.environ.get("PROVETOP_NTT_DEFINES", "").split(","):
+        if item.strip():
+            key, _, value = item.strip().partition("=")
+            out[key] = value or "1"
+    return out
+
+
 @dataclass
 class _DeviceState:
     module: Any
@@ -372,9 +384,7 @@ def _state() -> _DeviceState:
     dev = cupy.cuda.Device().id
     st = _states.get(dev)
     if st is None:
-        # blocks per SM the compiler must fit (register cap); env override for tuning runs
-        min_blocks = int(os.environ.get("PROVETOP_NTT_MIN_BLOCKS", "2"))
-        mod = load_module("ntt.cu", defines={"NTT_MIN_BLOCKS": min_blocks})
+        mod = load_module("ntt.cu", defines=compile_defines())
         st = _DeviceState(module=mod)
         _states[dev] = st
     return st

@@ -4,10 +4,10 @@
 #include "ntt.cuh"
 
 #ifndef NTT_BLOCK
-#define NTT_BLOCK 512
+#define NTT_BLOCK 256  // = BLOCK in kernels/cuda_ntt.py: one thread per radix-4 group of a tile
 #endif
 #ifndef NTT_MIN_BLOCKS
-#define NTT_MIN_BLOCKS 1
+#define NTT_MIN_BLOCKS 2
 #endif
 
 #define NTT_PASS_PARAMS                                                                       \
@@ -83,6 +83,20 @@ extern "C" __global__ void fr_bitrev_permute(fr_t *out, const fr_t *in, int k) {
     if (i >> k) return;
     const unsigned long long off = (unsigned long long)blockIdx.y << k;
     fr_store(out + off + i, fr_load(in + off + ntt_brev((uint32_t)i, k)));
+}
+
+// Throughput probe: four independent chains of `iters` Montgomery multiplications per thread.
+extern "C" __global__ void fr_mul_chain4(fr_t *io, int iters, unsigned long long n) {
+    const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    fr_t x = fr_load(io + i), y = x.sqr(), u = y + x, v = y - x, z = x;
+    for (int it = 0; it < iters; it++) {
+        x = x * z;
+        y = y * z;
+        u = u * z;
+        v = v * z;
+    }
+    fr_store(io + i, (x + y) + (u + v));
 }
 
 // Throughput probe: two independent chains of `iters` Montgomery multiplications per thread.

@@ -91,6 +91,33 @@ struct ntt_pass_args {
     int pre_sb, post_sb;
 };
 
+// One radix-2 butterfly at local level l (half-size 2^l in mid space, 2^(l + lowbits)
+// globally) on the pair whose lower element has mid index mid_a and low index lo. DIF:
+// (x, y) -> (x + y, (x - y) w); DIT: (x, y) -> (x + y w, x - y w), w = w_{2h}^j with
+// j = (global index of x) mod h. For the inverse, w^-j = -T[2^(K-1) - e] and the sign is folded.
+template <bool DIT>
+__device__ __forceinline__ void ntt_butterfly(fr_t& x, fr_t& y, const fr_t* __restrict__ tw,
+                                              const ntt_pass_args& a, int l, uint32_t mid_a,
+                                              int lowbits, uint32_t lo) {
+    const uint32_t j = ((mid_a & ((1u << l) - 1)) << lowbits) | lo;
+    uint32_t e = j << (a.K - l - lowbits - 1);
+    bool neg = false;
+    if (a.inverse && e != 0) {
+        e = (1u << (a.K - 1)) - e;
+        neg = true;
+    }
+    const fr_t w = fr_ldg(tw + e);
+    if (DIT) {
+        const fr_t t = y * w;
+        y = neg ? x + t : x - t;
+        x = neg ? x - t : x + t;
+    } else {
+        const fr_t u = x + y;
+        y = (neg ? y - x : x - y) * w;
+        x = u;
+    }
+}
+
 template <bool DIT>
 __device__ __forceinline__ void ntt_pass_body(fr_t* dst, const fr_t* src,  // may alias (in place)
                                               const fr_t* __restrict__ tw, const ntt_pass_args a,
@@ -122,37 +149,50 @@ __device__ __forceinline__ void ntt_pass_body(fr_t* dst, const fr_t* src,  // ma
     }
     __syncthreads();
 
-    // ---- the levels ----
-    const uint32_t half_tab = 1u << (a.K - 1);
-    for (int it = 0; it < a.L; it++) {
-        const int l = DIT ? it : a.L - 1 - it;  // local level: half-size 2^l in mid space
-        const int logh = l + lowbits;            // global half-size 2^logh
-        const int tw_shift = a.K - logh - 1;
-        for (uint32_t q = threadIdx.x; q < ts / 2; q += blockDim.x) {
-            const uint32_t c = q & (C - 1), r = q >> a.logC;
-            const uint32_t mid_a = ((r >> l) << (l + 1)) | (r & ((1u << l) - 1));
-            const uint32_t ea = (mid_a << a.logC) | c;
-            const uint32_t eb = ea + (1u << (l + a.logC));
-            const uint32_t j = ((mid_a & ((1u << l) - 1)) << lowbits) | (lo_base + c);
-            uint32_t e = j << tw_shift;
-            bool neg = false;
-            if (a.inverse && e != 0) {
-                e = half_tab - e;
-                neg = true;
+    // ---- the levels: two per shared-memory round trip (radix-4 step), a last single one if
+    // L is odd. DIF walks the levels top-down, DIT bottom-up. ----
+    int it = 0;
+    while (it < a.L) {
+        if (a.L - it >= 2) {
+            const int lo_l = DIT ? it : a.L - 2 - it;  // the two levels are lo_l and lo_l + 1
+            for (uint32_t q = threadIdx.x; q < ts / 4; q += blockDim.x) {
+                const uint32_t c = q & (C - 1), r = q >> a.logC;
+                const uint32_t m0 = ((r >> lo_l) << (lo_l + 2)) | (r & ((1u << lo_l) - 1));
+                const uint32_t m1 = m0 | (1u << lo_l), m2 = m0 | (2u << lo_l), m3 = m1 | m2;
+                const uint32_t e0 = (m0 << a.logC) | c, e1 = (m1 << a.logC) | c;
+                const uint32_t e2 = (m2 << a.logC) | c, e3 = (m3 << a.logC) | c;
+                fr_t x0 = sm_get(sm, ts, e0), x1 = sm_get(sm, ts, e1);
+                fr_t x2 = sm_get(sm, ts, e2), x3 = sm_get(sm, ts, e3);
+                if (DIT) {
+                    ntt_butterfly<true>(x0, x1, tw, a, lo_l, m0, lowbits, lo_base + c);
+                    ntt_butterfly<true>(x2, x3, tw, a, lo_l, m2, lowbits, lo_base + c);
+                    ntt_butterfly<true>(x0, x2, tw, a, lo_l + 1, m0, lowbits, lo_base + c);
+                    ntt_butterfly<true>(x1, x3, tw, a, lo_l + 1, m1, lowbits, lo_base + c);
+                } else {
+                    ntt_butterfly<false>(x0, x2, tw, a, lo_l + 1, m0, lowbits, lo_base + c);
+                    ntt_butterfly<false>(x1, x3, tw, a, lo_l + 1, m1, lowbits, lo_base + c);
+                    ntt_butterfly<false>(x0, x1, tw, a, lo_l, m0, lowbits, lo_base + c);
+                    ntt_butterfly<false>(x2, x3, tw, a, lo_l, m2, lowbits, lo_base + c);
+                }
+                sm_put(sm, ts, e0, x0);
+                sm_put(sm, ts, e1, x1);
+                sm_put(sm, ts, e2, x2);
+                sm_put(sm, ts, e3, x3);
             }
-            const fr_t w = fr_ldg(tw + e);
-            const fr_t x = sm_get(sm, ts, ea), y = sm_get(sm, ts, eb);
-            fr_t u, v;
-            if (DIT) {
-                const fr_t t = y * w;
-                u = neg ? x - t : x + t;
-                v = neg ? x + t : x - t;
-            } else {
-                u = x + y;
-                v = (neg ? y - x : x - y) * w;
+            it += 2;
+        } else {
+            const int l = DIT ? it : a.L - 1 - it;  // local level: half-size 2^l in mid space
+            for (uint32_t q = threadIdx.x; q < ts / 2; q += blockDim.x) {
+                const uint32_t c = q & (C - 1), r = q >> a.logC;
+                const uint32_t mid_a = ((r >> l) << (l + 1)) | (r & ((1u << l) - 1));
+                const uint32_t ea = (mid_a << a.logC) | c;
+                const uint32_t eb = ea + (1u << (l + a.logC));
+                fr_t x = sm_get(sm, ts, ea), y = sm_get(sm, ts, eb);
+                ntt_butterfly<DIT>(x, y, tw, a, l, mid_a, lowbits, lo_base + c);
+                sm_put(sm, ts, ea, x);
+                sm_put(sm, ts, eb, y);
             }
-            sm_put(sm, ts, ea, u);
-            sm_put(sm, ts, eb, v);
+            it += 1;
         }
         __syncthreads();
     }
