@@ -29,6 +29,8 @@ DRIVER = r"""
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <vector>
+#include <algorithm>
 #include "msm.cuh"
 
 static fp_t parse_fp(const std::string& hex) {  // canonical hex -> Montgomery
@@ -62,6 +64,80 @@ static g1_xyzz rd_xyzz(std::istream& in) {
 static g1_jacobian rd_jac(std::istream& in) {
     std::string a, b, c; in >> a >> b >> c;
     return {parse_fp(a), parse_fp(b), parse_fp(c)};
+}
+
+// The GPU pipeline of kernels/cuda_msm.py run sequentially on the host with the very per-thread
+// bodies the kernels call: "msm n c L0 L S F" then n points and n scalars (64 hex digits).
+static void run_msm(std::istream& in) {
+    uint32_t n, c, L0, L, S, F;
+    in >> n >> c >> L0 >> L >> S >> F;
+    std::vector<g1_affine> pts(n);
+    std::vector<uint32_t> sc(8 * n);
+    for (uint32_t i = 0; i < n; i++) pts[i] = rd_aff(in);
+    for (uint32_t i = 0; i < n; i++) {
+        std::string hex; in >> hex;
+        for (int w = 0; w < 8; w++)
+            sc[8 * i + 7 - w] = (uint32_t)std::stoul(hex.substr(8 * w, 8), nullptr, 16);
+    }
+    const uint32_t W = (256 + c - 1) / c, B = 1u << (c - 1), K = W * B + 1;
+    std::vector<uint32_t> counts(K + 1, 0), offs(K + 1, 0), sorted;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < n; i++) {
+            const uint32_t* s = &sc[8 * i];
+            msm_digits dg(c);
+            for (uint32_t w = 0; w < W; w++) {
+                bool neg = false;
+                uint32_t key = msm_key(s, w, c, B, W, msm_scalar_is(s, 0), msm_scalar_is(s, 1), dg, &neg);
+                if (key == MSM_NONE) continue;
+                if (pass == 0) counts[key]++;
+                else sorted[offs[key] + counts[key]++] = i | (neg ? 0x80000000u : 0u);
+            }
+        }
+        if (pass == 0) {
+            for (uint32_t k = 0; k < K; k++) offs[k + 1] = offs[k] + counts[k];
+            sorted.assign(offs[K], 0);
+            std::fill(counts.begin(), counts.end(), 0);
+        }
+    }
+    const uint32_t M = offs[K];
+    std::vector<g1_xyzz> buckets(K, g1_xyzz::inf()), vals, pv;
+    std::vector<uint32_t> keys, pk;
+    uint32_t size = M, chunk = L0, levels = 0;
+    while (M > 0) {
+        const uint32_t T = (size + chunk - 1) / chunk;
+        pv.assign(2 * T, g1_xyzz::inf());
+        pk.assign(2 * T, 0);
+        for (uint32_t t = 0; t < T; t++) {
+            if (levels == 0)
+                msm_accumulate0_thread(t, pts.data(), sorted.data(), offs.data(), K, M, chunk,
+                                       buckets.data(), pv.data(), pk.data());
+            else
+                msm_accumulate_n_thread(t, vals.data(), keys.data(), size, chunk, buckets.data(),
+                                        pv.data(), pk.data());
+        }
+        levels++;
+        if (T == 1) break;
+        vals.swap(pv), keys.swap(pk);
+        size = 2 * T, chunk = L;
+    }
+    const uint32_t G = (B + S - 1) / S;
+    std::vector<g1_xyzz> red(W * G), nxt;
+    for (uint32_t t = 0; t < W * G; t++) msm_bucket_reduce_thread(t, buckets.data(), B, S, G, red.data());
+    for (uint32_t len = G; len > 1;) {
+        const uint32_t out_len = (len + F - 1) / F;
+        nxt.assign(W * out_len, g1_xyzz::inf());
+        for (uint32_t t = 0; t < W * out_len; t++)
+            xyzz_sum_groups_thread(t, red.data(), len, F, out_len, nxt.data());
+        red.swap(nxt), len = out_len;
+    }
+    g1_xyzz acc = g1_xyzz::inf();
+    for (int w = (int)W - 1; w >= 0; w--) {
+        for (uint32_t k = 0; k < c; k++) acc = acc.dbl();
+        acc = acc.add(red[w]);
+    }
+    acc = acc.add(buckets[K - 1]);
+    printf("%u ", levels);
+    print_aff(acc.to_affine());
 }
 
 int main() {
@@ -101,6 +177,9 @@ int main() {
             g1_xyzz a = rd_xyzz(in);
             print_aff(a.to_affine_with((a.ZZ * a.ZZZ).inverse()));
         }
+        else if (op == "msm") {
+            run_msm(in);
+        }
         else if (op == "digits") {  // scalar as 8 hex words (most significant first), window c
             std::string hex; uint32_t c; in >> hex >> c;
             uint32_t s[8] = {0};
@@ -138,7 +217,9 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(exe: Path, lines: list[str]) -> list[str]:
-    out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True)
+    out = subprocess.run(
+        [str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
@@ -214,3 +295,53 @@ def test_signed_digits_match_reference(driver: Path) -> None:
         vals = [int(v) for v in line.split()]
         assert vals[:-2] == signed_digits(k, c), f"digits of k (c = {c})"
         assert vals[-2:] == [int(k == 0), int(k == 1)]
+
+
+def rand_points(rng: random.Random, k: int) -> list[tuple[int, int]]:
+    """k distinct random points as small multiples of a random base (cheap in Python)."""
+    base = rand_point(rng)
+    out = [base]
+    for _ in range(k - 1):
+        out.append(g1.affine_add(out[-1], base))  # type: ignore[arg-type]
+    rng.shuffle(out)
+    return out
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["dense", "ones-heavy", "zeros", "ones", "repeats", "one-bucket", "infinity"],
+)
+def test_msm_pipeline_on_host(driver: Path, case: str) -> None:
+    """The whole GPU pipeline (digits, counting sort, balanced multi-level accumulation, bucket
+    reduction, tree sums) run on the host with small windows and chunks, so that buckets cross
+    many chunk boundaries and several reduction levels run; against the reference MSM."""
+    from kernels.cpu.msm import pippenger
+
+    rng = random.Random()
+    n = 97
+    pts: list[g1.Affine] = list(rand_points(rng, 24))
+    pts = [pts[rng.randrange(len(pts))] for _ in range(n)]  # repeated points throughout
+    ks = [rng.randrange(R) for _ in range(n)]
+    if case == "ones-heavy":
+        ks = [rng.choice([0, 1]) if rng.random() < 0.96 else rng.randrange(R) for _ in range(n)]
+    elif case == "zeros":
+        ks = [0] * n
+    elif case == "ones":
+        ks = [1] * n
+    elif case == "repeats":
+        ks = [ks[0]] * n  # identical scalars: every digit hits the same bucket
+    elif case == "one-bucket":
+        ks = [rng.choice([3, R - 3, 2]) for _ in range(n)]
+    elif case == "infinity":
+        for i in rng.sample(range(n), 10):
+            pts[i] = None
+    c = rng.choice([3, 4, 5])
+    # L >= 4: a level of T threads leaves 2T slots, so the levels shrink only when L > 2T/(T-1)
+    L0, L, S, F = rng.choice([2, 3, 4]), rng.choice([4, 5]), rng.choice([1, 2, 3]), 2
+    lines = [f"msm {n} {c} {L0} {L} {S} {F}"]
+    tail = " ".join(aff(p) for p in pts) + " " + " ".join(f"{k:064x}" for k in ks)
+    got = run(driver, [lines[0] + " " + tail])[0].split(" ", 1)
+    want = pippenger(pts, ks)
+    assert parse(got[1]) == want, f"host MSM pipeline mismatch ({case}, c={c}, L0={L0}, L={L})"
+    if case not in ("zeros",):
+        assert int(got[0]) >= 1

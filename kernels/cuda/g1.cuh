@@ -224,12 +224,12 @@ typedef g1_affine_t<fp_t> g1_affine;
 typedef g1_xyzz_t<fp_t> g1_xyzz;
 typedef g1_jacobian_t<fp_t> g1_jacobian;
 
-// Loads and stores of whole points as 16-byte vectors: an affine point is 96 bytes, an XYZZ
-// point 192, both multiples of 16, and every row of a CuPy (n, 12) / (n, 24) uint64 array is
-// 16-byte aligned. (Device only; host code copies structs.)
-#if defined(__CUDACC__)
+// Loads and stores of whole points as 16-byte vectors on the device: an affine point is 96
+// bytes, an XYZZ point 192, both multiples of 16, and every row of a CuPy (n, 12) / (n, 24)
+// uint64 array is 16-byte aligned. On the host (the C++ tests) they are plain copies.
 template <class T>
-__device__ __forceinline__ T g1_load(const T* p) {
+MONT_HD T g1_load(const T* p) {
+#if defined(__CUDA_ARCH__)
     static_assert(sizeof(T) % 16 == 0, "point size must be a multiple of 16 bytes");
     T r;
     const uint4* s = reinterpret_cast<const uint4*>(p);
@@ -240,13 +240,19 @@ __device__ __forceinline__ T g1_load(const T* p) {
         w[4 * i] = q.x, w[4 * i + 1] = q.y, w[4 * i + 2] = q.z, w[4 * i + 3] = q.w;
     }
     return r;
+#else
+    return *p;
+#endif
 }
 template <class T>
-__device__ __forceinline__ void g1_store(T* p, const T& v) {
+MONT_HD void g1_store(T* p, const T& v) {
+#if defined(__CUDA_ARCH__)
     const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
     uint4* d = reinterpret_cast<uint4*>(p);
 #pragma unroll
     for (int i = 0; i < (int)(sizeof(T) / 16); i++)
         d[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
-}
+#else
+    *p = v;
 #endif
+}

@@ -48,6 +48,152 @@ MONT_HD bool msm_scalar_is(const uint32_t s[8], uint32_t v) {
     return acc == 0;
 }
 
+#define MSM_NONE 0xffffffffu
+
+// Bucket key of window w for scalar s, or MSM_NONE; *neg receives the sign. Keys are
+// w * B + (|d| - 1); the scalars equal to 1 use the single extra key W * B (at window 0 only).
+MONT_HD uint32_t msm_key(const uint32_t s[8], uint32_t w, uint32_t c, uint32_t B, uint32_t W,
+                         bool is_zero, bool is_one, msm_digits& dg, bool* neg) {
+    if (is_zero) return MSM_NONE;
+    if (is_one) {
+        *neg = false;
+        return w == 0 ? W * B : MSM_NONE;
+    }
+    const uint32_t m = dg.next(s, w, neg);
+    return m ? w * B + (m - 1) : MSM_NONE;
+}
+
+// ---- per-thread bodies of the MSM kernels (host-callable for the C++ tests) ---------------
+
+// ---- 4: balanced bucket accumulation, level 0 (affine points in) ---------------------------
+
+MONT_HD g1_affine msm_point(const g1_affine* __restrict__ points, uint32_t e) {
+    g1_affine p = g1_load(points + (e & 0x7fffffffu));
+    if (e >> 31) p.y = p.y.neg();  // negating infinity (0, 0) keeps (0, 0)
+    return p;
+}
+
+MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ points,
+                                    const uint32_t* __restrict__ sorted,
+                                    const uint32_t* __restrict__ offs, uint32_t K, uint32_t M,
+                                    uint32_t L, g1_xyzz* __restrict__ buckets,
+                                    g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys) {
+    const uint32_t start = t * L;
+    const uint32_t end = start + L < M ? start + L : M;
+    // the bucket holding entry `start`: the largest b with offs[b] <= start (offs[K] = M > start)
+    uint32_t lo = 0, hi = K - 1;
+    while (lo < hi) {
+        const uint32_t mid = (lo + hi + 1) >> 1;
+        if (offs[mid] <= start) lo = mid;
+        else hi = mid - 1;
+    }
+    uint32_t b = lo;
+    const uint32_t b_first = b;
+    uint32_t seg_start = start, next = offs[b + 1];
+    g1_xyzz acc = g1_xyzz::inf(), slot0 = g1_xyzz::inf(), slot1 = g1_xyzz::inf();
+    for (uint32_t i = start;; i++) {
+        if (i == next || i == end) {
+            // finish bucket b over [seg_start, i)
+            const bool complete = offs[b] >= start && next <= end;
+            if (complete) {
+                if (!acc.is_inf()) g1_store(buckets + b, acc);
+            } else if (seg_start == start) {
+                slot0 = acc;
+            } else {
+                slot1 = acc;
+            }
+            if (i == end) break;
+            do {
+                b++;
+                next = offs[b + 1];
+            } while (next <= i);
+            seg_start = i;
+            acc = g1_xyzz::inf();
+        }
+        acc = acc.add_affine(msm_point(points, sorted[i]));
+    }
+    g1_store(pvals + 2 * t, slot0);
+    g1_store(pvals + 2 * t + 1, slot1);
+    pkeys[2 * t] = b_first;
+    pkeys[2 * t + 1] = b;
+}
+
+// ---- 5: the same reduction over (key, XYZZ) partial sums -----------------------------------
+
+MONT_HD void msm_accumulate_n_thread(uint32_t t, const g1_xyzz* __restrict__ vals,
+                                     const uint32_t* __restrict__ keys, uint32_t Min, uint32_t L,
+                                     g1_xyzz* __restrict__ buckets, g1_xyzz* __restrict__ pvals,
+                                     uint32_t* __restrict__ pkeys) {
+    const uint32_t start = t * L;
+    const uint32_t end = start + L < Min ? start + L : Min;
+    const bool open_left = start > 0 && keys[start - 1] == keys[start];
+    const bool open_right = end < Min && keys[end] == keys[end - 1];
+    uint32_t b = keys[start];
+    const uint32_t b_first = b;
+    uint32_t seg_start = start;
+    g1_xyzz acc = g1_xyzz::inf(), slot0 = g1_xyzz::inf(), slot1 = g1_xyzz::inf();
+    for (uint32_t i = start;; i++) {
+        const uint32_t k = i < end ? keys[i] : MSM_NONE;
+        if (i == end || k != b) {
+            const bool complete = !(seg_start == start && open_left) && !(i == end && open_right);
+            if (complete) {
+                if (!acc.is_inf()) g1_store(buckets + b, g1_load(buckets + b).add(acc));
+            } else if (seg_start == start) {
+                slot0 = acc;
+            } else {
+                slot1 = acc;
+            }
+            if (i == end) break;
+            b = k;
+            seg_start = i;
+            acc = g1_xyzz::inf();
+        }
+        acc = acc.add(g1_load(vals + i));
+    }
+    g1_store(pvals + 2 * t, slot0);
+    g1_store(pvals + 2 * t + 1, slot1);
+    pkeys[2 * t] = b_first;
+    pkeys[2 * t + 1] = b;
+}
+
+// ---- 6, 7: bucket reduction ----------------------------------------------------------------
+
+// Thread (w, g) of W * G: sum over b in [g S, min(g S + S, B)) of (b + 1) bucket[w B + b].
+MONT_HD void msm_bucket_reduce_thread(uint32_t t, const g1_xyzz* __restrict__ buckets, uint32_t B,
+                                      uint32_t S, uint32_t G, g1_xyzz* __restrict__ out) {
+    const uint32_t w = t / G, g = t % G;
+    const uint32_t lo = g * S, hi = lo + S < B ? lo + S : B;
+    const g1_xyzz* bw = buckets + (uint64_t)w * B;
+    g1_xyzz running = g1_xyzz::inf(), acc = g1_xyzz::inf();
+    for (uint32_t b = hi; b-- > lo;) {
+        running = running.add(g1_load(bw + b));
+        acc = acc.add(running);
+    }
+    // acc = sum (b - lo + 1) bucket[b]; add lo * running (double-and-add, lo < 2^(c-1))
+    if (lo > 0 && !running.is_inf()) {
+        g1_xyzz m = g1_xyzz::inf();
+        int top = 31;
+        while (!((lo >> top) & 1)) top--;
+        for (int bit = top; bit >= 0; bit--) {
+            m = m.dbl();
+            if ((lo >> bit) & 1) m = m.add(running);
+        }
+        acc = acc.add(m);
+    }
+    g1_store(out + t, acc);
+}
+
+// out[s * len_out + j] = sum of in[s * len_in + j F .. + F) (clipped to len_in), for every
+// segment s < nseg, with len_out = ceil(len_in / F).
+MONT_HD void xyzz_sum_groups_thread(uint32_t t, const g1_xyzz* __restrict__ in, uint32_t len_in,
+                                    uint32_t F, uint32_t len_out, g1_xyzz* __restrict__ out) {
+    const uint32_t s = t / len_out, j = t % len_out;
+    const uint32_t lo = j * F, hi = lo + F < len_in ? lo + F : len_in;
+    g1_xyzz acc = g1_xyzz::inf();
+    for (uint32_t i = lo; i < hi; i++) acc = acc.add(g1_load(in + (uint64_t)s * len_in + i));
+    g1_store(out + t, acc);
+}
+
 #if defined(__CUDACC__)
 __device__ __forceinline__ void msm_load_scalar(const uint32_t* scalars, uint64_t i, uint32_t s[8]) {
     const uint4* p = reinterpret_cast<const uint4*>(scalars + 8 * i);
