@@ -87,7 +87,8 @@ static void run_msm(std::istream& in) {
             msm_digits dg(c);
             for (uint32_t w = 0; w < W; w++) {
                 bool neg = false;
-                uint32_t key = msm_key(s, w, c, B, W, msm_scalar_is(s, 0), msm_scalar_is(s, 1), dg, &neg);
+                const bool z = msm_scalar_is(s, 0), one = msm_scalar_is(s, 1);
+                uint32_t key = msm_key(s, w, c, B, W, z, one, dg, &neg);
                 if (key == MSM_NONE) continue;
                 if (pass == 0) counts[key]++;
                 else sorted[offs[key] + counts[key]++] = i | (neg ? 0x80000000u : 0u);
@@ -122,7 +123,8 @@ static void run_msm(std::istream& in) {
     }
     const uint32_t G = (B + S - 1) / S;
     std::vector<g1_xyzz> red(W * G), nxt;
-    for (uint32_t t = 0; t < W * G; t++) msm_bucket_reduce_thread(t, buckets.data(), B, S, G, red.data());
+    for (uint32_t t = 0; t < W * G; t++)
+        msm_bucket_reduce_thread(t, buckets.data(), B, S, G, red.data());
     for (uint32_t len = G; len > 1;) {
         const uint32_t out_len = (len + F - 1) / F;
         nxt.assign(W * out_len, g1_xyzz::inf());
