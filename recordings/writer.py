@@ -32,6 +32,8 @@ from recordings.framing import FrameError, encode_frame
 from recordings.schema import validate
 from recordings.state import State
 
+SYNC_FLUSH_BYTES = 1 << 20  # without the background thread, flush at least every MiB
+
 
 def default_recording_dir() -> Path:
     """Where recordings go unless ``--record`` says otherwise: the user's data directory
@@ -79,6 +81,7 @@ class RecordingWriter:
         self._lock = threading.Lock()  # guards _pending and _error
         self._io_lock = threading.Lock()  # one writer of the file at a time
         self._pending = bytearray()
+        self._last_flush = time.monotonic()
         self._error: RecordingError | None = None
         self._last_snapshot_t: int | None = None
         self.reducer_error: str | None = None  # set when an event could not be folded
@@ -133,7 +136,12 @@ class RecordingWriter:
         with self._lock:
             self._pending += frame
             self.offset += len(frame)
+            pending = len(self._pending)
         self.events_written += 1
+        if self._flusher is None and (
+            pending >= SYNC_FLUSH_BYTES or time.monotonic() - self._last_flush >= self.flush_every_s
+        ):
+            self.flush()  # no background thread: flush from the caller, on the same cadence
         if self.reducer_error is not None:
             return
         try:
@@ -181,6 +189,7 @@ class RecordingWriter:
                 if self._error is not None:
                     raise self._error
                 data, self._pending = self._pending, bytearray()
+            self._last_flush = time.monotonic()
             if not data:
                 return
             try:

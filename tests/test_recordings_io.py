@@ -349,3 +349,56 @@ def test_sigkill_loses_at_most_the_flush_interval(tmp_path):
     # the child ran ~1.6 s after hello; the recording holds all but at most ~flush interval
     assert last >= 1.6e9 - 1.0e9, last
     assert read_state(p).events == len(rec.events)
+
+
+def test_disk_full_is_a_clear_error():
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    with pytest.raises(RecordingError, match="No space left"):
+        RecordingWriter("/dev/full")
+
+
+class _FailingFile:
+    """A file that accepts ``budget`` bytes, then fails like a full disk."""
+
+    def __init__(self, real, budget):
+        self.real, self.budget = real, budget
+
+    def write(self, data):
+        if len(data) > self.budget:
+            raise OSError(28, "No space left on device")
+        self.budget -= len(data)
+        return self.real.write(data)
+
+    def fileno(self):
+        return self.real.fileno()
+
+    def close(self):
+        self.real.close()
+
+
+def test_disk_full_mid_run_is_raised_by_the_next_write_and_close(run, tmp_path):
+    p = tmp_path / "full.pvtrec"
+    w = RecordingWriter(p, background_flush=False, flush_every_s=1000)
+    w._file = _FailingFile(w._file, 2000)
+    with pytest.raises(RecordingError, match="No space left"):
+        for e in run:
+            w.write(e)
+            w.flush()
+    with pytest.raises(RecordingError, match="No space left"):
+        w.write(run[-1])
+    with pytest.raises(RecordingError, match="No space left"):
+        w.close()
+    rec = open_recording(p)  # what reached the disk still reads, as a cut recording
+    assert rec.truncated and rec.events == run[: len(rec.events)]
+
+
+def test_without_background_thread_the_caller_flushes(run, tmp_path):
+    p = tmp_path / "sync.pvtrec"
+    w = RecordingWriter(p, background_flush=False, flush_every_s=0.01, snapshot_every_s=1000)
+    for e in run[:30]:
+        w.write(e)
+    time.sleep(0.02)
+    w.write(run[30])
+    assert open_recording(p).events == run[:31]
+    w.close()
