@@ -101,3 +101,50 @@ def test_stdin_source_in_a_subprocess(tmp_path):
     assert events[0]["k"] == "hello" and events[-1]["k"] == "engine_state"
     assert events[-1]["state"] == "done"
     assert done_of(events) == done_of(batch(run.lines))
+
+
+class Sink:
+    def __init__(self):
+        self.batches = []
+        self.statuses = []
+
+    def events(self, source, batch):
+        self.batches.append(batch)
+
+    def status(self, source, text, level="info"):
+        self.statuses.append((text, level))
+
+
+def test_source_speaks_the_dashboard_protocol(tmp_path):
+    import threading
+
+    import pytest
+
+    from tui.sources import EventSource, SourceError
+
+    run = sim.simulate(random.Random(random.randrange(1 << 30)), jobs=1, partitions=2)
+    path = tmp_path / "cuzk.log"
+    path.write_text(run.text() + "not a cuzk line\n")
+    source = CuzkSource(str(path), poll_interval=0.01)
+    assert isinstance(source, EventSource) and source.read_only
+    assert source.label == "cuzk:cuzk.log"
+    sink = Sink()
+    worker = threading.Thread(target=source.run, args=(sink,))
+    worker.start()
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        got = [e for b in sink.batches for e in b]
+        if sum(e["k"] == "partition_done" for e in got) == 2 and len(sink.statuses) >= 2:
+            break
+        time.sleep(0.02)
+    with pytest.raises(SourceError):
+        source.send("pause", {})
+    source.close()
+    worker.join(timeout=5)
+    assert not worker.is_alive()
+    events = [e for b in sink.batches for e in b]
+    assert events[0]["k"] == "hello" and events[0]["source"] == "cuzk"
+    assert done_of(events) == done_of(batch(run.lines))
+    texts = [t for t, _ in sink.statuses]
+    assert texts[0].startswith("following cuzk") and texts[-1] == "closed"
+    assert "cuzk: 1 log lines not understood" in texts

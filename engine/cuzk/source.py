@@ -26,6 +26,7 @@ from engine.cuzk.follow import FileFollower, StreamFollower, open_follower
 from engine.cuzk.status import StatusPoller, StatusResult, fetch_status, status_url
 
 Events = list[dict[str, Any]]
+BATCH_SECONDS = 0.05  # a batch for the dashboard is flushed at least this often
 
 
 class CuzkSource:
@@ -116,6 +117,56 @@ class CuzkSource:
                 batch = list(self._out)
                 self._out.clear()
             yield from batch
+
+    # -- the dashboard's EventSource protocol (tui/sources.py) ---------------------------------
+
+    @property
+    def label(self) -> str:
+        """Short name for the dashboard's source list."""
+        if self.log is not None:
+            return f"cuzk:{'stdin' if self.log == '-' else self.log.rsplit('/', 1)[-1]}"
+        return f"cuzk:{self.status_url}"
+
+    def run(self, sink: Any) -> None:
+        """Deliver batches to ``sink.events(self, batch)`` and state changes to
+        ``sink.status(self, text, level)`` until :meth:`close` (or the end of stdin). Starts the
+        source if needed; blocks, so the app runs it in a worker thread."""
+        if not self._thread.is_alive() and not self._done:
+            self.start()
+        sink.status(self, "following cuzk (read-only)", "info")
+        said: tuple[str, int] = ("", 0)
+        while True:
+            with self._ready:
+                if not self._out and not self._done:
+                    self._ready.wait(BATCH_SECONDS)
+                batch = list(self._out)
+                self._out.clear()
+                done = self._done
+            if batch:
+                sink.events(self, batch)
+            stats = self.stats()
+            bad = sum(stats.get(k, 0) for k in ("unknown", "malformed", "truncated"))
+            now = (stats["status_state"], bad)
+            if now != said:
+                said = now
+                if now[0] == "down":
+                    sink.status(self, "cuzk status endpoint down", "warn")
+                elif bad:
+                    sink.status(self, f"cuzk: {bad} log lines not understood", "warn")
+            if done and not batch:
+                sink.status(self, "cuzk log ended" if not self._stop.is_set() else "closed")
+                return
+
+    def close(self) -> None:
+        self.stop()
+
+    def send(self, cmd: str, args: dict[str, Any]) -> int:
+        """cuzk takes no commands: raises the dashboard's ``SourceError``."""
+        try:
+            from tui.sources import SourceError
+        except ImportError:  # pragma: no cover - the dashboard is not installed
+            SourceError = PermissionError  # noqa: N806
+        raise SourceError("cuzk is read-only: provetop cannot control it")
 
     def command(self, cmd: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
         """cuzk takes no commands from provetop: always refused."""
