@@ -105,6 +105,7 @@ class ProvetopApp(App[int]):
         refresh_hz: float = REFRESH_HZ,
         autoplay: bool = True,
         speed: float = 1.0,
+        start_at: int | None = None,
         live_clock: bool = True,
         light: bool = False,
     ) -> None:
@@ -112,6 +113,7 @@ class ProvetopApp(App[int]):
         if light:
             self.theme = "textual-light"
         self.initial_speed = speed
+        self.start_at = start_at
         self.views = [EngineView(s) for s in sources or []]
         self.selected = 0
         self.replay: ReplayState | None = None
@@ -129,6 +131,8 @@ class ProvetopApp(App[int]):
         self.saved: list[Path] = []
         self._device: int | None = None
         self.compact_panel = "memory-box"
+        self._enabled: tuple = ()
+        self._grid_rows: tuple = ()
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -144,13 +148,24 @@ class ProvetopApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # widgets of the main screen, kept so drawing works while a modal screen is on top
+        self.timeline = self.query_one(Timeline)
+        self.memory = self.query_one(MemoryPanel)
+        self.table = self.query_one(PartitionsTable)
+        self.eventlog = self.query_one(EventLog)
+        self.header = self.query_one(Header)
+        self.replaybar = self.query_one(ReplayBar)
+        self.grid = self.query_one("#main")
+        self.panels = {
+            name: self.query_one(f"#{name}") for name in ("memory-box", "partitions", "log")
+        }
         self.query_one("#timeline").border_title = "timeline"
         self.query_one("#memory-box").border_title = "memory"
         self.query_one("#partitions").border_title = "partitions"
         self.query_one("#log").border_title = "events"
-        self.query_one(ReplayBar).display = self.mode == "replay"
+        self.replaybar.display = self.mode == "replay"
         self._apply_size_class()
-        self.query_one(Timeline).focus()
+        self.timeline.focus()
         for view in self.views:
             self._start_source(view)
         if self.mode == "replay":
@@ -167,31 +182,34 @@ class ProvetopApp(App[int]):
 
     def _apply_size_class(self) -> None:
         compact = self.size.width < COMPACT_WIDTH or self.size.height < COMPACT_HEIGHT
-        self.screen.set_class(compact, "-compact")
+        self.default_screen_compact = compact
+        if hasattr(self, "grid"):
+            self.grid.screen.set_class(compact, "-compact")
         self._layout_panels()
 
     @property
     def compact(self) -> bool:
-        return self.screen.has_class("-compact")
+        return self.default_screen_compact
+
+    default_screen_compact = False
 
     def _layout_panels(self) -> None:
         """Wide: timeline beside memory over table beside log, the top row as tall as the
         timeline needs. Compact: the timeline over one panel at a time (2, 3, 4 or tab)."""
-        try:
-            timeline = self.query_one(Timeline)
-            grid = self.query_one("#main")
-        except Exception:  # not composed yet
+        if not hasattr(self, "panels"):  # not mounted yet
             return
-        for name in ("memory-box", "partitions", "log"):
-            self.query_one(f"#{name}").set_class(
-                self.compact and name != self.compact_panel, "-hidden"
-            )
+        timeline, grid = self.timeline, self.grid
+        for name, panel in self.panels.items():
+            panel.set_class(self.compact and name != self.compact_panel, "-hidden")
         if self.compact:
-            grid.styles.grid_rows = ("auto", "1fr")
-            return
-        want = timeline.get_content_height(self.size, self.size, max(20, timeline.size.width))
-        limit = max(10, int(self.size.height * 0.6))
-        grid.styles.grid_rows = (f"{min(limit, max(12, want + 2))}", "1fr")
+            rows: tuple = ("auto", "1fr")
+        else:
+            want = timeline.get_content_height(self.size, self.size, max(20, timeline.size.width))
+            limit = max(10, int(self.size.height * 0.6))
+            rows = (f"{min(limit, max(12, want + 2))}", "1fr")
+        if rows != self._grid_rows:  # a style change costs a layout pass: only on change
+            self._grid_rows = rows
+            grid.styles.grid_rows = rows
 
     # -- sources (Sink protocol; called from source threads) ----------------------------------
 
@@ -290,8 +308,14 @@ class ProvetopApp(App[int]):
         view = self.view
         if view is None:
             return
-        timeline = self.query_one(Timeline)
-        live_moving = self.replay is None and timeline.follow and view.conn == "connected"
+        timeline = self.timeline
+        live_moving = (
+            self.live_clock
+            and self.replay is None
+            and timeline.follow
+            and view.conn == "connected"
+            and view.state.engine_state == "running"
+        )
         if not (self._dirty or live_moving or self.replay is not None and self.replay.playing):
             return
         self.redraw()
@@ -303,18 +327,18 @@ class ProvetopApp(App[int]):
             return
         state = view.state
         now = self._now(view)
-        timeline = self.query_one(Timeline)
+        timeline = self.timeline
         timeline.show(state, now)
         device = timeline.selected_device
         end = timeline.window_end
-        self.query_one(MemoryPanel).show(state, device, (end - timeline.span, end))
-        self.query_one(Header).show(self._header_info(view, now))
-        self.query_one(EventLog).show(state)
+        self.memory.show(state, device, (end - timeline.span, end))
+        self.header.show(self._header_info(view, now))
+        self.eventlog.show(state)
         if self._dirty or self._ticks % 2 == 0:
-            self.query_one(PartitionsTable).show(state)
+            self.table.show(state)
         if self.replay is not None:
             r = self.replay
-            self.query_one(ReplayBar).show(
+            self.replaybar.show(
                 position=r.position,
                 start=r.source.start,
                 end=r.source.end,
@@ -327,7 +351,10 @@ class ProvetopApp(App[int]):
         if not self.compact:
             self._layout_panels()
         self._dirty = False
-        self.refresh_bindings()
+        enabled = tuple(self.check_action(a, ()) for a in sorted(CONTROL_ACTIONS | REPLAY_ACTIONS))
+        if enabled != self._enabled:  # the footer recomposes on refresh: only when it changes
+            self._enabled = enabled
+            self.refresh_bindings()
 
     def _header_info(self, view: EngineView, now: int) -> HeaderInfo:
         engines = [(v.source.label, v.conn) for v in self.views]
@@ -367,7 +394,7 @@ class ProvetopApp(App[int]):
         return True
 
     def _selected_device(self) -> int:
-        device = self.query_one(Timeline).selected_device
+        device = self.timeline.selected_device
         return 0 if device is None else int(device)
 
     def send_command(self, cmd: str, args: dict[str, Any]) -> int | None:
@@ -476,7 +503,7 @@ class ProvetopApp(App[int]):
         )
         if not source.checkpoints:
             self.run_worker(source.build_checkpoints, thread=True, name="checkpoints")
-        self.seek(source.start)
+        self.seek(source.start if self.start_at is None else source.start + self.start_at)
         if source.truncated:
             view.state.log.append(LogLine(source.end, "warn", "the recording's tail is truncated"))
 
@@ -486,7 +513,7 @@ class ProvetopApp(App[int]):
         if r is None or self.view is None:
             return
         position = max(r.source.start, min(r.source.end, int(position)))
-        window = self.query_one(Timeline).span + int(10e9)
+        window = self.timeline.span + int(10e9)
         if r.index and position >= r.position and position - r.position < window:
             r.index = r.source.advance(self.view.state, r.index, position)
         else:
@@ -558,7 +585,7 @@ class ProvetopApp(App[int]):
         if screen.maximized is not None:
             screen.minimize()
         else:
-            target = self.focused or self.query_one(Timeline)
+            target = self.focused or self.timeline
             if isinstance(target, MemoryPanel):
                 target = self.query_one("#memory-box")
             screen.maximize(target)
@@ -572,8 +599,7 @@ class ProvetopApp(App[int]):
 
     def on_descendant_focus(self, event) -> None:
         widget = event.widget
-        for name in ("memory-box", "partitions", "log"):
-            node = self.query_one(f"#{name}")
+        for name, node in self.panels.items():
             if widget is node or node in widget.ancestors:
                 if self.compact_panel != name:
                     self.compact_panel = name
@@ -581,14 +607,14 @@ class ProvetopApp(App[int]):
                 return
 
     def action_follow(self) -> None:
-        self.query_one(Timeline).action_follow()
+        self.timeline.action_follow()
 
     def action_zoom(self, step: int) -> None:
-        self.query_one(Timeline).action_zoom(step)
+        self.timeline.action_zoom(step)
         self._dirty = True
 
     def action_gpu_only(self) -> None:
-        self.query_one(Timeline).action_gpu_only()
+        self.timeline.action_gpu_only()
 
     async def action_quit(self) -> None:
         self.close_sources()

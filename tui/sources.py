@@ -449,6 +449,8 @@ class ReplaySource:
         recording time (default: about 200 over the recording, at least 5 s apart)."""
         if self.checkpoints or not self.events:
             return
+        import msgpack
+
         span_s = (self.end - self.start) / 1e9
         every = int((every_s or max(5.0, span_s / 200)) * 1e9)
         state = State()
@@ -458,7 +460,10 @@ class ReplaySource:
             if stop is not None and stop.is_set():
                 return
             if self.times[i] >= next_t:
-                built.append(Checkpoint(i, state.t, state.snapshot()))
+                # packed and unpacked: a deep copy (the snapshot shares lists with the state
+                # still being folded), in exactly the shape a recorded snapshot has
+                snap = msgpack.unpackb(msgpack.packb(state.snapshot()), raw=False)
+                built.append(Checkpoint(i, state.t, snap))
                 next_t = self.times[i] + every
             state.apply(event)
         self.set_checkpoints(built)

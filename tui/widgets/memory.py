@@ -137,10 +137,13 @@ class MemoryPanel(Widget, can_focus=True):
         self.state: State | None = None
         self.device: int | None = None
         self.window: tuple[int, int] = (0, 1)
+        self._shape: tuple = ()
 
     def show(self, state: State, device: int | None, window: tuple[int, int]) -> None:
         self.state, self.device, self.window = state, device, window
-        self.refresh(layout=True)
+        shape = (len(state.memory), device, self.size.width)
+        self.refresh(layout=shape != self._shape)  # a layout pass only when the height may change
+        self._shape = shape
 
     def _devices(self) -> list[int]:
         assert self.state is not None

@@ -1,79 +1,90 @@
-"""The partitions table: one row per (proof, partition), updated in place, sortable, failures in
-red. Only rows that changed since the last refresh are touched, so a busy engine costs a few
-cell updates per refresh, not a rebuild."""
+"""The partitions table: one row per (proof, partition), sortable, failures in red.
+
+Drawn with the Line API rather than DataTable: a busy engine changes a few rows per refresh, and
+DataTable re-renders every visible cell whenever any cell changes. Here each row is rendered once
+into a Strip and kept until that row's data changes, so a refresh costs the rows that changed.
+"""
 
 from __future__ import annotations
 
-from rich.text import Text
+from dataclasses import dataclass
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
 from textual.binding import Binding
-from textual.widgets import DataTable
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from recordings.state import PartitionRow, State
 from tui.style import FAILURE_COLOUR, ms
 
-COLUMNS = (
-    ("proof", "proof"),
-    ("part", "part"),
-    ("where", "gpu/w"),
-    ("wait", "wait"),
-    ("upload", "upload"),
-    ("h", "H"),
-    ("msm", "MSM"),
-    ("gpu", "GPU"),
-    ("verified", "verified"),
-    ("status", "status"),
-    ("prestage", "pre-stage"),
-)
 MAX_ROWS = 2000  # the most recent partitions shown; summary/export have them all
 
 
-def _prestage(row: PartitionRow) -> Text:
-    if row.prestage is None:
-        return Text("…", style="dim")
-    if row.prestage == "ok":
-        return Text("ok", style="green")
-    text = row.prestage
-    if row.forced:
-        text += " (forced)"
-    elif row.prestage_reason:
-        text += f" ({row.prestage_reason})"
-    return Text(text, style="#ff8700" if row.prestage == "fallback" else "#d7af00")
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    width: int
+    right: bool = True
 
 
-def _status(row: PartitionRow) -> Text:
-    if row.ok is None:
-        return Text("running", style="italic")
-    if not row.ok:
-        return Text(f"FAILED {row.failure or ''}".strip(), style=f"bold {FAILURE_COLOUR}")
-    return Text("retried ok" if row.retried else "ok", style="green")
+COLUMNS = (
+    Column("proof", "proof", 6),
+    Column("part", "part", 5),
+    Column("where", "gpu/w", 6, right=False),
+    Column("wait", "wait ms", 8),
+    Column("upload", "upload", 7),
+    Column("h", "H step", 7),
+    Column("msm", "MSM", 7),
+    Column("gpu", "GPU", 7),
+    Column("verified", "verified", 9, right=False),
+    Column("status", "status", 11, right=False),
+    Column("prestage", "pre-stage", 30, right=False),
+)
+GREEN, AMBER, ORANGE = "#5fd75f", "#d7af00", "#ff8700"
 
 
-def cells(row: PartitionRow) -> tuple:
-    """The table cells of one row (Rich Text, numbers right-aligned for sorting by value)."""
+def cells(row: PartitionRow) -> list[tuple[str, str]]:
+    """(text, colour-or-style) per column of one row."""
     where = f"{row.device}/{row.worker}" if row.device is not None else "–"
-    verified = {
-        True: Text("yes", style="green"),
-        False: Text("NO", style=f"bold {FAILURE_COLOUR}"),
-        None: Text("–", style="dim"),
-    }[row.verified]
     upload = row.phases_ms.get("upload", row.phases_ms.get("fallback_upload"))
-    values = [
-        Text(str(row.proof), justify="right"),
-        Text(str(row.partition), justify="right"),
-        Text(where),
-        Text(ms(row.mutex_wait_ms), justify="right"),
-        Text(ms(upload), justify="right"),
-        Text(ms(row.phases_ms.get("h_step")), justify="right"),
-        Text(ms(row.group_ms("msm") if row.phases_ms else None), justify="right"),
-        Text(ms(row.gpu_total_ms), justify="right"),
-        verified,
-        _status(row),
-        _prestage(row),
+    verified = {True: ("yes", GREEN), False: ("NO", f"bold {FAILURE_COLOUR}"), None: ("–", "dim")}
+    if row.ok is None:
+        status = ("running", "italic")
+    elif not row.ok:
+        status = ("FAILED", f"bold {FAILURE_COLOUR}")
+    else:
+        status = ("retried ok" if row.retried else "ok", GREEN)
+    if row.prestage is None:
+        prestage = ("…", "dim")
+    elif row.prestage == "ok":
+        prestage = ("ok", GREEN)
+    else:
+        text = row.prestage
+        if row.forced:
+            text += " (forced)"
+        elif row.prestage_reason:
+            text += f": {row.prestage_reason}"
+        prestage = (text, ORANGE if row.prestage == "fallback" else AMBER)
+    if row.ok is False and row.failure:
+        prestage = (f"{prestage[0]} · {row.failure}", f"bold {FAILURE_COLOUR}")
+    plain = f"bold {FAILURE_COLOUR}" if row.ok is False else ""
+    return [
+        (str(row.proof), plain),
+        (str(row.partition), plain),
+        (where, plain),
+        (ms(row.mutex_wait_ms), ""),
+        (ms(upload), ""),
+        (ms(row.phases_ms.get("h_step")), ""),
+        (ms(row.group_ms("msm") if row.phases_ms else None), ""),
+        (ms(row.gpu_total_ms), ""),
+        verified[row.verified],
+        status,
+        prestage,
     ]
-    if row.ok is False:
-        for v in values[:3]:
-            v.stylize(f"bold {FAILURE_COLOUR}")
-    return tuple(values)
 
 
 def sort_value(row: PartitionRow, column: str) -> object:
@@ -83,7 +94,7 @@ def sort_value(row: PartitionRow, column: str) -> object:
         "proof": (row.proof, row.partition),
         "part": (row.partition, row.proof),
         "where": (row.device if row.device is not None else -1, row.worker or 0),
-        "prestage": (row.prestage or "~", row.proof, row.partition),
+        "prestage": (row.prestage or "~", row.forced, row.proof, row.partition),
         "wait": row.mutex_wait_ms if row.mutex_wait_ms is not None else big,
         "upload": row.phases_ms.get("upload", row.phases_ms.get("fallback_upload", big)),
         "h": row.phases_ms.get("h_step", big),
@@ -94,88 +105,180 @@ def sort_value(row: PartitionRow, column: str) -> object:
     }[column]
 
 
-class PartitionsTable(DataTable):
-    """DataTable of :class:`PartitionRow`; `o` cycles the sort column, `O` reverses it.
-    Times are milliseconds (``s`` suffix above 10 s)."""
+def _stamp(row: PartitionRow) -> tuple:
+    return (row.ok, row.attempt, row.prestage, row.t_done, row.worker, row.forced, row.verified)
+
+
+class PartitionsTable(ScrollView, can_focus=True):
+    """Rows of :class:`PartitionRow`; ↑↓ PgUp PgDn Home End move, ``o`` cycles the sort column
+    (or click a header), ``O`` reverses. Times are milliseconds (``s`` above 10 s)."""
 
     BINDINGS = [
         Binding("o", "cycle_sort", "sort"),
         Binding("O", "reverse_sort", "reverse", show=False),
+        Binding("up", "move(-1)", show=False),
+        Binding("down", "move(1)", show=False),
+        Binding("pageup", "move(-20)", show=False),
+        Binding("pagedown", "move(20)", show=False),
+        Binding("home", "move(-1000000)", show=False),
+        Binding("end", "move(1000000)", show=False),
     ]
+    DEFAULT_CSS = """
+    PartitionsTable { scrollbar-size-vertical: 1; }
+    """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, zebra_stripes=True, cursor_type="row")
+        super().__init__(id=id)
         self.state: State | None = None
-        self._shown: dict[tuple[int, int], tuple] = {}
+        self.order: list[tuple[int, int]] = []  # row keys in display order
         self.sort_column: str | None = None
         self.sort_reverse = False
+        self.cursor = 0
+        self._stamps: dict[tuple[int, int], tuple] = {}
+        self._strips: dict[tuple[int, int], tuple[tuple, Strip]] = {}
+        self._follow = True
 
-    def on_mount(self) -> None:
-        for key, label in COLUMNS:
-            self.add_column(label, key=key)
+    # -- data ---------------------------------------------------------------------------------
+
+    @property
+    def row_count(self) -> int:
+        return len(self.order)
+
+    def row_at(self, index: int) -> PartitionRow:
+        assert self.state is not None
+        return self.state.partitions[self.order[index]]
+
+    def text_at(self, index: int, column: str) -> str:
+        """The text shown in one cell (for tests and the detail line)."""
+        i = [c.key for c in COLUMNS].index(column)
+        return cells(self.row_at(index))[i][0]
 
     def show(self, state: State) -> None:
-        """Bring the table in line with ``state``, touching only rows that changed."""
+        """Bring the table in line with ``state``; only changed rows are re-rendered."""
         if state is not self.state:
             self.state = state
-            self._shown.clear()
-            self.clear()
+            self._stamps.clear()
+            self._strips.clear()
         rows = state.partitions
         keys = list(rows)[-MAX_ROWS:]
-        changed = False
-        for key in keys:
-            row = rows[key]
-            stamp = (row.ok, row.attempt, row.prestage, row.t_done, row.worker, row.forced)
-            old = self._shown.get(key)
-            if old == stamp:
-                continue
-            rk = f"{key[0]}:{key[1]}"
-            values = cells(row)
-            if old is None:
-                self.add_row(*values, key=rk)
-            else:
-                for (column, _), value in zip(COLUMNS, values, strict=True):
-                    self.update_cell(rk, column, value)
-            self._shown[key] = stamp
-            changed = True
-        while len(self._shown) > MAX_ROWS:  # drop the oldest
-            oldest = next(iter(self._shown))
-            self._shown.pop(oldest)
-            self.remove_row(f"{oldest[0]}:{oldest[1]}")
-        if changed and self.sort_column:
+        changed = len(keys) != len(self._stamps) or any(
+            _stamp(rows[k]) != self._stamps.get(k)
+            for k in keys[-64:]  # recent rows change
+        )
+        if not changed:
+            return
+        self._stamps = {k: _stamp(rows[k]) for k in keys}
+        self.order = keys
+        if self.sort_column:
             self._sort()
-        elif changed and not self.has_focus:  # follow the newest rows until the operator looks
-            self.move_cursor(row=self.row_count - 1, animate=False)
+        self.virtual_size = Size(sum(c.width + 1 for c in COLUMNS), len(self.order) + 1)
+        if self._follow and not self.sort_column:
+            self.cursor = max(0, len(self.order) - 1)
+            self.scroll_end(animate=False, immediate=True)
+        self.cursor = min(self.cursor, max(0, len(self.order) - 1))
+        self.refresh()
 
     def _sort(self) -> None:
-        assert self.state is not None and self.sort_column is not None
-        column, rows = self.sort_column, self.state.partitions
+        if self.state is None or self.sort_column is None:
+            return
+        rows, column = self.state.partitions, self.sort_column
+        self.order.sort(key=lambda k: sort_value(rows[k], column), reverse=self.sort_reverse)
 
-        def key(values: tuple) -> object:
-            row = rows.get((int(values[0].plain), int(values[1].plain)))
-            return sort_value(row, column) if row else ()
+    # -- drawing ------------------------------------------------------------------------------
 
-        self.sort("proof", "part", key=key, reverse=self.sort_reverse)
+    def render_line(self, y: int) -> Strip:
+        base = self.rich_style
+        width = self.size.width
+        scroll_x, scroll_y = self.scroll_offset
+        if y == 0:
+            return self._header(base).crop(scroll_x, scroll_x + width)
+        index = scroll_y + y - 1
+        if self.state is None or index >= len(self.order):
+            return Strip.blank(width, base)
+        key = self.order[index]
+        row = self.state.partitions.get(key)
+        if row is None:
+            return Strip.blank(width, base)
+        stamp = (self._stamps.get(key), base)
+        cached = self._strips.get(key)
+        if cached is None or cached[0] != stamp:
+            cached = (stamp, self._row_strip(row, base))
+            self._strips[key] = cached
+        strip = cached[1]
+        if index == self.cursor:
+            strip = strip.apply_style(Style(reverse=True) if self.has_focus else Style(bold=True))
+        return strip.crop(scroll_x, scroll_x + width).extend_cell_length(width, base)
+
+    def _header(self, base: Style) -> Strip:
+        segs = []
+        for c in COLUMNS:
+            label = c.label + ("▲" if not self.sort_reverse else "▼") * (c.key == self.sort_column)
+            text = label.rjust(c.width) if c.right else label.ljust(c.width)
+            segs.append(Segment(text[: c.width] + " ", base + Style(bold=True, underline=True)))
+        return Strip(segs)
+
+    def _row_strip(self, row: PartitionRow, base: Style) -> Strip:
+        segs = []
+        for c, (text, style) in zip(COLUMNS, cells(row), strict=True):
+            text = text.rjust(c.width) if c.right else text.ljust(c.width)
+            if c is not COLUMNS[-1]:
+                text = text[: c.width] + " "
+            segs.append(Segment(text, base + Style.parse(style) if style else base))
+        return Strip(segs)
+
+    # -- interaction --------------------------------------------------------------------------
+
+    def action_move(self, step: int) -> None:
+        if not self.order:
+            return
+        self.cursor = max(0, min(len(self.order) - 1, self.cursor + step))
+        self._follow = self.cursor == len(self.order) - 1
+        top, height = self.scroll_offset.y, max(1, self.size.height - 1)
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False)
+        elif self.cursor >= top + height:
+            self.scroll_to(y=self.cursor - height + 1, animate=False)
+        self.refresh()
 
     def action_cycle_sort(self) -> None:
-        names = [key for key, _ in COLUMNS]
+        names = [c.key for c in COLUMNS]
         if self.sort_column is None:
             self.sort_column = names[0]
         else:
             i = names.index(self.sort_column) + 1
             self.sort_column = names[i] if i < len(names) else None
-        self.notify(f"sorted by {self.sort_column or 'arrival'}", timeout=1.5)
-        if self.sort_column:
-            self._sort()
+        self._resort()
+        self.notify(f"partitions sorted by {self.sort_column or 'arrival'}", timeout=1.5)
 
     def action_reverse_sort(self) -> None:
         self.sort_reverse = not self.sort_reverse
-        if self.sort_column:
-            self._sort()
+        self._resort()
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        column = str(event.column_key.value)
-        if self.sort_column == column:
-            self.sort_reverse = not self.sort_reverse
-        self.sort_column = column
-        self._sort()
+    def _resort(self) -> None:
+        if self.state is None:
+            return
+        if self.sort_column is None:
+            rows = self.state.partitions
+            self.order = [k for k in rows if k in self._stamps]
+        else:
+            self._sort()
+        self.refresh()
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        if offset.y == 0:  # a header: sort by it (again: reverse)
+            x = offset.x + self.scroll_offset.x
+            for c in COLUMNS:
+                if x < c.width + 1:
+                    if self.sort_column == c.key:
+                        self.sort_reverse = not self.sort_reverse
+                    self.sort_column = c.key
+                    self._resort()
+                    return
+                x -= c.width + 1
+        else:
+            self.cursor = min(len(self.order) - 1, self.scroll_offset.y + offset.y - 1)
+            self._follow = False
+            self.refresh()

@@ -22,6 +22,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
+from recordings.schema import PHASES
 from recordings.state import Segment, State
 from tui.style import (
     FAILURE_COLOUR,
@@ -36,6 +37,7 @@ from tui.style import (
     phase_group,
 )
 
+_GROUP_OF = {name: spec.group for name, spec in PHASES.items()}
 ZOOMS_NS = [
     int(x * 1e9) for x in (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 ]
@@ -118,6 +120,7 @@ class Timeline(Widget, can_focus=True):
         self._indexes: dict[tuple, LaneIndex] = {}
         self._state_id = 0
         self._styles_key: tuple | None = None
+        self._glyph_cache: dict[tuple, dict[str, tuple[str, Style]]] = {}
 
     # -- data in ------------------------------------------------------------------------------
 
@@ -308,6 +311,8 @@ class Timeline(Widget, can_focus=True):
         return f"gpu{lane[1]} {'GPU' if lane[0] == 'gpu' else 'upl'}"
 
     def _cells(self, lane: tuple, start: int, end: int, cols: int) -> list[Cell]:
+        """What each column of ``lane`` shows over [start, end): the phase covering most of
+        the column (one segment's overlap; failures always win)."""
         assert self.state is not None
         state = self.state
         idx = self._indexes.get(lane)
@@ -319,9 +324,10 @@ class Timeline(Widget, can_focus=True):
             if seg.lane == lane and seg.start < end:
                 segs.append(seg)
         cell = (end - start) / cols
-        kind_busy = lane[0] != "worker"
+        busy = lane[0] != "worker"
         idle = "idle" if lane[0] == "gpu" else "none"
-        cells = [Cell(idle) for _ in range(cols)]
+        kinds = [idle] * cols
+        owners: list[Segment | None] = [None] * cols
         cover = [0.0] * cols
         now = state.t
         if len(segs) > SAMPLE_LIMIT * cols:  # too many to weigh: sample column midpoints
@@ -332,40 +338,75 @@ class Timeline(Widget, can_focus=True):
                 j = bisect_left(starts, mid) - 1
                 if j >= 0:
                     seg = segs[j]
-                    seg_end = seg.end if seg.end is not None else now
-                    if seg_end >= mid:
-                        cells[c] = Cell(self._kind(seg, kind_busy), seg)
+                    if (seg.end if seg.end is not None else now) >= mid:
+                        kinds[c], owners[c] = self._kind(seg, busy), seg
             for seg in segs:
                 if not seg.ok:
                     c = int((max(seg.start, start) - start) / cell)
                     if 0 <= c < cols:
-                        cells[c] = Cell("fail", seg)
-            return cells
+                        kinds[c], owners[c] = "fail", seg
+            return [Cell(k, o) for k, o in zip(kinds, owners, strict=True)]
+        inv = 1.0 / cell
+        groups = _GROUP_OF
         for seg in segs:
-            seg_end = seg.end if seg.end is not None else max(now, seg.start)
-            s, e = max(seg.start, start), min(seg_end, end)
+            seg_end = seg.end
+            if seg_end is None:
+                seg_end = now if now > seg.start else seg.start
+            s = seg.start if seg.start > start else start
+            e = seg_end if seg_end < end else end
             if e < s:
                 continue
-            c0 = int((s - start) / cell)
-            c1 = min(cols - 1, int((e - start) / cell))
-            kind = self._kind(seg, kind_busy)
-            for c in range(max(0, c0), c1 + 1):
-                lo = start + c * cell
-                overlap = min(e, lo + cell) - max(s, lo)
-                if overlap <= 0 and c0 != c1:
-                    continue
-                overlap = max(overlap, 1e-9)
-                current = cells[c]
-                if kind == "fail" or (current.kind != "fail" and overlap > cover[c]):
-                    cells[c] = Cell(kind, seg)
-                    cover[c] = overlap
-        return cells
+            c0 = int((s - start) * inv)
+            c1 = int((e - start) * inv)
+            if c1 >= cols:
+                c1 = cols - 1
+            if c0 >= cols:
+                continue
+            if not seg.ok:
+                kind = "fail"
+            else:
+                kind = "busy" if busy else groups.get(seg.phase, "host")
+            fail = kind == "fail"
+            if c0 == c1:
+                overlap = e - s
+                if fail or (kinds[c0] != "fail" and overlap > cover[c0]):
+                    kinds[c0], owners[c0], cover[c0] = kind, seg, overlap
+                continue
+            overlap = start + (c0 + 1) * cell - s
+            if fail or (kinds[c0] != "fail" and overlap > cover[c0]):
+                kinds[c0], owners[c0], cover[c0] = kind, seg, overlap
+            for c in range(c0 + 1, c1):
+                if fail or (kinds[c] != "fail" and cell > cover[c]):
+                    kinds[c], owners[c], cover[c] = kind, seg, cell
+            overlap = e - (start + c1 * cell)
+            if fail or (kinds[c1] != "fail" and overlap > cover[c1]):
+                kinds[c1], owners[c1], cover[c1] = kind, seg, overlap
+        return [Cell(k, o) for k, o in zip(kinds, owners, strict=True)]
 
     @staticmethod
     def _kind(seg: Segment, busy: bool) -> str:
         if not seg.ok:
             return "fail"
         return "busy" if busy else phase_group(seg.phase)
+
+    def _glyphs(self, base: Style, lane_kind: str) -> dict[str, tuple[str, Style]]:
+        """kind -> (glyph, style), built once per base style and lane kind."""
+        key = (base, lane_kind)
+        cached = self._glyph_cache.get(key)
+        if cached is not None:
+            return cached
+        busy = GPU_BUSY if lane_kind == "gpu" else UPLOAD_BUSY
+        table = {
+            "none": (" ", base),
+            "idle": ("·", base + Style(color=IDLE_GPU)),
+            "fail": ("✖", base + Style(color=FAILURE_COLOUR, bold=True)),
+            "busy": ("█", base + Style(color=busy)),
+        }
+        for group in GROUPS:
+            glyph = "▒" if group == "mutex_wait" else "█"
+            table[group] = (glyph, base + Style(color=group_colour(group)))
+        self._glyph_cache[key] = table
+        return table
 
     def _lane_strip(
         self,
@@ -382,34 +423,28 @@ class Timeline(Widget, can_focus=True):
         segments = [
             RichSegment(self._label(lane).ljust(LABEL_W - 1)[: LABEL_W - 1] + " ", label_style)
         ]
-        busy_colour = GPU_BUSY if lane[0] == "gpu" else UPLOAD_BUSY
-        run_text: list[str] = []
-        run_style: Style | None = None
+        glyphs = self._glyphs(base, lane[0])
+        fallback = glyphs["host"]
+        run: list[str] = []
+        run_kind: str | None = None
         for c, cell in enumerate(cells):
-            if cell.kind == "none":
-                char, style = " ", base
-            elif cell.kind == "idle":
-                char, style = "·", base + Style(color=IDLE_GPU)
-            elif cell.kind == "fail":
-                char, style = "✖", base + Style(color=FAILURE_COLOUR, bold=True)
-            elif cell.kind == "busy":
-                char, style = "█", base + Style(color=busy_colour)
-            elif cell.kind == "mutex_wait":
-                char, style = "▒", base + Style(color=group_colour(cell.kind))
-            else:
-                char, style = "█", base + Style(color=group_colour(cell.kind))
+            kind = cell.kind
             if selected and c == cursor_col:
-                style += Style(reverse=True)
-                if char == " ":
-                    char = "│"
-            if style == run_style:
-                run_text.append(char)
-            else:
-                if run_text:
-                    segments.append(RichSegment("".join(run_text), run_style))
-                run_text, run_style = [char], style
-        if run_text:
-            segments.append(RichSegment("".join(run_text), run_style))
+                if run:
+                    segments.append(RichSegment("".join(run), glyphs.get(run_kind, fallback)[1]))
+                    run, run_kind = [], None
+                char, style = glyphs.get(kind, fallback)
+                segments.append(
+                    RichSegment("│" if char == " " else char, style + Style(reverse=True))
+                )
+                continue
+            if kind != run_kind:
+                if run:
+                    segments.append(RichSegment("".join(run), glyphs.get(run_kind, fallback)[1]))
+                run, run_kind = [], kind
+            run.append(glyphs.get(kind, fallback)[0])
+        if run:
+            segments.append(RichSegment("".join(run), glyphs.get(run_kind, fallback)[1]))
         return Strip(segments).adjust_cell_length(self.size.width, base)
 
     def _axis(self, start: int, end: int, cols: int, base: Style, dim: Style) -> Strip:
