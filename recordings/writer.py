@@ -85,6 +85,12 @@ class RecordingWriter:
         self._error: RecordingError | None = None
         self._last_snapshot_t: int | None = None
         self.reducer_error: str | None = None  # set when an event could not be folded
+        # A snapshot holds every partition row, so it grows with the run; the next one waits
+        # until at least as many bytes of events follow the last one. Snapshots then take at
+        # most about half of the file (not a quadratic share) and building them costs O(1)
+        # amortised per event byte, and a seek folds at most about a snapshot's worth of events.
+        self._last_snapshot_size = 0
+        self._last_snapshot_end = 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed in close())
@@ -151,7 +157,10 @@ class RecordingWriter:
             return  # and write no more seek snapshots: they could not be trusted
         if self._last_snapshot_t is None:
             self._last_snapshot_t = self.state.t
-        elif self.state.t - self._last_snapshot_t >= self.snapshot_every_ns:
+        elif (
+            self.state.t - self._last_snapshot_t >= self.snapshot_every_ns
+            and self.offset - self._last_snapshot_end >= self._last_snapshot_size
+        ):
             self.write_snapshot()
 
     def write_snapshot(self) -> bool:
@@ -169,6 +178,8 @@ class RecordingWriter:
             self.snapshots.append((t, self.offset))
             self._pending += frame
             self.offset += len(frame)
+        self._last_snapshot_size = len(frame)
+        self._last_snapshot_end = self.offset
         # Snapshots carry no history, so the writer's own history can go: its memory stays
         # bounded by the current state, however long the run.
         self.state.segments.clear()

@@ -402,3 +402,27 @@ def test_without_background_thread_the_caller_flushes(run, tmp_path):
     w.write(run[30])
     assert open_recording(p).events == run[:31]
     w.close()
+
+
+def test_state_snapshot_rows_are_exact_copies(run):
+    from dataclasses import asdict
+
+    state = State().fold(run[: len(run) // 2])
+    snap = state.snapshot()
+    assert snap["partitions"] == [asdict(r) for r in state.partitions.values()]
+    assert snap["open"] == [asdict(s) for s in state.open.values()]
+    for row in state.partitions.values():
+        row.phases_ms["synthesis"] = -1.0  # snapshots and attempts hold copies
+    assert all(r["phases_ms"].get("synthesis") != -1.0 for r in snap["partitions"])
+    assert all(a.phases_ms.get("synthesis") != -1.0 for a in state.attempts)
+
+
+def test_snapshots_take_at_most_about_half_the_file(tmp_path):
+    """However often snapshots are asked for, they never outweigh the events between them."""
+    events = _plain(make_run(partitions=6, workers=2, devices=1, proofs=4, seed=5))
+    p = tmp_path / "dense.pvtrec"
+    w = _write(p, events, snapshot_every_s=0.0)
+    data, starts = _frame_bounds(p)
+    sizes = {s.offset: _frame_end(data, s.offset) - s.offset for s in open_recording(p).snapshots}
+    assert len(sizes) == len(w.snapshots) >= 3
+    assert sum(sizes.values()) <= 0.5 * len(data) + max(sizes.values())
