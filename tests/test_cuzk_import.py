@@ -109,3 +109,18 @@ def test_bad_arguments_and_bad_snapshots(tmp_path, capsys):
     assert "2 unreadable status snapshots" in err and "no cuzk line found" in err
     state = read_state(out)
     assert [f["kind"] for f in state.faults] == ["source"]
+
+
+def test_summary_and_perfetto_export_work_on_an_imported_cuzk_run(tmp_path, capsys):
+    out = tmp_path / "cuzk.pvtrec"
+    assert main(["import-cuzk", str(FIXTURES / "daemon.log"), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["summary", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "cudaHostRegister" in text and "skip" in text and "proofs: 1 done, 1 failed" in text
+    trace = tmp_path / "cuzk.json"
+    assert main(["export", str(out), "-o", str(trace)]) == 0
+    data = json.loads(trace.read_text())
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    names = {e.get("name") for e in events if e.get("ph") == "X"}
+    assert {"synthesis", "mutex_wait", "ntt_msm_h", "batch_add", "tail_msm"} <= names

@@ -576,7 +576,7 @@ class Converter:
         if msg.startswith("skipping GPU prove for failed") and job is not None:
             if _is_int(partition):
                 a = self._attempt(job, partition)
-                self._finish(a, now, ok=False, failure="skipped: the job had failed")
+                self._finish(a, now, ok=False, failure="skipped: the job had failed", fault=False)
             return
         gpu_fail = msg.startswith(("partition GPU proving", "GPU prove start", "GPU proving"))
         synth_fail = msg.startswith(("partition synthesis failed", "partition synthesis task"))
@@ -707,6 +707,8 @@ class Converter:
                 True,
             )
         if not tm:
+            if a.start is None:
+                return "skip", None, False  # never reached the GPU
             return "skip", "unknown: no CUZK_TIMING lines for this call", False
         return "skip", "not pre-staged: no pre-stage lines (build before Phase 9?)", False
 
@@ -754,6 +756,7 @@ class Converter:
         ok: bool,
         failure: str | None = None,
         oom: bool = False,
+        fault: bool = True,
     ) -> None:
         """End an attempt: its phases (if not laid out yet) and its ``partition_done``."""
         if a.finished:
@@ -776,7 +779,7 @@ class Converter:
                 self._prestage_events(a, ids, a.start)
             self._push(make("phase_begin", a.start, **ids, phase="gpu_prove"))
             self._push(make("phase_end", t, **ids, phase="gpu_prove", ok=ok))
-        if not ok:
+        if not ok and fault:
             self._push(
                 make(
                     "fault", t, kind="oom" if oom else "exception",
