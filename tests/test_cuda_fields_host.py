@@ -71,8 +71,13 @@ FIELDS = {
 }
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
+# the default multiplication (even/odd carry chains, exactly as on the GPU) and the two
+# alternatives kept for comparison
+MUL_VARIANTS = ["", "-DMONT_PORTABLE", "-DMONT_MUL_SPLIT"]
+
+
+@pytest.fixture(scope="module", params=MUL_VARIANTS, ids=["evenodd", "portable", "split"])
+def harness(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no host C++ compiler (g++/c++/clang++) on PATH")
@@ -81,6 +86,8 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src.write_text(HARNESS)
     exe = d / "harness"
     cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{CUDA_DIR}", str(src), "-o", str(exe)]
+    if request.param:
+        cmd.insert(1, request.param)
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return exe
 

@@ -8,7 +8,9 @@
 //   * host C++17 (g++): portable code with 64-bit intermediates, so the CPU tests
 //     (tests/test_cuda_fields_host.py) check exactly the algorithm the GPU runs;
 //   * NVRTC (CuPy RawModule): no standard headers there, so the fixed-width types are ours.
-// Define MONT_PORTABLE to force the portable path on the device too (used to cross-check the PTX).
+// The carry-chain primitives are PTX on the device and an exact emulation (explicit carry) on the
+// host, so the host build runs the same instruction sequences. MONT_PORTABLE selects a plain
+// 64-bit-intermediate multiplication instead (for comparison).
 //
 // Layout (kernels/backend.py): an element is N little-endian 32-bit words, Montgomery form with
 // radix R = 2^(32 N). The parameter struct P supplies:
@@ -37,7 +39,7 @@ typedef long long int64_t;
 #define MONT_HDC constexpr
 #endif
 
-#if defined(__CUDA_ARCH__) && !defined(MONT_PORTABLE)
+#if defined(__CUDA_ARCH__)
 #define MONT_USE_PTX 1
 #else
 #define MONT_USE_PTX 0
@@ -51,62 +53,72 @@ typedef long long int64_t;
 
 namespace mont_detail {
 
+// Carry-chain primitives with PTX semantics. On the device each is one PTX instruction and the
+// carry flag lives in hardware ('volatile' keeps the chains in order; `cc` is unused). On the
+// host the flag is the explicit `cc` argument, so the host build runs the very same chains and
+// the CPU tests check the exact instruction sequence the GPU executes.
 #if MONT_USE_PTX
-// Each wrapper is one PTX instruction; 'volatile' keeps the carry-flag chains in order.
-__device__ __forceinline__ uint32_t add_cc(uint32_t a, uint32_t b) {
-    uint32_t r;
-    asm volatile("add.cc.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
+#define MONT_PTX2(name, op)                                                              \
+    __device__ __forceinline__ uint32_t name(uint32_t a, uint32_t b, uint32_t&) {       \
+        uint32_t r;                                                                      \
+        asm volatile(op " %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));                      \
+        return r;                                                                        \
+    }
+#define MONT_PTX3(name, op)                                                              \
+    __device__ __forceinline__ uint32_t name(uint32_t a, uint32_t b, uint32_t c, uint32_t&) { \
+        uint32_t r;                                                                      \
+        asm volatile(op " %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));          \
+        return r;                                                                        \
+    }
+MONT_PTX2(add_cc, "add.cc.u32")
+MONT_PTX2(addc_cc, "addc.cc.u32")
+MONT_PTX2(addc, "addc.u32")
+MONT_PTX2(sub_cc, "sub.cc.u32")
+MONT_PTX2(subc_cc, "subc.cc.u32")
+MONT_PTX2(subc, "subc.u32")
+MONT_PTX3(mad_lo_cc, "mad.lo.cc.u32")
+MONT_PTX3(madc_lo_cc, "madc.lo.cc.u32")
+MONT_PTX3(mad_hi_cc, "mad.hi.cc.u32")
+MONT_PTX3(madc_hi_cc, "madc.hi.cc.u32")
+MONT_PTX3(madc_hi, "madc.hi.u32")
+#undef MONT_PTX2
+#undef MONT_PTX3
+#else
+inline uint32_t add_cc(uint32_t a, uint32_t b, uint32_t& cc) {
+    uint64_t s = (uint64_t)a + b;
+    cc = (uint32_t)(s >> 32);
+    return (uint32_t)s;
 }
-__device__ __forceinline__ uint32_t addc_cc(uint32_t a, uint32_t b) {
-    uint32_t r;
-    asm volatile("addc.cc.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
+inline uint32_t addc_cc(uint32_t a, uint32_t b, uint32_t& cc) {
+    uint64_t s = (uint64_t)a + b + cc;
+    cc = (uint32_t)(s >> 32);
+    return (uint32_t)s;
 }
-__device__ __forceinline__ uint32_t addc(uint32_t a, uint32_t b) {
-    uint32_t r;
-    asm volatile("addc.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
+inline uint32_t addc(uint32_t a, uint32_t b, uint32_t& cc) { return a + b + cc; }
+inline uint32_t sub_cc(uint32_t a, uint32_t b, uint32_t& cc) {
+    cc = a < b;
+    return a - b;
 }
-__device__ __forceinline__ uint32_t sub_cc(uint32_t a, uint32_t b) {
-    uint32_t r;
-    asm volatile("sub.cc.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
+inline uint32_t subc_cc(uint32_t a, uint32_t b, uint32_t& cc) {
+    uint64_t d = (uint64_t)a - b - cc;
+    cc = (uint32_t)(d >> 63);
+    return (uint32_t)d;
 }
-__device__ __forceinline__ uint32_t subc_cc(uint32_t a, uint32_t b) {
-    uint32_t r;
-    asm volatile("subc.cc.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
+inline uint32_t subc(uint32_t a, uint32_t b, uint32_t& cc) { return a - b - cc; }
+inline uint32_t mad_lo_cc(uint32_t a, uint32_t b, uint32_t c, uint32_t& cc) {
+    return add_cc(a * b, c, cc);
 }
-__device__ __forceinline__ uint32_t subc(uint32_t a, uint32_t b) {
-    uint32_t r;
-    asm volatile("subc.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
+inline uint32_t madc_lo_cc(uint32_t a, uint32_t b, uint32_t c, uint32_t& cc) {
+    return addc_cc(a * b, c, cc);
 }
-__device__ __forceinline__ uint32_t mad_lo_cc(uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t r;
-    asm volatile("mad.lo.cc.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
+inline uint32_t mad_hi_cc(uint32_t a, uint32_t b, uint32_t c, uint32_t& cc) {
+    return add_cc((uint32_t)(((uint64_t)a * b) >> 32), c, cc);
 }
-__device__ __forceinline__ uint32_t madc_lo_cc(uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t r;
-    asm volatile("madc.lo.cc.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
+inline uint32_t madc_hi_cc(uint32_t a, uint32_t b, uint32_t c, uint32_t& cc) {
+    return addc_cc((uint32_t)(((uint64_t)a * b) >> 32), c, cc);
 }
-__device__ __forceinline__ uint32_t mad_hi_cc(uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t r;
-    asm volatile("mad.hi.cc.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
-}
-__device__ __forceinline__ uint32_t madc_hi_cc(uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t r;
-    asm volatile("madc.hi.cc.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
-}
-__device__ __forceinline__ uint32_t madc_hi(uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t r;
-    asm volatile("madc.hi.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
+inline uint32_t madc_hi(uint32_t a, uint32_t b, uint32_t c, uint32_t& cc) {
+    return addc((uint32_t)(((uint64_t)a * b) >> 32), c, cc);
 }
 #endif
 
@@ -160,124 +172,71 @@ struct mont_t {
 
     // ---- reduction helper: x (N words, plus an extra top word) < 2m  ->  x mod m ----------
     MONT_HD static mont_t reduce_once(const uint32_t* x, uint32_t top) {
+        using namespace mont_detail;
         mont_t r;
-#if MONT_USE_PTX
-        uint32_t d[N];
-        d[0] = mont_detail::sub_cc(x[0], P::mod(0));
-        MONT_UNROLL for (int i = 1; i < N; i++) d[i] = mont_detail::subc_cc(x[i], P::mod(i));
-        uint32_t borrow = mont_detail::subc(top, 0);  // 0 if x >= m, else 0xffffffff
+        uint32_t d[N], cc = 0;
+        d[0] = sub_cc(x[0], P::mod(0), cc);
+        MONT_UNROLL for (int i = 1; i < N; i++) d[i] = subc_cc(x[i], P::mod(i), cc);
+        const uint32_t borrow = subc(top, 0, cc);  // 0 if x >= m, else 0xffffffff
         MONT_UNROLL for (int i = 0; i < N; i++) r.v[i] = borrow ? x[i] : d[i];
-#else
-        uint32_t d[N];
-        int64_t c = 0;
-        for (int i = 0; i < N; i++) {
-            c += (int64_t)x[i] - (int64_t)P::mod(i);
-            d[i] = (uint32_t)c;
-            c >>= 32;  // arithmetic shift: 0 or -1
-        }
-        c += (int64_t)top;
-        bool keep = c < 0;
-        for (int i = 0; i < N; i++) r.v[i] = keep ? x[i] : d[i];
-#endif
         return r;
     }
 
     // ---- addition, subtraction, negation ----------------------------------------------
     MONT_HD friend mont_t operator+(const mont_t& a, const mont_t& b) {
-        uint32_t s[N];
-#if MONT_USE_PTX
-        s[0] = mont_detail::add_cc(a.v[0], b.v[0]);
-        MONT_UNROLL for (int i = 1; i < N; i++) s[i] = mont_detail::addc_cc(a.v[i], b.v[i]);
-        uint32_t top = mont_detail::addc(0, 0);
-#else
-        uint64_t c = 0;
-        for (int i = 0; i < N; i++) {
-            c += (uint64_t)a.v[i] + b.v[i];
-            s[i] = (uint32_t)c;
-            c >>= 32;
-        }
-        uint32_t top = (uint32_t)c;
-#endif
+        using namespace mont_detail;
+        uint32_t s[N], cc = 0;
+        s[0] = add_cc(a.v[0], b.v[0], cc);
+        MONT_UNROLL for (int i = 1; i < N; i++) s[i] = addc_cc(a.v[i], b.v[i], cc);
+        const uint32_t top = addc(0, 0, cc);
         return reduce_once(s, top);
     }
 
     MONT_HD friend mont_t operator-(const mont_t& a, const mont_t& b) {
+        using namespace mont_detail;
         mont_t r;
-#if MONT_USE_PTX
-        uint32_t d[N];
-        d[0] = mont_detail::sub_cc(a.v[0], b.v[0]);
-        MONT_UNROLL for (int i = 1; i < N; i++) d[i] = mont_detail::subc_cc(a.v[i], b.v[i]);
-        uint32_t mask = mont_detail::subc(0, 0);  // 0xffffffff if a < b
-        r.v[0] = mont_detail::add_cc(d[0], P::mod(0) & mask);
-        MONT_UNROLL for (int i = 1; i < N - 1; i++)
-            r.v[i] = mont_detail::addc_cc(d[i], P::mod(i) & mask);
-        r.v[N - 1] = mont_detail::addc(d[N - 1], P::mod(N - 1) & mask);
-#else
-        uint32_t d[N];
-        int64_t c = 0;
-        for (int i = 0; i < N; i++) {
-            c += (int64_t)a.v[i] - (int64_t)b.v[i];
-            d[i] = (uint32_t)c;
-            c >>= 32;
-        }
-        uint32_t mask = c < 0 ? 0xffffffffu : 0u;
-        uint64_t e = 0;
-        for (int i = 0; i < N; i++) {
-            e += (uint64_t)d[i] + (P::mod(i) & mask);
-            r.v[i] = (uint32_t)e;
-            e >>= 32;
-        }
-#endif
+        uint32_t d[N], cc = 0;
+        d[0] = sub_cc(a.v[0], b.v[0], cc);
+        MONT_UNROLL for (int i = 1; i < N; i++) d[i] = subc_cc(a.v[i], b.v[i], cc);
+        const uint32_t mask = subc(0, 0, cc);  // 0xffffffff if a < b
+        r.v[0] = add_cc(d[0], P::mod(0) & mask, cc);
+        MONT_UNROLL for (int i = 1; i < N - 1; i++) r.v[i] = addc_cc(d[i], P::mod(i) & mask, cc);
+        r.v[N - 1] = addc(d[N - 1], P::mod(N - 1) & mask, cc);
         return r;
     }
 
     MONT_HD mont_t neg() const { return zero() - *this; }
     MONT_HD mont_t dbl() const { return *this + *this; }
 
-    // ---- multiplication (CIOS, 32-bit words) --------------------------------------------
-    // t holds N+1 words: with a, b < m and 2m < 2^(32N), t < 2m after every outer step and the
-    // pre-shift sum stays below 2^(32(N+1)), so no carry ever leaves word N.
+    // ---- multiplication -----------------------------------------------------------------
+    // Default: CIOS over 32-bit words with the row products split into an even-pair and an
+    // odd-pair accumulator (both aligned at word 0). The products a[j]*b_i for even j occupy
+    // disjoint word pairs (j, j+1) of Pe, those for odd j disjoint pairs of Po, so each row is
+    // ONE carry chain of adjacent (mad.lo.cc, madc.hi.cc) pairs per accumulator, which ptxas
+    // can issue as wide multiply-adds. After adding m*mod the low word of Pe + Po is 0 mod
+    // 2^32; dividing by 2^32 drops word 0 of both and carries c0 = (Pe[0] != 0) into the next
+    // row's first multiply-add (the carry flag is set by Pe[0] + 0xffffffff). Bounds: with
+    // a, b < m and 2m < 2^(32N) the running total stays < 2m after each row (classic CIOS),
+    // so both partial sums fit in N+1 words and no carry leaves word N.
+    // MONT_PORTABLE: the same CIOS with 64-bit intermediates and no carry flag.
+    // MONT_MUL_SPLIT: the first version (separate lo and hi chains), kept for comparison.
     MONT_HD friend mont_t operator*(const mont_t& a, const mont_t& b) {
+#if defined(MONT_PORTABLE)
         uint32_t t[N + 1];
         MONT_UNROLL for (int j = 0; j <= N; j++) t[j] = 0;
-#if MONT_USE_PTX
-        using namespace mont_detail;
         MONT_UNROLL for (int i = 0; i < N; i++) {
-            const uint32_t bi = b.v[i];
-            // t += lo(a * bi)
-            t[0] = mad_lo_cc(a.v[0], bi, t[0]);
-            MONT_UNROLL for (int j = 1; j < N; j++) t[j] = madc_lo_cc(a.v[j], bi, t[j]);
-            t[N] = addc(t[N], 0);
-            // t += hi(a * bi) << 32
-            t[1] = mad_hi_cc(a.v[0], bi, t[1]);
-            MONT_UNROLL for (int j = 1; j < N - 1; j++) t[j + 1] = madc_hi_cc(a.v[j], bi, t[j + 1]);
-            t[N] = madc_hi(a.v[N - 1], bi, t[N]);
-            // t += m * mod, making word 0 vanish
-            const uint32_t m = t[0] * P::m0();
-            t[0] = mad_lo_cc(m, P::mod(0), t[0]);
-            MONT_UNROLL for (int j = 1; j < N; j++) t[j] = madc_lo_cc(m, P::mod(j), t[j]);
-            t[N] = addc(t[N], 0);
-            t[1] = mad_hi_cc(m, P::mod(0), t[1]);
-            MONT_UNROLL for (int j = 1; j < N - 1; j++) t[j + 1] = madc_hi_cc(m, P::mod(j), t[j + 1]);
-            t[N] = madc_hi(m, P::mod(N - 1), t[N]);
-            // shift down one word
-            MONT_UNROLL for (int j = 0; j < N; j++) t[j] = t[j + 1];
-            t[N] = 0;
-        }
-#else
-        for (int i = 0; i < N; i++) {
             const uint64_t bi = b.v[i];
             uint64_t c = 0;
-            for (int j = 0; j < N; j++) {
+            MONT_UNROLL for (int j = 0; j < N; j++) {
                 c += (uint64_t)a.v[j] * bi + t[j];
                 t[j] = (uint32_t)c;
                 c >>= 32;
             }
             c += t[N];
-            t[N] = (uint32_t)c;  // c >> 32 is 0 by the bound above
+            t[N] = (uint32_t)c;
             const uint64_t m = (uint32_t)(t[0] * P::m0());
             c = (m * P::mod(0) + t[0]) >> 32;
-            for (int j = 1; j < N; j++) {
+            MONT_UNROLL for (int j = 1; j < N; j++) {
                 c += m * P::mod(j) + t[j];
                 t[j - 1] = (uint32_t)c;
                 c >>= 32;
@@ -286,8 +245,88 @@ struct mont_t {
             t[N - 1] = (uint32_t)c;
             t[N] = (uint32_t)(c >> 32);
         }
-#endif
         return reduce_once(t, t[N]);
+#elif defined(MONT_MUL_SPLIT)
+        using namespace mont_detail;
+        uint32_t t[N + 1], cc = 0;
+        MONT_UNROLL for (int j = 0; j <= N; j++) t[j] = 0;
+        MONT_UNROLL for (int i = 0; i < N; i++) {
+            const uint32_t bi = b.v[i];
+            t[0] = mad_lo_cc(a.v[0], bi, t[0], cc);
+            MONT_UNROLL for (int j = 1; j < N; j++) t[j] = madc_lo_cc(a.v[j], bi, t[j], cc);
+            t[N] = addc(t[N], 0, cc);
+            t[1] = mad_hi_cc(a.v[0], bi, t[1], cc);
+            MONT_UNROLL for (int j = 1; j < N - 1; j++) t[j + 1] = madc_hi_cc(a.v[j], bi, t[j + 1], cc);
+            t[N] = madc_hi(a.v[N - 1], bi, t[N], cc);
+            const uint32_t m = t[0] * P::m0();
+            t[0] = mad_lo_cc(m, P::mod(0), t[0], cc);
+            MONT_UNROLL for (int j = 1; j < N; j++) t[j] = madc_lo_cc(m, P::mod(j), t[j], cc);
+            t[N] = addc(t[N], 0, cc);
+            t[1] = mad_hi_cc(m, P::mod(0), t[1], cc);
+            MONT_UNROLL for (int j = 1; j < N - 1; j++) t[j + 1] = madc_hi_cc(m, P::mod(j), t[j + 1], cc);
+            t[N] = madc_hi(m, P::mod(N - 1), t[N], cc);
+            MONT_UNROLL for (int j = 0; j < N; j++) t[j] = t[j + 1];
+            t[N] = 0;
+        }
+        return reduce_once(t, t[N]);
+#else
+        static_assert(N % 2 == 0, "the even/odd multiplication needs an even word count");
+        using namespace mont_detail;
+        uint32_t pe[N + 1], po[N + 1], cc = 0, c0 = 0, tmp;
+        MONT_UNROLL for (int j = 0; j <= N; j++) pe[j] = po[j] = 0;
+        MONT_UNROLL for (int i = 0; i < N; i++) {
+            const uint32_t bi = b.v[i];
+            // even pairs of a * bi into pe, with the carry c0 of the previous row's division
+            tmp = add_cc(c0, 0xffffffffu, cc);  // carry flag := (c0 != 0)
+            pe[0] = madc_lo_cc(a.v[0], bi, pe[0], cc);
+            pe[1] = madc_hi_cc(a.v[0], bi, pe[1], cc);
+            MONT_UNROLL for (int j = 2; j < N; j += 2) {
+                pe[j] = madc_lo_cc(a.v[j], bi, pe[j], cc);
+                pe[j + 1] = madc_hi_cc(a.v[j], bi, pe[j + 1], cc);
+            }
+            pe[N] = addc(pe[N], 0, cc);
+            // odd pairs of a * bi into po (words 1..N)
+            po[1] = mad_lo_cc(a.v[1], bi, po[1], cc);
+            po[2] = madc_hi_cc(a.v[1], bi, po[2], cc);
+            MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
+                po[j] = madc_lo_cc(a.v[j], bi, po[j], cc);
+                po[j + 1] = madc_hi_cc(a.v[j], bi, po[j + 1], cc);
+            }
+            po[N - 1] = madc_lo_cc(a.v[N - 1], bi, po[N - 1], cc);
+            po[N] = madc_hi(a.v[N - 1], bi, po[N], cc);
+            // m makes word 0 of the total vanish
+            const uint32_t m = (pe[0] + po[0]) * P::m0();
+            pe[0] = mad_lo_cc(m, P::mod(0), pe[0], cc);
+            pe[1] = madc_hi_cc(m, P::mod(0), pe[1], cc);
+            MONT_UNROLL for (int j = 2; j < N; j += 2) {
+                pe[j] = madc_lo_cc(m, P::mod(j), pe[j], cc);
+                pe[j + 1] = madc_hi_cc(m, P::mod(j), pe[j + 1], cc);
+            }
+            pe[N] = addc(pe[N], 0, cc);
+            po[1] = mad_lo_cc(m, P::mod(1), po[1], cc);
+            po[2] = madc_hi_cc(m, P::mod(1), po[2], cc);
+            MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
+                po[j] = madc_lo_cc(m, P::mod(j), po[j], cc);
+                po[j + 1] = madc_hi_cc(m, P::mod(j), po[j + 1], cc);
+            }
+            po[N - 1] = madc_lo_cc(m, P::mod(N - 1), po[N - 1], cc);
+            po[N] = madc_hi(m, P::mod(N - 1), po[N], cc);
+            // divide by 2^32: pe[0] + po[0] is 0 or 2^32, the carry is (pe[0] != 0)
+            c0 = pe[0];
+            MONT_UNROLL for (int j = 0; j < N; j++) {
+                pe[j] = pe[j + 1];
+                po[j] = po[j + 1];
+            }
+            pe[N] = po[N] = 0;
+        }
+        // total = pe + po + c0 (< 2m), then one conditional subtraction
+        uint32_t t[N];
+        tmp = add_cc(c0, 0xffffffffu, cc);
+        MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(pe[j], po[j], cc);
+        const uint32_t top = addc(0, 0, cc);
+        (void)tmp;
+        return reduce_once(t, top);
+#endif
     }
 
     MONT_HD mont_t sqr() const { return *this * *this; }
