@@ -50,7 +50,7 @@ MIB = 1 << 20
 PRESTAGE_MARGIN = 512 * MIB  # cuzk's SAFETY_MARGIN in groth16_cuda.cu
 SYNTH_WORKER_BASE = 100  # synthesis slots are drawn as workers 100, 101, ... of device 0
 SLACK_NS = 100 * MS  # TIMELINE lines of different threads may print slightly out of order
-STALE_NS = 600 * 1_000_000_000  # an unfinished GPU call stops holding the watermark after this
+STALE_NS = 120 * 1_000_000_000  # an unfinished GPU call stops holding the watermark after this
 SAMPLES = 20
 TRACE_AHEAD_NS = 10 * 1_000_000_000  # a tracing time never runs further ahead of the clock
 
@@ -441,6 +441,10 @@ class Converter:
         elif rec.event == "GPU_PICKUP":
             a.pickup = t
             a.gworker = worker if worker is not None else a.gworker
+            for other in list(self.in_call):  # that worker dropped its previous pickup
+                if other is not a and other.gworker == a.gworker and other.start is None:
+                    reason = "skipped: picked up but never started (the job had failed?)"
+                    self._finish(other, t, ok=False, failure=reason, fault=False)
             if a not in self.in_call:
                 self.in_call.append(a)
         elif rec.event == "GPU_START":
