@@ -41,11 +41,11 @@ def encode_frame(obj: dict[str, Any]) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def frame_length(header: bytes | bytearray | memoryview) -> int:
+def frame_length(header: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME) -> int:
     """The payload length announced by a 4-byte header; :class:`FrameError` when oversized."""
     (length,) = HEADER.unpack(header)
-    if length > MAX_FRAME:
-        raise FrameError(f"frame length {length} exceeds the {MAX_FRAME}-byte limit")
+    if length > max_frame:
+        raise FrameError(f"frame length {length} exceeds the {max_frame}-byte limit")
     return length
 
 
@@ -53,13 +53,17 @@ def _reject_ext(code: int, data: bytes) -> Any:
     raise FrameError(f"msgpack extension type {code} is not allowed")
 
 
-def decode_payload(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
+def decode_payload(
+    payload: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME
+) -> dict[str, Any]:
     """Decode one frame's payload (without its length prefix) into a map.
 
     Raises :class:`FrameError` for anything that is not exactly one msgpack map within the
-    bounds; never another exception type."""
-    if len(payload) > MAX_FRAME:
-        raise FrameError(f"frame of {len(payload)} bytes exceeds the {MAX_FRAME}-byte limit")
+    bounds; never another exception type. The decoded objects take at most about 64 times the
+    payload's bytes (an empty map is one byte of msgpack and ~64 bytes of Python), so a reader
+    of untrusted peers should pass a ``max_frame`` sized for what they may send."""
+    if len(payload) > max_frame:
+        raise FrameError(f"frame of {len(payload)} bytes exceeds the {max_frame}-byte limit")
     try:
         obj = msgpack.unpackb(
             payload,
@@ -121,11 +125,16 @@ class FrameDecoder:
     :data:`MAX_FRAME` bytes) and the unconsumed rest of the last ``feed``; a feed that would
     leave more than ``max_buffer`` bytes waiting raises :class:`FrameError` instead of growing.
     An oversized length is refused as soon as its 4 header bytes arrive, before any payload is
-    buffered. After a :class:`FrameError` the stream is unusable (framing is lost): close it.
+    buffered. ``max_frame`` lowers the frame limit for peers that only send small frames (an
+    engine reading client commands), which also lowers the decoded-object bound. After a
+    :class:`FrameError` the stream is unusable (framing is lost): close it.
     """
 
-    def __init__(self, max_buffer: int = MAX_FRAME + HEADER_SIZE + (1 << 20)) -> None:
-        self.max_buffer = max(max_buffer, MAX_FRAME + HEADER_SIZE)
+    def __init__(
+        self, max_buffer: int = MAX_FRAME + HEADER_SIZE + (1 << 20), max_frame: int = MAX_FRAME
+    ) -> None:
+        self.max_frame = min(max(0, max_frame), MAX_FRAME)
+        self.max_buffer = max(max_buffer, self.max_frame + HEADER_SIZE)
         self._buf = bytearray()
         self._pos = 0  # start of unconsumed bytes in _buf
         self._failed: FrameError | None = None
@@ -162,7 +171,7 @@ class FrameDecoder:
 
     def _length_at(self, pos: int) -> int:
         try:
-            return frame_length(self._buf[pos : pos + HEADER_SIZE])
+            return frame_length(self._buf[pos : pos + HEADER_SIZE], self.max_frame)
         except FrameError as exc:
             self._fail(f"{exc} (at stream byte {self.bytes_consumed + pos - self._pos})")
             raise  # unreachable; _fail raises
@@ -181,7 +190,7 @@ class FrameDecoder:
         where = self.bytes_consumed
         try:
             with memoryview(self._buf) as view, view[start:end] as payload:
-                obj = decode_payload(payload)
+                obj = decode_payload(payload, self.max_frame)
         except FrameError as exc:
             self._fail(f"{exc} (frame at stream byte {where})")
         self._pos = end

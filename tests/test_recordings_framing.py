@@ -163,3 +163,13 @@ def test_decode_frames_reports_an_incomplete_end():
 def test_timestamp_extension_is_refused():
     with pytest.raises(FrameError, match="Timestamp"):
         decode_payload(msgpack.packb({"a": [msgpack.Timestamp(1, 2)]}))
+
+
+def test_a_lower_frame_limit_for_small_peers():
+    decoder = FrameDecoder(max_frame=1024)
+    decoder.feed(encode_frame({"k": "command", "id": 1, "cmd": "pause", "args": {}}))
+    assert next(decoder.frames())["cmd"] == "pause"
+    with pytest.raises(FrameError, match="1024-byte limit"):
+        decoder.feed((1025).to_bytes(4, "big"))
+    assert decoder.max_buffer >= 1024 + HEADER_SIZE
+    assert FrameDecoder(max_frame=1 << 40).max_frame == MAX_FRAME
