@@ -286,6 +286,9 @@ def test_a_dropped_pickup_does_not_hold_the_stream():
     (cuzk skipped it: its INFO line may be filtered out): it must not hold events back."""
     conv = Converter()
     lines = [
+        "TIMELINE,1,GPU_PICKUP,i,worker=1,partition=0",
+        "TIMELINE,2,GPU_START,i,worker=1,partition=0",
+        "TIMELINE,3,GPU_END,i,worker=1,partition=0,gpu_ms=1",
         "TIMELINE,10,SYNTH_START,j,partition=0",
         "TIMELINE,20,SYNTH_END,j,partition=0,synth_ms=10",
         "TIMELINE,30,GPU_PICKUP,j,worker=0,partition=0",
@@ -298,5 +301,18 @@ def test_a_dropped_pickup_does_not_hold_the_stream():
     ]
     events = [e for line in lines for e in conv.feed_line(line)]
     done = [e for e in events if e["k"] == "partition_done"]  # released before any flush
-    assert [(d["proof"], d["ok"]) for d in done] == [(0, False), (1, True)]
-    assert "never started" in done[0]["failure"]
+    assert [(d["proof"], d["ok"]) for d in done] == [(0, True), (1, False), (2, True)]
+    assert "never started" in done[1]["failure"]
+
+
+def test_a_build_without_gpu_start_lines():
+    """Older engines log GPU_PICKUP but no GPU_START: the pickup starts the call."""
+    run = sim.simulate(random.Random(random.randrange(1 << 30)), jobs=2, partitions=3)
+    lines = [line for line in run.lines if ",GPU_START," not in line]
+    conv, events = convert(lines)
+    check_stream(events)
+    done = by_key(events, "partition_done")
+    for c in run.calls:
+        d = done[(c.job, c.partition)]
+        assert d["ok"] and d["gpu_total_ms"] == c.gpu_total
+        assert abs(d["mutex_wait_ms"] - c.wait) <= c.start - c.pickup  # pickup is 1 ms early

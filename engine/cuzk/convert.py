@@ -182,6 +182,7 @@ class Converter:
         self._wall_anchor: int | None = None
         self._anon = 0
         self._last_prestage_need: int | None = None
+        self._starts_logged = False
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -442,12 +443,15 @@ class Converter:
             a.pickup = t
             a.gworker = worker if worker is not None else a.gworker
             for other in list(self.in_call):  # that worker dropped its previous pickup
+                if not self._starts_logged:  # (builds without GPU_START lines: no inference)
+                    break
                 if other is not a and other.gworker == a.gworker and other.start is None:
                     reason = "skipped: picked up but never started (the job had failed?)"
                     self._finish(other, t, ok=False, failure=reason, fault=False)
             if a not in self.in_call:
                 self.in_call.append(a)
         elif rec.event == "GPU_START":
+            self._starts_logged = True
             a.start = t
             a.gworker = worker if worker is not None else a.gworker
             if a not in self.in_call:
@@ -622,7 +626,7 @@ class Converter:
         ids = self._ids(a)
         device = ids["device"]
         tm = a.timing
-        start = a.start if a.start is not None else self.clock
+        start = next((x for x in (a.start, a.pickup) if x is not None), self.clock)
         ready = start + _ns(tm.get("setup_to_split_ms"))
         if _is_num(tm.get("mutex_wait_ms")):
             acquire = ready + _ns(tm["mutex_wait_ms"])
