@@ -130,10 +130,10 @@ class FrameDecoder:
     :class:`FrameError` the stream is unusable (framing is lost): close it.
     """
 
-    def __init__(
-        self, max_buffer: int = MAX_FRAME + HEADER_SIZE + (1 << 20), max_frame: int = MAX_FRAME
-    ) -> None:
+    def __init__(self, max_buffer: int | None = None, max_frame: int = MAX_FRAME) -> None:
         self.max_frame = min(max(0, max_frame), MAX_FRAME)
+        if max_buffer is None:  # one maximal frame plus a socket read or two
+            max_buffer = self.max_frame + HEADER_SIZE + (1 << 20)
         self.max_buffer = max(max_buffer, self.max_frame + HEADER_SIZE)
         self._buf = bytearray()
         self._pos = 0  # start of unconsumed bytes in _buf
