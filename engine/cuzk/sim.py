@@ -332,3 +332,46 @@ def status_snapshot(run: Run, t_ms: int) -> dict:
             "pending_handles": 0,
         },
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engine.cuzk.sim [--realtime]``: print a modeled cuzk log, to try the adapter
+    (``... | provetop watch --cuzk-log -``) without a cuzk daemon."""
+    import argparse
+    import sys
+    import time
+
+    parser = argparse.ArgumentParser(prog="python -m engine.cuzk.sim", description=main.__doc__)
+    parser.add_argument("--jobs", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=2, help="GPU workers (one GPU)")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--oom", action="store_true", help="mix in pre-stage fallbacks and OOMs")
+    parser.add_argument("--realtime", action="store_true", help="print lines at their times")
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    scenarios = {}
+    if args.oom:
+        scenarios = {
+            (j, p): rng.choice(SCENARIOS) for j in range(args.jobs) for p in range(args.partitions)
+        }
+    run = simulate(
+        rng,
+        jobs=args.jobs,
+        partitions=args.partitions,
+        workers_per_device=args.workers,
+        scenarios=scenarios,
+    )
+    start = time.monotonic()
+    clock = 0
+    for line in run.lines:
+        if args.realtime and line.startswith("TIMELINE,"):
+            clock = int(line.split(",")[1])
+            time.sleep(max(0.0, start + clock / 1000 - time.monotonic()))
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
