@@ -109,3 +109,42 @@ def test_iter_lines_marks_the_cut_last_line(tmp_path):
     path = tmp_path / "cuzk.log"
     path.write_bytes(b"a\nb\nTIMELINE,5,SYN")
     assert list(iter_lines(str(path))) == [("a", True), ("b", True), ("TIMELINE,5,SYN", False)]
+
+
+def test_claim_stdin_gives_the_terminal_back_to_fd0():
+    """``... | provetop watch --cuzk-log -``: the log moves off fd 0, the terminal comes back."""
+    import fcntl
+    import pty
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+
+    def controlling_tty():
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    script = (
+        "import os, sys\n"
+        "from engine.cuzk.follow import claim_stdin\n"
+        "stream = claim_stdin()\n"
+        "sys.stdout.write(f'{os.isatty(0)} {stream.read().decode()}')\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    payload = f"TIMELINE,{random.randrange(10**6)},SYNTH_START,j,partition=0\n"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            input=payload.encode(),
+            capture_output=True,
+            timeout=60,
+            cwd=root,
+            preexec_fn=controlling_tty,
+            pass_fds=(slave,),
+        )
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode() == f"True {payload}"

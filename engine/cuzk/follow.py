@@ -193,10 +193,31 @@ class StreamFollower:
         return self.take_partial()
 
 
-def open_follower(path: str, *, from_start: bool = True) -> FileFollower | StreamFollower:
-    """``"-"`` follows standard input, anything else a file path."""
+def claim_stdin() -> BinaryIO:
+    """Take a piped log off standard input and give file descriptor 0 back to the terminal.
+
+    ``cuzk-daemon 2>&1 | provetop watch --cuzk-log -``: the log arrives on stdin, but the
+    dashboard (Textual) reads its keys from descriptor 0. The pipe is moved to a new descriptor
+    (returned as a binary stream) and ``/dev/tty`` is opened onto 0. Without a terminal (a
+    headless run) descriptor 0 is left as it was."""
+    stream = os.fdopen(os.dup(0), "rb")
+    if not os.isatty(0):
+        try:
+            tty = os.open("/dev/tty", os.O_RDONLY)
+        except OSError:
+            return stream
+        os.dup2(tty, 0)
+        os.close(tty)
+    return stream
+
+
+def open_follower(
+    path: str, *, from_start: bool = True, reopen_tty: bool = False
+) -> FileFollower | StreamFollower:
+    """``"-"`` follows standard input (``reopen_tty``: through :func:`claim_stdin`), anything
+    else a file path."""
     if path == "-":
-        return StreamFollower()
+        return StreamFollower(claim_stdin() if reopen_tty else None)
     return FileFollower(path, from_start=from_start)
 
 

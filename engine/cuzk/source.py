@@ -46,6 +46,7 @@ class CuzkSource:
         from_start: bool = True,
         workers_per_device: int = 2,
         on_events: Callable[[Events], None] | None = None,
+        reopen_tty: bool = True,
     ) -> None:
         if log is None and status_url is None:
             raise ValueError("a cuzk source needs a log, a status URL or both")
@@ -55,6 +56,7 @@ class CuzkSource:
         self.poll_interval = max(0.01, poll_interval)
         self.from_start = from_start
         self.on_events = on_events
+        self.reopen_tty = reopen_tty  # log "-": give fd 0 back to the terminal for the TUI
         self.converter = Converter(
             workers_per_device=workers_per_device,
             wall_ns=time.time_ns(),
@@ -78,7 +80,9 @@ class CuzkSource:
 
     def start(self) -> CuzkSource:
         if self.log is not None:
-            self._follower = open_follower(self.log, from_start=self.from_start)
+            self._follower = open_follower(
+                self.log, from_start=self.from_start, reopen_tty=self.reopen_tty
+            )
         self._thread.start()
         return self
 
