@@ -227,9 +227,12 @@ def _scan(f: BinaryIO, rec: Recording) -> None:
         rec.index = footer[1]
         rec.complete = True
         scanned = [(s.t, s.offset) for s in rec.snapshots]
-        if _index_snapshots(footer[1], path, footer[0]) != scanned:
+        counted = footer[1].get("events")
+        if _index_snapshots(footer[1], path, footer[0]) != scanned or (
+            counted is not None and counted != len(rec.events)
+        ):
             raise RecordingError(
-                f"{path}: the index at byte {footer[0]} does not match the snapshots in the file"
+                f"{path}: the index at byte {footer[0]} does not match the frames in the file"
             )
     elif rec.index is None:
         rec.truncation = Truncation(size, size, "the index and trailer (the writer did not close)")

@@ -426,3 +426,15 @@ def test_snapshots_take_at_most_about_half_the_file(tmp_path):
     sizes = {s.offset: _frame_end(data, s.offset) - s.offset for s in open_recording(p).snapshots}
     assert len(sizes) == len(w.snapshots) >= 3
     assert sum(sizes.values()) <= 0.5 * len(data) + max(sizes.values())
+
+
+def test_index_event_count_must_match(run, tmp_path):
+    p = tmp_path / "n.pvtrec"
+    _write(p, run[:100])
+    data = p.read_bytes()
+    index_off = int.from_bytes(data[-16:-8], "big")
+    index = msgpack.unpackb(data[index_off + 4 : -16], raw=False)
+    index["events"] += 1
+    p.write_bytes(data[:index_off] + encode_frame(index) + index_off.to_bytes(8, "big") + END_MAGIC)
+    with pytest.raises(RecordingError, match="does not match"):
+        open_recording(p)
