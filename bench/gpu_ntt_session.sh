@@ -7,7 +7,7 @@ set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/ntt_out}
 mkdir -p "$OUT"
-VARIANTS=${VARIANTS:-"default:-:16,20,24,26,27 mb3:NTT_MIN_BLOCKS=3:24,27 split:MONT_MUL_SPLIT=1:24,27"}
+VARIANTS=${VARIANTS:-"default:-:16,20,24,26,27 mb2:NTT_MIN_BLOCKS=2:24,27 mb4:NTT_MIN_BLOCKS=4:24,27"}
 LOG="$OUT/session.log"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 for v in $VARIANTS; do

@@ -91,29 +91,48 @@ struct ntt_pass_args {
     int pre_sb, post_sb;
 };
 
+// m - w for 0 < w < m: the negated twiddle of the inverse transform (one borrow chain, no
+// conditional correction needed since the result is already in (0, m)).
+__device__ __forceinline__ fr_t fr_neg_nonzero(const fr_t& w) {
+    using namespace mont_detail;
+    fr_t r;
+    uint32_t cc = 0;
+    r.v[0] = sub_cc(fr_params::mod(0), w.v[0], cc);
+#pragma unroll
+    for (int i = 1; i < 7; i++) r.v[i] = subc_cc(fr_params::mod(i), w.v[i], cc);
+    r.v[7] = subc(fr_params::mod(7), w.v[7], cc);
+    return r;
+}
+
 // One radix-2 butterfly at local level l (half-size 2^l in mid space, 2^(l + lowbits)
 // globally) on the pair whose lower element has mid index mid_a and low index lo. DIF:
 // (x, y) -> (x + y, (x - y) w); DIT: (x, y) -> (x + y w, x - y w), w = w_{2h}^j with
-// j = (global index of x) mod h. For the inverse, w^-j = -T[2^(K-1) - e] and the sign is folded.
-template <bool DIT>
+// j = (global index of x) mod h. The inverse uses w^-j = -T[2^(K-1) - e] (e = j's table
+// index, e > 0): the twiddle is negated once, the butterfly itself is the same.
+// TRIVIAL: the caller knows j = 0 (w = 1) for every thread: no load, no multiplication.
+template <bool DIT, bool TRIVIAL = false>
 __device__ __forceinline__ void ntt_butterfly(fr_t& x, fr_t& y, const fr_t* __restrict__ tw,
                                               const ntt_pass_args& a, int l, uint32_t mid_a,
                                               int lowbits, uint32_t lo) {
+    if (TRIVIAL) {
+        const fr_t u = x + y;
+        y = x - y;
+        x = u;
+        return;
+    }
     const uint32_t j = ((mid_a & ((1u << l) - 1)) << lowbits) | lo;
     uint32_t e = j << (a.K - l - lowbits - 1);
-    bool neg = false;
-    if (a.inverse && e != 0) {
-        e = (1u << (a.K - 1)) - e;
-        neg = true;
-    }
-    const fr_t w = fr_ldg(tw + e);
+    const bool neg = a.inverse && e != 0;
+    if (neg) e = (1u << (a.K - 1)) - e;
+    fr_t w = fr_ldg(tw + e);
+    if (neg) w = fr_neg_nonzero(w);
     if (DIT) {
         const fr_t t = y * w;
-        y = neg ? x + t : x - t;
-        x = neg ? x - t : x + t;
+        y = x - t;
+        x = x + t;
     } else {
         const fr_t u = x + y;
-        y = (neg ? y - x : x - y) * w;
+        y = (x - y) * w;
         x = u;
     }
 }
@@ -163,7 +182,22 @@ __device__ __forceinline__ void ntt_pass_body(fr_t* dst, const fr_t* src,  // ma
                 const uint32_t e2 = (m2 << a.logC) | c, e3 = (m3 << a.logC) | c;
                 fr_t x0 = sm_get(sm, ts, e0), x1 = sm_get(sm, ts, e1);
                 fr_t x2 = sm_get(sm, ts, e2), x3 = sm_get(sm, ts, e3);
-                if (DIT) {
+                if (lo_l == 0 && lowbits == 0) {
+                    // the two lowest levels of the whole transform: j = 0 for three of the four
+                    // butterflies (w = 1); the same for every thread of the block
+                    const uint32_t lo = lo_base + c;
+                    if (DIT) {
+                        ntt_butterfly<true, true>(x0, x1, tw, a, 0, m0, 0, lo);
+                        ntt_butterfly<true, true>(x2, x3, tw, a, 0, m2, 0, lo);
+                        ntt_butterfly<true, true>(x0, x2, tw, a, 1, m0, 0, lo);
+                        ntt_butterfly<true>(x1, x3, tw, a, 1, m1, 0, lo);
+                    } else {
+                        ntt_butterfly<false, true>(x0, x2, tw, a, 1, m0, 0, lo);
+                        ntt_butterfly<false>(x1, x3, tw, a, 1, m1, 0, lo);
+                        ntt_butterfly<false, true>(x0, x1, tw, a, 0, m0, 0, lo);
+                        ntt_butterfly<false, true>(x2, x3, tw, a, 0, m2, 0, lo);
+                    }
+                } else if (DIT) {
                     ntt_butterfly<true>(x0, x1, tw, a, lo_l, m0, lowbits, lo_base + c);
                     ntt_butterfly<true>(x2, x3, tw, a, lo_l, m2, lowbits, lo_base + c);
                     ntt_butterfly<true>(x0, x2, tw, a, lo_l + 1, m0, lowbits, lo_base + c);
@@ -188,7 +222,10 @@ __device__ __forceinline__ void ntt_pass_body(fr_t* dst, const fr_t* src,  // ma
                 const uint32_t ea = (mid_a << a.logC) | c;
                 const uint32_t eb = ea + (1u << (l + a.logC));
                 fr_t x = sm_get(sm, ts, ea), y = sm_get(sm, ts, eb);
-                ntt_butterfly<DIT>(x, y, tw, a, l, mid_a, lowbits, lo_base + c);
+                if (l == 0 && lowbits == 0)  // lowest level of the transform: w = 1
+                    ntt_butterfly<DIT, true>(x, y, tw, a, 0, mid_a, 0, lo_base + c);
+                else
+                    ntt_butterfly<DIT>(x, y, tw, a, l, mid_a, lowbits, lo_base + c);
                 sm_put(sm, ts, ea, x);
                 sm_put(sm, ts, eb, y);
             }
