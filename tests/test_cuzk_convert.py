@@ -316,3 +316,15 @@ def test_a_build_without_gpu_start_lines():
         d = done[(c.job, c.partition)]
         assert d["ok"] and d["gpu_total_ms"] == c.gpu_total
         assert abs(d["mutex_wait_ms"] - c.wait) <= c.start - c.pickup  # pickup is 1 ms early
+
+
+def test_synthesis_lanes_are_capped():
+    lanes = random.randint(0, 3)
+    lines = [f"TIMELINE,{i},SYNTH_START,j,partition={i}" for i in range(6)]
+    lines += [
+        f"TIMELINE,{100 + i},SYNTH_END,j,partition={i},synth_ms={100 + i - i}" for i in range(6)
+    ]
+    conv, events = convert(lines, synth_lanes=lanes)
+    begins = [e for e in events if e["k"] == "phase_begin"]
+    assert len(begins) == lanes
+    assert sorted({e["worker"] for e in begins}) == list(range(100, 100 + lanes))

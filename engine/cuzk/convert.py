@@ -49,6 +49,7 @@ MS = 1_000_000  # ns per ms
 MIB = 1 << 20
 PRESTAGE_MARGIN = 512 * MIB  # cuzk's SAFETY_MARGIN in groth16_cuda.cu
 SYNTH_WORKER_BASE = 100  # synthesis slots are drawn as workers 100, 101, ... of device 0
+SYNTH_LANES = 8  # at most this many synthesis lanes (cuzk may synthesize dozens at once)
 SLACK_NS = 100 * MS  # TIMELINE lines of different threads may print slightly out of order
 STALE_NS = 120 * 1_000_000_000  # an unfinished GPU call stops holding the watermark after this
 SAMPLES = 20
@@ -153,14 +154,14 @@ class Converter:
         wall_ns: int | None = None,
         host: str | None = None,
         config: dict[str, Any] | None = None,
-        synth_lanes: bool = True,
+        synth_lanes: int = SYNTH_LANES,
         status_drives: bool | None = None,
     ) -> None:
         self.workers_per_device = max(1, int(workers_per_device))
         self.default_wall_ns = wall_ns
         self.host = host or socket.gethostname()
         self.config = dict(config or {})
-        self.synth_lanes = synth_lanes
+        self.synth_lanes = max(0, int(synth_lanes))  # most synthesis lanes drawn
         self.status_drives = status_drives  # None: only until a TIMELINE line is seen
         self.stats: Counter[str] = Counter()
         self.unknown_samples: deque[str] = deque(maxlen=SAMPLES)
@@ -425,13 +426,7 @@ class Converter:
         worker = rec.int_detail("worker")
         if rec.event == "SYNTH_START":
             a.synth_start = t
-            if self.synth_lanes:
-                slot = 0
-                while slot in self.synth_busy:
-                    slot += 1
-                self.synth_busy.add(slot)
-                a.synth_slot = slot
-                self._push(make("phase_begin", t, **self._synth_ids(a), phase="synthesis"))
+            self._begin_synthesis(a, t)
         elif rec.event == "SYNTH_END":
             a.synth_end = t
             ms = rec.int_detail("synth_ms")
@@ -466,6 +461,16 @@ class Converter:
             self._finish(a, t, ok=True)
         else:
             self.stats["timeline_other"] += 1
+
+    def _begin_synthesis(self, a: Attempt, t: int) -> None:
+        """Open a synthesis phase on the lowest free synthesis lane (none free: no phase, the
+        duration still reaches ``phases_ms``)."""
+        free = [slot for slot in range(self.synth_lanes) if slot not in self.synth_busy]
+        if not free:
+            return
+        self.synth_busy.add(free[0])
+        a.synth_slot = free[0]
+        self._push(make("phase_begin", t, **self._synth_ids(a), phase="synthesis"))
 
     def _synth_ids(self, a: Attempt) -> dict[str, int]:
         return {
@@ -864,15 +869,7 @@ class Converter:
         gpu_ms = p.get("gpu_ms") if _is_num(p.get("gpu_ms")) else None
         if state == "synthesizing" and a.synth_start is None:
             a.synth_start = t - _ns(synth_ms)
-            if self.synth_lanes:
-                slot = 0
-                while slot in self.synth_busy:
-                    slot += 1
-                self.synth_busy.add(slot)
-                a.synth_slot = slot
-                self._push(
-                    make("phase_begin", a.synth_start, **self._synth_ids(a), phase="synthesis")
-                )
+            self._begin_synthesis(a, a.synth_start)
         if state in ("synth_done", "gpu", "done", "failed") and synth_ms is not None:
             a.synth_ms = float(synth_ms)
             if a.synth_slot is not None:
