@@ -240,13 +240,26 @@ def tail_count(scalars: Any) -> int:
 # --- the MSM ---------------------------------------------------------------------------------
 
 
-def window_sums(points: Any, scalars: Any, c: int, stream: Any) -> Any:
+def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | None = None) -> Any:
     """The device array ``(W + 1, 24)`` of XYZZ window sums sum_b (b+1) bucket[w][b] followed
-    by the ones bucket, for device ``points`` and ``scalars`` (current allocator and stream)."""
+    by the ones bucket, for device ``points`` and ``scalars`` (current allocator and stream).
+    ``marks``, when a list, receives (stage, recorded cupy Event) pairs for a time breakdown."""
     cupy = require_cupy()
     mod = module("msm.cu")
     n = int(points.shape[0])
     p = make_plan(n, c)
+    if n * p.W >= 1 << 32:
+        raise ValueError(
+            f"n * W = {n * p.W} entries do not fit 32-bit offsets: use a larger window"
+        )
+
+    def mark(stage: str) -> None:
+        if marks is not None:
+            ev = cupy.cuda.Event()
+            ev.record(stream)
+            marks.append((stage, ev))
+
+    mark("start")
     out = cupy.zeros((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
     if n == 0:
         return out
@@ -257,6 +270,7 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any) -> Any:
     offs[0] = 0
     offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
     m = int(offs[p.K].get(stream=stream))  # the one sync: sizes of everything below
+    mark("count+scan")
     if m == 0:
         return out
     cursor = offs[: p.K].copy()
@@ -269,6 +283,7 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any) -> Any:
         stream,
     )
     del cursor
+    mark("scatter")
     buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
     levels = _level_sizes(m)
     vals = keys = None
@@ -282,6 +297,7 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any) -> Any:
             args = (vals, keys, _u32(size), _u32(L), _u32(T), buckets, pv, pk)
             _launch(mod.get_function("msm_accumulate_n"), T, args, stream)
         vals, keys = pv, pk
+        mark("accumulate" if depth == 0 else f"level{depth}")
     del vals, keys, sorted_e, offs
     red = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
     args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), red)
@@ -296,6 +312,7 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any) -> Any:
         red, length = nxt, out_len
     out[: p.W] = red
     out[p.W] = buckets[p.K - 1]
+    mark("bucket-reduce")
     return out
 
 
@@ -323,6 +340,7 @@ def msm(
     stream: Any = None,
     allocator: Any = None,
     window_bits: int | None = None,
+    marks: list | None = None,
 ) -> np.ndarray:
     """sum_i scalars[i] * points[i] for device arrays ``points`` (n, 12) and ``scalars`` (n, 4);
     returns the affine result as a numpy ``(12,)`` array (infinity = zeros). The window is
@@ -331,7 +349,7 @@ def msm(
     n = _check_inputs(points, scalars)
     with _context(stream, allocator) as s:
         c = window_bits or choose_window_bits(tail_count(scalars) if n else 0)
-        sums = window_sums(points, scalars, c, s).get(stream=s)
+        sums = window_sums(points, scalars, c, s, marks).get(stream=s)
     return combine_windows(sums, c)
 
 

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One device call for the MSM work (issue 5): GPU tests, then the benchmarks; short table last.
+# Run from the repository root on the GPU machine, with the nvcc-built cubins carried in
+# build/cubin (python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')").
+#   bash bench/gpu_msm_session.sh quick   # tests + 2^16..2^24 bench with the window sweep
+#   bash bench/gpu_msm_session.sh full    # + 2^26, 2^27, host-streamed points, ones-heavy
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/msm_out}
+mkdir -p "$OUT"
+MODE=${1:-quick}
+export PROVETOP_COMMIT=${PROVETOP_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total \
+    --format=csv | tee "$OUT/gpu.txt"
+ls build/cubin 2>/dev/null
+B="python3 -m kernels.bench_msm --results-dir $OUT --json"
+if [ "$MODE" != "benchonly" ]; then
+    timeout 300 python3 -m pytest -q -x -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
+        2>&1 | tee "$OUT/pytest.log" | tail -n 30
+fi
+if [ "$MODE" = "quick" ]; then
+    timeout 200 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee "$OUT/bench_quick.log" | tail -n 12
+else
+    timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --tag full 2>&1 | tee "$OUT/bench_dense.log" | tail -n 9
+    timeout 100 $B --log-sizes 27 --points host 2>&1 | tee "$OUT/bench_host.log" | tail -n 4
+    timeout 100 $B --log-sizes 20,24,27 --scalars ones-heavy 2>&1 | tee "$OUT/bench_ones.log" | tail -n 6
+fi
