@@ -78,6 +78,7 @@ class RecordingWriter:
         self.snapshots: list[tuple[int, int]] = []  # (t, byte offset) of every seek snapshot
         self.events_written = 0
         self.closed = False
+        self._write_lock = threading.RLock()  # write(), write_snapshot() and close() exclude
         self._lock = threading.Lock()  # guards _pending and _error
         self._io_lock = threading.Lock()  # one writer of the file at a time
         self._pending = bytearray()
@@ -128,6 +129,10 @@ class RecordingWriter:
         """Record one event. The first event must be ``hello``. Raises
         :class:`~recordings.schema.SchemaError` for an invalid event (nothing is written) and
         :class:`RecordingError` when the file cannot be written (disk full, closed)."""
+        with self._write_lock:
+            self._write(event)
+
+    def _write(self, event: dict[str, Any]) -> None:
         if self.closed:
             raise RecordingError(f"recording {self.path} is closed")
         if self._error is not None:
@@ -161,11 +166,17 @@ class RecordingWriter:
             self.state.t - self._last_snapshot_t >= self.snapshot_every_ns
             and self.offset - self._last_snapshot_end >= self._last_snapshot_size
         ):
-            self.write_snapshot()
+            self._write_snapshot()
 
     def write_snapshot(self) -> bool:
         """Append a seek snapshot of the current state now; False when it could not be encoded
         (too large), in which case the recording simply has one seek point fewer."""
+        with self._write_lock:
+            if self.closed:
+                return False
+            return self._write_snapshot()
+
+    def _write_snapshot(self) -> bool:
         if self.events_written == 0 or self.reducer_error is not None:
             return False
         t = self.state.t
@@ -230,6 +241,10 @@ class RecordingWriter:
     def close(self) -> None:
         """Write a final seek snapshot, the index and the trailer, flush, fsync and close.
         Idempotent."""
+        with self._write_lock:  # a write() racing with close() lands before the index or fails
+            self._close()
+
+    def _close(self) -> None:
         if self.closed:
             return
         self.closed = True
@@ -240,7 +255,7 @@ class RecordingWriter:
             if self._error is None:
                 stale = not self.snapshots or self.snapshots[-1][0] != self.state.t
                 if self.events_written and stale:
-                    self.write_snapshot()  # a no-op after a reducer error
+                    self._write_snapshot()  # a no-op after a reducer error
                 index = {
                     "k": INDEX_KIND,
                     "t": self.state.t,

@@ -438,3 +438,28 @@ def test_index_event_count_must_match(run, tmp_path):
     p.write_bytes(data[:index_off] + encode_frame(index) + index_off.to_bytes(8, "big") + END_MAGIC)
     with pytest.raises(RecordingError, match="does not match"):
         open_recording(p)
+
+
+def test_close_racing_with_writes_leaves_a_complete_file(run, tmp_path):
+    import threading
+
+    p = tmp_path / "race.pvtrec"
+    w = RecordingWriter(p, flush_every_s=0.01, snapshot_every_s=0.05)
+    w.write(run[0])
+    accepted = [run[0]]
+
+    def writer():
+        for e in run[1:]:
+            try:
+                w.write(e)
+            except RecordingError:
+                return
+            accepted.append(e)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    time.sleep(0.005)
+    w.close()
+    thread.join()
+    rec = open_recording(p)
+    assert rec.complete and rec.events == accepted
