@@ -60,3 +60,11 @@ def pilot_test(fn):
         return asyncio.run(fn(*args, **kwargs))
 
     return run
+
+
+async def tap(pilot, *keys: str) -> None:
+    """Press keys without Pilot's wait for an idle screen, which never comes while a live
+    engine streams events (Pilot.press then waits out its timeout on every key)."""
+    for key in keys:
+        pilot.app.simulate_key(key)
+        await pilot.pause(0.05)

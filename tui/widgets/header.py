@@ -82,7 +82,10 @@ class Header(Widget):
 
     def _setup(self, info: HeaderInfo) -> list[Text]:
         hello = info.state.hello or {}
-        out = [Text(" │ ", style="dim") + Text(gpu_names(hello))]
+        out = []
+        if info.read_only:
+            out.append(Text(" read-only", style="italic #d7af00"))
+        out.append(Text(" │ ", style="dim") + Text(gpu_names(hello)))
         backend = Text(" │ ", style="dim") + Text(hello.get("backend", "?"), style="bold")
         if hello.get("modeled") or hello.get("backend") == "cpu":
             backend.append(" modeled", style="italic #d7af00")
@@ -90,8 +93,6 @@ class Header(Widget):
         alloc = (hello.get("config") or {}).get("allocator")
         if alloc:
             out.append(Text(" │ ", style="dim") + Text(f"allocator {alloc}"))
-        if info.read_only:
-            out.append(Text(" │ ", style="dim") + Text("read-only", style="italic"))
         host = hello.get("host")
         if host and len(info.engines) == 1 and host not in info.engines[0][0]:
             out.append(Text(" │ ", style="dim") + Text(f"host {host}"))
