@@ -239,7 +239,8 @@ def run(args: argparse.Namespace) -> int:
     from kernels.cuda_ntt import TILE_LOG, CudaNtt
 
     eng = CudaNtt(max_levels=args.max_levels or TILE_LOG)
-    meta = _meta(cp, [Path(sys.argv[0]).name] + sys.argv[1:])
+    prog = Path(sys.argv[0]).name
+    meta = _meta(cp, ["provetop" if prog in ("__main__.py", "provetop") else prog] + sys.argv[1:])
     meta["max_levels"] = eng.max_levels
     from kernels.cuda_ntt import compile_defines
 
