@@ -5,7 +5,8 @@ and series the dashboard draws:
 
 - one process per device (``pid`` = device index + 1) and one for the engine (``pid`` 0);
 - one thread per lane: each worker, the GPU lane (any phase holding the device mutex) and the
-  upload lane, named with ``thread_name`` metadata and ordered with ``thread_sort_index``;
+  upload lane, named with ``thread_name`` metadata and ordered with ``thread_sort_index``; a
+  phase overlapping the previous one on its worker lane goes to an overflow thread;
 - ``X`` complete slices for phases (named after the phase; args: proof, partition, ok), for
   GPU-lane and upload-lane busy spans ("gpu busy", "upload busy"), and for phases still open
   when the recording ends (args: unfinished);
@@ -32,6 +33,7 @@ from recordings.summary import json_safe
 ENGINE_PID = 0
 GPU_TID = 1000
 UPLOAD_TID = 1001
+OVERFLOW_TID = 2000  # + 100 * level + lane tid: overflow threads for overlapping phases
 COUNTERS = (  # track name, {series label: MemorySeries column}
     ("sync pool", {"used": "sync_used", "cached": "sync_cached"}),
     ("stream-ordered pool", {"used": "async_used", "reserved": "async_reserved"}),
@@ -81,11 +83,32 @@ def trace_from_state(state: State) -> dict[str, Any]:
         meta(pid, tid, "thread_name", {"name": label})
         meta(pid, tid, "thread_sort_index", {"sort_index": tid})
     end = state.t
+    spans: dict[tuple, list[tuple[Segment, int, bool]]] = {}
     for lane, segments in state.segments.items():
         for seg in segments:
-            _slice(events, lane, seg, seg.end if seg.end is not None else end, False)
+            stop = seg.end if seg.end is not None else end
+            spans.setdefault(lane, []).append((seg, stop, False))
     for seg in state.open.values():
-        _slice(events, seg.lane, seg, max(end, seg.start), True)
+        spans.setdefault(seg.lane, []).append((seg, max(end, seg.start), True))
+    for lane, items in spans.items():
+        pid, tid, label = _lane_ids(lane)
+        if pid is None:
+            continue
+        # Slices of one thread must not overlap partially (Perfetto would mis-nest them); a
+        # phase that overlaps the previous one on its lane goes to an overflow thread.
+        free_at: list[int] = []  # per overflow level: when its last slice ends
+        for seg, stop, unfinished in sorted(items, key=lambda x: (x[0].start, x[1])):
+            level = next((i for i, f in enumerate(free_at) if seg.start >= f), len(free_at))
+            if level == len(free_at):
+                free_at.append(stop)
+                if level:
+                    extra = OVERFLOW_TID + 100 * level + tid
+                    threads.add((pid, extra))
+                    meta(pid, extra, "thread_name", {"name": f"{label} (overlap {level})"})
+                    meta(pid, extra, "thread_sort_index", {"sort_index": extra})
+            free_at[level] = max(free_at[level], stop)
+            where = tid if level == 0 else OVERFLOW_TID + 100 * level + tid
+            _slice(events, lane, seg, stop, unfinished, where)
     suffix = " (modeled)" if modeled else ""
     for device, series in state.series.items():
         if not isinstance(device, int):
@@ -167,10 +190,8 @@ def _lane_ids(lane: tuple) -> tuple[int | None, int, str]:
     return None, 0, ""
 
 
-def _slice(events: list, lane: tuple, seg: Segment, end: int, unfinished: bool) -> None:
-    pid, tid, _ = _lane_ids(lane)
-    if pid is None:
-        return
+def _slice(events: list, lane: tuple, seg: Segment, end: int, unfinished: bool, tid: int) -> None:
+    pid = _lane_ids(lane)[0]
     if lane[0] == "worker":
         spec = PHASES.get(seg.phase)
         name, cat = seg.phase, spec.group if spec else "phase"

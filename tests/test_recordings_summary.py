@@ -151,6 +151,7 @@ def test_perfetto_structure(case, tmp_path):
     n = write_perfetto(path, out)
     trace = json.loads(out.read_text())
     assert set(trace) >= {"traceEvents", "displayTimeUnit"} and len(trace["traceEvents"]) == n
+    _no_partial_overlap(trace)
     evs = trace["traceEvents"]
     named_threads = {
         (e["pid"], e["tid"]) for e in evs if e["ph"] == "M" and e["name"] == "thread_name"
@@ -211,3 +212,46 @@ def test_perfetto_open_phases_at_a_cut(case, tmp_path):
     trace = export_perfetto(short)
     unfinished = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["args"].get("unfinished")]
     assert unfinished and trace["otherData"]["truncation"]
+
+
+def _no_partial_overlap(trace):
+    by_thread = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_thread.values():
+        spans.sort()
+        for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False):
+            assert b_start >= a_end - 1e-6
+    return by_thread
+
+
+def test_overlapping_phases_of_one_worker_go_to_an_overflow_thread(tmp_path):
+    from recordings.export_perfetto import trace_from_state
+    from recordings.schema import make
+    from recordings.state import State
+    from tests.recording_fixtures import hello
+
+    where = {"proof": 0, "partition": 0, "worker": 1, "device": 0}
+    rng = random.Random()
+    a, b, c, d = sorted(rng.sample(range(1, 10**9), 4))
+    events = [
+        hello(),
+        make("phase_begin", a, phase="upload", **where),
+        make("phase_begin", b, phase="mutex_wait", **where),
+        make("phase_end", c, phase="upload", ok=True, **where),
+        make("phase_end", d, phase="mutex_wait", ok=True, **where),
+    ]
+    trace = trace_from_state(State().fold(events))
+    threads = _no_partial_overlap(trace)
+    assert sorted(len(v) for v in threads.values() if v) == [1, 1, 1]  # worker, overflow, upload
+    names = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
+    slices = {e["name"]: e for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert names[(1, 1)] == "worker 1"
+    assert names[(1, slices["mutex_wait"]["tid"])] == "worker 1 (overlap 1)"
+    assert slices["upload"]["tid"] == 1 and slices["upload"]["dur"] == (c - a) / 1000
+    assert slices["mutex_wait"]["ts"] == b / 1000
