@@ -1,10 +1,11 @@
 """Host-compiled checks of kernels/cuda/mont.cuh and fields.cuh against Python integers.
 
-Why on the host: mont.cuh compiles as plain C++17 with the same CIOS algorithm the GPU runs (the
-device build only swaps the carry handling for PTX), so CI without a GPU still proves the
-arithmetic and the constants. The PTX path itself is cross-checked on the GPU in
-tests/test_cuda_ntt.py. Inputs are fresh random values on every run, plus the edge values 0, 1,
-m-1.
+Why on the host: mont.cuh compiles as plain C++17, and its carry-chain primitives are an exact
+emulation of the PTX instructions the GPU runs (explicit carry flag instead of the hardware
+one), so CI without a GPU checks the very instruction sequences of the device multiplication,
+addition and subtraction, for both fields and every multiplication variant. The device build
+itself is checked on the GPU in tests/test_cuda_ntt.py. Inputs are fresh random values on every
+run, plus the edge values 0, 1, 2, m-1, m-2 and R mod m.
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@
 //
 // Twiddles: one table per device of T[i] = w^i, i < 2^(K-1), w the primitive 2^K-th root, for
 // the largest K built so far; a level of half-size h uses w_{2h}^j = T[j << (K - log2(2h))].
-// The inverse transform uses w^-e = -T[2^(K-1) - e] (e > 0) and folds the sign into the
-// butterfly, so one table serves both directions.
+// The inverse transform uses w^-e = -T[2^(K-1) - e] (e > 0), negating the loaded twiddle, so
+// one table serves both directions. The lowest two levels of a transform (w = 1 for three of
+// the four butterflies of a radix-4 step) skip their multiplications.
 #pragma once
 #include "fields.cuh"
 
