@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from recordings.reader import Recording, open_recording
+from recordings.reader import Recording, fold_recording
 from recordings.schema import PHASES
 from recordings.state import Segment, State
 from recordings.summary import json_safe
@@ -44,8 +44,11 @@ COUNTERS = (  # track name, {series label: MemorySeries column}
 
 def export_perfetto(source: str | os.PathLike[str] | Recording) -> dict[str, Any]:
     """The Chrome trace (a JSON-able dict) of a recording."""
-    rec = source if isinstance(source, Recording) else open_recording(source)
-    trace = trace_from_state(rec.state())
+    if isinstance(source, Recording):
+        rec, state = source, source.state()
+    else:
+        rec, state = fold_recording(source)  # streamed: the events are not kept
+    trace = trace_from_state(state)
     trace["otherData"].update(
         {
             "recording": str(rec.path),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from array import array
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -41,6 +42,7 @@ __all__ = [
     "RecordingError",
     "SnapshotRef",
     "Truncation",
+    "fold_recording",
     "open_recording",
     "read_state",
     "seek_state",
@@ -84,6 +86,9 @@ class Recording:
         self.index: dict[str, Any] | None = None
         self.complete = False  # the index and trailer were read: the writer closed cleanly
         self.truncation: Truncation | None = None
+        self.event_count = 0  # events read (also when they were folded, not kept)
+        self.events_kept = True  # False for fold_recording(): events/offsets stay empty
+        self.last_t = 0  # the largest event time
 
     @property
     def truncated(self) -> bool:
@@ -91,17 +96,24 @@ class Recording:
 
     @property
     def duration_ns(self) -> int:
-        return max((e["t"] for e in self.events), default=0)
+        """The largest event time (ns since the producer's t = 0)."""
+        return self.last_t
 
     def state(self) -> State:
         """The reducer folded over every event, history included."""
+        self._need_events()
         return self._fold(State(), 0, None)
+
+    def _need_events(self) -> None:
+        if not self.events_kept:
+            raise RecordingError(f"{self.path}: read with fold_recording(); use open_recording()")
 
     def state_at(self, t: int) -> State:
         """The state after the events recorded up to time ``t`` (the prefix of the event
         sequence whose times are <= t), rebuilt from the nearest seek snapshot at or before
         ``t``. Its current state equals a full fold of that prefix; its history (segments,
         memory series) starts at the snapshot."""
+        self._need_events()
         times = [s.t for s in self.snapshots]
         i = bisect_right(times, t) - 1
         if i < 0:
@@ -135,7 +147,24 @@ def open_recording(path: str | os.PathLike[str]) -> Recording:
 
 def read_state(path: str | os.PathLike[str]) -> State:
     """The reducer folded over every event of a recording."""
-    return open_recording(path).state()
+    return fold_recording(path)[1]
+
+
+def fold_recording(path: str | os.PathLike[str]) -> tuple[Recording, State]:
+    """Read a recording and fold its events as they are read, without keeping them: the
+    memory of a summary or an export is the reducer's, not the whole event list. The returned
+    :class:`Recording` has everything but ``events``/``offsets`` (empty; ``event_count`` holds
+    the count)."""
+    p = Path(path)
+    state = State()
+    with _open(p) as f:
+        rec = Recording(p, _size(f, p))
+        rec.events_kept = False
+        try:
+            _scan(f, rec, lambda event, offset: _apply(state, event, p, offset))
+        except OSError as exc:
+            raise RecordingError(f"cannot read recording {p}: {exc.strerror or exc}") from None
+    return rec, state
 
 
 def seek_state(path: str | os.PathLike[str], t: int) -> State:
@@ -176,7 +205,11 @@ class _Truncated(Exception):
         self.offset, self.what = offset, what
 
 
-def _scan(f: BinaryIO, rec: Recording) -> None:
+def _scan(
+    f: BinaryIO, rec: Recording, sink: Callable[[dict[str, Any], int], None] | None = None
+) -> None:
+    """Read every frame into ``rec``; events go to ``sink(event, offset)`` when given (then
+    ``rec.events`` stays empty), else into ``rec.events``."""
     path, size = rec.path, rec.size
     prefix = f.read(PREFIX_SIZE)
     if prefix[: len(MAGIC)] != MAGIC[: len(prefix)]:
@@ -208,7 +241,7 @@ def _scan(f: BinaryIO, rec: Recording) -> None:
             elif _is_seek_snapshot(frame):
                 if not isinstance(frame.get("t"), int) or not isinstance(frame["state"], dict):
                     raise RecordingError(f"{path}: malformed seek snapshot at byte {offset}")
-                rec.snapshots.append(SnapshotRef(frame["t"], offset, len(rec.events)))
+                rec.snapshots.append(SnapshotRef(frame["t"], offset, rec.event_count))
             else:
                 event = _validate(frame, path, offset)
                 if rec.hello is None:
@@ -218,8 +251,13 @@ def _scan(f: BinaryIO, rec: Recording) -> None:
                             f"found {event['k']!r}"
                         )
                     rec.hello = event
-                rec.events.append(event)
-                rec.offsets.append(offset)
+                if sink is None:
+                    rec.events.append(event)
+                    rec.offsets.append(offset)
+                else:
+                    sink(event, offset)
+                rec.event_count += 1
+                rec.last_t = max(rec.last_t, event["t"])
     except _Truncated as cut:
         rec.truncation = Truncation(cut.offset, size, cut.what)
         return
@@ -229,7 +267,7 @@ def _scan(f: BinaryIO, rec: Recording) -> None:
         scanned = [(s.t, s.offset) for s in rec.snapshots]
         counted = footer[1].get("events")
         if _index_snapshots(footer[1], path, footer[0]) != scanned or (
-            counted is not None and counted != len(rec.events)
+            counted is not None and counted != rec.event_count
         ):
             raise RecordingError(
                 f"{path}: the index at byte {footer[0]} does not match the frames in the file"

@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-from recordings.reader import Recording, open_recording
+from recordings.reader import Recording, fold_recording
 from recordings.schema import PHASES
 from recordings.state import PartitionRow, State
 
@@ -37,8 +37,10 @@ ROW_FIELDS = (
 
 def build_summary(source: str | os.PathLike[str] | Recording) -> dict[str, Any]:
     """The summary of a recording as plain JSON-able data (what ``--json`` prints)."""
-    rec = source if isinstance(source, Recording) else open_recording(source)
-    state = rec.state()
+    if isinstance(source, Recording):
+        rec, state = source, source.state()
+    else:
+        rec, state = fold_recording(source)  # streamed: the events are not kept
     return summarize_state(state, rec)
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recordings.framing import HEADER_SIZE, MAX_FRAME, FrameDecoder, FrameError
-from recordings.reader import RecordingError, open_recording, seek_state
+from recordings.reader import RecordingError, fold_recording, open_recording, seek_state
 from recordings.writer import RecordingWriter
 from tests.recording_fixtures import make_run
 
@@ -46,6 +46,7 @@ def _consume(data: bytes) -> None:
         try:
             rec = open_recording(p)
             rec.state()
+            fold_recording(p)
             end = rec.duration_ns
             rec.state_at(end // 2)
             seek_state(p, end // 2)

@@ -463,3 +463,21 @@ def test_close_racing_with_writes_leaves_a_complete_file(run, tmp_path):
     thread.join()
     rec = open_recording(p)
     assert rec.complete and rec.events == accepted
+
+
+def test_fold_recording_streams_the_same_state(run, recorded):
+    from recordings.reader import fold_recording
+
+    path, _ = recorded
+    rec, state = fold_recording(path)
+    whole = open_recording(path)
+    assert rec.events == [] and rec.event_count == len(run) == whole.event_count
+    assert rec.duration_ns == whole.duration_ns == max(e["t"] for e in run)
+    assert [(s.t, s.offset, s.event_index) for s in rec.snapshots] == [
+        (s.t, s.offset, s.event_index) for s in whole.snapshots
+    ]
+    assert rec.complete and rec.hello == run[0]
+    assert _plain(state.snapshot()) == _plain(whole.state().snapshot())
+    assert [vars(a) for a in state.attempts] == [vars(a) for a in whole.state().attempts]
+    with pytest.raises(RecordingError, match="fold_recording"):
+        rec.state()
