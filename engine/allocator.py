@@ -61,6 +61,15 @@ class Footprint:
     def msm_max(self) -> int:
         return max(self.msm.values())
 
+    def gpu_extra(self, prestaged: bool) -> int:
+        """Bytes a partition may still take inside the GPU region beyond what it holds when
+        it starts waiting for the mutex: MSM scratch after a pre-stage; on the fallback path
+        a/b/c plus an upload chunk, then d_a plus MSM scratch. Other workers' pre-stage
+        decisions leave this much free (see ``DeviceGate``)."""
+        if prestaged:
+            return self.msm_max
+        return max(4 * self.u, self.u + self.msm_max)
+
 
 def footprint(domain_log: int, sizes: QuerySizes, margin: int | None = None) -> Footprint:
     u = (1 << domain_log) * FR_BYTES
@@ -104,7 +113,7 @@ class NaivePolicy:
 
     name = "naive"
 
-    def prestage(self, device: Device, fp: Footprint, forced: bool) -> Decision:
+    def prestage(self, device: Device, fp: Footprint, forced: bool, reserved: int = 0) -> Decision:
         if forced:
             return Decision("fallback", "forced by the operator", forced=True)
         return Decision("ok", "pre-stage without checking free memory")
@@ -124,21 +133,24 @@ class AwarePolicy:
         free, _total = device.mem_info()
         return free, released
 
-    def prestage(self, device: Device, fp: Footprint, forced: bool) -> Decision:
+    def prestage(self, device: Device, fp: Footprint, forced: bool, reserved: int = 0) -> Decision:
+        """``reserved``: what workers already committed to the GPU region may still take
+        (their MSM scratch, a fallback's buffers); a pre-stage must leave it free."""
         if forced:
             return Decision("fallback", "forced by the operator", forced=True, margin=fp.margin)
         free, released = self._free_after_trim(device)
         need = fp.prestage
-        if free >= need + fp.margin:
+        if free >= need + fp.margin + reserved:
             return Decision("ok", None, free=free, margin=fp.margin, released=released)
-        reason = f"skip_vram: free {free} < need {need} + margin {fp.margin}"
+        others = f" + {reserved} reserved for other workers' GPU region" if reserved else ""
+        reason = f"skip_vram: free {free} < need {need} + margin {fp.margin}{others}"
         return Decision("skip", reason, free=free, margin=fp.margin, released=released)
 
     def fallback_chunk(self, device: Device, fp: Footprint, working: int) -> Decision:
         free, released = self._free_after_trim(device)
         budget = free - fp.margin - working
-        # device chunk + its pinned twin; never more than one array, never below MIN_CHUNK
-        chunk = min(fp.u, max(min(MIN_CHUNK, fp.u), budget // 2))
+        # the device-side staging chunk: never more than one array, never below MIN_CHUNK
+        chunk = min(fp.u, max(min(MIN_CHUNK, fp.u), budget))
         chunk -= chunk % FR_BYTES
         reason = f"chunks of {chunk} bytes from a budget of {max(0, budget)}"
         return Decision(

@@ -56,6 +56,22 @@ class DeviceGate:
         self._cv = threading.Condition()
         self.prestaged = 0  # workers holding pre-stage buffers
         self.recovering = 0
+        # Pre-stage decisions and their allocations happen one worker at a time, against a
+        # ledger of what workers committed to the GPU region may still allocate there.
+        self.decide = threading.Lock()
+        self._extra: dict[int, int] = {}
+
+    def reserved_by_others(self, worker: int) -> int:
+        with self._cv:
+            return sum(v for w, v in self._extra.items() if w != worker)
+
+    def commit(self, worker: int, extra: int) -> None:
+        with self._cv:
+            self._extra[worker] = extra
+
+    def uncommit(self, worker: int) -> None:
+        with self._cv:
+            self._extra.pop(worker, None)
 
     def try_prestage(self) -> bool:
         with self._cv:
@@ -179,12 +195,13 @@ class PartitionRunner:
         held = False
         t_acquired = 0
         try:
-            with self._phase(att, "prestage"):
+            with self._phase(att, "prestage"), self.gate.decide:
                 if retry:
                     decision = Decision("fallback", "retry on the fallback path after a failure")
                 else:
                     forced = self.ctx.controls.is_forced(dev.index)
-                    decision = self.ctx.policy.prestage(dev, fp, forced)
+                    reserved = self.gate.reserved_by_others(self.worker)
+                    decision = self.ctx.policy.prestage(dev, fp, forced, reserved)
                     if decision.status == "ok":
                         att.holds_prestage = self.gate.try_prestage()
                         if not att.holds_prestage:
@@ -201,6 +218,7 @@ class PartitionRunner:
                     d_a = self._malloc(att, fp.u, "raw", "prestage")
                     d_bc = self._malloc(att, 2 * fp.u, "raw", "prestage")
                     self.ctx.sample(dev)
+                self.gate.commit(self.worker, fp.gpu_extra(decision.status == "ok"))
             prestaged = att.prestage == "ok"
             if prestaged:
                 with self._phase(att, "upload"):
@@ -231,6 +249,7 @@ class PartitionRunner:
                 results = {q: np.array(r, copy=True) for q, r in results.items()}
                 self._free(att, d_a)
                 self._prestage_done(att)
+                self.gate.uncommit(self.worker)
             t_release = time.monotonic_ns()
             att.hold_ns = t_release - t_acquired
             held = False
@@ -348,6 +367,7 @@ class PartitionRunner:
             self.device.free(blk)
         att.blocks.clear()
         self._prestage_done(att)
+        self.gate.uncommit(self.worker)
         if att.pinned:
             self.device.unpin(att.pinned)
             att.pinned = 0
