@@ -1,1 +1,4 @@
-"""One module per ``provetop`` subcommand: ``add_parser(subparsers, name, help)`` and ``run(args)``."""
+"""One module per ``provetop`` subcommand.
+
+Each provides ``add_parser(subparsers, name, help)`` and ``run(args) -> int``.
+"""
