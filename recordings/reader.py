@@ -239,7 +239,7 @@ def _scan(
                 _check_trailer_tail(f, path, offset, size)
                 break
             elif _is_seek_snapshot(frame):
-                if not isinstance(frame.get("t"), int) or not isinstance(frame["state"], dict):
+                if type(frame.get("t")) is not int or not isinstance(frame["state"], dict):
                     raise RecordingError(f"{path}: malformed seek snapshot at byte {offset}")
                 rec.snapshots.append(SnapshotRef(frame["t"], offset, rec.event_count))
             else:
