@@ -158,7 +158,13 @@ class PartitionRunner:
             with self._phase(att, "synthesis"):
                 rng = partition_rng(self.ctx.config.seed, proof, partition)
                 cfg = self.ctx.config
-                witness = synthesize(cfg.domain_log, self.ctx.sizes, cfg.witness_profile, rng)
+                try:
+                    witness = synthesize(cfg.domain_log, self.ctx.sizes, cfg.witness_profile, rng)
+                except Exception as exc:  # nothing to retry without a witness
+                    self._fault_exception(att, exc)
+                    raise PartitionFailed(
+                        f"synthesis: {type(exc).__name__}: {exc}", False
+                    ) from None
             self._attempt(att, witness, retry=False)
             self._done(att, ok=True)
             return PartitionResult(True, att.verified, 1)
@@ -269,15 +275,7 @@ class PartitionRunner:
         except PartitionFailed:
             raise
         except Exception as exc:
-            self.bus.emit(
-                "fault",
-                kind="exception",
-                message=f"{type(exc).__name__}: {exc}",
-                device=dev.index,
-                worker=self.worker,
-                proof=att.proof,
-                partition=att.partition,
-            )
+            self._fault_exception(att, exc)
             raise PartitionFailed(f"{type(exc).__name__}: {exc}", oom=False) from None
         finally:
             if held:
@@ -424,6 +422,14 @@ class PartitionRunner:
             **fields,
         )
         self.ctx.sample(self.device)
+
+    def _fault_exception(self, att: Attempt, exc: Exception) -> None:
+        self.bus.emit(
+            "fault",
+            kind="exception",
+            message=f"{type(exc).__name__}: {exc}",
+            **self._where(att),
+        )
 
     def _fault_oom(self, att: Attempt, exc: DeviceOOM) -> None:
         self.bus.emit(

@@ -124,3 +124,37 @@ def test_cli_done_criterion(tmp_path):
     assert "listening on unix:" in proc.stdout
     state = open_recording(path).state()
     assert state.totals()["partitions_verified"] == 4
+
+
+def test_a_kernel_exception_is_a_fault_retried_once_and_never_stops_the_run(tmp_path):
+    from engine.testing import GatedBackend
+    from kernels.backends import get_backend
+
+    class FailsFirstH(GatedBackend):
+        calls = 0
+
+        def h_step(self, a, b, c, **kw):
+            type(self).calls += 1
+            if type(self).calls in (1, 3, 4):  # p0 once (retry ok), p1 twice (lost)
+                raise RuntimeError("kernel launch failed")
+            return self.inner.h_step(a, b, c, **kw)
+
+    cfg = from_preset("ci", workers_per_device=1, partitions=3)
+    engine = Engine(cfg, listen=False, backend=FailsFirstH(get_backend("cpu")))
+    sub = engine.subscribe()
+    engine.start()
+    assert engine.wait(60)
+    engine.close()
+    events = sub.drain()
+    faults = [e for e in events if e["k"] == "fault"]
+    assert [f["kind"] for f in faults] == ["exception"] * 3
+    assert all("kernel launch failed" in f["message"] for f in faults)
+    final = {}
+    for e in events:
+        if e["k"] == "partition_done":
+            final[e["partition"]] = e
+    assert final[0]["ok"] and final[0]["attempt"] == 1 and final[0]["verified"]
+    assert not final[1]["ok"] and final[1]["attempt"] == 1 and "RuntimeError" in final[1]["failure"]
+    assert final[2]["ok"] and final[2]["attempt"] == 0 and final[2]["verified"]
+    assert [e["ok"] for e in events if e["k"] == "proof_done"] == [False]
+    assert engine.error is None and not engine.ok
