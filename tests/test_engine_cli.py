@@ -77,3 +77,69 @@ def test_bench_cpu_reports_per_phase_medians(capsys):
     assert main(["bench", "cpu", "--sizes", "3", "--repeat", "1"]) == 0
     assert "msm_h" in capsys.readouterr().out
     assert main(["bench", "cpu", "--sizes", "40"]) == 2
+
+
+def _start_engine_process(tmp_path, *extra):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    rec = tmp_path / "r.pvtrec"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "provetop",
+            "engine",
+            "--preset",
+            "ci",
+            "--record",
+            str(rec),
+            *extra,
+        ],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in proc.stdout:
+        if "listening on " in line:
+            return proc, line.split("listening on ", 1)[1].strip(), rec
+    raise AssertionError(proc.stderr.read())
+
+
+def test_engine_serves_until_stopped_then_exits_0(tmp_path):
+    from engine.client import EngineClient
+    from recordings.reader import open_recording
+
+    proc, address, rec = _start_engine_process(tmp_path)
+    try:
+        with EngineClient(address) as client:
+            for e in client.events(timeout=30):
+                if e["k"] == "engine_state" and e["state"] == "done":
+                    break
+            assert proc.poll() is None  # done, but still serving
+            client.command("stop")
+            assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+    recording = open_recording(rec)
+    assert recording.complete and recording.state().totals()["partitions_verified"] == 2
+
+
+def test_sigterm_closes_the_recording_cleanly(tmp_path):
+    import signal
+
+    from recordings.reader import open_recording
+
+    proc, address, rec = _start_engine_process(tmp_path, "--proofs", "100000")
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 1  # interrupted: not every proof was done
+    finally:
+        proc.kill()
+    assert open_recording(rec).complete
+    import os
+
+    assert not os.path.exists(address[5:])

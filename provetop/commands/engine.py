@@ -131,6 +131,21 @@ def backend_note(args: argparse.Namespace) -> str:
     return f"backend cpu (default: {why} is not available yet), device memory modeled"
 
 
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM ends the run like Ctrl-C: intake stops, running partitions finish, the
+    recording gets its footer and the socket is removed."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.runner import EngineError
     from engine.sizes import fmt_size
@@ -138,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
     engine = build_engine(args)
     out = sys.stdout
+    _sigterm_as_interrupt()
     cfg = engine.config
     try:
         engine.start()
