@@ -170,8 +170,8 @@ async def test_partitions_sort_and_failures_highlighted():
         failed = [r for r in State().fold(events).attempts if r.ok is False]
         assert failed
         row_cells = cells(failed[0])
-        assert row_cells[9] == ("FAILED", f"bold {FAILURE_COLOUR}")
-        assert failed[0].failure in row_cells[10][0]
+        assert row_cells[3] == ("FAILED", f"bold {FAILURE_COLOUR}")
+        assert failed[0].failure in row_cells[4][0]
         strip = table._row_strip(failed[0], Style())
         assert any(
             seg.style and seg.style.color and seg.style.color.name == FAILURE_COLOUR

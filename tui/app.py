@@ -164,6 +164,7 @@ class ProvetopApp(App[int]):
         self.query_one("#partitions").border_title = "partitions"
         self.query_one("#log").border_title = "events"
         self.replaybar.display = self.mode == "replay"
+        self.timeline.follow_label = "replay" if self.mode == "replay" else "live"
         self._apply_size_class()
         self.timeline.focus()
         for view in self.views:

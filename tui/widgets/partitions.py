@@ -35,14 +35,14 @@ COLUMNS = (
     Column("proof", "proof", 6),
     Column("part", "part", 5),
     Column("where", "gpu/w", 6, right=False),
+    Column("status", "status", 10, right=False),
+    Column("prestage", "pre-stage", 18, right=False),
     Column("wait", "wait ms", 8),
     Column("upload", "upload", 7),
     Column("h", "H step", 7),
     Column("msm", "MSM", 7),
     Column("gpu", "GPU", 7),
-    Column("verified", "verified", 9, right=False),
-    Column("status", "status", 11, right=False),
-    Column("prestage", "pre-stage", 30, right=False),
+    Column("verified", "verified", 8, right=False),
 )
 GREEN, AMBER, ORANGE = "#5fd75f", "#d7af00", "#ff8700"
 
@@ -76,14 +76,14 @@ def cells(row: PartitionRow) -> list[tuple[str, str]]:
         (str(row.proof), plain),
         (str(row.partition), plain),
         (where, plain),
+        status,
+        prestage,
         (ms(row.mutex_wait_ms), ""),
         (ms(upload), ""),
         (ms(row.phases_ms.get("h_step")), ""),
         (ms(row.group_ms("msm") if row.phases_ms else None), ""),
         (ms(row.gpu_total_ms), ""),
         verified[row.verified],
-        status,
-        prestage,
     ]
 
 
@@ -220,9 +220,9 @@ class PartitionsTable(ScrollView, can_focus=True):
     def _row_strip(self, row: PartitionRow, base: Style) -> Strip:
         segs = []
         for c, (text, style) in zip(COLUMNS, cells(row), strict=True):
-            text = text.rjust(c.width) if c.right else text.ljust(c.width)
-            if c is not COLUMNS[-1]:
-                text = text[: c.width] + " "
+            if len(text) > c.width:
+                text = text[: c.width - 1] + "…"
+            text = (text.rjust(c.width) if c.right else text.ljust(c.width)) + " "
             segs.append(Segment(text, base + Style.parse(style) if style else base))
         return Strip(segs)
 

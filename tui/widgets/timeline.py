@@ -114,6 +114,7 @@ class Timeline(Widget, can_focus=True):
         self.lane_index = 0
         self.lane_top = 0
         self.gpu_only = False
+        self.follow_label = "live"  # "replay" while following a replay's position
         self._lanes: list[tuple] = []
         self._rows: list[Strip] = []
         self._key: tuple | None = None
@@ -449,7 +450,7 @@ class Timeline(Widget, can_focus=True):
 
     def _axis(self, start: int, end: int, cols: int, base: Style, dim: Style) -> Strip:
         assert self.state is not None
-        mode = "live" if self.follow else "paused"
+        mode = self.follow_label if self.follow else "paused"
         head = f"{mode:<{LABEL_W - 1}} "
         line = [" "] * cols
         styles: list[Style] = [dim] * cols
