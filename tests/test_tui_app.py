@@ -157,7 +157,7 @@ async def test_partitions_sort_and_failures_highlighted():
         await fed(pilot, app, len(events))
         table = app.query_one(PartitionsTable)
         table.focus()
-        await pilot.press("o", "o", "o", "o")  # proof, part, where, wait
+        await pilot.press("o", "o", "o", "o", "o", "o")  # proof part where status prestage wait
         assert table.sort_column == "wait"
         waits = [sort_value(table.row_at(i), "wait") for i in range(table.row_count)]
         assert waits == sorted(waits)
