@@ -211,7 +211,7 @@ def _slice(events: list, lane: tuple, seg: Segment, end: int, unfinished: bool, 
             "pid": pid,
             "tid": tid,
             "ts": _us(seg.start),
-            "dur": max(0.0, _us(end) - _us(seg.start)),
+            "dur": max(0, end - seg.start) / 1000.0,
             "args": args,
         }
     )
