@@ -15,11 +15,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,m
 ls build/cubin 2>/dev/null
 B="python3 -m kernels.bench_msm --results-dir $OUT --json"
 if [ "$MODE" != "benchonly" ]; then
-    timeout 300 python3 -m pytest -q -x -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
+    timeout 150 python3 -m pytest -q -x -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee "$OUT/pytest.log" | tail -n 30
 fi
 if [ "$MODE" = "quick" ]; then
-    timeout 200 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee "$OUT/bench_quick.log" | tail -n 12
+    timeout 120 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee "$OUT/bench_quick.log" | tail -n 12
 else
     timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --tag full 2>&1 | tee "$OUT/bench_dense.log" | tail -n 9
     timeout 100 $B --log-sizes 27 --points host 2>&1 | tee "$OUT/bench_host.log" | tail -n 4
