@@ -99,6 +99,9 @@ class TelemetryServer:
         self._closed = threading.Event()
         self.address = ""
         self._counter = 0
+        # SO_SNDBUF for client connections (None: the kernel's default). Small buffers make a
+        # slow client fall behind, and see ``lag``, after a few events instead of megabytes.
+        self.send_buffer: int | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -176,6 +179,11 @@ class TelemetryServer:
                 return
             self._counter += 1
             name = f"{self.kind}#{self._counter}"
+            if self.send_buffer:
+                try:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+                except OSError:
+                    pass
             with self._lock:
                 self._conns.add(conn)
             threading.Thread(

@@ -261,3 +261,30 @@ def test_slow_client_lags_and_is_told_how_much():
     assert len(recorded) == 20  # the recorder got everything
     assert bus.lagged_events == 15
     bus.close()
+
+
+def test_a_slow_socket_client_is_told_what_it_missed_and_the_recording_has_everything(tmp_path):
+    engine = _engine(tmp_path, proofs=3)
+    engine.server.send_buffer = 4096
+    engine.bus.client_queue = 10
+    client = None
+    engine.start()
+    try:
+        client = EngineClient(engine.address)  # connected, but reads nothing until the end
+        assert engine.wait(60)
+        engine.bus.flush()
+        events = _read_quiet(client, 1.0)
+        total = engine.bus.events
+    finally:
+        if client is not None:
+            client.close()
+        engine.close()
+    lags = [e for e in events if e["k"] == "lag"]
+    assert lags and all(e["missed"] > 0 for e in lags)
+    got = [e for e in events if e["k"] not in ("lag", "snapshot")]
+    assert len(got) + sum(e["missed"] for e in lags) == total
+    assert engine.bus.lagged_events == sum(e["missed"] for e in lags)
+    state = State().fold(events)
+    assert state.lagged == sum(e["missed"] for e in lags)
+    rec = open_recording(tmp_path / "r.pvtrec")
+    assert rec.complete and rec.state().totals()["partitions_verified"] == 6
