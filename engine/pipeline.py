@@ -228,7 +228,9 @@ class PartitionRunner:
             prestaged = att.prestage == "ok"
             if prestaged:
                 with self._phase(att, "upload"):
-                    a, b, c = np.copy(w.a), np.copy(w.b), np.copy(w.c)
+                    a = dev.upload(w.a, d_a)
+                    b = dev.upload(w.b, d_bc)
+                    c = dev.upload(w.c, d_bc, offset=int(w.b.nbytes))
             with self._phase(att, "mutex_wait"):
                 t0 = time.monotonic_ns()
                 self.mutex.acquire()
@@ -240,7 +242,7 @@ class PartitionRunner:
                 with self._phase(att, "fallback_upload"):
                     d_a, d_bc, a, b, c = self._fallback_upload(att, w)
             with self._phase(att, "h_step"):
-                h = np.asarray(self.ctx.backend.h_step(a, b, c))
+                h = self.ctx.backend.h_step(a, b, c)  # stays on the device for msm_h
                 del b, c
                 self._free(att, d_bc)
             results: dict[str, np.ndarray] = {}
@@ -249,10 +251,11 @@ class PartitionRunner:
                 with self._phase(att, MSM_PHASES[q]):
                     scratch = self._malloc(att, fp.msm[q], "async", "msm_scratch")
                     res = self.ctx.backend.msm(self.ctx.srs.points[q], scalars[q])
-                    results[q] = np.asarray(res)
+                    results[q] = res
                     self._free(att, scratch)
             with self._phase(att, "copy_back"):
-                results = {q: np.array(r, copy=True) for q, r in results.items()}
+                results = {q: dev.download(r) for q, r in results.items()}
+                h = dev.download(h)
                 self._free(att, d_a)
                 self._prestage_done(att)
                 self.gate.uncommit(self.worker)
@@ -300,13 +303,9 @@ class PartitionRunner:
         dev.pin(chunk)
         att.pinned += chunk
         self.ctx.sample(dev)
-        out = []
-        rows = max(1, chunk // w.a.itemsize // w.a.shape[1])
-        for src in (w.a, w.b, w.c):
-            dst = np.empty_like(src)
-            for start in range(0, src.shape[0], rows):
-                dst[start : start + rows] = src[start : start + rows]
-            out.append(dst)
+        out = [
+            dev.upload(src, blk, chunk=chunk) for src, blk in ((w.a, d_a), (w.b, d_b), (w.c, d_c))
+        ]
         self._free(att, staging)
         dev.unpin(chunk)
         att.pinned -= chunk

@@ -151,3 +151,21 @@ def test_witness_satisfies_every_constraint_and_follows_the_profile():
     assert abs(w.counts["dense"] / m - 0.04) < 0.02
     dense = fr_from_limbs(w.z, montgomery=False)
     assert all(0 <= v < r for v in dense)
+
+
+def test_upload_copies_into_a_block_with_room_in_chunks():
+    from kernels.layout import random_fr_limbs
+
+    dev = ModeledDevice(0, 64 * KIB)
+    host = random_fr_limbs(100, np.random.default_rng())
+    blk = dev.malloc(2 * host.nbytes, "raw", "prestage")
+    for chunk in (None, 32, 1000, 10**6):
+        out = dev.upload(host, blk, offset=host.nbytes, chunk=chunk)
+        assert out is not host and np.array_equal(out, host)
+    with pytest.raises(ValueError):
+        dev.upload(host, blk, offset=host.nbytes + 512)
+    dev.free(blk)
+    with pytest.raises(ValueError):
+        dev.upload(host, blk)  # freed
+    back = dev.download(out)
+    assert np.array_equal(back, host) and back is not out

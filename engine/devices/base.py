@@ -93,6 +93,15 @@ class Device(ABC):
     def unpin(self, nbytes: int) -> None:
         """Undo :meth:`pin`."""
 
+    @abstractmethod
+    def upload(self, host: Any, block: Block, *, offset: int = 0, chunk: int | None = None) -> Any:
+        """Copy the host array ``host`` into ``block`` at byte ``offset`` (in pieces of at most
+        ``chunk`` bytes when given) and return the device-side array the kernels take."""
+
+    @abstractmethod
+    def download(self, array: Any) -> Any:
+        """A host (numpy) copy of a device-side array."""
+
     def round(self, nbytes: int) -> int:
         """What a pool charges for ``nbytes`` (CuPy rounds to 512 bytes)."""
         return max(512, -(-int(nbytes) // 512) * 512)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
+
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
 
 
@@ -157,6 +159,25 @@ class ModeledDevice(Device):
             "process_used": used,
             "modeled": True,
         }
+
+    def upload(self, host: Any, block: Block, *, offset: int = 0, chunk: int | None = None) -> Any:
+        """A real copy of ``host`` (the cpu backend's "device" is host memory), made piece by
+        piece when ``chunk`` is given, so the upload phases cost what a copy of those bytes
+        costs. The block is only checked for room: the model keeps no bytes in it."""
+        nbytes = int(host.nbytes)
+        if offset < 0 or offset + nbytes > block.size or block.freed:
+            raise ValueError(f"upload of {nbytes} bytes at {offset} does not fit block {block.id}")
+        out = np.empty_like(host)
+        if not chunk or chunk >= nbytes or host.ndim == 0 or len(host) == 0:
+            out[...] = host
+            return out
+        rows = max(1, chunk // max(1, nbytes // len(host)))
+        for start in range(0, len(host), rows):
+            out[start : start + rows] = host[start : start + rows]
+        return out
+
+    def download(self, array: Any) -> Any:
+        return np.array(array, copy=True)
 
     def reset_high_water(self) -> None:
         """Like setting ReservedMemHigh to 0: the mark restarts from the current reservation."""
