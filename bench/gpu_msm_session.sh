@@ -16,12 +16,28 @@ ls build/cubin 2>/dev/null
 B="python3 -m kernels.bench_msm --results-dir $OUT --json"
 if [ "$MODE" != "benchonly" ]; then
     timeout 150 python3 -m pytest -q -x -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
-        2>&1 | tee "$OUT/pytest.log" | tail -n 30
+        2>&1 | tee -a "$OUT/session.log" | tail -n 30
 fi
 if [ "$MODE" = "quick" ]; then
-    timeout 120 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee "$OUT/bench_quick.log" | tail -n 12
+    timeout 120 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee -a "$OUT/session.log" | tail -n 12
 else
-    timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --tag full 2>&1 | tee "$OUT/bench_dense.log" | tail -n 9
-    timeout 100 $B --log-sizes 27 --points host 2>&1 | tee "$OUT/bench_host.log" | tail -n 4
-    timeout 100 $B --log-sizes 20,24,27 --scalars ones-heavy 2>&1 | tee "$OUT/bench_ones.log" | tail -n 6
+    # A/B of the kernel variants at 2^20 and 2^24; the faster one runs everything after
+    for v in msm.cu msm_lb.cu; do
+        PROVETOP_MSM_SOURCE=$v timeout 60 $B --log-sizes 20,24 --tag "ab-${v%.cu}" 2>&1 \
+            | tee -a "$OUT/session.log" | tail -n 3
+    done
+    export PROVETOP_MSM_SOURCE=$(python3 - "$OUT" <<'PY'
+import glob, json, sys
+best = {}
+for f in glob.glob(sys.argv[1] + "/msm-*-ab-*.json"):
+    d = json.load(open(f))
+    v = "msm_lb.cu" if "ab-msm_lb" in f else "msm.cu"
+    best[v] = sum(r["median_ms"] for r in d["rows"])
+print(min(best, key=best.get) if best else "msm.cu")
+PY
+)
+    echo "variant: $PROVETOP_MSM_SOURCE"
+    timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --tag full 2>&1 | tee -a "$OUT/session.log" | tail -n 9
+    timeout 100 $B --log-sizes 27 --points host 2>&1 | tee -a "$OUT/session.log" | tail -n 4
+    timeout 100 $B --log-sizes 20,24,27 --scalars ones-heavy 2>&1 | tee -a "$OUT/session.log" | tail -n 6
 fi

@@ -34,7 +34,10 @@ import numpy as np
 
 from kernels.cuda_build import CUDA_DIR, expand_includes, load_module, require_cupy, source_hash
 
-BLOCK = 256
+BLOCK = 128  # threads per block (msm_lb.cu's kernels take at most 128)
+# Which kernel source: msm.cu (compiler's choice of registers) or msm_lb.cu (capped for
+# occupancy); bench/msm_notes.md has the comparison.
+MSM_SOURCE = os.environ.get("PROVETOP_MSM_SOURCE", "msm.cu")
 XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
 LEVEL_L = 16  # chunk length of the reduction levels past the first
 SUM_FANIN = 16  # fan-in of the tree sum of per-thread bucket-reduction results
@@ -245,7 +248,7 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     by the ones bucket, for device ``points`` and ``scalars`` (current allocator and stream).
     ``marks``, when a list, receives (stage, recorded cupy Event) pairs for a time breakdown."""
     cupy = require_cupy()
-    mod = module("msm.cu")
+    mod = module(MSM_SOURCE)
     n = int(points.shape[0])
     p = make_plan(n, c)
     if n * p.W >= 1 << 32:
@@ -378,7 +381,7 @@ def msm_host_points(
     of points plus :func:`scratch_bytes` (chunk)."""
     cupy = require_cupy()
     n = _check_inputs(points, scalars)
-    mod = module("msm.cu")
+    mod = module(MSM_SOURCE)
     chunk = max(1, min(chunk, n or 1))
     c = window_bits or choose_window_bits(chunk)
     W = num_windows(c)

@@ -22,6 +22,12 @@
 //   8. (host)        sum_w 2^(c w) S_w + ones-bucket, and the affine conversion.
 #include "msm.cuh"
 
+// Occupancy of the point-arithmetic kernels: empty by default (the compiler takes up to 255
+// registers: 8 warps per SM); msm_lb.cu sets __launch_bounds__ to trade registers for warps.
+#ifndef MSM_BOUNDS
+#define MSM_BOUNDS
+#endif
+
 
 // ---- 1 and 3: digits, counting sort ----------------------------------------------------------
 
@@ -65,7 +71,7 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
 
 #define MSM_TID (blockIdx.x * blockDim.x + threadIdx.x)
 
-extern "C" __global__ void msm_accumulate0(const g1_affine* __restrict__ points,
+extern "C" __global__ void MSM_BOUNDS msm_accumulate0(const g1_affine* __restrict__ points,
                                            const uint32_t* __restrict__ sorted,
                                            const uint32_t* __restrict__ offs, uint32_t K, uint32_t M,
                                            uint32_t L, uint32_t T, g1_xyzz* __restrict__ buckets,
@@ -73,20 +79,20 @@ extern "C" __global__ void msm_accumulate0(const g1_affine* __restrict__ points,
     if (MSM_TID < T) msm_accumulate0_thread(MSM_TID, points, sorted, offs, K, M, L, buckets, pvals, pkeys);
 }
 
-extern "C" __global__ void msm_accumulate_n(const g1_xyzz* __restrict__ vals,
+extern "C" __global__ void MSM_BOUNDS msm_accumulate_n(const g1_xyzz* __restrict__ vals,
                                             const uint32_t* __restrict__ keys, uint32_t Min,
                                             uint32_t L, uint32_t T, g1_xyzz* __restrict__ buckets,
                                             g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys) {
     if (MSM_TID < T) msm_accumulate_n_thread(MSM_TID, vals, keys, Min, L, buckets, pvals, pkeys);
 }
 
-extern "C" __global__ void msm_bucket_reduce(const g1_xyzz* __restrict__ buckets, uint32_t W,
+extern "C" __global__ void MSM_BOUNDS msm_bucket_reduce(const g1_xyzz* __restrict__ buckets, uint32_t W,
                                              uint32_t B, uint32_t S, uint32_t G,
                                              g1_xyzz* __restrict__ out) {
     if (MSM_TID < W * G) msm_bucket_reduce_thread(MSM_TID, buckets, B, S, G, out);
 }
 
-extern "C" __global__ void xyzz_sum_groups(const g1_xyzz* __restrict__ in, uint32_t nseg,
+extern "C" __global__ void MSM_BOUNDS xyzz_sum_groups(const g1_xyzz* __restrict__ in, uint32_t nseg,
                                            uint32_t len_in, uint32_t F, uint32_t len_out,
                                            g1_xyzz* __restrict__ out) {
     if (MSM_TID < nseg * len_out) xyzz_sum_groups_thread(MSM_TID, in, len_in, F, len_out, out);
