@@ -14,11 +14,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,m
     --format=csv | tee "$OUT/gpu.txt"
 ls build/cubin 2>/dev/null
 B="python3 -m kernels.bench_msm --results-dir $OUT --json"
-if [ "$MODE" != "benchonly" ]; then
-    timeout 150 python3 -m pytest -q -x -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
-        2>&1 | tee -a "$OUT/session.log" | tail -n 30
-fi
 if [ "$MODE" = "quick" ]; then
+    timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
+        2>&1 | tee -a "$OUT/session.log" | tail -n 30
     timeout 120 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee -a "$OUT/session.log" | tail -n 12
 else
     # A/B of the kernel variants at 2^20 and 2^24; the faster one runs everything after
@@ -37,6 +35,10 @@ print(min(best, key=best.get) if best else "msm.cu")
 PY
 )
     echo "variant: $PROVETOP_MSM_SOURCE"
+    if [ "$MODE" != "benchonly" ]; then
+        timeout 150 python3 -m pytest -q -x -m "gpu and not slow" tests/test_cuda_msm.py -p no:cacheprovider \
+            2>&1 | tee -a "$OUT/session.log" | tail -n 30
+    fi
     timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --tag full 2>&1 | tee -a "$OUT/session.log" | tail -n 9
     timeout 100 $B --log-sizes 27 --points host 2>&1 | tee -a "$OUT/session.log" | tail -n 4
     timeout 100 $B --log-sizes 20,24,27 --scalars ones-heavy 2>&1 | tee -a "$OUT/session.log" | tail -n 6
