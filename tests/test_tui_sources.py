@@ -284,3 +284,44 @@ def test_replay_from_a_recording_file_uses_its_snapshots(tmp_path: Path):
     state, _ = replay.state_at(position, int(5e9))
     expect = State().fold(e for e in events if e["t"] <= position)
     assert _current(state) == _current(expect)
+
+
+def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
+    from recordings.writer import RecordingWriter
+    from tui.replayfile import FileReplaySource, open_replay
+
+    rng = random.Random()
+    events = generate(
+        devices=2, duration_s=30, seed=rng.randrange(1 << 30), markers=((7.5, "x"), (21.0, "y"))
+    )
+    path = tmp_path / "run.pvtrec"
+    writer = RecordingWriter(path, snapshot_every_s=3)
+    for event in events:
+        writer.write(event)
+    writer.close()
+    source = open_replay(path)
+    assert isinstance(source, FileReplaySource)
+    assert (source.start, source.end) == (events[0]["t"], events[-1]["t"])
+    source.prepare()
+    assert source.markers == [e["t"] for e in events if e["k"] == "marker"]
+    assert source.faults == [e["t"] for e in events if e["k"] == "fault"]
+    for _ in range(5):
+        position = rng.randrange(source.start, source.end)
+        window = int(rng.choice([1, 4, 12]) * 1e9)
+        state, offset = source.state_at(position, window)
+        expect = State().fold(e for e in events if e["t"] <= position)
+        assert _current(state) == _current(expect)
+        for lane, segs in expect.segments.items():
+            inside = {(s.start, s.end) for s in segs if s.start >= position - window}
+            assert inside <= {(s.start, s.end) for s in state.segments.get(lane, [])}
+        later = min(source.end, position + int(2e9))
+        source.advance(state, offset, later)
+        expect.fold(e for e in events if position < e["t"] <= later)
+        assert _current(state) == _current(expect)
+    source.close()
+    # a recording cut short (no index) is read by the tolerant full reader instead
+    cut = tmp_path / "cut.pvtrec"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
+    fallback = open_replay(cut)
+    assert not isinstance(fallback, FileReplaySource) and fallback.truncated
+    assert 0 < len(fallback.events) < len(events)

@@ -486,7 +486,9 @@ class ProvetopApp(App[int]):
     def _load_replay(self) -> None:
         assert self._replay_path is not None
         try:
-            source = ReplaySource.open(self._replay_path)
+            from tui.replayfile import open_replay
+
+            source = open_replay(self._replay_path)
         except Exception as exc:  # shown to the operator, then quit with an error
             self._call(self._replay_failed, str(exc))
             return
@@ -502,7 +504,10 @@ class ProvetopApp(App[int]):
         self.replay = ReplayState(
             source, position=source.start, playing=self.autoplay, speed=self.initial_speed
         )
-        if not source.checkpoints:
+        prepare = getattr(source, "prepare", None)
+        if prepare is not None:  # a file: find its faults and markers in the background
+            self.run_worker(prepare, thread=True, name="replay-prepare")
+        elif not source.checkpoints:
             self.run_worker(source.build_checkpoints, thread=True, name="checkpoints")
         self.seek(source.start if self.start_at is None else source.start + self.start_at)
         if source.truncated:
@@ -515,12 +520,17 @@ class ProvetopApp(App[int]):
             return
         position = max(r.source.start, min(r.source.end, int(position)))
         window = self.timeline.span + int(10e9)
-        if r.index and position >= r.position and position - r.position < window:
-            r.index = r.source.advance(self.view.state, r.index, position)
-        else:
-            state, r.index = r.source.state_at(position, window)
-            self.view.state = state
-            r.window = window
+        try:
+            if r.index and position >= r.position and position - r.position < window:
+                r.index = r.source.advance(self.view.state, r.index, position)
+            else:
+                state, r.index = r.source.state_at(position, window)
+                self.view.state = state
+                r.window = window
+        except Exception as exc:  # a damaged recording: say where, keep what is shown
+            r.playing = False
+            self.notify(f"cannot read the recording here: {exc}", severity="error", timeout=6)
+            return
         r.position = position
         self._dirty = True
         self.redraw()
@@ -532,7 +542,12 @@ class ProvetopApp(App[int]):
         position = r.position + int(REPLAY_TICK_S * r.speed * 1e9)
         if position >= r.source.end:
             position, r.playing = r.source.end, False
-        r.index = r.source.advance(self.view.state, r.index, position)
+        try:
+            r.index = r.source.advance(self.view.state, r.index, position)
+        except Exception as exc:  # a damaged recording: stop there and say so
+            r.playing = False
+            self.notify(f"replay stopped: {exc}", severity="error", timeout=6)
+            return
         r.position = position
         self._dirty = True
 

@@ -115,6 +115,8 @@ class Timeline(Widget, can_focus=True):
         self.lane_top = 0
         self.gpu_only = False
         self.follow_label = "live"  # "replay" while following a replay's position
+        self.builds = 0  # frames built, and when the last one was (for provetop bench tui)
+        self.built_at = 0.0
         self._lanes: list[tuple] = []
         self._rows: list[Strip] = []
         self._key: tuple | None = None
@@ -268,6 +270,8 @@ class Timeline(Widget, can_focus=True):
         if key == self._key:
             return
         self._key = key
+        self.builds += 1
+        self.built_at = time.perf_counter()
         width, height = self.size.width, self.size.height
         base = self.rich_style
         dim = base + Style(dim=True)
