@@ -5,6 +5,7 @@ with capture-pane, and quit; the process must exit 0 and leave the terminal usab
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,9 +69,10 @@ def test_provetop_run_in_a_real_terminal(tmp_path):
         # a forced fallback, acknowledged by the engine and shown on later partitions
         _tmux("send-keys", "-t", session, "F")
         _wait_for(session, lambda s: "fallback (forced)" in s, timeout=30)
-        # zoom in: the detail row names the new window
+        # zoom in: the detail row names the new, narrower window
+        before = re.search(r"window ([0-9.]+ m?s)", _screen(session)).group(1)
         _tmux("send-keys", "-t", session, "+")
-        _wait_for(session, lambda s: "window 20.0 s" in s)
+        _wait_for(session, lambda s: f"window {before}" not in s and "window " in s)
         _tmux("send-keys", "-t", session, "q")
         deadline = time.monotonic() + 60
         while not status.exists() and time.monotonic() < deadline:

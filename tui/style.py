@@ -49,15 +49,15 @@ def group_colour(group: str) -> str:
 
 
 def size(n: float | int | None, unit: bool = True) -> str:
-    """Bytes as GiB (or MiB below 1 GiB), two significant decimals."""
+    """Bytes for humans: GiB with two decimals, MiB, KiB or bytes below that."""
     if n is None or n < 0:
         return "–"
     n = float(n)
-    if abs(n) >= 1 << 30:
-        text = f"{n / (1 << 30):.2f}"
-        return text + " GiB" if unit else text
-    text = f"{n / (1 << 20):.0f}"
-    return text + " MiB" if unit else text
+    for shift, name, fmt in ((30, "GiB", "{:.2f}"), (20, "MiB", "{:.1f}"), (10, "KiB", "{:.1f}")):
+        if abs(n) >= 1 << shift:
+            text = fmt.format(n / (1 << shift))
+            return f"{text} {name}" if unit else text
+    return f"{n:.0f} B" if unit else f"{n:.0f}"
 
 
 def duration_ns(ns: int | float | None) -> str:

@@ -115,6 +115,7 @@ class Timeline(Widget, can_focus=True):
         self.lane_top = 0
         self.gpu_only = False
         self.follow_label = "live"  # "replay" while following a replay's position
+        self.auto_zoom = True  # until the operator zooms: fit a young run (5 s .. 30 s)
         self.builds = 0  # frames built, and when the last one was (for provetop bench tui)
         self.built_at = 0.0
         self._lanes: list[tuple] = []
@@ -133,6 +134,11 @@ class Timeline(Widget, can_focus=True):
             self._indexes.clear()
             self.state = state
         self.now = now
+        if self.auto_zoom and self.follow and state.first_t is not None:
+            # a young run fills the window until the operator picks a zoom
+            age = max(1, now - state.first_t)
+            fit = next((i for i, z in enumerate(ZOOMS_NS) if z >= age * 1.05), DEFAULT_ZOOM)
+            self.zoom = min(DEFAULT_ZOOM, max(ZOOMS_NS.index(int(5e9)), fit))
         self._key = None
         self.refresh()
 
@@ -205,6 +211,7 @@ class Timeline(Widget, can_focus=True):
         self.post_message(self.Selected(self.selected_device))
 
     def action_zoom(self, step: int) -> None:
+        self.auto_zoom = False
         centre = self.cursor_t
         self.zoom = max(0, min(len(ZOOMS_NS) - 1, self.zoom + step))
         if not self.follow and centre is not None:
