@@ -43,6 +43,7 @@ class RunContext:
     bus: Any
     controls: Any  # engine.control.Controls
     sample: Any  # callable(device) -> None: emit a memory sample now
+    faults: Any = None  # engine.faults.FaultInjector, or None (no injection)
 
 
 class DeviceGate:
@@ -390,6 +391,8 @@ class PartitionRunner:
         t0 = time.monotonic_ns()
         ok = False
         try:
+            if self.ctx.faults is not None:
+                self.ctx.faults.on_phase(name, self.device, self._where(att))
             yield
             ok = True
         finally:
@@ -423,22 +426,26 @@ class PartitionRunner:
         self.ctx.sample(self.device)
 
     def _fault_exception(self, att: Attempt, exc: Exception) -> None:
+        injected = {"injected": True} if getattr(exc, "injected", False) else {}
         self.bus.emit(
             "fault",
             kind="exception",
             message=f"{type(exc).__name__}: {exc}",
             **self._where(att),
+            **injected,
         )
 
     def _fault_oom(self, att: Attempt, exc: DeviceOOM) -> None:
+        injected = {"injected": True} if getattr(exc, "injected", False) else {}
         self.bus.emit(
             "fault",
-            kind="oom",
+            kind="registration" if exc.site == "host_register" else "oom",
             message=str(exc),
             **self._where(att),
             site=exc.site,
             requested=int(exc.requested),
             pools=exc.pools,
+            **injected,
         )
         self.ctx.sample(self.device)
 

@@ -37,7 +37,7 @@ from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, parse_listen, read_token
 from engine.srs import generate_srs
-from engine.workers import Scheduler, worker_loop
+from engine.workers import Scheduler, Supervisor, WorkerSlot, worker_loop
 from engine.workload import query_sizes
 from recordings.schema import SCHEMA_VERSION
 
@@ -65,8 +65,15 @@ class Engine:
         record: str | os.PathLike[str] | None = None,
         log: Callable[[str], None] | None = None,
         backend: Any = None,
+        inject: str | None = None,
     ) -> None:
         self.config = config.validate()
+        from engine.faults import FaultInjector, FaultSpecError
+
+        try:  # fault injection (engine.faults); None unless asked for
+            self.faults = FaultInjector.from_spec(inject)
+        except FaultSpecError as exc:
+            raise EngineError(str(exc)) from None
         self.read_only = read_only
         self.log = log or (lambda line: None)
         self.engine_id = uuid.uuid4().hex[:16]
@@ -83,10 +90,15 @@ class Engine:
         self.sizes = query_sizes(config.domain_log)
         self.footprint = footprint(config.domain_log, self.sizes, config.prestage_margin)
         self.devices: list[Device] = self._make_devices()
+        if self.faults is not None:
+            self.devices = [self.faults.wrap_device(d) for d in self.devices]
+            self.faults.ntt_bytes = self.footprint.u
         self.policy = make_policy(config.allocator)
         self.controls = Controls()
         self.clock = Clock()
         self.bus = Bus(self.clock)
+        if self.faults is not None:
+            self.faults.bind(self.bus.emit)
         if log is not None:
             self.bus.add_listener(self._log_event)
         self.scheduler = Scheduler(config.proofs, config.partitions, config.concurrency)
@@ -111,6 +123,8 @@ class Engine:
                 raise EngineError(str(exc)) from None
         else:
             self.server = None
+        if self.server is not None:
+            self.server.faults = self.faults
         self.recorder = None
         self.address: str | None = None
         self._run_thread: threading.Thread | None = None
@@ -142,6 +156,7 @@ class Engine:
             "margin": self.footprint.margin,
         }
         cfg["record"] = str(self.record_path) if self.record_path else None
+        cfg["inject"] = self.faults.spec if self.faults is not None else None
         from provetop import __version__
 
         return {
@@ -206,31 +221,19 @@ class Engine:
                 bus=self.bus,
                 controls=self.controls,
                 sample=self.sampler.sample,
+                faults=self.faults,
             )
             self.sampler.start()
             if not self.scheduler.paused:
                 self.bus.emit("engine_state", state="running", reason="SRS ready, workers started")
-            threads = []
+            supervisor = Supervisor(self.scheduler, self._on_worker_died, self._on_proof_done)
             for device in self.devices:
                 mutex = threading.Lock()
                 gate = DeviceGate()
                 for w in range(self.config.workers_per_device):
-                    runner = PartitionRunner(ctx, device, w, mutex, gate)
-                    t = threading.Thread(
-                        target=worker_loop,
-                        args=(
-                            self.scheduler,
-                            self._runner_fn(runner),
-                            self._on_proof_done,
-                            self._on_worker_error,
-                        ),
-                        name=f"worker-d{device.index}-w{w}",
-                        daemon=True,
-                    )
-                    t.start()
-                    threads.append(t)
-            for t in threads:
-                t.join()
+                    target = self._worker_target(ctx, device, w, mutex, gate)
+                    supervisor.add(f"worker-d{device.index}-w{w}", device.index, w, target)
+            supervisor.run()  # replaces a worker thread that dies; its partition runs again
         except Exception as exc:  # the run cannot continue: say so, end cleanly
             self.error = f"{type(exc).__name__}: {exc}"
             self.bus.emit("fault", kind="exception", message=f"engine run failed: {self.error}")
@@ -246,6 +249,33 @@ class Engine:
                 reason = "all proofs done"
             self.bus.emit("engine_state", state="done", reason=reason)
             self._done.set()
+
+    def _worker_target(
+        self, ctx: RunContext, device: Device, w: int, mutex: threading.Lock, gate: DeviceGate
+    ) -> Callable[[WorkerSlot], None]:
+        def target(slot: WorkerSlot) -> None:
+            runner = PartitionRunner(ctx, device, w, mutex, gate)
+            fn = self._runner_fn(runner)
+            worker_loop(self.scheduler, fn, self._on_proof_done, self._on_worker_error, slot)
+
+        return target
+
+    def _on_worker_died(self, slot: WorkerSlot, requeued: bool) -> None:
+        exc = slot.died
+        where: dict[str, Any] = {"device": slot.device, "worker": slot.worker}
+        if slot.job is not None:
+            where["proof"], where["partition"] = slot.job
+        then = "its partition runs again on another worker" if requeued else "no partition lost"
+        if slot.job is not None and not requeued:
+            then = "its partition failed (it killed its worker too often)"
+        self.bus.emit(
+            "fault",
+            kind="worker_died",
+            message=f"worker thread died ({type(exc).__name__}: {exc}); replaced, {then}",
+            site=getattr(exc, "phase", None),
+            injected=bool(getattr(exc, "injected", False)),
+            **where,
+        )
 
     def _runner_fn(self, runner: PartitionRunner) -> Callable[[int, int], bool]:
         def run(proof: int, partition: int) -> bool:

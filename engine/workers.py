@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 
 class Scheduler:
@@ -29,12 +32,17 @@ class Scheduler:
         self.paused = False
         self.stopped = False
         self.completed: list[tuple[int, bool]] = []
+        self._requeued: deque[tuple[int, int]] = deque()  # partitions of dead workers
 
     def next(self) -> tuple[int, int] | None:
         """Block until a partition may start; None when there is nothing more to do."""
         with self._cv:
             while True:
-                if self.stopped or self._next_proof >= self.proofs:
+                if self.stopped:
+                    return None
+                if self._requeued and not self.paused:
+                    return self._requeued.popleft()
+                if self._next_proof >= self.proofs:
                     return None
                 if not self.paused:
                     starting = self._next_partition == 0
@@ -67,6 +75,12 @@ class Scheduler:
             self._cv.notify_all()
             return result
 
+    def requeue(self, proof: int, partition: int) -> None:
+        """Hand a started partition out again (its worker died before finishing it)."""
+        with self._cv:
+            self._requeued.append((proof, partition))
+            self._cv.notify_all()
+
     def pause(self) -> None:
         with self._cv:
             self.paused = True
@@ -88,25 +102,103 @@ class Scheduler:
             return self._next_proof >= self.proofs
 
 
+@dataclass
+class WorkerSlot:
+    """What the supervisor knows of one worker thread: the partition it holds (``job``),
+    whether it returned normally (``exited``) or died (``died``: the exception)."""
+
+    device: int
+    worker: int
+    job: tuple[int, int] | None = None
+    exited: bool = False
+    died: BaseException | None = None
+
+
 def worker_loop(
     scheduler: Scheduler,
     run_partition: Callable[[int, int], bool],
     on_finish: Callable[[int, bool, float], None],
     on_error: Callable[[int, int, Exception], None] | None = None,
+    slot: WorkerSlot | None = None,
 ) -> None:
-    """One worker thread: take partitions until the scheduler says there are none left."""
-    while True:
-        job = scheduler.next()
-        if job is None:
-            return
-        proof, partition = job
-        ok = False
-        try:
-            ok = run_partition(proof, partition)
-        except Exception as exc:  # a bug in one partition must not kill the worker
-            if on_error is not None:
-                on_error(proof, partition, exc)
-        finally:
+    """One worker thread: take partitions until the scheduler says there are none left.
+    An exception from a partition fails that partition; anything that unwinds the thread
+    itself (a BaseException) leaves the partition in ``slot.job`` for the supervisor."""
+    slot = slot or WorkerSlot(-1, -1)
+    try:
+        while True:
+            job = scheduler.next()
+            if job is None:
+                slot.exited = True
+                return
+            slot.job = job
+            proof, partition = job
+            ok = False
+            try:
+                ok = run_partition(proof, partition)
+            except Exception as exc:  # a bug in one partition must not kill the worker
+                if on_error is not None:
+                    on_error(proof, partition, exc)
+            slot.job = None
             done = scheduler.finish(proof, ok)
             if done is not None:
                 on_finish(proof, done[1], done[2])
+    except BaseException as exc:  # the thread dies; the supervisor replaces it
+        slot.died = exc
+
+
+class Supervisor:
+    """Starts the worker threads and watches them: a thread that ends without the scheduler
+    having run dry died, so its partition is handed out again (at most ``max_requeues`` times;
+    then it is reported failed) and a replacement thread takes its place. ``on_died(slot,
+    requeued)`` reports the death (a ``worker_died`` fault)."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        on_died: Callable[[WorkerSlot, bool], None],
+        on_finish: Callable[[int, bool, float], None],
+        max_requeues: int = 2,
+        poll_s: float = 0.05,
+    ) -> None:
+        self.scheduler = scheduler
+        self.on_died = on_died
+        self.on_finish = on_finish
+        self.max_requeues = max_requeues
+        self.poll_s = poll_s
+        self._workers: list[tuple[threading.Thread, WorkerSlot, Callable[..., Any], str]] = []
+        self._requeues: dict[tuple[int, int], int] = {}
+        self.replaced = 0
+
+    def add(self, name: str, device: int, worker: int, target: Callable[[WorkerSlot], Any]) -> None:
+        """Start ``target(slot)`` on a new thread (``target`` runs :func:`worker_loop`)."""
+        slot = WorkerSlot(device, worker)
+        thread = threading.Thread(target=target, args=(slot,), name=name, daemon=True)
+        thread.start()
+        self._workers.append((thread, slot, target, name))
+
+    def run(self) -> None:
+        """Block until every worker has returned normally, replacing those that die."""
+        while self._workers:
+            self._workers[0][0].join(self.poll_s)
+            for entry in list(self._workers):
+                thread, slot, target, name = entry
+                if thread.is_alive():
+                    continue
+                self._workers.remove(entry)
+                if slot.exited:
+                    continue
+                requeued = False
+                if slot.job is not None:
+                    n = self._requeues.get(slot.job, 0) + 1
+                    self._requeues[slot.job] = n
+                    if n <= self.max_requeues:
+                        self.scheduler.requeue(*slot.job)
+                        requeued = True
+                    else:
+                        done = self.scheduler.finish(slot.job[0], False)
+                        if done is not None:
+                            self.on_finish(slot.job[0], done[1], done[2])
+                self.on_died(slot, requeued)
+                self.replaced += 1
+                self.add(name, slot.device, slot.worker, target)
