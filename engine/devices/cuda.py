@@ -1,0 +1,501 @@
+"""A real GPU behind the ``Device`` interface: CuPy's pools, the driver and NVML.
+
+Why these three doors (``engine.devices.base``), on real memory:
+
+- ``raw``: plain ``cudaMalloc``/``cudaFree`` (``cupy.cuda.runtime.malloc``), freed exactly at
+  :meth:`CudaDevice.free` and never cached: the seed's pre-stage buffers (``dev_ptr_t``), so the
+  phantom OOM is the real one (cudaMalloc refused while the stream-ordered pool keeps memory);
+- ``sync``: CuPy's caching pool (``cupy.cuda.MemoryPool``, cudaMalloc underneath), which is
+  also where CuPy puts anything allocated without an explicit allocator (tables, twiddles);
+- ``async``: ``cupy.cuda.MemoryAsyncPool`` over the device's default stream-ordered pool
+  (cudaMallocAsync). Constructing it sets the release threshold to UINT64_MAX, so freed memory
+  stays reserved until :meth:`CudaDevice.trim` (``cudaMemPoolTrimTo``). The kernels draw their
+  scratch (NTT work buffers, MSM buckets and sorts, H's output) through :meth:`allocator`,
+  which is this pool with OOMs turned into :class:`DeviceOOM`.
+
+Streams: each worker thread gets, on first use, its own non-blocking compute stream and an
+upload stream (``kernel_args``); an upload records an event that the compute stream waits on.
+:meth:`synchronize` waits for the calling worker's own streams only: that is what makes *its*
+stream-ordered frees observed before a trim (``cudaMemPoolTrimTo`` does not synchronise; frees
+not yet observed on the host "can count as outstanding"), and it never waits for the other
+worker's kernels. A thread with no streams of its own (the engine's, a ``trim`` command)
+synchronises the whole device.
+
+Ballast (``--device-memory`` on a larger card): one plain cudaMalloc that makes the driver's
+free memory what a card of that size would have; shown as ``ballast`` in every sample.
+
+Host registration: uploads register the host array (``cudaHostRegister``) so the copy is a
+real asynchronous DMA, and unregister it once the copy is done; a refusal (for example "already
+registered") falls back to a pageable copy and is counted and reported, never fatal.
+
+CuPy is imported lazily (``require_cupy``); the pure helpers at the top are tested on CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.devices.base import POOLS, Block, Device, DeviceOOM
+
+# cudaMemPoolAttr values (driver_types.h)
+ATTR_RESERVED_CURRENT, ATTR_RESERVED_HIGH, ATTR_USED_CURRENT, ATTR_USED_HIGH = 5, 6, 7, 8
+CUDA_ERROR_MEMORY_ALLOCATION = 2
+CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
+BALLAST_HEADROOM = 256 << 20  # what a ballast must leave free beyond the asked capacity's use
+H2D = 1  # cudaMemcpyHostToDevice
+
+
+class CudaDeviceError(RuntimeError):
+    """The device cannot be set up as asked (one line, for the CLI)."""
+
+
+# -- pure helpers (no CuPy; tested on CPU) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BallastPlan:
+    """How much to hold so the engine sees a card of ``capacity`` bytes."""
+
+    ballast: int
+    capacity: int
+    note: str | None = None
+
+
+def plan_ballast(requested: int | None, free: int, total: int) -> BallastPlan:
+    """``requested`` = ``--device-memory`` (None: the whole card). The ballast is
+    ``total - requested``: the driver's total stays the physical card's, its free memory drops
+    by exactly the difference, as on a smaller card with the same context overhead. Raises
+    :class:`CudaDeviceError` when the ballast cannot fit in what is free now."""
+    if requested is None or requested >= total:
+        note = None
+        if requested is not None and requested > total:
+            note = f"--device-memory {requested} exceeds the card's {total} bytes: using the card"
+        return BallastPlan(0, total, note)
+    ballast = total - int(requested)
+    if ballast > free - BALLAST_HEADROOM:
+        raise CudaDeviceError(
+            f"--device-memory {requested}: a ballast of {ballast} bytes does not fit in the "
+            f"{free} bytes free on this card (other processes hold memory?)"
+        )
+    return BallastPlan(ballast, int(requested))
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for the exceptions CuPy raises when the device refuses memory."""
+    if type(exc).__name__ == "OutOfMemoryError":
+        return True
+    status = getattr(exc, "status", None)
+    return status == CUDA_ERROR_MEMORY_ALLOCATION
+
+
+def register_failure_reason(exc: BaseException) -> str:
+    """One line for a refused ``cudaHostRegister`` (the upload then copies from pageable
+    memory)."""
+    status = getattr(exc, "status", None)
+    if status == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+        return "host memory already registered: pageable copy"
+    return f"cudaHostRegister refused ({type(exc).__name__}: {exc}): pageable copy"
+
+
+def pool_sample(
+    *,
+    raw_used: int,
+    sync_used: int,
+    sync_cached: int,
+    async_attrs: dict[int, int],
+    pinned_host: int,
+    ballast: int,
+    free: int,
+    total: int,
+    nvml: dict[str, int],
+    counters: dict[str, int],
+) -> dict[str, Any]:
+    """The ``memory`` event's fields from the raw readings (schema MEMORY_FIELDS plus the
+    extra keys ``raw_used``, ``async_used_high`` and the ``counters`` of registrations)."""
+    out: dict[str, Any] = {
+        "sync_used": int(raw_used + sync_used),
+        "sync_cached": int(sync_cached),
+        "async_used": int(async_attrs.get(ATTR_USED_CURRENT, 0)),
+        "async_reserved": int(async_attrs.get(ATTR_RESERVED_CURRENT, 0)),
+        "async_high": int(async_attrs.get(ATTR_RESERVED_HIGH, 0)),
+        "async_used_high": int(async_attrs.get(ATTR_USED_HIGH, 0)),
+        "raw_used": int(raw_used),
+        "pinned_host": int(pinned_host),
+        "ballast": int(ballast),
+        "driver_free": int(free),
+        "driver_total": int(total),
+        "modeled": False,
+    }
+    out.update({k: int(v) for k, v in nvml.items()})
+    out.update({k: int(v) for k, v in counters.items()})
+    return out
+
+
+def gpu_visible() -> bool:
+    """A cheap check, without CuPy, that this host exposes an NVIDIA GPU."""
+    import os
+
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
+
+
+def choose_backend(requested: str | None, probe: Any = None) -> tuple[str, str]:
+    """(backend, one-line reason) for ``--backend`` (None = default: cuda when a GPU is
+    visible and CuPy can use it, cpu otherwise). ``probe()`` returns None when CUDA is usable
+    or the reason it is not (default: ``kernels.cuda_build.require_cupy``)."""
+    if requested:
+        return requested, f"backend {requested} (asked for)"
+    if probe is None:
+
+        def probe() -> str | None:
+            if not gpu_visible():
+                return "no GPU visible"
+            try:
+                from kernels.cuda_build import require_cupy
+
+                require_cupy()
+            except Exception as exc:
+                return str(exc)
+            return None
+
+    why = probe()
+    if why is None:
+        return "cuda", "backend cuda (default: a GPU is visible)"
+    return "cpu", f"backend cpu (default: {why}), device memory modeled"
+
+
+# -- the device -------------------------------------------------------------------------------
+
+
+@dataclass
+class _WorkerStreams:
+    compute: Any
+    upload: Any
+
+
+@dataclass
+class _Counters:
+    register_ok: int = 0
+    register_fallback: int = 0
+    last_register_failure: str | None = None
+    ooms: dict[str, int] = field(default_factory=dict)
+
+
+class CudaDevice(Device):
+    """One CUDA device with real pools (see the module docstring). ``capacity`` is
+    ``--device-memory`` (None: the whole card)."""
+
+    kernels_allocate = True  # the kernels draw their scratch through allocator(); see pipeline
+
+    def __init__(self, index: int, capacity: int | None = None, *, cupy: Any = None) -> None:
+        if cupy is None:
+            from kernels.cuda_build import require_cupy
+
+            cupy = require_cupy()
+        self.cupy = cupy
+        self.rt = cupy.cuda.runtime
+        self.index = int(index)
+        self.modeled = False
+        if not 0 <= self.index < self.rt.getDeviceCount():
+            raise CudaDeviceError(
+                f"--devices: no CUDA device {index} ({self.rt.getDeviceCount()} visible)"
+            )
+        self.dev = cupy.cuda.Device(self.index)
+        self._lock = threading.RLock()
+        self._tl = threading.local()
+        self.raw_used = 0
+        self.pinned_host = 0
+        self.counters = _Counters()
+        with self.dev:
+            self.sync_pool = cupy.get_default_memory_pool()
+            self.async_pool = cupy.cuda.MemoryAsyncPool()  # release threshold -> UINT64_MAX
+            self.pool_handle = self.rt.deviceGetDefaultMemPool(self.index)
+            free, total = self.rt.memGetInfo()
+            props = self.rt.getDeviceProperties(self.index)
+            self.pci_bus_id = self.dev.pci_bus_id
+        plan = plan_ballast(capacity, free, total)
+        self.note = plan.note
+        self.physical = int(total)
+        self.ballast = plan.ballast
+        self.capacity = plan.capacity
+        self._ballast_mem = None
+        if self.ballast:
+            with self.dev:
+                self._ballast_mem = cupy.cuda.Memory(self.ballast)  # one plain cudaMalloc
+        raw_name = props.get("name", b"GPU")
+        gpu = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+        gib = self.capacity / (1 << 30)
+        self.name = f"{gpu} #{self.index} ({gib:.2f} GiB" + (
+            f", {self.ballast / (1 << 30):.2f} GiB ballast)" if self.ballast else ")"
+        )
+        from engine.nvml import NvmlDevice
+
+        self.nvml = NvmlDevice(pci_bus_id=self.pci_bus_id)
+        self._staging: dict[int, Any] = {}
+
+    # -- streams ------------------------------------------------------------------------------
+
+    def streams(self) -> _WorkerStreams:
+        """The calling thread's compute and upload streams (created, and this device made
+        current for the thread, on first use)."""
+        st = getattr(self._tl, "streams", None)
+        if st is None:
+            self.dev.use()
+            st = _WorkerStreams(
+                compute=self.cupy.cuda.Stream(non_blocking=True),
+                upload=self.cupy.cuda.Stream(non_blocking=True),
+            )
+            self._tl.streams = st
+        return st
+
+    def kernel_args(self, site: str = "msm_scratch") -> dict[str, Any]:
+        """``stream`` and ``allocator`` for a backend call from this worker thread."""
+        return {"stream": self.streams().compute, "allocator": self.allocator(site)}
+
+    def allocator(self, site: str) -> Any:
+        """The stream-ordered pool as a CuPy allocator; a refusal becomes :class:`DeviceOOM`
+        with the pool state (so the pipeline records an ``oom`` fault, not an exception)."""
+
+        def alloc(nbytes: int) -> Any:
+            try:
+                with self.dev:
+                    return self.async_pool.malloc(nbytes)
+            except Exception as exc:
+                if is_oom(exc):
+                    self._count_oom("async")
+                    raise DeviceOOM(int(nbytes), "async", site, self._sample()) from None
+                raise
+
+        return alloc
+
+    def gpu_timer(self) -> GpuTimer:
+        """A pair of CUDA events on this worker's compute stream (phase ``gpu_ms``)."""
+        return GpuTimer(self.cupy, self.streams().compute)
+
+    # -- Device -------------------------------------------------------------------------------
+
+    def malloc(self, nbytes: int, pool: str, site: str) -> Block:
+        if pool not in POOLS:
+            raise ValueError(f"unknown pool {pool!r}")
+        size = self.round(nbytes)
+        try:
+            with self.dev:
+                if pool == "raw":
+                    ptr = self.rt.malloc(size)
+                    mem = self.cupy.cuda.memory.UnownedMemory(ptr, size, self, self.index)
+                    handle = self.cupy.cuda.MemoryPointer(mem, 0)
+                elif pool == "sync":
+                    handle = self.sync_pool.malloc(size)
+                else:
+                    self.streams()
+                    handle = self.async_pool.malloc(size)
+        except Exception as exc:
+            if is_oom(exc):
+                self._count_oom(pool)
+                raise DeviceOOM(int(nbytes), pool, site, self._sample()) from None
+            raise
+        if pool == "raw":
+            with self._lock:
+                self.raw_used += size
+        return Block(pool=pool, size=size, requested=int(nbytes), site=site, handle=handle)
+
+    def free(self, block: Block) -> None:
+        with self._lock:
+            if block.freed:
+                return
+            block.freed = True
+            handle, block.handle = block.handle, None
+            if block.pool == "raw":
+                self.raw_used -= block.size
+        if block.pool == "raw" and handle is not None:
+            with self.dev:
+                self.rt.free(handle.ptr)  # cudaFree: waits for the device's pending work
+        del handle  # sync/async: back to the pool when the last array over it goes
+
+    def synchronize(self) -> None:
+        st = getattr(self._tl, "streams", None)
+        if st is not None:
+            st.upload.synchronize()
+            st.compute.synchronize()
+        else:
+            self.dev.synchronize()
+
+    def trim(self, pools: tuple[str, ...] = ("async", "sync")) -> int:
+        """Release reserved-but-unused memory; only pools that hold some are touched (a
+        ``free_all_blocks`` with nothing cached would still cost cudaFree calls)."""
+        released = 0
+        with self.dev:
+            if "async" in pools:
+                before = self._attr(ATTR_RESERVED_CURRENT)
+                if before > self._attr(ATTR_USED_CURRENT):
+                    self.rt.memPoolTrimTo(self.pool_handle, 0)
+                    released += max(0, before - self._attr(ATTR_RESERVED_CURRENT))
+            if "sync" in pools:
+                cached = int(self.sync_pool.free_bytes())
+                if cached:
+                    self.sync_pool.free_all_blocks()
+                    released += max(0, cached - int(self.sync_pool.free_bytes()))
+        return released
+
+    def mem_info(self) -> tuple[int, int]:
+        with self.dev:
+            free, total = self.rt.memGetInfo()
+        return int(free), int(total)
+
+    def pin(self, nbytes: int) -> None:
+        with self._lock:
+            self.pinned_host += int(nbytes)
+
+    def unpin(self, nbytes: int) -> None:
+        with self._lock:
+            self.pinned_host = max(0, self.pinned_host - int(nbytes))
+
+    def sample(self) -> dict[str, Any]:
+        return self._sample()
+
+    def _attr(self, attr: int) -> int:
+        return int(self.rt.memPoolGetAttribute(self.pool_handle, attr))
+
+    def _sample(self) -> dict[str, Any]:
+        with self.dev:
+            free, total = self.rt.memGetInfo()
+            attrs = {
+                a: self._attr(a)
+                for a in (ATTR_RESERVED_CURRENT, ATTR_RESERVED_HIGH, ATTR_USED_CURRENT)
+            }
+            attrs[ATTR_USED_HIGH] = self._attr(ATTR_USED_HIGH)
+            sync_used = int(self.sync_pool.used_bytes())
+            sync_cached = int(self.sync_pool.free_bytes())
+        c = self.counters
+        counters = {"register_ok": c.register_ok, "register_fallback": c.register_fallback}
+        return pool_sample(
+            raw_used=self.raw_used,
+            sync_used=sync_used,
+            sync_cached=sync_cached,
+            async_attrs=attrs,
+            pinned_host=self.pinned_host,
+            ballast=self.ballast,
+            free=free,
+            total=total,
+            nvml=self.nvml.memory(),
+            counters=counters,
+        )
+
+    def reset_high_water(self) -> None:
+        """Restart the pool's high-water marks from now (setting them to 0)."""
+        with self.dev:
+            for a in (ATTR_RESERVED_HIGH, ATTR_USED_HIGH):
+                self.rt.memPoolSetAttribute(self.pool_handle, a, 0)
+
+    def _count_oom(self, pool: str) -> None:
+        with self._lock:
+            self.counters.ooms[pool] = self.counters.ooms.get(pool, 0) + 1
+
+    # -- copies -------------------------------------------------------------------------------
+
+    def upload(self, host: Any, block: Block, *, offset: int = 0, chunk: int | None = None) -> Any:
+        """Copy ``host`` into ``block`` at ``offset`` on this worker's upload stream; the
+        compute stream waits for it (an event), and the call returns once the copy is done
+        (so the host array can be unregistered and the phase time is the copy's). Whole
+        arrays go from registered host memory; with ``chunk`` they go through a pinned
+        staging buffer of that size."""
+        cupy = self.cupy
+        host = np.ascontiguousarray(host)
+        nbytes = int(host.nbytes)
+        if block.freed or block.handle is None or offset < 0 or offset + nbytes > block.size:
+            raise ValueError(f"upload of {nbytes} bytes at {offset} does not fit block {block.id}")
+        st = self.streams()
+        dst = cupy.ndarray(host.shape, dtype=host.dtype, memptr=block.handle + offset)
+        if nbytes == 0:
+            return dst
+        if chunk and chunk < nbytes:
+            self._upload_chunked(host, dst, int(chunk), st)
+        else:
+            registered = self._register(host)
+            try:
+                self.rt.memcpyAsync(dst.data.ptr, host.ctypes.data, nbytes, H2D, st.upload.ptr)
+                st.upload.synchronize()
+            finally:
+                if registered:
+                    self.rt.hostUnregister(host.ctypes.data)
+        done = cupy.cuda.Event(disable_timing=True)
+        done.record(st.upload)
+        st.compute.wait_event(done)
+        return dst
+
+    def _register(self, host: np.ndarray) -> bool:
+        try:
+            self.rt.hostRegister(host.ctypes.data, int(host.nbytes), 0)
+        except Exception as exc:
+            with self._lock:
+                self.counters.register_fallback += 1
+                self.counters.last_register_failure = register_failure_reason(exc)
+            return False
+        with self._lock:
+            self.counters.register_ok += 1
+        return True
+
+    def _upload_chunked(self, host: np.ndarray, dst: Any, chunk: int, st: _WorkerStreams) -> None:
+        """Through a pinned staging buffer of ``chunk`` bytes, one piece at a time."""
+        flat = host.reshape(-1).view(np.uint8)
+        stage = self._staging_buffer(chunk)
+        base = dst.data.ptr
+        for lo in range(0, flat.size, chunk):
+            hi = min(flat.size, lo + chunk)
+            stage[: hi - lo] = flat[lo:hi]
+            self.rt.memcpyAsync(base + lo, stage.ctypes.data, hi - lo, H2D, st.upload.ptr)
+            st.upload.synchronize()  # the staging buffer is reused by the next piece
+
+    def _staging_buffer(self, chunk: int) -> np.ndarray:
+        """A pinned (cudaHostAlloc) byte buffer for this thread, grown when needed."""
+        buf = getattr(self._tl, "staging", None)
+        if buf is None or buf.size < chunk:
+            mem = self.cupy.cuda.alloc_pinned_memory(chunk)
+            buf = np.frombuffer(mem, np.uint8, chunk)
+            self._tl.staging = buf
+        return buf
+
+    def download(self, array: Any) -> Any:
+        if isinstance(array, np.ndarray):
+            return np.array(array, copy=True)
+        return array.get(stream=self.streams().compute)
+
+    def registration_report(self) -> tuple[int, int, str | None]:
+        """(registered, fell back, last failure reason) since the start."""
+        c = self.counters
+        return c.register_ok, c.register_fallback, c.last_register_failure
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        d.update(physical=self.physical, ballast=self.ballast, pci_bus_id=self.pci_bus_id)
+        if self.nvml.error:
+            d["nvml"] = self.nvml.error
+        return d
+
+    def close(self) -> None:
+        """Give the ballast back and empty both pools (end of run)."""
+        self._ballast_mem = None
+        self.synchronize()
+        self.trim()
+
+
+class GpuTimer:
+    """Elapsed device time between two events on one stream."""
+
+    def __init__(self, cupy: Any, stream: Any) -> None:
+        self.cupy = cupy
+        self.stream = stream
+        self.start_ev = cupy.cuda.Event()
+        self.end_ev = cupy.cuda.Event()
+
+    def start(self) -> None:
+        self.start_ev.record(self.stream)
+
+    def stop(self) -> float:
+        """Record the end, wait for it, return milliseconds."""
+        self.end_ev.record(self.stream)
+        self.end_ev.synchronize()
+        return float(self.cupy.cuda.get_elapsed_time(self.start_ev, self.end_ev))

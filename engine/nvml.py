@@ -1,0 +1,106 @@
+"""NVML, the "nvidia-smi view" of a device, read failure-tolerantly.
+
+Why a wrapper: the engine's memory samples carry NVML's figures next to the driver's and the
+pools' (the dashboard shows where the three disagree), but NVML is optional. It may be missing
+(no ``nvidia-ml-py``), refuse to initialise (no driver, a container without the library), or
+not list this process (PID namespaces: NVML reports host PIDs). Every one of those cases must
+leave the engine running with the NVML fields absent, never fail a partition.
+
+Facts (``../shared/docs/cuda-memory.md``): the v2 memory structure matches what nvidia-smi
+prints (v1 "used" includes the driver's reservation); per-process usage comes from
+``nvmlDeviceGetComputeRunningProcesses``; CUDA ordinals and NVML indices differ under
+``CUDA_VISIBLE_DEVICES``, so devices are matched by PCI bus id.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"init": None, "error": None}
+
+
+def _nvml() -> Any | None:
+    """The initialised ``pynvml`` module, or None (the reason is kept in :func:`error`)."""
+    with _lock:
+        if _state["init"] is not None:
+            return _state["init"] or None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            _state["init"] = pynvml
+        except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, ...
+            _state["init"] = False
+            _state["error"] = f"{type(exc).__name__}: {exc}"
+        return _state["init"] or None
+
+
+def error() -> str | None:
+    """Why NVML is unavailable (None when it works or was never asked)."""
+    return _state["error"]
+
+
+class NvmlDevice:
+    """One device's NVML handle; :meth:`memory` never raises."""
+
+    def __init__(self, pci_bus_id: str | None = None, index: int | None = None) -> None:
+        self.handle: Any = None
+        self.error: str | None = None
+        nv = _nvml()
+        if nv is None:
+            self.error = error()
+            return
+        try:
+            if pci_bus_id:
+                self.handle = nv.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode())
+            else:
+                self.handle = nv.nvmlDeviceGetHandleByIndex(int(index or 0))
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def memory(self, pid: int | None = None) -> dict[str, int]:
+        """``nvml_used``, ``nvml_free``, ``nvml_total`` (v2) and ``process_used`` (this
+        process, when NVML lists it); keys are left out when NVML cannot say."""
+        out: dict[str, int] = {}
+        if self.handle is None:
+            return out
+        nv = _nvml()
+        try:
+            info = nv.nvmlDeviceGetMemoryInfo(self.handle, version=nv.nvmlMemory_v2)
+            out.update(nvml_used=int(info.used), nvml_free=int(info.free))
+            out["nvml_total"] = int(info.total)
+        except Exception:
+            try:  # an older driver without the v2 structure: v1 (used includes the reservation)
+                info = nv.nvmlDeviceGetMemoryInfo(self.handle)
+                out.update(nvml_used=int(info.used), nvml_free=int(info.free))
+                out["nvml_total"] = int(info.total)
+            except Exception as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+        used = process_usage(nv, self.handle, os.getpid() if pid is None else pid)
+        if used is not None:
+            out["process_used"] = used
+        return out
+
+
+def process_usage(nv: Any, handle: Any, pid: int) -> int | None:
+    """This process's device memory as NVML lists it, or None when it is not listed (a PID
+    namespace) or NVML cannot report it."""
+    try:
+        procs = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:
+        return None
+    for p in procs:
+        if int(getattr(p, "pid", -1)) == pid:
+            used = getattr(p, "usedGpuMemory", None)
+            return int(used) if used is not None else None
+    return None
+
+
+def reset() -> None:
+    """Forget the initialisation (tests swap the ``pynvml`` module)."""
+    with _lock:
+        _state["init"] = None
+        _state["error"] = None

@@ -1,0 +1,222 @@
+"""The CUDA kernel backend: ``KernelBackend`` composed from the GPU NTT/H step, MSM and SRS.
+
+Why a thin composition: the arithmetic lives in ``cuda_ntt``, ``cuda_msm`` and ``cuda_srs``
+(each with its own tests and notes); this class only decides *where data lives* and *which
+allocator and stream* a call uses, so the engine can drive the GPU through the same interface
+as the CPU reference.
+
+Where results live: the result of :meth:`ntt`, :meth:`h_step` and :meth:`srs` lives where the
+inputs lived. CuPy in, CuPy out (the engine's path: nothing leaves the device until copy-back);
+numpy in, numpy out (a caller without a GPU-side array, such as ``engine.srs.generate_srs``,
+gets host arrays and never holds device memory after the call). :meth:`msm` always returns a
+numpy ``(12,)`` point (the window combination runs on the host).
+
+Where MSM points live: a CuPy ``points`` array is summed in place (``cuda_msm.msm``); a numpy
+one is streamed up in chunks of :attr:`CudaBackend.host_chunk` points through two device
+buffers (``cuda_msm.msm_host_points``), which is how an SRS that does not fit on the card is
+used (pinned host memory gives the copy/compute overlap).
+
+Allocations: everything a call allocates (outputs included) comes from ``allocator`` when one
+is given (the engine passes its stream-ordered pool), else from an uncached cudaMalloc for the
+numpy-in calls (nothing is left in CuPy's caching pool) and CuPy's current allocator otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from kernels.cuda_build import require_cupy
+
+DEFAULT_HOST_CHUNK = 1 << 22  # points per streamed chunk: 384 MiB of points per buffer
+SRS_HOST_CHUNK = 1 << 23  # points generated per device round trip for numpy secrets
+
+
+def is_host(x: Any) -> bool:
+    """True for numpy arrays (and anything that is not a CuPy array)."""
+    return isinstance(x, np.ndarray) or not hasattr(x, "data") or not hasattr(x, "device")
+
+
+def uncached_allocator(cupy: Any) -> Any:
+    """An allocator whose blocks are plain cudaMalloc, freed by cudaFree when the last array
+    over them goes: for temporaries that must not stay in CuPy's caching pool."""
+
+    def alloc(nbytes: int) -> Any:
+        return cupy.cuda.MemoryPointer(cupy.cuda.Memory(max(1, int(nbytes))), 0)
+
+    return alloc
+
+
+class CudaBackend:
+    """``KernelBackend`` on the GPU (see the module docstring for data placement).
+
+    Raises ``kernels.cuda_build.CudaUnavailable`` (a RuntimeError) at construction when CuPy or
+    a device is missing, which ``kernels.backends.get_backend`` turns into BackendUnavailable.
+    """
+
+    name = "cuda"
+
+    def __init__(self, host_chunk: int = DEFAULT_HOST_CHUNK) -> None:
+        from kernels.cuda_ntt import CudaNtt
+
+        self.cupy = require_cupy()
+        self._ntt = CudaNtt()
+        if host_chunk < 1:
+            raise ValueError(f"host_chunk must be positive, got {host_chunk}")
+        self.host_chunk = int(host_chunk)
+        self.h_in_place = False  # the engine sets True: it owns a, b, c (see h_step)
+
+    # -- placement helpers -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _on(self, stream: Any, allocator: Any) -> Iterator[Any]:
+        """Make ``stream`` current and route CuPy's allocations to ``allocator`` (if given)."""
+        cupy = self.cupy
+        s = stream if stream is not None else cupy.cuda.get_current_stream()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(s)
+            if allocator is not None:
+                stack.enter_context(cupy.cuda.using_allocator(allocator))
+            yield s
+
+    def _device(self, x: Any, what: str) -> Any:
+        """``x`` as a C-contiguous uint64 CuPy array on the current device and stream."""
+        cupy = self.cupy
+        if is_host(x):
+            a = np.ascontiguousarray(x)
+            if a.dtype != np.uint64:
+                raise ValueError(f"{what}: expected a uint64 array, got {a.dtype}")
+            return cupy.asarray(a)
+        if x.dtype != cupy.uint64:
+            raise ValueError(f"{what}: expected a uint64 array, got {x.dtype}")
+        return cupy.ascontiguousarray(x)
+
+    def _host_default(self, allocator: Any, *xs: Any) -> Any:
+        """The allocator a call uses: the caller's, else uncached when every input is host."""
+        if allocator is None and all(is_host(x) for x in xs):
+            return uncached_allocator(self.cupy)
+        return allocator
+
+    # -- KernelBackend -----------------------------------------------------------------------
+
+    def ntt(
+        self,
+        x: Any,
+        *,
+        inverse: bool = False,
+        coset: bool = False,
+        input_order: str = "natural",
+        output_order: str = "natural",
+        stream: Any = None,
+        allocator: Any = None,
+    ) -> Any:
+        """Forward/inverse (coset) NTT; see ``kernels.backend.KernelBackend.ntt``."""
+        host = is_host(x)
+        with self._on(stream, self._host_default(allocator, x)) as s:
+            d = self._device(x, "ntt")
+            out = self._ntt.ntt(
+                d,
+                inverse=inverse,
+                coset=coset,
+                input_order=input_order,
+                output_order=output_order,
+                stream=s,
+            )
+            return out.get(stream=s) if host else out
+
+    def h_step(
+        self,
+        a: Any,
+        b: Any,
+        c: Any,
+        *,
+        stream: Any = None,
+        allocator: Any = None,
+        overwrite_inputs: bool | None = None,
+    ) -> Any:
+        """H's n-1 canonical coefficients ``(n - 1, 4)``; scratch and output from
+        ``allocator``. The result is a view of an n-row device array (row n-1 is scratch).
+
+        ``overwrite_inputs`` (default :attr:`h_in_place`): for device inputs, run the H step
+        in place, H in ``a``'s memory and ``b``, ``c`` used as the work buffers, so the step
+        needs no device memory beyond a, b, c (the footprint ``engine.allocator`` plans: at
+        n = 2^27 the out-of-place step would need 12 GiB more). Safe because the passes that
+        read a, b, c first are tile-local DIF passes (no gather), which ``ntt.cuh`` runs in
+        place; the one gathering pass reads ``c``'s buffer and writes ``a``'s."""
+        host = all(is_host(v) for v in (a, b, c))
+        alloc = self._host_default(allocator, a, b, c)
+        in_place = self.h_in_place if overwrite_inputs is None else overwrite_inputs
+        with self._on(stream, alloc) as s:
+            da, db, dc = (self._device(v, "h_step") for v in (a, b, c))
+            if in_place and not host:
+                h = self._h_step_in_place(da, db, dc, s)
+            else:
+                h = self._ntt.h_step(da, db, dc, stream=s, allocator=alloc)
+            return h.get(stream=s) if host else h
+
+    def _h_step_in_place(self, a: Any, b: Any, c: Any, s: Any) -> Any:
+        from kernels.cuda_ntt import _log2_size, plan_h_step
+
+        n = a.shape[0]
+        for v in (a, b, c):
+            if v.shape != (n, 4) or not v.flags.c_contiguous:
+                raise ValueError(f"in-place H step needs C-contiguous ({n}, 4) arrays")
+        if len({int(v.data.ptr) for v in (a, b, c)}) != 3:
+            raise ValueError("in-place H step needs three distinct buffers")
+        k = _log2_size(n)
+        if k < 1:
+            raise ValueError("the H step needs n >= 2")
+        plans = plan_h_step(k, self._ntt.max_levels)
+        bufs = {"a": a, "b": b, "c": c, "out": a, "wb": b, "wc": c}
+        self._ntt.run_plan(plans, bufs, 1, s)
+        return a[: n - 1]
+
+    def msm(
+        self,
+        points: Any,
+        scalars: Any,
+        *,
+        stream: Any = None,
+        allocator: Any = None,
+    ) -> np.ndarray:
+        """sum_i scalars[i] points[i] as a numpy affine ``(12,)``. Device points are summed in
+        place; host points are streamed in chunks of :attr:`host_chunk` (pinned host memory
+        overlaps the copies with the sums)."""
+        from kernels import cuda_msm
+
+        alloc = self._host_default(allocator, points, scalars)
+        with self._on(stream, alloc) as s:
+            sc = self._device(scalars, "msm scalars")
+            if is_host(points):
+                pts = points if points.dtype == np.uint64 else np.asarray(points, np.uint64)
+                return cuda_msm.msm_host_points(
+                    pts, sc, chunk=self.host_chunk, stream=s, allocator=alloc
+                )
+            return cuda_msm.msm(self._device(points, "msm points"), sc, stream=s, allocator=alloc)
+
+    def srs(self, secrets: Any, *, stream: Any = None, allocator: Any = None) -> Any:
+        """P_i = [s_i]G. Host secrets give host points, generated in device round trips of
+        at most :data:`SRS_HOST_CHUNK` points (the device never holds a whole 2^27 query)."""
+        from kernels import cuda_srs
+
+        alloc = self._host_default(allocator, secrets)
+        if not is_host(secrets):
+            return cuda_srs.srs(secrets, stream=stream, allocator=alloc)
+        sec = np.ascontiguousarray(secrets)
+        if sec.ndim != 2 or sec.shape[1] != 4 or sec.dtype != np.uint64:
+            raise ValueError(f"secrets must be a uint64 (n, 4) array, got {sec.shape}")
+        n = sec.shape[0]
+        out = np.empty((n, 12), dtype=np.uint64)
+        with self._on(stream, alloc) as s:
+            for lo in range(0, n, SRS_HOST_CHUNK):
+                hi = min(n, lo + SRS_HOST_CHUNK)
+                d = cuda_srs.srs(self.cupy.asarray(sec[lo:hi]), stream=s, allocator=alloc)
+                out[lo:hi] = d.get(stream=s)
+                del d
+        return out
+
+
+__all__ = ["CudaBackend", "DEFAULT_HOST_CHUNK", "is_host", "uncached_allocator"]

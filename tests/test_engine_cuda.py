@@ -1,0 +1,399 @@
+"""The engine on a real GPU: the CUDA backend, the real-pool device, NVML, SRS residency.
+
+Two halves. CPU tests (run everywhere) cover the pure decisions: the ballast plan, OOM
+classification, backend selection and its start-up line, the SRS residency rule, and NVML's
+failure tolerance, the latter with a *fake* ``pynvml`` module (labelled as such below: it
+stands in for the library so the wrapper's error paths can be driven; it proves nothing about
+NVML itself). GPU tests (marker ``gpu``, skipped with the reason without CuPy and a device)
+check the backend against the CPU reference on fresh random inputs, the in-place H step, the
+real pools (the phantom OOM itself: cudaMalloc refused while the stream-ordered pool keeps
+reserved memory; the trim that ends it), ballast, host registration and its fallback, and a
+whole small engine run.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from engine.allocator import footprint
+from engine.devices import cuda as dcuda
+from engine.residency import G1_AFFINE_BYTES, partition_need, plan_residency
+from engine.workload import query_sizes
+
+GiB = 1 << 30
+
+
+# -- CPU: pure helpers ----------------------------------------------------------------------------
+
+
+def test_ballast_plan_makes_the_card_look_smaller():
+    total = 140 * GiB + random.randrange(GiB)
+    free = total - random.randrange(GiB)
+    want = 16 * GiB
+    plan = dcuda.plan_ballast(want, free, total)
+    assert plan.ballast == total - want and plan.capacity == want and plan.note is None
+    # what the engine then sees free is what a 16 GiB card with the same overhead has
+    assert free - plan.ballast == want - (total - free)
+
+
+def test_ballast_plan_whole_card_and_too_large():
+    total = 80 * GiB
+    assert dcuda.plan_ballast(None, total, total) == dcuda.BallastPlan(0, total)
+    big = dcuda.plan_ballast(100 * GiB, total, total)
+    assert big.ballast == 0 and big.capacity == total and "exceeds" in big.note
+
+
+def test_ballast_that_does_not_fit_is_one_clear_line():
+    total = 80 * GiB
+    with pytest.raises(dcuda.CudaDeviceError) as exc:
+        dcuda.plan_ballast(16 * GiB, 10 * GiB, total)  # someone else holds 70 GiB
+    msg = str(exc.value)
+    assert "\n" not in msg and "--device-memory" in msg and "does not fit" in msg
+
+
+def test_oom_classification():
+    class OutOfMemoryError(Exception):
+        pass
+
+    class CUDARuntimeError(Exception):
+        def __init__(self, status):
+            self.status = status
+
+    assert dcuda.is_oom(OutOfMemoryError("x"))
+    assert dcuda.is_oom(CUDARuntimeError(2))
+    assert not dcuda.is_oom(CUDARuntimeError(700))
+    assert not dcuda.is_oom(ValueError("no"))
+    reason = dcuda.register_failure_reason(CUDARuntimeError(712))
+    assert "already registered" in reason
+    assert "pageable" in dcuda.register_failure_reason(CUDARuntimeError(1))
+
+
+def test_pool_sample_has_every_memory_field():
+    from recordings.schema import MEMORY_FIELDS, validate
+
+    r = [random.randrange(1 << 40) for _ in range(8)]
+    attrs = {dcuda.ATTR_RESERVED_CURRENT: r[0], dcuda.ATTR_RESERVED_HIGH: r[1]}
+    attrs |= {dcuda.ATTR_USED_CURRENT: r[2], dcuda.ATTR_USED_HIGH: r[3]}
+    s = dcuda.pool_sample(
+        raw_used=r[4],
+        sync_used=r[5],
+        sync_cached=r[6],
+        async_attrs=attrs,
+        pinned_host=7,
+        ballast=r[7],
+        free=11,
+        total=13,
+        nvml={"nvml_used": 1, "nvml_free": 2, "nvml_total": 3},
+        counters={"register_ok": 4, "register_fallback": 5},
+    )
+    required = {k for k, f in MEMORY_FIELDS.items() if f.required}
+    assert required <= set(s)
+    assert s["sync_used"] == r[4] + r[5] and s["async_reserved"] == r[0]
+    assert s["async_high"] == r[1] and s["async_used"] == r[2] and s["modeled"] is False
+    validate({"k": "memory", "t": 0, "device": 0, **s})
+
+
+def test_backend_choice_and_start_up_line():
+    assert dcuda.choose_backend("cpu", lambda: None) == ("cpu", "backend cpu (asked for)")
+    assert dcuda.choose_backend(None, lambda: None)[0] == "cuda"
+    name, line = dcuda.choose_backend(None, lambda: "no GPU visible")
+    assert name == "cpu" and "no GPU visible" in line and "modeled" in line
+
+
+def test_cuda_backend_without_cupy_says_why():
+    """Where CuPy is missing, get_backend('cuda') fails with the reason, in one exception."""
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed here")
+    except ImportError:
+        pass
+    from kernels.backends import BackendUnavailable, get_backend
+
+    with pytest.raises(BackendUnavailable) as exc:
+        get_backend("cuda")
+    assert "CuPy" in str(exc.value)
+
+
+def test_is_host():
+    from kernels.cuda_backend import is_host
+
+    assert is_host(np.zeros((2, 4), np.uint64))
+    assert is_host([1, 2])
+
+
+# -- CPU: SRS residency rule --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_residency_at_porep_size(workers):
+    sizes = query_sizes(27)
+    fp = footprint(27, sizes)
+    chunk = (1 << 22) * G1_AFFINE_BYTES
+    total_srs = sum(sizes.as_dict().values()) * G1_AFFINE_BYTES
+    # an uncapped H200: everything on the device
+    big = plan_residency(sizes.as_dict(), 139 * GiB, fp, workers, chunk)
+    assert all(p.where == "device" for p in big)
+    assert sum(p.nbytes for p in big) == total_srs
+    # a 16 GiB card: nothing fits next to the partitions
+    small = plan_residency(sizes.as_dict(), 15 * GiB, fp, workers, chunk)
+    assert all(p.where == "host" for p in small)
+    assert all("pinned host" in p.reason for p in small)
+
+
+def test_residency_partial_largest_first_and_never_over_budget():
+    rng = random.Random()
+    sizes = {q: rng.randrange(1, 1 << 20) for q in ("h", "l", "a", "b_g1")}
+    fp = footprint(20, query_sizes(20))
+    chunk = rng.randrange(1 << 20, 1 << 24)
+    need = partition_need(fp, 2, chunk)
+    srs_bytes = sorted((m * G1_AFFINE_BYTES for m in sizes.values()), reverse=True)
+    free = need + srs_bytes[0] + rng.randrange(srs_bytes[-1])  # the largest fits, maybe more
+    plan = plan_residency(sizes, free, fp, 2, chunk)
+    assert [p.nbytes for p in plan] == srs_bytes
+    assert plan[0].where == "device"
+    on_device = sum(p.nbytes for p in plan if p.where == "device")
+    assert on_device + need <= free
+
+
+# -- CPU: NVML wrapper with a FAKE pynvml (tests the wrapper's error paths only) ---------------
+
+
+def _fake_pynvml(fail_init=False, procs=None, v2_fails=False):
+    """A stand-in for the pynvml module: NOT NVML, only the calls the wrapper makes."""
+    m = types.ModuleType("pynvml")
+    m.nvmlMemory_v2 = object()
+
+    def init():
+        if fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def mem(handle, version=None):
+        if version is not None and v2_fails:
+            raise RuntimeError("Function Not Found")
+        return types.SimpleNamespace(used=5, free=7, total=12)
+
+    m.nvmlInit = init
+    m.nvmlDeviceGetHandleByPciBusId = lambda bus: ("h", bus)
+    m.nvmlDeviceGetHandleByIndex = lambda i: ("h", i)
+    m.nvmlDeviceGetMemoryInfo = mem
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: procs or []
+    return m
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch):
+    from engine import nvml
+
+    def install(**kw):
+        monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(**kw))
+        nvml.reset()
+        return nvml
+
+    yield install
+    nvml.reset()
+
+
+def test_nvml_missing_library_leaves_fields_out(fake_nvml):
+    nvml = fake_nvml(fail_init=True)
+    dev = nvml.NvmlDevice(pci_bus_id="0000:01:00.0")
+    assert dev.memory() == {} and "Not Found" in dev.error
+
+
+def test_nvml_reports_v2_and_this_process(fake_nvml):
+    import os
+
+    me = types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=4242)
+    other = types.SimpleNamespace(pid=os.getpid() + 1, usedGpuMemory=1)
+    nvml = fake_nvml(procs=[other, me])
+    got = nvml.NvmlDevice(pci_bus_id="0000:01:00.0").memory()
+    assert got == {"nvml_used": 5, "nvml_free": 7, "nvml_total": 12, "process_used": 4242}
+
+
+def test_nvml_process_not_listed_and_v1_fallback(fake_nvml):
+    nvml = fake_nvml(procs=[types.SimpleNamespace(pid=-5, usedGpuMemory=1)], v2_fails=True)
+    got = nvml.NvmlDevice(index=0).memory()
+    assert got == {"nvml_used": 5, "nvml_free": 7, "nvml_total": 12}
+
+
+# -- GPU ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cp():
+    from kernels.cuda_build import CudaUnavailable, require_cupy
+
+    try:
+        return require_cupy()
+    except CudaUnavailable as exc:
+        pytest.skip(f"no CUDA device: {exc}")
+
+
+@pytest.fixture(scope="module")
+def backend(cp):
+    from kernels.cuda_backend import CudaBackend
+
+    return CudaBackend(host_chunk=1 << 9)
+
+
+def _fr_rows(n, rng=None):
+    from kernels.layout import fr_to_limbs, random_fr
+
+    return fr_to_limbs(random_fr(n, rng), montgomery=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [1, 5, 11])
+def test_gpu_h_step_host_and_in_place_match_the_cpu_reference(cp, backend, k):
+    from kernels.cpu_backend import CpuBackend
+    from kernels.cuda_fr import elementwise
+
+    n = 1 << k
+    a, b = _fr_rows(n), _fr_rows(n)
+    c = elementwise("mul", cp.asarray(a), cp.asarray(b)).get()
+    want = CpuBackend().h_step(a, b, c) if k <= 5 else None
+    host = backend.h_step(a, b, c)  # numpy in, numpy out
+    assert isinstance(host, np.ndarray) and host.shape == (n - 1, 4)
+    da, db, dc = (cp.asarray(v) for v in (a, b, c))
+    out_of_place = backend.h_step(da, db, dc, overwrite_inputs=False).get()
+    in_place = backend.h_step(da, db, dc, overwrite_inputs=True)
+    assert int(in_place.data.ptr) == int(da.data.ptr)  # H lives in a's memory
+    assert np.array_equal(host, out_of_place) and np.array_equal(in_place.get(), host)
+    if want is not None:
+        assert np.array_equal(host, want)
+
+
+@pytest.mark.gpu
+def test_gpu_msm_device_and_streamed_host_points_agree(cp, backend):
+    from kernels.cpu import srs as csrs
+    from kernels.layout import fr_to_limbs, g1_from_limbs, random_fr
+
+    n = 3000  # host_chunk 512: six chunks, the last one short
+    secrets = random_fr(n)
+    pts = backend.srs(fr_to_limbs(secrets, montgomery=False))  # numpy in -> numpy out
+    assert isinstance(pts, np.ndarray) and pts.shape == (n, 12)
+    ks = random_fr(n)
+    for i in range(0, n, 3):
+        ks[i] = i % 2
+    sc = fr_to_limbs(ks, montgomery=False)
+    on_dev = backend.msm(cp.asarray(pts), cp.asarray(sc))
+    streamed = backend.msm(pts, sc)
+    assert np.array_equal(on_dev, streamed)
+    assert csrs.check_msm_identity(secrets, ks, g1_from_limbs(on_dev)[0])
+
+
+@pytest.fixture
+def device(cp):
+    dev = dcuda.CudaDevice(0)
+    yield dev
+    dev.close()
+
+
+@pytest.mark.gpu
+def test_gpu_device_sample_and_ballast(cp):
+    free, total = cp.cuda.runtime.memGetInfo()
+    want = min(16 * GiB, total // 2)
+    dev = dcuda.CudaDevice(0, want)
+    try:
+        s = dev.sample()
+        assert s["ballast"] == total - want and s["modeled"] is False
+        assert s["driver_free"] <= free - s["ballast"] + (64 << 20)
+        assert dev.capacity == want and "ballast" in dev.name
+        from recordings.schema import validate
+
+        validate({"k": "memory", "t": 0, "device": 0, **s})
+    finally:
+        dev.close()
+        dev._ballast_mem = None
+    assert cp.cuda.runtime.memGetInfo()[0] > free - (1 << 30)
+
+
+@pytest.mark.gpu
+def test_gpu_phantom_oom_on_real_pools_and_the_trim_that_ends_it(cp):
+    """The seed's failure, for real: the stream-ordered pool keeps freed scratch reserved,
+    cudaMalloc is refused although pool free + driver free would cover it; synchronise +
+    trim gives it back and the same cudaMalloc succeeds."""
+    free, total = cp.cuda.runtime.memGetInfo()
+    cap = min(8 * GiB, total // 4)
+    dev = dcuda.CudaDevice(0, cap)
+    try:
+        dev.trim()
+        free0 = dev.mem_info()[0]
+        scratch = free0 * 3 // 5
+        blk = dev.malloc(scratch, "async", "msm_scratch")
+        dev.free(blk)
+        dev.synchronize()
+        s = dev.sample()
+        assert s["async_reserved"] - s["async_used"] >= scratch  # kept reserved
+        want = free0 // 2  # fits in the card, not in the driver's free memory now
+        with pytest.raises(dcuda.DeviceOOM) as exc:
+            dev.malloc(want, "raw", "prestage")
+        pools = exc.value.pools
+        assert pools["driver_free"] < want <= pools["driver_free"] + pools["async_reserved"]
+        released = dev.trim()
+        assert released >= scratch
+        blk = dev.malloc(want, "raw", "prestage")
+        dev.free(blk)
+    finally:
+        dev.close()
+
+
+@pytest.mark.gpu
+def test_gpu_upload_registers_and_falls_back(cp, device):
+    rows = _fr_rows(4096)
+    blk = device.malloc(rows.nbytes, "raw", "prestage")
+    got = device.upload(rows, blk)
+    assert np.array_equal(device.download(got), rows)
+    ok, fb, _ = device.registration_report()
+    assert ok >= 1
+    # registered by someone else already: the upload falls back and says why
+    cp.cuda.runtime.hostRegister(rows.ctypes.data, rows.nbytes, 0)
+    try:
+        got = device.upload(rows, blk)
+    finally:
+        cp.cuda.runtime.hostUnregister(rows.ctypes.data)
+    assert np.array_equal(device.download(got), rows)
+    _, fb2, why = device.registration_report()
+    assert fb2 == fb + 1 and "already registered" in why
+    # chunked through the pinned staging buffer (the fallback path)
+    got = device.upload(rows, blk, chunk=1000)  # not a multiple of a row
+    assert np.array_equal(device.download(got), rows)
+    device.free(blk)
+
+
+@pytest.mark.gpu
+def test_gpu_scratch_oom_becomes_device_oom(cp, device):
+    alloc = device.allocator("msm_scratch")
+    with pytest.raises(dcuda.DeviceOOM) as exc:
+        alloc(device.physical * 2)
+    assert exc.value.site == "msm_scratch" and exc.value.pool == "async"
+
+
+@pytest.mark.gpu
+def test_gpu_engine_small_run_verifies(cp, tmp_path):
+    from engine.config import from_preset
+    from engine.runner import Engine
+
+    cfg = from_preset("small", backend="cuda", proofs=1, verify="always")
+    engine = Engine(cfg, listen=False, record=tmp_path / "run.pvtrec")
+    sub = engine.subscribe("test")
+    engine.start()
+    assert engine.wait(300)
+    engine.close()
+    events = sub.drain()
+    assert engine.ok, engine.error
+    done = [e for e in events if e["k"] == "partition_done"]
+    assert done and all(e["ok"] and e["verified"] for e in done)
+    hello = next(e for e in events if e["k"] == "hello")
+    assert hello["backend"] == "cuda" and hello["modeled"] is False
+    mem = [e for e in events if e["k"] == "memory"]
+    assert mem and all(e["modeled"] is False for e in mem)
+    srs = [e for e in events if e["k"] == "alloc" and e["site"] == "srs"]
+    assert srs
+    timed = [e for e in events if e["k"] == "phase_end" and e.get("gpu_ms") is not None]
+    assert {e["phase"] for e in timed} >= {"h_step", "msm_h"}
