@@ -104,6 +104,20 @@ def frame_cmd(frame: Any) -> str:
 
 
 def frame_args(frame: Any) -> dict[str, Any]:
+    """A refused command's args as echoed in its ``control`` event: at most 16 keys, strings
+    cut to 64 characters, containers summarised, so a client cannot make every refusal copy
+    a large payload into the recording and to every other client."""
     if isinstance(frame, dict) and isinstance(frame.get("args"), dict):
-        return {str(k)[:64]: v for k, v in list(frame["args"].items())[:16] if isinstance(k, str)}
+        items = list(frame["args"].items())[:16]
+        return {k[:64]: _short(v) for k, v in items if isinstance(k, str)}
     return {}
+
+
+def _short(v: Any) -> Any:
+    if isinstance(v, str):
+        return v[:64]
+    if isinstance(v, bytes):
+        return f"<{len(v)} bytes>"
+    if isinstance(v, dict | list):
+        return f"<{'map' if isinstance(v, dict) else 'array'} of {len(v)}>"
+    return v

@@ -24,9 +24,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from recordings.framing import FrameDecoder, FrameError, encode_frame
+from recordings.framing import HEADER_SIZE, FrameDecoder, FrameError, encode_frame
 
 AUTH_TIMEOUT_S = 10.0
+# A failed TCP authentication holds the server's auth lock this long before the connection is
+# closed, so guesses are serialised at one per AUTH_FAIL_DELAY_S over all connections.
+AUTH_FAIL_DELAY_S = 1.0
+# Client frames are commands of a few hundred bytes. Decoded msgpack can take ~64x its size in
+# Python objects, so the engine reads client frames with this limit, not the 16 MiB of the
+# event stream: at most ~4 MiB of objects per connection, authenticated or not.
+CLIENT_MAX_FRAME = 64 << 10
+RECV_BYTES = 65536
+MAX_CLIENTS = 64  # connections served at once; more are closed at accept
 
 
 class ListenError(ValueError):
@@ -102,6 +111,10 @@ class TelemetryServer:
         # SO_SNDBUF for client connections (None: the kernel's default). Small buffers make a
         # slow client fall behind, and see ``lag``, after a few events instead of megabytes.
         self.send_buffer: int | None = None
+        self.faults: Any = None  # engine.faults.FaultInjector (drop:client:K), or None
+        self._auth_lock = threading.Lock()
+        self.auth_failures = 0
+        self.refused_clients = 0  # connections closed at accept (over MAX_CLIENTS)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -177,6 +190,12 @@ class TelemetryServer:
                 conn, _addr = self._sock.accept()
             except OSError:
                 return
+            with self._lock:
+                full = len(self._conns) >= MAX_CLIENTS
+            if full:
+                self.refused_clients += 1
+                _shutdown(conn)
+                continue
             self._counter += 1
             name = f"{self.kind}#{self._counter}"
             if self.send_buffer:
@@ -191,19 +210,24 @@ class TelemetryServer:
             ).start()
 
     def _serve(self, conn: socket.socket, name: str) -> None:
-        decoder = FrameDecoder()
+        decoder = FrameDecoder(
+            max_buffer=CLIENT_MAX_FRAME + HEADER_SIZE + RECV_BYTES, max_frame=CLIENT_MAX_FRAME
+        )
         sub = None
         try:
-            if self.kind == "tcp" and not self._authenticate(conn, decoder):
+            if self.kind == "tcp" and not self._authenticate(conn, decoder, name):
                 return
             sub = self.bus.subscribe(name)
             writer = threading.Thread(
                 target=self._write_loop, args=(conn, sub), name=f"{name}-writer", daemon=True
             )
             writer.start()
+            if self.faults is not None and self.faults.drop_client():
+                self._drop(sub, name)
+                return
             while not self._closed.is_set():
                 try:
-                    data = conn.recv(65536)
+                    data = conn.recv(RECV_BYTES)
                 except OSError:
                     return
                 if not data:
@@ -224,9 +248,25 @@ class TelemetryServer:
             with self._lock:
                 self._conns.discard(conn)
 
-    def _authenticate(self, conn: socket.socket, decoder: FrameDecoder) -> bool:
-        """The first frame on TCP must be {"k": "auth", "token": ...} with the right token."""
+    def _drop(self, sub: Any, name: str) -> None:
+        """Injected fault (drop:client:K): let the initial events go out, then disconnect."""
+        _wait_drained(sub, 2.0)
+        self.bus.dropped_clients += 1
+        self.bus.emit(
+            "fault",
+            kind="client_dropped",
+            message=f"client {name} disconnected by the engine (injected)",
+            injected=True,
+        )
+
+    def _authenticate(self, conn: socket.socket, decoder: FrameDecoder, name: str) -> bool:
+        """The first frame on TCP must be {"k": "auth", "token": ...} with the right token.
+
+        A wrong token, a malformed or oversized first frame, or silence for AUTH_TIMEOUT_S
+        fails; each failure is recorded (a refused ``control`` event) and holds the auth lock
+        for AUTH_FAIL_DELAY_S, so no number of connections guesses faster than that."""
         conn.settimeout(AUTH_TIMEOUT_S)
+        frame: Any = None
         try:
             while True:
                 frame = decoder.next_frame()
@@ -234,19 +274,27 @@ class TelemetryServer:
                     break
                 data = conn.recv(4096)
                 if not data:
-                    return False
+                    return False  # gone without trying: nothing to throttle
                 decoder.feed(data)
         except (OSError, FrameError):
-            return False
+            frame = None
         finally:
             try:
                 conn.settimeout(None)
             except OSError:
                 pass
-        token = frame.get("token") if frame.get("k") == "auth" else None
-        if not isinstance(token, str) or self.token is None:
-            return False
-        return hmac.compare_digest(token.encode(), self.token.encode())
+        token = frame.get("token") if frame is not None and frame.get("k") == "auth" else None
+        with self._auth_lock:
+            ok = (
+                isinstance(token, str)
+                and self.token is not None
+                and hmac.compare_digest(token.encode(), self.token.encode())
+            )
+            if not ok:
+                self.auth_failures += 1
+                self.on_bad_frame("authentication failed (wrong, missing or late token)", name)
+                time.sleep(AUTH_FAIL_DELAY_S)
+        return ok
 
     def _write_loop(self, conn: socket.socket, sub: Any) -> None:
         while not self._closed.is_set() and not sub.closed:
