@@ -39,6 +39,13 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-record", action="store_true", help="do not write a recording")
     p.add_argument("--exit-when-done", action="store_true", help="exit when every proof is done")
     p.add_argument("--seed", type=int, help="seed for reproducible witnesses and SRS")
+    p.add_argument(
+        "--inject",
+        metavar="SPEC",
+        default=os.environ.get("PROVETOP_INJECT") or None,
+        help="inject faults, e.g. alloc:prestage:2,raise:h_step:1 (engine/faults.py; "
+        "default: $PROVETOP_INJECT)",
+    )
 
 
 def config_from_args(args: argparse.Namespace):
@@ -117,6 +124,7 @@ def build_engine(args: argparse.Namespace, log=None):
             read_only=args.read_only,
             record=record,
             log=log,
+            inject=getattr(args, "inject", None),
         )
     except EngineError as exc:
         raise UsageError(str(exc)) from None
@@ -146,6 +154,17 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _ignore_signals() -> None:
+    """While the run shuts down cleanly, a second Ctrl-C or SIGTERM would cut the recording's
+    footer; the shutdown is bounded (Engine.close), and SIGKILL still works."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.runner import EngineError
     from engine.sizes import fmt_size
@@ -155,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     _sigterm_as_interrupt()
     cfg = engine.config
+    interrupted = False
     try:
         engine.start()
     except EngineError as exc:
@@ -190,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
             engine.wait_for_stop()
             engine.wait()
     except KeyboardInterrupt:
+        interrupted = True
+        _ignore_signals()
         engine.stop("interrupted")
     finally:
         engine.close()
@@ -206,4 +228,7 @@ def run(args: argparse.Namespace) -> int:
     if engine.error:
         print(f"provetop: engine failed: {engine.error}", file=sys.stderr)
         return 1
+    if interrupted:  # the operator asked to stop, and the run stopped cleanly
+        print("provetop: interrupted; in-flight partitions finished, recording closed", file=out)
+        return 0
     return 0 if engine.ok else 1
