@@ -206,7 +206,7 @@ def _bench_size(cp: Any, k: int, args: argparse.Namespace, sweep: list[int]) -> 
     row["srs_points_per_s"] = n / (row["srs_ms"] * 1e-3)
     scalars = random_scalars(cp, n, args.scalars)
     n_tail = cm.tail_count(scalars)
-    c = args.window or cm.choose_window_bits(n)
+    c = args.window or cm.choose_window_bits(n_tail)  # what msm() itself picks
     row.update(window_bits=c, n_tail=n_tail)
     tracker = PeakTracker(cp)
     pool = tracker.pool

@@ -34,13 +34,13 @@ import numpy as np
 
 from kernels.cuda_build import CUDA_DIR, expand_includes, load_module, require_cupy, source_hash
 
-BLOCK = 128  # threads per block (msm_lb.cu's kernels take at most 128)
-# Which kernel source: msm.cu (compiler's choice of registers) or msm_lb.cu (capped for
-# occupancy); bench/msm_notes.md has the comparison.
+# Which kernel source: msm.cu (compiler's choice of registers) or msm_lb.cu (capped at 168 for
+# occupancy, blocks of at most 128 threads); bench/msm_notes.md has the A/B (msm.cu won).
 MSM_SOURCE = os.environ.get("PROVETOP_MSM_SOURCE", "msm.cu")
+BLOCK = 128 if MSM_SOURCE == "msm_lb.cu" else 256  # threads per block
 XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
-LEVEL_L = 16  # chunk length of the reduction levels past the first
-SUM_FANIN = 16  # fan-in of the tree sum of per-thread bucket-reduction results
+LEVEL_L = 8  # chunk length of the reduction levels past the first (latency ~ L serial adds)
+SUM_FANIN = 8  # fan-in of the weighted tree over per-thread bucket-reduction results
 MIN_WINDOW, MAX_WINDOW = 4, 23
 # Relative cost of one mixed addition (8M + 2S) and of one bucket in the reduction (two full
 # additions, 2 x (12M + 2S)), in field multiplications: the window rule below weighs them.
@@ -87,8 +87,9 @@ def first_chunk(m: int) -> int:
 
 
 def reduce_group(W: int, B: int) -> int:
-    """Buckets per thread in the bucket reduction: aim for ~2^16 threads, 4..64 buckets each."""
-    s = max(4, min(64, (W * B) >> 16))
+    """Buckets per thread in the bucket reduction (a power of two, which the weighted tree
+    needs): aim for ~2^17 threads, 2..32 buckets each (2 S serial additions per thread)."""
+    s = max(2, min(32, (W * B) >> 17))
     return min(B, 1 << (s.bit_length() - 1))
 
 
@@ -111,10 +112,11 @@ def make_plan(n: int, c: int) -> Plan:
     return Plan(n=n, c=c, W=W, B=B, K=W * B + 1, S=S, G=-(-B // S))
 
 
-def _level_sizes(m: int) -> list[tuple[int, int, int]]:
-    """(entries in, chunk length, threads) for each accumulation level, given m sorted entries."""
+def _level_sizes(m: int, m_max: int) -> list[tuple[int, int, int]]:
+    """(entries in, chunk length, threads) for each accumulation level, given m sorted entries
+    of at most m_max (the first chunk length follows m_max, so scratch is known in advance)."""
     out = []
-    L = first_chunk(m)
+    L = first_chunk(m_max)
     size = m
     while True:
         T = -(-size // L)
@@ -129,22 +131,23 @@ def scratch_bytes(n: int, c: int | None = None, n_entries: int | None = None) ->
     :func:`choose_window_bits` (n)), not counting the inputs. ``n_entries`` is the number of
     (point, bucket) entries; by default the worst case n * W (every digit non-zero).
 
-    Terms: counts, offsets and cursors (3 x 4 (K + 1)); the sorted entries (4 per entry);
-    the bucket array (192 K); the partial sums of every accumulation level (196 per slot, two
-    slots per thread, all levels alive until the end); the bucket-reduction outputs and their
-    tree sums (192 per thread, about 1.07 x W G); the window sums (192 (W + 1)); plus the
-    scalar classification (n bytes) and 512-byte rounding of each block."""
+    Terms: counts, offsets, cursors and the scan's output (4 x 4 (K + 1)); the sorted entries
+    (4 per entry); the bucket array (192 K); the partial sums of every accumulation level (196
+    per slot, two slots per thread, all levels counted although only two are alive at once);
+    the bucket-reduction (A, R) pairs and their tree (384 per thread, about 1.07 x W G); the
+    window sums (192 (W + 1)); plus the scalar classification (n bytes) and 512-byte rounding
+    of each block."""
     c = c or choose_window_bits(n)
     p = make_plan(n, c)
     m = n * p.W if n_entries is None else n_entries
-    total = 3 * 4 * (p.K + 1) + 4 * max(m, 1) + 192 * p.K
+    total = 4 * 4 * (p.K + 1) + 4 * max(m, 1) + 192 * p.K
     if m:
-        for _size, _L, T in _level_sizes(m):
+        for _size, _L, T in _level_sizes(m, n * p.W):
             if T > 1:
                 total += 2 * T * (192 + 4)
     red = p.W * p.G
     while True:
-        total += 192 * red
+        total += 2 * 192 * red
         if red <= p.W:
             break
         red = p.W * -(-(red // p.W) // SUM_FANIN)
@@ -288,7 +291,7 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     del cursor
     mark("scatter")
     buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
-    levels = _level_sizes(m)
+    levels = _level_sizes(m, n * p.W)
     vals = keys = None
     for depth, (size, L, T) in enumerate(levels):
         pv = cupy.empty((2 * T, XYZZ_WORDS), dtype=np.uint64)
@@ -302,17 +305,21 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
         vals, keys = pv, pk
         mark("accumulate" if depth == 0 else f"level{depth}")
     del vals, keys, sorted_e, offs
-    red = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
-    args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), red)
+    red_a = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
+    red_r = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
+    args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), red_a, red_r)
     _launch(mod.get_function("msm_bucket_reduce"), p.W * p.G, args, stream)
-    length = p.G
-    sum_fn = mod.get_function("xyzz_sum_groups")
+    length, log_span = p.G, p.S.bit_length() - 1
+    sum_fn = mod.get_function("xyzz_sum_weighted")
     while length > 1:
         out_len = -(-length // SUM_FANIN)
-        nxt = cupy.empty((p.W * out_len, XYZZ_WORDS), dtype=np.uint64)
-        args = (red, _u32(p.W), _u32(length), _u32(SUM_FANIN), _u32(out_len), nxt)
-        _launch(sum_fn, p.W * out_len, args, stream)
-        red, length = nxt, out_len
+        na = cupy.empty((p.W * out_len, XYZZ_WORDS), dtype=np.uint64)
+        nr = cupy.empty((p.W * out_len, XYZZ_WORDS), dtype=np.uint64)
+        args = (red_a, red_r, _u32(p.W), _u32(length), _u32(SUM_FANIN), _u32(out_len))
+        _launch(sum_fn, p.W * out_len, (*args, _u32(log_span), na, nr), stream)
+        red_a, red_r, length = na, nr, out_len
+        log_span += SUM_FANIN.bit_length() - 1
+    red = red_a
     out[: p.W] = red
     out[p.W] = buckets[p.K - 1]
     mark("bucket-reduce")

@@ -122,16 +122,23 @@ static void run_msm(std::istream& in) {
         size = 2 * T, chunk = L;
     }
     const uint32_t G = (B + S - 1) / S;
-    std::vector<g1_xyzz> red(W * G), nxt;
+    std::vector<g1_xyzz> ra(W * G), rr(W * G), na, nr;
     for (uint32_t t = 0; t < W * G; t++)
-        msm_bucket_reduce_thread(t, buckets.data(), B, S, G, red.data());
+        msm_bucket_reduce_thread(t, buckets.data(), B, S, G, ra.data(), rr.data());
+    uint32_t log_span = 0;
+    while ((1u << log_span) < S) log_span++;
+    uint32_t log_f = 0;
+    while ((1u << log_f) < F) log_f++;
     for (uint32_t len = G; len > 1;) {
         const uint32_t out_len = (len + F - 1) / F;
-        nxt.assign(W * out_len, g1_xyzz::inf());
+        na.assign(W * out_len, g1_xyzz::inf());
+        nr.assign(W * out_len, g1_xyzz::inf());
         for (uint32_t t = 0; t < W * out_len; t++)
-            xyzz_sum_groups_thread(t, red.data(), len, F, out_len, nxt.data());
-        red.swap(nxt), len = out_len;
+            xyzz_sum_weighted_thread(t, ra.data(), rr.data(), len, F, out_len, log_span,
+                                     na.data(), nr.data());
+        ra.swap(na), rr.swap(nr), len = out_len, log_span += log_f;
     }
+    std::vector<g1_xyzz>& red = ra;
     g1_xyzz acc = g1_xyzz::inf();
     for (int w = (int)W - 1; w >= 0; w--) {
         for (uint32_t k = 0; k < c; k++) acc = acc.dbl();
@@ -339,7 +346,13 @@ def test_msm_pipeline_on_host(driver: Path, case: str) -> None:
             pts[i] = None
     c = rng.choice([3, 4, 5])
     # L >= 4: a level of T threads leaves 2T slots, so the levels shrink only when L > 2T/(T-1)
-    L0, L, S, F = rng.choice([2, 3, 4]), rng.choice([4, 5]), rng.choice([1, 2, 3]), 2
+    # S and F are powers of two (the weighted tree doubles by them)
+    L0, L, S, F = (
+        rng.choice([2, 3, 4]),
+        rng.choice([4, 5]),
+        rng.choice([1, 2, 4]),
+        rng.choice([2, 4]),
+    )
     lines = [f"msm {n} {c} {L0} {L} {S} {F}"]
     tail = " ".join(aff(p) for p in pts) + " " + " ".join(f"{k:064x}" for k in ks)
     got = run(driver, [lines[0] + " " + tail])[0].split(" ", 1)

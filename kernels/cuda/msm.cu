@@ -17,8 +17,10 @@
 //                    one chunk holds everything; each level shrinks the slots by L/2. Finished
 //                    buckets are added into the bucket array.
 //   6. msm_bucket_reduce: per window, sum_b (b+1) bucket[b] in parallel: each thread takes S
-//                    consecutive buckets (running-sum trick) and adds lo * running.
-//   7. xyzz_sum_groups: tree sum of the per-thread results of each window.
+//                    consecutive buckets and returns (A, R): the running-sum trick's result
+//                    relative to its first bucket, and the plain sum.
+//   7. xyzz_sum_weighted: a tree (fan-in F) over the (A, R) pairs of each window that adds the
+//                    offsets in with additions and doublings only (msm.cuh), down to one pair.
 //   8. (host)        sum_w 2^(c w) S_w + ones-bucket, and the affine conversion.
 #include "msm.cuh"
 
@@ -86,10 +88,19 @@ extern "C" __global__ void MSM_BOUNDS msm_accumulate_n(const g1_xyzz* __restrict
     if (MSM_TID < T) msm_accumulate_n_thread(MSM_TID, vals, keys, Min, L, buckets, pvals, pkeys);
 }
 
-extern "C" __global__ void MSM_BOUNDS msm_bucket_reduce(const g1_xyzz* __restrict__ buckets, uint32_t W,
-                                             uint32_t B, uint32_t S, uint32_t G,
-                                             g1_xyzz* __restrict__ out) {
-    if (MSM_TID < W * G) msm_bucket_reduce_thread(MSM_TID, buckets, B, S, G, out);
+extern "C" __global__ void MSM_BOUNDS msm_bucket_reduce(const g1_xyzz* __restrict__ buckets,
+                                                        uint32_t W, uint32_t B, uint32_t S,
+                                                        uint32_t G, g1_xyzz* __restrict__ outA,
+                                                        g1_xyzz* __restrict__ outR) {
+    if (MSM_TID < W * G) msm_bucket_reduce_thread(MSM_TID, buckets, B, S, G, outA, outR);
+}
+
+extern "C" __global__ void MSM_BOUNDS xyzz_sum_weighted(
+    const g1_xyzz* __restrict__ inA, const g1_xyzz* __restrict__ inR, uint32_t nseg,
+    uint32_t len_in, uint32_t F, uint32_t len_out, uint32_t log_span, g1_xyzz* __restrict__ outA,
+    g1_xyzz* __restrict__ outR) {
+    if (MSM_TID < nseg * len_out)
+        xyzz_sum_weighted_thread(MSM_TID, inA, inR, len_in, F, len_out, log_span, outA, outR);
 }
 
 extern "C" __global__ void MSM_BOUNDS xyzz_sum_groups(const g1_xyzz* __restrict__ in, uint32_t nseg,

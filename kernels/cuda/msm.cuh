@@ -158,9 +158,13 @@ MONT_HD void msm_accumulate_n_thread(uint32_t t, const g1_xyzz* __restrict__ val
 
 // ---- 6, 7: bucket reduction ----------------------------------------------------------------
 
-// Thread (w, g) of W * G: sum over b in [g S, min(g S + S, B)) of (b + 1) bucket[w B + b].
+// Thread (w, g) of W * G, buckets b in [lo, lo + S) of window w with lo = g S:
+// R_g = sum_b bucket[b] and A_g = sum_b (b - lo + 1) bucket[b] (running sums from the top), so
+// that the window sum is sum_g (A_g + g S R_g). No thread multiplies by g S: the tree below
+// (xyzz_sum_weighted) folds the g S R_g terms in with additions and a few doublings.
 MONT_HD void msm_bucket_reduce_thread(uint32_t t, const g1_xyzz* __restrict__ buckets, uint32_t B,
-                                      uint32_t S, uint32_t G, g1_xyzz* __restrict__ out) {
+                                      uint32_t S, uint32_t G, g1_xyzz* __restrict__ outA,
+                                      g1_xyzz* __restrict__ outR) {
     const uint32_t w = t / G, g = t % G;
     const uint32_t lo = g * S, hi = lo + S < B ? lo + S : B;
     const g1_xyzz* bw = buckets + (uint64_t)w * B;
@@ -169,22 +173,35 @@ MONT_HD void msm_bucket_reduce_thread(uint32_t t, const g1_xyzz* __restrict__ bu
         running = running.add(g1_load(bw + b));
         acc = acc.add(running);
     }
-    // acc = sum (b - lo + 1) bucket[b]; add lo * running (double-and-add, lo < 2^(c-1))
-    if (lo > 0 && !running.is_inf()) {
-        g1_xyzz m = g1_xyzz::inf();
-        int top = 31;
-        while (!((lo >> top) & 1)) top--;
-        for (int bit = top; bit >= 0; bit--) {
-            m = m.dbl();
-            if ((lo >> bit) & 1) m = m.add(running);
-        }
-        acc = acc.add(m);
-    }
-    g1_store(out + t, acc);
+    g1_store(outA + t, acc);
+    g1_store(outR + t, running);
 }
 
-// out[s * len_out + j] = sum of in[s * len_in + j F .. + F) (clipped to len_in), for every
-// segment s < nseg, with len_out = ceil(len_in / F).
+// One node of the weighted tree: children i in [lo, hi) of segment s, each child standing for
+// 2^log_span consecutive buckets and carrying (A_i, R_i) as above, relative to its own first
+// bucket. The node's pair, relative to its first bucket, is
+//   A = sum_i A_i + 2^log_span sum_i (i - lo) R_i,   R = sum_i R_i,
+// with sum_i (i - lo) R_i by the running-sum trick and 2^log_span by doublings.
+MONT_HD void xyzz_sum_weighted_thread(uint32_t t, const g1_xyzz* __restrict__ inA,
+                                      const g1_xyzz* __restrict__ inR, uint32_t len_in,
+                                      uint32_t F, uint32_t len_out, uint32_t log_span,
+                                      g1_xyzz* __restrict__ outA, g1_xyzz* __restrict__ outR) {
+    const uint32_t s = t / len_out, j = t % len_out;
+    const uint32_t lo = j * F, hi = lo + F < len_in ? lo + F : len_in;
+    const uint64_t base = (uint64_t)s * len_in;
+    g1_xyzz A = g1_xyzz::inf(), run = g1_xyzz::inf(), T = g1_xyzz::inf();
+    for (uint32_t i = hi; i-- > lo + 1;) {
+        run = run.add(g1_load(inR + base + i));
+        T = T.add(run);
+        A = A.add(g1_load(inA + base + i));
+    }
+    A = A.add(g1_load(inA + base + lo));
+    run = run.add(g1_load(inR + base + lo));
+    for (uint32_t k = 0; k < log_span; k++) T = T.dbl();
+    g1_store(outA + t, A.add(T));
+    g1_store(outR + t, run);
+}
+
 MONT_HD void xyzz_sum_groups_thread(uint32_t t, const g1_xyzz* __restrict__ in, uint32_t len_in,
                                     uint32_t F, uint32_t len_out, g1_xyzz* __restrict__ out) {
     const uint32_t s = t / len_out, j = t % len_out;

@@ -1,0 +1,47 @@
+"""The host-side planning of the GPU MSM (kernels/cuda_msm.py), on the CPU: window rule, level
+sizes, scratch model. Why: these decide launch shapes and how much memory the engine budgets; a
+level plan that does not shrink would hang, and a scratch model below the real peak would let
+the engine's allocator over-commit."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels import cuda_msm as cm
+
+
+def test_window_rule_is_the_cost_argmin_and_grows_with_n() -> None:
+    prev = 0
+    for k in range(0, 31):
+        n = 1 << k
+        c = cm.choose_window_bits(n)
+        assert cm.MIN_WINDOW <= c <= cm.MAX_WINDOW
+        if n > 1:
+            best = min(cm.window_cost(n, d) for d in range(cm.MIN_WINDOW, cm.MAX_WINDOW + 1))
+            assert cm.window_cost(n, c) == best
+        assert c >= prev
+        prev = c
+    assert [cm.choose_window_bits(1 << k) for k in (16, 20, 24, 27)] == [13, 16, 20, 22]
+
+
+@pytest.mark.parametrize("m", [1, 2, 7, 8, 9, 1000, 12345, 1 << 20, 218_000_000, 1_610_612_736])
+def test_levels_shrink_to_one_thread(m: int) -> None:
+    levels = cm._level_sizes(m, m)
+    assert levels[-1][2] == 1
+    for (size, L, T), nxt in zip(levels, levels[1:], strict=False):
+        assert T == -(-size // L) and nxt[0] == 2 * T and nxt[2] < T
+    assert len(levels) < 40
+
+
+def test_plan_and_scratch_model() -> None:
+    for k in (4, 10, 16, 20, 24, 27):
+        n = 1 << k
+        c = cm.choose_window_bits(n)
+        p = cm.make_plan(n, c)
+        assert p.K == p.W * p.B + 1 and p.S & (p.S - 1) == 0 and p.G * p.S == p.B
+        assert n * p.W < 1 << 32  # offsets fit 32 bits
+        b = cm.scratch_bytes(n, c)
+        assert b >= 192 * p.K + 4 * n * p.W  # at least buckets and sorted entries
+        assert b <= cm.scratch_bytes(2 * n, c)
+    # fewer entries (zeros, ones) never need more
+    assert cm.scratch_bytes(1 << 20, 16, n_entries=1000) < cm.scratch_bytes(1 << 20, 16)
