@@ -166,6 +166,8 @@ class PartitionsTable(ScrollView, can_focus=True):
             for k in keys[-64:]  # recent rows change
         )
         if not changed:
+            if self._follow and not self.sort_column and self.scroll_y < self.max_scroll_y:
+                self._to_end()
             return
         self._stamps = {k: _stamp(rows[k]) for k in keys}
         self.order = keys
@@ -174,9 +176,16 @@ class PartitionsTable(ScrollView, can_focus=True):
         self.virtual_size = Size(sum(c.width + 1 for c in COLUMNS), len(self.order) + 1)
         if self._follow and not self.sort_column:
             self.cursor = max(0, len(self.order) - 1)
-            self.scroll_end(animate=False, immediate=True)
+            self._to_end()
         self.cursor = min(self.cursor, max(0, len(self.order) - 1))
         self.refresh()
+
+    def _to_end(self) -> None:
+        self.scroll_target_y = self.scroll_y = self.max_scroll_y
+
+    def on_resize(self) -> None:
+        if self._follow and not self.sort_column:
+            self.call_after_refresh(self._to_end)
 
     def _sort(self) -> None:
         if self.state is None or self.sort_column is None:

@@ -479,7 +479,8 @@ class Timeline(Widget, can_focus=True):
         for ft in (f["t"] for f in self.state.faults):
             if start <= ft < end:
                 c = int((ft - start) / cell)
-                line[c], styles[c] = "✖", base + Style(color=FAILURE_COLOUR, bold=True)
+                if line[c] == " ":  # time labels win over fault marks (the lanes show them)
+                    line[c], styles[c] = "✖", base + Style(color=FAILURE_COLOUR, bold=True)
         for mt, _ in self.state.markers:
             if start <= mt < end:
                 c = int((mt - start) / cell)
