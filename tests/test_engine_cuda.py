@@ -161,6 +161,125 @@ def test_residency_partial_largest_first_and_never_over_budget():
     assert on_device + need <= free
 
 
+# -- CPU: the CUDA run's pipeline pieces, on the modeled device --------------------------------
+
+
+class _HostTimer:
+    """FAKE GPU timer for the CPU test: host clock, so the wiring of gpu_ms is exercised; the
+    numbers are real elapsed host times, not GPU times."""
+
+    def start(self):
+        import time
+
+        self.t0 = time.perf_counter()
+
+    def stop(self):
+        import time
+
+        return (time.perf_counter() - self.t0) * 1e3
+
+
+def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
+    import threading
+
+    from engine.allocator import make_policy
+    from engine.bus import Bus
+    from engine.config import from_preset
+    from engine.control import Controls
+    from engine.cuda_pipeline import GPU_PHASES, CudaPartitionRunner
+    from engine.devices.modeled import ModeledDevice
+    from engine.pipeline import RunContext
+    from engine.srs import generate_srs
+    from kernels.cpu_backend import CpuBackend
+
+    class TimedModeled(ModeledDevice):
+        def gpu_timer(self):
+            return _HostTimer()
+
+    cfg = from_preset("ci", seed=random.randrange(1 << 30))
+    sizes = query_sizes(cfg.domain_log)
+    fp = footprint(cfg.domain_log, sizes)
+    dev = TimedModeled(0, 1 << 30)
+    bus = Bus()
+    events = []
+    bus.add_listener(events.append)
+    backend = CpuBackend()
+    srs = generate_srs(backend, sizes, np.random.default_rng())
+    async_seen = []
+
+    def sample(d):
+        async_seen.append(d.sample()["async_used"])
+
+    ctx = RunContext(cfg, backend, srs, sizes, fp, make_policy("aware"), bus, Controls(), sample)
+    runner = CudaPartitionRunner(ctx, dev, 0, threading.Lock())
+    result = runner.run(0, 0)
+    bus.flush()
+    assert result.ok and result.verified
+    ends = [e for e in events if e["k"] == "phase_end"]
+    timed = {e["phase"] for e in ends if "gpu_ms" in e}
+    assert timed == GPU_PHASES & {e["phase"] for e in ends}
+    assert "h_step" in timed and all(e["gpu_ms"] >= 0 for e in ends if "gpu_ms" in e)
+    assert max(async_seen) == 0  # the planned MSM scratch was never allocated on the device
+
+
+def test_lazy_aware_policy_trims_only_when_short():
+    from engine.cuda_pipeline import LazyAwarePolicy
+    from engine.devices.modeled import ModeledDevice
+
+    fp = footprint(8, query_sizes(8))
+    dev = ModeledDevice(0, 1 << 30)
+    blk = dev.malloc(1 << 20, "async", "msm_scratch")
+    dev.free(blk)  # 1 MiB reserved-but-unused in the stream-ordered pool
+    d = LazyAwarePolicy().prestage(dev, fp, forced=False)
+    assert d.status == "ok" and d.released == 0 and dev.async_reserved == 1 << 20
+    # now make it short: only a trim of the pool lets the pre-stage fit
+    free = dev.mem_info()[0]
+    dev.malloc(free - fp.prestage - fp.margin + 512, "raw", "other")
+    d = LazyAwarePolicy().prestage(dev, fp, forced=False)
+    assert d.status == "ok" and d.released == 1 << 20 and dev.async_reserved == 0
+
+
+def test_cuda_footprint_uses_the_gpu_msm_scratch():
+    from engine.cuda_pipeline import cuda_footprint
+    from kernels.cuda_msm import scratch_bytes
+
+    sizes = query_sizes(20)
+    fp = footprint(20, sizes)
+    chunk = 1 << random.randrange(10, 16)
+    got = cuda_footprint(fp, sizes.as_dict(), {"h": chunk})
+    assert got.u == fp.u and got.margin == fp.margin
+    assert got.msm["l"] == scratch_bytes(sizes.l)
+    assert got.msm["h"] == scratch_bytes(chunk) + 2 * chunk * G1_AFFINE_BYTES
+
+
+def test_bound_backend_injects_stream_allocator_and_in_place():
+    from engine.cuda_pipeline import BoundBackend
+
+    calls = []
+
+    class Recorder:  # a stand-in backend: records what it is called with
+        name = "rec"
+
+        def h_step(self, a, b, c, **kw):
+            calls.append(("h", kw))
+
+        def msm(self, p, s, **kw):
+            calls.append(("msm", kw))
+
+    class Dev:
+        def kernel_args(self, site):
+            return {"stream": f"s-{threading.get_ident()}", "allocator": site}
+
+    import threading
+
+    bb = BoundBackend(Recorder(), Dev())
+    bb.h_step(1, 2, 3)
+    bb.msm(1, 2)
+    me = f"s-{threading.get_ident()}"
+    assert calls[0] == ("h", {"stream": me, "allocator": "ntt_scratch", "overwrite_inputs": True})
+    assert calls[1] == ("msm", {"stream": me, "allocator": "msm_scratch"})
+
+
 # -- CPU: NVML wrapper with a FAKE pynvml (tests the wrapper's error paths only) ---------------
 
 

@@ -289,9 +289,10 @@ class CudaDevice(Device):
                     handle = self.cupy.cuda.MemoryPointer(mem, 0)
                 elif pool == "sync":
                     handle = self.sync_pool.malloc(size)
-                else:
-                    self.streams()
-                    handle = self.async_pool.malloc(size)
+                else:  # stream-ordered on this worker's compute stream (where it is used
+                    # and where CuPy frees it)
+                    with self.streams().compute:
+                        handle = self.async_pool.malloc(size)
         except Exception as exc:
             if is_oom(exc):
                 self._count_oom(pool)
@@ -409,6 +410,11 @@ class CudaDevice(Device):
             raise ValueError(f"upload of {nbytes} bytes at {offset} does not fit block {block.id}")
         st = self.streams()
         dst = cupy.ndarray(host.shape, dtype=host.dtype, memptr=block.handle + offset)
+        # a stream-ordered block was allocated on the compute stream: the upload stream must
+        # not write it before that point (the pool may hand out memory a kernel just freed)
+        ready = cupy.cuda.Event(disable_timing=True)
+        ready.record(st.compute)
+        st.upload.wait_event(ready)
         if nbytes == 0:
             return dst
         if chunk and chunk < nbytes:

@@ -1,0 +1,195 @@
+"""What a partition does differently on a real GPU, kept beside the shared pipeline.
+
+Why a separate module: ``engine.pipeline`` is the one path every backend runs; the CUDA run
+only changes *how* some steps are carried out, never their order. This module holds those
+differences:
+
+- :class:`BoundBackend`: the kernel backend with the calling worker's compute stream and the
+  device's stream-ordered pool (``CudaDevice.kernel_args``) injected into every call, and the
+  H step run in place (H in d_a's memory, d_b/d_c as work buffers: the footprint the allocator
+  plans for);
+- :class:`CudaPartitionRunner`: phase ``gpu_ms`` from CUDA events on the worker's compute
+  stream (``phase_end``); the pipeline's MSM-scratch block becomes a *reservation* (the MSM
+  draws its real scratch through the allocator, so allocating the planned bytes as well would
+  count them twice);
+- :class:`LazyAwarePolicy`: the aware policy that trims only when the free memory is short.
+  Trimming is not free on a real device: the calling worker waits for its own streams, a
+  ``free_all_blocks`` costs cudaFree calls (each waits for the whole device). The cuzk
+  two-worker regression (32.1 -> 41.0 s/proof) came from trims that made one worker wait for
+  the other's kernels; here a pre-stage that fits is decided from ``cudaMemGetInfo`` alone;
+- :func:`cuda_footprint`: the partition's footprint with the GPU MSM's own scratch sizes
+  (``kernels.cuda_msm.scratch_bytes``) plus the two chunk buffers of a streamed query;
+- :func:`place_device_srs`: the SRS residency decision carried out and emitted (``alloc``
+  events, site ``srs``; proof/partition/worker are -1: the SRS belongs to the run).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from engine.allocator import AwarePolicy, Decision, Footprint
+from engine.devices.base import Block
+from engine.pipeline import MSM_PHASES, PartitionRunner, RunContext
+from engine.residency import G1_AFFINE_BYTES, place_srs, plan_residency
+from engine.srs import Srs
+
+GPU_PHASES = frozenset({"h_step", *MSM_PHASES.values()})
+
+
+class BoundBackend:
+    """``backend`` with ``device.kernel_args()`` (this thread's stream, the async pool)."""
+
+    def __init__(self, backend: Any, device: Any) -> None:
+        self.backend = backend
+        self.device = device
+        self.name = backend.name
+
+    def h_step(self, a: Any, b: Any, c: Any, **kw: Any) -> Any:
+        args = {**self.device.kernel_args("ntt_scratch"), "overwrite_inputs": True, **kw}
+        return self.backend.h_step(a, b, c, **args)
+
+    def msm(self, points: Any, scalars: Any, **kw: Any) -> Any:
+        return self.backend.msm(points, scalars, **{**self.device.kernel_args("msm_scratch"), **kw})
+
+    def ntt(self, x: Any, **kw: Any) -> Any:
+        return self.backend.ntt(x, **{**self.device.kernel_args("ntt_scratch"), **kw})
+
+    def srs(self, secrets: Any, **kw: Any) -> Any:
+        return self.backend.srs(secrets, **kw)
+
+
+class CudaPartitionRunner(PartitionRunner):
+    """``PartitionRunner`` with CUDA-event phase times and MSM scratch as a reservation."""
+
+    @contextmanager
+    def _phase(self, att, name: str):
+        timer = self.device.gpu_timer() if name in GPU_PHASES else None
+        self.bus.emit("phase_begin", **self._where(att), phase=name)
+        t0 = time.monotonic_ns()
+        if timer is not None:
+            timer.start()
+        ok = False
+        gpu_ms = None
+        try:
+            yield
+            ok = True
+        finally:
+            if timer is not None:
+                try:
+                    gpu_ms = timer.stop()
+                except Exception:  # a failed phase may leave the stream in error: no time
+                    gpu_ms = None
+            ms = (time.monotonic_ns() - t0) / 1e6
+            att.phases_ms[name] = att.phases_ms.get(name, 0.0) + ms
+            extra = {"gpu_ms": gpu_ms} if gpu_ms is not None else {}
+            self.bus.emit("phase_end", **self._where(att), phase=name, ok=ok, **extra)
+
+    def _malloc(self, att, nbytes: int, pool: str, site: str) -> Block:
+        if site == "msm_scratch":  # the MSM allocates the real scratch through allocator()
+            return Block(pool=pool, size=self.device.round(nbytes), requested=nbytes, site=site)
+        return super()._malloc(att, nbytes, pool, site)
+
+
+class LazyAwarePolicy(AwarePolicy):
+    """Aware, but a pre-stage that fits in what the driver reports free needs no trim."""
+
+    def prestage(self, device: Any, fp: Footprint, forced: bool, reserved: int = 0) -> Decision:
+        if not forced:
+            free, _total = device.mem_info()
+            if free >= fp.prestage + fp.margin + reserved:
+                return Decision("ok", "fits without a trim", free=free, margin=fp.margin)
+        return super().prestage(device, fp, forced, reserved)
+
+
+def cuda_footprint(fp: Footprint, sizes: dict[str, int], streamed: dict[str, int]) -> Footprint:
+    """``fp`` with each MSM's scratch from the GPU MSM's own formula, plus two chunk buffers
+    for a query whose points are streamed from host (``streamed``: query -> chunk points)."""
+    from kernels.cuda_msm import scratch_bytes
+
+    msm = {}
+    for q, m in sizes.items():
+        chunk = streamed.get(q)
+        if chunk:
+            msm[q] = scratch_bytes(min(m, chunk)) + 2 * min(m, chunk) * G1_AFFINE_BYTES
+        else:
+            msm[q] = scratch_bytes(m)
+    return Footprint(u=fp.u, msm=msm, margin=fp.margin)
+
+
+def place_device_srs(
+    device: Any, srs: Srs, fp: Footprint, workers: int, host_chunk: int, bus: Any
+) -> tuple[dict[str, Any], list[Block], dict[str, int]]:
+    """Decide and carry out where each query lives on ``device``; emit one ``alloc`` event per
+    query. Returns (points by query, device blocks to free at the end, streamed queries ->
+    chunk points)."""
+    sizes = {q: int(p.shape[0]) for q, p in srs.points.items()}
+    device.synchronize()
+    device.trim()
+    free, _ = device.mem_info()
+    chunk_bytes = host_chunk * G1_AFFINE_BYTES
+    plan = plan_residency(sizes, free, fp, workers, chunk_bytes)
+    placed = place_srs(device, srs.points, plan)
+    for p in plan:
+        bus.emit(
+            "alloc",
+            proof=-1,
+            partition=-1,
+            worker=-1,
+            device=device.index,
+            site="srs",
+            pool="raw" if p.where == "device" else "host",
+            requested=p.nbytes,
+            decision="ok" if p.where == "device" else "fallback",
+            reason=f"{p.query}: {p.reason}",
+            free=p.free,
+            margin=p.need,
+            pools=device.sample(),
+        )
+    streamed = {p.query: host_chunk for p in plan if p.where == "host"}
+    return placed["points"], placed["blocks"], streamed
+
+
+class CudaRun:
+    """Per-device set-up and tear-down of a CUDA run (devices, SRS placement, contexts)."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, list[Block]] = {}
+        self._lock = threading.Lock()
+
+    def context(self, ctx: RunContext, device: Any, workers: int) -> RunContext:
+        """The run context for ``device``'s workers: bound backend, placed SRS, footprint
+        and policy for real pools."""
+        backend = ctx.backend
+        host_chunk = int(getattr(backend, "host_chunk", 1 << 22))
+        points, blocks, streamed = place_device_srs(
+            device, ctx.srs, ctx.footprint, workers, host_chunk, ctx.bus
+        )
+        with self._lock:
+            self.blocks[device.index] = blocks
+        srs = Srs(tau=ctx.srs.tau, secrets=ctx.srs.secrets, points=points)
+        sizes = {q: int(p.shape[0]) for q, p in ctx.srs.points.items()}
+        fp = cuda_footprint(ctx.footprint, sizes, streamed)
+        policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy
+        return replace(
+            ctx, backend=BoundBackend(backend, device), srs=srs, footprint=fp, policy=policy
+        )
+
+    def close(self, devices: list[Any]) -> None:
+        """Free the device-resident SRS, give the ballast back, trim the pools."""
+        for d in devices:
+            for blk in self.blocks.pop(d.index, []):
+                d.free(blk)
+            close = getattr(d, "close", None)
+            if close is not None:
+                close()
+
+
+def make_cuda_devices(indices: tuple[int, ...], capacity: int | None) -> list[Any]:
+    """One :class:`engine.devices.cuda.CudaDevice` per index (``--device-memory`` each)."""
+    from engine.devices.cuda import CudaDevice
+
+    return [CudaDevice(i, capacity) for i in indices]
