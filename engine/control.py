@@ -8,6 +8,7 @@ shows who changed what and when.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -42,14 +43,14 @@ def parse_command(frame: Any) -> tuple[int, str, dict[str, Any]]:
     if not isinstance(frame, dict):
         raise CommandError("a command is a map")
     if frame.get("k") != "command":
-        raise CommandError(f"expected a frame with k='command', got k={frame.get('k')!r}")
+        raise CommandError(f"expected a frame with k='command', got k={_echo(frame.get('k'))}")
     cid = frame.get("id")
     if not isinstance(cid, int) or isinstance(cid, bool):
         raise CommandError("command 'id' must be an integer")
     cmd = frame.get("cmd")
     if not isinstance(cmd, str) or cmd not in CONTROL_COMMANDS:
         raise CommandError(
-            f"unknown command {cmd!r} (expected one of {', '.join(CONTROL_COMMANDS)})"
+            f"unknown command {_echo(cmd)} (expected one of {', '.join(CONTROL_COMMANDS)})"
         )
     args = frame.get("args", {})
     if args is None:
@@ -96,10 +97,25 @@ def frame_id(frame: Any) -> int:
     return -1
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+
+
+def _echo(value: Any) -> str:
+    """A client's value as quoted in an error: plain short names verbatim, anything else
+    described. Errors are shown by dashboards (some render markup), so a client's bytes never
+    reach them through a refusal."""
+    if isinstance(value, str):
+        return repr(value) if _PLAIN.fullmatch(value) else f"(a string of {len(value)} characters)"
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    return f"(a {type(value).__name__})"
+
+
 def frame_cmd(frame: Any) -> str:
-    """The command name as sent (for the refusal's ``cmd`` field), shortened."""
-    if isinstance(frame, dict) and isinstance(frame.get("cmd"), str):
-        return frame["cmd"][:64]
+    """The refused command's name for the ``cmd`` field: a known command's name, else "?"
+    (an unknown name is quoted in ``error`` only when it is a plain short word)."""
+    if isinstance(frame, dict) and frame.get("cmd") in CONTROL_COMMANDS:
+        return frame["cmd"]
     return "?"
 
 
