@@ -60,7 +60,20 @@ def parse_command(frame: Any) -> tuple[int, str, dict[str, Any]]:
     return cid, cmd, _check_args(cmd, args)
 
 
+ARGS: dict[str, tuple[str, ...]] = {
+    "force_fallback": ("device", "on"),
+    "trim": ("device",),
+    "marker": ("name",),
+}
+
+
 def _check_args(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
+    allowed = ARGS.get(cmd, ())
+    for key in args:
+        if key not in allowed:
+            takes = f"takes only {', '.join(allowed)}" if allowed else "takes no arguments"
+            raise CommandError(f"{cmd} {takes}; got {_echo(key)}")
+
     def integer(name: str, required: bool) -> int | None:
         v = args.get(name)
         if v is None:
@@ -84,6 +97,8 @@ def _check_args(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
         name = args.get("name")
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
             raise CommandError("marker needs a 'name' string of 1 to 200 characters")
+        if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in name):
+            raise CommandError("marker: the name must not hold control characters")
         return {"name": name}
     return {}
 

@@ -36,6 +36,9 @@ AUTH_FAIL_DELAY_S = 1.0
 CLIENT_MAX_FRAME = 64 << 10
 RECV_BYTES = 65536
 MAX_CLIENTS = 64  # connections served at once; more are closed at accept
+# Every command, refused or not, is a recorded event; a connection sending more than this many
+# in one second is cut (with one refusal), so no client can flood the recording or the others.
+MAX_COMMANDS_PER_S = 100
 
 
 class ListenError(ValueError):
@@ -225,6 +228,7 @@ class TelemetryServer:
             if self.faults is not None and self.faults.drop_client():
                 self._drop(sub, name)
                 return
+            window, in_window = time.monotonic(), 0
             while not self._closed.is_set():
                 try:
                     data = conn.recv(RECV_BYTES)
@@ -235,6 +239,14 @@ class TelemetryServer:
                 try:
                     decoder.feed(data)
                     for frame in decoder.frames():
+                        now = time.monotonic()
+                        if now - window >= 1.0:
+                            window, in_window = now, 0
+                        in_window += 1
+                        if in_window > MAX_COMMANDS_PER_S:
+                            raise FrameError(
+                                f"more than {MAX_COMMANDS_PER_S} commands in one second"
+                            )
                         self.on_command(frame, name)
                 except FrameError as exc:
                     self.on_bad_frame(str(exc), name)
