@@ -24,6 +24,7 @@ from recordings.framing import HEADER_SIZE, MAX_FRAME, MAX_ITEMS, FrameError
 from recordings.state import State
 from tui.sources import SourceError
 
+_MEMORY_KEY = b"\xa1k\xa6memory"  # a map whose first key is k = "memory" (after the header)
 HISTORY_BYTES = 24 << 20  # a seek decodes at most about this much before the position
 
 
@@ -117,21 +118,47 @@ class FileReplaySource:
             state = State.from_snapshot(snap["state"])
         else:
             state, offset = State(), self.first_event
-        # before the window only the current state matters: memory samples replace the
-        # latest sample without growing the (never drawn) series there
-        history_from = position - window
-        for event, _at, nxt in self._events(offset):
-            t = event.get("t", 0)
-            if t >= history_from or t > position:
-                break
-            if event.get("k") == "memory":
-                state.events += 1
-                state.t = max(state.t, t)
-                state.memory[event["device"]] = event
-            else:
-                state.apply(event)
-            offset = nxt
+        offset = self._fold_before(state, offset, position - window)
         return state, self.advance(state, offset, position)
+
+    def _fold_before(self, state: State, offset: int, history_from: int) -> int:
+        """Fold the events before the window: only the current state matters there. Memory
+        samples (most of the stream) are not even decoded, except the last one of each device,
+        which is all the current state keeps of them. Returns the offset of the first event at
+        or after ``history_from``."""
+        mm, limit = self._mm, self.limit
+        memory: list[int] = []
+        while offset + HEADER_SIZE <= limit:
+            body = offset + HEADER_SIZE
+            nxt = body + int.from_bytes(mm[offset:body], "big")
+            head = 3 if mm[body] == 0xDE else 1  # map16 (memory samples) or fixmap header
+            if mm[body + head : body + head + len(_MEMORY_KEY)] == _MEMORY_KEY:
+                memory.append(offset)
+                offset = nxt
+                continue
+            frame, nxt = self._frame_at(offset)
+            if frame.get("k") == "snapshot" and frame.get("seek") is True:
+                offset = nxt
+                continue
+            if frame.get("t", 0) >= history_from:
+                break
+            state.apply(frame)
+            offset = nxt
+        devices = len((state.hello or self.hello).get("devices") or ()) or 1
+        seen: set[int] = set()
+        latest: list[dict[str, Any]] = []
+        for at in reversed(memory):
+            sample, _ = self._frame_at(at)
+            if sample.get("device") not in seen:
+                seen.add(sample.get("device"))
+                latest.append(sample)
+            if len(seen) >= devices:
+                break
+        for sample in sorted(latest, key=lambda e: e.get("t", 0)):
+            state.memory[sample["device"]] = sample
+            state.t = max(state.t, sample.get("t", 0))
+        state.events += len(memory)
+        return offset
 
     def _snapshot(self, j: int) -> tuple[dict[str, Any], int]:
         """Seek snapshot ``j`` decoded, and the offset after it; the last few are kept, since
