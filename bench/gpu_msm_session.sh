@@ -3,7 +3,8 @@
 # Run from the repository root on the GPU machine, with the nvcc-built cubins carried in
 # build/cubin (python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')").
 #   bash bench/gpu_msm_session.sh quick   # tests + 2^16..2^24 bench with the window sweep
-#   bash bench/gpu_msm_session.sh full    # + 2^26, 2^27, host-streamed points, ones-heavy
+#   bash bench/gpu_msm_session.sh full    # kernel A/B, + 2^26, 2^27, host-streamed, ones-heavy
+#   bash bench/gpu_msm_session.sh final   # all GPU tests, then the full bench without the A/B
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/msm_out}
@@ -14,7 +15,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,m
     --format=csv | tee "$OUT/gpu.txt"
 ls build/cubin 2>/dev/null
 B="python3 -m kernels.bench_msm --results-dir $OUT --json"
-if [ "$MODE" = "quick" ]; then
+if [ "$MODE" = "final" ]; then
+    timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
+        2>&1 | tee -a "$OUT/session.log" | tail -n 30
+    timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --sweep=-1,0,1 --sweep-max-log 20 \
+        --tag final 2>&1 | tee -a "$OUT/session.log" | tail -n 9
+    timeout 100 $B --log-sizes 27 --points host 2>&1 | tee -a "$OUT/session.log" | tail -n 4
+    timeout 100 $B --log-sizes 20,24,27 --scalars ones-heavy 2>&1 | tee -a "$OUT/session.log" | tail -n 6
+elif [ "$MODE" = "quick" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/session.log" | tail -n 30
     timeout 120 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee -a "$OUT/session.log" | tail -n 12
