@@ -325,3 +325,39 @@ def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
     fallback = open_replay(cut)
     assert not isinstance(fallback, FileReplaySource) and fallback.truncated
     assert 0 < len(fallback.events) < len(events)
+
+
+def test_watch_finds_the_local_engine_again_after_a_restart(tmp_path, monkeypatch):
+    from engine.config import from_preset
+    from engine.runner import Engine
+    from tui.sources import default_address
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # only this test's engines
+
+    def start():
+        eng = Engine(from_preset("ci", backend="cpu", proofs=100_000), listen=None, record=None)
+        eng.start()
+        return eng
+
+    first = start()
+    source = LiveSource(None)
+    sink = Collect()
+    thread = threading.Thread(target=source.run, args=(sink,), daemon=True)
+    thread.start()
+    try:
+        assert default_address() == first.address.removeprefix("unix:")
+        assert sink.wait(lambda: any(e.get("engine_id") == first.engine_id for e in sink.flat()))
+        first.stop("restart")
+        first.close()
+        second = start()
+        try:
+            assert sink.wait(
+                lambda: any(e.get("engine_id") == second.engine_id for e in sink.flat()), 20
+            )
+            assert any(s.startswith("disconnected") for s in sink.statuses)
+        finally:
+            second.stop("test over")
+            second.close()
+    finally:
+        source.close()
+        thread.join(5)

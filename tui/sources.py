@@ -86,10 +86,8 @@ def local_engines() -> list[str]:
     import stat
     import tempfile
 
-    bases = {tempfile.gettempdir()}
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        bases.add(runtime)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")  # where the engine puts it, as it decides
+    bases = [runtime if runtime and os.path.isdir(runtime) else tempfile.gettempdir()]
     found: list[tuple[float, str]] = []
     for base in bases:
         for path in glob.glob(os.path.join(base, "provetop-*", "engine.sock")):
@@ -147,12 +145,17 @@ class LiveSource:
 
     def __init__(
         self,
-        address: str | Address,
+        address: str | Address | None,
         *,
         token: str | None = None,
         keep: bool = True,
         reconnect: bool = True,
     ) -> None:
+        # None: the local engine, found again at every attempt (a restarted engine listens
+        # in a fresh private directory)
+        self.discover = address is None
+        if address is None:
+            address = default_address() or "unix:(no local engine)"
         self.address = address if isinstance(address, Address) else parse_address(address)
         self.token = token
         self.label = self.address.short
@@ -200,6 +203,11 @@ class LiveSource:
         sink.status(self, "closed", "info")
 
     def _connect(self) -> socket.socket:
+        if self.discover:
+            found = default_address()
+            if found is None:
+                raise ConnectionRefusedError("no local engine running")
+            self.address = parse_address(found)
         addr = self.address
         if addr.kind == "unix":
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -46,15 +46,14 @@ def run(args: argparse.Namespace) -> int:
     from tui.sources import LiveSource, default_address, parse_address
 
     addresses = list(args.addresses)
+    token = read_token(args.token_file)
+    sources = []
     if not addresses:
-        found = default_address()
-        if found is None:
+        if default_address() is None:
             raise UsageError(
                 "no local engine found: start one with 'provetop engine' or give its ADDRESS"
             )
-        addresses = [found]
-    token = read_token(args.token_file)
-    sources = []
+        sources.append(LiveSource(None))  # the local engine, found again on reconnect
     for text in addresses:
         try:
             address = parse_address(text)
