@@ -230,3 +230,33 @@ async def test_replay_keys():
         await pilot.press("end")
         await pilot.press("M")
         assert not isinstance(app.screen, MarkerPrompt)
+
+
+@pilot_test
+async def test_watching_two_engines_switches_with_e():
+    from tui.app import ProvetopApp
+    from tui.sources import FeedSource
+
+    one = generate(devices=1, duration_s=4, seed=random.randrange(1 << 30))
+    two = generate(devices=2, duration_s=6, seed=random.randrange(1 << 30))
+    two[0] = {**two[0], "engine_id": "second", "host": "other-host"}
+    app = ProvetopApp(
+        [FeedSource(one, label="first"), FeedSource(two, label="second")], live_clock=False
+    )
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(
+            pilot,
+            lambda: all(
+                v.state.events == len(e) for v, e in zip(app.views, (one, two), strict=True)
+            ),
+        )
+        app.redraw()
+        assert app.check_action("next_engine", ()) is True
+        assert app.view.state.totals() == State().fold(one).totals()
+        assert "▸first" in app.header.render().plain
+        await pilot.press("e")
+        assert app.view.state.totals() == State().fold(two).totals()
+        assert "▸second" in app.header.render().plain
+        assert len(app.timeline.visible_lanes()) == 8
+        await pilot.press("e")
+        assert app.selected == 0

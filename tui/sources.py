@@ -25,6 +25,7 @@ from recordings.state import LogLine, State
 BATCH_SECONDS = 0.05  # a live batch is flushed at least this often
 BATCH_MAX = 5000  # ... or when it holds this many events
 RECONNECT_MIN, RECONNECT_MAX = 0.25, 5.0
+KEEP_MAX = 2_000_000  # events kept for "save"; beyond it the oldest half goes (hello stays)
 
 
 class SourceError(Exception):
@@ -163,6 +164,7 @@ class LiveSource:
         self.keep = keep
         self.reconnect = reconnect
         self.received: list[bytes] = []
+        self.dropped = 0  # events no longer kept for "save" (a very long session)
         self.connected = False
         self._sock: socket.socket | None = None
         self._send_lock = threading.Lock()
@@ -262,6 +264,9 @@ class LiveSource:
                         batch.append(event)
                         if self.keep:
                             self.received.append(msgpack.packb(event, use_bin_type=True))
+                            if len(self.received) > KEEP_MAX:
+                                del self.received[1 : KEEP_MAX // 2]
+                                self.dropped += KEEP_MAX // 2 - 1
                 except FrameError as exc:
                     reason = f"bad frame: {exc}"
                     break
