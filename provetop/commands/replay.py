@@ -24,6 +24,15 @@ def run(args: argparse.Namespace) -> int:
 
     if not os.path.isfile(args.file):
         raise UsageError(f"no such recording: {args.file}")
+    from recordings.format import MAGIC
+
+    try:
+        with open(args.file, "rb") as f:
+            head = f.read(len(MAGIC))
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    if head != MAGIC:
+        raise UsageError(f"{args.file} is not a provetop recording")
     if not 0.25 <= args.speed <= 16:
         raise UsageError(f"--speed must be between 0.25 and 16, got {args.speed:g}")
     from tui.app import ProvetopApp
