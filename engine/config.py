@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+MAX_DEVICES = 64  # device indices 0..63 (a bound on threads and modeled devices, not hardware)
 MAX_DOMAIN_LOG = 28  # 2^28 is the largest domain the engine plans for (Fr allows 2^32)
 ALLOCATORS = ("naive", "aware")
 VERIFY_MODES = ("always", "sampled", "never")
@@ -76,6 +77,8 @@ class EngineConfig:
             raise ConfigError("--devices needs at least one device")
         if len(set(self.devices)) != len(self.devices) or min(self.devices) < 0:
             raise ConfigError(f"--devices must be distinct non-negative ints, got {self.devices}")
+        if max(self.devices) >= MAX_DEVICES:
+            raise ConfigError(f"--devices: no device {max(self.devices)} (at most {MAX_DEVICES})")
         if self.allocator not in ALLOCATORS:
             raise ConfigError(f"--allocator must be naive or aware, got {self.allocator!r}")
         if self.verify not in (*VERIFY_MODES, "auto"):
