@@ -78,7 +78,8 @@ class EngineConfig:
         if len(set(self.devices)) != len(self.devices) or min(self.devices) < 0:
             raise ConfigError(f"--devices must be distinct non-negative ints, got {self.devices}")
         if max(self.devices) >= MAX_DEVICES:
-            raise ConfigError(f"--devices: no device {max(self.devices)} (at most {MAX_DEVICES})")
+            top = max(self.devices)
+            raise ConfigError(f"--devices: no device {top} (indices 0..{MAX_DEVICES - 1})")
         if self.allocator not in ALLOCATORS:
             raise ConfigError(f"--allocator must be naive or aware, got {self.allocator!r}")
         if self.verify not in (*VERIFY_MODES, "auto"):
