@@ -112,6 +112,8 @@ def build_engine(args: argparse.Namespace, log=None):
     if not args.no_record:
         if args.record:
             record = args.record
+            if os.path.lexists(record):  # a typo must not turn a file (or a link) into a recording
+                raise UsageError(f"--record {record}: the path exists; the engine never overwrites")
         else:
             from recordings.writer import default_recording_path
 
