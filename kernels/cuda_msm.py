@@ -352,15 +352,32 @@ def msm(
     window_bits: int | None = None,
     marks: list | None = None,
 ) -> np.ndarray:
-    """sum_i scalars[i] * points[i] for device arrays ``points`` (n, 12) and ``scalars`` (n, 4);
-    returns the affine result as a numpy ``(12,)`` array (infinity = zeros). The window is
-    :func:`choose_window_bits` of the number of scalars other than 0 and 1 unless given."""
-    require_cupy()
+    """sum_i scalars[i] * points[i] for ``points`` (n, 12) and ``scalars`` (n, 4); returns the
+    affine result as a numpy ``(12,)`` array (infinity = zeros). The window is
+    :func:`choose_window_bits` of the number of scalars other than 0 and 1 unless given.
+    Device ``points`` are read in place; host (numpy) ``points`` go through
+    :func:`msm_host_points` (chunked uploads, pinned memory for the overlap)."""
+    cupy = require_cupy()
+    if isinstance(scalars, np.ndarray):
+        with _context(stream, allocator):  # the upload is ordered on the caller's stream
+            scalars = cupy.asarray(scalars)
+    if isinstance(points, np.ndarray):
+        return msm_host_points(
+            points, scalars, stream=stream, allocator=allocator, window_bits=window_bits
+        )
     n = _check_inputs(points, scalars)
     with _context(stream, allocator) as s:
         c = window_bits or choose_window_bits(tail_count(scalars) if n else 0)
         sums = window_sums(points, scalars, c, s, marks).get(stream=s)
     return combine_windows(sums, c)
+
+
+def host_scratch_bytes(n: int, chunk: int = 1 << 25, c: int | None = None) -> int:
+    """Peak device bytes of :func:`msm_host_points`: two point buffers of ``chunk`` rows, the
+    accumulated window sums, and :func:`scratch_bytes` of one chunk."""
+    m = max(1, min(n, chunk))
+    c = c or choose_window_bits(m)
+    return 2 * m * 96 + 2 * 192 * (num_windows(c) + 1) + scratch_bytes(m, c)
 
 
 def pinned_empty(shape: tuple[int, ...], dtype: Any = np.uint64) -> np.ndarray:
@@ -476,6 +493,7 @@ def selftest_checks() -> list:
 
 __all__ = [
     "choose_window_bits",
+    "host_scratch_bytes",
     "make_plan",
     "msm",
     "msm_host_points",

@@ -45,3 +45,12 @@ def test_plan_and_scratch_model() -> None:
         assert b <= cm.scratch_bytes(2 * n, c)
     # fewer entries (zeros, ones) never need more
     assert cm.scratch_bytes(1 << 20, 16, n_entries=1000) < cm.scratch_bytes(1 << 20, 16)
+
+
+def test_host_scratch_model() -> None:
+    n, chunk = 1 << 27, 1 << 25
+    c = cm.choose_window_bits(chunk)
+    assert cm.host_scratch_bytes(n, chunk, c) == (
+        2 * chunk * 96 + 2 * 192 * (cm.num_windows(c) + 1) + cm.scratch_bytes(chunk, c)
+    )
+    assert cm.host_scratch_bytes(1000, chunk) < cm.host_scratch_bytes(n, chunk)
