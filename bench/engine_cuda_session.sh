@@ -23,15 +23,15 @@ run_engine() {  # name, timeout (s), engine flags...
         2>&1 | tee "$OUT/$name.log" | tail -n 8
     $P summary "$OUT/$name.pvtrec" 2>&1 | tee "$OUT/$name.summary.txt" | tail -n 25
 }
-timeout 150 python3 -m pytest -q -m gpu tests/test_engine_cuda.py -p no:cacheprovider \
+timeout 100 python3 -m pytest -q -m gpu tests/test_engine_cuda.py -p no:cacheprovider \
     2>&1 | tee "$OUT/pytest.txt" | tail -n 25
 case "$MODE" in
 smoke)
-    run_engine smoke 60 --preset small --proofs 1
+    run_engine smoke 40 --preset small --proofs 1
     ;;
 medium)
-    run_engine smoke 60 --preset small --proofs 1
-    run_engine k20 150 --domain-log 20 --partitions 4 --proofs 1 --workers-per-device 2 \
+    run_engine smoke 40 --preset small --proofs 1
+    run_engine k20 85 --domain-log 20 --partitions 4 --proofs 1 --workers-per-device 2 \
         --allocator aware --verify sampled
     ;;
 phantom)

@@ -100,6 +100,24 @@ class CudaBackend:
             return uncached_allocator(self.cupy)
         return allocator
 
+    def warm_up(self, domain_log: int) -> None:
+        """Compile the modules and build every table a partition of 2^domain_log uses (NTT
+        twiddles, H-step factor tables, MSM module), on the current device with CuPy's default
+        allocator: tables live for the process, so they must not land in the stream-ordered
+        pool the engine trims, and the first partition must not pay for compilation."""
+        from kernels import cuda_msm
+        from kernels.cuda_ntt import plan_h_step
+
+        k = int(domain_log)
+        self._ntt.twiddles(k)
+        self._ntt._consts(k)
+        for p in plan_h_step(k, self._ntt.max_levels):
+            for kind in (p.pre, p.post):
+                if kind:
+                    self._ntt._table(kind, p.k)
+        cuda_msm.module(cuda_msm.MSM_SOURCE)
+        self.cupy.cuda.Device().synchronize()
+
     # -- KernelBackend -----------------------------------------------------------------------
 
     def ntt(

@@ -234,7 +234,6 @@ class CudaDevice(Device):
         from engine.nvml import NvmlDevice
 
         self.nvml = NvmlDevice(pci_bus_id=self.pci_bus_id)
-        self._staging: dict[int, Any] = {}
 
     # -- streams ------------------------------------------------------------------------------
 
