@@ -55,7 +55,7 @@ extern "C" __global__ void xyzz_to_affine_batch(const g1_xyzz* __restrict__ in, 
     const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
     const uint64_t lo = (uint64_t)t * per;
     if (lo >= n) return;
-    const uint32_t hi = (uint32_t)min((uint64_t)n, lo + per);
+    const uint32_t hi = (uint32_t)(lo + per < n ? lo + per : n);
     fp_t acc = fp_t::one();
     for (uint32_t j = (uint32_t)lo; j < hi; j++) {
         const g1_xyzz p = g1_load(in + j);
