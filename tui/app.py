@@ -519,7 +519,7 @@ class ProvetopApp(App[int]):
         if r is None or self.view is None:
             return
         position = max(r.source.start, min(r.source.end, int(position)))
-        window = self.timeline.span + int(10e9)
+        window = self.timeline.span + int(2e9)
         try:
             if r.index and position >= r.position and position - r.position < window:
                 r.index = r.source.advance(self.view.state, r.index, position)
