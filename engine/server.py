@@ -139,6 +139,9 @@ class TelemetryServer:
             old = os.umask(0o177)
             try:
                 sock.bind(path)
+            except OSError as exc:
+                sock.close()
+                raise ListenError(f"cannot listen on {path}: {exc.strerror or exc}") from None
             finally:
                 os.umask(old)
             os.chmod(path, 0o600)
