@@ -260,3 +260,18 @@ async def test_watching_two_engines_switches_with_e():
         assert len(app.timeline.visible_lanes()) == 8
         await pilot.press("e")
         assert app.selected == 0
+
+
+@pilot_test
+async def test_replay_zoom_out_brings_the_history_in_view():
+    events = fixed_events(60)
+    app = replay_app(events, position_s=50)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.replay is not None)
+        app.timeline.focus()
+        await pilot.press("minus")  # 30 s -> 1 min: more history than the seek folded
+        await until(pilot, lambda: app.replay.window >= app.timeline.span)
+        lane = ("worker", 0, 0)
+        first = min(s.start for s in app.view.state.segments[lane])
+        left_edge = max(0, app.replay.position - app.timeline.span)
+        assert first <= left_edge + int(2e9)  # segments from the window's left edge on

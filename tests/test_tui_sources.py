@@ -305,9 +305,12 @@ def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
     source.prepare()
     assert source.markers == [e["t"] for e in events if e["k"] == "marker"]
     assert source.faults == [e["t"] for e in events if e["k"] == "fault"]
-    for _ in range(5):
-        position = rng.randrange(source.start, source.end)
-        window = int(rng.choice([1, 4, 12]) * 1e9)
+    cases = [(source.start + int(2.5e9), int(12e9))]  # before the first snapshot, too
+    cases += [
+        (rng.randrange(source.start, source.end), int(rng.choice([1, 4, 12]) * 1e9))
+        for _ in range(5)
+    ]
+    for position, window in cases:
         state, offset = source.state_at(position, window)
         expect = State().fold(e for e in events if e["t"] <= position)
         assert _current(state) == _current(expect)

@@ -309,6 +309,9 @@ class ProvetopApp(App[int]):
         view = self.view
         if view is None:
             return
+        r = self.replay
+        if r is not None and not r.playing and self.timeline.span + int(2e9) > r.window:
+            self.seek(r.position, force=True)  # zoomed out: fold the history now in view
         timeline = self.timeline
         live_moving = (
             self.live_clock
@@ -513,15 +516,16 @@ class ProvetopApp(App[int]):
         if source.truncated:
             view.state.log.append(LogLine(source.end, "warn", "the recording's tail is truncated"))
 
-    def seek(self, position: int) -> None:
-        """Show the recording at ``position`` (engine nanoseconds)."""
+    def seek(self, position: int, force: bool = False) -> None:
+        """Show the recording at ``position`` (engine nanoseconds); ``force`` rebuilds the
+        state even for a short step forward (the window grew: more history is needed)."""
         r = self.replay
         if r is None or self.view is None:
             return
         position = max(r.source.start, min(r.source.end, int(position)))
         window = self.timeline.span + int(2e9)
         try:
-            if r.index and position >= r.position and position - r.position < window:
+            if not force and r.index and position >= r.position and position - r.position < window:
                 r.index = r.source.advance(self.view.state, r.index, position)
             else:
                 state, r.index = r.source.state_at(position, window)

@@ -154,7 +154,7 @@ class FileReplaySource:
                 latest.append(sample)
             if len(seen) >= devices:
                 break
-        for sample in sorted(latest, key=lambda e: e.get("t", 0)):
+        for sample in sorted(latest, key=lambda e: e.get("device", 0)):  # a full fold's order
             state.memory[sample["device"]] = sample
             state.t = max(state.t, sample.get("t", 0))
         state.events += len(memory)
