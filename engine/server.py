@@ -20,6 +20,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,9 @@ MAX_CLIENTS = 64  # connections served at once; more are closed at accept
 # Every command, refused or not, is a recorded event; a connection sending more than this many
 # in one second is cut (with one refusal), so no client can flood the recording or the others.
 MAX_COMMANDS_PER_S = 100
+WRITE_BATCH_BYTES = 256 << 10  # events sent to a client in one write, at most about this much
+WRITE_COALESCE_S = 0.01  # a client's writer waits this long between writes
+ENCODE_CACHE = 4096  # encoded events kept for the other clients
 
 
 class ListenError(ValueError):
@@ -116,6 +120,8 @@ class TelemetryServer:
         self.send_buffer: int | None = None
         self.faults: Any = None  # engine.faults.FaultInjector (drop:client:K), or None
         self._auth_lock = threading.Lock()
+        self._cache: OrderedDict[int, tuple[dict[str, Any], bytes]] = OrderedDict()
+        self._cache_lock = threading.Lock()
         self.auth_failures = 0
         self.refused_clients = 0  # connections closed at accept (over MAX_CLIENTS)
 
@@ -311,16 +317,43 @@ class TelemetryServer:
                 time.sleep(AUTH_FAIL_DELAY_S)
         return ok
 
+    def _encode(self, event: dict[str, Any]) -> bytes:
+        """One encoding per event for all clients (they share the event objects); the cache
+        holds the event itself, so its id cannot be reused while the entry lives."""
+        key = id(event)
+        with self._cache_lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] is event:
+                return hit[1]
+        frame = encode_frame(event)
+        with self._cache_lock:
+            self._cache[key] = (event, frame)
+            if len(self._cache) > ENCODE_CACHE:
+                self._cache.popitem(last=False)
+        return frame
+
     def _write_loop(self, conn: socket.socket, sub: Any) -> None:
+        """Send what is queued in batches, then pause WRITE_COALESCE_S: a client costs the
+        engine at most ~1/WRITE_COALESCE_S wake-ups and sends a second, whatever the event
+        rate, and each event is encoded once for every client."""
         while not self._closed.is_set() and not sub.closed:
             event = sub.get(timeout=0.5)
             if event is None:
                 continue
             try:
-                conn.sendall(encode_frame(event))
+                frames = [self._encode(event)]
+                size = len(frames[0])
+                while size < WRITE_BATCH_BYTES and sub.pending():
+                    event = sub.get(0)
+                    if event is None:
+                        break
+                    frames.append(self._encode(event))
+                    size += len(frames[-1])
+                conn.sendall(b"".join(frames))
             except (OSError, FrameError):
                 _shutdown(conn)
                 return
+            time.sleep(WRITE_COALESCE_S)
 
 
 def _wait_drained(sub: Any, timeout: float) -> None:

@@ -49,14 +49,15 @@ def _final(rec):
 
 def _quiet_levels(rec):
     """The device's memory at the start and after every partition's final partition_done:
-    the first memory sample at or after each of those points."""
-    levels, waiting = [], True  # the first sample of the run is the level before partition 0
+    the first memory sample after each of those points (a partition that failed before
+    touching the device shares it with the next one)."""
+    levels, waiting = [], 1  # the first sample of the run is the level before partition 0
     for e in rec.events:
         if e["k"] == "partition_done" and not e.get("will_retry"):
-            waiting = True
+            waiting += 1
         elif e["k"] == "memory" and waiting:
-            levels.append(e)
-            waiting = False
+            levels.extend([e] * waiting)
+            waiting = 0
     return levels
 
 
