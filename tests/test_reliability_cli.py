@@ -61,6 +61,7 @@ def _bad_inputs(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     cases = _bad_inputs(tmp_path)
     base = [sys.executable, "-m", "provetop", "engine", "--preset", "ci", "--exit-when-done"]
