@@ -129,9 +129,13 @@ def bench_live(args: argparse.Namespace) -> dict[str, Any]:
         )
         os.close(slave)
         drained = 0
+        deadline = time.monotonic() + 120 + args.seconds + args.keys
         try:
             while child.poll() is None:  # drain the terminal like a terminal emulator would
                 drained += _drain(master, 0.1)
+                if time.monotonic() > deadline:
+                    child.kill()
+                    raise RuntimeError("the dashboard child did not finish in time")
             drained += _drain(master, 0.1)
         finally:
             os.close(master)
@@ -181,7 +185,11 @@ def _live_child(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {}
 
     async def measure() -> None:
+        waited = time.monotonic()
         while not (app.views and app.views[0].state.events > 1000):
+            if time.monotonic() - waited > 60:
+                app.exit(1)  # no producer: the parent reports the failure
+                return
             await asyncio.sleep(0.05)
         await asyncio.sleep(2.0)  # let the window fill
         events0, cpu0, wall0 = app.views[0].state.events, time.process_time(), time.monotonic()
