@@ -50,22 +50,46 @@ extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint3
     }
 }
 
+// Windows are taken MSM_SCATTER_GROUP at a time: the group's keys first, then its aggregated
+// atomics back to back (their returned slots are not needed until the stores), so each thread
+// keeps several atomics in flight instead of waiting out one round trip per window.
+#define MSM_SCATTER_GROUP 4
 extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uint32_t n, uint32_t c,
                                        uint32_t W, uint32_t* __restrict__ cursor,
                                        uint32_t* __restrict__ sorted) {
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     const uint32_t B = 1u << (c - 1);
+    const uint32_t lane = threadIdx.x & 31;
     uint32_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     const bool live = i < n;
     if (live) msm_load_scalar(scalars, i, s);
     const bool is_zero = !live || msm_scalar_is(s, 0);
     const bool is_one = live && msm_scalar_is(s, 1);
     msm_digits dg(c);
-    for (uint32_t w = 0; w < W; w++) {
-        bool neg = false;
-        const uint32_t key = msm_key(s, w, c, B, W, is_zero, is_one, dg, &neg);
-        const uint32_t pos = msm_warp_slot(cursor, key);
-        if (key != MSM_NONE) sorted[pos] = i | (neg ? 0x80000000u : 0u);
+    for (uint32_t w0 = 0; w0 < W; w0 += MSM_SCATTER_GROUP) {
+        uint32_t key[MSM_SCATTER_GROUP], peers[MSM_SCATTER_GROUP], base[MSM_SCATTER_GROUP];
+        bool neg[MSM_SCATTER_GROUP];
+#pragma unroll
+        for (int j = 0; j < MSM_SCATTER_GROUP; j++) {
+            neg[j] = false;
+            key[j] = w0 + j < W ? msm_key(s, w0 + j, c, B, W, is_zero, is_one, dg, &neg[j])
+                                : MSM_NONE;
+        }
+#pragma unroll
+        for (int j = 0; j < MSM_SCATTER_GROUP; j++) peers[j] = __match_any_sync(0xffffffffu, key[j]);
+#pragma unroll
+        for (int j = 0; j < MSM_SCATTER_GROUP; j++) {
+            base[j] = 0;
+            if (key[j] != MSM_NONE && lane == (uint32_t)(__ffs(peers[j]) - 1))
+                base[j] = atomicAdd(cursor + key[j], __popc(peers[j]));
+        }
+#pragma unroll
+        for (int j = 0; j < MSM_SCATTER_GROUP; j++) {
+            const uint32_t leader = __ffs(peers[j]) - 1;
+            const uint32_t slot = __shfl_sync(peers[j], base[j], leader) +
+                                  __popc(peers[j] & ((1u << lane) - 1u));
+            if (key[j] != MSM_NONE) sorted[slot] = i | (neg[j] ? 0x80000000u : 0u);
+        }
     }
 }
 
