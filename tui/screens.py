@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -63,16 +64,19 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
 ]
 
 
-def keys_table() -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold #00afff", no_wrap=True)
-    table.add_column()
+def keys_table() -> Group:
+    """Every section as a heading and a two-column table (keys, what they do)."""
+    parts: list = []
     for title, rows in KEYS:
-        table.add_row(Text(title, style="bold underline"), "")
+        parts.append(Text(title, style="bold underline"))
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold #00afff", no_wrap=True, min_width=14)
+        table.add_column()
         for key, what in rows:
             table.add_row(key, what)
-        table.add_row("", "")
-    return table
+        parts.append(table)
+        parts.append(Text(""))
+    return Group(*parts)
 
 
 class HelpScreen(ModalScreen[None]):

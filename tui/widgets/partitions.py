@@ -138,6 +138,9 @@ class PartitionsTable(ScrollView, can_focus=True):
         self._strips: dict[tuple[int, int], tuple[tuple, Strip]] = {}
         self._follow = True
 
+    def on_mount(self) -> None:
+        self.virtual_size = Size(sum(c.width + 1 for c in COLUMNS), 1)  # the header row
+
     # -- data ---------------------------------------------------------------------------------
 
     @property
