@@ -18,6 +18,23 @@ def add_parser(sub, name: str, help_text: str) -> None:
         help="unix:PATH, a socket path, or tcp://127.0.0.1:PORT (default: the local engine)",
     )
     p.add_argument("--token-file", metavar="F", help="token for tcp:// engines")
+    p.add_argument(
+        "--cuzk-log",
+        metavar="FILE",
+        help="follow a cuzk prover's log (like tail -F; '-' reads standard input); read-only",
+    )
+    p.add_argument(
+        "--cuzk-status",
+        metavar="URL",
+        help="poll a cuzk prover's GET /status endpoint (with or without --cuzk-log)",
+    )
+    p.add_argument(
+        "--cuzk-interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between /status polls (default 1)",
+    )
     p.add_argument("--save-dir", default=".", metavar="DIR", help="where S saves recordings")
     add_display_arguments(p)
 
@@ -41,6 +58,16 @@ def read_token(path: str | None) -> str | None:
     return token
 
 
+def _readable_or_pending(path: str) -> bool:
+    """A log that does not exist yet is fine (it is followed until it appears, like tail -F);
+    one that exists must be a readable regular file."""
+    import os
+
+    if not os.path.exists(path):
+        return True
+    return os.path.isfile(path) and os.access(path, os.R_OK)
+
+
 def run(args: argparse.Namespace) -> int:
     from provetop.cli import UsageError
     from tui.sources import LiveSource, default_address, parse_address
@@ -48,7 +75,18 @@ def run(args: argparse.Namespace) -> int:
     addresses = list(args.addresses)
     token = read_token(args.token_file)
     sources = []
-    if not addresses:
+    cuzk = args.cuzk_log is not None or args.cuzk_status is not None
+    if cuzk:
+        if args.cuzk_interval <= 0:
+            raise UsageError("--cuzk-interval must be a positive number of seconds")
+        if args.cuzk_log not in (None, "-") and not _readable_or_pending(args.cuzk_log):
+            raise UsageError(f"--cuzk-log {args.cuzk_log}: not a readable file")
+        from engine.cuzk.source import CuzkSource
+
+        sources.append(
+            CuzkSource(args.cuzk_log, args.cuzk_status, status_interval=args.cuzk_interval)
+        )
+    if not addresses and not cuzk:
         if default_address() is None:
             raise UsageError(
                 "no local engine found: start one with 'provetop engine' or give its ADDRESS"
