@@ -389,16 +389,30 @@ class PartitionRunner:
     def _phase(self, att: Attempt, name: str):
         self.bus.emit("phase_begin", **self._where(att), phase=name)
         t0 = time.monotonic_ns()
+        timer = self._gpu_timer(name)
         ok = False
         try:
             if self.ctx.faults is not None:
                 self.ctx.faults.on_phase(name, self.device, self._where(att))
+            if timer is not None:
+                timer.start()
             yield
             ok = True
         finally:
+            gpu = {}
+            if timer is not None:
+                try:
+                    gpu["gpu_ms"] = timer.stop()
+                except Exception:  # a failed phase may leave its stream in error: no time
+                    pass
             ms = (time.monotonic_ns() - t0) / 1e6
             att.phases_ms[name] = att.phases_ms.get(name, 0.0) + ms
-            self.bus.emit("phase_end", **self._where(att), phase=name, ok=ok)
+            self.bus.emit("phase_end", **self._where(att), phase=name, ok=ok, **gpu)
+
+    def _gpu_timer(self, phase: str) -> Any:
+        """Device time of a phase (an object with start() and stop() -> ms), or None: the
+        modeled device has none; ``engine.cuda_pipeline`` times its kernel phases."""
+        return None
 
     def _mutex_event(self, att: Attempt, action: str, at_ns: int) -> None:
         """Stamped with the instant the lock was taken or given back (not the emit time), so
