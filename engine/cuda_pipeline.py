@@ -26,8 +26,6 @@ differences:
 from __future__ import annotations
 
 import threading
-import time
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -65,28 +63,9 @@ class BoundBackend:
 class CudaPartitionRunner(PartitionRunner):
     """``PartitionRunner`` with CUDA-event phase times and MSM scratch as a reservation."""
 
-    @contextmanager
-    def _phase(self, att, name: str):
-        timer = self.device.gpu_timer() if name in GPU_PHASES else None
-        self.bus.emit("phase_begin", **self._where(att), phase=name)
-        t0 = time.monotonic_ns()
-        if timer is not None:
-            timer.start()
-        ok = False
-        gpu_ms = None
-        try:
-            yield
-            ok = True
-        finally:
-            if timer is not None:
-                try:
-                    gpu_ms = timer.stop()
-                except Exception:  # a failed phase may leave the stream in error: no time
-                    gpu_ms = None
-            ms = (time.monotonic_ns() - t0) / 1e6
-            att.phases_ms[name] = att.phases_ms.get(name, 0.0) + ms
-            extra = {"gpu_ms": gpu_ms} if gpu_ms is not None else {}
-            self.bus.emit("phase_end", **self._where(att), phase=name, ok=ok, **extra)
+    def _gpu_timer(self, phase: str) -> Any:
+        """CUDA events on this worker's compute stream around the kernel phases."""
+        return self.device.gpu_timer() if phase in GPU_PHASES else None
 
     def _malloc(self, att, nbytes: int, pool: str, site: str) -> Block:
         if site == "msm_scratch":  # the MSM allocates the real scratch through allocator()
@@ -165,6 +144,10 @@ class CudaRun:
         and policy for real pools."""
         backend = ctx.backend
         host_chunk = int(getattr(backend, "host_chunk", 1 << 22))
+        warm_up = getattr(backend, "warm_up", None)
+        if warm_up is not None:  # tables outside the trimmed pool; compile before partitions
+            with device.dev:
+                warm_up(ctx.config.domain_log)
         points, blocks, streamed = place_device_srs(
             device, ctx.srs, ctx.footprint, workers, host_chunk, ctx.bus
         )

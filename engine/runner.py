@@ -78,14 +78,14 @@ class Engine:
         self.log = log or (lambda line: None)
         self.engine_id = uuid.uuid4().hex[:16]
         self.record_path = Path(record) if record is not None else None
-        if config.backend == "cuda":
-            raise EngineError(
-                "the cuda backend is not available in the engine yet; use --backend cpu"
-            )
         if backend is None:
-            from kernels.backends import get_backend
+            from kernels.backends import BackendUnavailable, get_backend
 
-            backend = get_backend(config.backend)
+            try:
+                backend = get_backend(config.backend)
+            except BackendUnavailable as exc:
+                raise EngineError(f"--backend {config.backend} is not available: {exc}") from None
+        self.cuda_run = None  # engine.cuda_pipeline.CudaRun on the cuda backend
         self.backend = backend  # any KernelBackend; tests pass a wrapped one
         self.sizes = query_sizes(config.domain_log)
         self.footprint = footprint(config.domain_log, self.sizes, config.prestage_margin)
@@ -138,6 +138,14 @@ class Engine:
 
     def _make_devices(self) -> list[Device]:
         cfg = self.config
+        if cfg.backend == "cuda":  # real pools (engine.devices.cuda); ballast for a cap
+            from engine.cuda_pipeline import make_cuda_devices
+            from engine.devices.cuda import CudaDeviceError
+
+            try:
+                return make_cuda_devices(cfg.devices, cfg.device_memory)
+            except CudaDeviceError as exc:
+                raise EngineError(str(exc)) from None
         capacity = cfg.device_memory
         if capacity is None and cfg.extra.get("phantom"):
             capacity = phantom_capacity(self.footprint, ModeledDevice(0, 1 << 30))
@@ -230,8 +238,9 @@ class Engine:
             for device in self.devices:
                 mutex = threading.Lock()
                 gate = DeviceGate()
+                dctx = self._device_context(ctx, device)
                 for w in range(self.config.workers_per_device):
-                    target = self._worker_target(ctx, device, w, mutex, gate)
+                    target = self._worker_target(dctx, device, w, mutex, gate)
                     supervisor.add(f"worker-d{device.index}-w{w}", device.index, w, target)
             supervisor.run()  # replaces a worker thread that dies; its partition runs again
         except Exception as exc:  # the run cannot continue: say so, end cleanly
@@ -240,6 +249,11 @@ class Engine:
         finally:
             self.sampler.stop()
             self.sampler.sample_all()
+            if self.cuda_run is not None:  # SRS blocks freed, ballast given back, pools trimmed
+                try:
+                    self.cuda_run.close(self.devices)
+                except Exception as exc:
+                    self.bus.emit("fault", kind="exception", message=f"device close: {exc}")
             self.bus.emit("counters", **self.bus.counters())
             if self.scheduler.stopped and not self.scheduler.all_dispatched:
                 reason = "stopped before every proof was done"
@@ -253,12 +267,28 @@ class Engine:
     def _worker_target(
         self, ctx: RunContext, device: Device, w: int, mutex: threading.Lock, gate: DeviceGate
     ) -> Callable[[WorkerSlot], None]:
+        runner_cls = PartitionRunner
+        if self.cuda_run is not None:
+            from engine.cuda_pipeline import CudaPartitionRunner as runner_cls
+
         def target(slot: WorkerSlot) -> None:
-            runner = PartitionRunner(ctx, device, w, mutex, gate)
+            runner = runner_cls(ctx, device, w, mutex, gate)
             fn = self._runner_fn(runner)
             worker_loop(self.scheduler, fn, self._on_proof_done, self._on_worker_error, slot)
 
         return target
+
+    def _device_context(self, ctx: RunContext, device: Device) -> RunContext:
+        """The context of ``device``'s workers: shared on the cpu backend; on cuda, the SRS
+        placed on (or streamed to) this device, the backend bound to its streams and pools
+        (``engine.cuda_pipeline``)."""
+        if self.config.backend != "cuda":
+            return ctx
+        if self.cuda_run is None:
+            from engine.cuda_pipeline import CudaRun
+
+            self.cuda_run = CudaRun()
+        return self.cuda_run.context(ctx, device, self.config.workers_per_device)
 
     def _on_worker_died(self, slot: WorkerSlot, requeued: bool) -> None:
         exc = slot.died
