@@ -18,7 +18,11 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     """The engine's flags; ``provetop run`` reuses them."""
-    p.add_argument("--backend", choices=("cpu", "cuda"), help="kernel backend (default: cpu)")
+    p.add_argument(
+        "--backend",
+        choices=("cpu", "cuda"),
+        help="kernel backend (default: cuda when a GPU is usable, else cpu)",
+    )
     p.add_argument("--preset", help="porep-32g, small, ci or phantom")
     p.add_argument("--domain-log", type=int, metavar="K", help="domain size n = 2^K (1..28)")
     p.add_argument("--partitions", type=int, help="partitions per proof")
@@ -81,7 +85,7 @@ def config_from_args(args: argparse.Namespace):
                 ) from None
         return from_preset(
             args.preset,
-            backend=args.backend,
+            backend=default_backend(args),
             domain_log=args.domain_log,
             partitions=args.partitions,
             proofs=args.proofs,
@@ -132,13 +136,22 @@ def build_engine(args: argparse.Namespace, log=None):
         raise UsageError(str(exc)) from None
 
 
+def default_backend(args: argparse.Namespace) -> str:
+    """``--backend``, else cuda when a GPU is visible and CuPy can use it, else cpu (the
+    choice and its reason are kept on ``args`` for :func:`backend_note`)."""
+    if getattr(args, "_backend_choice", None) is None:
+        from engine.devices.cuda import choose_backend
+
+        args._backend_choice = choose_backend(args.backend)
+    return args._backend_choice[0]
+
+
 def backend_note(args: argparse.Namespace) -> str:
     """Why this backend: said once at start-up."""
     if args.backend:
         return f"backend {args.backend}"
-    gpu = os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
-    why = "a GPU is present but the engine's cuda backend" if gpu else "no GPU found; cuda"
-    return f"backend cpu (default: {why} is not available yet), device memory modeled"
+    default_backend(args)
+    return args._backend_choice[1]
 
 
 def _sigterm_as_interrupt() -> None:
