@@ -257,6 +257,7 @@ class PartitionRunner:
             with self._phase(att, "copy_back"):
                 results = {q: dev.download(r) for q, r in results.items()}
                 h = dev.download(h)
+                scalars["h"] = h  # the device copy dies with d_a (freed just below)
                 self._free(att, d_a)
                 self._prestage_done(att)
                 self.gate.uncommit(self.worker)
