@@ -132,12 +132,27 @@ def place_device_srs(
     return placed["points"], placed["blocks"], streamed
 
 
+SWITCH_INTERVAL_S = 0.0005  # PROVETOP_SWITCH_INTERVAL overrides; see CudaRun
+
+
 class CudaRun:
-    """Per-device set-up and tear-down of a CUDA run (devices, SRS placement, contexts)."""
+    """Per-device set-up and tear-down of a CUDA run (devices, SRS placement, contexts).
+
+    GIL: a worker in its GPU region launches ~100 small kernels per MSM from Python, each
+    needing the GIL; a neighbour doing pure-Python work (synthesis, verification) keeps the
+    GIL for the whole switch interval (5 ms by default), so each launch can wait 5 ms. On the
+    first H200 run that stretched a 2^20 MSM from 13-19 ms to 670-930 ms (gpu_ms too: the
+    stream idles between launches). The run lowers the interval to :data:`SWITCH_INTERVAL_S`
+    (process-wide; restored at close)."""
 
     def __init__(self) -> None:
+        import os
+        import sys
+
         self.blocks: dict[int, list[Block]] = {}
         self._lock = threading.Lock()
+        self._old_interval = sys.getswitchinterval()
+        sys.setswitchinterval(float(os.environ.get("PROVETOP_SWITCH_INTERVAL", SWITCH_INTERVAL_S)))
 
     def context(self, ctx: RunContext, device: Any, workers: int) -> RunContext:
         """The run context for ``device``'s workers: bound backend, placed SRS, footprint
@@ -163,6 +178,9 @@ class CudaRun:
 
     def close(self, devices: list[Any]) -> None:
         """Free the device-resident SRS, give the ballast back, trim the pools."""
+        import sys
+
+        sys.setswitchinterval(self._old_interval)
         for d in devices:
             for blk in self.blocks.pop(d.index, []):
                 d.free(blk)

@@ -450,9 +450,18 @@ def test_gpu_phantom_oom_on_real_pools_and_the_trim_that_ends_it(cp):
         s = dev.sample()
         assert s["async_reserved"] - s["async_used"] >= scratch  # kept reserved
         want = free0 // 2  # fits in the card, not in the driver's free memory now
-        with pytest.raises(dcuda.DeviceOOM) as exc:
-            dev.malloc(want, "raw", "prestage")
-        pools = exc.value.pools
+        try:
+            blk = dev.malloc(want, "raw", "prestage")
+        except dcuda.DeviceOOM as exc:
+            pools = exc.pools
+        else:  # say what the driver did: did cudaMalloc take the pool's reserved memory?
+            after = dev.sample()
+            dev.free(blk)
+            keys = ("driver_free", "async_reserved", "async_used")
+            pytest.fail(
+                f"cudaMalloc({want}) succeeded: before {[s[k] for k in keys]}, "
+                f"after {[after[k] for k in keys]} (driver_free, async reserved, used)"
+            )
         assert pools["driver_free"] < want <= pools["driver_free"] + pools["async_reserved"]
         released = dev.trim()
         assert released >= scratch
