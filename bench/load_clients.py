@@ -6,6 +6,7 @@ as on a real machine). One run, stages in turn, each separated by a marker:
 
 1. ``quiet``: no client;
 2. ``loaded``: 8 clients reading everything plus one that connects and never reads;
+   (1 and 2 repeat ``--cycles`` times, so a drift of the machine shows up in both)
 3. ``quiet-again``: every client gone;
 4. ``churn``: 100 connections opened and closed as fast as one process can.
 
@@ -143,8 +144,10 @@ def run_load(
     domain_log: int = 7,
     client_queue: int | None = None,
     record: str | None = None,
+    cycles: int = 1,
 ) -> dict[str, Any]:
-    """Run the four stages (``seconds`` each) on one engine; return the report."""
+    """Run ``cycles`` x (quiet, loaded), then quiet-again and churn (``seconds`` each) on one
+    engine; return the report. Alternating cycles let slow drifts of the machine cancel out."""
     sys.path.insert(0, str(ROOT))
     from engine.config import from_preset
     from engine.runner import Engine
@@ -159,9 +162,9 @@ def run_load(
     address = engine.address
     watch = _Watch(engine)
     stages: list[tuple[str, int]] = []
-    clients: list[subprocess.Popen] = []
     spawned: list[subprocess.Popen] = []
     out: dict[str, Any] = {"seconds_per_stage": seconds, "domain_log": domain_log}
+    out.update(stuck_lagged_events=0, readers=[], rss_growth_loaded=[], clients_left=[])
     try:
 
         def stage(name: str) -> None:
@@ -170,32 +173,32 @@ def run_load(
             stages.append((name, engine.bus.clock.now()))
 
         time.sleep(min(1.0, seconds / 2))  # warm-up: SRS, first partitions
-        stage("quiet")
-        time.sleep(seconds)
-        clients = [_spawn("reader", address, seconds + 0.5) for _ in range(readers)]
-        stuck = _spawn("stuck", address, 3 * seconds + 30)
-        spawned.extend([*clients, stuck])
-        for c in [*clients, stuck]:
-            assert c.stdout.readline().strip() == "connected", c.stderr.read()
-        rss_before = _rss()
-        lag_before = engine.bus.lagged_events
-        stage("loaded")
-        time.sleep(seconds)
-        engine.bus.flush()
-        out["stuck_lagged_events"] = engine.bus.lagged_events - lag_before
-        out["dropped_clients"] = engine.bus.dropped_clients
-        out["rss_before_loaded"] = rss_before
-        out["rss_after_loaded"] = _rss()
-        out["readers"] = [json.loads(c.communicate(timeout=60)[0]) for c in clients]
-        stuck.terminate()
-        t0 = time.monotonic()
-        while engine.bus.clients and time.monotonic() - t0 < 10:
-            time.sleep(0.01)
-        out["clients_left"] = engine.bus.clients
+        for cycle in range(cycles):
+            stage(f"quiet#{cycle}")
+            time.sleep(seconds)
+            clients = [_spawn("reader", address, seconds + 0.5) for _ in range(readers)]
+            stuck = _spawn("stuck", address, 2 * seconds + 30)
+            spawned.extend([*clients, stuck])
+            for c in [*clients, stuck]:
+                assert c.stdout.readline().strip() == "connected", c.stderr.read()
+            rss_before = _rss()
+            lag_before = engine.bus.lagged_events
+            stage(f"loaded#{cycle}")
+            time.sleep(seconds)
+            engine.bus.flush()
+            out["stuck_lagged_events"] += engine.bus.lagged_events - lag_before
+            out["rss_growth_loaded"].append(_rss() - rss_before)
+            out["readers"] += [json.loads(c.communicate(timeout=60)[0]) for c in clients]
+            stuck.terminate()
+            t0 = time.monotonic()
+            while engine.bus.clients and time.monotonic() - t0 < 10:
+                time.sleep(0.01)
+            out["clients_left"].append(engine.bus.clients)
         stage("quiet-again")
         time.sleep(seconds)
         stage("churn")
         churner = _spawn("churn", address, churn)
+        spawned.append(churner)
         churned = json.loads(churner.communicate(timeout=60)[0])
         out["churn"] = churned
         time.sleep(max(0.0, seconds - churned["seconds"]))
@@ -209,15 +212,26 @@ def run_load(
                 c.kill()
                 c.wait(10)
         engine.close()
+    out["dropped_clients"] = engine.bus.dropped_clients
     state = engine.state
-    bounds = dict(stages)
     names = [n for n, _ in stages]
-    by_stage: dict[str, list[float]] = {n: [] for n in names[:-1]}
+    times: dict[str, list[float]] = {n: [] for n in names[:-1]}
     for row in state.attempts:
-        for a, b in zip(names, names[1:], strict=False):
-            if bounds[a] <= (row.t_done or 0) < bounds[b]:
-                by_stage[a].append(sum(row.phases_ms.values()))
-    out["partition_ms"] = {n: _stats(v) for n, v in by_stage.items()}
+        for (a, ta), (_b, tb) in zip(stages, stages[1:], strict=False):
+            if ta <= (row.t_done or 0) < tb:
+                times[a].append(sum(row.phases_ms.values()))
+    out["stages"] = {n: _stats(v) for n, v in times.items()}
+    groups = {"quiet": [], "loaded": [], "quiet-again": [], "churn": []}
+    for n, v in times.items():
+        groups[n.split("#")[0]].extend(v)
+    out["partition_ms"] = {g: _stats(v) for g, v in groups.items()}
+    # per cycle: loaded median over the mean of the quiet medians before and after it
+    ratios = []
+    for c in range(cycles):
+        after = f"quiet#{c + 1}" if c + 1 < cycles else "quiet-again"
+        quiet = (out["stages"][f"quiet#{c}"]["median"] + out["stages"][after]["median"]) / 2
+        ratios.append(out["stages"][f"loaded#{c}"]["median"] / quiet)
+    out["loaded_over_quiet"] = ratios
     out["partitions_failed"] = sum(1 for r in state.attempts if not r.ok)
     out["max_client_queue"] = watch.max_queue
     out["client_queue_limit"] = engine.bus.client_queue
@@ -246,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--domain-log", type=int, default=7)
     p.add_argument("--client-queue", type=int, help="events queued per client before lag")
     p.add_argument("--record", help="recording path (default: a temporary file)")
+    p.add_argument("--cycles", type=int, default=3, help="quiet/loaded pairs")
     p.add_argument("--json", help="write the report here")
     args = p.parse_args(argv)
     import tempfile
@@ -259,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             args.domain_log,
             args.client_queue,
             record,
+            args.cycles,
         )
     text = json.dumps(report, indent=2)
     print(text)

@@ -50,8 +50,12 @@ class Subscription:
         self.bus = bus
         self.name = name
         self.maxlen = maxlen
-        self._q: deque[list] = deque()  # [event, missed just before it]
-        self._protected = 0  # initial events at the front of the queue
+        self._q: deque[list] = deque()  # live events: [event, missed just before it]
+        self._protected = 0  # (kept for the overflow arithmetic; initial events live apart)
+        # hello, snapshot and the retained history: one C-level tuple copy, served by index
+        # before the live queue, never dropped (a connect costs O(1) Python work, not O(history))
+        self._initial: tuple[dict[str, Any], ...] = ()
+        self._ipos = 0
         self._cv = threading.Condition()
         self._held: dict[str, Any] | None = None  # event to deliver after its lag event
         self.missed = 0
@@ -74,10 +78,10 @@ class Subscription:
             self._q.append([event, carried])
             self._cv.notify()
 
-    def _put_initial(self, events: list[dict[str, Any]]) -> None:
+    def _put_initial(self, events: tuple[dict[str, Any], ...]) -> None:
         with self._cv:
-            self._q.extend([e, 0] for e in events)
-            self._protected = len(self._q)
+            self._initial = tuple(events)
+            self._ipos = 0
             self._cv.notify()
 
     def get(self, timeout: float | None = None) -> dict[str, Any] | None:
@@ -87,8 +91,17 @@ class Subscription:
             if self._held is not None:
                 event, self._held = self._held, None
                 return event
+            if self._ipos < len(self._initial):
+                event = self._initial[self._ipos]
+                self._ipos += 1
+                if self._ipos == len(self._initial):
+                    self._initial, self._ipos = (), 0
+                return event
             if not self._q and not self.closed:
                 self._cv.wait(timeout)
+            if self._ipos < len(self._initial):  # (only set before the first get)
+                self._ipos += 1
+                return self._initial[self._ipos - 1]
             if not self._q:
                 return None
             event, missed = self._q.popleft()
@@ -102,7 +115,8 @@ class Subscription:
     def pending(self) -> int:
         """Events queued and not yet taken."""
         with self._cv:
-            return len(self._q) + (1 if self._held is not None else 0)
+            initial = len(self._initial) - self._ipos
+            return initial + len(self._q) + (1 if self._held is not None else 0)
 
     def drain(self) -> list[dict[str, Any]]:
         """Everything queued now, without waiting."""
@@ -193,13 +207,9 @@ class Bus:
         """A new subscriber; its queue starts with hello, a snapshot and the retained events."""
         sub = Subscription(self, maxlen or self.client_queue, name)
         with self._lock:
-            initial: list[dict[str, Any]] = []
-            if self._hello is not None:
-                initial.append(self._hello)
+            head: tuple[dict[str, Any], ...] = () if self._hello is None else (self._hello,)
             snap = make("snapshot", self._base.t, state=self._base.snapshot())
-            initial.append(snap)
-            initial.extend(self._retained)
-            sub._put_initial(initial)
+            sub._put_initial((*head, snap, *self._retained))
             self._subs.append(sub)
         return sub
 
