@@ -116,7 +116,15 @@ class CudaBackend:
                 if kind:
                     self._ntt._table(kind, p.k)
         cuda_msm.module(cuda_msm.MSM_SOURCE)
-        self.cupy.cuda.Device().synchronize()
+        # one tiny MSM: the first one in a process paid 390-800 ms on the H200 (CuPy's own
+        # kernels for the scan and the scalar classification load on first use)
+        from kernels import cuda_srs
+
+        cupy = self.cupy
+        secrets = cupy.arange(1, 65, dtype=cupy.uint64).reshape(16, 4) % 7
+        pts = cuda_srs.srs(secrets)
+        cuda_msm.msm(pts, secrets)
+        cupy.cuda.Device().synchronize()
 
     # -- KernelBackend -----------------------------------------------------------------------
 
