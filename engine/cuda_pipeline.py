@@ -69,6 +69,8 @@ class CudaPartitionRunner(PartitionRunner):
 
     def _malloc(self, att, nbytes: int, pool: str, site: str) -> Block:
         if site == "msm_scratch":  # the MSM allocates the real scratch through allocator()
+            if self.ctx.faults is not None:  # injected OOMs still fire at this site
+                self.ctx.faults.on_alloc(self.device, nbytes, pool, site)
             return Block(pool=pool, size=self.device.round(nbytes), requested=nbytes, site=site)
         return super()._malloc(att, nbytes, pool, site)
 

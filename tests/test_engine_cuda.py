@@ -105,6 +105,19 @@ def test_backend_choice_and_start_up_line():
     assert name == "cpu" and "no GPU visible" in line and "modeled" in line
 
 
+def test_default_backend_line_without_a_gpu(monkeypatch):
+    import argparse
+
+    from provetop.commands import engine as cmd
+
+    monkeypatch.setattr(dcuda, "gpu_visible", lambda: False)
+    args = argparse.Namespace(backend=None)
+    assert cmd.default_backend(args) == "cpu"
+    line = cmd.backend_note(args)
+    assert line.startswith("backend cpu (default: no GPU visible)") and "modeled" in line
+    assert cmd.backend_note(argparse.Namespace(backend="cuda")) == "backend cuda"
+
+
 def test_cuda_backend_without_cupy_says_why():
     """Where CuPy is missing, get_backend('cuda') fails with the reason, in one exception."""
     try:
@@ -181,6 +194,7 @@ class _HostTimer:
 
 def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     import threading
+    from dataclasses import replace
 
     from engine.allocator import make_policy
     from engine.bus import Bus
@@ -215,6 +229,17 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     result = runner.run(0, 0)
     bus.flush()
     assert result.ok and result.verified
+    # an injected OOM at the (reserved, not allocated) MSM scratch site still fires
+    from engine.faults import FaultInjector
+
+    inj = FaultInjector.from_spec("alloc:msm_scratch:1")
+    inj.bind(bus.emit)
+    runner = CudaPartitionRunner(replace(ctx, faults=inj), dev, 0, threading.Lock())
+    result = runner.run(0, 1)
+    bus.flush()
+    assert result.ok and result.attempts == 2
+    ooms = [e for e in events if e["k"] == "fault" and e["kind"] == "oom"]
+    assert len(ooms) == 1 and ooms[0]["site"] == "msm_scratch"
     ends = [e for e in events if e["k"] == "phase_end"]
     timed = {e["phase"] for e in ends if "gpu_ms" in e}
     assert timed == GPU_PHASES & {e["phase"] for e in ends}
