@@ -192,7 +192,12 @@ class CudaRun:
 
 
 def make_cuda_devices(indices: tuple[int, ...], capacity: int | None) -> list[Any]:
-    """One :class:`engine.devices.cuda.CudaDevice` per index (``--device-memory`` each)."""
+    """One :class:`engine.devices.cuda.CudaDevice` per index (``--device-memory`` each).
+    ``PROVETOP_SYNC_SCOPE=device`` makes every synchronise before a trim wait for the whole
+    device (the other worker's kernels too): the variant to measure the trim stall against."""
+    import os
+
     from engine.devices.cuda import CudaDevice
 
-    return [CudaDevice(i, capacity) for i in indices]
+    scope = os.environ.get("PROVETOP_SYNC_SCOPE", "worker")
+    return [CudaDevice(i, capacity, sync_scope=scope) for i in indices]

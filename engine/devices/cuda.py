@@ -190,7 +190,17 @@ class CudaDevice(Device):
 
     kernels_allocate = True  # the kernels draw their scratch through allocator(); see pipeline
 
-    def __init__(self, index: int, capacity: int | None = None, *, cupy: Any = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        capacity: int | None = None,
+        *,
+        cupy: Any = None,
+        sync_scope: str = "worker",
+    ) -> None:
+        if sync_scope not in ("worker", "device"):
+            raise CudaDeviceError(f"sync scope must be worker or device, got {sync_scope!r}")
+        self.sync_scope = sync_scope  # "device": the cuzk-style wait, kept to measure it
         if cupy is None:
             from kernels.cuda_build import require_cupy
 
@@ -317,7 +327,7 @@ class CudaDevice(Device):
 
     def synchronize(self) -> None:
         st = getattr(self._tl, "streams", None)
-        if st is not None:
+        if st is not None and self.sync_scope == "worker":
             st.upload.synchronize()
             st.compute.synchronize()
         else:
