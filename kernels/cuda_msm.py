@@ -412,6 +412,12 @@ def msm_host_points(
     with _context(stream, allocator) as s:
         copy_stream = cupy.cuda.Stream(non_blocking=True)
         bufs = [cupy.empty((chunk, 12), dtype=np.uint64) for _ in range(min(2, -(-n // chunk)))]
+        # The buffers come from the allocator in the order of the compute stream; with a
+        # stream-ordered pool they may be memory a kernel still queued there has just freed.
+        # The copy stream must not write them before that work is done.
+        allocated = cupy.cuda.Event(disable_timing=True)
+        allocated.record(s)
+        copy_stream.wait_event(allocated)
         uploaded = [cupy.cuda.Event(disable_timing=True) for _ in bufs]
         consumed = [cupy.cuda.Event(disable_timing=True) for _ in bufs]
         acc = cupy.zeros((W + 1, XYZZ_WORDS), dtype=np.uint64)
