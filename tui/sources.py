@@ -165,6 +165,7 @@ class LiveSource:
         self.reconnect = reconnect
         self.received: list[bytes] = []
         self.dropped = 0  # events no longer kept for "save" (a very long session)
+        self.invalid_events = 0  # events that broke the schema, not passed on
         self.connected = False
         self._sock: socket.socket | None = None
         self._send_lock = threading.Lock()
@@ -234,9 +235,11 @@ class LiveSource:
         import msgpack
 
         from recordings.framing import FrameDecoder, FrameError
+        from recordings.schema import SchemaError, validate
 
         decoder = FrameDecoder()
         batch: list[dict[str, Any]] = []
+        invalid = 0
         flushed = time.monotonic()
         reason = "closed by the engine"
         while not self._closed.is_set():
@@ -253,7 +256,13 @@ class LiveSource:
                 try:
                     decoder.feed(data)
                     for event in decoder.frames():
-                        if not isinstance(event, dict):
+                        try:  # the state reducer trusts its input: check what a peer sent
+                            validate(event)
+                        except SchemaError as exc:
+                            invalid += 1
+                            self.invalid_events += 1
+                            if invalid == 1:
+                                sink.status(self, f"ignored an invalid event ({exc})", "warn")
                             continue
                         if event.get("k") == "hello":
                             self.read_only = bool(event.get("read_only"))
