@@ -550,3 +550,42 @@ def test_many_connections_are_capped(tmp_path, monkeypatch):
         _finish(engine)
     finally:
         engine.close()
+
+
+_chunks = st.lists(
+    st.binary(max_size=300)
+    | st.builds(
+        lambda frame, cut: encode_frame(frame)[:cut],
+        _frames,
+        st.integers(0, 10**6),
+    )
+    | st.builds(lambda n: HEADER.pack(n), st.integers(0, 2**32 - 1)),
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=int(os.environ.get("PROVETOP_FUZZ_EXAMPLES", "200")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(chunks=_chunks)
+def test_any_byte_stream_is_framed_with_the_servers_limits_or_refused(chunks):
+    """The server's read path without the socket: its decoder limits, then the engine's
+    command handler. Only FrameError may come out (the server turns it into a refusal and
+    closes that connection); the decoder never holds more than its bound."""
+    from recordings.framing import HEADER_SIZE, FrameDecoder, FrameError
+
+    decoder = FrameDecoder(
+        max_buffer=server_mod.CLIENT_MAX_FRAME + HEADER_SIZE + server_mod.RECV_BYTES,
+        max_frame=server_mod.CLIENT_MAX_FRAME,
+    )
+    try:
+        for chunk in chunks:
+            decoder.feed(chunk)
+            assert decoder.buffered <= decoder.max_buffer
+            for frame in decoder.frames():
+                ack = _FUZZ_ENGINE._on_frame(frame, "fuzz")
+                assert ack["k"] == "control"
+    except FrameError as exc:
+        assert str(exc) and "\n" not in str(exc)
