@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from recordings.framing import HEADER, encode_frame
+from recordings.framing import HEADER, FrameDecoder, encode_frame
 from recordings.state import State
+from tests.tui_helpers import pilot_test, tap
 from tui.sources import LiveSource
 
 
@@ -146,3 +147,73 @@ def test_broken_framing_disconnects_with_a_reason_and_reconnects(garbage):
     assert sink.errors == []
     assert any(s.startswith("disconnected (bad frame:") for s in sink.statuses), sink.statuses
     assert all(e["k"] == "hello" for e in sink.got)
+
+
+class AnsweringEngine(HostileEngine):
+    """Sends hello, then answers the first command it receives with ``reply(id)``."""
+
+    def __init__(self, path: str, reply) -> None:
+        self.reply = reply
+        super().__init__(path, encode_frame(_hello()))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            try:
+                conn.sendall(self.payload)
+                decoder = FrameDecoder()
+                while True:
+                    data = conn.recv(65536)
+                    if not data:
+                        break
+                    decoder.feed(data)
+                    for frame in decoder.frames():
+                        if frame.get("k") == "command":
+                            conn.sendall(encode_frame(self.reply(frame["id"])))
+            except OSError:
+                pass
+
+
+@pilot_test
+async def test_engine_text_is_never_markup_in_the_dashboard():
+    """A control acknowledgement whose text looks like Textual markup ("[/]" would crash the
+    renderer, "[@click=app.quit]" would become an action) is shown literally."""
+    from tui.app import ProvetopApp
+
+    evil = "[/][@click=app.quit]x[/]"
+
+    def reply(cid: int) -> dict:
+        return {
+            "k": "control",
+            "t": 1,
+            "id": cid,
+            "cmd": evil,
+            "args": {},
+            "ok": False,
+            "error": evil,
+        }
+
+    with tempfile.TemporaryDirectory(prefix="pt-") as d:
+        server = AnsweringEngine(os.path.join(d, "e.sock"), reply)
+        app = ProvetopApp([LiveSource(f"unix:{server.path}")])
+        try:
+            async with app.run_test(size=(100, 30)) as pilot:
+                for _ in range(100):
+                    await pilot.pause(0.05)
+                    if app.views and app.views[0].state.hello is not None:
+                        break
+                await tap(pilot, "P")
+                for _ in range(100):
+                    await pilot.pause(0.05)
+                    if app._notifications:
+                        break
+                texts = [n.message for n in app._notifications]
+                assert any(evil in t for t in texts), texts
+                await pilot.pause(0.3)  # the toast renders without a markup error
+                assert app.is_running
+        finally:
+            server.close()

@@ -268,9 +268,13 @@ class ProvetopApp(App[int]):
         if pending is None:
             return
         if event.get("ok"):
-            self.notify(f"engine acknowledged {event['cmd']}", timeout=2)
+            self.notify(f"engine acknowledged {event['cmd']}", timeout=2, markup=False)
         else:
-            self.notify(f"engine refused {event['cmd']}: {event.get('error')}", severity="error")
+            self.notify(
+                f"engine refused {event['cmd']}: {event.get('error')}",
+                severity="error",
+                markup=False,
+            )
 
     def _on_status(self, source: EventSource, text: str, level: str) -> None:
         view = self._view_of(source)
@@ -409,7 +413,7 @@ class ProvetopApp(App[int]):
         try:
             cid = view.source.send(cmd, args)
         except SourceError as exc:
-            self.notify(f"{cmd}: {exc}", severity="error")
+            self.notify(f"{cmd}: {exc}", severity="error", markup=False)
             view.state.log.append(LogLine(view.state.t, "warn", f"control {cmd} not sent: {exc}"))
             self._dirty = True
             return None
@@ -455,9 +459,9 @@ class ProvetopApp(App[int]):
         try:
             path = self.save_view(view)
         except (OSError, ImportError, ValueError) as exc:
-            self.notify(f"save failed: {exc}", severity="error")
+            self.notify(f"save failed: {exc}", severity="error", markup=False)
             return
-        self.notify(f"saved {path}", timeout=4)
+        self.notify(f"saved {path}", timeout=4, markup=False)
 
     def save_view(self, view: EngineView, path: Path | None = None) -> Path:
         """Write every event this dashboard received from ``view`` as a recording."""
@@ -498,7 +502,9 @@ class ProvetopApp(App[int]):
         self._call(self._replay_loaded, source)
 
     def _replay_failed(self, message: str) -> None:
-        self.notify(f"cannot open the recording: {message}", severity="error", timeout=8)
+        self.notify(
+            f"cannot open the recording: {message}", severity="error", timeout=8, markup=False
+        )
         self.exit(2, message=f"provetop: error: {message}")
 
     def _replay_loaded(self, source: ReplaySource) -> None:
@@ -533,7 +539,9 @@ class ProvetopApp(App[int]):
                 r.window = window
         except Exception as exc:  # a damaged recording: say where, keep what is shown
             r.playing = False
-            self.notify(f"cannot read the recording here: {exc}", severity="error", timeout=6)
+            self.notify(
+                f"cannot read the recording here: {exc}", severity="error", timeout=6, markup=False
+            )
             return
         r.position = position
         self._dirty = True
@@ -550,7 +558,7 @@ class ProvetopApp(App[int]):
             r.index = r.source.advance(self.view.state, r.index, position)
         except Exception as exc:  # a damaged recording: stop there and say so
             r.playing = False
-            self.notify(f"replay stopped: {exc}", severity="error", timeout=6)
+            self.notify(f"replay stopped: {exc}", severity="error", timeout=6, markup=False)
             return
         r.position = position
         self._dirty = True
@@ -582,7 +590,7 @@ class ProvetopApp(App[int]):
             return
         t = self.replay.source.next_point(self.replay.position, direction > 0)
         if t is None:
-            self.notify("no further fault or marker", timeout=1.5)
+            self.notify("no further fault or marker", timeout=1.5, markup=False)
             return
         self.seek(t)
 
