@@ -31,6 +31,7 @@ from kernels.constants import (
     G1_B,
     G1_GENERATOR,
 )
+from kernels.cpu.fields import FP
 
 P = FP_MODULUS
 Affine = tuple[int, int] | None
@@ -271,7 +272,7 @@ def batch_xyzz_to_affine(points: list[XYZZ]) -> list[Affine]:
     out: list[Affine] = [None] * len(points)
     if not prods:
         return out
-    inv = _batch_inv(prods)
+    inv = FP.batch_inverse(prods)
     for i, t in zip(idx, inv, strict=True):
         X, Y, ZZ, ZZZ = points[i]
         # t = 1/(ZZ*ZZZ): 1/ZZ = ZZZ * t, 1/ZZZ = ZZ * t
@@ -285,26 +286,11 @@ def batch_jac_to_affine(points: list[Jacobian]) -> list[Affine]:
     out: list[Affine] = [None] * len(points)
     if not idx:
         return out
-    inv = _batch_inv([points[i][2] for i in idx])
+    inv = FP.batch_inverse([points[i][2] for i in idx])
     for i, zi in zip(idx, inv, strict=True):
         X, Y, _ = points[i]
         zi2 = zi * zi % P
         out[i] = (X * zi2 % P, Y * zi2 % P * zi % P)
-    return out
-
-
-def _batch_inv(values: list[int]) -> list[int]:
-    n = len(values)
-    prefix = [0] * n
-    acc = 1
-    for i, v in enumerate(values):
-        prefix[i] = acc
-        acc = acc * v % P
-    inv = pow(acc, -1, P)
-    out = [0] * n
-    for i in range(n - 1, -1, -1):
-        out[i] = inv * prefix[i] % P
-        inv = inv * values[i] % P
     return out
 
 

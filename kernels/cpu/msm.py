@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.constants import FP_MODULUS, FR_MODULUS
+from kernels.cpu.fields import FP
 from kernels.cpu.g1 import (
     XYZZ,
     XYZZ_INFINITY,
@@ -130,27 +131,12 @@ def batch_add(points: Sequence[Affine]) -> Affine:
                 dens.append(2 * y1 % P)
         nxt: list[Affine] = [level[-1]] if len(level) % 2 else []
         if dens:
-            for (x1, y1, x2, y2, dbl), inv in zip(pairs, _batch_inv(dens), strict=True):
+            for (x1, y1, x2, y2, dbl), inv in zip(pairs, FP.batch_inverse(dens), strict=True):
                 lam = (3 * x1 * x1 if dbl else y2 - y1) * inv % P
                 x3 = (lam * lam - x1 - x2) % P
                 nxt.append((x3, (lam * (x1 - x3) - y1) % P))
         level = nxt
     return level[0] if level else None
-
-
-def _batch_inv(values: list[int]) -> list[int]:
-    n = len(values)
-    prefix = [0] * n
-    acc = 1
-    for i, v in enumerate(values):
-        prefix[i] = acc
-        acc = acc * v % P
-    inv = pow(acc, -1, P)
-    out = [0] * n
-    for i in range(n - 1, -1, -1):
-        out[i] = inv * prefix[i] % P
-        inv = inv * values[i] % P
-    return out
 
 
 # --- Pippenger -----------------------------------------------------------------------------
