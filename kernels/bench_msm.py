@@ -15,16 +15,14 @@ verify a result exactly with the known-secret identity (one dot product in Fr on
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from kernels.bench_meta import bench_command, gpu_bench_meta
 
 DEFAULT_SIZES = "16,20,24,26,27"
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench" / "results"
@@ -76,43 +74,6 @@ def random_scalars(cp: Any, n: int, kind: str = "dense") -> Any:
         k[ones] = 0
         k[:, 0] = cp.where(ones, cp.uint64(1), k[:, 0])
     return cp.ascontiguousarray(k)
-
-
-def _meta(cp: Any, argv: list[str]) -> dict[str, Any]:
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    name = props["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    commit = os.environ.get("PROVETOP_COMMIT")
-    if not commit:
-        try:
-            commit = subprocess.run(
-                ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-            ).stdout.strip()
-        except Exception:
-            commit = "unknown"
-    driver = "unknown"
-    try:
-        driver = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except Exception:
-        pass
-    return {
-        "gpu": name,
-        "sm_count": props.get("multiProcessorCount"),
-        "compute_capability": cp.cuda.Device().compute_capability,
-        "driver": driver,
-        "driver_api_version": cp.cuda.runtime.driverGetVersion(),
-        "cuda_runtime_version": cp.cuda.runtime.runtimeGetVersion(),
-        "cupy_version": cp.__version__,
-        "python": platform.python_version(),
-        "commit": commit,
-        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(argv),
-    }
 
 
 class PeakTracker:
@@ -266,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
     except CudaUnavailable as exc:
         print(f"bench msm: {exc}", file=sys.stderr)
         return 1
-    meta = _meta(cp, [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv else [])
+    meta = gpu_bench_meta(cp, bench_command())
     rows = []
     for k in sizes:
         row = _bench_size(cp, k, args, sweep)

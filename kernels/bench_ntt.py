@@ -11,15 +11,12 @@ the bytes per second and multiplications per second implied by the plan's cost m
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import os
-import platform
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from kernels.bench_meta import bench_command, gpu_bench_meta
 
 DEFAULT_SIZES = "16,20,24,26,27"
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench" / "results"
@@ -124,36 +121,6 @@ def _bound(ms: float, nbytes: int, mults: int, ceil: dict[str, float]) -> dict[s
     }
 
 
-def _meta(cp: Any, argv: list[str]) -> dict[str, Any]:
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    name = props["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    commit = os.environ.get("PROVETOP_COMMIT")
-    if not commit:
-        try:
-            commit = subprocess.run(
-                ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-            ).stdout.strip()
-        except Exception:
-            commit = "unknown"
-    try:
-        nvrtc = ".".join(map(str, cp.cuda.nvrtc.getVersion()))
-    except Exception:
-        nvrtc = "unknown"
-    return {
-        "gpu": name,
-        "compute_capability": cp.cuda.Device().compute_capability,
-        "driver_version": cp.cuda.runtime.driverGetVersion(),
-        "cuda_runtime_version": cp.cuda.runtime.runtimeGetVersion(),
-        "nvrtc_version": nvrtc,
-        "cupy_version": cp.__version__,
-        "python": platform.python_version(),
-        "commit": commit,
-        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(argv),
-    }
-
-
 def _bench_size(cp: Any, eng: Any, k: int, args: argparse.Namespace, ceil: dict) -> dict:
     from kernels import cuda_ntt as cn
     from kernels.cuda_fr import elementwise, random_fr
@@ -239,8 +206,7 @@ def run(args: argparse.Namespace) -> int:
     from kernels.cuda_ntt import TILE_LOG, CudaNtt
 
     eng = CudaNtt(max_levels=args.max_levels or TILE_LOG)
-    prog = Path(sys.argv[0]).name
-    meta = _meta(cp, ["provetop" if prog in ("__main__.py", "provetop") else prog] + sys.argv[1:])
+    meta = gpu_bench_meta(cp, bench_command())
     meta["max_levels"] = eng.max_levels
     from kernels.cuda_ntt import compile_defines
 
