@@ -85,13 +85,20 @@ class Device(ABC):
     def sample(self) -> dict[str, Any]:
         """The ``memory`` event's fields (without ``device``), every MEMORY_FIELDS key set."""
 
-    @abstractmethod
+    # Subclasses set these in __init__: the lock that guards their counters, and the host
+    # bytes currently pinned or registered for uploads.
+    _lock: Any
+    pinned_host: int
+
     def pin(self, nbytes: int) -> None:
         """Account host memory pinned or registered for uploads."""
+        with self._lock:
+            self.pinned_host += int(nbytes)
 
-    @abstractmethod
     def unpin(self, nbytes: int) -> None:
         """Undo :meth:`pin`."""
+        with self._lock:
+            self.pinned_host = max(0, self.pinned_host - int(nbytes))
 
     @abstractmethod
     def upload(self, host: Any, block: Block, *, offset: int = 0, chunk: int | None = None) -> Any:

@@ -355,14 +355,6 @@ class CudaDevice(Device):
             free, total = self.rt.memGetInfo()
         return int(free), int(total)
 
-    def pin(self, nbytes: int) -> None:
-        with self._lock:
-            self.pinned_host += int(nbytes)
-
-    def unpin(self, nbytes: int) -> None:
-        with self._lock:
-            self.pinned_host = max(0, self.pinned_host - int(nbytes))
-
     def sample(self) -> dict[str, Any]:
         return self._sample()
 

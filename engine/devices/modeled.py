@@ -127,14 +127,6 @@ class ModeledDevice(Device):
         with self._lock:
             return self._driver_free(), self.physical
 
-    def pin(self, nbytes: int) -> None:
-        with self._lock:
-            self.pinned_host += int(nbytes)
-
-    def unpin(self, nbytes: int) -> None:
-        with self._lock:
-            self.pinned_host = max(0, self.pinned_host - int(nbytes))
-
     def sample(self) -> dict[str, Any]:
         with self._lock:
             return self._sample()
