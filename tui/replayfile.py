@@ -172,12 +172,26 @@ class FileReplaySource:
         return cached
 
     def advance(self, state: State, offset: int, position: int) -> int:
-        """Fold the events from ``offset`` while their time is <= ``position``."""
-        for event, at, nxt in self._events(offset):
-            if event.get("t", 0) > position:
-                return at
-            state.apply(event)
-            offset = nxt
+        """Fold the events from ``offset`` while their time is <= ``position``.
+
+        This loop is most of a seek (the whole window is folded here), so it is
+        :meth:`_events` inlined: one slice of the map per frame, no generator, no per-frame
+        bounds helper; a damaged frame still raises FrameError as there."""
+        mm, limit, apply = self._mm, self.limit, state.apply
+        with memoryview(mm) as view:
+            while offset + HEADER_SIZE <= limit:
+                body = offset + HEADER_SIZE
+                nxt = body + int.from_bytes(mm[offset:body], "big")
+                if nxt > limit:
+                    raise FrameError(f"frame at byte {offset} runs past byte {limit}")
+                event = _decode(view[body:nxt])
+                if not (event.get("k") == "snapshot" and event.get("seek") is True):
+                    if event.get("t", 0) > position:
+                        return offset
+                    apply(event)
+                offset = nxt
+        if offset < limit:  # a header cut by the index: as _frame_at reports it
+            raise FrameError(f"frame header at byte {offset} runs past byte {limit}")
         return offset
 
     def prepare(self) -> None:
@@ -232,23 +246,25 @@ def _reject_ext(code: int, data: bytes) -> Any:
     raise FrameError(f"msgpack extension type {code} is not allowed")
 
 
+_UNPACK_LIMITS: dict[str, Any] = {
+    "raw": False,
+    "strict_map_key": True,
+    "ext_hook": _reject_ext,
+    "timestamp": 0,
+    "max_str_len": MAX_FRAME,
+    "max_bin_len": MAX_FRAME,
+    "max_array_len": MAX_ITEMS,
+    "max_map_len": MAX_ITEMS,
+    "max_ext_len": MAX_FRAME,
+}
+
+
 def _decode(payload: memoryview) -> dict[str, Any]:
     """One frame's map. The bounds of recordings.framing (sizes, no extension types) without
     its Python-level depth walk, which would double the cost of a seek; msgpack's own nesting
     limit still holds, and replay catches whatever a damaged frame makes the reducer raise."""
     try:
-        obj = msgpack.unpackb(
-            payload,
-            raw=False,
-            strict_map_key=True,
-            ext_hook=_reject_ext,
-            timestamp=0,
-            max_str_len=MAX_FRAME,
-            max_bin_len=MAX_FRAME,
-            max_array_len=MAX_ITEMS,
-            max_map_len=MAX_ITEMS,
-            max_ext_len=MAX_FRAME,
-        )
+        obj = msgpack.unpackb(payload, **_UNPACK_LIMITS)
     except FrameError:
         raise
     except Exception as exc:  # msgpack raises several types on bad input
