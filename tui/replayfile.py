@@ -10,8 +10,10 @@ cut short) go through the tolerant full reader instead (:class:`tui.sources.Repl
 
 from __future__ import annotations
 
+import copy
 import mmap
 import os
+import threading
 from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ import msgpack
 
 from recordings.format import END_MAGIC, INDEX_KIND, PREFIX, PREFIX_SIZE, TRAILER, TRAILER_SIZE
 from recordings.framing import HEADER_SIZE, MAX_FRAME, MAX_ITEMS, FrameError
-from recordings.state import State
+from recordings.state import PartitionRow, State
 from tui.sources import SourceError
 
 _MEMORY_KEY = b"\xa1k\xa6memory"  # a map whose first key is k = "memory" (after the header)
@@ -78,7 +80,12 @@ class FileReplaySource:
         self.faults: list[int] = []
         self.markers: list[int] = []
         self.checkpoints = self.snapshots  # non-empty: nothing to build
-        self._snap_cache: dict[int, tuple[dict[str, Any], int]] = {}
+        self._snap_cache: dict[int, tuple[dict[str, Any], list[Any], int]] = {}
+        # Finished partition rows, shared by every seek (see _load_snapshot): their encoded
+        # bytes -> the one PartitionRow built from them; _shared holds those rows' ids.
+        self._rows: dict[bytes, PartitionRow] = {}
+        self._shared: set[int] = set()
+        self._lock = threading.Lock()  # prepare() runs in a worker thread beside the seeks
 
     # -- frames -------------------------------------------------------------------------------
 
@@ -114,8 +121,7 @@ class FileReplaySource:
             while j < latest and (self.snapshots[j][1] if j >= 0 else 0) < floor:
                 j += 1
         if j >= 0:
-            snap, offset = self._snapshot(j)
-            state = State.from_snapshot(snap["state"])
+            state, offset = self._state_from_snapshot(j)
         else:
             state, offset = State(), self.first_event
         offset = self._fold_before(state, offset, position - window)
@@ -142,6 +148,8 @@ class FileReplaySource:
                 continue
             if frame.get("t", 0) >= history_from:
                 break
+            if frame.get("k") == "partition_done":
+                self._unshare(state, frame)
             state.apply(frame)
             offset = nxt
         devices = len((state.hello or self.hello).get("devices") or ()) or 1
@@ -160,16 +168,74 @@ class FileReplaySource:
         state.events += len(memory)
         return offset
 
-    def _snapshot(self, j: int) -> tuple[dict[str, Any], int]:
-        """Seek snapshot ``j`` decoded, and the offset after it; the last few are kept, since
-        an operator stepping back and forth lands in the same interval again and again."""
-        cached = self._snap_cache.get(j)
-        if cached is None:
-            cached = self._frame_at(self.snapshots[j][1])
-            self._snap_cache[j] = cached
-            while len(self._snap_cache) > 3:
-                self._snap_cache.pop(next(iter(self._snap_cache)))
-        return cached
+    def _state_from_snapshot(self, j: int) -> tuple[State, int]:
+        """The state of seek snapshot ``j`` and the offset after it. Finished partition rows
+        are the bulk of a late snapshot (every row of the run) and never change once finished,
+        so they are decoded once per file and shared by every seek (:meth:`_unshare` copies
+        one before the reducer could change it); only the rest is rebuilt per seek."""
+        rest, rows, offset = self._snapshot(j)
+        state = State.from_snapshot(rest)
+        partitions = state.partitions
+        for row in rows:
+            if not isinstance(row, PartitionRow):
+                row = PartitionRow(**row)  # still running: the fold will change it
+            partitions[(row.proof, row.partition)] = row
+        return state, offset
+
+    def _unshare(self, state: State, event: dict[str, Any]) -> None:
+        """Before a ``partition_done`` is folded: give ``state`` its own copy of the row it
+        may update in place (a repeated report of a finished attempt), never the shared one.
+        (Every other change to a finished row replaces it with a new row.)"""
+        key = (event.get("proof"), event.get("partition"))
+        row = state.partitions.get(key)
+        if row is not None and id(row) in self._shared:
+            state.partitions[key] = copy.copy(row)  # phases_ms is replaced, never updated
+
+    def _snapshot(self, j: int) -> tuple[dict[str, Any], list[Any], int]:
+        """Seek snapshot ``j``: its state without the partition rows, the rows (shared
+        PartitionRows when finished, else their fields), and the offset after it. The last
+        few are kept, since an operator stepping back and forth lands in the same interval
+        again and again."""
+        with self._lock:
+            cached = self._snap_cache.get(j)
+            if cached is None:
+                cached = self._load_snapshot(self.snapshots[j][1])
+                self._snap_cache[j] = cached
+                while len(self._snap_cache) > 3:
+                    self._snap_cache.pop(next(iter(self._snap_cache)))
+            return cached
+
+    def _load_snapshot(self, offset: int) -> tuple[dict[str, Any], list[Any], int]:
+        """Decode a seek snapshot, each partition row only when its bytes were not seen
+        before (a byte-identical encoding is the same row). Anything unexpected (a damaged or
+        differently shaped frame) goes through the plain decoder, which reports it."""
+        end_head = offset + HEADER_SIZE
+        if end_head > self.limit:
+            raise FrameError(f"frame header at byte {offset} runs past byte {self.limit}")
+        end = end_head + int.from_bytes(self._mm[offset:end_head], "big")
+        if end > self.limit:
+            raise FrameError(f"frame at byte {offset} runs past byte {self.limit}")
+        payload = self._mm[end_head:end]
+        try:
+            rest, raw_rows = _split_snapshot(payload)
+        except Exception:  # noqa: BLE001 (the plain decoder says what is wrong)
+            frame, _ = self._frame_at(offset)
+            state = dict(frame["state"])
+            rows: list[Any] = list(state.pop("partitions", []))
+            return state, rows, end
+        rows = []
+        for raw in raw_rows:
+            row = self._rows.get(raw)
+            if row is None:
+                fields = _decode(memoryview(raw))
+                if fields.get("ok") is None:
+                    rows.append(fields)
+                    continue
+                row = PartitionRow(**fields)
+                self._rows[raw] = row
+                self._shared.add(id(row))
+            rows.append(row)
+        return rest, rows, end
 
     def advance(self, state: State, offset: int, position: int) -> int:
         """Fold the events from ``offset`` while their time is <= ``position``.
@@ -185,9 +251,12 @@ class FileReplaySource:
                 if nxt > limit:
                     raise FrameError(f"frame at byte {offset} runs past byte {limit}")
                 event = _decode(view[body:nxt])
-                if not (event.get("k") == "snapshot" and event.get("seek") is True):
+                kind = event.get("k")
+                if not (kind == "snapshot" and event.get("seek") is True):
                     if event.get("t", 0) > position:
                         return offset
+                    if kind == "partition_done":
+                        self._unshare(state, event)
                     apply(event)
                 offset = nxt
         if offset < limit:  # a header cut by the index: as _frame_at reports it
@@ -214,6 +283,8 @@ class FileReplaySource:
                         break
                 at = mm.find(needle, at + 1, self.limit)
         self.faults, self.markers = sorted(found["fault"]), sorted(found["marker"])
+        if self.snapshots:  # the last snapshot holds (nearly) every finished row: share them
+            self._snapshot(len(self.snapshots) - 1)
 
     def build_checkpoints(self, *args: Any, **kwargs: Any) -> None:
         self.prepare()
@@ -272,6 +343,38 @@ def _decode(payload: memoryview) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise FrameError("a frame that is not a map")
     return obj
+
+
+def _split_snapshot(payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
+    """A seek snapshot frame split into its state without ``partitions`` (decoded) and the
+    encoded bytes of each partition row (skipped over, not decoded). Raises on any shape
+    but ``{..., "state": {..., "partitions": [row, ...]}}`` with nothing after it."""
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(payload), 1), **_UNPACK_LIMITS)
+    unpacker.feed(payload)
+    frame: dict[str, Any] = {}
+    rows: list[bytes] = []
+    for _ in range(unpacker.read_map_header()):
+        key = unpacker.unpack()
+        if key != "state":
+            frame[key] = unpacker.unpack()
+            continue
+        state: dict[str, Any] = {}
+        for _ in range(unpacker.read_map_header()):
+            name = unpacker.unpack()
+            if name != "partitions":
+                state[name] = unpacker.unpack()
+                continue
+            rows = []
+            for _ in range(unpacker.read_array_header()):
+                start = unpacker.tell()
+                unpacker.skip()
+                rows.append(payload[start : unpacker.tell()])
+        frame[key] = state
+    if unpacker.tell() != len(payload) or not isinstance(frame.get("state"), dict):
+        raise FrameError("not a seek snapshot of the expected shape")
+    if frame.get("k") != "snapshot":
+        raise FrameError("not a snapshot")
+    return frame["state"], rows
 
 
 def open_replay(path: str | os.PathLike[str]) -> Any:
