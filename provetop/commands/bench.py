@@ -10,7 +10,6 @@ TARGETS: dict[str, str] = {
     "cpu": "engine.bench_cpu",
     "ntt": "kernels.bench_ntt",
     "msm": "kernels.bench_msm",
-    "pipeline": "engine.bench_pipeline",
     "tui": "tui.bench",
 }
 
