@@ -201,7 +201,10 @@ class State:
     def _on_memory(self, e: dict[str, Any]) -> None:
         device = e["device"]
         self.memory[device] = e
-        self.series.setdefault(device, MemorySeries()).append(e["t"], e)
+        series = self.series.get(device)
+        if series is None:  # not setdefault: that would build a MemorySeries per sample
+            series = self.series[device] = MemorySeries()
+        series.append(e["t"], e)
 
     def _on_partition_done(self, e: dict[str, Any]) -> None:
         key = (e["proof"], e["partition"])

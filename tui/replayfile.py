@@ -28,6 +28,7 @@ from tui.sources import SourceError
 
 _MEMORY_KEY = b"\xa1k\xa6memory"  # a map whose first key is k = "memory" (after the header)
 HISTORY_BYTES = 24 << 20  # a seek decodes at most about this much before the position
+MARKS = 64  # in-memory checkpoints kept (each ~100 KB plus pointers to shared rows)
 
 
 class NotIndexed(Exception):
@@ -86,6 +87,9 @@ class FileReplaySource:
         self._rows: dict[bytes, PartitionRow] = {}
         self._shared: set[int] = set()
         self._lock = threading.Lock()  # prepare() runs in a worker thread beside the seeks
+        # In-memory checkpoints taken by earlier seeks where their window began:
+        # (offset, state.t, the state without rows packed, its rows), ordered by offset.
+        self._marks: list[tuple[int, int, bytes, list[PartitionRow]]] = []
 
     # -- frames -------------------------------------------------------------------------------
 
@@ -120,12 +124,66 @@ class FileReplaySource:
             floor = self.snapshots[latest][1] - HISTORY_BYTES
             while j < latest and (self.snapshots[j][1] if j >= 0 else 0) < floor:
                 j += 1
-        if j >= 0:
+        start = self.snapshots[j][1] if j >= 0 else self.first_event
+        mark = self._mark_before(position - window, start)
+        if mark is not None:
+            state, offset = mark
+        elif j >= 0:
             state, offset = self._state_from_snapshot(j)
         else:
             state, offset = State(), self.first_event
+        folded = offset
         offset = self._fold_before(state, offset, position - window)
+        if offset != folded:
+            self._take_mark(state, offset)
         return state, self.advance(state, offset, position)
+
+    def _mark_before(self, history_from: int, after: int) -> tuple[State, int] | None:
+        """The latest in-memory checkpoint past byte ``after`` holding only events before
+        ``history_from`` (so none that the window needs as history), rebuilt; else None."""
+        with self._lock:
+            best = None
+            for mark in self._marks:
+                if mark[0] > after and mark[1] < history_from:
+                    best = mark
+        if best is None:
+            return None
+        offset, _t, packed, rows = best
+        state = State.from_snapshot(msgpack.unpackb(packed, raw=False, strict_map_key=False))
+        partitions = state.partitions
+        for row in rows:
+            if id(row) not in self._shared:
+                row = copy.copy(row)  # running: the fold will change it
+            partitions[(row.proof, row.partition)] = row
+        return state, offset
+
+    def _take_mark(self, state: State, offset: int) -> None:
+        """Keep ``state`` (every event before ``offset`` folded) as an in-memory checkpoint,
+        the way seek snapshots keep it (no history), so a later seek near this one folds from
+        here instead of from the snapshot. Finished rows are shared, running ones copied."""
+        rows = state.partitions
+        state.partitions = {}
+        try:
+            packed = msgpack.packb(state.snapshot())  # a deep copy of everything but rows
+        finally:
+            state.partitions = rows
+        kept: list[PartitionRow] = []
+        shared = self._shared
+        for row in rows.values():
+            if id(row) not in shared:
+                if row.ok is None:
+                    row = copy.copy(row)
+                else:
+                    shared.add(id(row))  # finished: from now on copied before any change
+            kept.append(row)
+        with self._lock:
+            self._marks.append((offset, state.t, packed, kept))
+            self._marks.sort(key=lambda m: m[0])
+            if len(self._marks) > MARKS:  # drop the one nearest a neighbour
+                gaps = [
+                    self._marks[i + 1][0] - self._marks[i][0] for i in range(len(self._marks) - 1)
+                ]
+                del self._marks[gaps.index(min(gaps)) + 1]
 
     def _fold_before(self, state: State, offset: int, history_from: int) -> int:
         """Fold the events before the window: only the current state matters there. Memory
