@@ -7,8 +7,11 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from recordings.state import State
 from recordings.writer import RecordingWriter
+from tui import replayfile
 from tui.replayfile import FileReplaySource, open_replay
 from tui.synthetic import generate
 
@@ -33,7 +36,10 @@ def _with_repeated_reports(events: list[dict], rng: random.Random) -> list[dict]
     return out
 
 
-def test_seeks_with_shared_rows_equal_the_full_fold(tmp_path: Path):
+@pytest.mark.parametrize("mark_spacing_s", [None, 0.7])
+def test_seeks_with_shared_rows_equal_the_full_fold(tmp_path: Path, monkeypatch, mark_spacing_s):
+    if mark_spacing_s is not None:  # prepare() lays checkpoints between the snapshots
+        monkeypatch.setattr(replayfile, "MARK_SPACING_NS", int(mark_spacing_s * 1e9))
     rng = random.Random()
     events = generate(devices=2, duration_s=40, seed=rng.randrange(1 << 30))
     events = _with_repeated_reports(events, rng)
@@ -45,6 +51,7 @@ def test_seeks_with_shared_rows_equal_the_full_fold(tmp_path: Path):
     assert isinstance(source, FileReplaySource) and len(source.snapshots) >= 4
     source.prepare()  # shares the rows of the last snapshot
     assert source._rows
+    assert bool(source._marks) == (mark_spacing_s is not None)
     repeats = [e["t"] for e in events if e["k"] == "partition_done"][-4:]
     positions = [rng.randrange(source.start, source.end) for _ in range(8)]
     positions += [source.end, *repeats, source.start + (source.end - source.start) // 4]

@@ -11,6 +11,7 @@ cut short) go through the tolerant full reader instead (:class:`tui.sources.Repl
 from __future__ import annotations
 
 import copy
+import gc
 import mmap
 import os
 import threading
@@ -28,7 +29,8 @@ from tui.sources import SourceError
 
 _MEMORY_KEY = b"\xa1k\xa6memory"  # a map whose first key is k = "memory" (after the header)
 HISTORY_BYTES = 24 << 20  # a seek decodes at most about this much before the position
-MARKS = 64  # in-memory checkpoints kept (each ~100 KB plus pointers to shared rows)
+MARKS = 256  # in-memory checkpoints kept (each ~100 KB plus pointers to shared rows)
+MARK_SPACING_NS = int(40e9)  # prepare() lays one every this much recorded time
 
 
 class NotIndexed(Exception):
@@ -42,6 +44,7 @@ class FileReplaySource:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
+        self._closed = False
         self.label = Path(path).name
         self.truncated = False
         self._file = open(path, "rb")  # noqa: SIM115 (closed in close())
@@ -117,7 +120,20 @@ class FileReplaySource:
 
     def state_at(self, position: int, window: int) -> tuple[State, int]:
         """(state after the events up to ``position``, with history from at least
-        ``position - window``; the offset of the next event)."""
+        ``position - window``; the offset of the next event).
+
+        The cyclic garbage collector is held off meanwhile: a seek allocates some 10^5
+        acyclic objects, enough to trigger full collections that walk every shared row and
+        checkpoint (up to doubling a seek, at random); they run after it instead."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._state_at(position, window)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _state_at(self, position: int, window: int) -> tuple[State, int]:
         j = bisect_right(self._snap_times, position - window) - 1
         latest = bisect_right(self._snap_times, position) - 1
         if latest >= 0:  # very wide windows: fold at most HISTORY_BYTES of history
@@ -323,7 +339,9 @@ class FileReplaySource:
 
     def prepare(self) -> None:
         """Find the faults and markers for the replay bar and the n/p jumps: a byte search for
-        the kind (events are maps whose first key is ``k``), each hit checked by decoding."""
+        the kind (events are maps whose first key is ``k``), each hit checked by decoding.
+        Then lay in-memory checkpoints between the file's seek snapshots (:meth:`_lay_marks`).
+        The app runs this in a worker thread: seeks work meanwhile, only slower."""
         found: dict[str, list[int]] = {"fault": [], "marker": []}
         mm = self._mm
         for kind in found:
@@ -343,6 +361,23 @@ class FileReplaySource:
         self.faults, self.markers = sorted(found["fault"]), sorted(found["marker"])
         if self.snapshots:  # the last snapshot holds (nearly) every finished row: share them
             self._snapshot(len(self.snapshots) - 1)
+        self._lay_marks()
+
+    def _lay_marks(self) -> None:
+        """An in-memory checkpoint every MARK_SPACING_NS between the seek snapshots, so that a
+        seek folds at most that much before its window (late in a long run snapshots are over
+        two minutes apart). Folding there skips the memory samples undecoded, so this costs
+        about one decode of the file's other events, once."""
+        for j in range(len(self.snapshots) - 1):
+            begin, end = self._snap_times[j], self._snap_times[j + 1]
+            if end - begin < 2 * MARK_SPACING_NS:
+                continue
+            if self._closed:
+                return
+            state, offset = self._state_from_snapshot(j)
+            for cut in range(begin + MARK_SPACING_NS, end - MARK_SPACING_NS // 2, MARK_SPACING_NS):
+                offset = self._fold_before(state, offset, cut)
+                self._take_mark(state, offset)
 
     def build_checkpoints(self, *args: Any, **kwargs: Any) -> None:
         self.prepare()
@@ -362,6 +397,7 @@ class FileReplaySource:
         raise SourceError("controls are not available in replay")
 
     def close(self) -> None:
+        self._closed = True  # stops prepare() between intervals
         mm = getattr(self, "_mm", None)
         if mm is not None:
             try:
