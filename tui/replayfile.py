@@ -29,7 +29,7 @@ from tui.sources import SourceError
 
 _MEMORY_KEY = b"\xa1k\xa6memory"  # a map whose first key is k = "memory" (after the header)
 HISTORY_BYTES = 24 << 20  # a seek decodes at most about this much before the position
-MARKS = 256  # in-memory checkpoints kept (each ~100 KB plus pointers to shared rows)
+MARKS = 256  # in-memory checkpoints kept (an hour in: ~200 KB each plus pointers to rows)
 MARK_SPACING_NS = int(40e9)  # prepare() lays one every this much recorded time
 
 
@@ -361,7 +361,11 @@ class FileReplaySource:
         self.faults, self.markers = sorted(found["fault"]), sorted(found["marker"])
         if self.snapshots:  # the last snapshot holds (nearly) every finished row: share them
             self._snapshot(len(self.snapshots) - 1)
-        self._lay_marks()
+        try:
+            self._lay_marks()
+        except (ValueError, FrameError):
+            if not self._closed:  # closed under it (the app quit): nothing to report
+                raise
 
     def _lay_marks(self) -> None:
         """An in-memory checkpoint every MARK_SPACING_NS between the seek snapshots, so that a
