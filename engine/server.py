@@ -78,8 +78,17 @@ def parse_listen(spec: str | None) -> tuple[str, Any, Any]:
 
 
 def read_token(path: str) -> str:
-    """The token in ``path`` (surrounding whitespace ignored); ListenError when unusable."""
+    """The token in ``path`` (surrounding whitespace ignored); ListenError when unusable.
+
+    Like ssh with its keys, a token file that other users can read is refused: anyone who can
+    read it can control the engine."""
     try:
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            raise ListenError(
+                f"--token-file {path} can be read by other users (mode {mode & 0o777:o}); "
+                f"run: chmod 600 {path}"
+            )
         token = Path(path).read_text().strip()
     except OSError as exc:
         raise ListenError(f"cannot read --token-file {path}: {exc.strerror or exc}") from None

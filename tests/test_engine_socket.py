@@ -222,6 +222,7 @@ def test_read_only_refuses_control():
 def test_tcp_needs_the_token(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("s3cret-token-123\n")
+    token_file.chmod(0o600)
     engine = _engine(listen="tcp://127.0.0.1:0", token_file=str(token_file))
     engine.start()
     try:

@@ -45,6 +45,7 @@ def _engine(tmp_path=None, *, held=False, **kw):
 def _tcp_engine(tmp_path, **kw):
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
     return _engine(tmp_path, listen="tcp://127.0.0.1:0", token_file=str(token_file), **kw)
 
 
@@ -152,6 +153,7 @@ def test_tcp_only_on_loopback(tmp_path, spec):
     from engine.runner import EngineError
 
     (tmp_path / "token").write_text(TOKEN)
+    (tmp_path / "token").chmod(0o600)
     with pytest.raises(EngineError, match="loopback"):
         Engine(from_preset("ci"), listen=spec, token_file=str(tmp_path / "token"))
 
@@ -162,6 +164,7 @@ def test_tcp_needs_a_token_file_with_a_real_token(tmp_path):
     with pytest.raises(EngineError, match="token-file"):
         Engine(from_preset("ci"), listen="tcp://127.0.0.1:0")
     (tmp_path / "short").write_text("abc\n")
+    (tmp_path / "short").chmod(0o600)
     with pytest.raises(EngineError, match="at least 8"):
         Engine(from_preset("ci"), listen="tcp://127.0.0.1:0", token_file=str(tmp_path / "short"))
 
@@ -589,3 +592,13 @@ def test_any_byte_stream_is_framed_with_the_servers_limits_or_refused(chunks):
                 assert ack["k"] == "control"
     except FrameError as exc:
         assert str(exc) and "\n" not in str(exc)
+
+
+def test_a_token_file_other_users_can_read_is_refused(tmp_path):
+    from engine.runner import EngineError
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o644)
+    with pytest.raises(EngineError, match="chmod 600"):
+        Engine(from_preset("ci"), listen="tcp://127.0.0.1:0", token_file=str(token_file))
