@@ -118,6 +118,11 @@ class Subscription:
             initial = len(self._initial) - self._ipos
             return initial + len(self._q) + (1 if self._held is not None else 0)
 
+    def initial_pending(self) -> int:
+        """Initial events (hello, snapshot, retained history) not yet taken."""
+        with self._cv:
+            return len(self._initial) - self._ipos
+
     def drain(self) -> list[dict[str, Any]]:
         """Everything queued now, without waiting."""
         out = []

@@ -279,8 +279,14 @@ class TelemetryServer:
                 self._conns.discard(conn)
 
     def _drop(self, sub: Any, name: str) -> None:
-        """Injected fault (drop:client:K): let the initial events go out, then disconnect."""
-        _wait_drained(sub, 2.0)
+        """Injected fault (drop:client:K): let the initial events go out, then disconnect.
+
+        Waits for the initial events only: live events keep arriving, so waiting for an empty
+        queue could outlast a short run and the client would never be dropped."""
+        deadline = time.monotonic() + 2.0
+        while sub.initial_pending() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # the writer sends what it took
         self.bus.dropped_clients += 1
         self.bus.emit(
             "fault",
