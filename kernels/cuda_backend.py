@@ -23,13 +23,11 @@ numpy-in calls (nothing is left in CuPy's caching pool) and CuPy's current alloc
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from kernels.cuda_build import require_cupy
+from kernels.cuda_build import on_stream, require_cupy
 
 DEFAULT_HOST_CHUNK = 1 << 22  # points per streamed chunk: 384 MiB of points per buffer
 SRS_HOST_CHUNK = 1 << 23  # points generated per device round trip for numpy secrets
@@ -70,17 +68,6 @@ class CudaBackend:
         self.h_in_place = False  # the engine sets True: it owns a, b, c (see h_step)
 
     # -- placement helpers -------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _on(self, stream: Any, allocator: Any) -> Iterator[Any]:
-        """Make ``stream`` current and route CuPy's allocations to ``allocator`` (if given)."""
-        cupy = self.cupy
-        s = stream if stream is not None else cupy.cuda.get_current_stream()
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(s)
-            if allocator is not None:
-                stack.enter_context(cupy.cuda.using_allocator(allocator))
-            yield s
 
     def _device(self, x: Any, what: str) -> Any:
         """``x`` as a C-contiguous uint64 CuPy array on the current device and stream."""
@@ -141,7 +128,7 @@ class CudaBackend:
     ) -> Any:
         """Forward/inverse (coset) NTT; see ``kernels.backend.KernelBackend.ntt``."""
         host = is_host(x)
-        with self._on(stream, self._host_default(allocator, x)) as s:
+        with on_stream(stream, self._host_default(allocator, x)) as s:
             d = self._device(x, "ntt")
             out = self._ntt.ntt(
                 d,
@@ -175,7 +162,7 @@ class CudaBackend:
         host = all(is_host(v) for v in (a, b, c))
         alloc = self._host_default(allocator, a, b, c)
         in_place = self.h_in_place if overwrite_inputs is None else overwrite_inputs
-        with self._on(stream, alloc) as s:
+        with on_stream(stream, alloc) as s:
             da, db, dc = (self._device(v, "h_step") for v in (a, b, c))
             if in_place and not host:
                 h = self._h_step_in_place(da, db, dc, s)
@@ -214,7 +201,7 @@ class CudaBackend:
         from kernels import cuda_msm
 
         alloc = self._host_default(allocator, points, scalars)
-        with self._on(stream, alloc) as s:
+        with on_stream(stream, alloc) as s:
             sc = self._device(scalars, "msm scalars")
             if is_host(points):
                 pts = points if points.dtype == np.uint64 else np.asarray(points, np.uint64)
@@ -236,7 +223,7 @@ class CudaBackend:
             raise ValueError(f"secrets must be a uint64 (n, 4) array, got {sec.shape}")
         n = sec.shape[0]
         out = np.empty((n, 12), dtype=np.uint64)
-        with self._on(stream, alloc) as s:
+        with on_stream(stream, alloc) as s:
             for lo in range(0, n, SRS_HOST_CHUNK):
                 hi = min(n, lo + SRS_HOST_CHUNK)
                 d = cuda_srs.srs(self.cupy.asarray(sec[lo:hi]), stream=s, allocator=alloc)

@@ -12,9 +12,11 @@ In-process, modules are cached per (device id, compute capability, source hash, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +103,17 @@ def load_module(
             mod.compile()  # compile now, so errors surface here and not at the first launch
             _cache[key] = mod
     return mod
+
+
+@contextlib.contextmanager
+def on_stream(stream: Any, allocator: Any) -> Iterator[Any]:
+    """Make ``stream`` current (the current one when None) and route CuPy's allocations in the
+    block through ``allocator`` (nbytes -> MemoryPointer) when one is given: how every kernel
+    wrapper honours the stream and the memory budget the engine passes in."""
+    cupy = require_cupy()
+    s = stream if stream is not None else cupy.cuda.get_current_stream()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(s)
+        if allocator is not None:
+            stack.enter_context(cupy.cuda.using_allocator(allocator))
+        yield s

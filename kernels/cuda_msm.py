@@ -22,17 +22,22 @@ Scratch memory is drawn from ``allocator`` (a callable ``nbytes -> cupy.cuda.Mem
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kernels.cuda_build import CUDA_DIR, expand_includes, load_module, require_cupy, source_hash
+from kernels.cuda_build import (
+    CUDA_DIR,
+    expand_includes,
+    load_module,
+    on_stream,
+    require_cupy,
+    source_hash,
+)
 
 # Which kernel source: msm.cu (compiler's choice of registers) or msm_lb.cu (capped at 168 for
 # occupancy, blocks of at most 128 threads); bench/msm_notes.md has the A/B (msm.cu won).
@@ -198,18 +203,6 @@ def module(name: str) -> Any:
 # --- helpers ---------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _context(stream: Any, allocator: Any) -> Iterator[Any]:
-    """Make ``stream`` current and route CuPy allocations through ``allocator``."""
-    cupy = require_cupy()
-    s = stream if stream is not None else cupy.cuda.get_current_stream()
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(s)
-        if allocator is not None:
-            stack.enter_context(cupy.cuda.using_allocator(allocator))
-        yield s
-
-
 def _launch(fn: Any, threads: int, args: tuple, stream: Any) -> None:
     if threads <= 0:
         return
@@ -359,14 +352,14 @@ def msm(
     :func:`msm_host_points` (chunked uploads, pinned memory for the overlap)."""
     cupy = require_cupy()
     if isinstance(scalars, np.ndarray):
-        with _context(stream, allocator):  # the upload is ordered on the caller's stream
+        with on_stream(stream, allocator):  # the upload is ordered on the caller's stream
             scalars = cupy.asarray(scalars)
     if isinstance(points, np.ndarray):
         return msm_host_points(
             points, scalars, stream=stream, allocator=allocator, window_bits=window_bits
         )
     n = _check_inputs(points, scalars)
-    with _context(stream, allocator) as s:
+    with on_stream(stream, allocator) as s:
         c = window_bits or choose_window_bits(tail_count(scalars) if n else 0)
         sums = window_sums(points, scalars, c, s, marks).get(stream=s)
     return combine_windows(sums, c)
@@ -409,7 +402,7 @@ def msm_host_points(
     chunk = max(1, min(chunk, n or 1))
     c = window_bits or choose_window_bits(chunk)
     W = num_windows(c)
-    with _context(stream, allocator) as s:
+    with on_stream(stream, allocator) as s:
         copy_stream = cupy.cuda.Stream(non_blocking=True)
         bufs = [cupy.empty((chunk, 12), dtype=np.uint64) for _ in range(min(2, -(-n // chunk)))]
         # The buffers come from the allocator in the order of the compute stream; with a

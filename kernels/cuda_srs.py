@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda_build import require_cupy
-from kernels.cuda_msm import BLOCK, XYZZ_WORDS, _context, _u32, module, num_windows
+from kernels.cuda_build import on_stream, require_cupy
+from kernels.cuda_msm import BLOCK, XYZZ_WORDS, _u32, module, num_windows
 
 TABLE_BITS = 16
 BATCH_INV = 32  # points sharing one inversion in the affine conversion
@@ -97,7 +97,7 @@ def srs(secrets: Any, *, stream: Any = None, allocator: Any = None, out: Any = N
     tab = table(TABLE_BITS, stream)
     mod = module("srs.cu")
     secrets = cupy.ascontiguousarray(secrets)
-    with _context(stream, allocator) as s:
+    with on_stream(stream, allocator) as s:
         if out is None:
             out = cupy.empty((n, 12), dtype=np.uint64)
         W = num_windows(TABLE_BITS)
