@@ -27,17 +27,6 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def cp():
-    """CuPy with a visible device, else skip with the reason."""
-    from kernels.cuda_build import CudaUnavailable, require_cupy
-
-    try:
-        return require_cupy()
-    except CudaUnavailable as exc:
-        pytest.skip(f"no CUDA device: {exc}")
-
-
-@pytest.fixture(scope="module")
 def poison(cp):
     """An allocator (nbytes -> MemoryPointer) whose every block starts as 0xff bytes."""
     pool = cp.cuda.MemoryPool()

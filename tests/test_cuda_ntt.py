@@ -36,16 +36,6 @@ COMBOS = [
 
 
 @pytest.fixture(scope="module")
-def cp():
-    from kernels.cuda_build import CudaUnavailable, require_cupy
-
-    try:
-        return require_cupy()
-    except CudaUnavailable as exc:
-        pytest.skip(f"no usable GPU: {exc}")
-
-
-@pytest.fixture(scope="module")
 def eng(cp):
     from kernels.cuda_ntt import CudaNtt
 

@@ -369,16 +369,6 @@ def test_nvml_process_not_listed_and_v1_fallback(fake_nvml):
 
 
 @pytest.fixture(scope="module")
-def cp():
-    from kernels.cuda_build import CudaUnavailable, require_cupy
-
-    try:
-        return require_cupy()
-    except CudaUnavailable as exc:
-        pytest.skip(f"no CUDA device: {exc}")
-
-
-@pytest.fixture(scope="module")
 def backend(cp):
     from kernels.cuda_backend import CudaBackend
 

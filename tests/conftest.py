@@ -1,0 +1,15 @@
+"""Fixtures shared by the test files."""
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def cp():
+    """CuPy with a visible CUDA device; the GPU tests that take it skip with the reason
+    otherwise (no CuPy, no driver, no device)."""
+    from kernels.cuda_build import CudaUnavailable, require_cupy
+
+    try:
+        return require_cupy()
+    except CudaUnavailable as exc:
+        pytest.skip(f"no CUDA device: {exc}")
