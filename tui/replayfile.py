@@ -25,7 +25,7 @@ import msgpack
 from recordings.format import END_MAGIC, INDEX_KIND, PREFIX, PREFIX_SIZE, TRAILER, TRAILER_SIZE
 from recordings.framing import HEADER_SIZE, MAX_FRAME, MAX_ITEMS, FrameError
 from recordings.state import PartitionRow, State
-from tui.sources import SourceError
+from tui.sources import SourceError, next_point
 
 _MEMORY_KEY = b"\xa1k\xa6memory"  # a map whose first key is k = "memory" (after the header)
 HISTORY_BYTES = 24 << 20  # a seek decodes at most about this much before the position
@@ -387,12 +387,7 @@ class FileReplaySource:
         self.prepare()
 
     def next_point(self, position: int, forward: bool) -> int | None:
-        points = sorted(set(self.faults) | set(self.markers))
-        if forward:
-            later = [t for t in points if t > position + 1000]
-            return later[0] if later else None
-        earlier = [t for t in points if t < position - 1000]
-        return earlier[-1] if earlier else None
+        return next_point(self.faults, self.markers, position, forward)
 
     def run(self, sink: Any) -> None:  # replay is driven by the app
         sink.status(self, "loaded", "info")

@@ -406,6 +406,17 @@ class Checkpoint:
         return State.from_snapshot(self.snapshot)
 
 
+def next_point(faults: list[int], markers: list[int], position: int, forward: bool) -> int | None:
+    """The first fault or marker time after (or, backwards, before) ``position``, at least
+    1 µs away so that repeating the jump moves on instead of landing on the same point."""
+    points = sorted(set(faults) | set(markers))
+    if forward:
+        later = [t for t in points if t > position + 1000]
+        return later[0] if later else None
+    earlier = [t for t in points if t < position - 1000]
+    return earlier[-1] if earlier else None
+
+
 class ReplaySource:
     """A recording, seekable. ``state_at(p, window)`` returns the state after every event up to
     position ``p`` with history (timeline segments, memory series) covering at least the last
@@ -528,12 +539,7 @@ class ReplaySource:
 
     def next_point(self, position: int, forward: bool) -> int | None:
         """The next (or previous) fault or marker time from ``position``."""
-        points = sorted(set(self.faults) | set(self.markers))
-        if forward:
-            later = [t for t in points if t > position + 1000]
-            return later[0] if later else None
-        earlier = [t for t in points if t < position - 1000]
-        return earlier[-1] if earlier else None
+        return next_point(self.faults, self.markers, position, forward)
 
     # EventSource-compatible surface (the app drives replay itself)
     def run(self, sink: Sink) -> None:  # pragma: no cover - replay is driven by the app
