@@ -1,0 +1,131 @@
+// Exact checks of a partition on the GPU (loaded by kernels/cuda_check.py): the sums behind
+// the two SRS identities of kernels/cpu/srs.py, streamed over chunks of a vector so that a
+// 2^27-element check needs a few hundred MiB of device memory, not 4 GiB per vector.
+//
+// Every array is Fr, 8 little-endian 32-bit words per element (= the (n, 4) uint64 layout).
+// Each kernel writes one partial sum per block; the host adds the partials (a few thousand).
+#include "fields.cuh"
+
+// Elements per thread. The barycentric kernel shares one inversion among them (Montgomery's
+// trick: 3 (K - 1) multiplications + one ~380-multiplication inversion, so ~50 multiplications
+// per element at K = 8 instead of ~380); the powers kernels share one exponentiation.
+#define CHECK_K 8
+// Threads per block; = BLOCK in kernels/cuda_check.py. Shared memory: 3 sums x 256 x 32 B.
+#define CHECK_BLOCK 256
+
+__device__ __forceinline__ fr_t chk_load(const fr_t* p) {
+    const uint4* q = reinterpret_cast<const uint4*>(p);
+    uint4 a = q[0], b = q[1];
+    fr_t r;
+    r.v[0] = a.x; r.v[1] = a.y; r.v[2] = a.z; r.v[3] = a.w;
+    r.v[4] = b.x; r.v[5] = b.y; r.v[6] = b.z; r.v[7] = b.w;
+    return r;
+}
+
+__device__ __forceinline__ void chk_store(fr_t* p, const fr_t& x) {
+    uint4* q = reinterpret_cast<uint4*>(p);
+    q[0] = make_uint4(x.v[0], x.v[1], x.v[2], x.v[3]);
+    q[1] = make_uint4(x.v[4], x.v[5], x.v[6], x.v[7]);
+}
+
+// base^e for a 64-bit exponent (base in Montgomery form).
+__device__ __forceinline__ fr_t chk_pow64(const fr_t& base, unsigned long long e) {
+    uint32_t w[2] = {(uint32_t)e, (uint32_t)(e >> 32)};
+    return base.pow(w, 64);
+}
+
+// Adds the blockDim.x values of each of `nsum` shared arrays; thread 0 writes them to
+// out[blockIdx.x * nsum + j]. blockDim.x must be a power of two (CHECK_BLOCK).
+template <int NSUM>
+__device__ void chk_block_sum(fr_t (*sm)[CHECK_BLOCK], fr_t* out) {
+    for (int half = blockDim.x / 2; half > 0; half >>= 1) {
+        __syncthreads();
+        if (threadIdx.x < half) {
+            #pragma unroll
+            for (int j = 0; j < NSUM; j++) sm[j][threadIdx.x] += sm[j][threadIdx.x + half];
+        }
+    }
+    if (threadIdx.x == 0) {
+        #pragma unroll
+        for (int j = 0; j < NSUM; j++) chk_store(out + blockIdx.x * NSUM + j, sm[j][0]);
+    }
+}
+
+// out[j] = base^(start + j) for j < count, canonical when `canonical` (else Montgomery):
+// the secrets s_i = sigma^i of one SRS query, made on the device for srs.cu's kernel.
+extern "C" __global__ void fr_powers_range(fr_t* out, const fr_t* basep, unsigned long long start,
+                                           unsigned long long count, int canonical) {
+    const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned long long j0 = t * CHECK_K;
+    if (j0 >= count) return;
+    const fr_t base = chk_load(basep);
+    fr_t x = chk_pow64(base, start + j0);
+    for (int k = 0; k < CHECK_K && j0 + k < count; k++) {
+        chk_store(out + j0 + k, canonical ? x.from_mont() : x);
+        x *= base;
+    }
+}
+
+// Partial sums of v[j] * sigma^(start + j), j < count: <k, s> for the MSM identity
+// (v canonical scalars: a Montgomery product with the Montgomery power is then canonical) and
+// h(tau) for the H identity (v = h's canonical coefficients). One value per block.
+extern "C" __global__ void __launch_bounds__(CHECK_BLOCK)
+    fr_dot_powers(fr_t* out, const fr_t* v, const fr_t* sigmap, unsigned long long start,
+                  unsigned long long count) {
+    __shared__ fr_t sm[1][CHECK_BLOCK];
+    const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned long long j0 = t * CHECK_K;
+    fr_t acc = fr_t::zero();
+    if (j0 < count) {
+        const fr_t sigma = chk_load(sigmap);
+        fr_t x = chk_pow64(sigma, start + j0);
+        for (int k = 0; k < CHECK_K && j0 + k < count; k++) {
+            acc += chk_load(v + j0 + k) * x;
+            x *= sigma;
+        }
+    }
+    sm[0][threadIdx.x] = acc;
+    chk_block_sum<1>(sm, out);
+}
+
+// Partial sums of the barycentric form of three polynomials given by their evaluations on the
+// domain <omega>: sum_j v[j] * w_i / (tau - w_i), w_i = omega^i, i = start + j, for v = a, b, c
+// (Montgomery). The host multiplies by (tau^n - 1) / n to get A(tau), B(tau), C(tau). tau must
+// not be a domain point (the host checks tau^n != 1). consts = [omega, tau] (Montgomery).
+extern "C" __global__ void __launch_bounds__(CHECK_BLOCK)
+    fr_barycentric3(fr_t* out, const fr_t* a, const fr_t* b, const fr_t* c, const fr_t* consts,
+                    unsigned long long start, unsigned long long count) {
+    __shared__ fr_t sm[3][CHECK_BLOCK];
+    const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned long long j0 = t * CHECK_K;
+    fr_t sa = fr_t::zero(), sb = fr_t::zero(), sc = fr_t::zero();
+    if (j0 < count) {
+        const fr_t omega = chk_load(consts), tau = chk_load(consts + 1);
+        const int m = (count - j0) < CHECK_K ? (int)(count - j0) : CHECK_K;
+        fr_t w[CHECK_K], pre[CHECK_K];
+        fr_t x = chk_pow64(omega, start + j0);
+        fr_t run = fr_t::one();
+        #pragma unroll
+        for (int k = 0; k < CHECK_K; k++) {  // w_k and the prefix products of d_k = tau - w_k
+            w[k] = x;
+            if (k < m) run *= tau - x;
+            pre[k] = run;
+            x *= omega;
+        }
+        fr_t inv = run.inverse();  // 1 / (d_0 ... d_{m-1})
+        #pragma unroll
+        for (int k = CHECK_K - 1; k >= 0; k--) {
+            if (k >= m) continue;
+            const fr_t dinv = k ? inv * pre[k - 1] : inv;  // 1 / d_k
+            inv *= tau - w[k];                             // 1 / (d_0 ... d_{k-1})
+            const fr_t term = w[k] * dinv;
+            sa += chk_load(a + j0 + k) * term;
+            sb += chk_load(b + j0 + k) * term;
+            sc += chk_load(c + j0 + k) * term;
+        }
+    }
+    sm[0][threadIdx.x] = sa;
+    sm[1][threadIdx.x] = sb;
+    sm[2][threadIdx.x] = sc;
+    chk_block_sum<3>(sm, out);
+}

@@ -1,0 +1,121 @@
+"""The GPU partition checks (``kernels.cuda_check``) against the CPU reference (marked ``gpu``).
+
+Fresh random inputs every run; chunk sizes that do not divide the vectors, so every chunk
+boundary and the short last thread are exercised; host (numpy) and device (CuPy) inputs; and
+each check must also *fail* on a corrupted input, so a check that always says yes cannot pass.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from kernels.constants import FR_MODULUS
+from kernels.cpu import g1
+from kernels.cpu.ntt import evaluate_interpolant, h_step
+from kernels.cpu.srs import powers as cpu_powers
+from kernels.layout import fr_from_limbs, fr_to_limbs, random_fr
+
+pytestmark = pytest.mark.gpu
+
+R = FR_MODULUS
+POISON = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@pytest.fixture(scope="module")
+def chk(cp):
+    from kernels import cuda_check
+
+    return cuda_check
+
+
+@pytest.mark.parametrize(("start", "count"), [(0, 1), (0, 9), (5, 1000), ((1 << 27) - 3, 37)])
+@pytest.mark.parametrize("canonical", [True, False])
+def test_powers_match_reference(cp, chk, start, count, canonical):
+    rng = random.Random()
+    base = rng.randrange(R)
+    out = cp.full((count, 4), POISON, dtype=cp.uint64)
+    chk.powers(base, start, count, canonical=canonical, out=out)
+    got = fr_from_limbs(out.get(), montgomery=not canonical)
+    first = pow(base, start, R)
+    assert got == [first * p % R for p in cpu_powers(base, count)]
+
+
+@pytest.mark.parametrize("m", [1, 2, 31, 1000, 4097])
+@pytest.mark.parametrize("where", ["host", "device"])
+@pytest.mark.parametrize("montgomery", [False, True])
+def test_dot_powers_matches_python(cp, chk, m, where, montgomery):
+    rng = random.Random()
+    vals = random_fr(m, rng)
+    vals[: min(3, m)] = [0, 1, R - 1][: min(3, m)]
+    sigma = rng.randrange(R)
+    rows = fr_to_limbs(vals, montgomery=montgomery)
+    arr = rows if where == "host" else cp.asarray(rows)
+    want = sum(v * s for v, s in zip(vals, cpu_powers(sigma, m), strict=True)) % R
+    assert chk.dot_powers(arr, sigma, montgomery=montgomery, chunk=999) == want
+    assert chk.dot_powers(arr, sigma, montgomery=montgomery) == want
+    if m > 1:
+        bad = rows.copy()
+        bad[m // 2, 0] ^= np.uint64(1 << 7)
+        assert chk.dot_powers(bad, sigma, montgomery=montgomery) != want
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 10, 12])
+def test_interpolants_match_reference(cp, chk, k):
+    n = 1 << k
+    rng = random.Random()
+    vecs = [random_fr(n, rng) for _ in range(3)]
+    x = rng.randrange(R)
+    want = evaluate_interpolant(vecs, x)
+    rows = [fr_to_limbs(v) for v in vecs]
+    assert list(chk.interpolants_at(*rows, x, chunk=max(1, n // 3 + 5))) == want
+    dev = [cp.asarray(r) for r in rows]
+    assert list(chk.interpolants_at(*dev, x)) == want
+
+
+def test_interpolant_at_a_domain_point(cp, chk):
+    from kernels.cpu.ntt import domain_root
+
+    n = 16
+    vecs = [random_fr(n) for _ in range(3)]
+    x = pow(domain_root(4), 5, R)
+    got = chk.interpolants_at(*(fr_to_limbs(v) for v in vecs), x)
+    assert list(got) == [v[5] for v in vecs]
+
+
+@pytest.mark.parametrize("k", [3, 10])
+def test_h_identity_holds_and_catches_a_wrong_h(cp, chk, k):
+    n = 1 << k
+    rng = random.Random()
+    a, b = random_fr(n, rng), random_fr(n, rng)
+    c = [x * y % R for x, y in zip(a, b, strict=True)]
+    h = h_step(a, b, c)
+    tau = rng.randrange(R)
+    rows = [fr_to_limbs(v) for v in (a, b, c)]
+    h_rows = fr_to_limbs(h, montgomery=False)
+    assert chk.check_h_identity(*rows, h_rows, tau, chunk=n // 2 + 3)
+    h_bad = h_rows.copy()
+    h_bad[n // 3, 1] ^= np.uint64(1)
+    assert not chk.check_h_identity(*rows, h_bad, tau)
+    c_bad = rows[2].copy()
+    c_bad[0, 0] ^= np.uint64(4)
+    assert not chk.check_h_identity(rows[0], rows[1], c_bad, h_rows, tau)
+
+
+def test_msm_identity_against_known_secrets(cp, chk):
+    from kernels.cpu.msm import msm_fast
+    from kernels.cpu.srs import srs_points
+
+    m = 300
+    rng = random.Random()
+    sigma = rng.randrange(R)
+    pts = srs_points(cpu_powers(sigma, m))
+    ks = random_fr(m, rng)
+    ks[:4] = [0, 1, 1, R - 1]
+    res = msm_fast(pts, ks)
+    rows = fr_to_limbs(ks, montgomery=False)
+    assert chk.check_msm_identity(sigma, rows, res)
+    assert not chk.check_msm_identity(sigma, rows, g1.affine_double(res))
+    assert not chk.check_msm_identity((sigma + 1) % R, rows, res)
