@@ -32,8 +32,8 @@ from typing import Any
 from engine.allocator import AwarePolicy, Decision, Footprint
 from engine.devices.base import Block
 from engine.pipeline import MSM_PHASES, PartitionRunner, RunContext
-from engine.residency import G1_AFFINE_BYTES, place_srs, plan_residency
-from engine.srs import Srs
+from engine.residency import G1_AFFINE_BYTES, plan_residency
+from engine.srs import QUERIES, Srs
 
 GPU_PHASES = frozenset({"h_step", *MSM_PHASES.values()})
 
@@ -61,7 +61,79 @@ class BoundBackend:
 
 
 class CudaPartitionRunner(PartitionRunner):
-    """``PartitionRunner`` with CUDA-event phase times and MSM scratch as a reservation."""
+    """``PartitionRunner`` with CUDA-event phase times and MSM scratch as a reservation; on a
+    real CUDA device also: the witness made on the GPU into the worker's pinned pool
+    (``engine.witness_gpu``), the aux scalars uploaded once per partition into a
+    stream-ordered block while ``msm_h`` runs (the L, A and B-G1 MSMs read prefixes of it;
+    before, each MSM uploaded its own copy inside the GPU region), and the exact checks on
+    the GPU (``kernels.cuda_check``)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.real = hasattr(self.device, "kernel_args")  # a CudaDevice (tests use modeled ones)
+        self._bufs: Any = None
+        self._z_ready: Any = None
+
+    def _synthesize(self, rng: Any) -> Any:
+        if not self.real:
+            return super()._synthesize(rng)
+        from engine.witness_gpu import PinnedBuffers, synthesize_on_gpu
+
+        cfg, sizes = self.ctx.config, self.ctx.sizes
+        n, m = 1 << cfg.domain_log, max(sizes.l, sizes.a, sizes.b_g1)
+        if self._bufs is None:
+            self._bufs = PinnedBuffers(n, m)
+        seed = int(rng.integers(1 << 63))
+        return synthesize_on_gpu(
+            cfg.domain_log,
+            sizes,
+            cfg.witness_profile,
+            seed,
+            self._bufs,
+            **self.device.kernel_args("synthesis"),
+        )
+
+    def _msm_scalars(self, att: Any, w: Any, h: Any) -> dict[str, Any]:
+        if not (self.real and w.pinned):
+            return super()._msm_scalars(att, w, h)
+        blk = PartitionRunner._malloc(self, att, int(w.z.nbytes), "async", "msm_scalars")
+        att.scalars_block = blk
+        z, self._z_ready = self.device.upload_async(w.z, blk)
+        s = self.ctx.sizes
+        return {"h": h, "l": z[: s.l], "a": z[: s.a], "b_g1": z[: s.b_g1]}
+
+    def _before_msm(self, query: str) -> None:
+        if query != "h" and self._z_ready is not None:  # msm_h overlaps the scalar upload
+            self.device.streams().compute.wait_event(self._z_ready)
+            self._z_ready = None
+
+    def _free_scalars(self, att: Any) -> None:
+        blk = getattr(att, "scalars_block", None)
+        if blk is not None:
+            self._free(att, blk)
+            att.scalars_block = None
+
+    def _download_h(self, h: Any) -> Any:
+        if not (self.real and self._bufs is not None):
+            return super()._download_h(h)
+        out = self._bufs.h[: h.shape[0]]
+        h.get(stream=self.device.streams().compute, out=out)
+        return out
+
+    def _exact_checks(self, w: Any, h: Any, scalars: dict[str, Any], results: Any) -> bool:
+        if not self.real:
+            return super()._exact_checks(w, h, scalars, results)
+        from kernels import cuda_check
+        from kernels.layout import g1_from_limbs
+
+        srs = self.ctx.srs
+        kw = self.device.kernel_args("verify")
+        with self.device.dev:
+            ok = cuda_check.check_h_identity(w.a, w.b, w.c, h, srs.tau, **kw)
+            for q in QUERIES:
+                res = g1_from_limbs(results[q])[0]
+                ok = ok and cuda_check.check_msm_identity(srs.sigmas[q], scalars[q], res, **kw)
+        return bool(ok)
 
     def _gpu_timer(self, phase: str) -> Any:
         """CUDA events on this worker's compute stream around the kernel phases."""
@@ -101,20 +173,71 @@ def cuda_footprint(fp: Footprint, sizes: dict[str, int], streamed: dict[str, int
     return Footprint(u=fp.u, msm=msm, margin=fp.margin)
 
 
+class HostSrs:
+    """The queries streamed from the host, made once into pinned memory and shared by every
+    device (a real prover loads its parameters into host memory once)."""
+
+    def __init__(self, srs: Srs, backend: Any) -> None:
+        self.srs = srs
+        self.backend = backend
+        self._lock = threading.Lock()
+
+    def get(self, query: str, device: Any) -> Any:
+        """The query's pinned host points, made on ``device`` by the first caller."""
+        with self._lock:
+            pts = self.srs.points.get(query)
+            if pts is None:
+                from kernels.cuda_msm import pinned_empty
+
+                m = self.srs.sizes[query]
+                pts = pinned_empty((m, 12))
+                with device.dev:
+                    self.backend.srs_powers(
+                        self.srs.sigmas[query], m, pts, chunk=SRS_CHUNK, **_srs_args(device)
+                    )
+                self.srs.points[query] = pts
+            return pts
+
+
+SRS_CHUNK = 1 << 22  # points per SRS generation launch: ~1 GiB of scratch (cuda_srs)
+
+
+def _srs_args(device: Any) -> dict[str, Any]:
+    """Stream and allocator for SRS generation on ``device`` (its stream-ordered pool, so the
+    scratch is trimmed away before the partitions start)."""
+    return {"stream": device.streams().compute, "allocator": device.allocator("srs")}
+
+
 def place_device_srs(
-    device: Any, srs: Srs, fp: Footprint, workers: int, host_chunk: int, bus: Any
+    device: Any, srs: Srs, fp: Footprint, workers: int, host_chunk: int, bus: Any, host: HostSrs
 ) -> tuple[dict[str, Any], list[Block], dict[str, int]]:
-    """Decide and carry out where each query lives on ``device``; emit one ``alloc`` event per
-    query. Returns (points by query, device blocks to free at the end, streamed queries ->
+    """Decide where each query lives on ``device``, make it there (device queries straight
+    into a ``raw`` block; host ones from the shared pinned copy) and emit one ``alloc`` event
+    per query. Returns (points by query, device blocks to free at the end, streamed queries ->
     chunk points)."""
-    sizes = {q: int(p.shape[0]) for q, p in srs.points.items()}
+    cupy = device.cupy
+    sizes = dict(srs.sizes)
     device.synchronize()
     device.trim()
     free, _ = device.mem_info()
     chunk_bytes = host_chunk * G1_AFFINE_BYTES
     plan = plan_residency(sizes, free, fp, workers, chunk_bytes)
-    placed = place_srs(device, srs.points, plan)
+    points: dict[str, Any] = {}
+    blocks: list[Block] = []
     for p in plan:
+        m = sizes[p.query]
+        if p.where == "device":
+            blk = device.malloc(p.nbytes, "raw", "srs")
+            blocks.append(blk)
+            arr = cupy.ndarray((m, 12), dtype=cupy.uint64, memptr=blk.handle)
+            with device.dev:
+                host.backend.srs_powers(
+                    srs.sigmas[p.query], m, arr, chunk=SRS_CHUNK, **_srs_args(device)
+                )
+            points[p.query] = arr
+        else:
+            points[p.query] = host.get(p.query, device)
+            device.pin(p.nbytes)
         bus.emit(
             "alloc",
             proof=-1,
@@ -130,8 +253,10 @@ def place_device_srs(
             margin=p.need,
             pools=device.sample(),
         )
+    device.synchronize()
+    device.trim()  # the generation scratch goes back before the first pre-stage decision
     streamed = {p.query: host_chunk for p in plan if p.where == "host"}
-    return placed["points"], placed["blocks"], streamed
+    return points, blocks, streamed
 
 
 SWITCH_INTERVAL_S = 0.0005  # PROVETOP_SWITCH_INTERVAL overrides; see CudaRun
@@ -152,6 +277,7 @@ class CudaRun:
         import sys
 
         self.blocks: dict[int, list[Block]] = {}
+        self.host_srs: HostSrs | None = None
         self._lock = threading.Lock()
         self._old_interval = sys.getswitchinterval()
         sys.setswitchinterval(float(os.environ.get("PROVETOP_SWITCH_INTERVAL", SWITCH_INTERVAL_S)))
@@ -165,14 +291,16 @@ class CudaRun:
         if warm_up is not None:  # tables outside the trimmed pool; compile before partitions
             with device.dev:
                 warm_up(ctx.config.domain_log)
+        with self._lock:
+            if self.host_srs is None:
+                self.host_srs = HostSrs(ctx.srs, backend)
         points, blocks, streamed = place_device_srs(
-            device, ctx.srs, ctx.footprint, workers, host_chunk, ctx.bus
+            device, ctx.srs, ctx.footprint, workers, host_chunk, ctx.bus, self.host_srs
         )
         with self._lock:
             self.blocks[device.index] = blocks
-        srs = Srs(tau=ctx.srs.tau, secrets=ctx.srs.secrets, points=points)
-        sizes = {q: int(p.shape[0]) for q, p in ctx.srs.points.items()}
-        fp = cuda_footprint(ctx.footprint, sizes, streamed)
+        srs = Srs(sigmas=ctx.srs.sigmas, sizes=ctx.srs.sizes, points=points)
+        fp = cuda_footprint(ctx.footprint, dict(ctx.srs.sizes), streamed)
         policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy
         return replace(
             ctx, backend=BoundBackend(backend, device), srs=srs, footprint=fp, policy=policy

@@ -122,6 +122,7 @@ class Attempt:
     prestage_reason: str | None = None
     forced: bool = False
     verified: bool | None = None
+    scalars_block: Block | None = None  # the aux scalars on the device (CUDA runner)
 
 
 @dataclass
@@ -158,9 +159,8 @@ class PartitionRunner:
         try:
             with self._phase(att, "synthesis"):
                 rng = partition_rng(self.ctx.config.seed, proof, partition)
-                cfg = self.ctx.config
                 try:
-                    witness = synthesize(cfg.domain_log, self.ctx.sizes, cfg.witness_profile, rng)
+                    witness = self._synthesize(rng)
                 except Exception as exc:  # nothing to retry without a witness
                     self._fault_exception(att, exc)
                     raise PartitionFailed(
@@ -220,7 +220,12 @@ class PartitionRunner:
                 if decision.status == "ok":
                     dev.pin(w.abc_bytes)  # cudaHostRegister of a, b, c for async upload
                     att.pinned += w.abc_bytes
-                    pinned = Decision("ok", "register a, b, c for the upload stream")
+                    how = (
+                        "a, b, c already in the worker's pinned pool"
+                        if w.pinned
+                        else "register a, b, c for the upload stream"
+                    )
+                    pinned = Decision("ok", how)
                     self._alloc_event(att, "host_register", "host", w.abc_bytes, pinned)
                     d_a = self._malloc(att, fp.u, "raw", "prestage")
                     d_bc = self._malloc(att, 2 * fp.u, "raw", "prestage")
@@ -247,8 +252,9 @@ class PartitionRunner:
                 del b, c
                 self._free(att, d_bc)
             results: dict[str, np.ndarray] = {}
-            scalars = self._scalars(w, h)
+            scalars = self._msm_scalars(att, w, h)
             for q in QUERIES:
+                self._before_msm(q)
                 with self._phase(att, MSM_PHASES[q]):
                     scratch = self._malloc(att, fp.msm[q], "async", "msm_scratch")
                     res = self.ctx.backend.msm(self.ctx.srs.points[q], scalars[q])
@@ -256,9 +262,11 @@ class PartitionRunner:
                     self._free(att, scratch)
             with self._phase(att, "copy_back"):
                 results = {q: dev.download(r) for q, r in results.items()}
-                h = dev.download(h)
-                scalars["h"] = h  # the device copy dies with d_a (freed just below)
+                # H leaves the device only for a check: the device copy dies with d_a below
+                h = self._download_h(h) if self._verifies(att) else None
+                del scalars
                 self._free(att, d_a)
+                self._free_scalars(att)
                 self._prestage_done(att)
                 self.gate.uncommit(self.worker)
             t_release = time.monotonic_ns()
@@ -268,7 +276,7 @@ class PartitionRunner:
             self._mutex_event(att, "release", t_release)
             self.ctx.sample(dev)
             with self._phase(att, "verify"):
-                att.verified = self._verify(att, w, h, scalars, results)
+                att.verified = self._verify(att, w, h, results)
             with self._phase(att, "release"):
                 self._release(att)
         except DeviceOOM as exc:
@@ -313,27 +321,53 @@ class PartitionRunner:
         att.pinned -= chunk
         return d_a, [d_b, d_c], out[0], out[1], out[2]
 
-    def _scalars(self, w: Witness, h: np.ndarray) -> dict[str, np.ndarray]:
+    # -- hooks a device-specific runner overrides (engine.cuda_pipeline) ----------------------
+
+    def _synthesize(self, rng: Any) -> Witness:
+        cfg = self.ctx.config
+        return synthesize(cfg.domain_log, self.ctx.sizes, cfg.witness_profile, rng)
+
+    def _scalars(self, w: Witness, h: Any) -> dict[str, Any]:
+        """Each MSM's scalars: H's coefficients, and prefixes of the aux witness z."""
         s = self.ctx.sizes
         return {"h": h, "l": w.z[: s.l], "a": w.z[: s.a], "b_g1": w.z[: s.b_g1]}
 
-    def _verify(
-        self,
-        att: Attempt,
-        w: Witness,
-        h: np.ndarray,
-        scalars: dict[str, np.ndarray],
-        results: dict[str, np.ndarray],
-    ) -> bool | None:
-        """Exact identities (known SRS secrets): the H step, then every MSM."""
+    def _msm_scalars(self, att: Attempt, w: Witness, h: Any) -> dict[str, Any]:
+        """The scalars as the MSMs read them (here: where the witness is)."""
+        return self._scalars(w, h)
+
+    def _before_msm(self, query: str) -> None:
+        """Called before each MSM is launched (a CUDA runner waits for its scalars here)."""
+
+    def _free_scalars(self, att: Attempt) -> None:
+        """Give back what :meth:`_msm_scalars` allocated."""
+
+    def _download_h(self, h: Any) -> Any:
+        return self.device.download(h)
+
+    def _verifies(self, att: Attempt) -> bool:
+        """Whether this partition is checked exactly (``--verify``: always, sampled, never)."""
         cfg = self.ctx.config
         mode = cfg.verify_mode
         if mode == "never":
-            return None
+            return False
         if mode == "sampled":
             index = att.proof * cfg.partitions + att.partition
-            if index % cfg.verify_every:
-                return None
+            return index % cfg.verify_every == 0
+        return True
+
+    def _verify(
+        self, att: Attempt, w: Witness, h: Any, results: dict[str, np.ndarray]
+    ) -> bool | None:
+        """Exact identities (known SRS secrets): the H step, then every MSM."""
+        if not self._verifies(att):
+            return None
+        return self._exact_checks(w, h, self._scalars(w, h), results)
+
+    def _exact_checks(
+        self, w: Witness, h: Any, scalars: dict[str, Any], results: dict[str, np.ndarray]
+    ) -> bool:
+        """The checks of ``kernels.cpu.srs`` on the host (the CPU reference's speed)."""
         from kernels.cpu.srs import check_h_identity, check_msm_identity
         from kernels.layout import fr_from_limbs, g1_from_limbs
 
@@ -347,7 +381,7 @@ class PartitionRunner:
         )
         for q in QUERIES:
             ks = fr_from_limbs(scalars[q], montgomery=False)
-            ok = ok and check_msm_identity(srs.secrets[q], ks, g1_from_limbs(results[q])[0])
+            ok = ok and check_msm_identity(srs.secrets(q), ks, g1_from_limbs(results[q])[0])
         return bool(ok)
 
     # -- memory helpers -----------------------------------------------------------------------

@@ -16,9 +16,6 @@ points are streamed, two chunk buffers; plus the allocator's margin.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from engine.allocator import Footprint
 
@@ -63,26 +60,3 @@ def plan_residency(
             )
             out.append(Placement(q, "host", nbytes, left, need, reason))
     return out
-
-
-def place_srs(device: Any, points: dict[str, np.ndarray], placements: list[Placement]) -> dict:
-    """Carry out ``placements`` on a CUDA device: device queries are copied into ``raw``
-    blocks (kept for the run), host ones into pinned memory. Returns (points by query, the
-    blocks to free at the end)."""
-    from kernels.cuda_msm import pinned_empty
-
-    out: dict[str, Any] = {}
-    blocks = []
-    for p in placements:
-        host = points[p.query]
-        if p.where == "device":
-            blk = device.malloc(host.nbytes, "raw", "srs")
-            blocks.append(blk)
-            out[p.query] = device.upload(host, blk)
-        else:
-            pinned = pinned_empty(host.shape, host.dtype)
-            pinned[...] = host
-            device.pin(int(host.nbytes))
-            out[p.query] = pinned
-    device.synchronize()
-    return {"points": out, "blocks": blocks}

@@ -36,7 +36,7 @@ from engine.devices.modeled import ModeledDevice
 from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, parse_listen, read_token
-from engine.srs import generate_srs
+from engine.srs import draw_srs, generate_srs
 from engine.workers import Scheduler, Supervisor, WorkerSlot, worker_loop
 from engine.workload import query_sizes
 from recordings.schema import SCHEMA_VERSION
@@ -218,7 +218,10 @@ class Engine:
             import numpy as np
 
             rng = np.random.default_rng(None if self.config.seed is None else [self.config.seed])
-            srs = generate_srs(self.backend, self.sizes, rng)
+            if self.config.backend == "cuda":  # points made per device (engine.cuda_pipeline)
+                srs = draw_srs(self.sizes, rng)
+            else:
+                srs = generate_srs(self.backend, self.sizes, rng)
             ctx = RunContext(
                 config=self.config,
                 backend=self.backend,

@@ -4,11 +4,23 @@ Why known secrets: every MSM result can then be checked exactly with one dot pro
 scalar multiplication, and with the H query's secrets tau^i the whole H step is checked by
 (a*b - c)(tau) = h(tau) Z(tau) (``kernels.cpu.srs``). Generated once per run and shared
 read-only by every partition and worker, as a real prover loads its parameters once.
+
+Why each query's secrets are the powers of one secret (s_i = sigma_q^i, sigma_h = tau, the
+four sigmas independent and uniform): a 32 GiB sector's queries hold 4.2e8 points, and their
+secrets as Python ints would take ~25 GB and hours to make. Four ints describe them all: the
+GPU makes any range of secrets on demand (``kernels.cuda_check.powers``) and a check needs no
+stored secrets (<k, s> is the value at sigma of the polynomial with coefficients k). The
+structure is invisible to the MSM, which only sees points.
+
+Where the points are made: on the CPU backend, all on the host at once (:func:`generate_srs`).
+On CUDA, each device makes the queries its residency plan keeps on the device directly in
+device memory, and the queries streamed from the host are made once into pinned host memory
+shared by every device (``engine.cuda_pipeline``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,31 +32,46 @@ QUERIES = ("h", "l", "a", "b_g1")
 
 @dataclass
 class Srs:
-    """Secrets (canonical ints) and affine points ``(m, 12)`` per query."""
+    """Secrets (one sigma per query) and the affine points ``(m, 12)`` made so far."""
 
-    tau: int
-    secrets: dict[str, list[int]]
-    points: dict[str, np.ndarray]
+    sigmas: dict[str, int]
+    sizes: dict[str, int]
+    points: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tau(self) -> int:
+        return self.sigmas["h"]
+
+    def secrets(self, query: str) -> list[int]:
+        """The query's secrets as ints (CPU checks at small sizes only)."""
+        from kernels.cpu.srs import powers
+
+        return powers(self.sigmas[query], self.sizes[query])
 
     @property
     def nbytes(self) -> int:
-        return int(sum(p.nbytes for p in self.points.values()))
+        """Bytes of the query points (made or not): 96 per affine point."""
+        return 96 * sum(self.sizes.values())
+
+
+def draw_srs(sizes: QuerySizes, rng: Any) -> Srs:
+    """The secrets only: one uniform sigma per query (``rng``: a numpy Generator)."""
+    from kernels.layout import random_fr
+
+    sigmas = dict(zip(QUERIES, random_fr(len(QUERIES), rng), strict=True))
+    return Srs(sigmas=sigmas, sizes=dict(sizes.as_dict()))
+
+
+def make_host_points(backend: Any, srs: Srs, query: str) -> np.ndarray:
+    """One query's points on the host with the backend's ``srs`` kernel (CPU path)."""
+    from kernels.layout import fr_to_limbs
+
+    return np.asarray(backend.srs(fr_to_limbs(srs.secrets(query), montgomery=False)))
 
 
 def generate_srs(backend: Any, sizes: QuerySizes, rng: Any) -> Srs:
-    """Draw the secrets (tau for H, independent uniform secrets for L, A, B-G1) and turn
-    them into points with the backend's ``srs`` kernel."""
-    from kernels.cpu.srs import powers
-    from kernels.layout import fr_to_limbs, random_fr
-
-    tau = random_fr(1, rng)[0]
-    secrets = {
-        "h": powers(tau, sizes.h),
-        "l": random_fr(sizes.l, rng),
-        "a": random_fr(sizes.a, rng),
-        "b_g1": random_fr(sizes.b_g1, rng),
-    }
-    points = {
-        q: np.asarray(backend.srs(fr_to_limbs(s, montgomery=False))) for q, s in secrets.items()
-    }
-    return Srs(tau=tau, secrets=secrets, points=points)
+    """Draw the secrets and make every query's points on the host."""
+    srs = draw_srs(sizes, rng)
+    for q in QUERIES:
+        srs.points[q] = make_host_points(backend, srs, q)
+    return srs

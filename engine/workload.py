@@ -58,6 +58,7 @@ class Witness:
     c: np.ndarray
     z: np.ndarray
     counts: dict[str, int]  # zeros / ones / dense in z
+    pinned: bool = False  # a, b, c, z in page-locked host memory (engine.witness_gpu)
 
     @property
     def abc_bytes(self) -> int:

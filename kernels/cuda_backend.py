@@ -231,5 +231,39 @@ class CudaBackend:
                 del d
         return out
 
+    def srs_powers(
+        self,
+        sigma: int,
+        count: int,
+        out: Any,
+        *,
+        stream: Any = None,
+        allocator: Any = None,
+        chunk: int = SRS_HOST_CHUNK,
+    ) -> Any:
+        """Fill ``out`` ``(count, 12)`` with [sigma^i]G, i < count: an SRS query made without
+        its secrets ever existing outside the device (``engine.srs``). ``out`` on the device
+        is written in place; a host ``out`` (pinned memory for full copy speed) receives
+        device round trips of ``chunk`` points."""
+        from kernels import cuda_check, cuda_srs
+
+        if tuple(out.shape) != (count, 12):
+            raise ValueError(f"out must be ({count}, 12), got {tuple(out.shape)}")
+        host = is_host(out)
+        alloc = self._host_default(allocator, out)
+        with on_stream(stream, alloc) as s:
+            for lo in range(0, count, chunk):
+                hi = min(count, lo + chunk)
+                sec = cuda_check.powers(sigma, lo, hi - lo, canonical=True, stream=s)
+                if host:
+                    pts = cuda_srs.srs(sec, stream=s, allocator=alloc)
+                    pts.get(stream=s, out=out[lo:hi])
+                    del pts
+                else:
+                    cuda_srs.srs(sec, stream=s, allocator=alloc, out=out[lo:hi])
+                del sec
+            s.synchronize()
+        return out
+
 
 __all__ = ["CudaBackend", "DEFAULT_HOST_CHUNK", "is_host", "uncached_allocator"]

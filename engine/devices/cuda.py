@@ -421,7 +421,7 @@ class CudaDevice(Device):
         if chunk and chunk < nbytes:
             self._upload_chunked(host, dst, int(chunk), st)
         else:
-            registered = self._register(host)
+            registered = not self.is_pinned(host) and self._register(host)
             try:
                 self.rt.memcpyAsync(dst.data.ptr, host.ctypes.data, nbytes, H2D, st.upload.ptr)
                 st.upload.synchronize()
@@ -432,6 +432,38 @@ class CudaDevice(Device):
         done.record(st.upload)
         st.compute.wait_event(done)
         return dst
+
+    def upload_async(self, host: np.ndarray, block: Block) -> tuple[Any, Any]:
+        """Start copying page-locked ``host`` into ``block`` on this worker's upload stream and
+        return (the device array, an event recorded after the copy) at once: the caller makes
+        the compute stream wait for the event when it needs the data, so kernels launched
+        before that overlap the copy."""
+        cupy = self.cupy
+        host = np.ascontiguousarray(host)
+        nbytes = int(host.nbytes)
+        if block.freed or block.handle is None or nbytes > block.size:
+            raise ValueError(f"upload of {nbytes} bytes does not fit block {block.id}")
+        if not self.is_pinned(host):
+            raise ValueError("upload_async needs page-locked host memory")
+        st = self.streams()
+        dst = cupy.ndarray(host.shape, dtype=host.dtype, memptr=block.handle)
+        ready = cupy.cuda.Event(disable_timing=True)
+        ready.record(st.compute)  # see upload: the block's allocation point on compute
+        st.upload.wait_event(ready)
+        if nbytes:
+            self.rt.memcpyAsync(dst.data.ptr, host.ctypes.data, nbytes, H2D, st.upload.ptr)
+        done = cupy.cuda.Event(disable_timing=True)
+        done.record(st.upload)
+        return dst, done
+
+    def is_pinned(self, host: np.ndarray) -> bool:
+        """True when ``host`` is page-locked already (a pinned pool): registering it again
+        would fail, and it needs no registration."""
+        try:
+            attrs = self.rt.pointerGetAttributes(host.ctypes.data)
+        except Exception:
+            return False
+        return int(getattr(attrs, "type", 0)) == 1  # cudaMemoryTypeHost
 
     def _register(self, host: np.ndarray) -> bool:
         try:

@@ -1,0 +1,96 @@
+"""The synthetic witness made on the GPU into a worker's pinned host buffers (CUDA runs).
+
+Why: the witness is synthetic (``engine.workload``), but at n = 2^27 making it on the CPU is
+the slowest step of the run: ~16 s of numpy per 4 GiB vector and ~15 min of Python for
+c = a * b. A real prover's witness comes from circuit synthesis on the CPU; ours only has to be
+valid and of the right shape, so each worker makes it on its own device, chunk by chunk (a few
+hundred MiB of device memory through the engine's allocator), and copies it into host buffers
+that stay page-locked for the worker's life: the pinned pool of the pre-stage (the issue's
+alternative to cudaHostRegister per partition), so the pre-stage upload runs at full copy
+speed and needs no registration. The same buffers hold the downloaded H of a verified
+partition. The distribution is the one the CPU path draws (a, b uniform below 2^254, c = a*b,
+the aux mix of zeros, ones and dense scalars), and the values are labelled synthetic like
+the CPU ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.workload import QuerySizes, Witness
+
+CHUNK = 1 << 21  # elements per device round trip: 3 x 64 MiB of device memory for a, b, c
+
+
+class PinnedBuffers:
+    """One worker's page-locked host buffers for a, b, c (n rows), z (m rows) and H; made at
+    the worker's first partition and reused for every later one (the worker runs one
+    partition at a time, and a witness is dropped before the next is made)."""
+
+    def __init__(self, n: int, m: int) -> None:
+        from kernels.cuda_msm import pinned_empty
+
+        self.abc = pinned_empty((3, n, 4))
+        self.z = pinned_empty((m, 4))
+        self.h = pinned_empty((n, 4))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.abc.nbytes + self.z.nbytes + self.h.nbytes)
+
+
+def _seed(seed: int, stream: int, lo: int) -> int:
+    """An independent 64-bit seed for one vector (``stream``) and chunk (``lo``)."""
+    return int(np.random.SeedSequence([seed, stream, lo]).generate_state(1, np.uint64)[0])
+
+
+def synthesize_on_gpu(
+    domain_log: int,
+    sizes: QuerySizes,
+    profile: tuple[float, float, float],
+    seed: int,
+    bufs: PinnedBuffers,
+    *,
+    stream: Any,
+    allocator: Any,
+    chunk: int = CHUNK,
+) -> Witness:
+    """A witness like ``engine.workload.synthesize`` in ``bufs`` (see the module docstring);
+    ``seed`` makes it reproducible (the partition's ``--seed`` stream picks it)."""
+    import cupy
+
+    from kernels.cuda_build import on_stream
+    from kernels.cuda_fr import elementwise, random_fr
+
+    n = 1 << domain_log
+    m = max(sizes.l, sizes.a, sizes.b_g1)
+    zeros, ones, _dense = profile
+    a_h, b_h, c_h = bufs.abc[0], bufs.abc[1], bufs.abc[2]
+    counts = {"zeros": 0, "ones": 0}
+    with on_stream(stream, allocator) as s:
+        for lo in range(0, n, chunk):
+            hi = min(n, lo + chunk)
+            a = random_fr((hi - lo,), seed=_seed(seed, 0, lo), stream=s)
+            b = random_fr((hi - lo,), seed=_seed(seed, 1, lo), stream=s)
+            c = elementwise("mul", a, b, stream=s)
+            for dev, host in ((a, a_h), (b, b_h), (c, c_h)):
+                dev.get(stream=s, out=host[lo:hi])
+            del a, b, c
+        gen = cupy.random.Generator(cupy.random.XORWOW(_seed(seed, 2, 0) >> 1))
+        for lo in range(0, m, chunk):
+            hi = min(m, lo + chunk)
+            z = random_fr((hi - lo,), seed=_seed(seed, 3, lo), stream=s)
+            u = gen.random(hi - lo)
+            is_zero = u < zeros
+            is_one = (u >= zeros) & (u < zeros + ones)
+            z[is_zero | is_one] = 0
+            z[is_one, 0] = 1
+            counts["zeros"] += int(is_zero.sum())
+            counts["ones"] += int(is_one.sum())
+            z.get(stream=s, out=bufs.z[lo:hi])
+            del z, u, is_zero, is_one
+        s.synchronize()
+    counts["dense"] = m - counts["zeros"] - counts["ones"]
+    return Witness(a=a_h, b=b_h, c=c_h, z=bufs.z, counts=counts, pinned=True)
