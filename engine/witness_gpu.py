@@ -58,7 +58,8 @@ def synthesize_on_gpu(
     chunk: int = CHUNK,
 ) -> Witness:
     """A witness like ``engine.workload.synthesize`` in ``bufs`` (see the module docstring);
-    ``seed`` makes it reproducible (the partition's ``--seed`` stream picks it)."""
+    ``seed`` makes it reproducible for a given ``chunk`` (each chunk of each vector has its
+    own generator seed; the partition's ``--seed`` stream picks ``seed``)."""
     import cupy
 
     from kernels.cuda_build import on_stream

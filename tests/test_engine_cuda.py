@@ -572,3 +572,123 @@ def test_gpu_engine_small_run_verifies(cp, tmp_path):
     assert srs
     timed = [e for e in events if e["k"] == "phase_end" and e.get("gpu_ms") is not None]
     assert {e["phase"] for e in timed} >= {"h_step", "msm_h"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("where", ["device", "host"])
+def test_gpu_srs_powers_match_the_cpu_points(cp, backend, where):
+    from kernels.cpu.srs import powers, srs_points
+    from kernels.cuda_msm import pinned_empty
+    from kernels.layout import g1_from_limbs, random_fr
+
+    m = 101
+    sigma = random_fr(1)[0]
+    out = cp.empty((m, 12), dtype=cp.uint64) if where == "device" else pinned_empty((m, 12))
+    out[...] = POISON
+    got = backend.srs_powers(sigma, m, out, chunk=37)  # chunks of 37, 37, 27
+    assert got is out
+    assert g1_from_limbs(out) == srs_points(powers(sigma, m))
+
+
+POISON = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@pytest.mark.gpu
+def test_gpu_witness_is_valid_and_reproducible(cp, device):
+    from engine.witness_gpu import PinnedBuffers, synthesize_on_gpu
+    from engine.workload import query_sizes
+    from kernels.constants import FR_MODULUS as R
+    from kernels.layout import fr_from_limbs
+
+    k = 12
+    sizes = query_sizes(k)
+    m = max(sizes.l, sizes.a, sizes.b_g1)
+    bufs = PinnedBuffers(1 << k, m)
+    for arr in (bufs.abc, bufs.z):
+        arr[...] = POISON
+    kw = device.kernel_args("synthesis")
+    w = synthesize_on_gpu(k, sizes, (0.3, 0.3, 0.4), 7, bufs, chunk=1000, **kw)
+    assert w.pinned and device.is_pinned(w.a) and device.is_pinned(w.z)
+    a, b, c = (fr_from_limbs(v) for v in (w.a, w.b, w.c))  # raises on a row >= r
+    assert all(x * y % R == z for x, y, z in zip(a, b, c, strict=True))
+    z = fr_from_limbs(w.z, montgomery=False)
+    assert z.count(0) == w.counts["zeros"] and z.count(1) == w.counts["ones"]
+    assert 0.2 * m < w.counts["zeros"] < 0.4 * m and 0.2 * m < w.counts["ones"] < 0.4 * m
+    first = (w.a.copy(), w.z.copy())
+    w3 = synthesize_on_gpu(k, sizes, (0.3, 0.3, 0.4), 7, bufs, chunk=1000, **kw)
+    assert np.array_equal(w3.a, first[0]) and np.array_equal(w3.z, first[1])
+    w4 = synthesize_on_gpu(k, sizes, (0.3, 0.3, 0.4), 8, bufs, chunk=1000, **kw)
+    assert not np.array_equal(w4.a, first[0])
+
+
+@pytest.mark.gpu
+def test_gpu_upload_async_overlaps_and_refuses_pageable(cp, device):
+    from kernels.cuda_msm import pinned_empty
+
+    rows = _fr_rows(5000)
+    pinned = pinned_empty(rows.shape)
+    pinned[...] = rows
+    blk = device.malloc(rows.nbytes, "async", "msm_scalars")
+    arr, done = device.upload_async(pinned, blk)
+    device.streams().compute.wait_event(done)
+    assert np.array_equal(arr.get(stream=device.streams().compute), rows)
+    with pytest.raises(ValueError, match="page-locked"):
+        device.upload_async(rows, blk)
+    device.free(blk)
+    # a pinned-pool array is uploaded without a registration attempt
+    ok, fb, _ = device.registration_report()
+    blk = device.malloc(rows.nbytes, "raw", "prestage")
+    got = device.upload(pinned, blk)
+    assert np.array_equal(device.download(got), rows)
+    assert device.registration_report()[:2] == (ok, fb)
+    device.free(blk)
+
+
+class _Corrupting:
+    """A CUDA backend whose MSM (or H step) result is wrong: the GPU checks must say so."""
+
+    def __init__(self, what):
+        from kernels.cuda_backend import CudaBackend
+
+        self.inner = CudaBackend()
+        self.what = what
+        self.name = "cuda"
+        self.host_chunk = self.inner.host_chunk
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def h_step(self, a, b, c, **kw):
+        h = self.inner.h_step(a, b, c, **kw)
+        if self.what == "h":
+            h[3, 0] ^= 1  # a wrong coefficient (still < r: the low bit of a canonical value)
+        return h
+
+    def msm(self, points, scalars, **kw):
+        from kernels.cpu import g1
+        from kernels.layout import g1_from_limbs, g1_to_limbs
+
+        res = self.inner.msm(points, scalars, **kw)
+        if self.what == "msm" and points.shape[0] == self._l:
+            return g1_to_limbs([g1.affine_double(g1_from_limbs(res)[0])])[0]
+        return res
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("what", ["h", "msm", None])
+def test_gpu_engine_checks_catch_a_wrong_result(cp, what):
+    from engine.config import from_preset
+    from engine.runner import Engine
+    from engine.workload import query_sizes
+
+    cfg = from_preset("small", backend="cuda", proofs=1, partitions=2, verify="always")
+    be = _Corrupting(what)
+    be._l = query_sizes(cfg.domain_log).l
+    engine = Engine(cfg, listen=False, backend=be)
+    sub = engine.subscribe("test")
+    engine.start()
+    assert engine.wait(300)
+    engine.close()
+    done = [e for e in sub.drain() if e["k"] == "partition_done" and e["ok"]]
+    assert len(done) == 2
+    assert all(e["verified"] is (what is None) for e in done)
