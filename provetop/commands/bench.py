@@ -10,6 +10,7 @@ TARGETS: dict[str, str] = {
     "cpu": "engine.bench_cpu",
     "ntt": "kernels.bench_ntt",
     "msm": "kernels.bench_msm",
+    "pipeline": "engine.bench_pipeline",
     "tui": "tui.bench",
 }
 

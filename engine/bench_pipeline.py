@@ -1,0 +1,211 @@
+"""``provetop bench pipeline``: the whole engine on a preset, reduced to the figures the
+issue's targets name.
+
+Why through a real run and its recording: the targets are properties of the pipeline (mutex
+hand-over, pre-stage overlap, the allocator's decisions), not of one kernel. The engine runs
+in-process with a recording; the recording is folded by the same reducer the dashboard and
+``provetop summary`` use, so the table can be re-derived from the file at any time.
+
+Figures: per-partition medians of gpu_total_ms (the sum of the GPU-region phases, timed by
+CUDA events on the worker's compute stream), of the H step and each MSM, and of the mutex
+wait; pre-stage ok/skip/fallback counts; partitions lost (failed after the retry); s/proof;
+and the GPU busy fraction (time in which any GPU-region phase of any worker was running, over
+wall time) over the whole run and in steady state: per device, from the end of the first
+partition's GPU region to the start of the last one's, so the SRS set-up, the first
+synthesis and the last partition's drain are left out. The busy fraction counts phase spans,
+so launch gaps inside a phase count as busy (an upper bound on kernel time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+GPU_MS_PHASES = ("h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1", "copy_back")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="porep-32g", help="engine preset (porep-32g)")
+    parser.add_argument("--backend", choices=("cpu", "cuda"), help="default: cuda if usable")
+    parser.add_argument("--domain-log", type=int, metavar="K", help="override the domain")
+    parser.add_argument("--partitions", type=int, help="partitions per proof")
+    parser.add_argument("--proofs", type=int, default=2, help="proofs to run (2)")
+    parser.add_argument("--workers-per-device", type=int, help="workers per device")
+    parser.add_argument("--devices", metavar="LIST", help="device indices, e.g. 0,1")
+    parser.add_argument("--device-memory", metavar="SIZE", help="cap each device, e.g. 16GiB")
+    parser.add_argument("--allocator", choices=("naive", "aware"), help="allocation policy")
+    parser.add_argument("--witness-profile", metavar="Z,O,D", help="aux scalar mix")
+    parser.add_argument("--verify", choices=("always", "sampled", "never"), help="exact checks")
+    parser.add_argument("--seed", type=int, help="seed for the witnesses and the SRS")
+    parser.add_argument("--record", metavar="PATH", help="keep the recording here")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--out", metavar="FILE", help="also write the JSON result to FILE")
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from provetop.commands.engine import config_from_args
+
+    ns = argparse.Namespace(**vars(args))
+    for name in ("concurrency",):
+        setattr(ns, name, getattr(ns, name, None))
+    return config_from_args(ns)
+
+
+def steady_busy(state: Any, device: int) -> tuple[float | None, float | None]:
+    """(busy fraction in steady state, window seconds) for ``device``; None with fewer than
+    three partitions' GPU regions (no steady state between a first and a last)."""
+    from recordings.schema import PHASES
+
+    segs = [
+        s
+        for lane, spans in state.segments.items()
+        if lane[0] == "worker" and lane[1] == device
+        for s in spans
+        if s.end is not None and s.phase in PHASES and PHASES[s.phase].gpu
+    ]
+    regions: dict[tuple, list[int]] = {}
+    for s in segs:
+        key = (s.proof, s.partition)
+        lo, hi = regions.get(key, [s.start, s.end])
+        regions[key] = [min(lo, s.start), max(hi, s.end)]
+    if len(regions) < 3:
+        return None, None
+    ordered = sorted(regions.values())
+    start, end = ordered[0][1], ordered[-1][0]
+    if end <= start:
+        return None, None
+    return state.busy_fraction(device, start, end), (end - start) / 1e9
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def reduce_recording(path: str | Path) -> dict[str, Any]:
+    """The figures of the module docstring from a recording file."""
+    from recordings.reader import fold_recording
+    from recordings.summary import summarize_state
+
+    rec, state = fold_recording(path)
+    summary = summarize_state(state, rec)
+    ok_rows = [a for a in state.attempts if a.ok]
+    final = {(a.proof, a.partition): a for a in state.attempts}
+    lost = sum(1 for a in final.values() if not a.ok)
+    prestage: dict[str, int] = {}
+    for a in state.attempts:
+        prestage[a.prestage or "-"] = prestage.get(a.prestage or "-", 0) + 1
+    devices = sorted({a.device for a in state.attempts if isinstance(a.device, int)})
+    steady = {str(d): steady_busy(state, d) for d in devices}
+    known = [b for b, _ in steady.values() if b is not None]
+    totals = summary["totals"]
+    return {
+        "partitions": len(final),
+        "partitions_ok": sum(1 for a in final.values() if a.ok),
+        "partitions_lost": lost,
+        "partitions_verified": sum(1 for a in final.values() if a.verified),
+        "attempts_failed": sum(1 for a in state.attempts if not a.ok),
+        "ooms": totals.get("ooms"),
+        "faults": totals.get("faults"),
+        "prestage": prestage,
+        "gpu_total_ms_median": _median([a.gpu_total_ms for a in ok_rows if a.gpu_total_ms]),
+        "phase_ms_median": {
+            p: _median([a.phases_ms[p] for a in ok_rows if p in a.phases_ms]) for p in GPU_MS_PHASES
+        },
+        "mutex_wait_ms_median": _median(
+            [a.mutex_wait_ms for a in ok_rows if a.mutex_wait_ms is not None]
+        ),
+        "s_per_proof": totals.get("s_per_proof"),
+        "rolling_s_per_proof": totals.get("rolling_s_per_proof"),
+        "gpu_busy_fraction": totals.get("gpu_busy_fraction"),
+        "gpu_busy_steady": sum(known) / len(known) if known else None,
+        "gpu_busy_steady_by_device": {d: b for d, (b, _) in steady.items()},
+        "steady_window_s": {d: w for d, (_, w) in steady.items()},
+        "wall_s": totals.get("wall_s"),
+        "modeled": summary.get("modeled"),
+        "rows": [
+            {
+                "proof": a.proof,
+                "partition": a.partition,
+                "attempt": a.attempt,
+                "worker": a.worker,
+                "device": a.device,
+                "ok": a.ok,
+                "prestage": a.prestage,
+                "gpu_total_ms": a.gpu_total_ms,
+                "mutex_wait_ms": a.mutex_wait_ms,
+                "verified": a.verified,
+                "phases_ms": a.phases_ms,
+                "failure": a.failure,
+            }
+            for a in state.attempts
+        ],
+    }
+
+
+def _fmt(v: Any, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def format_table(res: dict[str, Any]) -> str:
+    ph = res["phase_ms_median"]
+    lines = [
+        f"partitions {res['partitions_ok']}/{res['partitions']} ok, "
+        f"{res['partitions_verified']} verified, {res['partitions_lost']} lost, "
+        f"{res['attempts_failed']} failed attempts, {res['ooms']} OOMs",
+        "pre-stage: " + ", ".join(f"{k} {v}" for k, v in sorted(res["prestage"].items())),
+        f"{'median ms':<22}" + "".join(f"{p:>10}" for p in ("gpu_total", *GPU_MS_PHASES)),
+        f"{'':<22}"
+        + f"{_fmt(res['gpu_total_ms_median']):>10}"
+        + "".join(f"{_fmt(ph[p]):>10}" for p in GPU_MS_PHASES),
+        f"mutex wait median {_fmt(res['mutex_wait_ms_median'])} ms; "
+        f"s/proof {_fmt(res['s_per_proof'], '.2f')} (rolling "
+        f"{_fmt(res['rolling_s_per_proof'], '.2f')})",
+        f"GPU busy: whole run {_fmt(res['gpu_busy_fraction'], '.1%')}, steady state "
+        f"{_fmt(res['gpu_busy_steady'], '.1%')}",
+    ]
+    if res.get("modeled"):
+        lines.append("(modeled device: memory and timings of the cpu backend, not a GPU)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.runner import Engine, EngineError
+    from provetop.cli import UsageError
+
+    config = _config(args)
+    record = args.record
+    if record is None:
+        record = str(Path(tempfile.mkdtemp(prefix="provetop-bench-")) / "run.pvtrec")
+    elif Path(record).exists():
+        raise UsageError(f"--record {record}: the path exists; the engine never overwrites")
+    try:
+        engine = Engine(config, listen=False, record=record)
+    except EngineError as exc:
+        raise UsageError(str(exc)) from None
+    t0 = time.perf_counter()
+    with engine:  # starts the engine; closing writes the recording's footer
+        engine.wait()
+    wall = time.perf_counter() - t0
+    res = reduce_recording(record)
+    res["recording"] = record
+    res["engine_wall_s"] = wall
+    res["engine_error"] = engine.error
+    res["config"] = config.to_dict()
+    from kernels.bench_meta import bench_command, gpu_bench_meta
+
+    meta: dict[str, Any] = {"command": " ".join(bench_command())}
+    if config.backend == "cuda":
+        import cupy
+
+        meta = gpu_bench_meta(cupy, bench_command())
+    res["meta"] = meta
+    text = json.dumps(res, indent=1, default=str)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text if args.json else format_table(res))
+    return 0 if res["partitions_lost"] == 0 and engine.error is None else 1

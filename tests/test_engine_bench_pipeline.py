@@ -1,0 +1,39 @@
+"""``provetop bench pipeline`` on the cpu backend: the figures come from a real run's
+recording and agree with the summary of the same file."""
+
+from __future__ import annotations
+
+import json
+
+from engine.bench_pipeline import format_table, reduce_recording
+from provetop.cli import main
+from recordings.summary import build_summary
+
+
+def test_bench_pipeline_cpu_run_reduces_its_recording(tmp_path, capsys):
+    out = tmp_path / "res.json"
+    rec = tmp_path / "run.pvtrec"
+    args = ["bench", "pipeline", "--backend", "cpu", "--preset", "small", "--proofs", "1"]
+    rc = main([*args, "--record", str(rec), "--out", str(out)])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert "4/4 ok" in table and "modeled device" in table
+    res = json.loads(out.read_text())
+    assert res["partitions"] == res["partitions_ok"] == res["partitions_verified"] == 4
+    assert res["partitions_lost"] == 0 and res["recording"] == str(rec)
+    assert res["meta"]["command"]
+    summary = build_summary(rec)
+    gpu = sorted(a["gpu_total_ms"] for a in summary["attempts"])
+    assert res["gpu_total_ms_median"] == (gpu[1] + gpu[2]) / 2
+    assert 0 < res["gpu_busy_steady"] <= 1
+    again = reduce_recording(rec)  # the figures are a function of the file alone
+    assert {k: res[k] for k in again} == json.loads(json.dumps(again))
+    assert format_table(reduce_recording(rec)).splitlines()[0] == table.splitlines()[0]
+
+
+def test_bench_pipeline_refuses_an_existing_record_path(tmp_path, capsys):
+    rec = tmp_path / "exists"
+    rec.write_text("keep me")
+    rc = main(["bench", "pipeline", "--backend", "cpu", "--preset", "ci", "--record", str(rec)])
+    assert rc != 0 and rec.read_text() == "keep me"
+    assert "exists" in capsys.readouterr().err
