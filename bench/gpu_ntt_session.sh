@@ -7,7 +7,10 @@ set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/ntt_out}
 mkdir -p "$OUT"
-VARIANTS=${VARIANTS:-"default:-:16,20,24,26,27 mb2:NTT_MIN_BLOCKS=2:24,27 mb4:NTT_MIN_BLOCKS=4:24,27"}
+# The GPU tests and self-test rows run for the first variant only (the default build); the
+# fr_mul_variants test covers the device build of every multiplication variant.
+VARIANTS=${VARIANTS:-"default:-:16,20,24,26,27 v1:FR_MUL_VARIANT=1:24,27 v0:FR_MUL_VARIANT=0:24,27 mb2:NTT_MIN_BLOCKS=2:24,27"}
+first=1
 LOG="$OUT/session.log"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 for v in $VARIANTS; do
@@ -21,10 +24,11 @@ t = time.time()
 from kernels.cuda_ntt import _state
 st = _state()
 print(f"ntt.cu compiled+loaded in {time.time() - t:.1f} s")
-for name in ("ntt_pass_dif", "ntt_pass_dit", "fr_mul_chain"):
+for name in ("ntt_pass_dif", "ntt_pass_dit", "fr_mul_chain", "fr_mul_chain_v0", "fr_mul_chain_v2"):
     f = st.fn(name)
     print(name, "regs", f.num_regs, "local bytes", f.local_size_bytes, "binary", f.binary_version)
 PY
+  if [ $first = 1 ]; then
   timeout 200 python3 -m pytest -q -m gpu -rs tests/test_cuda_ntt.py 2>&1 | tail -4 | sed "s/^/[$label pytest] /" | tee -a "$LOG"
   python3 - <<'PY' 2>&1 | sed "s/^/[selftest] /" | tee -a "$LOG"
 import time
@@ -37,6 +41,8 @@ for c in selftest_checks():
         status = f"FAIL {e!r}"
     print(f"{c.name} (size {c.size}): {status} {time.time() - t:.2f} s")
 PY
+  fi
+  first=0
   mkdir -p "$OUT/$label"
   timeout 150 python3 -m provetop bench ntt --log-sizes "$sizes" --repeats 9 --json --results-dir "$OUT/$label" 2>&1 | sed "s/^/[$label] /" | tee -a "$LOG"
 done

@@ -91,11 +91,24 @@ def _ceilings(cp: Any, repeats: int) -> dict[str, float]:
             1,
         )
         rates[f"fr_mul_per_s_ilp{chains}"] = chains * n * iters / (ms_mul * 1e-3)
+    # every multiplication variant of fr_mul.cuh in the same run (0 mont.cuh generic CIOS,
+    # 1 fr_mul_r, 2 fr_mul_r2; the NTT uses FR_MUL_VARIANT): not part of the ceiling
+    variants = {}
+    for v in range(3):
+        fn = _state().fn(f"fr_mul_chain_v{v}")
+        ms_mul = _time(
+            cp,
+            lambda i, fn=fn: fn(((n + 255) // 256,), (256,), (x, np.int32(iters), np.uint64(n))),
+            max(3, repeats // 3),
+            1,
+        )
+        variants[f"fr_mul_per_s_variant{v}"] = 2 * n * iters / (ms_mul * 1e-3)
     return {
         "copy_bytes_per_s": copy_bw,
         "copy_ms_2GiB": ms,
         "fr_mul_per_s": max(rates.values()),
         **rates,
+        **variants,
     }
 
 
@@ -172,7 +185,10 @@ def _table(rows: list[dict], ceil: dict) -> str:
     lines = [
         f"copy ceiling {ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s (2 GiB D2D), "
         f"Fr mult ceiling {ceil['fr_mul_per_s'] / 1e9:.1f} G/s "
-        f"(ILP2 {ceil['fr_mul_per_s_ilp2'] / 1e9:.1f}, ILP4 {ceil['fr_mul_per_s_ilp4'] / 1e9:.1f})",
+        f"(ILP2 {ceil['fr_mul_per_s_ilp2'] / 1e9:.1f}, "
+        f"ILP4 {ceil['fr_mul_per_s_ilp4'] / 1e9:.1f}); variants 0/1/2 "
+        + "/".join(f"{ceil[f'fr_mul_per_s_variant{v}'] / 1e9:.1f}" for v in range(3))
+        + " G/s",
         "| 2^k | forward ms | inverse ms | coset fwd ms | H step ms | fwd TB/s | fwd Gmul/s | "
         "fwd bound |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",

@@ -104,6 +104,29 @@ def test_device_field_ops_match_python_ints(cp) -> None:
             assert g == f(x, y), (op, hex(x), hex(y))
 
 
+def test_device_fr_mul_variants_match_python_ints(cp) -> None:
+    """Every multiplication of kernels/cuda/fr_mul.cuh (and mont.cuh's generic one) in its
+    device build: fresh random inputs plus the edge values of tests/test_cuda_fr_mul_host.py
+    (low words 0 / 0xffffffff exercise the r_0 = 1, r_1 = 2^32 - 1 shortcuts), output
+    poisoned."""
+    from kernels.cuda_ntt import _state, from_words, to_words
+    from tests.test_cuda_fr_mul_host import edge_values
+
+    edges = edge_values()
+    xs = [a for a in edges for _ in edges] + _rand(8192)
+    ys = [b for _ in edges for b in edges] + _rand(8192)
+    n = len(xs)
+    a = cp.asarray(to_words(xs, False))
+    b = cp.asarray(to_words(ys, False))
+    out = _poisoned(cp, (3 * n, 4))
+    _state().fn("fr_mul_variants")(((n + 255) // 256,), (256,), (out, a, b, np.uint64(n)))
+    got = from_words(cp.asnumpy(out), False)
+    rinv = pow(1 << 256, -1, R)
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        want = x * y * rinv % R
+        assert got[3 * i : 3 * i + 3] == [want] * 3, (hex(x), hex(y), got[3 * i : 3 * i + 3])
+
+
 @pytest.mark.parametrize("k", [1, 2, 5, 10, 11])
 def test_ntt_matches_reference_all_combinations(cp, eng, k: int) -> None:
     from kernels.cpu import ntt as ref

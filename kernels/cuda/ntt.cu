@@ -38,7 +38,7 @@ extern "C" __global__ void fr_build_powers(fr_t *out, const fr_t *hi, const fr_t
                                            unsigned long long count) {
     const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
-    fr_store(out + i, fr_ldg(hi + (i >> sb)) * fr_ldg(lo + (i & ((1ull << sb) - 1))));
+    fr_store(out + i, fr_mul(fr_ldg(hi + (i >> sb)), fr_ldg(lo + (i & ((1ull << sb) - 1)))));
 }
 
 // out[t] = sum_{i < m} c[t m + i] x^i (Horner inside each chunk of m coefficients; the host
@@ -52,7 +52,7 @@ extern "C" __global__ void fr_horner_chunks(fr_t *out, const fr_t *c, unsigned l
     if (end > n) end = n;
     const fr_t x = fr_ldg(xp);
     fr_t acc = fr_t::zero();
-    for (unsigned long long i = end; i > start; i--) acc = acc * x + fr_load(c + i - 1);
+    for (unsigned long long i = end; i > start; i--) acc = fr_mul(acc, x) + fr_load(c + i - 1);
     fr_store(out + t, acc);
 }
 
@@ -65,7 +65,7 @@ extern "C" __global__ void fr_elementwise(fr_t *out, const fr_t *a, const fr_t *
     const fr_t x = fr_load(a + i);
     fr_t y;
     switch (op) {
-        case 0: y = x * fr_load(b + i); break;
+        case 0: y = fr_mul(x, fr_load(b + i)); break;  // the NTT multiplication (fr_mul.cuh)
         case 1: y = x + fr_load(b + i); break;
         case 2: y = x - fr_load(b + i); break;
         case 3: y = x.to_mont(); break;
@@ -85,30 +85,58 @@ extern "C" __global__ void fr_bitrev_permute(fr_t *out, const fr_t *in, int k) {
     fr_store(out + off + i, fr_load(in + off + ntt_brev((uint32_t)i, k)));
 }
 
-// Throughput probe: four independent chains of `iters` Montgomery multiplications per thread.
-extern "C" __global__ void fr_mul_chain4(fr_t *io, int iters, unsigned long long n) {
+// Throughput probes: independent chains of `iters` Fr multiplications per thread (fr_mul, the
+// NTT's; MUL picks a variant for the same-run comparison: 0 mont.cuh generic, 1 fr_mul_r,
+// 2 fr_mul_r2).
+template <int MUL>
+__device__ __forceinline__ fr_t fr_mul_v(const fr_t &a, const fr_t &b) {
+    if (MUL == 0) return a * b;
+    if (MUL == 1) return fr_mul_r(a, b);
+    return fr_mul_r2(a, b);
+}
+template <int MUL, int CHAINS>
+__device__ __forceinline__ void mul_chain(fr_t *io, int iters, unsigned long long n) {
     const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    fr_t x = fr_load(io + i), y = x.sqr(), u = y + x, v = y - x, z = x;
+    const fr_t z = fr_load(io + i);
+    fr_t x[CHAINS];
+    x[0] = z;
+#pragma unroll
+    for (int c = 1; c < CHAINS; c++) x[c] = x[c - 1] + z;  // distinct starting values
     for (int it = 0; it < iters; it++) {
-        x = x * z;
-        y = y * z;
-        u = u * z;
-        v = v * z;
+#pragma unroll
+        for (int c = 0; c < CHAINS; c++) x[c] = fr_mul_v<MUL>(x[c], z);
     }
-    fr_store(io + i, (x + y) + (u + v));
+#pragma unroll
+    for (int c = 1; c < CHAINS; c++) x[0] = x[0] + x[c];
+    fr_store(io + i, x[0]);
+}
+extern "C" __global__ void fr_mul_chain(fr_t *io, int iters, unsigned long long n) {
+    mul_chain<FR_MUL_VARIANT, 2>(io, iters, n);
+}
+extern "C" __global__ void fr_mul_chain4(fr_t *io, int iters, unsigned long long n) {
+    mul_chain<FR_MUL_VARIANT, 4>(io, iters, n);
+}
+extern "C" __global__ void fr_mul_chain_v0(fr_t *io, int iters, unsigned long long n) {
+    mul_chain<0, 2>(io, iters, n);
+}
+extern "C" __global__ void fr_mul_chain_v1(fr_t *io, int iters, unsigned long long n) {
+    mul_chain<1, 2>(io, iters, n);
+}
+extern "C" __global__ void fr_mul_chain_v2(fr_t *io, int iters, unsigned long long n) {
+    mul_chain<2, 2>(io, iters, n);
 }
 
-// Throughput probe: two independent chains of `iters` Montgomery multiplications per thread.
-extern "C" __global__ void fr_mul_chain(fr_t *io, int iters, unsigned long long n) {
+// out[3 i + v] = a[i] * b[i] by multiplication variant v (0 generic, 1 fr_mul_r, 2 fr_mul_r2):
+// the GPU test of the device builds of every variant.
+extern "C" __global__ void fr_mul_variants(fr_t *out, const fr_t *a, const fr_t *b,
+                                           unsigned long long n) {
     const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    fr_t x = fr_load(io + i), y = x.sqr(), z = x;
-    for (int it = 0; it < iters; it++) {
-        x = x * z;
-        y = y * z;
-    }
-    fr_store(io + i, x + y);
+    const fr_t x = fr_load(a + i), y = fr_load(b + i);
+    fr_store(out + 3 * i, fr_mul_v<0>(x, y));
+    fr_store(out + 3 * i + 1, fr_mul_v<1>(x, y));
+    fr_store(out + 3 * i + 2, fr_mul_v<2>(x, y));
 }
 
 // Random Fr elements below 2^254 < r (valid in either form): splitmix64 of (seed, index), so

@@ -22,7 +22,7 @@
 // one table serves both directions. The lowest two levels of a transform (w = 1 for three of
 // the four butterflies of a radix-4 step) skip their multiplications.
 #pragma once
-#include "fields.cuh"
+#include "fr_mul.cuh"  // fr_mul: the Fr multiplication of every kernel here
 
 #ifndef NTT_MAX_TILE_LOG
 #define NTT_MAX_TILE_LOG 10  // a tile holds at most 2^10 elements = 32 KiB of shared memory
@@ -78,7 +78,7 @@ __device__ __forceinline__ void sm_put(uint32_t* sm, uint32_t ts, uint32_t e, co
 
 __device__ __forceinline__ fr_t split_factor(const fr_t* hi_tab, const fr_t* lo_tab, int sb,
                                              uint32_t j) {
-    return fr_ldg(hi_tab + (j >> sb)) * fr_ldg(lo_tab + (j & ((1u << sb) - 1)));
+    return fr_mul(fr_ldg(hi_tab + (j >> sb)), fr_ldg(lo_tab + (j & ((1u << sb) - 1))));
 }
 
 struct ntt_pass_args {
@@ -128,12 +128,12 @@ __device__ __forceinline__ void ntt_butterfly(fr_t& x, fr_t& y, const fr_t* __re
     fr_t w = fr_ldg(tw + e);
     if (neg) w = fr_neg_nonzero(w);
     if (DIT) {
-        const fr_t t = y * w;
+        const fr_t t = fr_mul(y, w);
         y = x - t;
         x = x + t;
     } else {
         const fr_t u = x + y;
-        y = (x - y) * w;
+        y = fr_mul(x - y, w);
         x = u;
     }
 }
@@ -163,7 +163,7 @@ __device__ __forceinline__ void ntt_pass_body(fr_t* dst, const fr_t* src,  // ma
         fr_t x = fr_load(src + ((a.flags & NTT_F_GATHER) ? ntt_brev(p, a.k) : p));
         if (a.flags & NTT_F_PRE_TABLE) {
             const uint32_t j = DIT ? ntt_brev(p, a.k) : p;  // coefficient index of x
-            x = x * split_factor(pre_hi, pre_lo, a.pre_sb, j);
+            x = fr_mul(x, split_factor(pre_hi, pre_lo, a.pre_sb, j));
         }
         sm_put(sm, ts, e, x);
     }
@@ -240,13 +240,14 @@ __device__ __forceinline__ void ntt_pass_body(fr_t* dst, const fr_t* src,  // ma
         const uint32_t c = e & (C - 1), mid = e >> a.logC;
         const uint32_t p = (hi << a.s) | (mid << lowbits) | (lo_base + c);
         fr_t y = sm_get(sm, ts, e);
-        if (a.flags & NTT_F_POST_CONST) y = y * fr_ldg(post_const);
+        if (a.flags & NTT_F_POST_CONST) y = fr_mul(y, fr_ldg(post_const));
         if (a.flags & NTT_F_POST_TABLE) {
             const uint32_t j = DIT ? p : ntt_brev(p, a.k);  // natural index of the output
-            y = y * split_factor(post_hi, post_lo, a.post_sb, j);
+            y = fr_mul(y, split_factor(post_hi, post_lo, a.post_sb, j));
         }
         if (a.flags & NTT_F_QUOTIENT) {
-            y = (fr_load(qa + boff + p) * fr_load(qb + boff + p) - y) * fr_ldg(post_const + 1);
+            y = fr_mul(fr_mul(fr_load(qa + boff + p), fr_load(qb + boff + p)) - y,
+                       fr_ldg(post_const + 1));
         }
         fr_store(dst + p, y);
     }
