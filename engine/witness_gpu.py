@@ -87,7 +87,7 @@ def synthesize_on_gpu(
             is_zero = u < zeros
             is_one = (u >= zeros) & (u < zeros + ones)
             z[is_zero | is_one] = 0
-            z[is_one, 0] = 1
+            z[:, 0] = cupy.where(is_one, 1, z[:, 0])
             counts["zeros"] += int(is_zero.sum())
             counts["ones"] += int(is_one.sum())
             z.get(stream=s, out=bufs.z[lo:hi])
