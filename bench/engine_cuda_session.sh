@@ -3,42 +3,76 @@
 # GPU machine, carrying the nvcc-built cubins in build/cubin (else msm.cu takes ~3 min of NVRTC):
 #   python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')"
 #   bash bench/engine_cuda_session.sh smoke     # gpu tests + one small engine run + summary
-#   bash bench/engine_cuda_session.sh medium    # + a 2^20 run, aware, 2 workers (phase times)
-#   bash bench/engine_cuda_session.sh phantom   # acceptance runs 1-3 (needs porep-32g to be
-#                                               # feasible: see bench/engine_cuda_notes.md)
-# Everything lands in $OUT (the device tool brings it back): logs, recordings, summaries.
+#   bash bench/engine_cuda_session.sh probe     # gpu tests + 2^24 and one porep-32g proof
+#   bash bench/engine_cuda_session.sh naive     # acceptance run 1 (16 GiB, naive)
+#   bash bench/engine_cuda_session.sh aware     # acceptance runs 2 and 3 (16 GiB / uncapped)
+#   bash bench/engine_cuda_session.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
+#   bash bench/engine_cuda_session.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
+# Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
+# summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
+# brings back at most 8 files); the tables are printed last.
 set -uo pipefail
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
 OUT=${OUT:-/tmp/engine_cuda_out}
-mkdir -p "$OUT"
 MODE=${1:-smoke}
+W=/tmp/engine-$MODE
+mkdir -p "$OUT" "$W"
+export PROVETOP_COMMIT=${PROVETOP_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv \
-    | tee "$OUT/gpu.txt"
-ls build/cubin 2>/dev/null
+    | tee "$W/gpu.txt"
 P="python3 -m provetop"
-run_engine() {  # name, timeout (s), engine flags...
+TIME=""
+[ -x /usr/bin/time ] && TIME="/usr/bin/time -v"  # peak host memory, when the tool exists
+TABLES="$W/tables.txt"
+: >"$TABLES"
+bench() {  # name, timeout (s), bench pipeline flags...
     local name=$1 limit=$2
     shift 2
-    timeout "$limit" $P engine --backend cuda --exit-when-done --record "$OUT/$name.pvtrec" "$@" \
-        2>&1 | tee "$OUT/$name.log" | tail -n 8
-    $P summary "$OUT/$name.pvtrec" 2>&1 | tee "$OUT/$name.summary.txt" | tail -n 25
+    echo "== $name: provetop bench pipeline $*" | tee -a "$TABLES"
+    $TIME timeout "$limit" $P bench pipeline --backend cuda \
+        --record "$W/$name.pvtrec" --out "$W/$name.json" "$@" >"$W/$name.log" 2>&1
+    echo "rc=$?" >>"$W/$name.log"
+    grep -v "^\s" "$W/$name.log" | grep -v "^\s*$" | head -n 12 | tee -a "$TABLES"
+    grep -E "Maximum resident|Elapsed" "$W/$name.log" | tee -a "$TABLES"
+    $P summary "$W/$name.pvtrec" >"$W/$name.summary.txt" 2>&1
+    $P summary --json "$W/$name.pvtrec" >"$W/$name.summary.json" 2>&1
 }
-timeout 100 python3 -m pytest -q -m gpu tests/test_engine_cuda.py -p no:cacheprovider \
-    2>&1 | tee "$OUT/pytest.txt" | tail -n 25
+gpu_tests() {  # timeout (s), test files...
+    local limit=$1
+    shift
+    timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "$@" >"$W/pytest.txt" 2>&1
+    tail -n 15 "$W/pytest.txt" | tee -a "$TABLES"
+}
 case "$MODE" in
 smoke)
-    run_engine smoke 40 --preset small --proofs 1
+    gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
+    bench smoke 60 --preset small --proofs 1
     ;;
-medium)
-    run_engine smoke 40 --preset small --proofs 1
-    run_engine k20 85 --domain-log 20 --partitions 4 --proofs 1 --workers-per-device 2 \
-        --allocator aware --verify sampled
+probe)
+    gpu_tests 200 tests/test_engine_cuda.py tests/test_cuda_check.py
+    bench k24 150 --preset porep-32g --domain-log 24 --proofs 1 --partitions 4 --verify always
+    bench porep1 300 --preset porep-32g --proofs 1 --partitions 4
     ;;
-phantom)
-    run_engine naive16 600 --preset porep-32g --proofs 2 --device-memory 16GiB \
+naive)
+    bench naive16 560 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
-    run_engine aware16 600 --preset porep-32g --proofs 2 --device-memory 16GiB \
+    ;;
+aware)
+    bench aware16 280 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
-    run_engine aware 600 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
+    bench aware 280 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
+    ;;
+trim)
+    bench trim-worker 280 --preset porep-32g --proofs 1 --device-memory 16GiB \
+        --workers-per-device 2 --allocator aware
+    PROVETOP_SYNC_SCOPE=device bench trim-device 280 --preset porep-32g --proofs 1 \
+        --device-memory 16GiB --workers-per-device 2 --allocator aware
+    ;;
+multi)
+    bench multi 560 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
     ;;
 esac
+free -g | tee -a "$TABLES"
+tar czf "$OUT/engine-$MODE.tgz" -C /tmp "engine-$MODE"
+cp "$TABLES" "$OUT/tables-$MODE.txt"
+cat "$TABLES"
