@@ -163,7 +163,9 @@ EVENTS: dict[str, dict[str, Field]] = {
     },
     "alloc": {
         **_WHERE,
-        "site": _f(STR, "'prestage', 'msm_scratch', 'ntt_scratch', 'srs', 'host_register'"),
+        "site": _f(
+            STR, "'prestage', 'msm_scratch', 'msm_scalars', 'ntt_scratch', 'srs', 'host_register'"
+        ),
         "pool": _f(STR, "'sync', 'async' or 'host'"),
         "requested": _f(INT, "bytes asked for"),
         "decision": _f(STR, "'ok', 'skip', 'fallback' or 'trim'"),
