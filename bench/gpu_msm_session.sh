@@ -5,6 +5,8 @@
 #   bash bench/gpu_msm_session.sh quick   # tests + 2^16..2^24 bench with the window sweep
 #   bash bench/gpu_msm_session.sh full    # kernel A/B, + 2^26, 2^27, host-streamed, ones-heavy
 #   bash bench/gpu_msm_session.sh final   # all GPU tests, then the full bench without the A/B
+#   bash bench/gpu_msm_session.sh affine  # all GPU tests, the full bench, then the affine-pass
+#                                         # variants (dense passes 1-3, ones on/off), host points
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/msm_out}
@@ -15,7 +17,23 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,m
     --format=csv | tee "$OUT/gpu.txt"
 ls build/cubin 2>/dev/null
 B="python3 -m kernels.bench_msm --results-dir $OUT --json"
-if [ "$MODE" = "final" ]; then
+if [ "$MODE" = "affine" ]; then
+    timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
+        2>&1 | tee -a "$OUT/session.log" | tail -n 30
+    timeout 120 $B --log-sizes 16,20,24,26,27 --srs --check --sweep=-1,0,1 --sweep-max-log 24 \
+        --tag main 2>&1 | tee -a "$OUT/session.log" | tail -n 9
+    for a in 1 2 3; do  # affine pairing passes over the dense buckets too
+        PROVETOP_MSM_AFFINE_DENSE=$a timeout 60 $B --log-sizes 20,24 --repeats 3 --check \
+            --tag "dense-affine$a" 2>&1 | tee -a "$OUT/session.log" | tail -n 4
+    done
+    timeout 60 $B --log-sizes 20,24,27 --scalars ones-heavy --check --tag ones-affine 2>&1 \
+        | tee -a "$OUT/session.log" | tail -n 6
+    PROVETOP_MSM_AFFINE_MIN_PAIRS=4294967296 timeout 60 $B --log-sizes 24,27 --scalars ones-heavy \
+        --tag ones-xyzz 2>&1 | tee -a "$OUT/session.log" | tail -n 5
+    timeout 60 $B --log-sizes 27 --points host --repeats 3 2>&1 | tee -a "$OUT/session.log" | tail -n 4
+    # the table again, last, so the reply carries it
+    grep -h -A7 "^MSM on" "$OUT/session.log" | grep -E "^(MSM|2\^)" | tail -n 30
+elif [ "$MODE" = "final" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/session.log" | tail -n 30
     timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --sweep=-1,0,1 --sweep-max-log 20 \

@@ -50,6 +50,18 @@ MIN_WINDOW, MAX_WINDOW = 4, 23
 # Relative cost of one mixed addition (8M + 2S) and of one bucket in the reduction (two full
 # additions, 2 x (12M + 2S)), in field multiplications: the window rule below weighs them.
 MADD_MULS, BUCKET_MULS = 10, 28
+# Affine pairing passes (msm.cuh, 4a): each output costs ~6M + (one inversion) / NB, and one
+# Fermat inversion is ~575M (384 squarings, ~190 products), so NB = 512 elements per batch leave
+# ~1.1M per addition against 10M for an XYZZ mixed addition. A pass pays only with enough pairs
+# to give every thread of a full GPU (2^16 threads: 132 SMs x 2 blocks of 256 at 122 registers)
+# long batches: AFFINE_MIN_PAIRS = 2^16 threads x 128 (inversion <= 4.5M per addition).
+AFFINE_THREADS = 1 << 16
+AFFINE_NB_MAX = 512
+AFFINE_MIN_PAIRS = int(os.environ.get("PROVETOP_MSM_AFFINE_MIN_PAIRS", 1 << 23))
+# Passes over the dense buckets too (not only the ones): every pass materialises the halved
+# entry list as affine points (96 bytes each), so at 2^27 the first would need ~77 GB; off by
+# default, bench/msm_notes.md has the measurement that decides it.
+AFFINE_DENSE_PASSES = int(os.environ.get("PROVETOP_MSM_AFFINE_DENSE", "0"))
 # nvcc-built cubins (see build_cubin); the GPU machine then skips a ~1 min NVRTC compile
 PREBUILT_DIR = Path(
     os.environ.get("PROVETOP_CUBIN_DIR", Path(__file__).resolve().parents[1] / "build" / "cubin")
@@ -138,7 +150,8 @@ def scratch_bytes(n: int, c: int | None = None, n_entries: int | None = None) ->
 
     Terms: counts, offsets, cursors and the scan's output (4 x 4 (K + 1)); the sorted entries
     (4 per entry); the bucket array (192 K); the partial sums of every accumulation level (196
-    per slot, two slots per thread, all levels counted although only two are alive at once);
+    per slot, two slots per thread, all levels counted although only two are alive at once), or
+    the affine passes over the ones if larger (:func:`affine_scratch_bytes`, after the levels);
     the bucket-reduction (A, R) pairs and their tree (384 per thread, about 1.07 x W G); the
     window sums (192 (W + 1)); plus the scalar classification (n bytes) and 512-byte rounding
     of each block."""
@@ -146,10 +159,17 @@ def scratch_bytes(n: int, c: int | None = None, n_entries: int | None = None) ->
     p = make_plan(n, c)
     m = n * p.W if n_entries is None else n_entries
     total = 4 * 4 * (p.K + 1) + 4 * max(m, 1) + 192 * p.K
+    levels = 0
     if m:
-        for _size, _L, T in _level_sizes(m, n * p.W):
+        m_acc = affine_worst(m, p.K, AFFINE_DENSE_PASSES)
+        for _size, _L, T in _level_sizes(m_acc, affine_worst(n * p.W, p.K, AFFINE_DENSE_PASSES)):
             if T > 1:
-                total += 2 * T * (192 + 4)
+                levels += 2 * T * (192 + 4)
+    # The accumulation phase: the dense buckets' affine passes (when enabled; their last output
+    # stays alive through the levels) and levels, or later, once those are freed, the affine
+    # passes over the ones (at most n of them).
+    dense = affine_scratch_bytes(m, p.K, AFFINE_DENSE_PASSES) + levels
+    total += max(dense, affine_scratch_bytes(n, 1, affine_pass_count(n, 1)))
     red = p.W * p.G
     while True:
         total += 2 * 192 * red
@@ -239,6 +259,112 @@ def tail_count(scalars: Any) -> int:
 # --- the MSM ---------------------------------------------------------------------------------
 
 
+_NULL = np.uint64(0)  # a null pointer kernel argument
+
+
+def affine_pass_count(m: int, buckets: int, min_pairs: int | None = None) -> int:
+    """How many affine pairing passes pay for ``m`` entries in ``buckets`` buckets: passes while
+    a pass would still add at least ``min_pairs`` (AFFINE_MIN_PAIRS) pairs; a pass of uniform
+    buckets adds about (m - buckets) / 2 of them."""
+    min_pairs = AFFINE_MIN_PAIRS if min_pairs is None else min_pairs
+    passes = 0
+    while m >= 2 * buckets and (m - buckets) // 2 >= max(1, min_pairs):
+        m = (m + buckets) // 2
+        passes += 1
+    return passes
+
+
+def affine_worst(m: int, K: int, passes: int) -> int:
+    """At most how many entries are left after ``passes`` pairing passes over m entries in K
+    buckets (each bucket of c entries keeps ceil(c / 2): at most (m + K) / 2 in all)."""
+    for _ in range(passes):
+        m = min(m, (m + K) // 2)
+    return m
+
+
+def affine_scratch_bytes(m: int, K: int, passes: int) -> int:
+    """Peak scratch of ``passes`` affine passes over m entries in K buckets: a pass's input
+    (from the second pass on) and output points (96 bytes each), its batch buffers (48-byte
+    prefix products and 4-byte sources, NB per thread) and the new offsets."""
+    peak, prev = 0, 0
+    for _ in range(passes):
+        m2 = affine_worst(m, K, 1)
+        T, _Lc, NB = affine_batch(m2)
+        peak = max(peak, 96 * (prev + m2) + 52 * T * NB + 8 * (K + 1) + 3 * 512)
+        m, prev = m2, m2
+    return peak
+
+
+def affine_batch(m2: int) -> tuple[int, int, int]:
+    """(threads T, outputs per thread Lc, batch NB) of an affine pass with ``m2`` outputs:
+    up to AFFINE_THREADS threads, NB = min(Lc, AFFINE_NB_MAX) per inversion."""
+    T = max(1, min(AFFINE_THREADS, m2))
+    Lc = -(-m2 // T)
+    T = -(-m2 // Lc)
+    return T, Lc, min(Lc, AFFINE_NB_MAX)
+
+
+def affine_passes(
+    mod: Any, points: Any, idx: Any, offs: Any, K: int, m: int, passes: int, stream: Any
+) -> tuple[Any, None, Any, int]:
+    """``passes`` affine pairing passes (msm.cuh, 4a) over the m entries of K buckets (bucket
+    b: entries offs[b]..offs[b+1] of ``idx``, point index | sign << 31, or of ``points`` itself
+    when ``idx`` is None). Returns (affine points in bucket order, None, their offsets, count)."""
+    cupy = require_cupy()
+    if m >= 1 << 31:
+        raise ValueError("affine passes index entries with 31 bits")
+    fn = mod.get_function("msm_affine_pass")
+    for _ in range(passes):
+        cnt = offs[1:] - offs[:-1]
+        off2 = cupy.empty(K + 1, dtype=np.uint32)
+        off2[0] = 0
+        off2[1:] = cupy.cumsum((cnt + 1) >> 1, dtype=np.uint32)
+        del cnt
+        m2 = int(off2[K].get(stream=stream))
+        T, Lc, NB = affine_batch(m2)
+        prefix = cupy.empty((NB * T, 6), dtype=np.uint64)  # one Fp element (48 bytes) each
+        srcs = cupy.empty(NB * T, dtype=np.uint32)
+        out = cupy.empty((m2, 12), dtype=np.uint64)
+        ix = _NULL if idx is None else idx
+        args = (points, ix, offs, off2, _u32(K), _u32(Lc), _u32(NB), _u32(T), prefix, srcs, out)
+        _launch(fn, T, args, stream)
+        del prefix, srcs
+        points, idx, offs, m = out, None, off2, m2
+    return points, None, offs, m
+
+
+def accumulate(
+    mod: Any,
+    points: Any,
+    idx: Any,
+    offs: Any,
+    K: int,
+    m: int,
+    m_max: int,
+    buckets: Any,
+    stream: Any,
+    mark: Any,
+) -> None:
+    """Stages 4-5 (msm.cu): the balanced accumulation of m entries in K buckets into
+    ``buckets`` (K rows), then the segmented levels until one chunk remains; the first chunk
+    length follows ``m_max`` so that scratch is known in advance."""
+    cupy = require_cupy()
+    vals = keys = None
+    for depth, (size, L, T) in enumerate(_level_sizes(m, m_max)):
+        pv = cupy.empty((2 * T, XYZZ_WORDS), dtype=np.uint64)
+        pk = cupy.empty(2 * T, dtype=np.uint32)
+        if depth == 0:
+            ix = _NULL if idx is None else idx
+            args = (points, ix, offs, _u32(K), _u32(m), _u32(L), _u32(T), buckets, pv, pk)
+            _launch(mod.get_function("msm_accumulate0"), T, args, stream)
+        else:
+            args = (vals, keys, _u32(size), _u32(L), _u32(T), buckets, pv, pk)
+            _launch(mod.get_function("msm_accumulate_n"), T, args, stream)
+        vals, keys = pv, pk
+        if mark is not None:
+            mark("accumulate" if depth == 0 else f"level{depth}")
+
+
 def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | None = None) -> Any:
     """The device array ``(W + 1, 24)`` of XYZZ window sums sum_b (b+1) bucket[w][b] followed
     by the ones bucket, for device ``points`` and ``scalars`` (current allocator and stream).
@@ -268,7 +394,8 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     offs = cupy.empty(p.K + 1, dtype=np.uint32)
     offs[0] = 0
     offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
-    m = int(offs[p.K].get(stream=stream))  # the one sync: sizes of everything below
+    # the one sync: sizes of everything below (entries before the ones bucket, and in all)
+    m_dense, m = (int(v) for v in offs[p.K - 1 :].get(stream=stream))
     mark("count+scan")
     if m == 0:
         return out
@@ -284,20 +411,30 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     del cursor
     mark("scatter")
     buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
-    levels = _level_sizes(m, n * p.W)
-    vals = keys = None
-    for depth, (size, L, T) in enumerate(levels):
-        pv = cupy.empty((2 * T, XYZZ_WORDS), dtype=np.uint64)
-        pk = cupy.empty(2 * T, dtype=np.uint32)
-        if depth == 0:
-            args = (points, sorted_e, offs, _u32(p.K), _u32(m), _u32(L), _u32(T), buckets, pv, pk)
-            _launch(mod.get_function("msm_accumulate0"), T, args, stream)
-        else:
-            args = (vals, keys, _u32(size), _u32(L), _u32(T), buckets, pv, pk)
-            _launch(mod.get_function("msm_accumulate_n"), T, args, stream)
-        vals, keys = pv, pk
-        mark("accumulate" if depth == 0 else f"level{depth}")
-    del vals, keys, sorted_e, offs
+    # the ones (key K - 1) go through affine pairing passes when there are enough of them: the
+    # batch-addition path; otherwise they are one more bucket of the balanced accumulation
+    ones_passes = affine_pass_count(m - m_dense, 1)
+    k_main = p.K - 1 if ones_passes else p.K
+    m_main = m_dense if ones_passes else m
+    if m_main:
+        pts, idx, o, mm = points, sorted_e, offs, m_main
+        if AFFINE_DENSE_PASSES:
+            pts, idx, o, mm = affine_passes(
+                mod, pts, idx, offs[: k_main + 1], k_main, mm, AFFINE_DENSE_PASSES, stream
+            )
+            mark("affine-dense")
+        m_max = affine_worst(n * p.W, k_main, AFFINE_DENSE_PASSES)
+        accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark)
+    if ones_passes:
+        one_offs = cupy.asarray(np.array([0, m - m_dense], dtype=np.uint32))
+        pts, idx, o, mm = affine_passes(
+            mod, points, sorted_e[m_dense:], one_offs, 1, m - m_dense, ones_passes, stream
+        )
+        mark("affine-ones")
+        m_max = affine_worst(n, 1, ones_passes)
+        accumulate(mod, pts, idx, o, 1, mm, m_max, buckets[p.K - 1 :], stream, None)
+        mark("ones")
+    del sorted_e, offs
     red_a = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
     red_r = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
     args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), red_a, red_r)

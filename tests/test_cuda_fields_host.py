@@ -72,12 +72,14 @@ FIELDS = {
 }
 
 
-# the default multiplication (even/odd carry chains, exactly as on the GPU) and the two
-# alternatives kept for comparison
-MUL_VARIANTS = ["", "-DMONT_PORTABLE", "-DMONT_MUL_SPLIT"]
+# the default multiplication (even/odd carry chains with the roles swapped every row, exactly
+# as on the GPU) and the alternatives kept for comparison
+MUL_VARIANTS = ["", "-DMONT_PORTABLE", "-DMONT_MUL_SPLIT", "-DMONT_MUL_EVENODD_FIXED"]
 
 
-@pytest.fixture(scope="module", params=MUL_VARIANTS, ids=["evenodd", "portable", "split"])
+@pytest.fixture(
+    scope="module", params=MUL_VARIANTS, ids=["evenodd", "portable", "split", "evenodd-fixed"]
+)
 def harness(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if cxx is None:

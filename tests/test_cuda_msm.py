@@ -23,8 +23,6 @@ from kernels.constants import FR_MODULUS as R
 from kernels.cpu import g1
 from kernels.cpu import msm as cmsm
 
-pytestmark = pytest.mark.gpu
-
 
 @pytest.fixture(scope="module")
 def poison(cp):
@@ -71,6 +69,7 @@ def gpu_msm(cp, pts_dev, ks: list[int], alloc, **kw) -> g1.Affine:
     return layout.g1_from_limbs(out)[0]
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("n", [1, 2, 3, 31, 1000, 4096])
 def test_msm_matches_reference(cp, poison, n: int) -> None:
     rng = random.Random()
@@ -81,6 +80,7 @@ def test_msm_matches_reference(cp, poison, n: int) -> None:
         assert got == cmsm.msm_fast(pts, ks), f"GPU MSM != reference (n={n}, {kind})"
 
 
+@pytest.mark.gpu
 def test_repeated_points_and_infinity(cp, poison) -> None:
     rng = random.Random()
     n = 1000
@@ -101,6 +101,38 @@ def test_repeated_points_and_infinity(cp, poison) -> None:
     assert gpu_msm(cp, both, [5, 5], poison) is None
 
 
+@pytest.mark.gpu
+def test_affine_passes(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The affine batch-addition passes (ones and dense buckets) forced on at small n, with
+    tiny batches and few threads so that batches are cut inside buckets and threads hold
+    several batches: every scalar mix, repeated points (P + P in a pass), P + (-P), infinity."""
+    from kernels import cuda_msm as cm
+
+    monkeypatch.setattr(cm, "AFFINE_MIN_PAIRS", 1)
+    monkeypatch.setattr(cm, "AFFINE_DENSE_PASSES", 2)
+    monkeypatch.setattr(cm, "AFFINE_NB_MAX", 5)
+    monkeypatch.setattr(cm, "AFFINE_THREADS", 96)
+    rng = random.Random()
+    n = 1000
+    pts_dev, pts = random_points(cp, n)
+    for kind in ("dense", "ones", "witness"):
+        ks = scalars_of(kind, n, rng)
+        assert gpu_msm(cp, pts_dev, ks, poison) == cmsm.msm_fast(pts, ks), kind
+    few_dev, few = random_points(cp, 6)
+    idx = [rng.randrange(6) for _ in range(n)]
+    big = cp.ascontiguousarray(few_dev[cp.asarray(idx)])
+    full = [few[i] for i in idx]
+    for i in rng.sample(range(n), 40):
+        big[i] = 0
+        full[i] = None
+    ks = [rng.choice((1, 1, 2, R - 1, R - 2, 7)) for _ in range(n)]  # few buckets, many pairs
+    assert gpu_msm(cp, big, ks, poison) == cmsm.msm_fast(full, ks)
+    neg = cp.asarray(layout.g1_to_limbs([g1.affine_neg(few[0])]))
+    both = cp.concatenate([few_dev[:1], neg, few_dev[:1], few_dev[:1]])
+    assert gpu_msm(cp, both, [1, 1, 1, 1], poison) == g1.scalar_mul(few[0], 2)
+
+
+@pytest.mark.gpu
 def test_window_sizes_agree(cp, poison) -> None:
     """Every window (small, odd, large) gives the same point: the digits and bucket layout are
     right for each c, not only for the one the rule picks."""
@@ -112,6 +144,7 @@ def test_window_sizes_agree(cp, poison) -> None:
         assert gpu_msm(cp, pts_dev, ks, poison, window_bits=c) == want, f"window {c}"
 
 
+@pytest.mark.gpu
 def test_host_streamed_points(cp, poison) -> None:
     """Points in pinned host memory, uploaded in chunks overlapped with the compute."""
     from kernels.cuda_msm import msm_host_points, pinned_empty
@@ -135,6 +168,7 @@ def test_host_streamed_points(cp, poison) -> None:
     assert layout.g1_from_limbs(got2)[0] == want
 
 
+@pytest.mark.gpu
 def test_selftest_rows(cp) -> None:
     """The rows `provetop selftest --backend cuda` gains from this module pass."""
     from kernels.cuda_msm import selftest_checks
@@ -145,6 +179,7 @@ def test_selftest_rows(cp) -> None:
         assert res.status == "pass", f"{check.name}: {res.status} {res.detail}"
 
 
+@pytest.mark.gpu
 def test_srs_edges(cp) -> None:
     from kernels.cuda_srs import srs
 
@@ -160,12 +195,21 @@ def dot_mod_r(ks: list[int], ss: list[int]) -> int:
     return sum(map(operator.mul, ks, ss)) % R
 
 
+@pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("log_n", [20, 24])
-def test_identity_large(cp, log_n: int) -> None:
-    """MSM(k, [s]G) == [<k, s> mod r]G at 2^20 and 2^24, with the SRS from the GPU generator."""
+@pytest.mark.parametrize("log_n,affine", [(20, False), (24, False), (20, True)])
+def test_identity_large(cp, monkeypatch: pytest.MonkeyPatch, log_n: int, affine: bool) -> None:
+    """MSM(k, [s]G) == [<k, s> mod r]G at 2^20 and 2^24, with the SRS from the GPU generator;
+    ``affine``: with affine passes over the ones and two over the dense buckets, on 2^12 threads
+    so that every thread runs several full batches of AFFINE_NB_MAX (the production shape)."""
+    from kernels import cuda_msm as cm
     from kernels.cuda_msm import msm
     from kernels.cuda_srs import srs
+
+    if affine:
+        monkeypatch.setattr(cm, "AFFINE_MIN_PAIRS", 1 << 14)
+        monkeypatch.setattr(cm, "AFFINE_DENSE_PASSES", 2)
+        monkeypatch.setattr(cm, "AFFINE_THREADS", 1 << 12)
 
     n = 1 << log_n
     gen = np.random.default_rng()
@@ -181,3 +225,147 @@ def test_identity_large(cp, log_n: int) -> None:
         layout.fr_from_limbs(s_limbs, montgomery=False),
     )
     assert layout.g1_from_limbs(got)[0] == g1.scalar_mul(g1.GENERATOR, e)
+
+
+# --- host (g++) check of the affine pass body: runs in CI without a GPU -----------------------
+
+AFFINE_DRIVER = r"""
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+#include "msm.cuh"
+
+static fp_t parse_fp(const std::string& hex) {  // canonical hex -> Montgomery
+    fp_t r = fp_t::zero();
+    int word = 0, bit = 0;
+    for (int i = (int)hex.size() - 1; i >= 0; i--) {
+        char ch = hex[i];
+        uint32_t v = ch <= '9' ? ch - '0' : (ch | 32) - 'a' + 10;
+        r.v[word] |= v << bit;
+        bit += 4;
+        if (bit == 32) bit = 0, word++;
+    }
+    return r.to_mont();
+}
+static void print_fp(const fp_t& a) {
+    fp_t c = a.from_mont();
+    for (int i = 11; i >= 0; i--) printf("%08x", c.v[i]);
+}
+// "npts m K T Lc NB" + npts points + m entries + (K + 1) offsets + (K + 1) new offsets
+int main() {
+    uint32_t npts, m, K, T, Lc, NB;
+    std::cin >> npts >> m >> K >> T >> Lc >> NB;
+    std::vector<g1_affine> pts(npts);
+    for (auto& q : pts) {
+        std::string x, y;
+        std::cin >> x >> y;
+        q = {parse_fp(x), parse_fp(y)};
+    }
+    std::vector<uint32_t> idx(m), off(K + 1), off2(K + 1);
+    for (auto& v : idx) std::cin >> v;
+    for (auto& v : off) std::cin >> v;
+    for (auto& v : off2) std::cin >> v;
+    const uint32_t m2 = off2[K];
+    std::vector<fp_t> prefix((size_t)T * NB);
+    std::vector<uint32_t> srcs((size_t)T * NB, 0xdeadbeefu);
+    g1_affine poison;
+    for (auto& w : poison.x.v) w = 0x5a5a5a5au;
+    poison.y = poison.x;
+    std::vector<g1_affine> out(m2, poison);
+    for (uint32_t t = 0; t < T; t++)
+        msm_affine_pass_thread(t, T, pts.data(), idx.data(), off.data(), off2.data(), K, Lc, NB,
+                               prefix.data(), srcs.data(), out.data());
+    for (const auto& q : out) {
+        if (q.is_inf()) printf("inf\n");
+        else { print_fp(q.x); printf(" "); print_fp(q.y); printf("\n"); }
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def affine_driver(tmp_path_factory: pytest.TempPathFactory):
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("g++ is not installed: the host build of msm.cuh cannot be checked")
+    d = tmp_path_factory.mktemp("affine_host")
+    (d / "drv.cpp").write_text(AFFINE_DRIVER)
+    cuda = Path(__file__).resolve().parents[1] / "kernels" / "cuda"
+    exe = d / "drv"
+    cmd = [cxx, "-std=c++17", "-O1", f"-I{cuda}", str(d / "drv.cpp"), "-o", str(exe)]
+    subprocess.run(cmd, check=True)
+    return exe
+
+
+@pytest.mark.parametrize("shape", ["mixed", "one-bucket", "singletons"])
+def test_affine_pass_on_host(affine_driver, shape: str) -> None:
+    """One affine pairing pass (msm.cuh, 4a) run on the host with the kernel's per-thread body:
+    output r of bucket b must be entry 2r + entry 2r+1 of b (signs applied), or entry 2r alone
+    when it is b's last; batches (NB) and thread runs (Lc) cut across buckets; repeated points,
+    P + (-P) and infinity inside pairs; all outputs written."""
+    import subprocess
+
+    from kernels.constants import FP_MODULUS as P
+
+    rng = random.Random()
+    base = g1.scalar_mul(g1.GENERATOR, rng.randrange(1, R))
+    pts: list[g1.Affine] = [base]
+    for _ in range(9):
+        pts.append(g1.affine_add(pts[-1], base))
+    pts.append(None)  # infinity
+    K = {"mixed": 23, "one-bucket": 1, "singletons": 9}[shape]
+    if shape == "singletons":
+        counts = [rng.choice((0, 1)) for _ in range(K)]
+    elif shape == "one-bucket":
+        counts = [rng.randrange(20, 60)]
+    else:
+        counts = [rng.choice((0, 1, 2, 3, 4, 5, 8, 13)) for _ in range(K)]
+    m = sum(counts)
+    idx = [rng.randrange(len(pts)) | (rng.choice((0, 1)) << 31) for _ in range(m)]
+    for j in range(0, m - 1, 5):  # P + P and P + (-P) pairs
+        idx[j + 1] = idx[j] ^ (rng.choice((0, 1)) << 31)
+    off = [0]
+    for c in counts:
+        off.append(off[-1] + c)
+    off2 = [0]
+    for c in counts:
+        off2.append(off2[-1] + (c + 1) // 2)
+    m2 = off2[-1]
+    T = rng.choice((1, 2, 3, 5, 7))
+    Lc = max(1, -(-m2 // T))
+    T = max(1, -(-m2 // Lc))
+    NB = rng.choice((1, 2, 3, 4, 6))
+
+    def val(e: int) -> g1.Affine:
+        q = pts[e & 0x7FFFFFFF]
+        return g1.affine_neg(q) if (e >> 31) and q is not None else q
+
+    def fmt(q: g1.Affine) -> str:
+        return "0 0" if q is None else f"{q[0]:x} {q[1]:x}"
+
+    text = " ".join(
+        [f"{len(pts)} {m} {K} {T} {Lc} {NB}", *(fmt(q) for q in pts)]
+        + [str(v) for v in idx + off + off2]
+    )
+    res = subprocess.run(
+        [str(affine_driver)], input=text + "\n", capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    got = res.stdout.split("\n")[:m2]
+    assert len(got) == m2
+    for b in range(K):
+        for r in range(off2[b + 1] - off2[b]):
+            s0 = off[b] + 2 * r
+            want = val(idx[s0])
+            if s0 + 1 < off[b + 1]:
+                want = g1.affine_add(want, val(idx[s0 + 1]))
+            line = got[off2[b] + r]
+            have = None if line == "inf" else tuple(int(v, 16) for v in line.split())
+            assert have == want, f"bucket {b} output {r} (T={T}, Lc={Lc}, NB={NB})"
+            assert have is None or all(v < P for v in have)

@@ -105,6 +105,14 @@ extern "C" __global__ void MSM_BOUNDS msm_accumulate0(const g1_affine* __restric
     if (MSM_TID < T) msm_accumulate0_thread(MSM_TID, points, sorted, offs, K, M, L, buckets, pvals, pkeys);
 }
 
+extern "C" __global__ void MSM_BOUNDS msm_affine_pass(
+    const g1_affine* __restrict__ pin, const uint32_t* __restrict__ idx,
+    const uint32_t* __restrict__ off, const uint32_t* __restrict__ off2, uint32_t K, uint32_t Lc,
+    uint32_t NB, uint32_t T, fp_t* __restrict__ prefix, uint32_t* __restrict__ srcs,
+    g1_affine* __restrict__ pout) {
+    if (MSM_TID < T) msm_affine_pass_thread(MSM_TID, T, pin, idx, off, off2, K, Lc, NB, prefix, srcs, pout);
+}
+
 extern "C" __global__ void MSM_BOUNDS msm_accumulate_n(const g1_xyzz* __restrict__ vals,
                                             const uint32_t* __restrict__ keys, uint32_t Min,
                                             uint32_t L, uint32_t T, g1_xyzz* __restrict__ buckets,

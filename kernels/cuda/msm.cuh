@@ -110,12 +110,159 @@ MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ po
             seg_start = i;
             acc = g1_xyzz::inf();
         }
-        acc = acc.add_affine(msm_point(points, sorted[i]));
+        // sorted == nullptr: the points are already in bucket order (an affine pass's output)
+        acc = acc.add_affine(sorted ? msm_point(points, sorted[i]) : g1_load(points + i));
     }
     g1_store(pvals + 2 * t, slot0);
     g1_store(pvals + 2 * t + 1, slot1);
     pkeys[2 * t] = b_first;
     pkeys[2 * t + 1] = b;
+}
+
+// ---- 4a: affine pairing passes with batched inversion (optional, before 4) ------------------
+//
+// Why: an affine + affine addition costs 1 inversion + 2M + 1S; with the inversions of many
+// independent additions batched (Montgomery's trick: 3M per element plus one inversion per
+// batch) that is ~6M + inv/NB per addition against 10M (8M + 2S) for XYZZ += affine. But a sum
+// of many points is a chain, so the additions are done in passes: pass k adds the entries of
+// every bucket in pairs (2r, 2r+1), halving each bucket (an odd last entry is carried over), and
+// writes the sums in bucket order; a bucket of c entries becomes ceil(c / 2). Each thread takes
+// a contiguous run of output slots, whatever the buckets, so uneven buckets (the ones of a
+// witness) cost what uniform ones do. The exceptional pairs are exact: P + P uses the tangent
+// slope 3x^2 / 2y in the same batch, P + (-P) and infinity on either side need no inversion.
+
+#define MSM_PAIR_ADD 0u
+#define MSM_PAIR_DBL 1u
+#define MSM_PAIR_COPY_P 2u
+#define MSM_PAIR_COPY_Q 3u
+#define MSM_PAIR_INF 4u
+
+// The kind of P + Q and the denominator of its slope (1 where none is needed, never 0).
+MONT_HD uint32_t msm_pair_kind(const g1_affine& P, const g1_affine& Q, fp_t* d) {
+    if (Q.is_inf()) {
+        *d = fp_t::one();
+        return MSM_PAIR_COPY_P;
+    }
+    if (P.is_inf()) {
+        *d = fp_t::one();
+        return MSM_PAIR_COPY_Q;
+    }
+    if (P.x != Q.x) {
+        *d = Q.x - P.x;
+        return MSM_PAIR_ADD;
+    }
+    if (P.y == Q.y && !P.y.is_zero()) {
+        *d = P.y.dbl();
+        return MSM_PAIR_DBL;
+    }
+    *d = fp_t::one();  // P == -Q (or a 2-torsion point doubled): infinity
+    return MSM_PAIR_INF;
+}
+
+// P + Q given inv = 1 / d of msm_pair_kind: 1M + 1S + 1M (+ 1S for a doubling).
+MONT_HD g1_affine msm_pair_finish(uint32_t kind, const g1_affine& P, const g1_affine& Q,
+                                  const fp_t& inv) {
+    if (kind == MSM_PAIR_COPY_P) return P;
+    if (kind == MSM_PAIR_COPY_Q) return Q;
+    if (kind == MSM_PAIR_INF) return g1_affine::inf();
+    fp_t num;
+    if (kind == MSM_PAIR_ADD) {
+        num = Q.y - P.y;
+    } else {
+        const fp_t x2 = P.x.sqr();
+        num = x2.dbl() + x2;
+    }
+    const fp_t lam = num * inv;
+    g1_affine r;
+    r.x = lam.sqr() - P.x - Q.x;  // Q.x == P.x for a doubling
+    r.y = lam * (P.x - r.x) - P.y;
+    return r;
+}
+
+// prefix products: written and read back by the same thread in one launch, so plain 16-byte
+// accesses (g1_load's __ldg goes through the non-coherent read-only path)
+MONT_HD void msm_fp_store(fp_t* p, const fp_t& v) {
+#if defined(__CUDA_ARCH__)
+    uint4* d = reinterpret_cast<uint4*>(p);
+#pragma unroll
+    for (int i = 0; i < 3; i++) d[i] = make_uint4(v.v[4 * i], v.v[4 * i + 1], v.v[4 * i + 2], v.v[4 * i + 3]);
+#else
+    *p = v;
+#endif
+}
+MONT_HD fp_t msm_fp_load(const fp_t* p) {
+#if defined(__CUDA_ARCH__)
+    fp_t r;
+    const uint4* s = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        const uint4 q = s[i];
+        r.v[4 * i] = q.x, r.v[4 * i + 1] = q.y, r.v[4 * i + 2] = q.z, r.v[4 * i + 3] = q.w;
+    }
+    return r;
+#else
+    return *p;
+#endif
+}
+
+MONT_HD g1_affine msm_pass_point(const g1_affine* __restrict__ pin,
+                                 const uint32_t* __restrict__ idx, uint32_t s) {
+    return idx ? msm_point(pin, idx[s]) : g1_load(pin + s);
+}
+
+// Thread t of T: output slots [t Lc, min(t Lc + Lc, m2)) with m2 = off2[K], in batches of at
+// most NB; bucket b's outputs [off2[b], off2[b+1]) come from its inputs [off[b], off[b+1]) (read
+// through idx, entries with the sign bit, when idx is not null). prefix and srcs hold NB
+// elements per thread, element k of thread t at k T + t (a warp's stores are contiguous).
+// Per output: forward 1M (running product), backward 2M (its inverse, the running inverse) +
+// msm_pair_finish; both passes load the pair (loading is cheaper than keeping 2 points).
+MONT_HD void msm_affine_pass_thread(uint32_t t, uint32_t T, const g1_affine* __restrict__ pin,
+                                    const uint32_t* __restrict__ idx,
+                                    const uint32_t* __restrict__ off,
+                                    const uint32_t* __restrict__ off2, uint32_t K, uint32_t Lc,
+                                    uint32_t NB, fp_t* __restrict__ prefix,
+                                    uint32_t* __restrict__ srcs, g1_affine* __restrict__ pout) {
+    const uint32_t m2 = off2[K];
+    if ((uint64_t)t * Lc >= m2) return;
+    const uint32_t start = t * Lc;
+    const uint32_t end = m2 - start > Lc ? start + Lc : m2;
+    // the bucket of slot `start`: the largest b with off2[b] <= start (off2[K] = m2 > start)
+    uint32_t lo = 0, hi = K - 1;
+    while (lo < hi) {
+        const uint32_t mid = (lo + hi + 1) >> 1;
+        if (off2[mid] <= start) lo = mid;
+        else hi = mid - 1;
+    }
+    uint32_t b = lo;
+    for (uint32_t bs = start; bs < end; bs += NB) {
+        const uint32_t be = end - bs > NB ? bs + NB : end;
+        fp_t acc = fp_t::one();
+        for (uint32_t j = bs; j < be; j++) {
+            while (off2[b + 1] <= j) b++;
+            const uint32_t s0 = off[b] + 2 * (j - off2[b]);
+            const bool has1 = s0 + 1 < off[b + 1];
+            const g1_affine P = msm_pass_point(pin, idx, s0);
+            const g1_affine Q = has1 ? msm_pass_point(pin, idx, s0 + 1) : g1_affine::inf();
+            fp_t d;
+            msm_pair_kind(P, Q, &d);
+            acc = acc * d;
+            const uint64_t k = (uint64_t)(j - bs) * T + t;
+            msm_fp_store(prefix + k, acc);
+            srcs[k] = s0 | (has1 ? 0x80000000u : 0u);
+        }
+        fp_t inv = acc.inverse();
+        for (uint32_t j = be; j-- > bs;) {
+            const uint64_t k = (uint64_t)(j - bs) * T + t;
+            const uint32_t src = srcs[k], s0 = src & 0x7fffffffu;
+            const g1_affine P = msm_pass_point(pin, idx, s0);
+            const g1_affine Q = (src >> 31) ? msm_pass_point(pin, idx, s0 + 1) : g1_affine::inf();
+            fp_t d;
+            const uint32_t kind = msm_pair_kind(P, Q, &d);
+            const fp_t inv_j = j > bs ? inv * msm_fp_load(prefix + k - T) : inv;  // 1 / d_j
+            inv = inv * d;                                           // 1 / (d_bs ... d_{j-1})
+            g1_store(pout + j, msm_pair_finish(kind, P, Q, inv_j));
+        }
+    }
 }
 
 // ---- 5: the same reduction over (key, XYZZ) partial sums -----------------------------------
