@@ -10,7 +10,7 @@ Conventions are those of ``kernels/cpu/ntt.py`` (domain root ``w_k``, coset gene
 "bitrev" order = position i holds natural index bitrev_k(i)). Arrays are ``(n, 4)`` or
 ``(batch, n, 4)`` uint64, Montgomery form (``kernels/backend.py``).
 
-Memory: the twiddle table holds 2^(K-1) elements for the largest K used (2 GiB at K = 27),
+Memory: the twiddle table holds 2^(K-1) + 1 elements for the largest K used (2 GiB at K = 27),
 built once per device on the GPU and reused, with a stride, for every smaller size.
 """
 
@@ -194,8 +194,10 @@ def plan_h_step(k: int, max_levels: int = TILE_LOG) -> list[Pass]:
     Per input: inverse DIF to bit-reversed coefficients, with the 1/n scaling and the coset
     shift g^j folded into its last pass ("hprep"); coset forward DIT back to natural order on
     the coset (plain butterflies). The last DIT (of c) computes (A*B - C) / Z(g) in its store
-    phase. Finally the coset inverse DIT gathers the natural quotient through bitrev, scales by
-    n^-1 g^-j and leaves canonical form ("coset_inv_canon"). Work buffers: "out" doubles as a's,
+    phase, without the constant 1/Z(g): that factor is folded into the table of the final
+    scaling, which costs the same (one multiplication per element less). Finally the coset
+    inverse DIT gathers the natural quotient through bitrev, scales by n^-1 Z(g)^-1 g^-j and
+    leaves canonical form ("h_final"). Work buffers: "out" doubles as a's,
     "wb" and "wc" are scratch.
     """
     plans: list[Pass] = []
@@ -237,7 +239,7 @@ def plan_h_step(k: int, max_levels: int = TILE_LOG) -> list[Pass]:
         output_order="natural",
         src="wc",
         dst="out",
-        post="coset_inv_canon",
+        post="h_final",
         max_levels=max_levels,
     )
     return plans
@@ -247,7 +249,7 @@ def plan_cost(plans: list[Pass], batch: int = 1) -> tuple[int, int]:
     """(bytes moved through device memory, Montgomery multiplications) of a plan: each pass
     reads and writes every element once (32 B each way; twiddle and factor-table reads, which
     mostly hit L2, are not counted), a radix-2 level costs n/2 multiplications, a factor table
-    2 per element, a constant 1, the quotient 2 plus 2 extra reads."""
+    2 per element, a constant 1, the quotient 1 plus 2 extra reads."""
     nbytes = mults = 0
     for p in plans:
         n = batch << p.k
@@ -256,7 +258,7 @@ def plan_cost(plans: list[Pass], batch: int = 1) -> tuple[int, int]:
         mults += n * (2 * bool(p.flags & F_PRE_TABLE) + 2 * bool(p.flags & F_POST_TABLE))
         mults += n * bool(p.flags & F_POST_CONST)
         if p.flags & F_QUOTIENT:
-            mults += 2 * n
+            mults += n
             nbytes += 2 * n * ELEM_BYTES
     return nbytes, mults
 
@@ -306,7 +308,8 @@ def split_bits(k: int) -> int:
 def factor_table_values(kind: str, k: int) -> tuple[np.ndarray, np.ndarray, int]:
     """(hi, lo, sb) with f(j) = hi[j >> sb] * lo[j & (2^sb-1)] (Montgomery product):
     "coset": g^j; "coset_inv": n^-1 g^-j; "hprep": n^-1 g^j (all Montgomery); and
-    "coset_inv_canon": n^-1 g^-j with lo canonical, so the product leaves canonical form."""
+    "coset_inv_canon": n^-1 g^-j with lo canonical, so the product leaves canonical form;
+    "h_final": as "coset_inv_canon" times Z(g)^-1 = (g^n - 1)^-1 (the H step's last scaling)."""
     n = 1 << k
     sb = split_bits(k)
     g = FR_COSET_GENERATOR
@@ -316,6 +319,7 @@ def factor_table_values(kind: str, k: int) -> tuple[np.ndarray, np.ndarray, int]
         "coset": (g, 1, True),
         "coset_inv": (ginv, ninv, True),
         "coset_inv_canon": (ginv, ninv, False),
+        "h_final": (ginv, ninv * pow((pow(g, n, R) - 1) % R, -1, R), False),
         "hprep": (g, ninv, True),
     }[kind]
     hi = _powers(base, 1 << (k - sb), stride=1 << sb)
@@ -324,19 +328,23 @@ def factor_table_values(kind: str, k: int) -> tuple[np.ndarray, np.ndarray, int]
 
 
 def const_values(k: int) -> np.ndarray:
-    """[n^-1, Z(g)^-1 = (g^n - 1)^-1], Montgomery form: the post_const array."""
+    """[n^-1, Z(g)^-1 = (g^n - 1)^-1], Montgomery form: the post_const array (the H step no
+    longer reads Z(g)^-1 from it: "h_final" carries that factor)."""
     n = 1 << k
     zinv = pow((pow(FR_COSET_GENERATOR, n, R) - 1) % R, -1, R)
     return to_words([pow(n, -1, R), zinv], True)
 
 
 def twiddle_split(K: int) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """(hi, lo, sb, count) with T[i] = hi[i >> sb] * lo[i & mask] = w_K^i for i < count."""
-    count = max(1, 1 << (K - 1))
+    """(hi, lo, sb, count) with T[i] = hi[i >> sb] * lo[i & mask] = w_K^i for i < count =
+    2^(K-1) + 1. The last entry, w^(N/2) = -1, lets the inverse read w^-e = -T[2^(K-1) - e] for
+    e = 0 too, so its butterflies need no run-time sign test (ntt.cuh, ntt_butterfly)."""
+    half = 1 << max(0, K - 1)
+    count = half + 1
     bits = max(0, K - 1)
     sb = (bits + 1) // 2
     w = domain_root(K)
-    hi = _powers(w, max(1, count >> sb), stride=1 << sb)
+    hi = _powers(w, (half >> sb) + 1, stride=1 << sb)
     lo = _powers(w, 1 << sb)
     return to_words(hi, True), to_words(lo, True), sb, count
 

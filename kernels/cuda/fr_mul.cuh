@@ -40,12 +40,12 @@ static_assert(fr_params::m0() == 0xffffffffu, "fr_mul.cuh assumes -r^-1 mod 2^32
 MONT_HD fr_t fr_mul_r(const fr_t& a, const fr_t& b) {
     using namespace mont_detail;
     constexpr int N = 8;
-    uint32_t pe[N + 1], po[N + 1], cc = 0, c0 = 0, tmp = 0;
+    uint32_t pe[N + 1], po[N + 1], cc = 0, c0 = 0;
     MONT_UNROLL for (int j = 0; j <= N; j++) pe[j] = po[j] = 0;
     MONT_UNROLL for (int i = 0; i < N; i++) {
         const uint32_t bi = b.v[i];
         // ---- a * bi: even words into pe (with the carry c0 of the last row's division) ----
-        tmp = add_cc(c0, 0xffffffffu, cc);  // carry flag := (c0 != 0)
+        (void)add_cc(c0, 0xffffffffu, cc);  // carry flag := (c0 != 0)
         pe[0] = madc_lo_cc(a.v[0], bi, pe[0], cc);
         pe[1] = madc_hi_cc(a.v[0], bi, pe[1], cc);
         MONT_UNROLL for (int j = 2; j < N; j += 2) {
@@ -95,10 +95,9 @@ MONT_HD fr_t fr_mul_r(const fr_t& a, const fr_t& b) {
     }
     // total = pe + po + c0 (< 2r), then one conditional subtraction
     uint32_t t[N];
-    tmp = add_cc(c0, 0xffffffffu, cc);
+    (void)add_cc(c0, 0xffffffffu, cc);
     MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(pe[j], po[j], cc);
     const uint32_t top = addc(0, 0, cc);
-    (void)tmp;
     return fr_t::reduce_once(t, top);
 }
 
@@ -127,34 +126,32 @@ MONT_HD fr_t fr_mul_r2(const fr_t& a, const fr_t& b) {
     using namespace mont_detail;
     constexpr int N = 8;
     const uint32_t* A = a.v;
-    uint32_t pe[N + 2], po[N + 2], cc = 0, cw = 0, tmp = 0;
+    uint32_t pe[N + 2], po[N + 2], cc = 0, cw = 0;
     MONT_UNROLL for (int j = 0; j < N + 2; j++) pe[j] = po[j] = 0;
     MONT_UNROLL for (int i = 0; i < N; i += 2) {
         const uint32_t b0 = b.v[i], b1 = b.v[i + 1];
-        // a b_i, even j into pe (carry of the last division in), odd j into po
-        tmp = add_cc(cw, 0xffffffffu, cc);  // carry flag := (cw != 0)
+        // Chain order and carry propagation: pe[8..9] and po[8..9] are 0 here (zeroed by the last
+        // division), so chain 1 ends with pe[8] = its carry (<= 1) and chain 2 ends in po[8]
+        // with no carry out (high word + carry < 2^32); chain A then leaves pe[8] <= 2. The
+        // chains that end at word 9 need no carry out (each accumulator < 2^320). That saves
+        // three carry-propagating additions per double row against propagating every chain.
+        // chain 1: a b_i, even j into pe (carry of the last division in)
+        (void)add_cc(cw, 0xffffffffu, cc);  // carry flag := (cw != 0)
         MONT_UNROLL for (int j = 0; j < N; j += 2) {
             pe[j] = madc_lo_cc(A[j], b0, pe[j], cc);
             pe[j + 1] = madc_hi_cc(A[j], b0, pe[j + 1], cc);
         }
-        pe[N] = addc_cc(pe[N], 0u, cc);
-        pe[N + 1] = addc(pe[N + 1], 0u, cc);
+        pe[N] = addc(pe[N], 0u, cc);
+        // chain 2: a b_i, odd j into po (words 1..8)
         po[1] = mad_lo_cc(A[1], b0, po[1], cc);
         po[2] = madc_hi_cc(A[1], b0, po[2], cc);
-        MONT_UNROLL for (int j = 3; j < N; j += 2) {
+        MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
             po[j] = madc_lo_cc(A[j], b0, po[j], cc);
             po[j + 1] = madc_hi_cc(A[j], b0, po[j + 1], cc);
         }
-        po[N + 1] = addc(po[N + 1], 0u, cc);
-        // a b_{i+1} at word j+1: odd j into pe (words 2..9), even j into po (words 1..8)
-        pe[2] = mad_lo_cc(A[1], b1, pe[2], cc);
-        pe[3] = madc_hi_cc(A[1], b1, pe[3], cc);
-        MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
-            pe[j + 1] = madc_lo_cc(A[j], b1, pe[j + 1], cc);
-            pe[j + 2] = madc_hi_cc(A[j], b1, pe[j + 2], cc);
-        }
-        pe[N] = madc_lo_cc(A[N - 1], b1, pe[N], cc);
-        pe[N + 1] = madc_hi(A[N - 1], b1, pe[N + 1], cc);
+        po[N - 1] = madc_lo_cc(A[N - 1], b0, po[N - 1], cc);
+        po[N] = madc_hi(A[N - 1], b0, po[N], cc);
+        // chain 4: a b_{i+1} at word j+1, even j into po (words 1..8)
         po[1] = mad_lo_cc(A[0], b1, po[1], cc);
         po[2] = madc_hi_cc(A[0], b1, po[2], cc);
         MONT_UNROLL for (int j = 2; j < N; j += 2) {
@@ -162,7 +159,8 @@ MONT_HD fr_t fr_mul_r2(const fr_t& a, const fr_t& b) {
             po[j + 2] = madc_hi_cc(A[j], b1, po[j + 2], cc);
         }
         po[N + 1] = addc(po[N + 1], 0u, cc);
-        // m = -(T + T 2^32) mod 2^64, T = low 64 bits of pe + po
+        // m = -(T + T 2^32) mod 2^64, T = low 64 bits of pe + po (chain 3 below only touches
+        // words 2..9, so T is final here)
         const uint32_t t0 = add_cc(pe[0], po[0], cc);
         const uint32_t t1 = addc(pe[1], po[1], cc);
         const uint32_t m_lo = sub_cc(0u, t0, cc);
@@ -172,16 +170,24 @@ MONT_HD fr_t fr_mul_r2(const fr_t& a, const fr_t& b) {
         const uint32_t y_hi = subc(m_lo, 0u, cc);
         const uint32_t x_lo = sub_cc(0u, m_hi, cc);
         const uint32_t x_hi = subc(m_hi, 0u, cc);
-        // pe += m (words 0-1: m_lo r_0, m_hi r_0) + m_lo r_{2,4,6}
+        // chain A: pe += m (words 0-1: m_lo r_0, m_hi r_0) + m_lo r_{2,4,6}
         pe[0] = add_cc(pe[0], m_lo, cc);
         pe[1] = addc_cc(pe[1], m_hi, cc);
         MONT_UNROLL for (int j = 2; j < N; j += 2) {
             pe[j] = madc_lo_cc(m_lo, FR_MOD(j), pe[j], cc);
             pe[j + 1] = madc_hi_cc(m_lo, FR_MOD(j), pe[j + 1], cc);
         }
-        pe[N] = addc_cc(pe[N], 0u, cc);
-        pe[N + 1] = addc(pe[N + 1], 0u, cc);
-        // pe += m_hi r_1 (words 2-3) + m_hi r_{3,5,7} (words 4..9)
+        pe[N] = addc(pe[N], 0u, cc);
+        // chain 3: a b_{i+1} at word j+1, odd j into pe (words 2..9)
+        pe[2] = mad_lo_cc(A[1], b1, pe[2], cc);
+        pe[3] = madc_hi_cc(A[1], b1, pe[3], cc);
+        MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
+            pe[j + 1] = madc_lo_cc(A[j], b1, pe[j + 1], cc);
+            pe[j + 2] = madc_hi_cc(A[j], b1, pe[j + 2], cc);
+        }
+        pe[N] = madc_lo_cc(A[N - 1], b1, pe[N], cc);
+        pe[N + 1] = madc_hi(A[N - 1], b1, pe[N + 1], cc);
+        // chain B: pe += m_hi r_1 (words 2-3) + m_hi r_{3,5,7} (words 4..9)
         pe[2] = add_cc(pe[2], x_lo, cc);
         pe[3] = addc_cc(pe[3], x_hi, cc);
         MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
@@ -190,7 +196,7 @@ MONT_HD fr_t fr_mul_r2(const fr_t& a, const fr_t& b) {
         }
         pe[N] = madc_lo_cc(m_hi, FR_MOD(N - 1), pe[N], cc);
         pe[N + 1] = madc_hi(m_hi, FR_MOD(N - 1), pe[N + 1], cc);
-        // po += m_lo r_1 (words 1-2) + m_lo r_{3,5,7} (words 3..8)
+        // chain C: po += m_lo r_1 (words 1-2) + m_lo r_{3,5,7} (words 3..8)
         po[1] = add_cc(po[1], y_lo, cc);
         po[2] = addc_cc(po[2], y_hi, cc);
         MONT_UNROLL for (int j = 3; j < N; j += 2) {
@@ -198,7 +204,7 @@ MONT_HD fr_t fr_mul_r2(const fr_t& a, const fr_t& b) {
             po[j + 1] = madc_hi_cc(m_lo, FR_MOD(j), po[j + 1], cc);
         }
         po[N + 1] = addc(po[N + 1], 0u, cc);
-        // po += m_hi r_{2,4,6} (words 3..8)
+        // chain D: po += m_hi r_{2,4,6} (words 3..8)
         po[3] = mad_lo_cc(m_hi, FR_MOD(2), po[3], cc);
         po[4] = madc_hi_cc(m_hi, FR_MOD(2), po[4], cc);
         MONT_UNROLL for (int j = 4; j < N; j += 2) {
@@ -215,10 +221,9 @@ MONT_HD fr_t fr_mul_r2(const fr_t& a, const fr_t& b) {
         pe[N] = pe[N + 1] = po[N] = po[N + 1] = 0;
     }
     uint32_t t[N];
-    tmp = add_cc(cw, 0xffffffffu, cc);
+    (void)add_cc(cw, 0xffffffffu, cc);
     MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(pe[j], po[j], cc);
     const uint32_t top = addc(0, 0, cc);
-    (void)tmp;
     return fr_t::reduce_once(t, top);
 }
 
