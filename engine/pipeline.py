@@ -123,6 +123,7 @@ class Attempt:
     forced: bool = False
     verified: bool | None = None
     scalars_block: Block | None = None  # the aux scalars on the device (CUDA runner)
+    abc_at_tau: tuple[int, int, int] | None = None  # A, B, C at tau, for the check (CUDA)
 
 
 @dataclass
@@ -234,9 +235,10 @@ class PartitionRunner:
             prestaged = att.prestage == "ok"
             if prestaged:
                 with self._phase(att, "upload"):
-                    a = dev.upload(w.a, d_a)
-                    b = dev.upload(w.b, d_bc)
-                    c = dev.upload(w.c, d_bc, offset=int(w.b.nbytes))
+                    a = dev.upload(w.a, d_a, pinned=w.pinned)
+                    b = dev.upload(w.b, d_bc, pinned=w.pinned)
+                    c = dev.upload(w.c, d_bc, offset=int(w.b.nbytes), pinned=w.pinned)
+                    self._inputs_on_device(att, a, b, c)
             with self._phase(att, "mutex_wait"):
                 t0 = time.monotonic_ns()
                 self.mutex.acquire()
@@ -247,6 +249,7 @@ class PartitionRunner:
             if not prestaged:
                 with self._phase(att, "fallback_upload"):
                     d_a, d_bc, a, b, c = self._fallback_upload(att, w)
+                    self._inputs_on_device(att, a, b, c)
             with self._phase(att, "h_step"):
                 h = self.ctx.backend.h_step(a, b, c)  # stays on the device for msm_h
                 del b, c
@@ -263,7 +266,7 @@ class PartitionRunner:
             with self._phase(att, "copy_back"):
                 results = {q: dev.download(r) for q, r in results.items()}
                 # H leaves the device only for a check: the device copy dies with d_a below
-                h = self._download_h(h) if self._verifies(att) else None
+                h = self._h_for_check(h) if self._verifies(att) else None
                 del scalars
                 self._free(att, d_a)
                 self._free_scalars(att)
@@ -342,7 +345,12 @@ class PartitionRunner:
     def _free_scalars(self, att: Attempt) -> None:
         """Give back what :meth:`_msm_scalars` allocated."""
 
-    def _download_h(self, h: Any) -> Any:
+    def _inputs_on_device(self, att: Attempt, a: Any, b: Any, c: Any) -> None:
+        """Called once a, b, c are on the device, before the H step overwrites them."""
+
+    def _h_for_check(self, h: Any) -> Any:
+        """What the check needs of H before its device copy is freed: here the coefficients
+        on the host."""
         return self.device.download(h)
 
     def _verifies(self, att: Attempt) -> bool:
@@ -362,10 +370,15 @@ class PartitionRunner:
         """Exact identities (known SRS secrets): the H step, then every MSM."""
         if not self._verifies(att):
             return None
-        return self._exact_checks(w, h, self._scalars(w, h), results)
+        return self._exact_checks(att, w, h, self._scalars(w, h), results)
 
     def _exact_checks(
-        self, w: Witness, h: Any, scalars: dict[str, Any], results: dict[str, np.ndarray]
+        self,
+        att: Attempt,
+        w: Witness,
+        h: Any,
+        scalars: dict[str, Any],
+        results: dict[str, np.ndarray],
     ) -> bool:
         """The checks of ``kernels.cpu.srs`` on the host (the CPU reference's speed)."""
         from kernels.cpu.srs import check_h_identity, check_msm_identity

@@ -7,10 +7,9 @@ valid and of the right shape, so each worker makes it on its own device, chunk b
 hundred MiB of device memory through the engine's allocator), and copies it into host buffers
 that stay page-locked for the worker's life: the pinned pool of the pre-stage (the issue's
 alternative to cudaHostRegister per partition), so the pre-stage upload runs at full copy
-speed and needs no registration. The same buffers hold the downloaded H of a verified
-partition. The distribution is the one the CPU path draws (a, b uniform below 2^254, c = a*b,
-the aux mix of zeros, ones and dense scalars), and the values are labelled synthetic like
-the CPU ones.
+speed and needs no registration. The distribution is the CPU path's (a, b uniform below
+2^254, c = a*b, the aux mix of zeros, ones and dense scalars), and the values are labelled
+synthetic like the CPU ones.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ CHUNK = 1 << 21  # elements per device round trip: 3 x 64 MiB of device memory f
 
 
 class PinnedBuffers:
-    """One worker's page-locked host buffers for a, b, c (n rows), z (m rows) and H; made at
+    """One worker's page-locked host buffers for a, b, c (n rows) and z (m rows); made at
     the worker's first partition and reused for every later one (the worker runs one
     partition at a time, and a witness is dropped before the next is made)."""
 
@@ -34,11 +33,10 @@ class PinnedBuffers:
 
         self.abc = pinned_empty((3, n, 4))
         self.z = pinned_empty((m, 4))
-        self.h = pinned_empty((n, 4))
 
     @property
     def nbytes(self) -> int:
-        return int(self.abc.nbytes + self.z.nbytes + self.h.nbytes)
+        return int(self.abc.nbytes + self.z.nbytes)
 
 
 def _seed(seed: int, stream: int, lo: int) -> int:

@@ -32,8 +32,18 @@ def _module() -> Any:
     return load_module("fr_check.cu")
 
 
+# Blocks per launch: 4 per SM of an H200 (132 SMs) keeps every SM busy; the kernels' grid-stride
+# loops cover any count with it, and each sum ends as at most GRID partials.
+GRID = 4 * 132
+
+
 def _grid(count: int) -> int:
-    return max(1, -(-count // (K * BLOCK)))
+    return max(1, min(GRID, -(-count // (K * BLOCK))))
+
+
+def _acc(cupy: Any, nsum: int) -> Any:
+    """The per-block accumulators a check's launches add into (zeroed once)."""
+    return cupy.zeros((GRID * nsum, 4), dtype=np.uint64)
 
 
 def _is_host(x: Any) -> bool:
@@ -78,6 +88,40 @@ def powers(
     return out
 
 
+def dot_powers_prefixes(
+    values: Any,
+    terms: list[tuple[int, int]],
+    *,
+    montgomery: bool = False,
+    chunk: int = DEFAULT_CHUNK,
+    stream: Any = None,
+    allocator: Any = None,
+) -> list[int]:
+    """For each (sigma, m) in ``terms``: sum_{i < m} v_i sigma^i mod r, in one pass over
+    ``values`` (rows canonical unless ``montgomery``; host or device). The L, A and B-G1
+    MSMs read prefixes of one aux vector, so their three checks share one upload of it."""
+    cupy = require_cupy()
+    fn = _module().get_function("fr_dot_powers")
+    rows = int(values.shape[0])
+    for _sigma, m in terms:
+        if not 0 <= m <= rows:
+            raise ValueError(f"prefix of {m} rows asked of {rows}")
+    end = max((m for _s, m in terms), default=0)
+    with on_stream(stream, allocator):
+        accs = [_acc(cupy, 1) for _ in terms]
+        sigmas = [cupy.asarray(fr_to_limbs([sigma % R])) for sigma, _m in terms]
+        for lo in range(0, end, chunk):
+            hi = min(end, lo + chunk)
+            part = _device_chunk(cupy, values, lo, hi)
+            for acc, d_sigma, (_sigma, m) in zip(accs, sigmas, terms, strict=True):
+                count = min(hi, m) - lo
+                if count > 0:
+                    fn((_grid(count),), (BLOCK,),
+                       (acc, part, d_sigma, np.uint64(lo), np.uint64(count)))  # fmt: skip
+            del part
+        return [_sum_partials(acc, 1, montgomery)[0] for acc in accs]
+
+
 def dot_powers(
     values: Any,
     sigma: int,
@@ -89,22 +133,9 @@ def dot_powers(
 ) -> int:
     """sum_i v_i sigma^i mod r for ``(m, 4)`` rows ``values`` (canonical unless
     ``montgomery``), host or device: <k, s> of the MSM identity, or h(tau)."""
-    cupy = require_cupy()
-    fn = _module().get_function("fr_dot_powers")
-    m = int(values.shape[0])
-    total = 0
-    with on_stream(stream, allocator) as s:
-        d_sigma = cupy.asarray(fr_to_limbs([sigma % R]))
-        for lo in range(0, m, chunk):
-            hi = min(m, lo + chunk)
-            part = _device_chunk(cupy, values, lo, hi)
-            grid = _grid(hi - lo)
-            partials = cupy.empty((grid, 4), dtype=np.uint64)
-            fn((grid,), (BLOCK,), (partials, part, d_sigma, np.uint64(lo), np.uint64(hi - lo)),
-               stream=s)  # fmt: skip
-            total += _sum_partials(partials, 1, montgomery)[0]
-            del part, partials
-    return total % R
+    terms = [(sigma, int(values.shape[0]))]
+    kw = {"montgomery": montgomery, "chunk": chunk, "stream": stream, "allocator": allocator}
+    return dot_powers_prefixes(values, terms, **kw)[0]
 
 
 def interpolants_at(
@@ -133,19 +164,17 @@ def interpolants_at(
         return tuple(evaluate_interpolant(rows, x))  # type: ignore[return-value]
     fn = _module().get_function("fr_barycentric3")
     k = n.bit_length() - 1
-    sums = [0, 0, 0]
     with on_stream(stream, allocator) as s:
         consts = cupy.asarray(fr_to_limbs([domain_root(k), x]))
+        acc = _acc(cupy, 3)
         for lo in range(0, n, chunk):
             hi = min(n, lo + chunk)
             parts = [_device_chunk(cupy, v, lo, hi) for v in (a, b, c)]
-            grid = _grid(hi - lo)
-            partials = cupy.empty((grid * 3, 4), dtype=np.uint64)
-            fn((grid,), (BLOCK,), (partials, *parts, consts, np.uint64(lo), np.uint64(hi - lo)),
-               stream=s)  # fmt: skip
-            for j, v in enumerate(_sum_partials(partials, 3, montgomery=True)):
-                sums[j] += v
-            del parts, partials
+            fn((_grid(hi - lo),), (BLOCK,),
+               (acc, *parts, consts, np.uint64(lo), np.uint64(hi - lo)))  # fmt: skip
+            del parts
+        sums = _sum_partials(acc, 3, montgomery=True)
+        s.synchronize()
     scale = zx * pow(n, -1, R) % R
     return tuple(v * scale % R for v in sums)  # type: ignore[return-value]
 
@@ -168,4 +197,11 @@ def check_msm_identity(sigma: int, scalars: Any, result: Any, **kw: Any) -> bool
     return scalar_mul(GENERATOR, e) == result
 
 
-__all__ = ["check_h_identity", "check_msm_identity", "dot_powers", "interpolants_at", "powers"]
+__all__ = [
+    "check_h_identity",
+    "check_msm_identity",
+    "dot_powers",
+    "dot_powers_prefixes",
+    "interpolants_at",
+    "powers",
+]

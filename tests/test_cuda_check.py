@@ -119,3 +119,18 @@ def test_msm_identity_against_known_secrets(cp, chk):
     assert chk.check_msm_identity(sigma, rows, res)
     assert not chk.check_msm_identity(sigma, rows, g1.affine_double(res))
     assert not chk.check_msm_identity((sigma + 1) % R, rows, res)
+
+
+def test_dot_powers_prefixes_share_one_pass(cp, chk):
+    rng = random.Random()
+    m = 3000
+    vals = random_fr(m, rng)
+    rows = fr_to_limbs(vals, montgomery=False)
+    terms = [(rng.randrange(R), k) for k in (m, 1234, 1, 0, 2999)]
+    want = [
+        sum(v * s for v, s in zip(vals[:k], cpu_powers(sigma, k), strict=True)) % R
+        for sigma, k in terms
+    ]
+    assert chk.dot_powers_prefixes(rows, terms, chunk=777) == want
+    with pytest.raises(ValueError, match="prefix"):
+        chk.dot_powers_prefixes(rows, [(1, m + 1)])

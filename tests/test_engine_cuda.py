@@ -638,7 +638,7 @@ def test_gpu_upload_async_overlaps_and_refuses_pageable(cp, device):
     # a pinned-pool array is uploaded without a registration attempt
     ok, fb, _ = device.registration_report()
     blk = device.malloc(rows.nbytes, "raw", "prestage")
-    got = device.upload(pinned, blk)
+    got = device.upload(pinned, blk, pinned=True)
     assert np.array_equal(device.download(got), rows)
     assert device.registration_report()[:2] == (ok, fb)
     device.free(blk)

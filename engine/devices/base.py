@@ -101,9 +101,19 @@ class Device(ABC):
             self.pinned_host = max(0, self.pinned_host - int(nbytes))
 
     @abstractmethod
-    def upload(self, host: Any, block: Block, *, offset: int = 0, chunk: int | None = None) -> Any:
+    def upload(
+        self,
+        host: Any,
+        block: Block,
+        *,
+        offset: int = 0,
+        chunk: int | None = None,
+        pinned: bool = False,
+    ) -> Any:
         """Copy the host array ``host`` into ``block`` at byte ``offset`` (in pieces of at most
-        ``chunk`` bytes when given) and return the device-side array the kernels take."""
+        ``chunk`` bytes when given) and return the device-side array the kernels take.
+        ``pinned``: the caller's buffer is page-locked already (a pinned pool), so a device
+        that registers host memory for the copy must not try to."""
 
     @abstractmethod
     def download(self, array: Any) -> Any:

@@ -398,7 +398,15 @@ class CudaDevice(Device):
 
     # -- copies -------------------------------------------------------------------------------
 
-    def upload(self, host: Any, block: Block, *, offset: int = 0, chunk: int | None = None) -> Any:
+    def upload(
+        self,
+        host: Any,
+        block: Block,
+        *,
+        offset: int = 0,
+        chunk: int | None = None,
+        pinned: bool = False,
+    ) -> Any:
         """Copy ``host`` into ``block`` at ``offset`` on this worker's upload stream; the
         compute stream waits for it (an event), and the call returns once the copy is done
         (so the host array can be unregistered and the phase time is the copy's). Whole
@@ -421,7 +429,7 @@ class CudaDevice(Device):
         if chunk and chunk < nbytes:
             self._upload_chunked(host, dst, int(chunk), st)
         else:
-            registered = not self.is_pinned(host) and self._register(host)
+            registered = not pinned and self._register(host)
             try:
                 self.rt.memcpyAsync(dst.data.ptr, host.ctypes.data, nbytes, H2D, st.upload.ptr)
                 st.upload.synchronize()

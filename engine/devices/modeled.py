@@ -152,7 +152,15 @@ class ModeledDevice(Device):
             "modeled": True,
         }
 
-    def upload(self, host: Any, block: Block, *, offset: int = 0, chunk: int | None = None) -> Any:
+    def upload(
+        self,
+        host: Any,
+        block: Block,
+        *,
+        offset: int = 0,
+        chunk: int | None = None,
+        pinned: bool = False,
+    ) -> Any:
         """A real copy of ``host`` (the cpu backend's "device" is host memory), made piece by
         piece when ``chunk`` is given, so the upload phases cost what a copy of those bytes
         costs. The block is only checked for room: the model keeps no bytes in it."""

@@ -3,7 +3,10 @@
 // 2^27-element check needs a few hundred MiB of device memory, not 4 GiB per vector.
 //
 // Every array is Fr, 8 little-endian 32-bit words per element (= the (n, 4) uint64 layout).
-// Each kernel writes one partial sum per block; the host adds the partials (a few thousand).
+// The sum kernels loop over groups of CHECK_K elements with a grid stride and add one partial
+// sum per block into acc[block] (acc zeroed once by the host, kept across chunk launches on
+// one stream), so a whole check ends with one small copy of at most GRID partials per sum
+// (GRID in kernels/cuda_check.py).
 #include "fields.cuh"
 
 // Elements per thread. The barycentric kernel shares one inversion among them (Montgomery's
@@ -34,10 +37,10 @@ __device__ __forceinline__ fr_t chk_pow64(const fr_t& base, unsigned long long e
     return base.pow(w, 64);
 }
 
-// Adds the blockDim.x values of each of `nsum` shared arrays; thread 0 writes them to
-// out[blockIdx.x * nsum + j]. blockDim.x must be a power of two (CHECK_BLOCK).
+// Adds the blockDim.x values of each of `nsum` shared arrays; thread 0 adds them to
+// acc[blockIdx.x * nsum + j]. blockDim.x must be a power of two (CHECK_BLOCK).
 template <int NSUM>
-__device__ void chk_block_sum(fr_t (*sm)[CHECK_BLOCK], fr_t* out) {
+__device__ void chk_block_sum(fr_t (*sm)[CHECK_BLOCK], fr_t* acc) {
     for (int half = blockDim.x / 2; half > 0; half >>= 1) {
         __syncthreads();
         if (threadIdx.x < half) {
@@ -47,7 +50,10 @@ __device__ void chk_block_sum(fr_t (*sm)[CHECK_BLOCK], fr_t* out) {
     }
     if (threadIdx.x == 0) {
         #pragma unroll
-        for (int j = 0; j < NSUM; j++) chk_store(out + blockIdx.x * NSUM + j, sm[j][0]);
+        for (int j = 0; j < NSUM; j++) {
+            fr_t* slot = acc + blockIdx.x * NSUM + j;
+            chk_store(slot, chk_load(slot) + sm[j][0]);
+        }
     }
 }
 
@@ -66,41 +72,43 @@ extern "C" __global__ void fr_powers_range(fr_t* out, const fr_t* basep, unsigne
     }
 }
 
-// Partial sums of v[j] * sigma^(start + j), j < count: <k, s> for the MSM identity
+// Partial sums of v[j] * sigma^(start + j), j < count, added into acc: <k, s> for the MSM identity
 // (v canonical scalars: a Montgomery product with the Montgomery power is then canonical) and
 // h(tau) for the H identity (v = h's canonical coefficients). One value per block.
 extern "C" __global__ void __launch_bounds__(CHECK_BLOCK)
-    fr_dot_powers(fr_t* out, const fr_t* v, const fr_t* sigmap, unsigned long long start,
+    fr_dot_powers(fr_t* acc, const fr_t* v, const fr_t* sigmap, unsigned long long start,
                   unsigned long long count) {
     __shared__ fr_t sm[1][CHECK_BLOCK];
-    const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned long long j0 = t * CHECK_K;
-    fr_t acc = fr_t::zero();
-    if (j0 < count) {
-        const fr_t sigma = chk_load(sigmap);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * CHECK_K;
+    const fr_t sigma = chk_load(sigmap);
+    fr_t sum = fr_t::zero();
+    for (unsigned long long j0 = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) *
+                                 CHECK_K;
+         j0 < count; j0 += stride) {
         fr_t x = chk_pow64(sigma, start + j0);
         for (int k = 0; k < CHECK_K && j0 + k < count; k++) {
-            acc += chk_load(v + j0 + k) * x;
+            sum += chk_load(v + j0 + k) * x;
             x *= sigma;
         }
     }
-    sm[0][threadIdx.x] = acc;
-    chk_block_sum<1>(sm, out);
+    sm[0][threadIdx.x] = sum;
+    chk_block_sum<1>(sm, acc);
 }
 
-// Partial sums of the barycentric form of three polynomials given by their evaluations on the
+// Partial sums (added into acc) of the barycentric form of three polynomials given by their evaluations on the
 // domain <omega>: sum_j v[j] * w_i / (tau - w_i), w_i = omega^i, i = start + j, for v = a, b, c
 // (Montgomery). The host multiplies by (tau^n - 1) / n to get A(tau), B(tau), C(tau). tau must
 // not be a domain point (the host checks tau^n != 1). consts = [omega, tau] (Montgomery).
 extern "C" __global__ void __launch_bounds__(CHECK_BLOCK)
-    fr_barycentric3(fr_t* out, const fr_t* a, const fr_t* b, const fr_t* c, const fr_t* consts,
+    fr_barycentric3(fr_t* acc, const fr_t* a, const fr_t* b, const fr_t* c, const fr_t* consts,
                     unsigned long long start, unsigned long long count) {
     __shared__ fr_t sm[3][CHECK_BLOCK];
-    const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned long long j0 = t * CHECK_K;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * CHECK_K;
+    const fr_t omega = chk_load(consts), tau = chk_load(consts + 1);
     fr_t sa = fr_t::zero(), sb = fr_t::zero(), sc = fr_t::zero();
-    if (j0 < count) {
-        const fr_t omega = chk_load(consts), tau = chk_load(consts + 1);
+    for (unsigned long long j0 = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) *
+                                 CHECK_K;
+         j0 < count; j0 += stride) {
         const int m = (count - j0) < CHECK_K ? (int)(count - j0) : CHECK_K;
         fr_t w[CHECK_K], pre[CHECK_K];
         fr_t x = chk_pow64(omega, start + j0);
@@ -127,5 +135,5 @@ extern "C" __global__ void __launch_bounds__(CHECK_BLOCK)
     sm[0][threadIdx.x] = sa;
     sm[1][threadIdx.x] = sb;
     sm[2][threadIdx.x] = sc;
-    chk_block_sum<3>(sm, out);
+    chk_block_sum<3>(sm, acc);
 }
