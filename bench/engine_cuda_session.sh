@@ -4,6 +4,7 @@
 #   python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')"
 #   bash bench/engine_cuda_session.sh smoke     # gpu tests + one small engine run + summary
 #   bash bench/engine_cuda_session.sh probe     # gpu tests + 2^24 and one porep-32g proof
+#   bash bench/engine_cuda_session.sh uncapped  # gpu tests + acceptance run 3 (no memory cap)
 #   bash bench/engine_cuda_session.sh naive     # acceptance run 1 (16 GiB, naive)
 #   bash bench/engine_cuda_session.sh aware     # acceptance runs 2 and 3 (16 GiB / uncapped)
 #   bash bench/engine_cuda_session.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
@@ -32,7 +33,7 @@ bench() {  # name, timeout (s), bench pipeline flags...
     $TIME timeout "$limit" $P bench pipeline --backend cuda \
         --record "$W/$name.pvtrec" --out "$W/$name.json" "$@" >"$W/$name.log" 2>&1
     echo "rc=$?" >>"$W/$name.log"
-    grep -v "^\s" "$W/$name.log" | grep -v "^\s*$" | head -n 12 | tee -a "$TABLES"
+    grep -v "^\s*$" "$W/$name.log" | grep -v "^\s[A-Z]" | head -n 12 | tee -a "$TABLES"
     grep -E "Maximum resident|Elapsed" "$W/$name.log" | tee -a "$TABLES"
     $P summary "$W/$name.pvtrec" >"$W/$name.summary.txt" 2>&1
     $P summary --json "$W/$name.pvtrec" >"$W/$name.summary.json" 2>&1
@@ -44,6 +45,10 @@ gpu_tests() {  # timeout (s), test files...
     tail -n 15 "$W/pytest.txt" | tee -a "$TABLES"
 }
 case "$MODE" in
+uncapped)
+    gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
+    bench aware 400 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
+    ;;
 smoke)
     gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
     bench smoke 60 --preset small --proofs 1
@@ -52,6 +57,10 @@ probe)
     gpu_tests 200 tests/test_engine_cuda.py tests/test_cuda_check.py
     bench k24 150 --preset porep-32g --domain-log 24 --proofs 1 --partitions 4 --verify always
     bench porep1 300 --preset porep-32g --proofs 1 --partitions 4
+    ;;
+uncapped)
+    gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
+    bench aware 400 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     ;;
 naive)
     bench naive16 560 --preset porep-32g --proofs 2 --device-memory 16GiB \
