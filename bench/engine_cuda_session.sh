@@ -58,10 +58,6 @@ probe)
     bench k24 150 --preset porep-32g --domain-log 24 --proofs 1 --partitions 4 --verify always
     bench porep1 300 --preset porep-32g --proofs 1 --partitions 4
     ;;
-uncapped)
-    gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
-    bench aware 400 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
-    ;;
 naive)
     bench naive16 560 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
