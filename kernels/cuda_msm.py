@@ -10,7 +10,9 @@ into equal chunks of entries (so very uneven buckets cost no more than uniform o
 multi-level segmented reduction of the partial sums, a parallel running-sum bucket reduction per
 window, and the window combination (c doublings per window) on the host. Scalars equal to 0 are
 skipped; scalars equal to 1 go to one extra bucket, which the balanced accumulation sums like any
-other (the "batch addition" path: half of a real witness lands there).
+other (half of a real witness lands there), or, when enabled (:data:`AFFINE_MIN_PAIRS`), which
+affine pairing passes with one batched inversion per thread batch halve first (the batch-addition
+path; measured no faster on the H200, so off by default: bench/msm_notes.md, run 6).
 
 Layout (``kernels/backend.py``): points ``(n, 12)`` uint64 affine Montgomery, scalars ``(n, 4)``
 uint64 canonical; the result is one affine point as a numpy ``(12,)`` array.
@@ -52,12 +54,20 @@ MIN_WINDOW, MAX_WINDOW = 4, 23
 MADD_MULS, BUCKET_MULS = 10, 28
 # Affine pairing passes (msm.cuh, 4a): each output costs ~6M + (one inversion) / NB, and one
 # Fermat inversion is ~575M (384 squarings, ~190 products), so NB = 512 elements per batch leave
-# ~1.1M per addition against 10M for an XYZZ mixed addition. A pass pays only with enough pairs
-# to give every thread of a full GPU (2^16 threads: 132 SMs x 2 blocks of 256 at 122 registers)
-# long batches: AFFINE_MIN_PAIRS = 2^16 threads x 128 (inversion <= 4.5M per addition).
+# ~1.1M per addition against 10M for an XYZZ mixed addition. A pass can pay only with enough
+# pairs to give every thread of a full GPU (2^16 threads: 132 SMs x 2 blocks of 256 at 122
+# registers) long batches: 2^16 threads x 128 = 2^23 pairs (inversion <= 4.5M per addition).
+# Measured on the H200 (bench/msm_notes.md, run 6) a pass costs what the XYZZ additions it
+# replaces cost (0.41-0.46 ns per addition either way) and needs 96 bytes per output point, so
+# the ones take the affine path only when asked (PROVETOP_MSM_AFFINE_MIN_PAIRS, e.g. 8388608);
+# the default (2^40) never starts a pass.
 AFFINE_THREADS = 1 << 16
 AFFINE_NB_MAX = 512
-AFFINE_MIN_PAIRS = int(os.environ.get("PROVETOP_MSM_AFFINE_MIN_PAIRS", 1 << 23))
+AFFINE_MIN_PAIRS = int(os.environ.get("PROVETOP_MSM_AFFINE_MIN_PAIRS", 1 << 40))
+# Windows per launch of the two counting-sort kernels (0: all in one launch). Fewer windows per
+# launch keep the counters they hit (B per window) in L2, at the price of reading the scalars
+# once per launch; run 7 in bench/msm_notes.md measures it.
+SORT_GROUP = int(os.environ.get("PROVETOP_MSM_SORT_GROUP", "0"))
 # Passes over the dense buckets too (not only the ones): every pass materialises the halved
 # entry list as affine points (96 bytes each), so at 2^27 the first would need ~77 GB; off by
 # default, bench/msm_notes.md has the measurement that decides it.
@@ -389,8 +399,11 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     if n == 0:
         return out
     counts = cupy.zeros(p.K + 1, dtype=np.uint32)
-    args = (scalars, _u32(n), _u32(c), _u32(p.W), counts)
-    _launch(mod.get_function("msm_count"), n, args, stream)
+    g = SORT_GROUP or p.W
+    groups = [(w, min(w + g, p.W)) for w in range(0, p.W, g)]
+    for w_lo, w_hi in groups:
+        args = (scalars, _u32(n), _u32(c), _u32(p.W), _u32(w_lo), _u32(w_hi), counts)
+        _launch(mod.get_function("msm_count"), n, args, stream)
     offs = cupy.empty(p.K + 1, dtype=np.uint32)
     offs[0] = 0
     offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
@@ -402,12 +415,9 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     cursor = offs[: p.K].copy()
     del counts
     sorted_e = cupy.empty(m, dtype=np.uint32)
-    _launch(
-        mod.get_function("msm_scatter"),
-        n,
-        (scalars, _u32(n), _u32(c), _u32(p.W), cursor, sorted_e),
-        stream,
-    )
+    for w_lo, w_hi in groups:
+        args = (scalars, _u32(n), _u32(c), _u32(p.W), _u32(w_lo), _u32(w_hi), cursor, sorted_e)
+        _launch(mod.get_function("msm_scatter"), n, args, stream)
     del cursor
     mark("scatter")
     buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)

@@ -74,11 +74,20 @@ FIELDS = {
 
 # the default multiplication (even/odd carry chains with the roles swapped every row, exactly
 # as on the GPU) and the alternatives kept for comparison
-MUL_VARIANTS = ["", "-DMONT_PORTABLE", "-DMONT_MUL_SPLIT", "-DMONT_MUL_EVENODD_FIXED"]
+# (and the opt-in dedicated squaring)
+MUL_VARIANTS = [
+    "",
+    "-DMONT_PORTABLE",
+    "-DMONT_MUL_SPLIT",
+    "-DMONT_MUL_EVENODD_FIXED",
+    "-DMONT_SQR_SOS",
+]
 
 
 @pytest.fixture(
-    scope="module", params=MUL_VARIANTS, ids=["evenodd", "portable", "split", "evenodd-fixed"]
+    scope="module",
+    params=MUL_VARIANTS,
+    ids=["evenodd", "portable", "split", "evenodd-fixed", "sqr-sos"],
 )
 def harness(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")

@@ -366,7 +366,123 @@ struct mont_t {
 #endif
     }
 
-    MONT_HD mont_t sqr() const { return *this * *this; }
+    // One reduction-only row (the second half of cios_row): m makes word 0 of pe + po + c0
+    // vanish, m * mod is added (even pairs into pe with the carry c0 in, odd pairs into po),
+    // then both drop word 0 and c0 becomes the carry out of it.
+    MONT_HD static void redc_row(uint32_t* pe, uint32_t* po, uint32_t& c0) {
+        using namespace mont_detail;
+        uint32_t cc = 0, tmp;
+        const uint32_t m = (pe[0] + po[0] + c0) * P::m0();
+        tmp = add_cc(c0, 0xffffffffu, cc);  // carry flag := (c0 != 0)
+        (void)tmp;
+        MONT_UNROLL for (int j = 0; j < N; j += 2) {
+            pe[j] = madc_lo_cc(m, P::mod(j), pe[j], cc);
+            pe[j + 1] = madc_hi_cc(m, P::mod(j), pe[j + 1], cc);
+        }
+        pe[N] = addc(pe[N], 0, cc);
+        po[1] = mad_lo_cc(m, P::mod(1), po[1], cc);
+        po[2] = madc_hi_cc(m, P::mod(1), po[2], cc);
+        MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
+            po[j] = madc_lo_cc(m, P::mod(j), po[j], cc);
+            po[j + 1] = madc_hi_cc(m, P::mod(j), po[j + 1], cc);
+        }
+        po[N - 1] = madc_lo_cc(m, P::mod(N - 1), po[N - 1], cc);
+        po[N] = madc_hi(m, P::mod(N - 1), po[N], cc);
+        c0 = pe[0] != 0;  // pe[0] + po[0] is 0 or 2^32: the carry is 0 or 1
+        MONT_UNROLL for (int j = 0; j < N; j++) {
+            pe[j] = pe[j + 1];
+            po[j] = po[j + 1];
+        }
+        pe[N] = po[N] = 0;
+    }
+
+    // Squaring. Default: the square D = a^2 (2N words) from the N(N-1)/2 cross products, doubled,
+    // plus the N diagonal ones (N(N+1)/2 word products instead of N^2: 78 against 144 for Fp),
+    // then Montgomery reduction: REDC(D) = REDC(D_lo) + D_hi (mod m) with D = D_lo + D_hi R.
+    // The cross products a_i a_j (i < j) go to word pairs (i+j, i+j+1): those with i+j even
+    // into E, odd into O, so each row i is one carry chain per accumulator over disjoint adjacent
+    // pairs at fixed register pairs (no moves). Bounds: after row i, E + O < 2^(32(i+N+1)), so
+    // no carry leaves word i+N; D < m^2 gives D_hi < m - 1, and REDC(D_lo) (the reduction-only
+    // rows of the multiplication, from D_lo < R) is at most m, so REDC(D_lo) + D_hi < 2m and
+    // one conditional subtraction finishes.
+    // Opt-in (MONT_SQR_SOS): in the SASS (nvcc 13.0, sm_90) the Fp squaring has 221 wide products
+    // instead of 288 but ~190 other instructions instead of ~100 (the E + O sum, the doubling,
+    // the reduction's carries), so it saves ~5% of the issue cycles of a * a; for Fr it is 8
+    // instructions longer. Default: a * a (bench/msm_notes.md, run 6).
+    MONT_HD mont_t sqr() const {
+#if !defined(MONT_SQR_SOS) || defined(MONT_PORTABLE) || defined(MONT_MUL_SPLIT) || \
+    defined(MONT_MUL_EVENODD_FIXED)
+        return *this * *this;
+#else
+        static_assert(N % 2 == 0, "the even/odd squaring needs an even word count");
+        using namespace mont_detail;
+        const uint32_t* a = v;
+        uint32_t E[2 * N], O[2 * N], cc = 0;
+        MONT_UNROLL for (int k = 0; k < 2 * N; k++) E[k] = O[k] = 0;
+        MONT_UNROLL for (int i = 0; i < N - 1; i++) {
+            // j = i+1, i+3, ...: word pairs (i+j, i+j+1) at odd i+j, into O
+            int top = 0;
+            MONT_UNROLL for (int j = i + 1; j < N; j += 2) {
+                O[i + j] = j == i + 1 ? mad_lo_cc(a[i], a[j], O[i + j], cc)
+                                      : madc_lo_cc(a[i], a[j], O[i + j], cc);
+                if (i + j + 1 == i + N) {
+                    O[i + j + 1] = madc_hi(a[i], a[j], O[i + j + 1], cc);
+                } else {
+                    O[i + j + 1] = madc_hi_cc(a[i], a[j], O[i + j + 1], cc);
+                }
+                top = i + j + 1;
+            }
+            if (top < i + N) O[i + N] = addc(O[i + N], 0, cc);
+            // j = i+2, i+4, ...: even i+j, into E
+            top = 0;
+            MONT_UNROLL for (int j = i + 2; j < N; j += 2) {
+                E[i + j] = j == i + 2 ? mad_lo_cc(a[i], a[j], E[i + j], cc)
+                                      : madc_lo_cc(a[i], a[j], E[i + j], cc);
+                if (i + j + 1 == i + N) {
+                    E[i + j + 1] = madc_hi(a[i], a[j], E[i + j + 1], cc);
+                } else {
+                    E[i + j + 1] = madc_hi_cc(a[i], a[j], E[i + j + 1], cc);
+                }
+                top = i + j + 1;
+            }
+            if (top && top < i + N) E[i + N] = addc(E[i + N], 0, cc);
+        }
+        // D = 2 (E + O) + sum_i a_i^2 2^(64 i)
+        uint32_t D[2 * N];
+        D[0] = add_cc(E[0], O[0], cc);
+        MONT_UNROLL for (int k = 1; k < 2 * N - 1; k++) D[k] = addc_cc(E[k], O[k], cc);
+        D[2 * N - 1] = addc(E[2 * N - 1], O[2 * N - 1], cc);
+        D[0] = add_cc(D[0], D[0], cc);
+        MONT_UNROLL for (int k = 1; k < 2 * N - 1; k++) D[k] = addc_cc(D[k], D[k], cc);
+        D[2 * N - 1] = addc(D[2 * N - 1], D[2 * N - 1], cc);
+        D[0] = mad_lo_cc(a[0], a[0], D[0], cc);
+        D[1] = madc_hi_cc(a[0], a[0], D[1], cc);
+        MONT_UNROLL for (int i = 1; i < N - 1; i++) {
+            D[2 * i] = madc_lo_cc(a[i], a[i], D[2 * i], cc);
+            D[2 * i + 1] = madc_hi_cc(a[i], a[i], D[2 * i + 1], cc);
+        }
+        D[2 * N - 2] = madc_lo_cc(a[N - 1], a[N - 1], D[2 * N - 2], cc);
+        D[2 * N - 1] = madc_hi(a[N - 1], a[N - 1], D[2 * N - 1], cc);
+        // REDC(D_lo): D_lo in the even accumulator, N reduction rows (roles swapped per row)
+        uint32_t x[N + 1], y[N + 1], c0 = 0, tmp;
+        MONT_UNROLL for (int j = 0; j < N; j++) x[j] = D[j], y[j] = 0;
+        x[N] = y[N] = 0;
+        MONT_UNROLL for (int i = 0; i < N; i += 2) {
+            redc_row(x, y, c0);
+            redc_row(y, x, c0);
+        }
+        // + D_hi, then one conditional subtraction
+        uint32_t t[N];
+        tmp = add_cc(c0, 0xffffffffu, cc);
+        (void)tmp;
+        MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x[j], y[j], cc);
+        uint32_t top = addc(0, 0, cc);
+        t[0] = add_cc(t[0], D[N], cc);
+        MONT_UNROLL for (int j = 1; j < N; j++) t[j] = addc_cc(t[j], D[N + j], cc);
+        top = addc(top, 0, cc);
+        return reduce_once(t, top);
+#endif
+    }
 
     MONT_HD mont_t& operator+=(const mont_t& b) { return *this = *this + b; }
     MONT_HD mont_t& operator-=(const mont_t& b) { return *this = *this - b; }
