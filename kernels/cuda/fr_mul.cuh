@@ -12,11 +12,14 @@
 //   * its 32-bit rows shift the accumulators by one word per row, so the (lo, hi) word pairs of
 //     the reduction products sit on odd register pairs and ptxas issues each as IMAD (lo, 1
 //     slot) + IMAD.HI (2 slots) instead of one IMAD.WIDE (2 slots).
-// fr_mul_r fixes the first point only (m r_0 and m r_1 become additions on the ALU pipe: 273
+// fr_mul_r fixes the first point only (m r_0 and m r_1 become additions on the ALU pipe: ~275
 // slots in the SASS); fr_mul_r2 (the default) also works in 64-bit digits, two rows at a time,
-// so that every product pair stays aligned: 112 IMAD.WIDE = 224 slots, -27% (SASS of
-// fr_mul_chain: 226 IMAD slots and 142 ALU instructions per multiplication; ALU has its own
-// pipe and stays under the IMAD time).
+// so that every product pair stays aligned: 112 IMAD.WIDE = 224 slots (SASS of the
+// fr_mul_chain loop, per multiplication: 224 + 18 IMAD slots, 110 other instructions).
+// Measured on the H200 (bench/ntt_notes.md, runs 5-6): 51.6 / 54.9 / 61.0 G/s for the generic,
+// fr_mul_r and fr_mul_r2. Note that ptxas balances moves and additions between the IMAD and
+// ALU pipes, so in a kernel with other work the SUM of IMAD slots and ALU instructions is what
+// a multiplication costs (391 generic, ~350 fr_mul_r2).
 //
 // Both keep mont.cuh's even/odd accumulators (pe holds products on even word pairs, po on odd
 // ones, each row one carry chain per accumulator), whose bounds are argued at each function.
