@@ -369,3 +369,33 @@ def test_affine_pass_on_host(affine_driver, shape: str) -> None:
             have = None if line == "inf" else tuple(int(v, 16) for v in line.split())
             assert have == want, f"bucket {b} output {r} (T={T}, Lc={Lc}, NB={NB})"
             assert have is None or all(v < P for v in have)
+
+
+@pytest.mark.parametrize("c", [4, 13, 16, 22])
+def test_combine_windows_on_host(c: int) -> None:
+    """The host window combination (inlined Jacobian doublings, affine window sums) against
+    sum_w 2^(c w) S_w + ones computed with the reference group law; window sums in random XYZZ
+    representations (ZZ != 1), some of them infinity (zeros, as the kernels write them)."""
+    from kernels.constants import FP_MODULUS as P
+    from kernels.cuda_msm import combine_windows, num_windows
+
+    rng = random.Random()
+    W = num_windows(c)
+    base = g1.scalar_mul(g1.GENERATOR, rng.randrange(1, R))
+    ks = [rng.randrange(R) for _ in range(W + 1)]
+    for i in rng.sample(range(W + 1), min(3, W)):
+        ks[i] = 0
+    pts = [g1.scalar_mul(base, k) for k in ks]
+    rows = []
+    for pt in pts:
+        if pt is None:
+            rows.append((0, 0, 0, 0))
+            continue
+        z = rng.randrange(1, P)
+        zz, zzz = z * z % P, pow(z, 3, P)
+        rows.append((pt[0] * zz % P, pt[1] * zzz % P, zz, zzz))
+    sums = layout.g1_xyzz_to_limbs(rows)
+    sums[[i for i, k in enumerate(ks) if k == 0]] = 0
+    e = (sum(k << (c * w) for w, k in enumerate(ks[:W])) + ks[W]) % R
+    got = layout.g1_from_limbs(combine_windows(sums, c))[0]
+    assert got == g1.scalar_mul(base, e)
