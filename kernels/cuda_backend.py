@@ -38,6 +38,15 @@ def is_host(x: Any) -> bool:
     return isinstance(x, np.ndarray) or not hasattr(x, "data") or not hasattr(x, "device")
 
 
+def to_device(cupy: Any, host: np.ndarray) -> Any:
+    """``host`` copied on the current stream. ``cupy.asarray`` copies on the legacy default
+    stream, which does not order with the engine's non-blocking streams: a block fresh from a
+    stream-ordered pool may still be read by a kernel queued on the current stream."""
+    out = cupy.empty(host.shape, dtype=host.dtype)
+    out.set(np.ascontiguousarray(host), stream=cupy.cuda.get_current_stream())
+    return out
+
+
 def uncached_allocator(cupy: Any) -> Any:
     """An allocator whose blocks are plain cudaMalloc, freed by cudaFree when the last array
     over them goes: for temporaries that must not stay in CuPy's caching pool."""
@@ -76,7 +85,7 @@ class CudaBackend:
             a = np.ascontiguousarray(x)
             if a.dtype != np.uint64:
                 raise ValueError(f"{what}: expected a uint64 array, got {a.dtype}")
-            return cupy.asarray(a)
+            return to_device(cupy, a)
         if x.dtype != cupy.uint64:
             raise ValueError(f"{what}: expected a uint64 array, got {x.dtype}")
         return cupy.ascontiguousarray(x)
@@ -226,7 +235,7 @@ class CudaBackend:
         with on_stream(stream, alloc) as s:
             for lo in range(0, n, SRS_HOST_CHUNK):
                 hi = min(n, lo + SRS_HOST_CHUNK)
-                d = cuda_srs.srs(self.cupy.asarray(sec[lo:hi]), stream=s, allocator=alloc)
+                d = cuda_srs.srs(to_device(self.cupy, sec[lo:hi]), stream=s, allocator=alloc)
                 out[lo:hi] = d.get(stream=s)
                 del d
         return out
@@ -266,4 +275,4 @@ class CudaBackend:
         return out
 
 
-__all__ = ["CudaBackend", "DEFAULT_HOST_CHUNK", "is_host", "uncached_allocator"]
+__all__ = ["CudaBackend", "DEFAULT_HOST_CHUNK", "is_host", "to_device", "uncached_allocator"]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from kernels.constants import FR_MODULUS
+from kernels.cuda_backend import to_device
 from kernels.cuda_build import load_module, on_stream, require_cupy
 from kernels.layout import fr_from_limbs, fr_to_limbs
 
@@ -53,11 +54,17 @@ def _is_host(x: Any) -> bool:
 def _device_chunk(cupy: Any, x: Any, lo: int, hi: int) -> Any:
     """Rows [lo, hi) of ``x`` on the device (a view when ``x`` is already there)."""
     part = x[lo:hi]
-    return cupy.asarray(part) if _is_host(x) else cupy.ascontiguousarray(part)
+    return to_device(cupy, part) if _is_host(x) else cupy.ascontiguousarray(part)
 
 
 def _sum_partials(partials: Any, nsum: int, montgomery: bool) -> list[int]:
-    host = np.asarray(partials.get()).reshape(-1, nsum, 4)
+    """The per-block accumulators, summed: copied on the current stream once its kernels
+    are done (a plain ``get`` would not wait for a non-blocking stream)."""
+    cupy = require_cupy()
+    s = cupy.cuda.get_current_stream()
+    host = np.asarray(partials.get(stream=s))
+    s.synchronize()
+    host = host.reshape(-1, nsum, 4)
     return [
         sum(fr_from_limbs(np.ascontiguousarray(host[:, j]), montgomery=montgomery)) % R
         for j in range(nsum)
@@ -82,7 +89,7 @@ def powers(
         if out is None:
             out = cupy.empty((count, 4), dtype=np.uint64)
         if count:
-            d_base = cupy.asarray(fr_to_limbs([base % R]))
+            d_base = to_device(cupy, fr_to_limbs([base % R]))
             fn((_grid(count),), (BLOCK,), (out, d_base, np.uint64(start), np.uint64(count),
                                            np.int32(bool(canonical))), stream=s)  # fmt: skip
     return out
@@ -109,7 +116,7 @@ def dot_powers_prefixes(
     end = max((m for _s, m in terms), default=0)
     with on_stream(stream, allocator):
         accs = [_acc(cupy, 1) for _ in terms]
-        sigmas = [cupy.asarray(fr_to_limbs([sigma % R])) for sigma, _m in terms]
+        sigmas = [to_device(cupy, fr_to_limbs([sigma % R])) for sigma, _m in terms]
         for lo in range(0, end, chunk):
             hi = min(end, lo + chunk)
             part = _device_chunk(cupy, values, lo, hi)
@@ -165,7 +172,7 @@ def interpolants_at(
     fn = _module().get_function("fr_barycentric3")
     k = n.bit_length() - 1
     with on_stream(stream, allocator) as s:
-        consts = cupy.asarray(fr_to_limbs([domain_root(k), x]))
+        consts = to_device(cupy, fr_to_limbs([domain_root(k), x]))
         acc = _acc(cupy, 3)
         for lo in range(0, n, chunk):
             hi = min(n, lo + chunk)

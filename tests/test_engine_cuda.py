@@ -661,7 +661,8 @@ class _Corrupting:
     def h_step(self, a, b, c, **kw):
         h = self.inner.h_step(a, b, c, **kw)
         if self.what == "h":
-            h[3, 0] ^= 1  # a wrong coefficient (still < r: the low bit of a canonical value)
+            with kw["stream"]:  # ordered after the H step on the engine's stream
+                h[3, 0] ^= 1  # a wrong coefficient (still < r: the low bit of a canonical value)
         return h
 
     def msm(self, points, scalars, **kw):
