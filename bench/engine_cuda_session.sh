@@ -4,6 +4,7 @@
 #   python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')"
 #   bash bench/engine_cuda_session.sh smoke     # gpu tests + one small engine run + summary
 #   bash bench/engine_cuda_session.sh probe     # gpu tests + 2^24 and one porep-32g proof
+#   bash bench/engine_cuda_session.sh acceptance  # checks + acceptance runs 3, 2, 1 in one call
 #   bash bench/engine_cuda_session.sh uncapped  # gpu tests + acceptance run 3 (no memory cap)
 #   bash bench/engine_cuda_session.sh naive     # acceptance run 1 (16 GiB, naive)
 #   bash bench/engine_cuda_session.sh aware     # acceptance runs 2 and 3 (16 GiB / uncapped)
@@ -26,6 +27,13 @@ TIME=""
 [ -x /usr/bin/time ] && TIME="/usr/bin/time -v"  # peak host memory, when the tool exists
 TABLES="$W/tables.txt"
 : >"$TABLES"
+pack() {  # on any exit: whatever ran comes back
+    free -g >>"$TABLES"
+    tar czf "$OUT/engine-$MODE.tgz" -C /tmp "engine-$MODE"
+    cp "$TABLES" "$OUT/tables-$MODE.txt"
+    cat "$TABLES"
+}
+trap pack EXIT
 bench() {  # name, timeout (s), bench pipeline flags...
     local name=$1 limit=$2
     shift 2
@@ -45,6 +53,16 @@ gpu_tests() {  # timeout (s), test files...
     tail -n 15 "$W/pytest.txt" | tee -a "$TABLES"
 }
 case "$MODE" in
+acceptance)  # everything issue 6 names, in priority order, inside one 10-minute call
+    timeout 40 python3 bench/debug_checks.py 12 >"$W/debug_checks.txt" 2>&1
+    tail -n 14 "$W/debug_checks.txt" | tee -a "$TABLES"
+    gpu_tests 40 tests/test_cuda_check.py
+    bench aware 150 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
+    bench aware16 200 --preset porep-32g --proofs 2 --device-memory 16GiB \
+        --workers-per-device 2 --allocator aware
+    bench naive16 150 --preset porep-32g --device-memory 16GiB --workers-per-device 2 \
+        --allocator naive
+    ;;
 uncapped)
     gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
     bench aware 400 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
@@ -77,7 +95,3 @@ multi)
     bench multi 560 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
     ;;
 esac
-free -g | tee -a "$TABLES"
-tar czf "$OUT/engine-$MODE.tgz" -C /tmp "engine-$MODE"
-cp "$TABLES" "$OUT/tables-$MODE.txt"
-cat "$TABLES"
