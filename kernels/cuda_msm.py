@@ -432,7 +432,7 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
         m_max = affine_worst(n * p.W, k_main, AFFINE_DENSE_PASSES)
         accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark)
     if ones_passes:
-        one_offs = cupy.asarray(np.array([0, m - m_dense], dtype=np.uint32))
+        one_offs = offs[p.K - 1 :] - offs[p.K - 1]  # [0, ones], on this stream (no H2D copy)
         pts, idx, o, mm = affine_passes(
             mod, points, sorted_e[m_dense:], one_offs, 1, m - m_dense, ones_passes, stream
         )
