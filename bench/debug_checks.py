@@ -48,19 +48,18 @@ def checks(self, att, w, h, scalars, results):
     print(
         "h(tau) host == device:", h2 == h, " H identity (host):", (A2 * B2 - C2) % R == h2 * z % R
     )
-    a_i = fr_from_limbs(w.a)
-    b_i = fr_from_limbs(w.b)
-    c_i = fr_from_limbs(w.c)
-    print(
-        "c == a*b on the host:", all(x * y % R == v for x, y, v in zip(a_i, b_i, c_i, strict=True))
-    )
     if n <= 1 << 12:
         from kernels.cpu.ntt import evaluate_interpolant
 
-        print(
-            "CPU interpolants == device:",
-            tuple(evaluate_interpolant([a_i, b_i, c_i], tau)) == (A, B, C),
-        )
+        a_i, b_i, c_i = (fr_from_limbs(v) for v in (w.a, w.b, w.c))
+        ok = all(x * y % R == v for x, y, v in zip(a_i, b_i, c_i, strict=True))
+        print("c == a*b on the host:", ok)
+        want = tuple(evaluate_interpolant([a_i, b_i, c_i], tau))
+        print("CPU interpolants == device:", want == (A, B, C))
+    # the same sums with one chunk per launch (no grid-stride iterations) and tiny chunks
+    for chunk in (1 << 12, 1 << 21):
+        got = cuda_check.interpolants_at(*abc_host, tau, chunk=chunk)
+        print(f"interpolants chunk {chunk} == device:", got == (A, B, C))
     terms = [(srs.sigmas[q], getattr(sizes, q)) for q in ("l", "a", "b_g1")]
     dots = cuda_check.dot_powers_prefixes(w.z, terms)
     for q, e in zip(("l", "a", "b_g1"), dots, strict=True):
