@@ -134,3 +134,58 @@ def test_dot_powers_prefixes_share_one_pass(cp, chk):
     assert chk.dot_powers_prefixes(rows, terms, chunk=777) == want
     with pytest.raises(ValueError, match="prefix"):
         chk.dot_powers_prefixes(rows, [(1, m + 1)])
+
+
+# Beyond one grid: the host caps each launch at GRID blocks and the kernels loop with a grid
+# stride, so sizes above GRID * BLOCK * K elements take several iterations per thread. (A
+# kernel without the loop left every element past the first grid unwritten: the engine's SRS
+# secrets past ~1.08e6 were garbage and every 2^27 MSM check failed, while 2^12 passed.)
+
+
+def _one_grid(chk):
+    return chk.GRID * chk.BLOCK * chk.K
+
+
+def test_powers_beyond_one_grid_form_a_chain(cp, chk):
+    from kernels.cuda_fr import elementwise
+
+    count = 2 * _one_grid(chk) + 12345
+    base = random.Random().randrange(R)
+    start = 1 << 26
+    out = cp.full((count, 4), POISON, dtype=cp.uint64)
+    chk.powers(base, start, count, canonical=False, out=out)
+    d_base = cp.asarray(fr_to_limbs([base] * (count - 1)))
+    nxt = elementwise("mul", out[:-1], d_base)  # x_{i+1} must be x_i * base, for every i
+    assert bool((nxt == out[1:]).all())
+    ends = fr_from_limbs(out[[0, count - 1]].get())
+    assert ends == [pow(base, start, R), pow(base, start + count - 1, R)]
+
+
+def test_sums_beyond_one_grid_match_single_iteration_launches(cp, chk):
+    rng = np.random.default_rng()
+    m = 2 * _one_grid(chk) + 77
+    rows = cp.asarray(random_fr_rows(m, rng))
+    sigma = random.Random().randrange(R)
+    small = chk.GRID * chk.BLOCK * chk.K // 4  # every launch within one grid iteration
+    assert chk.dot_powers(rows, sigma) == chk.dot_powers(rows, sigma, chunk=small)
+    terms = [(sigma, m), (sigma + 1, m - 5), (sigma + 2, 1000)]
+    assert chk.dot_powers_prefixes(rows, terms) == chk.dot_powers_prefixes(rows, terms, chunk=small)
+
+
+def test_interpolants_beyond_one_grid_match_an_ntt_and_horner(cp, chk):
+    from kernels.cuda_fr import evaluate
+    from kernels.cuda_ntt import CudaNtt
+
+    k = 21
+    rng = np.random.default_rng()
+    vecs = [cp.asarray(random_fr_rows(1 << k, rng)) for _ in range(3)]
+    x = random.Random().randrange(R)
+    ntt = CudaNtt()
+    want = tuple(evaluate(ntt.ntt(v, inverse=True), x) for v in vecs)  # independent path
+    assert chk.interpolants_at(*vecs, x) == want
+
+
+def random_fr_rows(n, rng):
+    from kernels.layout import random_fr_limbs
+
+    return random_fr_limbs(n, rng)

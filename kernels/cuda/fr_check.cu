@@ -61,14 +61,16 @@ __device__ void chk_block_sum(fr_t (*sm)[CHECK_BLOCK], fr_t* acc) {
 // the secrets s_i = sigma^i of one SRS query, made on the device for srs.cu's kernel.
 extern "C" __global__ void fr_powers_range(fr_t* out, const fr_t* basep, unsigned long long start,
                                            unsigned long long count, int canonical) {
-    const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned long long j0 = t * CHECK_K;
-    if (j0 >= count) return;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * CHECK_K;
     const fr_t base = chk_load(basep);
-    fr_t x = chk_pow64(base, start + j0);
-    for (int k = 0; k < CHECK_K && j0 + k < count; k++) {
-        chk_store(out + j0 + k, canonical ? x.from_mont() : x);
-        x *= base;
+    for (unsigned long long j0 = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) *
+                                 CHECK_K;
+         j0 < count; j0 += stride) {  // grid-stride: the host caps the grid (GRID)
+        fr_t x = chk_pow64(base, start + j0);
+        for (int k = 0; k < CHECK_K && j0 + k < count; k++) {
+            chk_store(out + j0 + k, canonical ? x.from_mont() : x);
+            x *= base;
+        }
     }
 }
 
