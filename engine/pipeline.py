@@ -74,6 +74,11 @@ class DeviceGate:
         with self._cv:
             self._extra.pop(worker, None)
 
+    def wait_no_prestage(self, timeout: float) -> bool:
+        """Block until no worker holds pre-stage buffers (False on timeout)."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self.prestaged == 0, timeout)
+
     def try_prestage(self) -> bool:
         with self._cv:
             if self.recovering:
@@ -95,6 +100,9 @@ class DeviceGate:
         with self._cv:
             self.recovering -= 1
             self._cv.notify_all()
+
+
+SKIP_WAIT_S = 120.0  # longest a skipped pre-stage waits for its neighbours' pre-stages
 
 
 class PartitionFailed(Exception):
@@ -241,6 +249,11 @@ class PartitionRunner:
                     self._inputs_on_device(att, a, b, c)
             with self._phase(att, "mutex_wait"):
                 t0 = time.monotonic_ns()
+                if att.prestage == "skip":
+                    # Memory was short: the fallback's working set (a, b, c under the mutex)
+                    # may only fit once the neighbours' pre-staged buffers are gone. Taking
+                    # the mutex before them OOMed every such partition on a 16 GiB H200.
+                    self.gate.wait_no_prestage(SKIP_WAIT_S)
                 self.mutex.acquire()
                 held = True
                 t_acquired = time.monotonic_ns()

@@ -169,3 +169,69 @@ def test_upload_copies_into_a_block_with_room_in_chunks():
         dev.upload(host, blk)  # freed
     back = dev.download(out)
     assert np.array_equal(back, host) and back is not out
+
+
+def test_gate_wait_no_prestage_blocks_until_every_prestage_is_released():
+    import threading
+    import time
+
+    from engine.pipeline import DeviceGate
+
+    gate = DeviceGate()
+    assert gate.wait_no_prestage(0.01)  # nothing held
+    assert gate.try_prestage()
+    assert not gate.wait_no_prestage(0.05)  # held: times out
+    released = []
+
+    def release_later():
+        time.sleep(0.1)
+        released.append(time.monotonic())
+        gate.prestage_released()
+
+    threading.Thread(target=release_later).start()
+    assert gate.wait_no_prestage(5.0)
+    assert released  # returned only after the release
+
+
+def test_a_skipped_prestage_lets_the_neighbours_prestage_go_first(monkeypatch):
+    """One pre-stage fits, two do not (a 16 GiB card with two workers at 2^27): a worker whose
+    pre-stage was skipped waits for the neighbours' pre-staged buffers to be released before it
+    takes the mutex, because its fallback's a, b, c may need that memory (on the H200 the
+    skipped worker took the mutex first and every such partition OOMed). Pre-staged workers
+    never wait."""
+    from engine.config import from_preset
+    from engine.pipeline import DeviceGate
+    from engine.runner import Engine
+
+    k = 8
+    fp = footprint(k, query_sizes(k))
+    r = ModeledDevice(0, 1 << 30).round
+    capacity = r(fp.prestage) + fp.margin + r(fp.msm_max) + r(fp.u)
+    waits = []
+    real_wait = DeviceGate.wait_no_prestage
+
+    def recording_wait(self, timeout):
+        waits.append(self.prestaged)
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(DeviceGate, "wait_no_prestage", recording_wait)
+    cfg = from_preset(
+        None,
+        backend="cpu",
+        domain_log=k,
+        partitions=6,
+        proofs=1,
+        workers_per_device=2,
+        allocator="aware",
+        device_memory=capacity,
+        verify="always",
+    )
+    engine = Engine(cfg, listen=False, inject="delay:upload:100ms")
+    sub = engine.subscribe("t")
+    engine.start()
+    assert engine.wait(120)
+    engine.close()
+    done = [e for e in sub.drain() if e["k"] == "partition_done"]
+    skipped = [e for e in done if e["prestage"] == "skip"]
+    assert skipped and len(waits) == len(skipped)
+    assert all(e["ok"] and e["verified"] for e in done)
