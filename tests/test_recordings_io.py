@@ -481,3 +481,22 @@ def test_fold_recording_streams_the_same_state(run, recorded):
     assert [vars(a) for a in state.attempts] == [vars(a) for a in whole.state().attempts]
     with pytest.raises(RecordingError, match="fold_recording"):
         rec.state()
+
+
+def test_sample_recordings_read_and_match_their_stored_summaries():
+    """recordings/samples holds real GPU runs with their `provetop summary` output: each must
+    still read (the format is stable) and fold to the partition counts its summary states."""
+    import re
+    from pathlib import Path
+
+    from recordings.summary import build_summary
+
+    samples = sorted((Path(__file__).parents[1] / "recordings" / "samples").glob("*.pvtrec"))
+    assert samples
+    for rec in samples:
+        text = rec.with_suffix(".summary.txt").read_text()
+        m = re.search(r"partitions: (\d+) \((\d+) ok, (\d+) failed", text)
+        assert m, rec
+        totals = build_summary(rec)["totals"]
+        got = (totals["partitions"], totals["partitions_ok"], totals["partitions_failed"])
+        assert got == tuple(int(x) for x in m.groups()), rec
