@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda_build import on_stream, require_cupy
+from kernels.cuda_build import on_stream, require_cupy, to_device
 
 DEFAULT_HOST_CHUNK = 1 << 22  # points per streamed chunk: 384 MiB of points per buffer
 SRS_HOST_CHUNK = 1 << 23  # points generated per device round trip for numpy secrets
@@ -36,15 +36,6 @@ SRS_HOST_CHUNK = 1 << 23  # points generated per device round trip for numpy sec
 def is_host(x: Any) -> bool:
     """True for numpy arrays (and anything that is not a CuPy array)."""
     return isinstance(x, np.ndarray) or not hasattr(x, "data") or not hasattr(x, "device")
-
-
-def to_device(cupy: Any, host: np.ndarray) -> Any:
-    """``host`` copied on the current stream. ``cupy.asarray`` copies on the legacy default
-    stream, which does not order with the engine's non-blocking streams: a block fresh from a
-    stream-ordered pool may still be read by a kernel queued on the current stream."""
-    out = cupy.empty(host.shape, dtype=host.dtype)
-    out.set(np.ascontiguousarray(host), stream=cupy.cuda.get_current_stream())
-    return out
 
 
 def uncached_allocator(cupy: Any) -> Any:

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 
@@ -117,3 +119,12 @@ def on_stream(stream: Any, allocator: Any) -> Iterator[Any]:
         if allocator is not None:
             stack.enter_context(cupy.cuda.using_allocator(allocator))
         yield s
+
+
+def to_device(cupy: Any, host: np.ndarray) -> Any:
+    """``host`` copied on the current stream. ``cupy.asarray`` copies on the legacy default
+    stream, which does not order with the engine's non-blocking streams: a block fresh from a
+    stream-ordered pool may still be read by a kernel queued on the current stream."""
+    out = cupy.empty(host.shape, dtype=host.dtype)
+    out.set(np.ascontiguousarray(host), stream=cupy.cuda.get_current_stream())
+    return out

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from kernels.constants import FR_MODULUS
-from kernels.cuda_backend import to_device
-from kernels.cuda_build import load_module, on_stream, require_cupy
+from kernels.cuda_build import load_module, on_stream, require_cupy, to_device
 from kernels.layout import fr_from_limbs, fr_to_limbs
 
 R = FR_MODULUS

@@ -39,6 +39,7 @@ from kernels.cuda_build import (
     on_stream,
     require_cupy,
     source_hash,
+    to_device,
 )
 
 # Which kernel source: msm.cu (compiler's choice of registers) or msm_lb.cu (capped at 168 for
@@ -512,7 +513,7 @@ def msm(
     cupy = require_cupy()
     if isinstance(scalars, np.ndarray):
         with on_stream(stream, allocator):  # the upload is ordered on the caller's stream
-            scalars = cupy.asarray(scalars)
+            scalars = to_device(cupy, scalars)
     if isinstance(points, np.ndarray):
         return msm_host_points(
             points, scalars, stream=stream, allocator=allocator, window_bits=window_bits
