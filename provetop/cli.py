@@ -20,7 +20,7 @@ COMMANDS: dict[str, str] = {
     "summary": "print the per-partition summary of a recording",
     "export": "convert a recording (for example to a Perfetto trace)",
     "selftest": "check every kernel of a backend against the exact reference",
-    "bench": "benchmarks: cpu, ntt, msm, tui",
+    "bench": "benchmarks: cpu, ntt, msm, pipeline, tui",
     "import-cuzk": "turn a cuzk prover's log into a provetop recording",
 }
 
