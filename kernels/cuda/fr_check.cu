@@ -7,7 +7,7 @@
 // sum per block into acc[block] (acc zeroed once by the host, kept across chunk launches on
 // one stream), so a whole check ends with one small copy of at most GRID partials per sum
 // (GRID in kernels/cuda_check.py).
-#include "fields.cuh"
+#include "fr_io.cuh"  // fr_t, fr_load, fr_store
 
 // Elements per thread. The barycentric kernel shares one inversion among them (Montgomery's
 // trick: 3 (K - 1) multiplications + one ~380-multiplication inversion, so ~50 multiplications
@@ -15,21 +15,6 @@
 #define CHECK_K 8
 // Threads per block; = BLOCK in kernels/cuda_check.py. Shared memory: 3 sums x 256 x 32 B.
 #define CHECK_BLOCK 256
-
-__device__ __forceinline__ fr_t chk_load(const fr_t* p) {
-    const uint4* q = reinterpret_cast<const uint4*>(p);
-    uint4 a = q[0], b = q[1];
-    fr_t r;
-    r.v[0] = a.x; r.v[1] = a.y; r.v[2] = a.z; r.v[3] = a.w;
-    r.v[4] = b.x; r.v[5] = b.y; r.v[6] = b.z; r.v[7] = b.w;
-    return r;
-}
-
-__device__ __forceinline__ void chk_store(fr_t* p, const fr_t& x) {
-    uint4* q = reinterpret_cast<uint4*>(p);
-    q[0] = make_uint4(x.v[0], x.v[1], x.v[2], x.v[3]);
-    q[1] = make_uint4(x.v[4], x.v[5], x.v[6], x.v[7]);
-}
 
 // base^e for a 64-bit exponent (base in Montgomery form).
 __device__ __forceinline__ fr_t chk_pow64(const fr_t& base, unsigned long long e) {
@@ -52,7 +37,7 @@ __device__ void chk_block_sum(fr_t (*sm)[CHECK_BLOCK], fr_t* acc) {
         #pragma unroll
         for (int j = 0; j < NSUM; j++) {
             fr_t* slot = acc + blockIdx.x * NSUM + j;
-            chk_store(slot, chk_load(slot) + sm[j][0]);
+            fr_store(slot, fr_load(slot) + sm[j][0]);
         }
     }
 }
@@ -62,13 +47,13 @@ __device__ void chk_block_sum(fr_t (*sm)[CHECK_BLOCK], fr_t* acc) {
 extern "C" __global__ void fr_powers_range(fr_t* out, const fr_t* basep, unsigned long long start,
                                            unsigned long long count, int canonical) {
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * CHECK_K;
-    const fr_t base = chk_load(basep);
+    const fr_t base = fr_load(basep);
     for (unsigned long long j0 = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) *
                                  CHECK_K;
          j0 < count; j0 += stride) {  // grid-stride: the host caps the grid (GRID)
         fr_t x = chk_pow64(base, start + j0);
         for (int k = 0; k < CHECK_K && j0 + k < count; k++) {
-            chk_store(out + j0 + k, canonical ? x.from_mont() : x);
+            fr_store(out + j0 + k, canonical ? x.from_mont() : x);
             x *= base;
         }
     }
@@ -82,14 +67,14 @@ extern "C" __global__ void __launch_bounds__(CHECK_BLOCK)
                   unsigned long long count) {
     __shared__ fr_t sm[1][CHECK_BLOCK];
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * CHECK_K;
-    const fr_t sigma = chk_load(sigmap);
+    const fr_t sigma = fr_load(sigmap);
     fr_t sum = fr_t::zero();
     for (unsigned long long j0 = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) *
                                  CHECK_K;
          j0 < count; j0 += stride) {
         fr_t x = chk_pow64(sigma, start + j0);
         for (int k = 0; k < CHECK_K && j0 + k < count; k++) {
-            sum += chk_load(v + j0 + k) * x;
+            sum += fr_load(v + j0 + k) * x;
             x *= sigma;
         }
     }
@@ -106,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(CHECK_BLOCK)
                     unsigned long long start, unsigned long long count) {
     __shared__ fr_t sm[3][CHECK_BLOCK];
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x * CHECK_K;
-    const fr_t omega = chk_load(consts), tau = chk_load(consts + 1);
+    const fr_t omega = fr_load(consts), tau = fr_load(consts + 1);
     fr_t sa = fr_t::zero(), sb = fr_t::zero(), sc = fr_t::zero();
     for (unsigned long long j0 = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) *
                                  CHECK_K;
@@ -129,9 +114,9 @@ extern "C" __global__ void __launch_bounds__(CHECK_BLOCK)
             const fr_t dinv = k ? inv * pre[k - 1] : inv;  // 1 / d_k
             inv *= tau - w[k];                             // 1 / (d_0 ... d_{k-1})
             const fr_t term = w[k] * dinv;
-            sa += chk_load(a + j0 + k) * term;
-            sb += chk_load(b + j0 + k) * term;
-            sc += chk_load(c + j0 + k) * term;
+            sa += fr_load(a + j0 + k) * term;
+            sb += fr_load(b + j0 + k) * term;
+            sc += fr_load(c + j0 + k) * term;
         }
     }
     sm[0][threadIdx.x] = sa;

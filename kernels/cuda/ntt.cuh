@@ -23,6 +23,7 @@
 // the four butterflies of a radix-4 step) skip their multiplications.
 #pragma once
 #include "fr_mul.cuh"  // fr_mul: the Fr multiplication of every kernel here
+#include "fr_io.cuh"   // fr_load, fr_ldg, fr_store
 
 #ifndef NTT_MAX_TILE_LOG
 #define NTT_MAX_TILE_LOG 10  // a tile holds at most 2^10 elements = 32 KiB of shared memory
@@ -37,30 +38,6 @@
 
 __device__ __forceinline__ uint32_t ntt_brev(uint32_t p, int k) {
     return k == 0 ? 0u : (__brev(p) >> (32 - k));
-}
-
-__device__ __forceinline__ fr_t fr_load(const fr_t* ptr) {
-    const uint4* q = reinterpret_cast<const uint4*>(ptr);
-    uint4 a = q[0], b = q[1];
-    fr_t r;
-    r.v[0] = a.x; r.v[1] = a.y; r.v[2] = a.z; r.v[3] = a.w;
-    r.v[4] = b.x; r.v[5] = b.y; r.v[6] = b.z; r.v[7] = b.w;
-    return r;
-}
-
-__device__ __forceinline__ fr_t fr_ldg(const fr_t* ptr) {
-    const uint4* q = reinterpret_cast<const uint4*>(ptr);
-    uint4 a = __ldg(q), b = __ldg(q + 1);
-    fr_t r;
-    r.v[0] = a.x; r.v[1] = a.y; r.v[2] = a.z; r.v[3] = a.w;
-    r.v[4] = b.x; r.v[5] = b.y; r.v[6] = b.z; r.v[7] = b.w;
-    return r;
-}
-
-__device__ __forceinline__ void fr_store(fr_t* ptr, const fr_t& x) {
-    uint4* q = reinterpret_cast<uint4*>(ptr);
-    q[0] = make_uint4(x.v[0], x.v[1], x.v[2], x.v[3]);
-    q[1] = make_uint4(x.v[4], x.v[5], x.v[6], x.v[7]);
 }
 
 // Shared tile, structure of arrays in 64-bit units: word pair q (words 2q, 2q+1) of element e
