@@ -223,7 +223,9 @@ def test_a_dropped_client_does_not_disturb_the_engine_or_other_clients(tmp_path)
     cfg = from_preset("ci", partitions=PARTITIONS, workers_per_device=1)
     path = tmp_path / "drop.pvtrec"
     k = random.randint(1, 3)
-    engine = Engine(cfg, record=path, inject=f"delay:synthesis:50ms,drop:client:{k}")
+    # 4 x 250 ms of synthesis: the run must outlast the connection handlers even on a loaded
+    # 2-core CI box (at 50 ms the run ended before client k's handler dropped it)
+    engine = Engine(cfg, record=path, inject=f"delay:synthesis:250ms,drop:client:{k}")
     engine.start()
     clients = [EngineClient(engine.address) for _ in range(3)]
     try:
