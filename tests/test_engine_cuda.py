@@ -693,3 +693,28 @@ def test_gpu_engine_checks_catch_a_wrong_result(cp, what):
     done = [e for e in sub.drain() if e["k"] == "partition_done" and e["ok"]]
     assert len(done) == 2
     assert all(e["verified"] is (what is None) for e in done)
+
+
+@pytest.mark.gpu
+def test_gpu_fallback_path_uploads_the_pinned_witness_and_verifies(cp):
+    """An injected pre-stage OOM sends the partition to the fallback path: a, b, c go whole
+    from the worker's pinned pool into the stream-ordered pool (no staging block), and the
+    retried partition still verifies on the GPU."""
+    from engine.config import from_preset
+    from engine.runner import Engine
+
+    cfg = from_preset("small", backend="cuda", proofs=1, partitions=2, verify="always")
+    engine = Engine(cfg, listen=False, inject="alloc:prestage:1")
+    sub = engine.subscribe("test")
+    engine.start()
+    assert engine.wait(300)
+    engine.close()
+    events = sub.drain()
+    assert engine.ok, engine.error
+    done = [e for e in events if e["k"] == "partition_done" and e["ok"]]
+    assert len(done) == 2 and all(e["verified"] for e in done)
+    retried = [e for e in done if e["attempt"] == 1]
+    assert len(retried) == 1 and retried[0]["prestage"] == "fallback"
+    prestage_allocs = [e for e in events if e["k"] == "alloc" and e["site"] == "prestage"]
+    whole = [e for e in prestage_allocs if "pinned pool" in (e.get("reason") or "")]
+    assert whole and whole[0]["pool"] == "async"
