@@ -190,7 +190,7 @@ class Engine:
             from recordings.writer import RecordingWriter
 
             try:
-                self.recorder = RecordingWriter(self.record_path)
+                self.recorder = RecordingWriter(self.record_path, exclusive=True)
             except Exception as exc:
                 self.bus.close()
                 raise EngineError(str(exc)) from None

@@ -68,6 +68,7 @@ class RecordingWriter:
         validate_events: bool = True,
         background_flush: bool = True,
         writer: str | None = None,
+        exclusive: bool = False,
     ) -> None:
         self.path = Path(path)
         self.snapshot_every_ns = int(max(0.0, snapshot_every_s) * 1e9)
@@ -94,7 +95,14 @@ class RecordingWriter:
         self._last_snapshot_end = 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed in close())
+            # exclusive: create or fail in one step (O_EXCL), so a file (or a link) that appears
+            # between a caller's existence check and this open is never truncated
+            mode = "xb" if exclusive else "wb"
+            self._file = open(self.path, mode, buffering=0)  # noqa: SIM115 (closed in close())
+        except FileExistsError:
+            raise RecordingError(
+                f"cannot write recording {self.path}: the path exists (never overwritten)"
+            ) from None
         except OSError as exc:
             raise RecordingError(
                 f"cannot write recording {self.path}: {exc.strerror or exc}"

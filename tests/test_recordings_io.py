@@ -500,3 +500,24 @@ def test_sample_recordings_read_and_match_their_stored_summaries():
         totals = build_summary(rec)["totals"]
         got = (totals["partitions"], totals["partitions_ok"], totals["partitions_failed"])
         assert got == tuple(int(x) for x in m.groups()), rec
+
+
+def test_exclusive_writer_never_truncates_an_existing_path(tmp_path):
+    """The engine opens its recording with O_EXCL: a path that exists (or appears after the
+    CLI's existence check) is refused, not truncated, and is left as it was."""
+    import pytest
+
+    from recordings.errors import RecordingError
+    from recordings.writer import RecordingWriter
+
+    victim = tmp_path / "precious"
+    victim.write_bytes(b"keep me")
+    link = tmp_path / "link.pvtrec"
+    link.symlink_to(victim)
+    for path in (victim, link):
+        with pytest.raises(RecordingError, match="exists"):
+            RecordingWriter(path, exclusive=True, background_flush=False)
+    assert victim.read_bytes() == b"keep me"
+    fresh = tmp_path / "fresh.pvtrec"
+    RecordingWriter(fresh, exclusive=True, background_flush=False).close()
+    assert fresh.stat().st_size > 0
