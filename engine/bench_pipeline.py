@@ -168,6 +168,13 @@ def format_table(res: dict[str, Any]) -> str:
         f"GPU busy: whole run {_fmt(res['gpu_busy_fraction'], '.1%')}, steady state "
         f"{_fmt(res['gpu_busy_steady'], '.1%')}",
     ]
+    cfg = res.get("config") or {}
+    if cfg.get("witness_profile_label"):
+        zeros, ones, dense = cfg["witness_profile"]
+        lines.append(
+            f"witness: {cfg['witness_profile_label']} "
+            f"({zeros:.0%} zeros, {ones:.0%} ones, {dense:.0%} dense aux scalars)"
+        )
     if res.get("modeled"):
         lines.append("(modeled device: memory and timings of the cpu backend, not a GPU)")
     return "\n".join(lines)

@@ -18,6 +18,7 @@ def test_bench_pipeline_cpu_run_reduces_its_recording(tmp_path, capsys):
     assert rc == 0
     table = capsys.readouterr().out
     assert "4/4 ok" in table and "modeled device" in table
+    assert "witness: synthetic approximation of a PoRep witness" in table
     res = json.loads(out.read_text())
     assert res["partitions"] == res["partitions_ok"] == res["partitions_verified"] == 4
     assert res["partitions_lost"] == 0 and res["recording"] == str(rec)
