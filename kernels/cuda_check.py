@@ -203,6 +203,65 @@ def check_msm_identity(sigma: int, scalars: Any, result: Any, **kw: Any) -> bool
     return scalar_mul(GENERATOR, e) == result
 
 
+def _check_powers_beyond_one_grid() -> None:
+    """sigma^(start + j) for more elements than one launch grid covers: every row must be the
+    previous one times sigma (checked on the device), the ends equal to Python's pow."""
+    import random
+
+    cupy = require_cupy()
+    from kernels.cuda_fr import elementwise
+
+    count = 2 * GRID * BLOCK * K + 7
+    base, start = random.Random().randrange(R), 12345
+    out = cupy.full((count, 4), np.uint64(0xFFFFFFFFFFFFFFFF), dtype=np.uint64)
+    powers(base, start, count, canonical=False, out=out)
+    step = to_device(cupy, np.repeat(fr_to_limbs([base]), count - 1, axis=0))
+    assert bool((elementwise("mul", out[:-1], step) == out[1:]).all()), "powers: chain broken"
+    ends = fr_from_limbs(out[[0, count - 1]].get())
+    assert ends == [pow(base, start, R), pow(base, start + count - 1, R)], "powers: wrong ends"
+
+
+def _check_sums_vs_reference(k: int) -> None:
+    """interpolants_at and dot_powers against the CPU reference at n = 2^k, in small chunks
+    and in one, host and device inputs."""
+    import random
+
+    from kernels.cpu.ntt import evaluate_interpolant
+    from kernels.layout import random_fr
+
+    cupy = require_cupy()
+    rng = random.Random()
+    n = 1 << k
+    vecs = [random_fr(n, rng) for _ in range(3)]
+    x = rng.randrange(R)
+    want = tuple(evaluate_interpolant(vecs, x))
+    rows = [fr_to_limbs(v) for v in vecs]
+    assert interpolants_at(*rows, x, chunk=n // 3 + 1) == want, "interpolants (host) wrong"
+    assert interpolants_at(*(cupy.asarray(r) for r in rows), x) == want, "interpolants wrong"
+    ks = vecs[0]
+    dot = sum(v * pow(x, i, R) for i, v in enumerate(ks)) % R
+    assert dot_powers(fr_to_limbs(ks, montgomery=False), x, chunk=n // 5 + 1) == dot, "dot wrong"
+
+
+def selftest_checks() -> list[Any]:
+    """Rows for ``provetop selftest --backend cuda``: the GPU partition checks the engine uses
+    (a check that always said yes, or no, would otherwise go unnoticed)."""
+    from kernels.selftest import Check
+
+    return [
+        Check(
+            "cuda checks: sigma^i beyond one launch grid",
+            2 * GRID * BLOCK * K + 7,
+            _check_powers_beyond_one_grid,
+        ),  # fmt: skip
+        Check(
+            "cuda checks: A(x), B(x), C(x) and <k, x^i> vs reference",
+            1 << 10,
+            lambda: _check_sums_vs_reference(10),
+        ),  # fmt: skip
+    ]
+
+
 __all__ = [
     "check_h_identity",
     "check_msm_identity",

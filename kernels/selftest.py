@@ -388,7 +388,7 @@ def collect_checks(backend: str) -> list[Check]:
         from kernels.backends import get_backend
 
         checks = backend_checks(get_backend("cuda"), log_n=12)
-        for mod in ("kernels.cuda_ntt", "kernels.cuda_msm"):
+        for mod in ("kernels.cuda_ntt", "kernels.cuda_msm", "kernels.cuda_check"):
             checks += _module_checks(mod)
         return checks
     raise ValueError(f"unknown backend {backend!r}")
