@@ -40,3 +40,35 @@ def test_run_takes_the_engine_flags():
         ["run", "--backend", "cpu", "--preset", "ci", "--proofs", "3", "--light"]
     )
     assert (args.backend, args.preset, args.proofs, args.light) == ("cpu", "ci", 3, True)
+
+
+def test_run_hands_the_engine_exactly_its_flags():
+    """`provetop run` starts `provetop engine` as a child with the same engine flags: parsing
+    what it passes gives the same values, and display flags stay with the dashboard."""
+    from provetop.cli import build_parser
+    from provetop.commands.run import engine_argv
+
+    given = ["--backend", "cpu", "--preset", "small", "--proofs", "3", "--device-memory", "8GiB"]
+    given += ["--workers-per-device", "1", "--verify", "always", "--seed", "7", "--read-only"]
+    args = build_parser().parse_args(["run", *given, "--light", "--save-dir", "/tmp"])
+    child = build_parser().parse_args(["engine", *engine_argv(args)])
+    for name in ("backend", "preset", "proofs", "device_memory", "workers_per_device"):
+        assert getattr(child, name) == getattr(args, name)
+    assert (child.verify, child.seed, child.read_only) == ("always", 7, True)
+    assert "--light" not in engine_argv(args) and "--save-dir" not in engine_argv(args)
+
+
+def test_run_reports_an_engine_that_cannot_start(tmp_path, capsys):
+    """A flag only the engine can refuse (here: a cuda backend without CuPy) ends `run` with
+    the engine's one-line reason and exit code 2, before the dashboard opens."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        import pytest
+
+        pytest.skip("CuPy is importable here: the cuda backend may start")
+    rec = tmp_path / "r.pvtrec"
+    assert main(["run", "--backend", "cuda", "--preset", "ci", "--record", str(rec)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--backend cuda is not available" in err and len(err.splitlines()) == 1
+    assert "error: error" not in err and not rec.exists()

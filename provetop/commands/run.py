@@ -1,13 +1,31 @@
-"""``provetop run``: start the engine in this process and watch it in the dashboard.
+"""``provetop run``: start an engine and watch it in the dashboard.
 
-Takes exactly the flags of ``provetop engine`` (shared from its module). The engine serves its
-socket as usual, so other dashboards can attach too; quitting the dashboard stops the engine
-(partitions in flight finish) and closes its recording cleanly.
+Takes exactly the flags of ``provetop engine`` (shared from its module). The engine runs as a
+child process (``provetop engine`` with the same flags) and the dashboard attaches to its
+socket, as ``provetop watch`` would; other dashboards can attach too. Quitting the dashboard
+stops the engine as Ctrl-C does (partitions in flight finish, the recording gets its footer).
+
+Why a child process and not a thread: the engine's host work (the cpu backend's pure-Python
+arithmetic, the CUDA backend's kernel launches) shares the GIL with anything in its process.
+In one process a busy engine starved the dashboard's key handling on a loaded 2-core machine
+(the real-terminal test froze), and the engine's short GIL switch interval for its launches
+applied to the dashboard too.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+STARTUP_TIMEOUT_S = 600.0  # the engine prints its address before the SRS is made: this is
+# only reached when the child hangs before serving (a GPU start can take a minute)
+STOP_TIMEOUT_S = 120.0  # partitions in flight finish first; a 2^27 one takes seconds
 
 
 def add_parser(sub, name: str, help_text: str) -> None:
@@ -20,34 +38,119 @@ def add_parser(sub, name: str, help_text: str) -> None:
     p.add_argument("--save-dir", default=".", metavar="DIR", help="where S saves recordings")
 
 
-def run(args: argparse.Namespace) -> int:
-    from engine.runner import EngineError
+def engine_argv(args: argparse.Namespace) -> list[str]:
+    """The ``provetop engine`` flags equal to the engine flags given to ``run``."""
+    from provetop.commands.engine import add_engine_arguments
+
+    probe = argparse.ArgumentParser(add_help=False)
+    add_engine_arguments(probe)
+    argv: list[str] = []
+    for action in probe._actions:
+        if not action.option_strings:
+            continue
+        value = getattr(args, action.dest, None)
+        if value is None or value is False or value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        argv += [flag] if value is True else [flag, str(value)]
+    return argv
+
+
+def _check_flags(args: argparse.Namespace) -> str | None:
+    """Refuse bad flags here with the engine's one-line messages, before any process starts;
+    returns the recording path the engine will write (None for --no-record)."""
     from provetop.cli import UsageError
-    from provetop.commands.engine import build_engine
+    from provetop.commands.engine import config_from_args
+
+    config_from_args(args)
+    if args.record and args.no_record:
+        raise UsageError("--record and --no-record are mutually exclusive")
+    if args.token_file and not (args.listen or "").startswith("tcp://"):
+        raise UsageError("--token-file is only used with --listen tcp://127.0.0.1:PORT")
+    if args.no_record:
+        return None
+    if args.record:
+        if os.path.lexists(args.record):
+            raise UsageError(
+                f"--record {args.record}: the path exists; the engine never overwrites"
+            )
+        return args.record
+    from recordings.writer import default_recording_path
+
+    return str(default_recording_path())
+
+
+def _start_engine(args: argparse.Namespace, record: str | None) -> tuple[subprocess.Popen, str]:
+    """Start the child engine; return it and the address it serves (read from its stdout)."""
+    from provetop.cli import UsageError
+
+    argv = engine_argv(args)
+    if record is not None and not args.record:
+        argv += ["--record", record]
+    cmd = [sys.executable, "-m", "provetop", "engine", *argv]
+    err = tempfile.TemporaryFile(mode="w+")
+    child = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True, bufsize=1
+    )
+    address = None
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    assert child.stdout is not None
+    while time.monotonic() < deadline:
+        line = child.stdout.readline()
+        if not line:  # the engine exited before serving: its error is on stderr
+            child.wait()
+            err.seek(0)
+            message = err.read().strip().splitlines()
+            last = message[-1] if message else f"the engine exited with {child.returncode}"
+            raise UsageError(last.removeprefix("provetop: ").removeprefix("error: "))
+        if line.strip().startswith("listening on "):
+            address = line.strip().removeprefix("listening on ")
+            break
+    if address is None:
+        child.kill()
+        raise UsageError("the engine did not start serving in time")
+    # keep reading its stdout so the child never blocks on a full pipe
+    threading.Thread(target=child.stdout.read, daemon=True).start()
+    child.err = err  # type: ignore[attr-defined]
+    return child, address
+
+
+def _stop_engine(child: subprocess.Popen) -> int:
+    """Ctrl-C for the engine (SIGINT): intake stops, partitions in flight finish, the
+    recording is closed; SIGKILL only if that takes longer than STOP_TIMEOUT_S."""
+    if child.poll() is None:
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    return int(child.returncode or 0)
+
+
+def run(args: argparse.Namespace) -> int:
     from provetop.commands.watch import read_token
     from tui.sources import LiveSource
 
-    lines: list[str] = []
-    engine = build_engine(args, log=lines.append)
+    record = _check_flags(args)
+    token = read_token(args.token_file) if args.token_file else None
+    child, address = _start_engine(args, record)
+    code = 0
     try:
-        engine.start()
-    except EngineError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        if not engine.address:
-            raise UsageError("provetop run needs the engine's socket (do not disable --listen)")
-        token = read_token(args.token_file) if args.token_file else None
         from tui.app import ProvetopApp
 
-        source = LiveSource(engine.address, token=token)
+        source = LiveSource(address, token=token)
         app = ProvetopApp([source], save_dir=args.save_dir, light=args.light)
-        code = app.run()
+        code = int(app.run() or 0)
     finally:
-        engine.stop("dashboard closed")
-        engine.close()
-    if engine.record_path:
-        print(f"recording: {engine.record_path}")
-    if engine.error:
-        print(f"provetop: engine failed: {engine.error}")
+        engine_code = _stop_engine(child)
+    if record is not None:
+        print(f"recording: {record}")
+    if engine_code != 0:
+        child.err.seek(0)  # type: ignore[attr-defined]
+        tail = child.err.read().strip().splitlines()[-3:]  # type: ignore[attr-defined]
+        for line in tail:
+            print(line, file=sys.stderr)
+        print(f"provetop: the engine exited with {engine_code}", file=sys.stderr)
         return 1
-    return int(code or 0)
+    return code
