@@ -128,6 +128,10 @@ def _stop_engine(child: subprocess.Popen) -> int:
     return int(child.returncode or 0)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
     from provetop.commands.watch import read_token
     from tui.sources import LiveSource
@@ -136,6 +140,10 @@ def run(args: argparse.Namespace) -> int:
     token = read_token(args.token_file) if args.token_file else None
     child, address = _start_engine(args, record)
     code = 0
+    if threading.current_thread() is threading.main_thread():
+        # a SIGTERM to the dashboard must still stop the child cleanly (the finally below),
+        # not leave an orphaned engine serving forever
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         from tui.app import ProvetopApp
 
