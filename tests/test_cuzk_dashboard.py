@@ -34,6 +34,11 @@ async def test_dashboard_follows_a_cuzk_log(tmp_path):
             assert "read-only" in header
             text = "\n".join(strip.text for strip in app.query_one(Timeline)._rows)
             assert "gpu0 GPU" in text
+            # CPU synthesis slots are named as such, not as GPU workers 100, 101, ...
+            base = state.hello["config"]["synth_worker_base"]
+            synth_lanes = [k for k in state.lanes() if k[0] == "worker" and k[2] >= base]
+            if synth_lanes:
+                assert "synth 0" in text and f"w{base}" not in text
     finally:
         source.close()
 
