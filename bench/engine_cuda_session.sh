@@ -2,7 +2,7 @@
 # One device call for the engine on a real GPU (issue 6). Run from the repository root on the
 # GPU machine, carrying the nvcc-built cubins in build/cubin (else msm.cu takes ~3 min of NVRTC):
 #   python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')"
-#   bash bench/engine_cuda_session.sh smoke     # gpu tests + one small engine run + summary
+#   bash bench/engine_cuda_session.sh smoke     # gpu tests + selftest + one small engine run
 #   bash bench/engine_cuda_session.sh probe     # gpu tests + 2^24 and one porep-32g proof
 #   bash bench/engine_cuda_session.sh acceptance  # checks + acceptance runs 3, 2, 1 in one call
 #   bash bench/engine_cuda_session.sh uncapped  # gpu tests + acceptance run 3 (no memory cap)
@@ -68,7 +68,8 @@ uncapped)
     bench aware 400 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     ;;
 smoke)
-    gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
+    gpu_tests 200 tests/test_engine_cuda.py tests/test_cuda_check.py
+    timeout 120 $P selftest --backend cuda 2>&1 | tail -n 12 | tee -a "$TABLES"
     bench smoke 60 --preset small --proofs 1
     ;;
 probe)
