@@ -20,10 +20,12 @@ from kernels.constants import FP_MODULUS as P
 from kernels.constants import FR_MODULUS as R
 from kernels.cpu import g1
 from kernels.cpu.msm import signed_digits
+from tests.cuda_host_io import FP_IO
 
 CUDA_DIR = Path(__file__).resolve().parents[1] / "kernels" / "cuda"
 
-DRIVER = r"""
+DRIVER = (
+    r"""
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -33,22 +35,9 @@ DRIVER = r"""
 #include <algorithm>
 #include "msm.cuh"
 
-static fp_t parse_fp(const std::string& hex) {  // canonical hex -> Montgomery
-    fp_t r = fp_t::zero();
-    int word = 0, bit = 0;
-    for (int i = (int)hex.size() - 1; i >= 0; i--) {
-        char ch = hex[i];
-        uint32_t v = ch <= '9' ? ch - '0' : (ch | 32) - 'a' + 10;
-        r.v[word] |= v << bit;
-        bit += 4;
-        if (bit == 32) bit = 0, word++;
-    }
-    return r.to_mont();
-}
-static void print_fp(const fp_t& a) {
-    fp_t c = a.from_mont();
-    for (int i = 11; i >= 0; i--) printf("%08x", c.v[i]);
-}
+"""
+    + FP_IO
+    + r"""
 static void print_aff(const g1_affine& p) {
     if (p.is_inf()) { printf("inf\n"); return; }
     print_fp(p.x); printf(" "); print_fp(p.y); printf("\n");
@@ -208,6 +197,7 @@ int main() {
     return 0;
 }
 """
+)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from kernels import layout
 from kernels.constants import FR_MODULUS as R
 from kernels.cpu import g1
 from kernels.cpu import msm as cmsm
+from tests.cuda_host_io import FP_IO
 
 
 @pytest.fixture(scope="module")
@@ -229,29 +230,17 @@ def test_identity_large(cp, monkeypatch: pytest.MonkeyPatch, log_n: int, affine:
 
 # --- host (g++) check of the affine pass body: runs in CI without a GPU -----------------------
 
-AFFINE_DRIVER = r"""
+AFFINE_DRIVER = (
+    r"""
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 #include "msm.cuh"
 
-static fp_t parse_fp(const std::string& hex) {  // canonical hex -> Montgomery
-    fp_t r = fp_t::zero();
-    int word = 0, bit = 0;
-    for (int i = (int)hex.size() - 1; i >= 0; i--) {
-        char ch = hex[i];
-        uint32_t v = ch <= '9' ? ch - '0' : (ch | 32) - 'a' + 10;
-        r.v[word] |= v << bit;
-        bit += 4;
-        if (bit == 32) bit = 0, word++;
-    }
-    return r.to_mont();
-}
-static void print_fp(const fp_t& a) {
-    fp_t c = a.from_mont();
-    for (int i = 11; i >= 0; i--) printf("%08x", c.v[i]);
-}
+"""
+    + FP_IO
+    + r"""
 // "npts m K T Lc NB" + npts points + m entries + (K + 1) offsets + (K + 1) new offsets
 int main() {
     uint32_t npts, m, K, T, Lc, NB;
@@ -283,6 +272,7 @@ int main() {
     return 0;
 }
 """
+)
 
 
 @pytest.fixture(scope="module")

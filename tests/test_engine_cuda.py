@@ -549,18 +549,24 @@ def test_gpu_scratch_oom_becomes_device_oom(cp, device):
     assert exc.value.site == "msm_scratch" and exc.value.pool == "async"
 
 
-@pytest.mark.gpu
-def test_gpu_engine_small_run_verifies(cp, tmp_path):
-    from engine.config import from_preset
+def _run_engine(cfg, **kw):
+    """Run an in-process engine (no socket) to the end; (the engine, every event)."""
     from engine.runner import Engine
 
-    cfg = from_preset("small", backend="cuda", proofs=1, verify="always")
-    engine = Engine(cfg, listen=False, record=tmp_path / "run.pvtrec")
+    engine = Engine(cfg, listen=False, **kw)
     sub = engine.subscribe("test")
     engine.start()
     assert engine.wait(300)
     engine.close()
-    events = sub.drain()
+    return engine, sub.drain()
+
+
+@pytest.mark.gpu
+def test_gpu_engine_small_run_verifies(cp, tmp_path):
+    from engine.config import from_preset
+
+    cfg = from_preset("small", backend="cuda", proofs=1, verify="always")
+    engine, events = _run_engine(cfg, record=tmp_path / "run.pvtrec")
     assert engine.ok, engine.error
     done = [e for e in events if e["k"] == "partition_done"]
     assert done and all(e["ok"] and e["verified"] for e in done)
@@ -679,18 +685,13 @@ class _Corrupting:
 @pytest.mark.parametrize("what", ["h", "msm", None])
 def test_gpu_engine_checks_catch_a_wrong_result(cp, what):
     from engine.config import from_preset
-    from engine.runner import Engine
     from engine.workload import query_sizes
 
     cfg = from_preset("small", backend="cuda", proofs=1, partitions=2, verify="always")
     be = _Corrupting(what)
     be._l = query_sizes(cfg.domain_log).l
-    engine = Engine(cfg, listen=False, backend=be)
-    sub = engine.subscribe("test")
-    engine.start()
-    assert engine.wait(300)
-    engine.close()
-    done = [e for e in sub.drain() if e["k"] == "partition_done" and e["ok"]]
+    _engine, events = _run_engine(cfg, backend=be)
+    done = [e for e in events if e["k"] == "partition_done" and e["ok"]]
     assert len(done) == 2
     assert all(e["verified"] is (what is None) for e in done)
 
@@ -701,15 +702,9 @@ def test_gpu_fallback_path_uploads_the_pinned_witness_and_verifies(cp):
     from the worker's pinned pool into the stream-ordered pool (no staging block), and the
     retried partition still verifies on the GPU."""
     from engine.config import from_preset
-    from engine.runner import Engine
 
     cfg = from_preset("small", backend="cuda", proofs=1, partitions=2, verify="always")
-    engine = Engine(cfg, listen=False, inject="alloc:prestage:1")
-    sub = engine.subscribe("test")
-    engine.start()
-    assert engine.wait(300)
-    engine.close()
-    events = sub.drain()
+    engine, events = _run_engine(cfg, inject="alloc:prestage:1")
     assert engine.ok, engine.error
     done = [e for e in events if e["k"] == "partition_done" and e["ok"]]
     assert len(done) == 2 and all(e["verified"] for e in done)
