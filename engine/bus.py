@@ -228,6 +228,11 @@ class Bus:
         with self._lock:
             return len(self._subs)
 
+    def missed_by_client(self) -> dict[str, int]:
+        """Events each connected subscriber was skipped past so far, by name."""
+        with self._lock:
+            return {sub.name: sub.missed for sub in self._subs}
+
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every event emitted so far has been dispatched."""
         return self._idle.wait(timeout)

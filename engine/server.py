@@ -226,11 +226,17 @@ class TelemetryServer:
                     pass
             with self._lock:
                 self._conns.add(conn)
+            # decided here, in accept order, so "the K-th client" is the one named #K (the
+            # handler threads reach any later point in whatever order the scheduler picks)
+            drop = self.faults is not None and self.faults.drop_client()
             threading.Thread(
-                target=self._serve, args=(conn, name), name=f"telemetry-{name}", daemon=True
+                target=self._serve,
+                args=(conn, name, drop),
+                name=f"telemetry-{name}",
+                daemon=True,
             ).start()
 
-    def _serve(self, conn: socket.socket, name: str) -> None:
+    def _serve(self, conn: socket.socket, name: str, drop: bool = False) -> None:
         decoder = FrameDecoder(
             max_buffer=CLIENT_MAX_FRAME + HEADER_SIZE + RECV_BYTES, max_frame=CLIENT_MAX_FRAME
         )
@@ -243,7 +249,7 @@ class TelemetryServer:
                 target=self._write_loop, args=(conn, sub), name=f"{name}-writer", daemon=True
             )
             writer.start()
-            if self.faults is not None and self.faults.drop_client():
+            if drop:
                 self._drop(sub, name)
                 return
             window, in_window = time.monotonic(), 0
