@@ -613,6 +613,9 @@ def test_gpu_witness_is_valid_and_reproducible(cp, device):
     for arr in (bufs.abc, bufs.z):
         arr[...] = POISON
     kw = device.kernel_args("synthesis")
+    # its own stream, ahead of the MSM's in the block scheduler (numerically lower = greater)
+    assert kw["stream"] is not device.streams().compute
+    assert kw["stream"].priority < device.streams().compute.priority
     w = synthesize_on_gpu(k, sizes, (0.3, 0.3, 0.4), 7, bufs, chunk=1000, **kw)
     assert w.pinned and device.is_pinned(w.a) and device.is_pinned(w.z)
     a, b, c = (fr_from_limbs(v) for v in (w.a, w.b, w.c))  # raises on a row >= r

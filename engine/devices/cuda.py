@@ -174,6 +174,10 @@ def choose_backend(requested: str | None, probe: Any = None) -> tuple[str, str]:
 class _WorkerStreams:
     compute: Any
     upload: Any
+    # the synthetic witness's kernels run outside the mutex, beside the neighbour's GPU region;
+    # at the device's greatest priority their few short blocks are scheduled ahead of the
+    # neighbour's queued MSM blocks instead of after them (see engine/witness_gpu.py)
+    synthesis: Any
 
 
 @dataclass
@@ -253,16 +257,21 @@ class CudaDevice(Device):
         st = getattr(self._tl, "streams", None)
         if st is None:
             self.dev.use()
+            _least, greatest = self.cupy.cuda.runtime.deviceGetStreamPriorityRange()
             st = _WorkerStreams(
                 compute=self.cupy.cuda.Stream(non_blocking=True),
                 upload=self.cupy.cuda.Stream(non_blocking=True),
+                synthesis=self.cupy.cuda.Stream(non_blocking=True, priority=greatest),
             )
             self._tl.streams = st
         return st
 
     def kernel_args(self, site: str = "msm_scratch") -> dict[str, Any]:
-        """``stream`` and ``allocator`` for a backend call from this worker thread."""
-        return {"stream": self.streams().compute, "allocator": self.allocator(site)}
+        """``stream`` and ``allocator`` for a backend call from this worker thread (the
+        synthesis has its own high-priority stream, every other site the compute stream)."""
+        st = self.streams()
+        stream = st.synthesis if site == "synthesis" else st.compute
+        return {"stream": stream, "allocator": self.allocator(site)}
 
     def allocator(self, site: str) -> Any:
         """The stream-ordered pool as a CuPy allocator; a refusal becomes :class:`DeviceOOM`
@@ -330,6 +339,7 @@ class CudaDevice(Device):
         if st is not None and self.sync_scope == "worker":
             st.upload.synchronize()
             st.compute.synchronize()
+            st.synthesis.synchronize()
         else:
             self.dev.synchronize()
 
