@@ -36,6 +36,9 @@ from engine.residency import G1_AFFINE_BYTES, plan_residency
 from engine.srs import QUERIES, Srs
 
 GPU_PHASES = frozenset({"h_step", *MSM_PHASES.values()})
+# copies host -> device, timed on the upload stream: the host time of these phases also holds
+# the allocation, the event handshakes and (fallback) the pool's refusal handling
+COPY_PHASES = frozenset({"upload", "fallback_upload"})
 
 
 class BoundBackend:
@@ -183,8 +186,13 @@ class CudaPartitionRunner(PartitionRunner):
         return bool(ok)
 
     def _gpu_timer(self, phase: str) -> Any:
-        """CUDA events on this worker's compute stream around the kernel phases."""
-        return self.device.gpu_timer() if phase in GPU_PHASES else None
+        """CUDA events around the kernel phases (compute stream) and the copies (upload
+        stream)."""
+        if phase in GPU_PHASES:
+            return self.device.gpu_timer()
+        if phase in COPY_PHASES:
+            return self.device.gpu_timer("upload")
+        return None
 
     def _malloc(self, att, nbytes: int, pool: str, site: str) -> Block:
         if site == "msm_scratch":  # the MSM allocates the real scratch through allocator()

@@ -200,15 +200,18 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     from engine.bus import Bus
     from engine.config import from_preset
     from engine.control import Controls
-    from engine.cuda_pipeline import GPU_PHASES, CudaPartitionRunner
+    from engine.cuda_pipeline import COPY_PHASES, GPU_PHASES, CudaPartitionRunner
     from engine.devices.modeled import ModeledDevice
     from engine.pipeline import RunContext
     from engine.srs import generate_srs
     from kernels.cpu_backend import CpuBackend
 
     class TimedModeled(ModeledDevice):
-        def gpu_timer(self):
+        def gpu_timer(self, stream="compute"):
+            streams.append(stream)
             return _HostTimer()
+
+    streams = []
 
     cfg = from_preset("ci", seed=random.randrange(1 << 30))
     sizes = query_sizes(cfg.domain_log)
@@ -242,7 +245,9 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     assert len(ooms) == 1 and ooms[0]["site"] == "msm_scratch"
     ends = [e for e in events if e["k"] == "phase_end"]
     timed = {e["phase"] for e in ends if "gpu_ms" in e}
-    assert timed == GPU_PHASES & {e["phase"] for e in ends}
+    assert timed == (GPU_PHASES | COPY_PHASES) & {e["phase"] for e in ends}
+    assert {"upload", "fallback_upload"} <= timed  # the first attempt pre-staged, the retry not
+    assert set(streams) == {"compute", "upload"}
     assert "h_step" in timed and all(e["gpu_ms"] >= 0 for e in ends if "gpu_ms" in e)
     assert max(async_seen) == 0  # the planned MSM scratch was never allocated on the device
 

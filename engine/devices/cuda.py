@@ -289,9 +289,11 @@ class CudaDevice(Device):
 
         return alloc
 
-    def gpu_timer(self) -> GpuTimer:
-        """A pair of CUDA events on this worker's compute stream (phase ``gpu_ms``)."""
-        return GpuTimer(self.cupy, self.streams().compute)
+    def gpu_timer(self, stream: str = "compute") -> GpuTimer:
+        """A pair of CUDA events on this worker's ``compute`` or ``upload`` stream (phase
+        ``gpu_ms``)."""
+        st = self.streams()
+        return GpuTimer(self.cupy, st.upload if stream == "upload" else st.compute)
 
     # -- Device -------------------------------------------------------------------------------
 
