@@ -39,9 +39,9 @@ class PinnedBuffers:
         return int(self.abc.nbytes + self.z.nbytes)
 
 
-def _seed(seed: int, stream: int, lo: int) -> int:
-    """An independent 64-bit seed for one vector (``stream``) and chunk (``lo``)."""
-    return int(np.random.SeedSequence([seed, stream, lo]).generate_state(1, np.uint64)[0])
+def _seed(seed: int, vector: int) -> int:
+    """An independent 64-bit seed for one vector (its chunks continue one sequence)."""
+    return int(np.random.SeedSequence([seed, vector]).generate_state(1, np.uint64)[0])
 
 
 def synthesize_on_gpu(
@@ -56,8 +56,8 @@ def synthesize_on_gpu(
     chunk: int = CHUNK,
 ) -> Witness:
     """A witness like ``engine.workload.synthesize`` in ``bufs`` (see the module docstring);
-    ``seed`` makes it reproducible for a given ``chunk`` (each chunk of each vector has its
-    own generator seed; the partition's ``--seed`` stream picks ``seed``)."""
+    ``seed`` makes it reproducible, whatever ``chunk`` is (each vector has its own generator
+    seed and a chunk continues its sequence; the partition's ``--seed`` stream picks ``seed``)."""
     import cupy
 
     from kernels.cuda_build import on_stream
@@ -67,6 +67,7 @@ def synthesize_on_gpu(
     m = max(sizes.l, sizes.a, sizes.b_g1)
     zeros, ones, _dense = profile
     a_h, b_h, c_h = bufs.abc[0], bufs.abc[1], bufs.abc[2]
+    seeds = [_seed(seed, v) for v in range(4)]  # a, b, the zero/one choice, z
     # Nothing below waits for the GPU until the end: copies into the pinned pool are queued
     # (blocking=False) and the zero/one counts stay on the device. A host round trip per
     # chunk (CuPy's default blocking get) left the stream idle between chunks, and beside a
@@ -76,8 +77,8 @@ def synthesize_on_gpu(
     with on_stream(stream, allocator) as s:
         for lo in range(0, n, chunk):
             hi = min(n, lo + chunk)
-            a = random_fr((hi - lo,), seed=_seed(seed, 0, lo), stream=s)
-            b = random_fr((hi - lo,), seed=_seed(seed, 1, lo), stream=s)
+            a = random_fr((hi - lo,), seed=seeds[0], stream=s, first=lo)
+            b = random_fr((hi - lo,), seed=seeds[1], stream=s, first=lo)
             c = elementwise("mul", a, b, stream=s)
             for dev, host in ((a, a_h), (b, b_h), (c, c_h)):
                 dev.get(stream=s, out=host[lo:hi], blocking=False)
@@ -85,10 +86,10 @@ def synthesize_on_gpu(
         counts = cupy.zeros(2, dtype=cupy.int64)
         for lo in range(0, m, chunk):
             hi = min(m, lo + chunk)
-            z = random_fr((hi - lo,), seed=_seed(seed, 3, lo), stream=s)
+            z = random_fr((hi - lo,), seed=seeds[3], stream=s, first=lo)
             # the zero / one / dense choice: a uniform double from 53 random bits of our own
             # generator (CuPy's curand-based one compiles for ~30 s on a fresh machine)
-            bits = random_fr((hi - lo,), seed=_seed(seed, 2, lo), stream=s)[:, 0]
+            bits = random_fr((hi - lo,), seed=seeds[2], stream=s, first=lo)[:, 0]
             u = (bits >> 11).astype(cupy.float64) * 2.0**-53
             is_zero = u < zeros
             is_one = (u >= zeros) & (u < zeros + ones)

@@ -62,9 +62,12 @@ def evaluate(coeffs: Any, x: int, stream: Any = None) -> int:
     return acc
 
 
-def random_fr(shape: tuple[int, ...], seed: int | None = None, stream: Any = None) -> Any:
+def random_fr(
+    shape: tuple[int, ...], seed: int | None = None, stream: Any = None, first: int = 0
+) -> Any:
     """Random Fr elements on the device, shape ``shape + (4,)`` uint64, each < 2^254 < r
-    (valid in Montgomery or canonical form). A fresh OS-drawn seed unless one is given."""
+    (valid in Montgomery or canonical form). A fresh OS-drawn seed unless one is given.
+    ``first``: where in the seed's sequence the elements start (chunks of one vector)."""
     import secrets
 
     import cupy
@@ -75,5 +78,5 @@ def random_fr(shape: tuple[int, ...], seed: int | None = None, stream: Any = Non
     s = stream or cupy.cuda.get_current_stream()
     fn = _state().fn("fr_random")
     with s:
-        fn(((n + 255) // 256,), (256,), (out, np.uint64(n), np.uint64(seed)))
+        fn(((n + 255) // 256,), (256,), (out, np.uint64(n), np.uint64(seed), np.uint64(first)))
     return out

@@ -241,3 +241,21 @@ def test_h_identity_at_tau(cp, eng, k: int) -> None:
     h_tau = cuda_fr.evaluate(cuda_fr.elementwise("to_mont", h), tau)
     z_tau = (pow(tau, n, R) - 1) % R
     assert (ev[0] * ev[1] - ev[2]) % R == h_tau * z_tau % R
+
+
+def test_random_fr_continues_one_sequence_across_launches(cp) -> None:
+    """A vector made in chunks (``first`` = the chunk's start) is the vector made at once, and
+    every row is below 2^254."""
+    from kernels import cuda_fr
+
+    seed, n = random.getrandbits(64), 5000
+    whole = cuda_fr.random_fr((n,), seed=seed)
+    cuts = sorted(random.sample(range(1, n), 4))
+    parts = [
+        cuda_fr.random_fr((hi - lo,), seed=seed, first=lo)
+        for lo, hi in zip([0, *cuts], [*cuts, n], strict=True)
+    ]
+    assert bool(cp.all(cp.concatenate(parts) == whole))
+    assert int(whole[:, 3].max()) < 1 << 62
+    other = cuda_fr.random_fr((n,), seed=seed ^ 1)
+    assert int(cp.count_nonzero(cp.all(other == whole, axis=1))) == 0

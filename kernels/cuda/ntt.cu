@@ -140,17 +140,20 @@ extern "C" __global__ void fr_mul_variants(fr_t *out, const fr_t *a, const fr_t 
 }
 
 // Random Fr elements below 2^254 < r (valid in either form): splitmix64 of (seed, index), so
-// large test and benchmark inputs need no host round trip and no library RNG.
+// large test and benchmark inputs need no host round trip and no library RNG. Element i of a
+// launch is element first + i of the sequence, so a vector made in chunks is the same vector
+// whatever the chunk size.
 __device__ __forceinline__ unsigned long long splitmix64(unsigned long long &state) {
     unsigned long long z = (state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-extern "C" __global__ void fr_random(fr_t *out, unsigned long long n, unsigned long long seed) {
+extern "C" __global__ void fr_random(fr_t *out, unsigned long long n, unsigned long long seed,
+                                     unsigned long long first) {
     const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    unsigned long long st = seed ^ (i * 0xD1B54A32D192ED03ull);
+    unsigned long long st = seed ^ ((first + i) * 0xD1B54A32D192ED03ull);
     fr_t x;
 #pragma unroll
     for (int w = 0; w < 4; w++) {
