@@ -6,9 +6,13 @@ hand-over, pre-stage overlap, the allocator's decisions), not of one kernel. The
 in-process with a recording; the recording is folded by the same reducer the dashboard and
 ``provetop summary`` use, so the table can be re-derived from the file at any time.
 
-Figures: per-partition medians of gpu_total_ms (the sum of the GPU-region phases, timed by
-CUDA events on the worker's compute stream), of the H step and each MSM, and of the mutex
-wait; pre-stage ok/skip/fallback counts; partitions lost (failed after the retry); s/proof;
+Figures: per-partition medians of gpu_total_ms (the GPU region: from taking the device mutex
+to giving it back; each kernel phase ends by waiting for its CUDA stop event, so the region
+covers the device work), of the H step and each MSM, and of the mutex wait; the host cycle
+outside the mutex (synthesis per worker, the pre-stage upload's host time and its copy time
+from upload-stream events): with two workers the GPU idles whenever one worker's host cycle
+outlasts the other's GPU region; pre-stage ok/skip/fallback counts; partitions lost (failed
+after the retry); s/proof;
 and the GPU busy fraction (time in which any GPU-region phase of any worker was running, over
 wall time) over the whole run and in steady state: per device, from the end of the first
 partition's GPU region to the start of the last one's, so the SRS set-up, the first
@@ -27,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 GPU_MS_PHASES = ("h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1", "copy_back")
+HOST_PHASES = ("synthesis", "prestage", "upload", "fallback_upload", "verify")
+COPY_PHASES = ("upload", "fallback_upload")  # their phase_end carries the copy's gpu_ms
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +109,11 @@ def reduce_recording(path: str | Path) -> dict[str, Any]:
     steady = {str(d): steady_busy(state, d) for d in devices}
     known = [b for b, _ in steady.values() if b is not None]
     totals = summary["totals"]
+    workers = sorted({a.worker for a in ok_rows if isinstance(a.worker, int)})
+    copies: dict[str, list[float]] = {p: [] for p in COPY_PHASES}
+    for e in rec.events:
+        if e.get("k") == "phase_end" and e.get("phase") in copies and "gpu_ms" in e:
+            copies[e["phase"]].append(float(e["gpu_ms"]))
     return {
         "partitions": len(final),
         "partitions_ok": sum(1 for a in final.values() if a.ok),
@@ -116,6 +127,28 @@ def reduce_recording(path: str | Path) -> dict[str, Any]:
         "phase_ms_median": {
             p: _median([a.phases_ms[p] for a in ok_rows if p in a.phases_ms]) for p in GPU_MS_PHASES
         },
+        # verify: over the partitions that were checked (with --verify sampled most are not)
+        "host_phase_ms_median": {
+            p: _median(
+                [
+                    a.phases_ms[p]
+                    for a in ok_rows
+                    if p in a.phases_ms and (p != "verify" or a.verified is not None)
+                ]
+            )
+            for p in HOST_PHASES
+        },
+        "synthesis_ms_median_by_worker": {
+            str(w): _median(
+                [
+                    a.phases_ms["synthesis"]
+                    for a in ok_rows
+                    if a.worker == w and "synthesis" in a.phases_ms
+                ]
+            )
+            for w in workers
+        },
+        "copy_ms_median": {p: _median(v) for p, v in copies.items()},
         "mutex_wait_ms_median": _median(
             [a.mutex_wait_ms for a in ok_rows if a.mutex_wait_ms is not None]
         ),
@@ -151,6 +184,20 @@ def _fmt(v: Any, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _host_line(res: dict[str, Any]) -> str:
+    """The host cycle outside the mutex, medians; results of older versions lack it."""
+    host = res.get("host_phase_ms_median") or {}
+    by_worker = res.get("synthesis_ms_median_by_worker") or {}
+    copy = (res.get("copy_ms_median") or {}).get("upload")
+    workers = ", ".join(f"w{w} {_fmt(v, '.0f')}" for w, v in by_worker.items())
+    return (
+        f"host cycle median ms: synthesis {_fmt(host.get('synthesis'), '.0f')}"
+        + (f" ({workers})" if workers else "")
+        + f", upload {_fmt(host.get('upload'), '.0f')} (copy {_fmt(copy, '.0f')}), "
+        f"verify {_fmt(host.get('verify'), '.0f')} (checked partitions)"
+    )
+
+
 def format_table(res: dict[str, Any]) -> str:
     ph = res["phase_ms_median"]
     lines = [
@@ -162,6 +209,7 @@ def format_table(res: dict[str, Any]) -> str:
         f"{'':<22}"
         + f"{_fmt(res['gpu_total_ms_median']):>10}"
         + "".join(f"{_fmt(ph[p]):>10}" for p in GPU_MS_PHASES),
+        _host_line(res),
         f"mutex wait median {_fmt(res['mutex_wait_ms_median'])} ms; "
         f"s/proof {_fmt(res['s_per_proof'], '.2f')} (rolling "
         f"{_fmt(res['rolling_s_per_proof'], '.2f')})",

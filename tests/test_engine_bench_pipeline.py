@@ -27,6 +27,19 @@ def test_bench_pipeline_cpu_run_reduces_its_recording(tmp_path, capsys):
     gpu = sorted(a["gpu_total_ms"] for a in summary["attempts"])
     assert res["gpu_total_ms_median"] == (gpu[1] + gpu[2]) / 2
     assert 0 < res["gpu_busy_steady"] <= 1
+    # the host cycle: synthesis per worker from the summary's own rows
+    synth = {}
+    for a in summary["attempts"]:
+        synth.setdefault(str(a["worker"]), []).append(a["phases_ms"]["synthesis"])
+    assert set(res["synthesis_ms_median_by_worker"]) == set(synth)
+    for w, v in synth.items():
+        v.sort()
+        mid = len(v) // 2
+        want = v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+        assert res["synthesis_ms_median_by_worker"][w] == want
+    assert res["host_phase_ms_median"]["upload"] is not None
+    assert res["copy_ms_median"]["upload"] is None  # the modeled device times no copies
+    assert "host cycle median ms: synthesis" in table
     again = reduce_recording(rec)  # the figures are a function of the file alone
     assert {k: res[k] for k in again} == json.loads(json.dumps(again))
     assert format_table(reduce_recording(rec)).splitlines()[0] == table.splitlines()[0]
