@@ -310,6 +310,34 @@ def test_bound_backend_injects_stream_allocator_and_in_place():
     assert calls[1] == ("msm", {"stream": me, "allocator": "msm_scratch"})
 
 
+def test_worker_streams_need_only_what_cupy_wraps():
+    """Each worker's three streams, made through a *fake* CuPy (a stand-in that records the
+    Stream arguments; it proves nothing about CUDA) whose runtime module has no functions at
+    all: CuPy 14.2 wraps no cudaDeviceGetStreamPriorityRange, and reading it raised
+    AttributeError at the first streams() call, before any partition. The synthesis stream
+    asks for a priority below any device's range (CUDA clamps it to the greatest)."""
+    made = []
+
+    class FakeStream:  # records its arguments (a stand-in for cupy.cuda.Stream)
+        def __init__(self, non_blocking=False, priority=None):
+            made.append({"non_blocking": non_blocking, "priority": priority})
+
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(), Stream=FakeStream)
+    )
+    dev = object.__new__(dcuda.CudaDevice)
+    dev.cupy = fake
+    dev._tl = __import__("threading").local()
+    dev.dev = types.SimpleNamespace(use=lambda: None)
+    st = dev.streams()
+    assert dev.streams() is st  # once per thread
+    assert all(m["non_blocking"] for m in made) and len(made) == 3
+    assert [m["priority"] for m in made] == [None, None, dcuda.GREATEST_PRIORITY]
+    assert dcuda.GREATEST_PRIORITY < -100  # far below any device's range ([-5, 0] on Hopper)
+    assert dev.kernel_args("synthesis")["stream"] is st.synthesis
+    assert dev.kernel_args("verify")["stream"] is st.compute
+
+
 # -- CPU: NVML wrapper with a FAKE pynvml (tests the wrapper's error paths only) ---------------
 
 

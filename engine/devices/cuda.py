@@ -47,6 +47,12 @@ CUDA_ERROR_MEMORY_ALLOCATION = 2
 CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
 BALLAST_HEADROOM = 256 << 20  # what a ballast must leave free beyond the asked capacity's use
 H2D = 1  # cudaMemcpyHostToDevice
+# The device's greatest stream priority, asked for without reading the range: CuPy 14.2's
+# runtime module wraps no cudaDeviceGetStreamPriorityRange, and cudaStreamCreateWithPriority
+# clamps a priority beyond the range to its nearest end. Ranges are a few levels ([-5, 0] on
+# Ampere and Hopper), so any value far below them is the greatest; the stream's .priority
+# (cudaStreamGetPriority) reads back what the driver chose.
+GREATEST_PRIORITY = -(1 << 10)
 
 
 class CudaDeviceError(RuntimeError):
@@ -257,11 +263,10 @@ class CudaDevice(Device):
         st = getattr(self._tl, "streams", None)
         if st is None:
             self.dev.use()
-            _least, greatest = self.cupy.cuda.runtime.deviceGetStreamPriorityRange()
             st = _WorkerStreams(
                 compute=self.cupy.cuda.Stream(non_blocking=True),
                 upload=self.cupy.cuda.Stream(non_blocking=True),
-                synthesis=self.cupy.cuda.Stream(non_blocking=True, priority=greatest),
+                synthesis=self.cupy.cuda.Stream(non_blocking=True, priority=GREATEST_PRIORITY),
             )
             self._tl.streams = st
         return st
