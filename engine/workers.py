@@ -102,14 +102,23 @@ class Scheduler:
             return self._next_proof >= self.proofs
 
 
+# Synthesis lanes: with the look-ahead, a worker's next partition is synthesised while its
+# current one runs, and those phases are drawn on lane SYNTH_LANE_BASE + worker of the device
+# (telemetry ``worker``); the cuzk adapter draws its CPU synthesis slots the same way. 100 is
+# above any worker count a device gets.
+SYNTH_LANE_BASE = 100
+
+
 @dataclass
 class WorkerSlot:
     """What the supervisor knows of one worker thread: the partition it holds (``job``),
-    whether it returned normally (``exited``) or died (``died``: the exception)."""
+    the one it claimed ahead and has not started (``ahead``, look-ahead only), whether it
+    returned normally (``exited``) or died (``died``: the exception)."""
 
     device: int
     worker: int
     job: tuple[int, int] | None = None
+    ahead: tuple[int, int] | None = None
     exited: bool = False
     died: BaseException | None = None
 
@@ -147,6 +156,99 @@ def worker_loop(
         slot.died = exc
 
 
+class _Ahead:
+    """Claims the next partition from the scheduler and prepares it on its own thread.
+
+    ``result()`` gives (job, prepared, error) or None when the scheduler ran dry; an
+    Exception from ``prepare`` is the error (that partition fails), a BaseException that
+    would have unwound a worker thread is too (the worker re-raises it). ``cancel()`` makes a
+    claim that has not started preparing hand the job back untouched."""
+
+    def __init__(self, scheduler: Scheduler, prepare: Callable[[int, int], Any], slot: WorkerSlot):
+        self._scheduler = scheduler
+        self._prepare = prepare
+        self._slot = slot
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._result: tuple[tuple[int, int], Any, BaseException | None] | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"ahead-d{slot.device}-w{slot.worker}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        job = self._scheduler.next()
+        if job is None:
+            return
+        with self._lock:
+            self._slot.ahead = job
+            if self._cancelled:
+                return
+        try:
+            self._result = (job, self._prepare(*job), None)
+        except BaseException as exc:  # handed to the worker thread, which decides
+            self._result = (job, None, exc)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+
+    def result(self) -> tuple[tuple[int, int], Any, BaseException | None] | None:
+        self._thread.join()
+        return self._result
+
+
+def lookahead_loop(
+    scheduler: Scheduler,
+    prepare: Callable[[int, int], Any],
+    complete: Callable[[Any], bool],
+    on_finish: Callable[[int, bool, float], None],
+    on_error: Callable[[int, int, Exception], None] | None = None,
+    slot: WorkerSlot | None = None,
+) -> None:
+    """:func:`worker_loop` with a look-ahead of one partition: while ``complete`` runs the
+    current partition (upload, mutex, GPU region, checks), another thread claims the next
+    one and runs ``prepare`` (its synthesis). A worker's host cycle then overlaps its own GPU
+    region instead of only the neighbour's (docs/architecture.md, "look-ahead").
+
+    Death: if this thread unwinds, the claimed-ahead partition (``slot.ahead``) is settled
+    first (a claim not yet being prepared is cancelled, a preparation is waited for), so
+    the supervisor hands both partitions out again and none is lost."""
+    slot = slot or WorkerSlot(-1, -1)
+    ahead: _Ahead | None = None
+    try:
+        ahead = _Ahead(scheduler, prepare, slot)
+        while True:
+            current = ahead.result()
+            ahead = None
+            if current is None:
+                slot.exited = True
+                return
+            job, prepared, err = current
+            slot.job, slot.ahead = job, None
+            if err is not None and not isinstance(err, Exception):
+                raise err  # it would have killed a worker: it kills this one
+            ahead = _Ahead(scheduler, prepare, slot)
+            proof, partition = job
+            ok = False
+            try:
+                if err is not None:
+                    raise err
+                ok = complete(prepared)
+            except Exception as exc:  # a bug in one partition must not kill the worker
+                if on_error is not None:
+                    on_error(proof, partition, exc)
+            slot.job = None
+            done = scheduler.finish(proof, ok)
+            if done is not None:
+                on_finish(proof, done[1], done[2])
+    except BaseException as exc:  # the thread dies; the supervisor replaces it
+        if ahead is not None:
+            ahead.cancel()
+            ahead.result()
+        slot.died = exc
+
+
 class Supervisor:
     """Starts the worker threads and watches them: a thread that ends without the scheduler
     having run dry died, so its partition is handed out again (at most ``max_requeues`` times;
@@ -171,7 +273,8 @@ class Supervisor:
         self.replaced = 0
 
     def add(self, name: str, device: int, worker: int, target: Callable[[WorkerSlot], Any]) -> None:
-        """Start ``target(slot)`` on a new thread (``target`` runs :func:`worker_loop`)."""
+        """Start ``target(slot)`` on a new thread (``target`` runs :func:`worker_loop` or
+        :func:`lookahead_loop`)."""
         slot = WorkerSlot(device, worker)
         thread = threading.Thread(target=target, args=(slot,), name=name, daemon=True)
         thread.start()
@@ -188,6 +291,9 @@ class Supervisor:
                 self._workers.remove(entry)
                 if slot.exited:
                     continue
+                if slot.ahead is not None:  # claimed ahead, never started: not its killer
+                    self.scheduler.requeue(*slot.ahead)
+                    slot.ahead = None
                 requeued = False
                 if slot.job is not None:
                     n = self._requeues.get(slot.job, 0) + 1

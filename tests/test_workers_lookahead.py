@@ -1,0 +1,184 @@
+"""The look-ahead worker loop: the next partition is prepared while the current one runs, no
+partition is run twice or lost, and a dying worker hands back what it claimed ahead."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from engine.workers import Scheduler, Supervisor, lookahead_loop
+
+
+class Trace:
+    """Records (what, job, thread, t0, t1) of every prepare/complete call."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rows: list[tuple[str, tuple[int, int], str, float, float]] = []
+
+    def add(self, what: str, job: tuple[int, int], t0: float) -> None:
+        with self.lock:
+            self.rows.append((what, job, threading.current_thread().name, t0, time.monotonic()))
+
+    def jobs(self, what: str) -> list[tuple[int, int]]:
+        return [r[1] for r in self.rows if r[0] == what]
+
+
+def _run(sched, prepare, complete, workers=2, max_requeues=2):
+    finished, died = [], []
+
+    def on_finish(proof, ok, wall_ms):
+        finished.append((proof, ok))
+
+    sup = Supervisor(
+        sched, lambda slot, requeued: died.append(requeued), on_finish, max_requeues=max_requeues
+    )
+    for w in range(workers):
+        sup.add(
+            f"w{w}",
+            0,
+            w,
+            lambda slot: lookahead_loop(sched, prepare, complete, on_finish, None, slot),
+        )
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (sup.run(), done.set()), daemon=True)
+    t.start()
+    assert done.wait(30), "the supervisor did not finish"
+    return finished, died
+
+
+def test_the_next_partition_is_prepared_while_the_current_one_runs():
+    trace = Trace()
+    parts = random.randint(5, 9)
+    sched = Scheduler(proofs=2, partitions=parts, concurrency=2)
+
+    def prepare(proof, partition):
+        t0 = time.monotonic()
+        time.sleep(0.03)
+        trace.add("prepare", (proof, partition), t0)
+        return (proof, partition)
+
+    def complete(prepared):
+        t0 = time.monotonic()
+        time.sleep(0.05)
+        trace.add("complete", prepared, t0)
+        return True
+
+    finished, died = _run(sched, prepare, complete)
+    everything = sorted((p, q) for p in range(2) for q in range(parts))
+    assert sorted(trace.jobs("prepare")) == everything  # each prepared once
+    assert sorted(trace.jobs("complete")) == everything  # each completed once, after it
+    assert sorted(finished) == [(0, True), (1, True)] and died == []
+    prepared_at = {r[1]: r[4] for r in trace.rows if r[0] == "prepare"}
+    assert all(prepared_at[r[1]] <= r[3] for r in trace.rows if r[0] == "complete")
+    # overlap: some preparation ran on a look-ahead thread during a completion
+    completes = [r for r in trace.rows if r[0] == "complete"]
+    ahead = [r for r in trace.rows if r[0] == "prepare" and r[2].startswith("ahead-")]
+    assert any(c[3] < a[3] < c[4] for a in ahead for c in completes)
+
+
+def test_a_dying_worker_hands_back_its_partition_and_the_one_it_claimed_ahead():
+    sched = Scheduler(proofs=1, partitions=6, concurrency=1)
+    victim = (0, random.randint(1, 4))
+    killed = []
+    completed, lock = [], threading.Lock()
+
+    def prepare(proof, partition):
+        time.sleep(0.01)
+        return (proof, partition)
+
+    def complete(prepared):
+        time.sleep(0.02)
+        if prepared == victim and not killed:
+            killed.append(prepared)
+            raise SystemExit("this worker dies once")  # a BaseException
+        with lock:
+            completed.append(prepared)
+        return True
+
+    finished, died = _run(sched, prepare, complete)
+    assert died == [True] and killed == [victim]
+    assert sorted(completed) == [(0, q) for q in range(6)]  # nothing lost, nothing twice
+    assert finished == [(0, True)]
+
+
+def test_a_preparation_that_would_kill_a_worker_kills_it_and_counts_against_its_partition():
+    sched = Scheduler(proofs=1, partitions=3, concurrency=1)
+    completed = []
+
+    def prepare(proof, partition):
+        if partition == 1:
+            raise SystemExit("this partition kills every worker")
+        return (proof, partition)
+
+    def complete(prepared):
+        completed.append(prepared)
+        return True
+
+    finished, died = _run(sched, prepare, complete, max_requeues=2)
+    assert died == [True, True, False]  # handed out twice more, then failed
+    assert sorted(completed) == [(0, 0), (0, 2)]
+    assert finished == [(0, False)]
+
+
+def test_an_exception_in_preparation_fails_only_that_partition():
+    sched = Scheduler(proofs=1, partitions=4, concurrency=1)
+    errors = []
+
+    def prepare(proof, partition):
+        if partition == 2:
+            raise ValueError("bad witness")
+        return (proof, partition)
+
+    def complete(prepared):
+        return True
+
+    finished, died = [], []
+    sup = Supervisor(sched, lambda s, r: died.append(r), lambda p, ok, ms: finished.append(ok))
+    sup.add(
+        "w0",
+        0,
+        0,
+        lambda slot: lookahead_loop(
+            sched,
+            prepare,
+            complete,
+            lambda p, ok, ms: finished.append((p, ok)),
+            lambda p, q, exc: errors.append((q, str(exc))),
+            slot,
+        ),
+    )
+    sup.run()
+    assert errors == [(2, "bad witness")] and died == []
+    assert finished == [(0, False)]
+
+
+def test_paused_scheduler_starts_no_preparation_and_resume_continues():
+    sched = Scheduler(proofs=1, partitions=4, concurrency=1)
+    prepared, gate = [], threading.Event()
+
+    def prepare(proof, partition):
+        prepared.append(partition)
+        return partition
+
+    def complete(partition):
+        if partition == 1:
+            sched.pause()  # while 1 runs, 2 may already be claimed; 3 must wait
+            gate.set()
+        return True
+
+    done = []
+    t = threading.Thread(
+        target=lambda: lookahead_loop(
+            sched, prepare, complete, lambda p, ok, ms: done.append(ok), None, None
+        ),
+        daemon=True,
+    )
+    t.start()
+    assert gate.wait(10)
+    time.sleep(0.3)
+    assert 3 not in prepared and not done
+    sched.resume()
+    t.join(10)
+    assert prepared == [0, 1, 2, 3] and done == [True]
