@@ -252,6 +252,44 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     assert max(async_seen) == 0  # the planned MSM scratch was never allocated on the device
 
 
+def test_failed_attempt_orders_the_scalars_free_after_their_upload():
+    """An attempt that fails after the aux scalars' async upload started (an OOM in msm_h)
+    frees their block on the compute stream: the compute stream must first wait for the
+    upload's event, or the pool may reuse the block while the copy still writes it. The
+    device here is a stand-in that records the order of calls (no GPU)."""
+    from engine.cuda_pipeline import CudaPartitionRunner
+    from engine.devices.base import Block
+    from engine.pipeline import Attempt, DeviceGate
+
+    log = []
+
+    class Stream:
+        def wait_event(self, ev):
+            log.append(("wait", ev))
+
+    class Dev:  # records calls; stands in for CudaDevice
+        def streams(self):
+            return types.SimpleNamespace(compute=Stream())
+
+        def free(self, blk):
+            log.append(("free", blk.site))
+
+        def unpin(self, nbytes):
+            pass
+
+    runner = object.__new__(CudaPartitionRunner)
+    runner.device, runner.gate, runner.worker = Dev(), DeviceGate(), 0
+    runner._z_ready = "z-uploaded"
+    att = Attempt(0, 0, 0)
+    att.blocks.append(Block(pool="async", size=64, requested=64, site="msm_scalars"))
+    runner._release(att)
+    assert log == [("wait", "z-uploaded"), ("free", "msm_scalars")]
+    assert runner._z_ready is None
+    log.clear()
+    runner._release(att)  # nothing pending: no wait
+    assert log == []
+
+
 def test_lazy_aware_policy_trims_only_when_short():
     from engine.cuda_pipeline import LazyAwarePolicy
     from engine.devices.modeled import ModeledDevice
