@@ -47,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allocator", choices=("naive", "aware"), help="allocation policy")
     parser.add_argument("--witness-profile", metavar="Z,O,D", help="aux scalar mix")
     parser.add_argument("--verify", choices=("always", "sampled", "never"), help="exact checks")
+    parser.add_argument(
+        "--synthesis-ahead",
+        action="store_true",
+        default=None,
+        help="each worker synthesises its next partition while its current one runs",
+    )
     parser.add_argument("--seed", type=int, help="seed for the witnesses and the SRS")
     parser.add_argument("--record", metavar="PATH", help="keep the recording here")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -47,6 +47,9 @@ class EngineConfig:
     seed: int | None = None
     prestage_margin: int | None = None  # bytes; None: need/24 (cuzk's 512 MiB on 12 GiB)
     sample_hz: float = 10.0
+    # each worker synthesises its next partition while its current one runs (a second
+    # witness buffer per worker; on CUDA 2 x 17 GB of pinned host memory at 2^27)
+    synthesis_ahead: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -103,6 +106,10 @@ class EngineConfig:
         d["witness_profile"] = list(self.witness_profile)
         d["witness_profile_label"] = PROFILE_LABEL
         d["verify_mode"] = self.verify_mode
+        if self.synthesis_ahead:  # where the dashboard draws the look-ahead's synthesis
+            from engine.workers import SYNTH_LANE_BASE
+
+            d["synth_worker_base"] = SYNTH_LANE_BASE
         return d
 
 

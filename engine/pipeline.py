@@ -132,6 +132,16 @@ class Attempt:
     verified: bool | None = None
     scalars_block: Block | None = None  # the aux scalars on the device (CUDA runner)
     abc_at_tau: tuple[int, int, int] | None = None  # A, B, C at tau, for the check (CUDA)
+    lane: int | None = None  # telemetry worker of the phases (a look-ahead synthesis lane)
+
+
+@dataclass
+class Prepared:
+    """A synthesised partition waiting for its attempt (or the synthesis failure)."""
+
+    att: Attempt
+    witness: Witness | None
+    failure: PartitionFailed | None
 
 
 @dataclass
@@ -163,8 +173,13 @@ class PartitionRunner:
 
     def run(self, proof: int, partition: int) -> PartitionResult:
         """Synthesise, then attempt; on failure recover and retry once on the fallback path."""
-        att = Attempt(proof, partition, 0)
-        witness: Witness | None = None
+        return self.complete(self.prepare(proof, partition))
+
+    def prepare(self, proof: int, partition: int, lane: int | None = None) -> Prepared:
+        """The synthesis phase alone (the look-ahead runs it on another thread while this
+        worker's previous partition completes; ``lane`` is then the telemetry worker its
+        phases are drawn on). A synthesis failure is kept for :meth:`complete` to report."""
+        att = Attempt(proof, partition, 0, lane=lane)
         try:
             with self._phase(att, "synthesis"):
                 rng = partition_rng(self.ctx.config.seed, proof, partition)
@@ -175,6 +190,19 @@ class PartitionRunner:
                     raise PartitionFailed(
                         f"synthesis: {type(exc).__name__}: {exc}", False
                     ) from None
+        except PartitionFailed as exc:
+            return Prepared(att, None, exc)
+        finally:
+            att.lane = None
+        return Prepared(att, witness, None)
+
+    def complete(self, prep: Prepared) -> PartitionResult:
+        """Everything after synthesis: the attempt, and on failure the retry."""
+        att, witness = prep.att, prep.witness
+        proof, partition = att.proof, att.partition
+        try:
+            if prep.failure is not None:
+                raise prep.failure
             self._attempt(att, witness, retry=False)
             self._done(att, ok=True)
             return PartitionResult(True, att.verified, 1)
@@ -280,7 +308,10 @@ class PartitionRunner:
                 results = {q: dev.download(r) for q, r in results.items()}
                 # H leaves the device only for a check: the device copy dies with d_a below
                 h = self._h_for_check(h) if self._verifies(att) else None
-                del scalars
+                # the last views of d_a and the scalars: a stream-ordered block (fallback path)
+                # goes back to the pool only when no array refers to it, and ``a`` otherwise
+                # kept d_a's 4 GiB (2^27) reserved through verify, outside the mutex
+                del scalars, a
                 self._free(att, d_a)
                 self._free_scalars(att)
                 self._prestage_done(att)
@@ -448,13 +479,15 @@ class PartitionRunner:
 
     @contextmanager
     def _phase(self, att: Attempt, name: str):
-        self.bus.emit("phase_begin", **self._where(att), phase=name)
+        where = self._where(att)
+        lane = where if att.lane is None else {**where, "worker": att.lane}
+        self.bus.emit("phase_begin", **lane, phase=name)
         t0 = time.monotonic_ns()
         timer = self._gpu_timer(name)
         ok = False
         try:
             if self.ctx.faults is not None:
-                self.ctx.faults.on_phase(name, self.device, self._where(att))
+                self.ctx.faults.on_phase(name, self.device, where)
             if timer is not None:
                 timer.start()
             yield
@@ -468,7 +501,7 @@ class PartitionRunner:
                     pass
             ms = (time.monotonic_ns() - t0) / 1e6
             att.phases_ms[name] = att.phases_ms.get(name, 0.0) + ms
-            self.bus.emit("phase_end", **self._where(att), phase=name, ok=ok, **gpu)
+            self.bus.emit("phase_end", **lane, phase=name, ok=ok, **gpu)
 
     def _gpu_timer(self, phase: str) -> Any:
         """Device time of a phase (an object with start() and stop() -> ms), or None: the

@@ -37,7 +37,14 @@ from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, parse_listen, read_token
 from engine.srs import draw_srs, generate_srs
-from engine.workers import Scheduler, Supervisor, WorkerSlot, worker_loop
+from engine.workers import (
+    SYNTH_LANE_BASE,
+    Scheduler,
+    Supervisor,
+    WorkerSlot,
+    lookahead_loop,
+    worker_loop,
+)
 from engine.workload import query_sizes
 from recordings.schema import SCHEMA_VERSION
 
@@ -276,8 +283,19 @@ class Engine:
 
         def target(slot: WorkerSlot) -> None:
             runner = runner_cls(ctx, device, w, mutex, gate)
-            fn = self._runner_fn(runner)
-            worker_loop(self.scheduler, fn, self._on_proof_done, self._on_worker_error, slot)
+            on_done, on_error = self._on_proof_done, self._on_worker_error
+            if not self.config.synthesis_ahead:
+                worker_loop(self.scheduler, self._runner_fn(runner), on_done, on_error, slot)
+                return
+
+            def prepare(proof: int, partition: int) -> Any:
+                return runner.prepare(proof, partition, lane=SYNTH_LANE_BASE + w)
+
+            def complete(prepared: Any) -> bool:
+                result = runner.complete(prepared)
+                return result.ok and result.verified is not False
+
+            lookahead_loop(self.scheduler, prepare, complete, on_done, on_error, slot)
 
         return target
 

@@ -36,6 +36,13 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
         "--witness-profile", metavar="Z,O,D", help="fractions of zeros, ones, dense scalars"
     )
     p.add_argument("--verify", choices=("always", "sampled", "never"), help="exact checks")
+    p.add_argument(
+        "--synthesis-ahead",
+        action="store_true",
+        default=None,
+        help="each worker synthesises its next partition while its current one runs "
+        "(a second witness buffer per worker)",
+    )
     p.add_argument("--listen", help="unix (default), unix:PATH or tcp://127.0.0.1:PORT")
     p.add_argument("--token-file", metavar="F", help="token required by TCP clients")
     p.add_argument("--read-only", action="store_true", help="refuse control commands")
@@ -97,6 +104,7 @@ def config_from_args(args: argparse.Namespace):
             witness_profile=profile,
             verify=args.verify,
             seed=args.seed,
+            synthesis_ahead=getattr(args, "synthesis_ahead", None),
         )
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
@@ -200,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"  workload: n = 2^{cfg.domain_log}, {cfg.partitions} partitions x {cfg.proofs} "
             f"proofs, concurrency {cfg.concurrency}, {cfg.workers_per_device} workers/device, "
-            f"allocator {cfg.allocator}, verify {cfg.verify_mode}",
+            f"allocator {cfg.allocator}, verify {cfg.verify_mode}"
+            + (", synthesis ahead" if cfg.synthesis_ahead else ""),
             file=out,
         )
         print(

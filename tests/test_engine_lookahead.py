@@ -1,0 +1,102 @@
+"""``--synthesis-ahead``: each worker synthesises its next partition while its current one
+runs; the synthesis is drawn on its own lane, every partition still completes and verifies
+once, and a worker killed mid-run loses nothing."""
+
+from __future__ import annotations
+
+from engine.config import from_preset
+from engine.runner import Engine
+from engine.testing import GatedBackend
+from engine.workers import SYNTH_LANE_BASE
+from kernels.backends import get_backend
+from recordings.reader import open_recording
+from recordings.schema import PHASES
+
+DELAY = 0.05  # seconds each h_step holds the GPU region, long enough to overlap a synthesis
+
+
+def _run(tmp_path, inject=None, **overrides):
+    cfg = from_preset(
+        "ci", partitions=4, proofs=2, concurrency=2, workers_per_device=2, **overrides
+    )
+    path = tmp_path / "ahead.pvtrec"
+    engine = Engine(
+        cfg,
+        listen=False,
+        record=path,
+        inject=inject,
+        backend=GatedBackend(get_backend("cpu"), delay_s=DELAY),
+    )
+    engine.start()
+    assert engine.wait(120)
+    engine.close()
+    return engine, open_recording(path)
+
+
+def _spans(events, phases):
+    begun, spans = {}, []
+    for e in events:
+        if e["k"] in ("phase_begin", "phase_end") and e["phase"] in phases:
+            key = (e["device"], e["worker"], e["phase"], e["proof"], e["partition"])
+            if e["k"] == "phase_begin":
+                begun[key] = e["t"]
+            else:
+                spans.append((begun.pop(key), e["t"], e["worker"], e["proof"], e["partition"]))
+    return spans
+
+
+def test_synthesis_runs_ahead_on_its_own_lane(tmp_path):
+    engine, rec = _run(tmp_path, synthesis_ahead=True, inject="delay:synthesis:40ms")
+    assert engine.ok and rec.complete
+    assert rec.hello["config"]["synthesis_ahead"] is True
+    assert rec.hello["config"]["synth_worker_base"] == SYNTH_LANE_BASE
+    totals = rec.state().totals()
+    assert totals["partitions_verified"] == 8
+    done = [e for e in rec.events if e["k"] == "partition_done"]
+    assert len(done) == 8 and all(e["ok"] and e["verified"] for e in done)
+    assert {e["worker"] for e in done} <= {0, 1}
+    synth = _spans(rec.events, {"synthesis"})
+    gpu = _spans(rec.events, {p for p, spec in PHASES.items() if spec.gpu})
+    assert len(synth) == 8 and {w for *_, w, _p, _q in synth} <= {
+        SYNTH_LANE_BASE + w for w in (0, 1)
+    }
+    assert {w for *_, w, _p, _q in gpu} <= {0, 1}
+    # the look-ahead: a worker's next synthesis ran during its own GPU region
+    worker_of = {(e["proof"], e["partition"]): e["worker"] for e in done}
+    overlapped = [
+        (s, g)
+        for s in synth
+        for g in gpu
+        if worker_of[(s[3], s[4])] == g[2]
+        and (s[3], s[4]) != (g[3], g[4])
+        and s[0] < g[1]
+        and g[0] < s[1]
+    ]
+    assert overlapped, "no synthesis overlapped its own worker's GPU region"
+    # every partition's synthesis ended before its own GPU region began
+    first_gpu = {}
+    for b, _e, _w, p, q in gpu:
+        first_gpu[(p, q)] = min(b, first_gpu.get((p, q), b))
+    assert all(e <= first_gpu[(p, q)] for _b, e, _w, p, q in synth)
+    # the summary rows carry the synthesis time and the real worker
+    rows = rec.state().attempts
+    assert all(r.phases_ms.get("synthesis", 0) >= 40 for r in rows)
+
+
+def test_a_killed_worker_loses_no_partition_with_the_look_ahead(tmp_path):
+    engine, rec = _run(tmp_path, synthesis_ahead=True, inject="kill:worker:0:msm_h")
+    assert rec.complete and engine.error is None
+    died = [e for e in rec.events if e["k"] == "fault" and e["kind"] == "worker_died"]
+    assert len(died) == 1
+    final = {}
+    for e in rec.events:
+        if e["k"] == "partition_done":
+            final[(e["proof"], e["partition"])] = e
+    assert len(final) == 8 and all(e["ok"] and e["verified"] for e in final.values())
+    assert rec.state().totals()["partitions_verified"] == 8
+
+
+def test_without_the_flag_synthesis_stays_on_the_worker_lane(tmp_path):
+    engine, rec = _run(tmp_path)
+    assert engine.ok and "synth_worker_base" not in rec.hello["config"]
+    assert {w for *_, w, _p, _q in _spans(rec.events, {"synthesis"})} <= {0, 1}
