@@ -74,7 +74,11 @@ class CudaPartitionRunner(PartitionRunner):
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.real = hasattr(self.device, "kernel_args")  # a CudaDevice (tests use modeled ones)
-        self._bufs: Any = None
+        # pinned witness pools, used in turn: one, or two with --synthesis-ahead (the next
+        # witness is made while the current one's partition still reads its pool; the
+        # look-ahead starts witness k+2 only after partition k has completed)
+        self._bufs: list[Any] = []
+        self._made = 0
         self._z_ready: Any = None
 
     def _synthesize(self, rng: Any) -> Any:
@@ -84,16 +88,20 @@ class CudaPartitionRunner(PartitionRunner):
 
         cfg, sizes = self.ctx.config, self.ctx.sizes
         n, m = 1 << cfg.domain_log, max(sizes.l, sizes.a, sizes.b_g1)
-        if self._bufs is None:
-            self._bufs = PinnedBuffers(n, m)
+        kw = self.device.kernel_args("synthesis")  # first: makes the device current here
+        depth = 2 if cfg.synthesis_ahead else 1
+        if len(self._bufs) < depth:
+            self._bufs.append(PinnedBuffers(n, m))
+        bufs = self._bufs[self._made % depth]
+        self._made += 1
         seed = int(rng.integers(1 << 63))
         return synthesize_on_gpu(
             cfg.domain_log,
             sizes,
             cfg.witness_profile,
             seed,
-            self._bufs,
-            **self.device.kernel_args("synthesis"),
+            bufs,
+            **kw,
         )
 
     def _fallback_upload(self, att: Any, w: Any) -> tuple:

@@ -648,7 +648,25 @@ def test_gpu_engine_small_run_verifies(cp, tmp_path):
     srs = [e for e in events if e["k"] == "alloc" and e["site"] == "srs"]
     assert srs
     timed = [e for e in events if e["k"] == "phase_end" and e.get("gpu_ms") is not None]
-    assert {e["phase"] for e in timed} >= {"h_step", "msm_h"}
+    assert {e["phase"] for e in timed} >= {"h_step", "msm_h", "upload"}
+
+
+@pytest.mark.gpu
+def test_gpu_engine_with_synthesis_ahead_verifies_every_partition(cp, tmp_path):
+    """Two pinned witness pools per worker, the next witness made on the look-ahead thread
+    (its own CUDA streams) while the current partition runs: every check must still hold."""
+    from engine.config import from_preset
+    from engine.workers import SYNTH_LANE_BASE
+
+    cfg = from_preset(
+        "small", backend="cuda", proofs=2, partitions=4, verify="always", synthesis_ahead=True
+    )
+    engine, events = _run_engine(cfg, record=tmp_path / "ahead.pvtrec")
+    assert engine.ok, engine.error
+    done = [e for e in events if e["k"] == "partition_done"]
+    assert len(done) == 8 and all(e["ok"] and e["verified"] for e in done)
+    lanes = {e["worker"] for e in events if e["k"] == "phase_begin" and e["phase"] == "synthesis"}
+    assert lanes <= {SYNTH_LANE_BASE, SYNTH_LANE_BASE + 1} and lanes
 
 
 @pytest.mark.gpu
