@@ -100,3 +100,19 @@ def test_without_the_flag_synthesis_stays_on_the_worker_lane(tmp_path):
     engine, rec = _run(tmp_path)
     assert engine.ok and "synth_worker_base" not in rec.hello["config"]
     assert {w for *_, w, _p, _q in _spans(rec.events, {"synthesis"})} <= {0, 1}
+
+
+def test_the_dashboard_names_the_synthesis_lanes_of_each_device(tmp_path):
+    from tui.widgets.timeline import Timeline
+
+    _engine, rec = _run(tmp_path, synthesis_ahead=True, devices=(0, 1))
+    state = rec.state()
+    timeline = Timeline()
+    timeline.state = state
+    labels = {timeline._label(lane) for lane in state.lanes()}
+    base = SYNTH_LANE_BASE
+    synth = {lane for lane in state.lanes() if lane[0] == "worker" and lane[2] >= base}
+    assert synth and {timeline._label(lane) for lane in synth} <= {
+        f"gpu{d} synth {w}" for d in (0, 1) for w in (0, 1)
+    }
+    assert not any(f"w{base}" in label for label in labels)
