@@ -109,6 +109,11 @@ _WHERE = {
     "device": _f(INT, "device index (CUDA ordinal, or the modeled device's index)"),
 }
 
+# Phases are drawn on the lane of their worker, except a synthesis run ahead of its worker's
+# turn (--synthesis-ahead), and the cuzk adapter's CPU synthesis slots: those are drawn from
+# hello.config.synth_worker_base on.
+_LANE = _f(INT, "worker index within its device, or synth_worker_base + N for synthesis lane N")
+
 # The memory picture of one device. The same keys appear in ``memory`` events and, as the pool
 # state at that instant, inside ``fault`` and ``alloc`` events (``pools``).
 MEMORY_FIELDS: dict[str, Field] = {
@@ -148,12 +153,18 @@ EVENTS: dict[str, dict[str, Field]] = {
         "state": _f(STR, "one of ENGINE_STATES"),
         "reason": _opt(STR, "why the state changed"),
     },
-    "phase_begin": {**_WHERE, "phase": _f(STR, "a key of PHASES")},
+    "phase_begin": {**_WHERE, "worker": _LANE, "phase": _f(STR, "a key of PHASES")},
     "phase_end": {
         **_WHERE,
+        "worker": _LANE,
         "phase": _f(STR, "a key of PHASES"),
         "ok": _f(BOOL, "false when the phase failed"),
-        "gpu_ms": _opt(NUM, "device time of the phase from CUDA events, if measured"),
+        "gpu_ms": _opt(
+            NUM,
+            "device time of the phase from CUDA events, if measured: the kernel phases "
+            "(`h_step`, the MSMs) on the worker's compute stream, `upload` and "
+            "`fallback_upload` on its upload stream",
+        ),
     },
     "mutex": {
         **_WHERE,
