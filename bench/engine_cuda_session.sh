@@ -5,6 +5,7 @@
 #   bash bench/engine_cuda_session.sh smoke     # gpu tests + selftest + one small engine run
 #   bash bench/engine_cuda_session.sh probe     # gpu tests + 2^24 and one porep-32g proof
 #   bash bench/engine_cuda_session.sh acceptance  # checks + acceptance runs 3, 2, 1 in one call
+#   bash bench/engine_cuda_session.sh busy      # run 3 beside the same with --synthesis-ahead
 #   bash bench/engine_cuda_session.sh uncapped  # gpu tests + acceptance run 3 (no memory cap)
 #   bash bench/engine_cuda_session.sh naive     # acceptance run 1 (16 GiB, naive)
 #   bash bench/engine_cuda_session.sh aware     # acceptance runs 2 and 3 (16 GiB / uncapped)
@@ -62,6 +63,11 @@ acceptance)  # everything issue 6 names, in priority order, inside one 10-minute
         --workers-per-device 2 --allocator aware
     bench naive16 150 --preset porep-32g --device-memory 16GiB --workers-per-device 2 \
         --allocator naive
+    ;;
+busy)  # the GPU-busy A/B in one call: the same run without and with the look-ahead
+    bench aware 200 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
+    bench ahead 260 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware \
+        --synthesis-ahead
     ;;
 uncapped)
     gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
