@@ -157,7 +157,9 @@ class State:
             attempt = 0 if row is None else row.attempt + 1
             row = PartitionRow(e["proof"], e["partition"], attempt=attempt, retried=attempt > 0)
             self.partitions[(e["proof"], e["partition"])] = row
-        row.worker, row.device = e["worker"], e["device"]
+        if not self._synth_lane(e["worker"]):  # the GPU worker is known at its first phase
+            row.worker = e["worker"]
+        row.device = e["device"]
         spec = PHASES.get(e["phase"])
         for kind, flag in (("gpu", spec and spec.gpu), ("upload", spec and spec.upload)):
             if flag:
@@ -165,6 +167,11 @@ class State:
                 self._active[lane_key] = self._active.get(lane_key, 0) + 1
                 if self._active[lane_key] == 1:
                     self.open[lane_key] = Segment(lane_key, kind, e["t"])
+
+    def _synth_lane(self, worker: Any) -> bool:
+        """A synthesis lane (hello.config.synth_worker_base on), not a GPU worker."""
+        base = ((self.hello or {}).get("config") or {}).get("synth_worker_base")
+        return isinstance(base, int) and isinstance(worker, int) and worker >= base
 
     def _on_phase_end(self, e: dict[str, Any]) -> None:
         key = (e["device"], e["worker"], e["phase"])

@@ -116,3 +116,22 @@ def test_the_dashboard_names_the_synthesis_lanes_of_each_device(tmp_path):
         f"gpu{d} synth {w}" for d in (0, 1) for w in (0, 1)
     }
     assert not any(f"w{base}" in label for label in labels)
+
+
+def test_a_row_in_synthesis_ahead_has_no_gpu_worker_yet(tmp_path):
+    from recordings.state import State
+    from tui.widgets.partitions import cells
+
+    _engine, rec = _run(tmp_path, synthesis_ahead=True)
+    state = State()
+    seen_synth = False
+    for e in rec.events:
+        state.apply(e)
+        if e["k"] == "phase_begin" and e["phase"] == "synthesis":
+            row = state.partitions[(e["proof"], e["partition"])]
+            assert row.worker is None and cells(row)[2][0] == f"{e['device']}/syn"
+            seen_synth = True
+        elif e["k"] == "phase_begin":
+            assert state.partitions[(e["proof"], e["partition"])].worker == e["worker"]
+    assert seen_synth
+    assert all(r.worker in (0, 1) for r in state.partitions.values())

@@ -49,7 +49,10 @@ GREEN, AMBER, ORANGE = "#5fd75f", "#d7af00", "#ff8700"
 
 def cells(row: PartitionRow) -> list[tuple[str, str]]:
     """(text, colour-or-style) per column of one row."""
-    where = f"{row.device}/{row.worker}" if row.device is not None else "–"
+    if row.device is None:
+        where = "–"
+    else:  # no worker yet: still being synthesised on a synthesis lane
+        where = f"{row.device}/{'syn' if row.worker is None else row.worker}"
     upload = row.phases_ms.get("upload", row.phases_ms.get("fallback_upload"))
     verified = {True: ("yes", GREEN), False: ("NO", f"bold {FAILURE_COLOUR}"), None: ("–", "dim")}
     if row.ok is None:
