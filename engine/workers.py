@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 
@@ -141,19 +142,32 @@ def worker_loop(
                 slot.exited = True
                 return
             slot.job = job
-            proof, partition = job
-            ok = False
-            try:
-                ok = run_partition(proof, partition)
-            except Exception as exc:  # a bug in one partition must not kill the worker
-                if on_error is not None:
-                    on_error(proof, partition, exc)
-            slot.job = None
-            done = scheduler.finish(proof, ok)
-            if done is not None:
-                on_finish(proof, done[1], done[2])
+            _run_one(scheduler, job, partial(run_partition, *job), on_finish, on_error, slot)
     except BaseException as exc:  # the thread dies; the supervisor replaces it
         slot.died = exc
+
+
+def _run_one(
+    scheduler: Scheduler,
+    job: tuple[int, int],
+    run: Callable[[], bool],
+    on_finish: Callable[[int, bool, float], None],
+    on_error: Callable[[int, int, Exception], None] | None,
+    slot: WorkerSlot,
+) -> None:
+    """Run one partition held in ``slot.job`` and account for it. An Exception fails only
+    that partition; a BaseException unwinds the worker with the job still in the slot."""
+    proof, partition = job
+    ok = False
+    try:
+        ok = run()
+    except Exception as exc:  # a bug in one partition must not kill the worker
+        if on_error is not None:
+            on_error(proof, partition, exc)
+    slot.job = None
+    done = scheduler.finish(proof, ok)
+    if done is not None:
+        on_finish(proof, done[1], done[2])
 
 
 class _Ahead:
@@ -229,19 +243,13 @@ def lookahead_loop(
             if err is not None and not isinstance(err, Exception):
                 raise err  # it would have killed a worker: it kills this one
             ahead = _Ahead(scheduler, prepare, slot)
-            proof, partition = job
-            ok = False
-            try:
+
+            def run(prepared: Any = prepared, err: BaseException | None = err) -> bool:
                 if err is not None:
                     raise err
-                ok = complete(prepared)
-            except Exception as exc:  # a bug in one partition must not kill the worker
-                if on_error is not None:
-                    on_error(proof, partition, exc)
-            slot.job = None
-            done = scheduler.finish(proof, ok)
-            if done is not None:
-                on_finish(proof, done[1], done[2])
+                return complete(prepared)
+
+            _run_one(scheduler, job, run, on_finish, on_error, slot)
     except BaseException as exc:  # the thread dies; the supervisor replaces it
         if ahead is not None:
             ahead.cancel()

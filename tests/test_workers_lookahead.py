@@ -25,7 +25,7 @@ class Trace:
         return [r[1] for r in self.rows if r[0] == what]
 
 
-def _run(sched, prepare, complete, workers=2, max_requeues=2):
+def _run(sched, prepare, complete, workers=2, max_requeues=2, on_error=None):
     finished, died = [], []
 
     def on_finish(proof, ok, wall_ms):
@@ -39,7 +39,7 @@ def _run(sched, prepare, complete, workers=2, max_requeues=2):
             f"w{w}",
             0,
             w,
-            lambda slot: lookahead_loop(sched, prepare, complete, on_finish, None, slot),
+            lambda slot: lookahead_loop(sched, prepare, complete, on_finish, on_error, slot),
         )
     done = threading.Event()
     t = threading.Thread(target=lambda: (sup.run(), done.set()), daemon=True)
@@ -131,25 +131,10 @@ def test_an_exception_in_preparation_fails_only_that_partition():
             raise ValueError("bad witness")
         return (proof, partition)
 
-    def complete(prepared):
-        return True
+    def on_error(proof, partition, exc):
+        errors.append((partition, str(exc)))
 
-    finished, died = [], []
-    sup = Supervisor(sched, lambda s, r: died.append(r), lambda p, ok, ms: finished.append(ok))
-    sup.add(
-        "w0",
-        0,
-        0,
-        lambda slot: lookahead_loop(
-            sched,
-            prepare,
-            complete,
-            lambda p, ok, ms: finished.append((p, ok)),
-            lambda p, q, exc: errors.append((q, str(exc))),
-            slot,
-        ),
-    )
-    sup.run()
+    finished, died = _run(sched, prepare, lambda prepared: True, workers=1, on_error=on_error)
     assert errors == [(2, "bad witness")] and died == []
     assert finished == [(0, False)]
 
