@@ -75,31 +75,41 @@ def synthesize_on_gpu(
     # 0.6 s alone (bench/engine_cuda_notes.md). Each chunk's device arrays are freed in stream
     # order, after their copies, so device memory stays at one chunk's worth.
     with on_stream(stream, allocator) as s:
-        for lo in range(0, n, chunk):
-            hi = min(n, lo + chunk)
-            a = random_fr((hi - lo,), seed=seeds[0], stream=s, first=lo)
-            b = random_fr((hi - lo,), seed=seeds[1], stream=s, first=lo)
-            c = elementwise("mul", a, b, stream=s)
-            for dev, host in ((a, a_h), (b, b_h), (c, c_h)):
-                dev.get(stream=s, out=host[lo:hi], blocking=False)
-            del a, b, c
-        counts = cupy.zeros(2, dtype=cupy.int64)
-        for lo in range(0, m, chunk):
-            hi = min(m, lo + chunk)
-            z = random_fr((hi - lo,), seed=seeds[3], stream=s, first=lo)
-            # the zero / one / dense choice: a uniform double from 53 random bits of our own
-            # generator (CuPy's curand-based one compiles for ~30 s on a fresh machine)
-            bits = random_fr((hi - lo,), seed=seeds[2], stream=s, first=lo)[:, 0]
-            u = (bits >> 11).astype(cupy.float64) * 2.0**-53
-            is_zero = u < zeros
-            is_one = (u >= zeros) & (u < zeros + ones)
-            # arithmetic, not a boolean-mask assignment (that one can synchronise the host)
-            z *= ~(is_zero | is_one)[:, None]
-            z[:, 0] += is_one
-            z.get(stream=s, out=bufs.z[lo:hi], blocking=False)
-            counts += cupy.stack([is_zero.sum(), is_one.sum()])
-            del z, bits, u, is_zero, is_one
-        n_zeros, n_ones = (int(x) for x in counts.get(stream=s))
-        s.synchronize()
+        try:
+            for lo in range(0, n, chunk):
+                hi = min(n, lo + chunk)
+                a = random_fr((hi - lo,), seed=seeds[0], stream=s, first=lo)
+                b = random_fr((hi - lo,), seed=seeds[1], stream=s, first=lo)
+                c = elementwise("mul", a, b, stream=s)
+                for dev, host in ((a, a_h), (b, b_h), (c, c_h)):
+                    dev.get(stream=s, out=host[lo:hi], blocking=False)
+                del a, b, c
+            counts = cupy.zeros(2, dtype=cupy.int64)
+            for lo in range(0, m, chunk):
+                hi = min(m, lo + chunk)
+                z = random_fr((hi - lo,), seed=seeds[3], stream=s, first=lo)
+                # the zero / one / dense choice: a uniform double from 53 random bits of our own
+                # generator (CuPy's curand-based one compiles for ~30 s on a fresh machine)
+                bits = random_fr((hi - lo,), seed=seeds[2], stream=s, first=lo)[:, 0]
+                u = (bits >> 11).astype(cupy.float64) * 2.0**-53
+                is_zero = u < zeros
+                is_one = (u >= zeros) & (u < zeros + ones)
+                # arithmetic, not a boolean-mask assignment (that one can synchronise the host)
+                z *= ~(is_zero | is_one)[:, None]
+                z[:, 0] += is_one
+                z.get(stream=s, out=bufs.z[lo:hi], blocking=False)
+                counts += cupy.stack([is_zero.sum(), is_one.sum()])
+                del z, bits, u, is_zero, is_one
+            n_zeros, n_ones = (int(x) for x in counts.get(stream=s))
+            s.synchronize()
+        finally:
+            # a failure part-way leaves copies queued into the pinned pool: let them land
+            # before the pool can be written again (the look-ahead thread's stream is
+            # covered by no worker's synchronise)
+            try:
+                s.synchronize()
+            except Exception:  # the stream's own error is the one being raised
+                pass
+
     counts_by_kind = {"zeros": n_zeros, "ones": n_ones, "dense": m - n_zeros - n_ones}
     return Witness(a=a_h, b=b_h, c=c_h, z=bufs.z, counts=counts_by_kind, pinned=True)
