@@ -36,8 +36,8 @@ from engine.residency import G1_AFFINE_BYTES, plan_residency
 from engine.srs import QUERIES, Srs
 
 GPU_PHASES = frozenset({"h_step", *MSM_PHASES.values()})
-# copies host -> device, timed on the upload stream: the host time of these phases also holds
-# the allocation, the event handshakes and (fallback) the pool's refusal handling
+# copies host -> device: their gpu_ms is the copies' own time from upload-stream events (the
+# phases also allocate, wait for the compute stream and, when checked, run the checks' sums)
 COPY_PHASES = frozenset({"upload", "fallback_upload"})
 
 
@@ -209,7 +209,7 @@ class CudaPartitionRunner(PartitionRunner):
         if phase in GPU_PHASES:
             return self.device.gpu_timer()
         if phase in COPY_PHASES:
-            return self.device.gpu_timer("upload")
+            return self.device.copy_timer()
         return None
 
     def _malloc(self, att, nbytes: int, pool: str, site: str) -> Block:

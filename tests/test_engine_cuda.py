@@ -207,11 +207,15 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     from kernels.cpu_backend import CpuBackend
 
     class TimedModeled(ModeledDevice):
-        def gpu_timer(self, stream="compute"):
-            streams.append(stream)
+        def gpu_timer(self):
+            timers.append("gpu")
             return _HostTimer()
 
-    streams = []
+        def copy_timer(self):
+            timers.append("copy")
+            return _HostTimer()
+
+    timers = []
 
     cfg = from_preset("ci", seed=random.randrange(1 << 30))
     sizes = query_sizes(cfg.domain_log)
@@ -247,7 +251,7 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     timed = {e["phase"] for e in ends if "gpu_ms" in e}
     assert timed == (GPU_PHASES | COPY_PHASES) & {e["phase"] for e in ends}
     assert {"upload", "fallback_upload"} <= timed  # the first attempt pre-staged, the retry not
-    assert set(streams) == {"compute", "upload"}
+    assert set(timers) == {"gpu", "copy"}
     assert "h_step" in timed and all(e["gpu_ms"] >= 0 for e in ends if "gpu_ms" in e)
     assert max(async_seen) == 0  # the planned MSM scratch was never allocated on the device
 
@@ -649,6 +653,16 @@ def test_gpu_engine_small_run_verifies(cp, tmp_path):
     assert srs
     timed = [e for e in events if e["k"] == "phase_end" and e.get("gpu_ms") is not None]
     assert {e["phase"] for e in timed} >= {"h_step", "msm_h", "upload"}
+    # an upload's gpu_ms is its copies' time: positive and inside the phase's host span
+    begins = {
+        (e["proof"], e["partition"]): e["t"]
+        for e in events
+        if e["k"] == "phase_begin" and e["phase"] == "upload"
+    }
+    for e in timed:
+        if e["phase"] == "upload":
+            span_ms = (e["t"] - begins[(e["proof"], e["partition"])]) / 1e6
+            assert 0 < e["gpu_ms"] <= span_ms
 
 
 @pytest.mark.gpu

@@ -294,11 +294,19 @@ class CudaDevice(Device):
 
         return alloc
 
-    def gpu_timer(self, stream: str = "compute") -> GpuTimer:
-        """A pair of CUDA events on this worker's ``compute`` or ``upload`` stream (phase
-        ``gpu_ms``)."""
-        st = self.streams()
-        return GpuTimer(self.cupy, st.upload if stream == "upload" else st.compute)
+    def gpu_timer(self) -> GpuTimer:
+        """A pair of CUDA events on this worker's compute stream (phase ``gpu_ms``)."""
+        return GpuTimer(self.cupy, self.streams().compute)
+
+    def copy_ms(self) -> float:
+        """Device time of this thread's :meth:`upload` copies so far, from upload-stream
+        events around each copy (not around the phase: a phase also allocates, waits for the
+        compute stream and may run checks, and the upload stream is idle meanwhile)."""
+        return float(getattr(self._tl, "copy_ms", 0.0))
+
+    def copy_timer(self) -> CopyTimer:
+        """The upload copies made between start() and stop() (phase ``gpu_ms``)."""
+        return CopyTimer(self.copy_ms)
 
     # -- Device -------------------------------------------------------------------------------
 
@@ -443,6 +451,9 @@ class CudaDevice(Device):
         st.upload.wait_event(ready)
         if nbytes == 0:
             return dst
+        # timed on the upload stream after the wait above: the copy, not the compute stream
+        begin, end = cupy.cuda.Event(), cupy.cuda.Event()
+        begin.record(st.upload)
         if chunk and chunk < nbytes:
             self._upload_chunked(host, dst, int(chunk), st)
         else:
@@ -453,6 +464,9 @@ class CudaDevice(Device):
             finally:
                 if registered:
                     self.rt.hostUnregister(host.ctypes.data)
+        end.record(st.upload)
+        end.synchronize()
+        self._tl.copy_ms = self.copy_ms() + float(cupy.cuda.get_elapsed_time(begin, end))
         done = cupy.cuda.Event(disable_timing=True)
         done.record(st.upload)
         st.compute.wait_event(done)
@@ -544,6 +558,20 @@ class CudaDevice(Device):
         self._ballast_mem = None
         self.synchronize()
         self.trim()
+
+
+class CopyTimer:
+    """Copy time accumulated by a device between start() and stop()."""
+
+    def __init__(self, read: Any) -> None:
+        self._read = read
+        self._base = 0.0
+
+    def start(self) -> None:
+        self._base = self._read()
+
+    def stop(self) -> float:
+        return self._read() - self._base
 
 
 class GpuTimer:
