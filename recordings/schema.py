@@ -162,8 +162,8 @@ EVENTS: dict[str, dict[str, Field]] = {
         "gpu_ms": _opt(
             NUM,
             "device time of the phase from CUDA events, if measured: the kernel phases "
-            "(`h_step`, the MSMs) on the worker's compute stream, `upload` and "
-            "`fallback_upload` on its upload stream",
+            "(`h_step`, the MSMs) on the worker's compute stream; for `upload` and "
+            "`fallback_upload`, the copies' own time on its upload stream",
         ),
     },
     "mutex": {
