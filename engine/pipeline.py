@@ -57,6 +57,8 @@ class DeviceGate:
         self._cv = threading.Condition()
         self.prestaged = 0  # workers holding pre-stage buffers
         self.recovering = 0
+        self.waiting = 0  # skipped workers waiting for the pre-staged buffers to go
+        self.refusal = ""  # why the last try_prestage() said no
         # Pre-stage decisions and their allocations happen one worker at a time, against a
         # ledger of what workers committed to the GPU region may still allocate there.
         self.decide = threading.Lock()
@@ -75,13 +77,26 @@ class DeviceGate:
             self._extra.pop(worker, None)
 
     def wait_no_prestage(self, timeout: float) -> bool:
-        """Block until no worker holds pre-stage buffers (False on timeout)."""
+        """Block until no worker holds pre-stage buffers (False on timeout). While anyone
+        waits here no new pre-stage is granted: a neighbour that releases its buffers and
+        pre-stages its next partition at once would otherwise keep the waiter asleep (with
+        the look-ahead the next pre-stage comes within milliseconds)."""
         with self._cv:
-            return self._cv.wait_for(lambda: self.prestaged == 0, timeout)
+            self.waiting += 1
+            try:
+                return self._cv.wait_for(lambda: self.prestaged == 0, timeout)
+            finally:
+                self.waiting -= 1
+                self._cv.notify_all()
 
     def try_prestage(self) -> bool:
+        """Count a pre-stage in, or say no (the reason is left in ``refusal``)."""
         with self._cv:
             if self.recovering:
+                self.refusal = "another worker is recovering from a failure on this device"
+                return False
+            if self.waiting:
+                self.refusal = "a neighbour's fallback is waiting for the pre-staged buffers"
                 return False
             self.prestaged += 1
             return True
@@ -249,7 +264,7 @@ class PartitionRunner:
                     if decision.status == "ok":
                         att.holds_prestage = self.gate.try_prestage()
                         if not att.holds_prestage:
-                            reason = "another worker is recovering from a failure on this device"
+                            reason = self.gate.refusal
                             decision = Decision("skip", reason, decision.free, decision.margin)
                 att.prestage, att.prestage_reason = decision.status, decision.reason
                 att.forced = decision.forced

@@ -193,6 +193,33 @@ def test_gate_wait_no_prestage_blocks_until_every_prestage_is_released():
     assert released  # returned only after the release
 
 
+def test_gate_grants_no_new_prestage_while_a_fallback_waits():
+    """The waiter cannot be starved by a neighbour that pre-stages again right after its
+    release (the look-ahead makes that the common case)."""
+    import threading
+
+    from engine.pipeline import DeviceGate
+
+    gate = DeviceGate()
+    assert gate.try_prestage()
+    woke = threading.Event()
+    waiter = threading.Thread(target=lambda: gate.wait_no_prestage(10.0) and woke.set())
+    waiter.start()
+    while not gate.waiting:
+        threading.Event().wait(0.001)
+    gate.prestage_released()
+    granted = gate.try_prestage()  # the neighbour's next partition, before the waiter runs
+    if granted:  # the waiter already left: then the wait is over and nothing was starved
+        assert woke.wait(5) or gate.waiting == 0
+    else:
+        assert "waiting" in gate.refusal
+    waiter.join(10)
+    assert woke.is_set()
+    if granted:
+        gate.prestage_released()
+    assert gate.waiting == 0 and gate.try_prestage()
+
+
 def test_a_skipped_prestage_lets_the_neighbours_prestage_go_first(monkeypatch):
     """One pre-stage fits, two do not (a 16 GiB card with two workers at 2^27): a worker whose
     pre-stage was skipped waits for the neighbours' pre-staged buffers to be released before it
