@@ -166,7 +166,8 @@ def interpolants_at(
     x %= R
     zx = (pow(x, n, R) - 1) % R
     if zx == 0:  # a domain point: no division by x - w^i (probability ~n/r for a random x)
-        rows = [fr_from_limbs(np.asarray(cupy.asnumpy(v))) for v in (a, b, c)]
+        s = stream or cupy.cuda.get_current_stream()  # read after the kernels queued on it
+        rows = [fr_from_limbs(np.asarray(cupy.asnumpy(v, stream=s))) for v in (a, b, c)]
         return tuple(evaluate_interpolant(rows, x))  # type: ignore[return-value]
     fn = _module().get_function("fr_barycentric3")
     k = n.bit_length() - 1

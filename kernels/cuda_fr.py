@@ -41,21 +41,21 @@ def evaluate(coeffs: Any, x: int, stream: Any = None) -> int:
 
     s = stream or cupy.cuda.get_current_stream()
     fn = _state().fn("fr_horner_chunks")
-    cur = cupy.ascontiguousarray(coeffs)
     xx = x % R
-    while cur.shape[0] > HORNER_CHUNK:
-        n = cur.shape[0]
-        parts = (n + HORNER_CHUNK - 1) // HORNER_CHUNK
-        out = cupy.empty((parts, 4), dtype=cupy.uint64)
-        d_x = cupy.asarray(to_words([xx], True))
-        with s:
+    with s:  # every copy and kernel below on s, so each reads what the one before wrote
+        cur = cupy.ascontiguousarray(coeffs)
+        while cur.shape[0] > HORNER_CHUNK:
+            n = cur.shape[0]
+            parts = (n + HORNER_CHUNK - 1) // HORNER_CHUNK
+            out = cupy.empty((parts, 4), dtype=cupy.uint64)
+            d_x = cupy.asarray(to_words([xx], True))
             fn(
                 ((parts + 127) // 128,), (128,),
                 (out, cur, np.uint64(n), np.int32(HORNER_CHUNK), d_x),
             )  # fmt: skip
-        cur = out
-        xx = pow(xx, HORNER_CHUNK, R)
-    vals = from_words(cupy.asnumpy(cur), True)
+            cur = out
+            xx = pow(xx, HORNER_CHUNK, R)
+        vals = from_words(cupy.asnumpy(cur, stream=s), True)
     acc = 0
     for v in reversed(vals):
         acc = (acc * xx + v) % R
