@@ -11,6 +11,7 @@
 #   bash bench/engine_cuda_session.sh aware     # acceptance runs 2 and 3 (16 GiB / uncapped)
 #   bash bench/engine_cuda_session.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
 #   bash bench/engine_cuda_session.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
+#   bash bench/engine_cuda_session.sh pin       # page-locking a witness pool, by method
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -97,6 +98,9 @@ trim)
         --workers-per-device 2 --allocator aware
     PROVETOP_SYNC_SCOPE=device bench trim-device 280 --preset porep-32g --proofs 1 \
         --device-memory 16GiB --workers-per-device 2 --allocator aware
+    ;;
+pin)
+    timeout 200 python3 bench/pin_probe.py --gib 1,4,17 2>&1 | tee -a "$TABLES"
     ;;
 multi)
     bench multi 560 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
