@@ -35,16 +35,18 @@ class Scheduler:
         self.completed: list[tuple[int, bool]] = []
         self._requeued: deque[tuple[int, int]] = deque()  # partitions of dead workers
 
-    def next(self) -> tuple[int, int] | None:
-        """Block until a partition may start; None when there is nothing more to do."""
+    def next(self, cancelled: Callable[[], bool] | None = None) -> tuple[int, int] | None:
+        """Block until a partition may start; None when there is nothing more to do, or once
+        ``cancelled()`` is true (checked at least every 0.5 s: a look-ahead claim whose
+        worker is dying must not wait for a proof slot that only its own requeue can free)."""
         with self._cv:
             while True:
-                if self.stopped:
+                if self.stopped or (cancelled is not None and cancelled()):
                     return None
                 if self._requeued and not self.paused:
                     return self._requeued.popleft()
-                if self._next_proof >= self.proofs:
-                    return None
+                if self._next_proof >= self.proofs and not self._requeued:
+                    return None  # (a requeued partition waits out a pause: it is not done)
                 if not self.paused:
                     starting = self._next_partition == 0
                     if not starting or len(self._remaining) < self.concurrency:
@@ -191,7 +193,7 @@ class _Ahead:
         self._thread.start()
 
     def _run(self) -> None:
-        job = self._scheduler.next()
+        job = self._scheduler.next(lambda: self._cancelled)
         if job is None:
             return
         with self._lock:

@@ -25,7 +25,7 @@ class Trace:
         return [r[1] for r in self.rows if r[0] == what]
 
 
-def _run(sched, prepare, complete, workers=2, max_requeues=2, on_error=None):
+def _run(sched, prepare, complete, workers=2, max_requeues=2, on_error=None, timeout=30):
     finished, died = [], []
 
     def on_finish(proof, ok, wall_ms):
@@ -44,7 +44,7 @@ def _run(sched, prepare, complete, workers=2, max_requeues=2, on_error=None):
     done = threading.Event()
     t = threading.Thread(target=lambda: (sup.run(), done.set()), daemon=True)
     t.start()
-    assert done.wait(30), "the supervisor did not finish"
+    assert done.wait(timeout), "the supervisor did not finish"
     return finished, died
 
 
@@ -167,3 +167,47 @@ def test_paused_scheduler_starts_no_preparation_and_resume_continues():
     sched.resume()
     t.join(10)
     assert prepared == [0, 1, 2, 3] and done == [True]
+
+
+def test_a_worker_dying_while_its_look_ahead_waits_for_a_proof_slot_does_not_hang():
+    # concurrency 1: once the last partition of proof 0 is claimed, the look-ahead thread waits
+    # in Scheduler.next() for proof 0 to complete. If that last partition kills its worker,
+    # the dying worker must not wait for that claim forever (proof 0 can only complete once
+    # the supervisor has handed the dead worker's partition out again).
+    sched = Scheduler(proofs=2, partitions=3, concurrency=1)
+    killed, completed, lock = [], [], threading.Lock()
+
+    def complete(prepared):
+        if prepared == (0, 2) and not killed:
+            killed.append(prepared)
+            raise SystemExit("the last partition of proof 0 kills its worker once")
+        with lock:
+            completed.append(prepared)
+        return True
+
+    finished, died = _run(sched, lambda p, q: (p, q), complete, workers=1, timeout=10)
+    assert died == [True] and killed == [(0, 2)]
+    assert sorted(completed) == [(p, q) for p in range(2) for q in range(3)]
+    assert sorted(finished) == [(0, True), (1, True)]
+
+
+def test_a_partition_requeued_while_paused_runs_after_resume():
+    # a worker dies while the scheduler is paused and everything is already dispatched: its
+    # replacement must wait for the resume, not find the scheduler dry and leave the
+    # requeued partition (and its proof) unfinished
+    sched = Scheduler(proofs=1, partitions=2, concurrency=1)
+    killed, completed = [], []
+
+    def complete(prepared):
+        if prepared == (0, 1) and not killed:
+            killed.append(prepared)
+            sched.pause()
+            threading.Timer(0.5, sched.resume).start()
+            raise SystemExit("dies while the engine is paused")
+        completed.append(prepared)
+        return True
+
+    finished, died = _run(sched, lambda p, q: (p, q), complete, workers=1, timeout=10)
+    assert died == [True] and killed == [(0, 1)]
+    assert sorted(completed) == [(0, 0), (0, 1)]
+    assert finished == [(0, True)]
