@@ -101,8 +101,9 @@ class Scheduler:
 
     @property
     def all_dispatched(self) -> bool:
+        """Every partition handed out (a requeued one waiting to go again is not)."""
         with self._cv:
-            return self._next_proof >= self.proofs
+            return self._next_proof >= self.proofs and not self._requeued
 
 
 # Synthesis lanes: with the look-ahead, a worker's next partition is synthesised while its

@@ -211,3 +211,14 @@ def test_a_partition_requeued_while_paused_runs_after_resume():
     assert died == [True] and killed == [(0, 1)]
     assert sorted(completed) == [(0, 0), (0, 1)]
     assert finished == [(0, True)]
+
+
+def test_a_requeued_partition_not_handed_out_again_is_not_dispatched():
+    # the engine's final reason reads all_dispatched after a stop: a partition of a dead
+    # worker still waiting in the requeue must not count as dispatched ("all proofs done")
+    sched = Scheduler(proofs=1, partitions=2, concurrency=1)
+    assert sched.next() == (0, 0) and sched.next() == (0, 1)
+    assert sched.all_dispatched
+    sched.requeue(0, 1)
+    sched.stop()
+    assert sched.next() is None and not sched.all_dispatched
