@@ -317,5 +317,10 @@ class Supervisor:
                         if done is not None:
                             self.on_finish(slot.job[0], done[1], done[2])
                 self.on_died(slot, requeued)
+                if slot.died is not None:
+                    # its traceback holds the dead thread's frames (the runner: on CUDA its
+                    # pinned witness pools) in a cycle through this slot that only a full
+                    # collection breaks; free them before the replacement makes its own
+                    slot.died = slot.died.with_traceback(None)
                 self.replaced += 1
                 self.add(name, slot.device, slot.worker, target)

@@ -222,3 +222,40 @@ def test_a_requeued_partition_not_handed_out_again_is_not_dispatched():
     sched.requeue(0, 1)
     sched.stop()
     assert sched.next() is None and not sched.all_dispatched
+
+
+def test_a_dead_workers_runner_is_freed_before_its_replacement_starts():
+    # the dead thread's exception keeps its frames (and in them the runner: on CUDA its two
+    # pinned witness pools) through a cycle frame -> slot -> exception -> traceback -> frame
+    # that only a full garbage collection breaks; the replacement would allocate two more
+    import gc
+    import weakref
+
+    sched = Scheduler(proofs=1, partitions=3, concurrency=1)
+    runners, seen_at_start = [], []
+
+    class Runner:
+        pass
+
+    def target(slot):
+        seen_at_start.append([r() is not None for r in runners])
+        runner = Runner()
+        runners.append(weakref.ref(runner))
+
+        def complete(prepared):
+            if prepared[:2] == (0, 1) and len(runners) == 1:
+                raise SystemExit("dies once")
+            return True
+
+        lookahead_loop(sched, lambda p, q: (p, q, runner), complete, lambda *a: None, None, slot)
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        sup = Supervisor(sched, lambda slot, requeued: None, lambda *a: None)
+        sup.add("w0", 0, 0, target)
+        sup.run()
+    finally:
+        if enabled:
+            gc.enable()
+    assert seen_at_start == [[], [False]]  # the first runner was gone when the second began
