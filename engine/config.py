@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from engine.workers import SYNTH_LANE_BASE
+
 MAX_DEVICES = 64  # device indices 0..63 (a bound on threads and modeled devices, not hardware)
 MAX_DOMAIN_LOG = 28  # 2^28 is the largest domain the engine plans for (Fr allows 2^32)
 ALLOCATORS = ("naive", "aware")
@@ -76,6 +78,11 @@ class EngineConfig:
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(f"{flag} must be at least 1, got {getattr(self, name)}")
+        if self.workers_per_device >= SYNTH_LANE_BASE:  # worker ids below the synthesis lanes
+            raise ConfigError(
+                f"--workers-per-device must be below {SYNTH_LANE_BASE}, "
+                f"got {self.workers_per_device}"
+            )
         if not self.devices:
             raise ConfigError("--devices needs at least one device")
         if len(set(self.devices)) != len(self.devices) or min(self.devices) < 0:
@@ -107,8 +114,6 @@ class EngineConfig:
         d["witness_profile_label"] = PROFILE_LABEL
         d["verify_mode"] = self.verify_mode
         if self.synthesis_ahead:  # where the dashboard draws the look-ahead's synthesis
-            from engine.workers import SYNTH_LANE_BASE
-
             d["synth_worker_base"] = SYNTH_LANE_BASE
         return d
 

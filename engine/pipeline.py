@@ -141,7 +141,7 @@ class Attempt:
     holds_prestage: bool = False
     wait_ns: int = 0
     hold_ns: int = 0
-    prestage: str = "ok"
+    prestage: str = "none"  # until the pre-stage decision (a failed synthesis never gets one)
     prestage_reason: str | None = None
     forced: bool = False
     verified: bool | None = None

@@ -166,7 +166,10 @@ def _run_one(
         ok = run()
     except Exception as exc:  # a bug in one partition must not kill the worker
         if on_error is not None:
-            on_error(proof, partition, exc)
+            try:
+                on_error(proof, partition, exc)
+            except Exception:  # nor may its report: the partition is still accounted below
+                pass
     slot.job = None
     done = scheduler.finish(proof, ok)
     if done is not None:

@@ -63,7 +63,8 @@ PHASES: dict[str, Phase] = {
     )
 }
 
-PRESTAGE_STATUSES = ("ok", "skip", "fallback")
+# "none": the attempt never reached the pre-stage decision (its synthesis failed)
+PRESTAGE_STATUSES = ("ok", "skip", "fallback", "none")
 FAULT_KINDS = (
     "oom",
     "exception",

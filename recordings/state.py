@@ -159,6 +159,8 @@ class State:
             self.partitions[(e["proof"], e["partition"])] = row
         if not self._synth_lane(e["worker"]):  # the GPU worker is known at its first phase
             row.worker = e["worker"]
+        elif row.ok is None:  # (re)synthesised ahead: no GPU worker yet, not a dead one's
+            row.worker = None
         row.device = e["device"]
         spec = PHASES.get(e["phase"])
         for kind, flag in (("gpu", spec and spec.gpu), ("upload", spec and spec.upload)):

@@ -20,6 +20,7 @@ from provetop.cli import main
         (["--witness-profile", "a,b,c"], "zeros,ones,dense"),
         (["--partitions", "0"], "--partitions must be at least 1"),
         (["--workers-per-device", "0"], "--workers-per-device"),
+        (["--workers-per-device", "100"], "must be below 100"),
         (["--devices", "0,x"], "--devices"),
         (["--devices", "0,0"], "distinct"),
         (["--listen", "tcp://8.8.8.8:9000"], "loopback"),

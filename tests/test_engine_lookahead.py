@@ -135,3 +135,43 @@ def test_a_row_in_synthesis_ahead_has_no_gpu_worker_yet(tmp_path):
             assert state.partitions[(e["proof"], e["partition"])].worker == e["worker"]
     assert seen_synth
     assert all(r.worker in (0, 1) for r in state.partitions.values())
+
+
+def test_a_failed_synthesis_reads_as_never_pre_staged_and_exports_on_its_lane(tmp_path):
+    from recordings.export_perfetto import trace_from_state
+
+    engine, rec = _run(tmp_path, synthesis_ahead=True, inject="raise:synthesis:3")
+    assert rec.complete and engine.error is None
+    failed = [e for e in rec.events if e["k"] == "partition_done" and not e["ok"]]
+    assert len(failed) == 1 and failed[0]["prestage"] == "none"
+    assert "synthesis" in failed[0]["failure"] and failed[0]["worker"] in (0, 1)
+    done_ok = [e for e in rec.events if e["k"] == "partition_done" and e["ok"]]
+    assert len(done_ok) == 7 and all(e["prestage"] != "none" for e in done_ok)
+    names = {
+        e["args"]["name"]
+        for e in trace_from_state(rec.state())["traceEvents"]
+        if e.get("name") == "thread_name"
+    }
+    assert {"synth 0", "synth 1"} <= names and not any(n == "worker 100" for n in names)
+
+
+def test_a_requeued_partition_synthesised_ahead_drops_its_dead_worker():
+    from recordings.schema import make
+    from recordings.state import State
+
+    state = State()
+    state.apply(
+        make(
+            "hello", 0, schema=1, engine_id="e", host="h", version="0", source="provetop",
+            backend="cpu", modeled=True, devices=[], wall_ns=0, read_only=False,
+            config={"synth_worker_base": SYNTH_LANE_BASE},
+        )
+    )  # fmt: skip
+    where = {"proof": 0, "partition": 3, "device": 0}
+    state.apply(make("phase_begin", 1, **where, worker=1, phase="msm_h"))  # worker 1 dies here
+    assert state.partitions[(0, 3)].worker == 1
+    state.apply(make("phase_begin", 2, **where, worker=SYNTH_LANE_BASE, phase="synthesis"))
+    assert state.partitions[(0, 3)].worker is None
+    state.apply(make("phase_end", 3, **where, worker=SYNTH_LANE_BASE, phase="synthesis", ok=True))
+    state.apply(make("phase_begin", 4, **where, worker=0, phase="upload"))
+    assert state.partitions[(0, 3)].worker == 0
