@@ -39,6 +39,7 @@ GPU_PHASES = frozenset({"h_step", *MSM_PHASES.values()})
 # copies host -> device: their gpu_ms is the copies' own time from upload-stream events (the
 # phases also allocate, wait for the compute stream and, when checked, run the checks' sums)
 COPY_PHASES = frozenset({"upload", "fallback_upload"})
+MIN_SYNTH_CHUNK = 1 << 16  # elements: 3 x 2 MiB of device memory; 2,048 chunks at 2^27
 
 
 class BoundBackend:
@@ -81,10 +82,10 @@ class CudaPartitionRunner(PartitionRunner):
         self._made = 0
         self._z_ready: Any = None
 
-    def _synthesize(self, rng: Any) -> Any:
+    def _synthesize(self, rng: Any, tries: int = 0) -> Any:
         if not self.real:
-            return super()._synthesize(rng)
-        from engine.witness_gpu import PinnedBuffers, synthesize_on_gpu
+            return super()._synthesize(rng, tries)
+        from engine.witness_gpu import CHUNK, PinnedBuffers, synthesize_on_gpu
 
         cfg, sizes = self.ctx.config, self.ctx.sizes
         n, m = 1 << cfg.domain_log, max(sizes.l, sizes.a, sizes.b_g1)
@@ -101,6 +102,7 @@ class CudaPartitionRunner(PartitionRunner):
             cfg.witness_profile,
             seed,
             bufs,
+            chunk=max(CHUNK >> (2 * tries), MIN_SYNTH_CHUNK),  # a quarter per refusal
             **kw,
         )
 

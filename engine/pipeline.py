@@ -118,6 +118,10 @@ class DeviceGate:
 
 
 SKIP_WAIT_S = 120.0  # longest a skipped pre-stage waits for its neighbours' pre-stages
+# A synthesis refused device memory tries this many times in all, pausing 0.5 s, then 1 s: a
+# neighbour's fallback under the mutex holds the card for about one GPU region (~1.6 s at 2^27)
+SYNTH_OOM_TRIES = 3
+SYNTH_OOM_PAUSE_S = 0.5
 
 
 class PartitionFailed(Exception):
@@ -197,14 +201,7 @@ class PartitionRunner:
         att = Attempt(proof, partition, 0, lane=lane)
         try:
             with self._phase(att, "synthesis"):
-                rng = partition_rng(self.ctx.config.seed, proof, partition)
-                try:
-                    witness = self._synthesize(rng)
-                except Exception as exc:  # nothing to retry without a witness
-                    self._fault_exception(att, exc)
-                    raise PartitionFailed(
-                        f"synthesis: {type(exc).__name__}: {exc}", False
-                    ) from None
+                witness = self._synthesize_tries(att)
         except PartitionFailed as exc:
             return Prepared(att, None, exc)
         finally:
@@ -385,7 +382,28 @@ class PartitionRunner:
 
     # -- hooks a device-specific runner overrides (engine.cuda_pipeline) ----------------------
 
-    def _synthesize(self, rng: Any) -> Witness:
+    def _synthesize_tries(self, att: Attempt) -> Witness:
+        """The witness, or PartitionFailed. A synthesis refused device memory (a neighbour's
+        fallback or retry may hold nearly the whole card) tries again after a pause, with
+        ``tries`` telling the CUDA runner to use smaller chunks: the witness depends only on
+        the partition's seed, so the same one comes out."""
+        cfg = self.ctx.config
+        for tries in range(SYNTH_OOM_TRIES):
+            rng = partition_rng(cfg.seed, att.proof, att.partition)
+            try:
+                return self._synthesize(rng, tries)
+            except DeviceOOM as exc:
+                self._fault_oom(att, exc)
+                if tries + 1 == SYNTH_OOM_TRIES:
+                    raise PartitionFailed(f"synthesis: {exc}", False) from None
+                time.sleep(SYNTH_OOM_PAUSE_S * (tries + 1))
+            except Exception as exc:  # nothing to retry without a witness
+                self._fault_exception(att, exc)
+                raise PartitionFailed(f"synthesis: {type(exc).__name__}: {exc}", False) from None
+        raise AssertionError("unreachable")
+
+    def _synthesize(self, rng: Any, tries: int = 0) -> Witness:
+        """The synthetic witness (``tries``: earlier attempts refused device memory)."""
         cfg = self.ctx.config
         return synthesize(cfg.domain_log, self.ctx.sizes, cfg.witness_profile, rng)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -262,3 +264,55 @@ def test_a_skipped_prestage_lets_the_neighbours_prestage_go_first(monkeypatch):
     skipped = [e for e in done if e["prestage"] == "skip"]
     assert skipped and len(waits) == len(skipped)
     assert all(e["ok"] and e["verified"] for e in done)
+
+
+@pytest.mark.parametrize("refusals", [1, 2, 3])
+def test_a_synthesis_refused_memory_tries_again_with_the_same_witness(monkeypatch, refusals):
+    """A witness made on the device can be refused memory while a neighbour's fallback holds
+    the card; it pauses and tries again (smaller chunks on CUDA), up to SYNTH_OOM_TRIES."""
+    from engine import pipeline
+    from engine.config import from_preset
+    from engine.devices.base import DeviceOOM
+    from engine.runner import Engine
+
+    monkeypatch.setattr(pipeline, "SYNTH_OOM_PAUSE_S", 0.01)
+    real = pipeline.PartitionRunner._synthesize
+    calls, witnesses = [], []
+
+    def flaky(self, rng, tries=0):
+        calls.append(tries)
+        if len(calls) <= refusals:
+            raise DeviceOOM(6 << 26, "async", "synthesis", self.device.sample())
+        w = real(self, rng, tries)
+        witnesses.append(w.a.copy())
+        return w
+
+    monkeypatch.setattr(pipeline.PartitionRunner, "_synthesize", flaky)
+    cfg = from_preset("ci", partitions=1, workers_per_device=1, seed=random.randrange(1 << 30))
+    engine = Engine(cfg, listen=False)
+    sub = engine.subscribe("t")
+    engine.start()
+    assert engine.wait(60)
+    engine.close()
+    events = sub.drain()
+    ooms = [e for e in events if e["k"] == "fault" and e["kind"] == "oom"]
+    done = [e for e in events if e["k"] == "partition_done"]
+    assert len(ooms) == refusals and all(e["site"] == "synthesis" for e in ooms)
+    assert calls[: refusals + 1] == list(range(min(refusals + 1, pipeline.SYNTH_OOM_TRIES)))
+    if refusals < pipeline.SYNTH_OOM_TRIES:
+        assert len(done) == 1 and done[0]["ok"] and done[0]["verified"]
+        # the same witness as a run that was never refused
+        again = pipeline.partition_rng(cfg.seed, 0, 0)
+        assert np.array_equal(witnesses[0], real(engine_runner_stub(cfg), again).a)
+    else:
+        assert len(done) == 1 and not done[0]["ok"] and done[0]["prestage"] == "none"
+        assert "out of memory" in done[0]["failure"]
+
+
+def engine_runner_stub(cfg):
+    """Just enough of a PartitionRunner for its CPU ``_synthesize``."""
+    from types import SimpleNamespace
+
+    from engine.workload import query_sizes
+
+    return SimpleNamespace(ctx=SimpleNamespace(config=cfg, sizes=query_sizes(cfg.domain_log)))
