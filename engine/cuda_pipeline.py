@@ -351,9 +351,13 @@ class CudaRun:
         import os
         import sys
 
+        from engine.hostmem import host_available
+
         self.blocks: dict[int, list[Block]] = {}
         self.host_srs: HostSrs | None = None
         self._lock = threading.Lock()
+        self._host_available = host_available()  # before this run pins anything
+        self._host_checked = False
         self._old_interval = sys.getswitchinterval()
         sys.setswitchinterval(float(os.environ.get("PROVETOP_SWITCH_INTERVAL", SWITCH_INTERVAL_S)))
 
@@ -374,12 +378,31 @@ class CudaRun:
         )
         with self._lock:
             self.blocks[device.index] = blocks
+            if not self._host_checked:  # once: the host SRS is shared, the plan the same
+                self._host_checked = True
+                self._check_host(ctx, streamed, workers)
         srs = Srs(sigmas=ctx.srs.sigmas, sizes=ctx.srs.sizes, points=points)
         fp = cuda_footprint(ctx.footprint, dict(ctx.srs.sizes), streamed)
         policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy
         return replace(
             ctx, backend=BoundBackend(backend, device), srs=srs, footprint=fp, policy=policy
         )
+
+    def _check_host(self, ctx: RunContext, streamed: dict[str, int], workers: int) -> None:
+        """Refuse (HostMemoryError) a run whose page-locked memory would not fit the host,
+        before the witness pools are pinned (see ``engine.hostmem``)."""
+        from engine.hostmem import HostMemoryError, PinnedPlan, refusal, witness_pool_bytes
+
+        cfg, sizes, qs = ctx.config, dict(ctx.srs.sizes), ctx.sizes
+        m = max(qs.l, qs.a, qs.b_g1)  # the aux witness z
+        plan = PinnedPlan(
+            host_srs=sum(sizes[q] * G1_AFFINE_BYTES for q in streamed),
+            pool=witness_pool_bytes(cfg.domain_log, m),
+            pools=len(cfg.devices) * workers * (2 if cfg.synthesis_ahead else 1),
+        )
+        line = refusal(plan, self._host_available, cfg.synthesis_ahead)
+        if line is not None:
+            raise HostMemoryError(line)
 
     def close(self, devices: list[Any]) -> None:
         """Free the device-resident SRS, give the ballast back, trim the pools."""

@@ -1,0 +1,79 @@
+"""The page-locked plan of a CUDA run against the host's memory (engine.hostmem)."""
+
+from __future__ import annotations
+
+from engine.hostmem import (
+    PINNED_SHARE,
+    PinnedPlan,
+    available_bytes,
+    refusal,
+    witness_pool_bytes,
+)
+from engine.workload import query_sizes
+
+MEMINFO = """MemTotal:       131072000 kB
+MemFree:         1000000 kB
+MemAvailable:   125000000 kB
+Buffers:            1000 kB
+"""
+
+
+def test_available_is_read_from_meminfo_in_bytes():
+    assert available_bytes(MEMINFO) == 125_000_000 * 1024
+    assert available_bytes("MemTotal: 5 kB\n") is None
+    assert available_bytes("MemAvailable: lots kB\n") is None
+
+
+def test_a_porep_witness_pool_is_about_17_gb():
+    sizes = query_sizes(27)
+    pool = witness_pool_bytes(27, max(sizes.l, sizes.a, sizes.b_g1))
+    assert 16e9 < pool < 18e9
+
+
+def test_the_look_ahead_beside_a_host_srs_is_refused_on_a_128_gib_host_with_the_parts_named():
+    sizes = query_sizes(27)
+    pool = witness_pool_bytes(27, max(sizes.l, sizes.a, sizes.b_g1))
+    available = available_bytes(MEMINFO)
+    srs = 41_000_000_000  # every query on the host at 16 GiB
+    ahead = PinnedPlan(host_srs=srs, pool=pool, pools=1 * 2 * 2)
+    line = refusal(ahead, available, ahead=True)
+    assert line is not None and "\n" not in line
+    assert "--synthesis-ahead" in line and "41.0 GB" in line and "4 witness pools" in line
+    # without the look-ahead, or with the SRS on the device, it fits
+    assert refusal(PinnedPlan(host_srs=srs, pool=pool, pools=2), available, ahead=False) is None
+    assert refusal(PinnedPlan(host_srs=0, pool=pool, pools=4), available, ahead=True) is None
+    # the threshold is the documented share, and an unknown host is never refused
+    edge = PinnedPlan(host_srs=int(PINNED_SHARE * available), pool=0, pools=0)
+    assert refusal(edge, available, ahead=False) is None
+    assert refusal(PinnedPlan(host_srs=edge.total + 1, pool=0, pools=0), available, False)
+    assert refusal(ahead, None, ahead=True) is None
+
+
+def test_the_cuda_run_refuses_before_pinning_the_witness_pools():
+    import sys
+    from types import SimpleNamespace
+
+    import pytest
+
+    from engine.config import from_preset
+    from engine.cuda_pipeline import CudaRun
+    from engine.hostmem import HostMemoryError
+
+    interval = sys.getswitchinterval()
+    run = CudaRun()
+    try:
+        run._host_available = available_bytes(MEMINFO)
+        sizes = query_sizes(27)
+        srs_sizes = {"h": sizes.h, "l": sizes.l, "a": sizes.a, "b_g1": sizes.b_g1}
+        streamed = {q: 1 << 22 for q in srs_sizes}  # all 41 GB on the host, as at 16 GiB
+        for ahead, refused in ((True, True), (False, False)):
+            cfg = from_preset("porep-32g", backend="cuda", synthesis_ahead=ahead)
+            ctx = SimpleNamespace(config=cfg, sizes=sizes, srs=SimpleNamespace(sizes=srs_sizes))
+            if refused:
+                with pytest.raises(HostMemoryError, match="--synthesis-ahead"):
+                    run._check_host(ctx, streamed, workers=2)
+            else:
+                run._check_host(ctx, streamed, workers=2)
+    finally:
+        run.close([])
+    assert sys.getswitchinterval() == interval
