@@ -371,6 +371,7 @@ def test_worker_streams_need_only_what_cupy_wraps():
     dev.cupy = fake
     dev._tl = __import__("threading").local()
     dev.dev = types.SimpleNamespace(use=lambda: None)
+    dev.rt, dev.index = types.SimpleNamespace(getDevice=lambda: 0), 0  # cudaGetDevice: wrapped
     st = dev.streams()
     assert dev.streams() is st  # once per thread
     assert all(m["non_blocking"] for m in made) and len(made) == 3
@@ -378,6 +379,71 @@ def test_worker_streams_need_only_what_cupy_wraps():
     assert dcuda.GREATEST_PRIORITY < -100  # far below any device's range ([-5, 0] on Hopper)
     assert dev.kernel_args("synthesis")["stream"] is st.synthesis
     assert dev.kernel_args("verify")["stream"] is st.compute
+
+
+class _FakeCurrentDevice:
+    """A *fake* of CuPy's device switching (a stand-in; it proves nothing about CUDA): the
+    current device is per thread, ``use()`` sets it, and ``with`` restores on exit the device
+    that was current at entry, undoing a ``use()`` made inside, as ``cupy.cuda.Device`` does."""
+
+    def __init__(self, index, current):
+        self.id, self._current = index, current
+
+    def use(self):
+        self._current.id = self.id
+
+    def __enter__(self):
+        self._stack = [*getattr(self, "_stack", []), getattr(self._current, "id", 0)]
+        self.use()
+        return self
+
+    def __exit__(self, *exc):
+        self._current.id = self._stack.pop()
+
+
+def test_a_thread_first_on_the_device_inside_with_launches_on_it():
+    """Device 1, a fresh thread whose first call is an async malloc (inside ``with dev``):
+    the look-ahead worker whose first partition fell back. Its later kernel arguments must
+    find device 1 current (its kernels, events and NTT tables follow the current device);
+    before the fix the thread was left on device 0 with device 1's streams."""
+    import threading
+
+    current = threading.local()
+    made_on = []
+
+    class FakeStream:
+        def __init__(self, non_blocking=False, priority=None):
+            made_on.append(getattr(current, "id", 0))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    def set_device(i):
+        current.id = i
+
+    rt = types.SimpleNamespace(getDevice=lambda: getattr(current, "id", 0), setDevice=set_device)
+    dev = object.__new__(dcuda.CudaDevice)
+    dev.cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=rt, Stream=FakeStream))
+    dev.rt, dev.index, dev._tl = rt, 1, threading.local()
+    dev.dev = _FakeCurrentDevice(1, current)
+    dev._lock = threading.RLock()
+    dev.async_pool = types.SimpleNamespace(malloc=lambda n: ("block", n))
+    seen = {}
+
+    def worker():
+        dev.malloc(4096, "async", "prestage")  # the first call of this thread
+        seen["after_malloc"] = rt.getDevice()
+        dev.kernel_args("msm_scratch")
+        seen["at_launch"] = rt.getDevice()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert made_on == [1, 1, 1]  # the streams belong to device 1
+    assert seen["at_launch"] == 1
 
 
 # -- CPU: NVML wrapper with a FAKE pynvml (tests the wrapper's error paths only) ---------------

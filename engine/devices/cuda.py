@@ -258,11 +258,20 @@ class CudaDevice(Device):
     # -- streams ------------------------------------------------------------------------------
 
     def streams(self) -> _WorkerStreams:
-        """The calling thread's compute and upload streams (created, and this device made
-        current for the thread, on first use)."""
+        """The calling thread's compute and upload streams (created on first use), with this
+        device made current for the thread on every call.
+
+        Why every call: CuPy's ``with Device`` restores, on exit, the device that was current
+        at entry, and undoes a ``use()`` made inside it. A thread whose first call came from
+        inside ``with self.dev`` (an async ``malloc``, a check) was left on device 0; its
+        later events, ``_state()`` kernels and NTT tables then belonged to device 0 while its
+        streams belonged to this one (only on a device other than 0: a look-ahead worker whose
+        first partition fell back). Every kernel call, copy and timer of a worker passes
+        through here first, so the thread is on this device whenever it launches."""
         st = getattr(self._tl, "streams", None)
-        if st is None:
+        if self.rt.getDevice() != self.index:
             self.dev.use()
+        if st is None:
             st = _WorkerStreams(
                 compute=self.cupy.cuda.Stream(non_blocking=True),
                 upload=self.cupy.cuda.Stream(non_blocking=True),
