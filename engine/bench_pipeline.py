@@ -229,6 +229,10 @@ def format_table(res: dict[str, Any]) -> str:
             f"witness: {cfg['witness_profile_label']} "
             f"({zeros:.0%} zeros, {ones:.0%} ones, {dense:.0%} dense aux scalars)"
         )
+    if cfg.get("synthesis_ahead"):
+        lines.append(
+            "synthesis ahead: each worker made its next witness during its current partition"
+        )
     if res.get("modeled"):
         lines.append("(modeled device: memory and timings of the cpu backend, not a GPU)")
     return "\n".join(lines)
