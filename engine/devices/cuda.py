@@ -563,8 +563,11 @@ class CudaDevice(Device):
         return d
 
     def close(self) -> None:
-        """Give the ballast back and empty both pools (end of run)."""
-        self._ballast_mem = None
+        """Give the ballast back and empty both pools (end of run). The ballast's cudaFree runs
+        with this device current: the caller (the run thread) is on device 0, and the runtime
+        documents no cudaFree of another device's memory."""
+        with self.dev:
+            self._ballast_mem = None
         self.synchronize()
         self.trim()
 
