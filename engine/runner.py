@@ -245,10 +245,14 @@ class Engine:
             if not self.scheduler.paused:
                 self.bus.emit("engine_state", state="running", reason="SRS ready, workers started")
             supervisor = Supervisor(self.scheduler, self._on_worker_died, self._on_proof_done)
-            for device in self.devices:
+            # Every device's context before any worker starts: a device that cannot be set up
+            # (its SRS placement, the host check) fails the run here, and the teardown below
+            # then frees no device SRS under a running neighbour's workers (which nothing
+            # would join: supervisor.run() is never reached).
+            dctxs = [(device, self._device_context(ctx, device)) for device in self.devices]
+            for device, dctx in dctxs:
                 mutex = threading.Lock()
                 gate = DeviceGate()
-                dctx = self._device_context(ctx, device)
                 for w in range(self.config.workers_per_device):
                     target = self._worker_target(dctx, device, w, mutex, gate)
                     supervisor.add(f"worker-d{device.index}-w{w}", device.index, w, target)

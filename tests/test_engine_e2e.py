@@ -158,3 +158,27 @@ def test_a_kernel_exception_is_a_fault_retried_once_and_never_stops_the_run(tmp_
     assert final[2]["ok"] and final[2]["attempt"] == 0 and final[2]["verified"]
     assert [e["ok"] for e in events if e["k"] == "proof_done"] == [False]
     assert engine.error is None and not engine.ok
+
+
+def test_a_device_that_cannot_be_set_up_starts_no_worker_on_any_device(tmp_path):
+    """Two devices, the second's context fails (on CUDA: its SRS placement or the host
+    check). No worker may have started on the first: the run's teardown frees the devices'
+    SRS, and nothing joins workers once the run has failed."""
+    started = []
+
+    class SecondDeviceFails(Engine):
+        def _device_context(self, ctx, device):
+            if device.index == 1:
+                raise RuntimeError("device 1 cannot place its SRS")
+            return super()._device_context(ctx, device)
+
+        def _worker_target(self, ctx, device, w, mutex, gate):
+            started.append((device.index, w))
+            return super()._worker_target(ctx, device, w, mutex, gate)
+
+    engine = SecondDeviceFails(from_preset("ci", devices=(0, 1)), listen=False)
+    engine.start()
+    assert engine.wait(60)
+    engine.close()
+    assert started == []
+    assert engine.error == "RuntimeError: device 1 cannot place its SRS" and not engine.ok
