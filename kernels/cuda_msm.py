@@ -535,11 +535,18 @@ def host_scratch_bytes(n: int, chunk: int = 1 << 25, c: int | None = None) -> in
 
 def pinned_empty(shape: tuple[int, ...], dtype: Any = np.uint64) -> np.ndarray:
     """A numpy array in page-locked host memory (cudaHostAlloc): the only kind a host-to-device
-    copy can overlap with kernels."""
+    copy can overlap with kernels.
+
+    Portable (``cudaHostAllocPortable``): page-locked for every device, not only the one
+    current here (the host SRS is made on one device and streamed by all). Exactly the bytes
+    asked for, freed with the array: CuPy's pinned pool (``alloc_pinned_memory``) rounds each
+    block up to a power of two and keeps it after use, so a 12 GiB witness a, b, c took
+    16 GiB, beyond what ``engine.hostmem`` plans for."""
     cupy = require_cupy()
     count = int(np.prod(shape))
-    mem = cupy.cuda.alloc_pinned_memory(count * np.dtype(dtype).itemsize)
-    return np.frombuffer(mem, dtype, count).reshape(shape)
+    nbytes = count * np.dtype(dtype).itemsize
+    mem = cupy.cuda.PinnedMemory(nbytes, cupy.cuda.runtime.hostAllocPortable)
+    return np.frombuffer(cupy.cuda.PinnedMemoryPointer(mem, 0), dtype, count).reshape(shape)
 
 
 def msm_host_points(

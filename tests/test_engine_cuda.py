@@ -446,6 +446,36 @@ def test_a_thread_first_on_the_device_inside_with_launches_on_it():
     assert seen["at_launch"] == 1
 
 
+def test_pinned_empty_is_portable_and_exactly_the_size_asked(monkeypatch):
+    """Through a *fake* CuPy (records the cudaHostAlloc arguments; proves nothing about CUDA):
+    the host SRS is made on one device and streamed by every device, so its memory must be
+    page-locked for all of them (cudaHostAllocPortable), and a witness pool must take the
+    bytes engine.hostmem plans for, not CuPy's pool's power-of-two block (16 GiB for the
+    12 GiB a, b, c at 2^27)."""
+    from kernels import cuda_msm
+
+    asked = []
+
+    class FakePinnedMemory:
+        def __init__(self, size, flags=0):
+            asked.append((size, flags))
+            self.buf = bytearray(size)
+
+    portable = 1  # cudaHostAllocPortable (driver_types.h)
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(
+            PinnedMemory=FakePinnedMemory,
+            PinnedMemoryPointer=lambda mem, offset: memoryview(mem.buf)[offset:],
+            runtime=types.SimpleNamespace(hostAllocPortable=portable),
+            alloc_pinned_memory=None,  # the pool: must not be used
+        )
+    )
+    monkeypatch.setattr(cuda_msm, "require_cupy", lambda: fake)
+    arr = cuda_msm.pinned_empty((3, 5, 4))
+    assert asked == [(3 * 5 * 4 * 8, portable)]
+    assert arr.shape == (3, 5, 4) and arr.dtype == np.uint64
+
+
 # -- CPU: NVML wrapper with a FAKE pynvml (tests the wrapper's error paths only) ---------------
 
 
