@@ -780,6 +780,43 @@ def test_gpu_engine_with_synthesis_ahead_verifies_every_partition(cp, tmp_path):
 
 
 @pytest.mark.gpu
+def test_gpu_two_devices_with_look_ahead_and_fallback_verify_every_partition(cp, tmp_path):
+    """Two devices (skipped with fewer): the look-ahead on both, device 1 forced onto the
+    fallback path, so its workers' first CUDA call is an async malloc inside ``with dev``
+    (the case that left a thread on device 0). Every partition must verify on both devices,
+    and each device's memory samples must be its own card's (PCI bus ids differ)."""
+    from engine.config import from_preset
+    from engine.runner import Engine
+
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two CUDA devices (multi-GPU path)")
+    cfg = from_preset(
+        "small",
+        backend="cuda",
+        devices=(0, 1),
+        proofs=2,
+        partitions=4,
+        verify="always",
+        synthesis_ahead=True,
+    )
+    engine = Engine(cfg, listen=False, record=tmp_path / "two.pvtrec")
+    engine.controls.force(1, True)
+    sub = engine.subscribe("test")
+    engine.start()
+    assert engine.wait(300)
+    engine.close()
+    events = sub.drain()
+    assert engine.ok, engine.error
+    done = [e for e in events if e["k"] == "partition_done"]
+    assert len(done) == 8 and all(e["ok"] and e["verified"] for e in done)
+    assert {e["device"] for e in done} == {0, 1}
+    fell_back = {e["device"] for e in done if e.get("prestage") == "fallback"}
+    assert 1 in fell_back
+    hello = next(e for e in events if e["k"] == "hello")
+    assert len({d["pci_bus_id"] for d in hello["devices"]}) == 2
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("where", ["device", "host"])
 def test_gpu_srs_powers_match_the_cpu_points(cp, backend, where):
     from kernels.cpu.srs import powers, srs_points
