@@ -112,6 +112,7 @@ class NaivePolicy:
     """The seed's behaviour: never look, never trim."""
 
     name = "naive"
+    fallback_tries = 1  # a refused fallback allocation fails the attempt (the seed's way)
 
     def prestage(self, device: Device, fp: Footprint, forced: bool, reserved: int = 0) -> Decision:
         if forced:
@@ -126,6 +127,11 @@ class AwarePolicy:
     """Synchronise, trim, query, decide with a margin (cuzk's fix)."""
 
     name = "aware"
+    # A refused fallback allocation pauses and tries again inside the attempt (see
+    # ``PartitionRunner._fallback_upload_tries``): the fallback's a, b, c take 12 of the 14.2 GB
+    # a 16 GiB card leaves, so a neighbour's short-lived blocks can refuse it, and the retry
+    # after recovery met the same neighbour (naive16 on the H200).
+    fallback_tries = 4
 
     def _free_after_trim(self, device: Device) -> tuple[int, int]:
         device.synchronize()

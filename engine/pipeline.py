@@ -122,6 +122,12 @@ SKIP_WAIT_S = 120.0  # longest a skipped pre-stage waits for its neighbours' pre
 # neighbour's fallback under the mutex holds the card for about one GPU region (~1.6 s at 2^27)
 SYNTH_OOM_TRIES = 3
 SYNTH_OOM_PAUSE_S = 0.5
+# A fallback refused its a, b, c (policy.fallback_tries > 1) pauses 0.5, 1, 2 s between tries,
+# holding the mutex: 3.5 s outlast what a neighbour does on the device outside the mutex at
+# 2^27 (its exact check ~0.2 s, its next synthesis 0.6-2.1 s; bench/engine_cuda_notes.md). On
+# the H200 at 16 GiB such a neighbour's live blocks kept a stream-ordered pool chunk from
+# being reused: 5.5 GB reserved and unused, and the fallback's third 4 GiB array refused.
+FALLBACK_OOM_PAUSE_S = 0.5
 
 
 class PartitionFailed(Exception):
@@ -301,7 +307,7 @@ class PartitionRunner:
                 self._mutex_event(att, "acquire", t_acquired)
             if not prestaged:
                 with self._phase(att, "fallback_upload"):
-                    d_a, d_bc, a, b, c = self._fallback_upload(att, w)
+                    d_a, d_bc, a, b, c = self._fallback_upload_tries(att, w)
                     self._inputs_on_device(att, a, b, c)
             with self._phase(att, "h_step"):
                 h = self.ctx.backend.h_step(a, b, c)  # stays on the device for msm_h
@@ -356,6 +362,28 @@ class PartitionRunner:
                 self.mutex.release()
                 self._mutex_event(att, "release", t_release)
             self._release(att)
+
+    def _fallback_upload_tries(self, att: Attempt, w: Witness) -> tuple:
+        """:meth:`_fallback_upload`, tried up to ``policy.fallback_tries`` times: after a
+        refusal (an ``oom`` fault with the pool state) this try's blocks go back, the worker's
+        own streams are synchronised, the pools trimmed, and it pauses before the next try.
+        Each try starts from nothing, so what a refusal leaves cannot add up."""
+        tries = int(getattr(self.ctx.policy, "fallback_tries", 1))
+        for k in range(tries):
+            first = len(att.blocks)
+            try:
+                return self._fallback_upload(att, w)
+            except DeviceOOM as exc:
+                if k + 1 == tries:
+                    raise
+                self._fault_oom(att, exc)
+            for blk in att.blocks[first:]:
+                self.device.free(blk)
+            del att.blocks[first:]
+            self.device.synchronize()
+            self.device.trim()
+            time.sleep(FALLBACK_OOM_PAUSE_S * (1 << k))
+        raise AssertionError("unreachable")
 
     def _fallback_upload(self, att: Attempt, w: Witness) -> tuple:
         """The non-pre-staged path, under the mutex: a/b/c buffers from the stream-ordered

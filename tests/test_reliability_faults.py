@@ -126,12 +126,19 @@ def test_host_registration_fails(tmp_path):
     _check_clean(engine, rec, (0, p))
 
 
-def test_both_attempts_fail_then_the_partition_is_reported_failed(tmp_path):
+def test_both_attempts_fail_then_the_partition_is_reported_failed(tmp_path, monkeypatch):
+    from engine import pipeline
+    from engine.allocator import AwarePolicy
+
+    monkeypatch.setattr(pipeline, "FALLBACK_OOM_PAUSE_S", 0.001)
     p = random.randrange(PARTITIONS)
-    # first attempt: its d_a (allocation 2p+1); the retry's first fallback buffer comes next
-    engine, rec = _run(tmp_path, f"alloc:prestage:{2 * p + 1},alloc:prestage:{2 * p + 2}")
+    # first attempt: its d_a (allocation 2p+1); then the retry's first fallback buffer, once
+    # per try (aware tries the fallback fallback_tries times inside one attempt)
+    tries = AwarePolicy.fallback_tries
+    refused = [2 * p + 1 + k for k in range(1 + tries)]
+    engine, rec = _run(tmp_path, ",".join(f"alloc:prestage:{n}" for n in refused))
     faults = _injected(rec, "oom")
-    assert [f["partition"] for f in faults] == [p, p]
+    assert [f["partition"] for f in faults] == [p] * (1 + tries)
     _check_clean(engine, rec, (0, p), failed=True)
     assert "injected" in _final(rec)[(0, p)]["failure"]
     assert not engine.ok and engine.error is None
