@@ -591,19 +591,27 @@ def msm_host_points(
             bufs[j][: hi - lo].set(points[lo:hi], stream=copy_stream)
             uploaded[j].record(copy_stream)
 
-        if starts:
-            upload(0)
         add_fn = mod.get_function("xyzz_sum_groups")
-        for k, lo in enumerate(starts):
-            if k + 1 < len(starts):
-                upload(k + 1)
-            hi = min(lo + chunk, n)
-            j = k % len(bufs)
-            s.wait_event(uploaded[j])
-            part = window_sums(bufs[j][: hi - lo], scalars[lo:hi], c, s)
-            consumed[j].record(s)
-            both = cupy.stack([acc, part], axis=1)  # (W+1, 2, 24): segment w = [acc_w, part_w]
-            _launch(add_fn, W + 1, (both, _u32(W + 1), _u32(2), _u32(2), _u32(1), acc), s)
+        try:
+            if starts:
+                upload(0)
+            for k, lo in enumerate(starts):
+                if k + 1 < len(starts):
+                    upload(k + 1)
+                hi = min(lo + chunk, n)
+                j = k % len(bufs)
+                s.wait_event(uploaded[j])
+                part = window_sums(bufs[j][: hi - lo], scalars[lo:hi], c, s)
+                consumed[j].record(s)
+                both = cupy.stack([acc, part], axis=1)  # (W+1, 2, 24): [acc_w, part_w]
+                _launch(add_fn, W + 1, (both, _u32(W + 1), _u32(2), _u32(2), _u32(1), acc), s)
+        finally:
+            # The buffers are freed in the compute stream's order as this block ends. After an
+            # error part-way, a copy may still be queued into one of them on the copy stream,
+            # which nothing else waits for: the compute stream waits for it here.
+            drained = cupy.cuda.Event(disable_timing=True)
+            drained.record(copy_stream)
+            s.wait_event(drained)
         sums = acc.get(stream=s)
     return combine_windows(sums, c)
 
