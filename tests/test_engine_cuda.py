@@ -666,8 +666,8 @@ def test_gpu_cudamalloc_against_reserved_stream_ordered_memory(cp):
 def test_gpu_cupy_cache_blocks_cudamalloc(cp):
     """The other direction, which no driver can reclaim: CuPy's caching pool (``sync``) holds
     freed blocks the driver knows nothing of, so a plain cudaMalloc is refused although the
-    cache would cover it; ``trim`` (free_all_blocks) ends it. (Written after the last GPU
-    call of the session that wrote it: not yet run on a GPU.)"""
+    cache would cover it; ``trim`` (free_all_blocks) ends it. (Passed on the H200 in
+    session 2, bench/engine_cuda_notes.md.)"""
     free, total = cp.cuda.runtime.memGetInfo()
     cap = min(8 * GiB, total // 4)
     dev = dcuda.CudaDevice(0, cap)
