@@ -30,9 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from recordings.schema import PHASES
+
 GPU_MS_PHASES = ("h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1", "copy_back")
 HOST_PHASES = ("synthesis", "prestage", "upload", "fallback_upload", "verify")
-COPY_PHASES = ("upload", "fallback_upload")  # their phase_end carries the copy's gpu_ms
+# the phases on the upload lane; their phase_end carries the copies' gpu_ms
+COPY_PHASES = tuple(p.name for p in PHASES.values() if p.upload)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +74,6 @@ def _config(args: argparse.Namespace) -> Any:
 def steady_busy(state: Any, device: int) -> tuple[float | None, float | None]:
     """(busy fraction in steady state, window seconds) for ``device``; None with fewer than
     three partitions' GPU regions (no steady state between a first and a last)."""
-    from recordings.schema import PHASES
 
     segs = [
         s

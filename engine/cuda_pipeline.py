@@ -34,11 +34,12 @@ from engine.devices.base import Block
 from engine.pipeline import MSM_PHASES, PartitionRunner, RunContext
 from engine.residency import G1_AFFINE_BYTES, plan_residency
 from engine.srs import QUERIES, Srs
+from recordings.schema import PHASES
 
 GPU_PHASES = frozenset({"h_step", *MSM_PHASES.values()})
 # copies host -> device: their gpu_ms is the copies' own time from upload-stream events (the
 # phases also allocate, wait for the compute stream and, when checked, run the checks' sums)
-COPY_PHASES = frozenset({"upload", "fallback_upload"})
+COPY_PHASES = frozenset(p.name for p in PHASES.values() if p.upload)
 MIN_SYNTH_CHUNK = 1 << 16  # elements: 3 x 2 MiB of device memory; 2,048 chunks at 2^27
 
 

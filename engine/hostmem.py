@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-FR_BYTES = 32  # one Fr element, four 64-bit limbs
+from engine.workload import FR_BYTES
+
 # What the plan may take of the host's available memory: the rest stays for the process itself
 # (Python, CuPy, the recording's buffers) and for everything else on the host.
 PINNED_SHARE = 0.85

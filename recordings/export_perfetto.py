@@ -69,8 +69,6 @@ def trace_from_state(state: State) -> dict[str, Any]:
         if isinstance(d, dict) and isinstance(d.get("index"), int):
             names[d["index"]] = str(d.get("name") or "")
     devices: set[int] = set()
-    base = (hello.get("config") or {}).get("synth_worker_base")
-    synth_base = base if isinstance(base, int) else None
 
     def meta(pid: int, tid: int | None, name: str, args: dict[str, Any]) -> None:
         e: dict[str, Any] = {"ph": "M", "name": name, "pid": pid, "args": args}
@@ -80,7 +78,7 @@ def trace_from_state(state: State) -> dict[str, Any]:
 
     threads: set[tuple[int, int]] = set()
     for lane in state.lanes():
-        pid, tid, label = _lane_ids(lane, synth_base)
+        pid, tid, label = _lane_ids(lane, state)
         if pid is None:
             continue
         devices.add(pid - 1)
@@ -96,7 +94,7 @@ def trace_from_state(state: State) -> dict[str, Any]:
     for seg in state.open.values():
         spans.setdefault(seg.lane, []).append((seg, max(end, seg.start), True))
     for lane, items in spans.items():
-        pid, tid, label = _lane_ids(lane, synth_base)
+        pid, tid, label = _lane_ids(lane, state)
         if pid is None:
             continue
         # Slices of one thread must not overlap partially (Perfetto would mis-nest them); a
@@ -181,16 +179,16 @@ def trace_from_state(state: State) -> dict[str, Any]:
     }
 
 
-def _lane_ids(lane: tuple, synth_base: int | None = None) -> tuple[int | None, int, str]:
-    """(pid, tid, thread name) of a lane; workers from ``synth_base`` on are synthesis lanes
-    (``hello.config.synth_worker_base``)."""
+def _lane_ids(lane: tuple, state: State | None = None) -> tuple[int | None, int, str]:
+    """(pid, tid, thread name) of a lane; ``state`` names the synthesis lanes."""
     kind = lane[0] if lane else None
     device = lane[1] if len(lane) > 1 else None
     if not isinstance(device, int) or device < 0:
         return None, 0, ""
     if kind == "worker" and len(lane) > 2 and isinstance(lane[2], int) and lane[2] >= 0:
-        if synth_base is not None and lane[2] >= synth_base:
-            return device + 1, lane[2], f"synth {lane[2] - synth_base}"
+        n = state.synth_lane(lane[2]) if state is not None else None
+        if n is not None:
+            return device + 1, lane[2], f"synth {n}"
         return device + 1, lane[2], f"worker {lane[2]}"
     if kind == "gpu":
         return device + 1, GPU_TID, "GPU (mutex held)"

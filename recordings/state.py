@@ -157,7 +157,7 @@ class State:
             attempt = 0 if row is None else row.attempt + 1
             row = PartitionRow(e["proof"], e["partition"], attempt=attempt, retried=attempt > 0)
             self.partitions[(e["proof"], e["partition"])] = row
-        if not self._synth_lane(e["worker"]):  # the GPU worker is known at its first phase
+        if self.synth_lane(e["worker"]) is None:  # the GPU worker is known at its first phase
             row.worker = e["worker"]
         elif row.ok is None:  # (re)synthesised ahead: no GPU worker yet, not a dead one's
             row.worker = None
@@ -170,10 +170,13 @@ class State:
                 if self._active[lane_key] == 1:
                     self.open[lane_key] = Segment(lane_key, kind, e["t"])
 
-    def _synth_lane(self, worker: Any) -> bool:
-        """A synthesis lane (hello.config.synth_worker_base on), not a GPU worker."""
+    def synth_lane(self, worker: Any) -> int | None:
+        """N when ``worker`` is synthesis lane N (hello.config.synth_worker_base on), else
+        None (a GPU worker)."""
         base = ((self.hello or {}).get("config") or {}).get("synth_worker_base")
-        return isinstance(base, int) and isinstance(worker, int) and worker >= base
+        if isinstance(base, int) and isinstance(worker, int) and worker >= base:
+            return worker - base
+        return None
 
     def _on_phase_end(self, e: dict[str, Any]) -> None:
         key = (e["device"], e["worker"], e["phase"])

@@ -43,12 +43,13 @@ from engine.cuzk.parse import (
     Value,
     parse_line,
 )
+from engine.workers import SYNTH_LANE_BASE
 from recordings.schema import SCHEMA_VERSION, make
 
 MS = 1_000_000  # ns per ms
 MIB = 1 << 20
 PRESTAGE_MARGIN = 512 * MIB  # cuzk's SAFETY_MARGIN in groth16_cuda.cu
-SYNTH_WORKER_BASE = 100  # synthesis slots are drawn as workers 100, 101, ... of device 0
+SYNTH_WORKER_BASE = SYNTH_LANE_BASE  # synthesis slots: workers 100, 101, ... of device 0
 SYNTH_LANES = 8  # at most this many synthesis lanes (cuzk may synthesize dozens at once)
 SLACK_NS = 100 * MS  # TIMELINE lines of different threads may print slightly out of order
 STALE_NS = 120 * 1_000_000_000  # an unfinished GPU call stops holding the watermark after this

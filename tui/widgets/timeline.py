@@ -321,13 +321,11 @@ class Timeline(Widget, can_focus=True):
         if lane[0] == "worker":
             # synthesis drawn apart from the GPU workers, as workers from synth_worker_base
             # on: the cuzk adapter's CPU synthesis slots, the engine's --synthesis-ahead
-            hello = (self.state.hello if self.state is not None else None) or {}
-            config = hello.get("config") or {}
-            base = config.get("synth_worker_base")
-            if isinstance(base, int) and isinstance(lane[2], int) and lane[2] >= base:
-                devices = config.get("devices")
+            n = self.state.synth_lane(lane[2]) if self.state is not None else None
+            if n is not None:
+                devices = ((self.state.hello or {}).get("config") or {}).get("devices")
                 on = f"gpu{lane[1]} " if isinstance(devices, list) and len(devices) > 1 else ""
-                return f"{on}synth {lane[2] - base}"
+                return f"{on}synth {n}"
             return f"gpu{lane[1]} w{lane[2]}"
         return f"gpu{lane[1]} {'GPU' if lane[0] == 'gpu' else 'upl'}"
 
