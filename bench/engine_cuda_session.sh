@@ -40,7 +40,10 @@ bench() {  # name, timeout (s), bench pipeline flags...
     local name=$1 limit=$2
     shift 2
     echo "== $name: provetop bench pipeline $*" | tee -a "$TABLES"
-    $TIME timeout "$limit" $P bench pipeline --backend cuda \
+    local run="$P"
+    # SAMPLE=1: every thread's Python stack every 20 ms, to set beside the recording
+    [ -n "${SAMPLE:-}" ] && run="python3 bench/stack_sampler.py $W/$name.stacks.gz 0.02 -m provetop"
+    $TIME timeout "$limit" $run bench pipeline --backend cuda \
         --record "$W/$name.pvtrec" --out "$W/$name.json" "$@" >"$W/$name.log" 2>&1
     echo "rc=$?" >>"$W/$name.log"
     grep -v "^\s*$" "$W/$name.log" | grep -v "^\s[A-Z]" | head -n 12 | tee -a "$TABLES"
@@ -66,10 +69,11 @@ acceptance)  # runs 2 and 1 (16 GiB) inside one 10-minute call; run 3 is in busy
     bench naive16 230 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
     ;;
-busy)  # the GPU-busy A/B in one call: the same run without and with the look-ahead
+busy)  # the GPU-busy A/B in one call: the same run without and with the look-ahead (sampled)
+    gpu_tests 150 tests/test_engine_cuda.py
     bench aware 200 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
-    bench ahead 260 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware \
-        --synthesis-ahead
+    SAMPLE=1 bench ahead 260 --preset porep-32g --proofs 2 --workers-per-device 2 \
+        --allocator aware --synthesis-ahead
     ;;
 uncapped)
     gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py

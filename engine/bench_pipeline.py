@@ -105,7 +105,13 @@ def reduce_recording(path: str | Path) -> dict[str, Any]:
     from recordings.reader import fold_recording
     from recordings.summary import summarize_state
 
-    rec, state = fold_recording(path)
+    copies: dict[str, list[float]] = {p: [] for p in COPY_PHASES}
+
+    def copy_time(e: dict[str, Any]) -> None:
+        if e.get("k") == "phase_end" and e.get("phase") in copies and "gpu_ms" in e:
+            copies[e["phase"]].append(float(e["gpu_ms"]))
+
+    rec, state = fold_recording(path, also=copy_time)
     summary = summarize_state(state, rec)
     ok_rows = [a for a in state.attempts if a.ok]
     final = {(a.proof, a.partition): a for a in state.attempts}
@@ -118,10 +124,6 @@ def reduce_recording(path: str | Path) -> dict[str, Any]:
     known = [b for b, _ in steady.values() if b is not None]
     totals = summary["totals"]
     workers = sorted({a.worker for a in ok_rows if isinstance(a.worker, int)})
-    copies: dict[str, list[float]] = {p: [] for p in COPY_PHASES}
-    for e in rec.events:
-        if e.get("k") == "phase_end" and e.get("phase") in copies and "gpu_ms" in e:
-            copies[e["phase"]].append(float(e["gpu_ms"]))
     return {
         "partitions": len(final),
         "partitions_ok": sum(1 for a in final.values() if a.ok),

@@ -76,6 +76,16 @@ class CudaPartitionRunner(PartitionRunner):
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.real = hasattr(self.device, "kernel_args")  # a CudaDevice (tests use modeled ones)
+        if self.real:
+            # Pre-stage buffers from CuPy's caching pool (cudaMalloc underneath, the issue's
+            # "CuPy MemoryPool"): a worker's next partition reuses the cached 4 + 8 GiB blocks.
+            # With a plain cudaMalloc/cudaFree per partition (the H200 run at bd04ed3) the
+            # cudaMalloc took 310-450 ms, ending when the holder's running kernel phase ended,
+            # and the holder's cudaFree at copy_back waited ~50 ms for the neighbour's upload:
+            # inside the GPU region. The aware policy trims this cache (free_all_blocks) before
+            # every decision that does not fit; naive never does, so its cached blocks are the
+            # phantom that refuses the stream-ordered pool.
+            self.prestage_pool = "sync"
         # pinned witness pools, used in turn: one, or two with --synthesis-ahead (the next
         # witness is made while the current one's partition still reads its pool; the
         # look-ahead starts witness k+2 only after partition k has completed)

@@ -179,6 +179,10 @@ class PartitionResult:
 class PartitionRunner:
     """Runs partitions for one worker (``worker`` is its index within ``device``)."""
 
+    # Where the pre-stage buffers (d_a, d_bc) come from: plain cudaMalloc/cudaFree, as in the
+    # seed, on the modeled devices; the CUDA runner draws them from CuPy's caching pool.
+    prestage_pool = "raw"
+
     def __init__(
         self,
         ctx: RunContext,
@@ -271,7 +275,7 @@ class PartitionRunner:
                             decision = Decision("skip", reason, decision.free, decision.margin)
                 att.prestage, att.prestage_reason = decision.status, decision.reason
                 att.forced = decision.forced
-                self._alloc_event(att, "prestage", "raw", fp.prestage, decision)
+                self._alloc_event(att, "prestage", self.prestage_pool, fp.prestage, decision)
                 if decision.status == "ok":
                     dev.pin(w.abc_bytes)  # cudaHostRegister of a, b, c for async upload
                     att.pinned += w.abc_bytes
@@ -282,8 +286,8 @@ class PartitionRunner:
                     )
                     pinned = Decision("ok", how)
                     self._alloc_event(att, "host_register", "host", w.abc_bytes, pinned)
-                    d_a = self._malloc(att, fp.u, "raw", "prestage")
-                    d_bc = self._malloc(att, 2 * fp.u, "raw", "prestage")
+                    d_a = self._malloc(att, fp.u, self.prestage_pool, "prestage")
+                    d_bc = self._malloc(att, 2 * fp.u, self.prestage_pool, "prestage")
                     self.ctx.sample(dev)
                 self.gate.commit(self.worker, fp.gpu_extra(decision.status == "ok"))
             prestaged = att.prestage == "ok"

@@ -150,18 +150,27 @@ def read_state(path: str | os.PathLike[str]) -> State:
     return fold_recording(path)[1]
 
 
-def fold_recording(path: str | os.PathLike[str]) -> tuple[Recording, State]:
+def fold_recording(
+    path: str | os.PathLike[str], also: Callable[[dict[str, Any]], None] | None = None
+) -> tuple[Recording, State]:
     """Read a recording and fold its events as they are read, without keeping them: the
     memory of a summary or an export is the reducer's, not the whole event list. The returned
     :class:`Recording` has everything but ``events``/``offsets`` (empty; ``event_count`` holds
-    the count)."""
+    the count). ``also`` sees each event after the reducer (for a figure the reducer does not
+    keep)."""
     p = Path(path)
     state = State()
+
+    def fold(event: dict[str, Any], offset: int) -> None:
+        _apply(state, event, p, offset)
+        if also is not None:
+            also(event)
+
     with _open(p) as f:
         rec = Recording(p, _size(f, p))
         rec.events_kept = False
         try:
-            _scan(f, rec, lambda event, offset: _apply(state, event, p, offset))
+            _scan(f, rec, fold)
         except OSError as exc:
             raise RecordingError(f"cannot read recording {p}: {exc.strerror or exc}") from None
     return rec, state

@@ -51,3 +51,28 @@ def test_bench_pipeline_refuses_an_existing_record_path(tmp_path, capsys):
     rc = main(["bench", "pipeline", "--backend", "cpu", "--preset", "ci", "--record", str(rec)])
     assert rc != 0 and rec.read_text() == "keep me"
     assert "exists" in capsys.readouterr().err
+
+
+def test_bench_pipeline_reports_the_upload_copy_time_of_a_recording(tmp_path, capsys):
+    """The copy column comes from the upload phases' ``gpu_ms`` (a CUDA run's upload-stream
+    events). It once read an event list that the folding reader never keeps, and said "-" on
+    the H200."""
+    from recordings.reader import open_recording
+    from recordings.writer import RecordingWriter
+
+    src = tmp_path / "cpu.pvtrec"
+    args = ["bench", "pipeline", "--backend", "cpu", "--preset", "small", "--proofs", "1"]
+    assert main([*args, "--record", str(src), "--out", str(tmp_path / "r.json")]) == 0
+    capsys.readouterr()
+    copied = tmp_path / "copies.pvtrec"
+    times = []
+    with RecordingWriter(copied, background_flush=False) as w:
+        for e in open_recording(src).events:
+            if e["k"] == "phase_end" and e["phase"] == "upload":
+                times.append(100.0 + 10 * len(times))
+                e = {**e, "gpu_ms": times[-1]}
+            w.write(e)
+    assert len(times) == 4
+    res = reduce_recording(copied)
+    assert res["copy_ms_median"]["upload"] == (times[1] + times[2]) / 2
+    assert "(copy 115)" in format_table(res)
