@@ -5,6 +5,7 @@
 #   bash bench/engine_cuda_session.sh smoke     # gpu tests + selftest + one small engine run
 #   bash bench/engine_cuda_session.sh probe     # gpu tests + 2^24 and one porep-32g proof
 #   bash bench/engine_cuda_session.sh acceptance  # checks + acceptance runs 2, 1 (16 GiB)
+#   bash bench/engine_cuda_session.sh final     # gpu tests + busy + acceptance, one call
 #   bash bench/engine_cuda_session.sh busy      # run 3 (uncapped) beside it with --synthesis-ahead
 #   bash bench/engine_cuda_session.sh uncapped  # gpu tests + acceptance run 3 (no memory cap)
 #   bash bench/engine_cuda_session.sh naive     # acceptance run 1 (16 GiB, naive)
@@ -67,6 +68,19 @@ acceptance)  # runs 2 and 1 (16 GiB) inside one 10-minute call; run 3 is in busy
     bench aware16 290 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
     bench naive16 230 --preset porep-32g --proofs 2 --device-memory 16GiB \
+        --workers-per-device 2 --allocator naive
+    ;;
+final)  # one call for issue 6's three runs: engine GPU tests, run 3 without and with the
+    # look-ahead, the checks at 2^12, runs 2 and 1 (16 GiB). The limits add up to < 600 s.
+    gpu_tests 60 tests/test_engine_cuda.py
+    bench aware 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
+    bench ahead 105 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware \
+        --synthesis-ahead
+    timeout 30 python3 bench/debug_checks.py 12 >"$W/debug_checks.txt" 2>&1
+    tail -n 14 "$W/debug_checks.txt" | tee -a "$TABLES"
+    bench aware16 140 --preset porep-32g --proofs 2 --device-memory 16GiB \
+        --workers-per-device 2 --allocator aware
+    bench naive16 140 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
     ;;
 busy)  # the GPU-busy A/B in one call: the same run without and with the look-ahead (sampled)

@@ -713,6 +713,46 @@ def test_gpu_upload_registers_and_falls_back(cp, device):
 
 
 @pytest.mark.gpu
+def test_gpu_freeing_a_cached_block_waits_for_the_callers_kernels(cp, device):
+    """CuPy's caching pool hands a freed block out again at once, to any thread: the free
+    must first wait for the caller's kernels that still use it (a neighbour's pre-stage once
+    got d_bc while the H step still read it, and 4 of 5 checks failed on the H200)."""
+    n = 1 << 26  # 512 MiB of uint64: each pass below is ~0.3 ms of HBM traffic
+    blk = device.malloc(n * 8, "sync", "prestage")
+    x = cp.ndarray((n,), dtype=cp.uint64, memptr=blk.handle)
+    st = device.streams()
+    with st.compute:
+        x.fill(1)
+        x *= 3  # compiles the kernel before the timed queue below
+        st.compute.synchronize()
+        for _ in range(2000):  # ~0.5 s of kernels, queued in a few ms
+            x *= 3
+    assert not st.compute.done  # else this test could not fail
+    del x
+    device.free(blk)
+    assert st.compute.done
+
+
+@pytest.mark.gpu
+def test_gpu_events_are_made_once_per_thread_and_reused(cp, device):
+    """Uploads and phase timers re-record one set of events per thread (creating events
+    waited for the running kernel on the H200); the copies stay right."""
+    blk = device.malloc(_fr_rows(4096).nbytes, "sync", "prestage")
+    first = _fr_rows(4096)
+    assert np.array_equal(device.download(device.upload(first, blk)), first)
+    made = dict(device._tl.events)
+    for _ in range(3):
+        rows = _fr_rows(4096)
+        assert np.array_equal(device.download(device.upload(rows, blk)), rows)
+    assert device._tl.events == made and all(device._tl.events[k] is v for k, v in made.items())
+    t1, t2 = device.gpu_timer(), device.gpu_timer()
+    assert t1.start_ev is t2.start_ev and t1.end_ev is t2.end_ev
+    t1.start()
+    assert t1.stop() >= 0.0
+    device.free(blk)
+
+
+@pytest.mark.gpu
 def test_gpu_scratch_oom_becomes_device_oom(cp, device):
     alloc = device.allocator("msm_scratch")
     with pytest.raises(dcuda.DeviceOOM) as exc:

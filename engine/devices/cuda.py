@@ -305,7 +305,28 @@ class CudaDevice(Device):
 
     def gpu_timer(self) -> GpuTimer:
         """A pair of CUDA events on this worker's compute stream (phase ``gpu_ms``)."""
-        return GpuTimer(self.cupy, self.streams().compute)
+        return GpuTimer(
+            self.cupy,
+            self.streams().compute,
+            self._event("timer.start", timing=True),
+            self._event("timer.end", timing=True),
+        )
+
+    def _event(self, name: str, timing: bool = False) -> Any:
+        """This thread's CUDA event ``name`` on this device, made once and re-recorded ever
+        after. Why not a new one per use: on the H200 (driver 580) creating an event waited
+        for the device's running kernel to end, so an upload beside a neighbour's 1 s msm_h
+        took 1.25 s for a 233 ms copy, and the holder stalled ~210 ms between phases
+        (bench/engine_cuda_notes.md, session 4). A stream's wait on an event takes the record
+        made before the wait, so re-recording later never changes a wait already queued;
+        every use below is finished, or waited on, before its name is recorded again."""
+        events = getattr(self._tl, "events", None)
+        if events is None:
+            events = self._tl.events = {}
+        ev = events.get(name)
+        if ev is None:
+            ev = events[name] = self.cupy.cuda.Event(disable_timing=not timing)
+        return ev
 
     def copy_ms(self) -> float:
         """Device time of this thread's :meth:`upload` copies so far, from upload-stream
@@ -346,6 +367,12 @@ class CudaDevice(Device):
         return Block(pool=pool, size=size, requested=int(nbytes), site=site, handle=handle)
 
     def free(self, block: Block) -> None:
+        if block.pool == "sync" and not block.freed:
+            # CuPy's caching pool hands a freed block out again at once, to any thread, with
+            # no stream ordering: the caller's own work on it must be over first (the H step
+            # still read d_bc when a neighbour's pre-stage got it, and 4 of 5 checks failed on
+            # the H200 before this wait). A plain cudaFree waits for the device by itself.
+            self.synchronize()
         with self._lock:
             if block.freed:
                 return
@@ -455,13 +482,13 @@ class CudaDevice(Device):
         dst = cupy.ndarray(host.shape, dtype=host.dtype, memptr=block.handle + offset)
         # a stream-ordered block was allocated on the compute stream: the upload stream must
         # not write it before that point (the pool may hand out memory a kernel just freed)
-        ready = cupy.cuda.Event(disable_timing=True)
+        ready = self._event("upload.ready")
         ready.record(st.compute)
         st.upload.wait_event(ready)
         if nbytes == 0:
             return dst
         # timed on the upload stream after the wait above: the copy, not the compute stream
-        begin, end = cupy.cuda.Event(), cupy.cuda.Event()
+        begin, end = self._event("upload.begin", True), self._event("upload.end", True)
         begin.record(st.upload)
         if chunk and chunk < nbytes:
             self._upload_chunked(host, dst, int(chunk), st)
@@ -476,7 +503,7 @@ class CudaDevice(Device):
         end.record(st.upload)
         end.synchronize()
         self._tl.copy_ms = self.copy_ms() + float(cupy.cuda.get_elapsed_time(begin, end))
-        done = cupy.cuda.Event(disable_timing=True)
+        done = self._event("upload.done")
         done.record(st.upload)
         st.compute.wait_event(done)
         return dst
@@ -495,12 +522,14 @@ class CudaDevice(Device):
             raise ValueError("upload_async needs page-locked host memory")
         st = self.streams()
         dst = cupy.ndarray(host.shape, dtype=host.dtype, memptr=block.handle)
-        ready = cupy.cuda.Event(disable_timing=True)
+        ready = self._event("upload_async.ready")
         ready.record(st.compute)  # see upload: the block's allocation point on compute
         st.upload.wait_event(ready)
         if nbytes:
             self.rt.memcpyAsync(dst.data.ptr, host.ctypes.data, nbytes, H2D, st.upload.ptr)
-        done = cupy.cuda.Event(disable_timing=True)
+        # the caller waits on it before this thread's next upload_async re-records it (the
+        # runner: msm_l's wait, or the release's after a failure)
+        done = self._event("upload_async.done")
         done.record(st.upload)
         return dst, done
 
@@ -587,13 +616,14 @@ class CopyTimer:
 
 
 class GpuTimer:
-    """Elapsed device time between two events on one stream."""
+    """Elapsed device time between two events on one stream (the thread's own pair: a
+    thread's phases run one after another, and stop() waits before the next start())."""
 
-    def __init__(self, cupy: Any, stream: Any) -> None:
+    def __init__(self, cupy: Any, stream: Any, start_ev: Any, end_ev: Any) -> None:
         self.cupy = cupy
         self.stream = stream
-        self.start_ev = cupy.cuda.Event()
-        self.end_ev = cupy.cuda.Event()
+        self.start_ev = start_ev
+        self.end_ev = end_ev
 
     def start(self) -> None:
         self.start_ev.record(self.stream)
