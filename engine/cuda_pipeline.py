@@ -431,10 +431,13 @@ class CudaRun:
 def make_cuda_devices(indices: tuple[int, ...], capacity: int | None) -> list[Any]:
     """One :class:`engine.devices.cuda.CudaDevice` per index (``--device-memory`` each).
     ``PROVETOP_SYNC_SCOPE=device`` makes every synchronise before a trim wait for the whole
-    device (the other worker's kernels too): the variant to measure the trim stall against."""
+    device (the other worker's kernels too): the variant to measure the trim stall against.
+    ``PROVETOP_PRIORITY_TO=compute`` gives the compute streams the greatest priority instead
+    of the synthesis stream (``engine.devices.cuda.PRIORITY_TO``)."""
     import os
 
     from engine.devices.cuda import CudaDevice
 
     scope = os.environ.get("PROVETOP_SYNC_SCOPE", "worker")
-    return [CudaDevice(i, capacity, sync_scope=scope) for i in indices]
+    priority_to = os.environ.get("PROVETOP_PRIORITY_TO", "synthesis")
+    return [CudaDevice(i, capacity, sync_scope=scope, priority_to=priority_to) for i in indices]

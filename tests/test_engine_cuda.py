@@ -352,7 +352,14 @@ def test_bound_backend_injects_stream_allocator_and_in_place():
     assert calls[1] == ("msm", {"stream": me, "allocator": "msm_scratch"})
 
 
-def test_worker_streams_need_only_what_cupy_wraps():
+@pytest.mark.parametrize(
+    ("priority_to", "want"),
+    [
+        ("synthesis", [0, None, dcuda.GREATEST_PRIORITY]),
+        ("compute", [dcuda.GREATEST_PRIORITY, None, 0]),
+    ],
+)
+def test_worker_streams_need_only_what_cupy_wraps(priority_to, want):
     """Each worker's three streams, made through a *fake* CuPy (a stand-in that records the
     Stream arguments; it proves nothing about CUDA) whose runtime module has no functions at
     all: CuPy 14.2 wraps no cudaDeviceGetStreamPriorityRange, and reading it raised
@@ -372,10 +379,11 @@ def test_worker_streams_need_only_what_cupy_wraps():
     dev._tl = __import__("threading").local()
     dev.dev = types.SimpleNamespace(use=lambda: None)
     dev.rt, dev.index = types.SimpleNamespace(getDevice=lambda: 0), 0  # cudaGetDevice: wrapped
+    dev.priority_to = priority_to
     st = dev.streams()
     assert dev.streams() is st  # once per thread
     assert all(m["non_blocking"] for m in made) and len(made) == 3
-    assert [m["priority"] for m in made] == [None, None, dcuda.GREATEST_PRIORITY]
+    assert [m["priority"] for m in made] == want  # compute, upload, synthesis
     assert dcuda.GREATEST_PRIORITY < -100  # far below any device's range ([-5, 0] on Hopper)
     assert dev.kernel_args("synthesis")["stream"] is st.synthesis
     assert dev.kernel_args("verify")["stream"] is st.compute

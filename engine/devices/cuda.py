@@ -53,6 +53,12 @@ H2D = 1  # cudaMemcpyHostToDevice
 # Ampere and Hopper), so any value far below them is the greatest; the stream's .priority
 # (cudaStreamGetPriority) reads back what the driver chose.
 GREATEST_PRIORITY = -(1 << 10)
+# Which of a worker's streams gets the greatest priority; the others keep the default, 0, which
+# is the least. "synthesis": the neighbour's witness is made beside the holder's MSMs without
+# waiting behind their blocks (its kernels are short and many). "compute": the holder's GPU
+# region first, the synthesis in its gaps (PROVETOP_PRIORITY_TO; measured in
+# bench/engine_cuda_notes.md, session 4).
+PRIORITY_TO = ("synthesis", "compute")
 
 
 class CudaDeviceError(RuntimeError):
@@ -199,6 +205,7 @@ class CudaDevice(Device):
     ``--device-memory`` (None: the whole card)."""
 
     kernels_allocate = True  # the kernels draw their scratch through allocator(); see pipeline
+    priority_to = "synthesis"  # which worker stream runs at the greatest priority (PRIORITY_TO)
 
     def __init__(
         self,
@@ -207,10 +214,16 @@ class CudaDevice(Device):
         *,
         cupy: Any = None,
         sync_scope: str = "worker",
+        priority_to: str = "synthesis",
     ) -> None:
         if sync_scope not in ("worker", "device"):
             raise CudaDeviceError(f"sync scope must be worker or device, got {sync_scope!r}")
         self.sync_scope = sync_scope  # "device": the cuzk-style wait, kept to measure it
+        if priority_to not in PRIORITY_TO:
+            raise CudaDeviceError(
+                f"stream priority must go to one of {', '.join(PRIORITY_TO)}, got {priority_to!r}"
+            )
+        self.priority_to = priority_to
         if cupy is None:
             from kernels.cuda_build import require_cupy
 
@@ -272,10 +285,13 @@ class CudaDevice(Device):
         if self.rt.getDevice() != self.index:
             self.dev.use()
         if st is None:
+            first = {self.priority_to: GREATEST_PRIORITY}
             st = _WorkerStreams(
-                compute=self.cupy.cuda.Stream(non_blocking=True),
+                compute=self.cupy.cuda.Stream(non_blocking=True, priority=first.get("compute", 0)),
                 upload=self.cupy.cuda.Stream(non_blocking=True),
-                synthesis=self.cupy.cuda.Stream(non_blocking=True, priority=GREATEST_PRIORITY),
+                synthesis=self.cupy.cuda.Stream(
+                    non_blocking=True, priority=first.get("synthesis", 0)
+                ),
             )
             self._tl.streams = st
         return st
