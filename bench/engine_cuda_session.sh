@@ -122,10 +122,10 @@ pin)
     timeout 200 python3 bench/pin_probe.py --gib 1,4,17 2>&1 | tee -a "$TABLES"
     ;;
 multi)  # on nvidia-h200-x2: the 2-GPU test, a 2-GPU run, then the stream-priority A/B
-    gpu_tests 60 tests/test_engine_cuda.py -k two_devices
-    bench multi 150 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
-    bench prio-synth 80 --preset porep-32g --proofs 1 --workers-per-device 2 --allocator aware
-    PROVETOP_PRIORITY_TO=compute bench prio-compute 80 --preset porep-32g --proofs 1 \
+    gpu_tests 45 tests/test_engine_cuda.py -k two_devices
+    bench multi 130 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
+    bench prio-synth 62 --preset porep-32g --proofs 1 --workers-per-device 2 --allocator aware
+    PROVETOP_PRIORITY_TO=compute bench prio-compute 62 --preset porep-32g --proofs 1 \
         --workers-per-device 2 --allocator aware
     ;;
 esac
