@@ -145,6 +145,12 @@ class CudaPartitionRunner(PartitionRunner):
         s = self.ctx.sizes
         return {"h": h, "l": z[: s.l], "a": z[: s.a], "b_g1": z[: s.b_g1]}
 
+    def _region_need(self, w: Any) -> int:
+        need = super()._region_need(w)
+        if self.real and w.pinned:
+            need += self.device.round(int(w.z.nbytes))  # the aux scalars' block (msm_scalars)
+        return need
+
     def _before_msm(self, query: str) -> None:
         if query != "h" and self._z_ready is not None:  # msm_h overlaps the scalar upload
             self.device.streams().compute.wait_event(self._z_ready)

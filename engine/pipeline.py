@@ -317,6 +317,8 @@ class PartitionRunner:
                 h = self.ctx.backend.h_step(a, b, c)  # stays on the device for msm_h
                 del b, c
                 self._free(att, d_bc)
+            if prestaged:
+                self._reclaim_cache(att, w)
             results: dict[str, np.ndarray] = {}
             scalars = self._msm_scalars(att, w, h)
             for q in QUERIES:
@@ -516,6 +518,23 @@ class PartitionRunner:
     def _free(self, att: Attempt, blk: Block | list[Block]) -> None:
         for b in blk if isinstance(blk, list) else [blk]:
             self.device.free(b)
+
+    def _region_need(self, w: Witness) -> int:
+        """Device bytes the GPU region still allocates after the H step: the largest MSM
+        scratch and the margin (the CUDA runner adds the scalars block)."""
+        fp = self.ctx.footprint
+        return max(fp.msm.values(), default=0) + fp.margin
+
+    def _reclaim_cache(self, att: Attempt, w: Witness) -> None:
+        """Ask the policy whether d_bc, now in a caching pool, must go back to the driver
+        for the MSMs (``reclaim_cache`` in ``engine.allocator``); a trim is an ``alloc``
+        event."""
+        if self.prestage_pool != "sync":
+            return  # a plain cudaFree already gave it back
+        need = self._region_need(w)
+        decision = self.ctx.policy.reclaim_cache(self.device, need)
+        if decision is not None:
+            self._alloc_event(att, "msm_scratch", "sync", need, decision)
 
     def _release(self, att: Attempt) -> None:
         for blk in att.blocks:

@@ -87,3 +87,44 @@ def test_naive_fallback_fails_at_its_first_refusal(monkeypatch):
     assert [e["ok"] for e in done] == [False, False]  # the retry met the second refusal
     assert len(_ooms(events)) == 2
     assert all(not d.live and d.async_used == 0 for d in devices)
+
+
+@pytest.mark.parametrize("allocator", ["aware", "naive"])
+def test_a_cached_prestage_block_is_reclaimed_for_the_msms_by_aware_only(monkeypatch, allocator):
+    """The CUDA runner's pre-stage blocks come from a caching pool; after the H step d_bc sits
+    in that cache. The pipeline asks the policy, with the region's remaining need, whether
+    to give it back; here the need is made larger than what is free so that aware must."""
+    from engine.allocator import AwarePolicy, NaivePolicy
+    from engine.config import from_preset
+    from engine.runner import Engine
+
+    monkeypatch.setattr(pipeline.PartitionRunner, "prestage_pool", "sync")
+    asked = []
+    for cls in (AwarePolicy, NaivePolicy):
+        real = cls.reclaim_cache
+
+        def reclaim(self, device, need, real=real):
+            asked.append(need)
+            return real(self, device, device.mem_info()[0] + need)  # short: aware trims
+
+        monkeypatch.setattr(cls, "reclaim_cache", reclaim)
+    cfg = from_preset(
+        "ci", partitions=2, workers_per_device=1, allocator=allocator, verify="always"
+    )
+    engine = Engine(cfg, listen=False)
+    sub = engine.subscribe("t")
+    engine.start()
+    assert engine.wait(60)
+    fp = engine.footprint
+    engine.close()
+    events = sub.drain()
+    done = _done(events)
+    assert len(done) == 2 and all(e["ok"] and e["verified"] for e in done)
+    assert len(asked) == 2 and all(n > 0 for n in asked)  # once per pre-staged partition
+    assert asked[0] == max(fp.msm.values()) + fp.margin  # the modeled runner: no scalars block
+    trims = [e for e in events if e["k"] == "alloc" and e["decision"] == "trim"]
+    if allocator == "aware":
+        assert len(trims) == 2 and all(e["pool"] == "sync" for e in trims)
+        assert all(e["pools"]["sync_cached"] == 0 for e in trims)
+    else:
+        assert trims == []

@@ -316,3 +316,26 @@ def engine_runner_stub(cfg):
     from engine.workload import query_sizes
 
     return SimpleNamespace(ctx=SimpleNamespace(config=cfg, sizes=query_sizes(cfg.domain_log)))
+
+
+def test_aware_empties_the_caching_pool_when_the_msms_would_not_fit():
+    """A pre-stage block freed into the caching pool inside the GPU region: aware gives it
+    back when the region's next stream-ordered blocks need it (the phantom from the other
+    side, seen on a 16 GiB H200), and only then; naive leaves it, and the stream-ordered
+    allocation is refused with the cache in the pool state."""
+    for policy, trims in ((AwarePolicy(), True), (NaivePolicy(), False)):
+        dev = ModeledDevice(0, 64 * KIB)
+        d_bc = dev.malloc(40 * KIB, "sync", "prestage")
+        dev.free(d_bc)  # cached: 24 KiB free to the driver
+        assert policy.reclaim_cache(dev, 20 * KIB) is None  # fits: no trim, cache kept
+        assert dev.sample()["sync_cached"] == 40 * KIB
+        decision = policy.reclaim_cache(dev, 30 * KIB)
+        if trims:
+            assert decision.status == "trim" and decision.released == 40 * KIB
+            assert decision.free == 64 * KIB and "30720" in decision.reason
+            dev.free(dev.malloc(30 * KIB, "async", "msm_scalars"))
+        else:
+            assert decision is None
+            with pytest.raises(DeviceOOM) as exc:
+                dev.malloc(30 * KIB, "async", "msm_scalars")
+            assert exc.value.pools["sync_cached"] == 40 * KIB
