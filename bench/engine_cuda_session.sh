@@ -6,6 +6,7 @@
 #   bash bench/engine_cuda_session.sh probe     # gpu tests + 2^24 and one porep-32g proof
 #   bash bench/engine_cuda_session.sh acceptance  # checks + acceptance runs 2, 1 (16 GiB)
 #   bash bench/engine_cuda_session.sh final     # gpu tests + busy + acceptance, one call
+#   bash bench/engine_cuda_session.sh checks    # run 3 with/without checks; run 2 again
 #   bash bench/engine_cuda_session.sh busy      # run 3 (uncapped) beside it with --synthesis-ahead
 #   bash bench/engine_cuda_session.sh uncapped  # gpu tests + acceptance run 3 (no memory cap)
 #   bash bench/engine_cuda_session.sh naive     # acceptance run 1 (16 GiB, naive)
@@ -83,6 +84,14 @@ final)  # one call for issue 6's three runs: engine GPU tests, run 3 without and
     bench naive16 140 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
     ;;
+checks)  # what the sampled checks cost the others' regions (run 3 with and without them),
+    # then run 2 again (16 GiB: aware's cache reclaim, 5318edb)
+    bench aware 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
+    bench noverify 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware \
+        --verify never
+    bench aware16 140 --preset porep-32g --proofs 2 --device-memory 16GiB \
+        --workers-per-device 2 --allocator aware
+    ;;
 busy)  # the GPU-busy A/B in one call: the same run without and with the look-ahead (sampled)
     gpu_tests 150 tests/test_engine_cuda.py
     bench aware 200 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
@@ -122,7 +131,7 @@ pin)
     timeout 200 python3 bench/pin_probe.py --gib 1,4,17 2>&1 | tee -a "$TABLES"
     ;;
 multi)  # on nvidia-h200-x2: the 2-GPU test, a 2-GPU run, then the stream-priority A/B
-    gpu_tests 45 tests/test_engine_cuda.py -k two_devices
+    gpu_tests 120 tests/test_engine_cuda.py -k two_devices  # 45 s was too short
     bench multi 130 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
     bench prio-synth 62 --preset porep-32g --proofs 1 --workers-per-device 2 --allocator aware
     PROVETOP_PRIORITY_TO=compute bench prio-compute 62 --preset porep-32g --proofs 1 \

@@ -3,10 +3,13 @@
 Why these three doors (``engine.devices.base``), on real memory:
 
 - ``raw``: plain ``cudaMalloc``/``cudaFree`` (``cupy.cuda.runtime.malloc``), freed exactly at
-  :meth:`CudaDevice.free` and never cached: the seed's pre-stage buffers (``dev_ptr_t``), so the
-  phantom OOM is the real one (cudaMalloc refused while the stream-ordered pool keeps memory);
-- ``sync``: CuPy's caching pool (``cupy.cuda.MemoryPool``, cudaMalloc underneath), which is
-  also where CuPy puts anything allocated without an explicit allocator (tables, twiddles);
+  :meth:`CudaDevice.free` and never cached: the device-resident SRS. (The seed's pre-stage
+  buffers were such blocks; on the H200 a 12 GiB ``cudaMalloc`` or ``cudaFree`` per partition
+  waited for the neighbour's work, so the CUDA runner takes them from ``sync``.)
+- ``sync``: CuPy's caching pool (``cupy.cuda.MemoryPool``, cudaMalloc underneath): the
+  pre-stage buffers, reused from partition to partition, and anything CuPy allocates without
+  an explicit allocator (tables, twiddles). Memory cached here is invisible to the driver: the
+  phantom OOM of a refused stream-ordered allocation, which only a trim ends;
 - ``async``: ``cupy.cuda.MemoryAsyncPool`` over the device's default stream-ordered pool
   (cudaMallocAsync). Constructing it sets the release threshold to UINT64_MAX, so freed memory
   stays reserved until :meth:`CudaDevice.trim` (``cudaMemPoolTrimTo``). The kernels draw their
