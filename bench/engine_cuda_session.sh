@@ -59,17 +59,20 @@ gpu_tests() {  # timeout (s), test files...
     timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "$@" >"$W/pytest.txt" 2>&1
     tail -n 15 "$W/pytest.txt" | tee -a "$TABLES"
 }
+runs_16gib() {  # limits (s): the checks at 2^12, then acceptance runs 2 (aware) and 1 (naive)
+    timeout "$1" python3 bench/debug_checks.py 12 >"$W/debug_checks.txt" 2>&1
+    tail -n 14 "$W/debug_checks.txt" | tee -a "$TABLES"
+    bench aware16 "$2" --preset porep-32g --proofs 2 --device-memory 16GiB \
+        --workers-per-device 2 --allocator aware
+    bench naive16 "$3" --preset porep-32g --proofs 2 --device-memory 16GiB \
+        --workers-per-device 2 --allocator naive
+}
 case "$MODE" in
 acceptance)  # runs 2 and 1 (16 GiB) inside one 10-minute call; run 3 is in busy
     # At 16 GiB all 41 GB of SRS are made into pinned host memory, and the partitions mostly
     # alternate on the fallback path (bench/engine_cuda_notes.md, session 3, item 7): session 2's
     # aware16 run did not finish in 200 s, so these two get most of the call.
-    timeout 40 python3 bench/debug_checks.py 12 >"$W/debug_checks.txt" 2>&1
-    tail -n 14 "$W/debug_checks.txt" | tee -a "$TABLES"
-    bench aware16 290 --preset porep-32g --proofs 2 --device-memory 16GiB \
-        --workers-per-device 2 --allocator aware
-    bench naive16 230 --preset porep-32g --proofs 2 --device-memory 16GiB \
-        --workers-per-device 2 --allocator naive
+    runs_16gib 40 290 230
     ;;
 final)  # one call for issue 6's three runs: engine GPU tests, run 3 without and with the
     # look-ahead, the checks at 2^12, runs 2 and 1 (16 GiB). The limits add up to < 600 s.
@@ -77,12 +80,7 @@ final)  # one call for issue 6's three runs: engine GPU tests, run 3 without and
     bench aware 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     bench ahead 105 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware \
         --synthesis-ahead
-    timeout 30 python3 bench/debug_checks.py 12 >"$W/debug_checks.txt" 2>&1
-    tail -n 14 "$W/debug_checks.txt" | tee -a "$TABLES"
-    bench aware16 140 --preset porep-32g --proofs 2 --device-memory 16GiB \
-        --workers-per-device 2 --allocator aware
-    bench naive16 140 --preset porep-32g --proofs 2 --device-memory 16GiB \
-        --workers-per-device 2 --allocator naive
+    runs_16gib 30 140 140
     ;;
 checks)  # what the sampled checks cost the others' regions (run 3 with and without them),
     # then run 2 again (16 GiB: aware's cache reclaim, 5318edb)
