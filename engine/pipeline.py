@@ -568,17 +568,22 @@ class PartitionRunner:
         self.bus.emit("phase_begin", **lane, phase=name)
         t0 = time.monotonic_ns()
         timer = self._gpu_timer(name)
+        started = False
         ok = False
         try:
             if self.ctx.faults is not None:
                 self.ctx.faults.on_phase(name, self.device, where)
             if timer is not None:
                 timer.start()
+                started = True
             yield
             ok = True
         finally:
             gpu = {}
-            if timer is not None:
+            # Only a started timer has a time: the CUDA timers re-record one pair of events per
+            # thread, so stopping one that never started (a fault injected at the phase's
+            # start) measured from the previous phase's start and reported that as gpu_ms.
+            if started:
                 try:
                     gpu["gpu_ms"] = timer.stop()
                 except Exception:  # a failed phase may leave its stream in error: no time

@@ -256,6 +256,66 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     assert max(async_seen) == 0  # the planned MSM scratch was never allocated on the device
 
 
+def test_a_phase_failing_before_its_timer_started_reports_no_gpu_time():
+    """The CUDA timers re-record one pair of events per thread. A phase that fails before its
+    timer starts (an OOM injected at the H step's start) must report no ``gpu_ms``: stopping
+    the pair then measured from the previous GPU phase's start. The timer here is a host
+    stand-in sharing one start between timers, as the thread's event pair does (no GPU)."""
+    import threading
+    import time
+    from dataclasses import replace
+
+    from engine.allocator import make_policy
+    from engine.bus import Bus
+    from engine.config import from_preset
+    from engine.control import Controls
+    from engine.cuda_pipeline import CudaPartitionRunner
+    from engine.devices.modeled import ModeledDevice
+    from engine.faults import FaultInjector
+    from engine.pipeline import RunContext
+    from engine.srs import generate_srs
+    from kernels.cpu_backend import CpuBackend
+
+    pair = {"start": None}  # the thread's one start event
+
+    class ReusedTimer:
+        def start(self):
+            pair["start"] = time.perf_counter()
+
+        def stop(self):
+            if pair["start"] is None:  # cudaEventElapsedTime on a never-recorded event
+                raise RuntimeError("start event never recorded")
+            return (time.perf_counter() - pair["start"]) * 1e3
+
+    class ReusedModeled(ModeledDevice):
+        def gpu_timer(self):
+            return ReusedTimer()
+
+        def copy_timer(self):
+            return _HostTimer()
+
+    cfg = from_preset("ci", seed=random.randrange(1 << 30))
+    sizes = query_sizes(cfg.domain_log)
+    dev, bus, events = ReusedModeled(0, 1 << 30), Bus(), []
+    bus.add_listener(events.append)
+    backend = CpuBackend()
+    srs = generate_srs(backend, sizes, np.random.default_rng())
+    fp = footprint(cfg.domain_log, sizes)
+    ctx = RunContext(
+        cfg, backend, srs, sizes, fp, make_policy("aware"), bus, Controls(), lambda d: None
+    )
+    assert CudaPartitionRunner(ctx, dev, 0, threading.Lock()).run(0, 0).ok  # starts the pair
+    inj = FaultInjector.from_spec("alloc:ntt_scratch:1")  # fires as h_step begins
+    inj.bind(bus.emit)
+    result = CudaPartitionRunner(replace(ctx, faults=inj), dev, 0, threading.Lock()).run(0, 1)
+    bus.flush()
+    assert result.ok and result.attempts == 2
+    h_ends = [e for e in events if e["k"] == "phase_end" and e["phase"] == "h_step"]
+    assert [e["ok"] for e in h_ends] == [True, False, True]
+    assert "gpu_ms" in h_ends[0] and "gpu_ms" in h_ends[2]
+    assert "gpu_ms" not in h_ends[1]  # failed before its timer started
+
+
 def test_failed_attempt_orders_the_scalars_free_after_their_upload():
     """An attempt that fails after the aux scalars' async upload started (an OOM in msm_h)
     frees their block on the compute stream: the compute stream must first wait for the
