@@ -157,18 +157,19 @@ class AwarePolicy:
         return Decision("skip", reason, free=free, margin=fp.margin, released=released)
 
     def reclaim_cache(self, device: Device, need: int) -> Decision | None:
-        """After a pre-stage block went back to the caching pool inside the GPU region: when
-        the region's next stream-ordered allocations (``need`` bytes) no longer fit in what
-        the driver reports free, empty that cache. Without it, on a 16 GiB H200, the first
-        pre-staged partition's scalars block (4.2 GB) was refused while CuPy's cache held the
-        partition's own freed d_bc (8.6 GB): the phantom OOM, from the other allocator's side.
-        Only a short card pays for the trim (cudaFree waits for the device)."""
+        """After a pre-stage block went back to the caching pool inside the GPU region (or
+        before a fallback's a, b, c): when the region's next stream-ordered allocations
+        (``need`` bytes) no longer fit in what the driver reports free, empty that cache.
+        Without it, on a 16 GiB H200, the first pre-staged partition's scalars block (4.2 GB)
+        was refused while CuPy's cache held the partition's own freed d_bc (8.6 GB): the
+        phantom OOM, from the other allocator's side. Only a short card pays for the trim
+        (cudaFree waits for the device)."""
         free, _total = device.mem_info()
         if free >= need:
             return None
         released = device.trim(("sync",))
         after, _total = device.mem_info()
-        reason = f"caching pool emptied: free {free} < {need} for the MSMs' blocks"
+        reason = f"caching pool emptied: free {free} < {need} for the next stream-ordered blocks"
         return Decision("trim", reason, free=after, released=released)
 
     def fallback_chunk(self, device: Device, fp: Footprint, working: int) -> Decision:

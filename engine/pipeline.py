@@ -311,6 +311,10 @@ class PartitionRunner:
                 self._mutex_event(att, "acquire", t_acquired)
             if not prestaged:
                 with self._phase(att, "fallback_upload"):
+                    # the pre-stage blocks a neighbour (or this worker) gave back while this
+                    # one waited sit in the caching pool, and the CUDA runner's pinned fallback
+                    # takes a, b, c from the stream-ordered pool without a policy trim
+                    self._reclaim_cache(att, 3 * fp.u + fp.margin, "prestage")
                     d_a, d_bc, a, b, c = self._fallback_upload_tries(att, w)
                     self._inputs_on_device(att, a, b, c)
             with self._phase(att, "h_step"):
@@ -318,7 +322,7 @@ class PartitionRunner:
                 del b, c
                 self._free(att, d_bc)
             if prestaged:
-                self._reclaim_cache(att, w)
+                self._reclaim_cache(att, self._region_need(w), "msm_scratch")
             results: dict[str, np.ndarray] = {}
             scalars = self._msm_scalars(att, w, h)
             for q in QUERIES:
@@ -525,16 +529,17 @@ class PartitionRunner:
         fp = self.ctx.footprint
         return max(fp.msm.values(), default=0) + fp.margin
 
-    def _reclaim_cache(self, att: Attempt, w: Witness) -> None:
-        """Ask the policy whether d_bc, now in a caching pool, must go back to the driver
-        for the MSMs (``reclaim_cache`` in ``engine.allocator``); a trim is an ``alloc``
-        event."""
+    def _reclaim_cache(self, att: Attempt, need: int, site: str) -> None:
+        """Ask the policy whether the pre-stage blocks in a caching pool must go back to the
+        driver for the next ``need`` bytes of stream-ordered allocations at ``site`` (after
+        the H step: d_bc, for the MSMs; before a fallback: whatever pre-stage blocks were
+        given back meanwhile, for its a, b, c; ``reclaim_cache`` in ``engine.allocator``); a
+        trim is an ``alloc`` event."""
         if self.prestage_pool != "sync":
-            return  # a plain cudaFree already gave it back
-        need = self._region_need(w)
+            return  # a plain cudaFree already gave them back
         decision = self.ctx.policy.reclaim_cache(self.device, need)
         if decision is not None:
-            self._alloc_event(att, "msm_scratch", "sync", need, decision)
+            self._alloc_event(att, site, "sync", need, decision)
 
     def _release(self, att: Attempt) -> None:
         for blk in att.blocks:

@@ -128,3 +128,43 @@ def test_a_cached_prestage_block_is_reclaimed_for_the_msms_by_aware_only(monkeyp
         assert all(e["pools"]["sync_cached"] == 0 for e in trims)
     else:
         assert trims == []
+
+
+def test_aware_fallback_reclaims_cached_prestage_blocks_before_its_a_b_c(monkeypatch):
+    """A fallback under the mutex may find the pre-stage blocks a neighbour gave back while
+    it waited still in the caching pool (the CUDA runner's pre-stage pool). The CUDA
+    runner's pinned fallback takes a, b, c from the stream-ordered pool without the policy's
+    trim, so the pipeline asks ``reclaim_cache`` first: aware empties the cache and the first
+    try fits. Here the policy's fallback trim is turned off to stand for that path."""
+    from engine.allocator import AwarePolicy, Decision
+    from engine.config import from_preset
+    from engine.control import Controls
+    from engine.runner import Engine
+
+    monkeypatch.setattr(pipeline.PartitionRunner, "prestage_pool", "sync")
+    monkeypatch.setattr(Controls, "is_forced", lambda self, device: True)
+
+    def no_trim(self, device, fp, working):
+        return Decision("fallback", "whole arrays (test: no trim)", chunk=fp.u)
+
+    monkeypatch.setattr(AwarePolicy, "fallback_chunk", no_trim)
+    cfg = from_preset("ci", partitions=1, workers_per_device=1, allocator="aware")
+    engine = Engine(cfg, listen=False)
+    fp = engine.footprint
+    (dev,) = engine.devices
+    free, _total = dev.mem_info()
+    cached = free - 2 * dev.round(fp.u)  # leaves room for two of the fallback's arrays
+    dev.free(dev.malloc(cached, "sync", "prestage"))  # a neighbour's pre-stage, given back
+    assert dev.sample()["sync_cached"] >= cached
+    sub = engine.subscribe("t")
+    engine.start()
+    assert engine.wait(60)
+    engine.close()
+    events = sub.drain()
+    done = _done(events)
+    assert [(e["ok"], e["attempt"], e["prestage"]) for e in done] == [(True, 0, "fallback")]
+    assert _ooms(events) == []  # without the reclaim the third array is refused
+    trims = [e for e in events if e["k"] == "alloc" and e["decision"] == "trim"]
+    assert len(trims) == 1 and trims[0]["site"] == "prestage" and trims[0]["pool"] == "sync"
+    assert trims[0]["requested"] == 3 * fp.u + fp.margin
+    assert trims[0]["pools"]["sync_cached"] == 0
