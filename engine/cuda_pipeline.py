@@ -145,6 +145,19 @@ class CudaPartitionRunner(PartitionRunner):
         s = self.ctx.sizes
         return {"h": h, "l": z[: s.l], "a": z[: s.a], "b_g1": z[: s.b_g1]}
 
+    def _gpu_extra(self, w: Any, prestaged: bool) -> int:
+        """The ledger entry with the aux scalars' block (msm_scalars, 4.2 GB at 2^27), which
+        the footprint does not know: without it a neighbour's pre-stage could be granted the
+        memory this partition's scalars need after its H step. On the fallback path the
+        region peaks at a, b, c, or at d_a + scalars + the largest MSM scratch."""
+        extra = super()._gpu_extra(w, prestaged)
+        if not (self.real and w.pinned):
+            return extra
+        fp, z = self.ctx.footprint, self.device.round(int(w.z.nbytes))
+        if prestaged:
+            return extra + z
+        return max(extra, self.device.round(fp.u) + z + fp.msm_max)
+
     def _region_need(self, w: Any) -> int:
         need = super()._region_need(w)
         if self.real and w.pinned:

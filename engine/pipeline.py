@@ -289,7 +289,7 @@ class PartitionRunner:
                     d_a = self._malloc(att, fp.u, self.prestage_pool, "prestage")
                     d_bc = self._malloc(att, 2 * fp.u, self.prestage_pool, "prestage")
                     self.ctx.sample(dev)
-                self.gate.commit(self.worker, fp.gpu_extra(decision.status == "ok"))
+                self.gate.commit(self.worker, self._gpu_extra(w, decision.status == "ok"))
             prestaged = att.prestage == "ok"
             if prestaged:
                 with self._phase(att, "upload"):
@@ -522,6 +522,12 @@ class PartitionRunner:
     def _free(self, att: Attempt, blk: Block | list[Block]) -> None:
         for b in blk if isinstance(blk, list) else [blk]:
             self.device.free(b)
+
+    def _gpu_extra(self, w: Witness, prestaged: bool) -> int:
+        """What this partition may still allocate inside the GPU region once it waits for the
+        mutex (``Footprint.gpu_extra``; the CUDA runner adds its scalars block): the ledger
+        that other workers' pre-stage decisions leave free (``DeviceGate``)."""
+        return self.ctx.footprint.gpu_extra(prestaged)
 
     def _region_need(self, w: Witness) -> int:
         """Device bytes the GPU region still allocates after the H step: the largest MSM

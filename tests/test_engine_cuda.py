@@ -354,6 +354,29 @@ def test_failed_attempt_orders_the_scalars_free_after_their_upload():
     assert log == []
 
 
+def test_cuda_runner_reserves_its_scalars_block_for_the_gpu_region():
+    """The ledger a pre-staged partition commits (what neighbours' pre-stage decisions leave
+    free) includes the aux scalars' block the CUDA runner allocates after the H step, as the
+    cache reclaim's need does; on the fallback path, whichever of a, b, c or d_a + scalars +
+    the largest MSM is larger. The device and witness are stand-ins (no GPU)."""
+    from engine.allocator import Footprint
+    from engine.cuda_pipeline import CudaPartitionRunner
+
+    u, z = 4 * GiB, random.randrange(1, 5 * GiB)
+    fp = Footprint(u=u, msm={"h": 3 * GiB, "l": GiB}, margin=512 << 20)
+    runner = object.__new__(CudaPartitionRunner)
+    runner.ctx = types.SimpleNamespace(footprint=fp)
+    runner.device = types.SimpleNamespace(round=lambda n: -(-n // 512) * 512)
+    runner.real = True
+    w = types.SimpleNamespace(pinned=True, z=types.SimpleNamespace(nbytes=z))
+    rz = runner.device.round(z)
+    assert runner._gpu_extra(w, True) == fp.msm_max + rz
+    assert runner._region_need(w) == fp.msm_max + fp.margin + rz
+    assert runner._gpu_extra(w, False) == max(4 * u, u + rz + fp.msm_max)
+    runner.real = False  # a modeled device: the footprint alone
+    assert runner._gpu_extra(w, True) == fp.gpu_extra(True)
+
+
 def test_lazy_aware_policy_trims_only_when_short():
     from engine.cuda_pipeline import LazyAwarePolicy
     from engine.devices.modeled import ModeledDevice
