@@ -168,6 +168,8 @@ class AwarePolicy:
         if free >= need:
             return None
         released = device.trim(("sync",))
+        if not released:  # nothing cached (a retry after its recovery's trim): no event
+            return None
         after, _total = device.mem_info()
         reason = f"caching pool emptied: free {free} < {need} for the next stream-ordered blocks"
         return Decision("trim", reason, free=after, released=released)

@@ -334,6 +334,8 @@ def test_aware_empties_the_caching_pool_when_the_msms_would_not_fit():
             assert decision.status == "trim" and decision.released == 40 * KIB
             assert decision.free == 64 * KIB and "30720" in decision.reason
             dev.free(dev.malloc(30 * KIB, "async", "msm_scalars"))
+            # short with nothing cached: nothing to give back, no trim reported
+            assert policy.reclaim_cache(dev, 65 * KIB) is None
         else:
             assert decision is None
             with pytest.raises(DeviceOOM) as exc:
