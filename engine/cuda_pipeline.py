@@ -170,14 +170,17 @@ class CudaPartitionRunner(PartitionRunner):
             self._z_ready = None
 
     def _release(self, att: Any) -> None:
-        if self._z_ready is not None:
-            # An attempt that failed between the scalar upload and msm_l: the upload stream
-            # may still be writing the scalars block, which is freed below in stream order
-            # on the compute stream; without this wait the pool could hand the block out
-            # (to this worker or, once the free completes, to the other) mid-copy.
-            self.device.streams().compute.wait_event(self._z_ready)
-            self._z_ready = None
-        super()._release(att)
+        try:
+            if self._z_ready is not None:
+                # An attempt that failed between the scalar upload and msm_l: the upload
+                # stream may still be writing the scalars block, which is freed below in
+                # stream order on the compute stream; without this wait the pool could hand
+                # the block out (to this worker or, once the free completes, to the other)
+                # mid-copy.
+                z_ready, self._z_ready = self._z_ready, None
+                self.device.streams().compute.wait_event(z_ready)
+        finally:
+            super()._release(att)  # the gate's bookkeeping comes back whatever happened
 
     def _free_scalars(self, att: Any) -> None:
         blk = getattr(att, "scalars_block", None)

@@ -548,14 +548,20 @@ class PartitionRunner:
             self._alloc_event(att, site, "sync", need, decision)
 
     def _release(self, att: Attempt) -> None:
-        for blk in att.blocks:
-            self.device.free(blk)
-        att.blocks.clear()
-        self._prestage_done(att)
-        self.gate.uncommit(self.worker)
-        if att.pinned:
-            self.device.unpin(att.pinned)
-            att.pinned = 0
+        """Everything the attempt holds goes back. The gate's bookkeeping comes back even
+        when a free raises (freeing a cached block first synchronises the worker's streams,
+        which raise after a failed kernel): a pre-stage left counted would keep a neighbour's
+        fallback waiting for ``SKIP_WAIT_S`` and its recovery for ten minutes."""
+        try:
+            for blk in att.blocks:
+                self.device.free(blk)
+        finally:
+            att.blocks.clear()
+            self._prestage_done(att)
+            self.gate.uncommit(self.worker)
+            if att.pinned:
+                self.device.unpin(att.pinned)
+                att.pinned = 0
 
     def _prestage_done(self, att: Attempt) -> None:
         if att.holds_prestage:

@@ -377,6 +377,37 @@ def test_cuda_runner_reserves_its_scalars_block_for_the_gpu_region():
     assert runner._gpu_extra(w, True) == fp.gpu_extra(True)
 
 
+def test_a_free_that_raises_still_gives_the_gate_back():
+    """Freeing a cached pre-stage block synchronises the worker's streams, which raise after
+    a failed kernel. The release must still count the pre-stage out of the gate and drop the
+    ledger entry, or a neighbour's fallback and recovery wait for it for minutes. The device
+    is a stand-in whose free raises (no GPU)."""
+    from engine.devices.base import Block
+    from engine.pipeline import Attempt, DeviceGate, PartitionRunner
+
+    class Dev:
+        unpinned = 0
+
+        def free(self, blk):
+            raise RuntimeError("cudaErrorLaunchFailure")
+
+        def unpin(self, nbytes):
+            Dev.unpinned += nbytes
+
+    gate = DeviceGate()
+    runner = object.__new__(PartitionRunner)
+    runner.device, runner.gate, runner.worker = Dev(), gate, 0
+    att = Attempt(0, 0, 0)
+    assert gate.try_prestage()
+    att.holds_prestage, att.pinned = True, 96
+    gate.commit(0, 1234)
+    att.blocks.append(Block(pool="sync", size=64, requested=64, site="prestage"))
+    with pytest.raises(RuntimeError):
+        runner._release(att)
+    assert gate.prestaged == 0 and gate.reserved_by_others(1) == 0
+    assert att.blocks == [] and att.pinned == 0 and Dev.unpinned == 96
+
+
 def test_lazy_aware_policy_trims_only_when_short():
     from engine.cuda_pipeline import LazyAwarePolicy
     from engine.devices.modeled import ModeledDevice
