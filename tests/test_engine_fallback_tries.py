@@ -19,9 +19,7 @@ from engine.devices.modeled import ModeledDevice
 def run_forced_fallback(monkeypatch, allocator: str, refusals: int):
     """One partition, one worker, forced onto the fallback path; the first ``refusals``
     fallback allocations (async, site prestage) are refused. Returns (events, devices)."""
-    from engine.config import from_preset
     from engine.control import Controls
-    from engine.runner import Engine
 
     monkeypatch.setattr(pipeline, "FALLBACK_OOM_PAUSE_S", 0.001)
     monkeypatch.setattr(Controls, "is_forced", lambda self, device: True)
@@ -35,16 +33,25 @@ def run_forced_fallback(monkeypatch, allocator: str, refusals: int):
         return real(self, nbytes, pool, site)
 
     monkeypatch.setattr(ModeledDevice, "malloc", malloc)
+    events, devices, _fp = run_ci(allocator, partitions=1)
+    return events, devices
+
+
+def run_ci(allocator: str, partitions: int):
+    """The ``ci`` preset on one worker, every partition checked: (events, devices, footprint)."""
+    from engine.config import from_preset
+    from engine.runner import Engine
+
     cfg = from_preset(
-        "ci", partitions=1, workers_per_device=1, allocator=allocator, verify="always"
+        "ci", partitions=partitions, workers_per_device=1, allocator=allocator, verify="always"
     )
     engine = Engine(cfg, listen=False)
     sub = engine.subscribe("t")
     engine.start()
     assert engine.wait(60)
-    devices = list(engine.devices)
+    devices, fp = list(engine.devices), engine.footprint
     engine.close()
-    return sub.drain(), devices
+    return sub.drain(), devices, fp
 
 
 def _done(events):
@@ -95,8 +102,6 @@ def test_a_cached_prestage_block_is_reclaimed_for_the_msms_by_aware_only(monkeyp
     in that cache. The pipeline asks the policy, with the region's remaining need, whether
     to give it back; here the need is made larger than what is free so that aware must."""
     from engine.allocator import AwarePolicy, NaivePolicy
-    from engine.config import from_preset
-    from engine.runner import Engine
 
     monkeypatch.setattr(pipeline.PartitionRunner, "prestage_pool", "sync")
     asked = []
@@ -108,16 +113,7 @@ def test_a_cached_prestage_block_is_reclaimed_for_the_msms_by_aware_only(monkeyp
             return real(self, device, device.mem_info()[0] + need)  # short: aware trims
 
         monkeypatch.setattr(cls, "reclaim_cache", reclaim)
-    cfg = from_preset(
-        "ci", partitions=2, workers_per_device=1, allocator=allocator, verify="always"
-    )
-    engine = Engine(cfg, listen=False)
-    sub = engine.subscribe("t")
-    engine.start()
-    assert engine.wait(60)
-    fp = engine.footprint
-    engine.close()
-    events = sub.drain()
+    events, _devices, fp = run_ci(allocator, partitions=2)
     done = _done(events)
     assert len(done) == 2 and all(e["ok"] and e["verified"] for e in done)
     assert len(asked) == 2 and all(n > 0 for n in asked)  # once per pre-staged partition
