@@ -82,8 +82,9 @@ final)  # one call for issue 6's three runs: engine GPU tests, run 3 without and
         --synthesis-ahead
     runs_16gib 30 140 140
     ;;
-checks)  # what the sampled checks cost the others' regions (run 3 with and without them),
+checks)  # the engine's GPU tests; the checks inside their region against no checks (run 3),
     # then run 2 again (16 GiB: aware's cache reclaim, 5318edb)
+    gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
     bench aware 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     bench noverify 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware \
         --verify never

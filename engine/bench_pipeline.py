@@ -34,6 +34,8 @@ from recordings.schema import PHASES
 
 GPU_MS_PHASES = ("h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1", "copy_back")
 HOST_PHASES = ("synthesis", "prestage", "upload", "fallback_upload", "verify")
+# a checked partition's device sums, inside its own region (CUDA runner)
+CHECK_PHASES = ("check_inputs", "check_sums")
 # the phases on the upload lane; their phase_end carries the copies' gpu_ms
 COPY_PHASES = tuple(p.name for p in PHASES.values() if p.upload)
 
@@ -134,6 +136,13 @@ def reduce_recording(path: str | Path) -> dict[str, Any]:
         "faults": totals.get("faults"),
         "prestage": prestage,
         "gpu_total_ms_median": _median([a.gpu_total_ms for a in ok_rows if a.gpu_total_ms]),
+        # the region without a check's sums in it (they add to the checked partitions' own)
+        "gpu_total_ms_median_unchecked": _median(
+            [a.gpu_total_ms for a in ok_rows if a.gpu_total_ms and a.verified is None]
+        ),
+        "check_ms_median": {
+            p: _median([a.phases_ms[p] for a in ok_rows if p in a.phases_ms]) for p in CHECK_PHASES
+        },
         "phase_ms_median": {
             p: _median([a.phases_ms[p] for a in ok_rows if p in a.phases_ms]) for p in GPU_MS_PHASES
         },
@@ -208,6 +217,18 @@ def _host_line(res: dict[str, Any]) -> str:
     )
 
 
+def _check_line(res: dict[str, Any]) -> list[str]:
+    """The checks' share of the GPU region, when the sums ran inside it (CUDA runs)."""
+    check = res.get("check_ms_median") or {}
+    if check.get("check_inputs") is None and check.get("check_sums") is None:
+        return []
+    return [
+        f"checks in the region, median ms: inputs {_fmt(check.get('check_inputs'), '.0f')}, "
+        f"sums {_fmt(check.get('check_sums'), '.0f')}; gpu_total of unchecked partitions "
+        f"{_fmt(res.get('gpu_total_ms_median_unchecked'), '.1f')}"
+    ]
+
+
 def format_table(res: dict[str, Any]) -> str:
     ph = res["phase_ms_median"]
     lines = [
@@ -220,6 +241,7 @@ def format_table(res: dict[str, Any]) -> str:
         + f"{_fmt(res['gpu_total_ms_median']):>10}"
         + "".join(f"{_fmt(ph[p]):>10}" for p in GPU_MS_PHASES),
         _host_line(res),
+        *_check_line(res),
         f"mutex wait median {_fmt(res['mutex_wait_ms_median'])} ms; "
         f"s/proof {_fmt(res['s_per_proof'], '.2f')} (rolling "
         f"{_fmt(res['rolling_s_per_proof'], '.2f')})",

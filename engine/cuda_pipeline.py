@@ -36,7 +36,7 @@ from engine.residency import G1_AFFINE_BYTES, plan_residency
 from engine.srs import QUERIES, Srs
 from recordings.schema import PHASES
 
-GPU_PHASES = frozenset({"h_step", *MSM_PHASES.values()})
+GPU_PHASES = frozenset({"check_inputs", "h_step", *MSM_PHASES.values(), "check_sums"})
 # copies host -> device: their gpu_ms is the copies' own time from upload-stream events (the
 # phases also allocate, wait for the compute stream and, when checked, run the checks' sums)
 COPY_PHASES = frozenset(p.name for p in PHASES.values() if p.upload)
@@ -86,6 +86,7 @@ class CudaPartitionRunner(PartitionRunner):
             # every decision that does not fit; naive never does, so its cached blocks are the
             # phantom that refuses the stream-ordered pool.
             self.prestage_pool = "sync"
+            self.checks_on_device = True  # in the region: see PartitionRunner._attempt
         # pinned witness pools, used in turn: one, or two with --synthesis-ahead (the next
         # witness is made while the current one's partition still reads its pool; the
         # look-ahead starts witness k+2 only after partition k has completed)
@@ -192,50 +193,48 @@ class CudaPartitionRunner(PartitionRunner):
         """A checked partition's A(tau), B(tau), C(tau) from the device copies of a, b, c
         (no second upload of 12 GiB for the check). A wrong upload still fails the check:
         a*b - c would then not vanish on the domain, and no H satisfies the identity."""
-        if self.real and self._verifies(att):
-            from kernels import cuda_check
-
-            with self.device.dev:
-                kw = self.device.kernel_args("verify")
-                att.abc_at_tau = cuda_check.interpolants_at(a, b, c, self.ctx.srs.tau, **kw)
-
-    def _h_for_check(self, h: Any) -> Any:
-        """h(tau) from H's device copy (the check needs nothing else of H)."""
-        if not self.real:
-            return super()._h_for_check(h)
         from kernels import cuda_check
 
         with self.device.dev:
-            return cuda_check.dot_powers(h, self.ctx.srs.tau, **self.device.kernel_args("verify"))
+            kw = self.device.kernel_args("verify")
+            att.abc_at_tau = cuda_check.interpolants_at(a, b, c, self.ctx.srs.tau, **kw)
 
-    def _exact_checks(
-        self, att: Any, w: Any, h: Any, scalars: dict[str, Any], results: Any
-    ) -> bool:
-        """The two identities from device-side sums: (A B - C)(tau) = h(tau) Z(tau), and for
-        each query MSM = [<k, s>]G, where <h, tau^i> = h(tau) and the three aux sums take one
-        pass over the host z (scalars as the witness holds them, not the device copy the MSMs
-        read, so a wrong scalar upload fails too)."""
-        if not self.real:
-            return super()._exact_checks(att, w, h, scalars, results)
+    def _device_sums(self, att: Any, w: Any, h: Any) -> dict[str, int]:
+        """h(tau) = <h, tau^i> from H's device copy, and the three aux sums <z, s^i> in one
+        pass over the *host* z: the scalars as the witness holds them, not the device copy
+        the MSMs read, so a wrong scalar upload fails the check too."""
         from kernels import cuda_check
-        from kernels.constants import FR_MODULUS as R
-        from kernels.cpu.g1 import GENERATOR, scalar_mul
-        from kernels.layout import g1_from_limbs
 
         srs, sizes = self.ctx.srs, self.ctx.sizes
-        if att.abc_at_tau is None:
-            return False
-        A, B, C = att.abc_at_tau
-        n = 1 << self.ctx.config.domain_log
-        ok = (A * B - C) % R == h * ((pow(srs.tau, n, R) - 1) % R) % R
         aux = ("l", "a", "b_g1")
         terms = [(srs.sigmas[q], getattr(sizes, q)) for q in aux]
         with self.device.dev:
             kw = self.device.kernel_args("verify")
-            dots = dict(zip(aux, cuda_check.dot_powers_prefixes(w.z, terms, **kw), strict=True))
-        dots["h"] = h
+            sums = {"h": cuda_check.dot_powers(h, srs.tau, **kw)}
+            sums.update(zip(aux, cuda_check.dot_powers_prefixes(w.z, terms, **kw), strict=True))
+        return sums
+
+    def _exact_checks(
+        self, att: Any, w: Any, h: Any, scalars: dict[str, Any], results: Any
+    ) -> bool:
+        """The two identities from the device sums taken inside the region: (A B - C)(tau)
+        = h(tau) Z(tau), and for each query MSM = [<k, s>]G. Only host arithmetic is left
+        here (outside the mutex: no GPU work beside the next holder)."""
+        if not self.real:
+            return super()._exact_checks(att, w, h, scalars, results)
+        from kernels.constants import FR_MODULUS as R
+        from kernels.cpu.g1 import GENERATOR, scalar_mul
+        from kernels.layout import g1_from_limbs
+
+        sums = att.device_sums
+        if att.abc_at_tau is None or sums is None:
+            return False
+        A, B, C = att.abc_at_tau
+        n = 1 << self.ctx.config.domain_log
+        tau = self.ctx.srs.tau
+        ok = (A * B - C) % R == sums["h"] * ((pow(tau, n, R) - 1) % R) % R
         for q in QUERIES:
-            ok = ok and scalar_mul(GENERATOR, dots[q]) == g1_from_limbs(results[q])[0]
+            ok = ok and scalar_mul(GENERATOR, sums[q]) == g1_from_limbs(results[q])[0]
         return bool(ok)
 
     def _gpu_timer(self, phase: str) -> Any:

@@ -157,6 +157,7 @@ class Attempt:
     verified: bool | None = None
     scalars_block: Block | None = None  # the aux scalars on the device (CUDA runner)
     abc_at_tau: tuple[int, int, int] | None = None  # A, B, C at tau, for the check (CUDA)
+    device_sums: dict[str, int] | None = None  # per query <k, s>, for the check (CUDA)
     lane: int | None = None  # telemetry worker of the phases (a look-ahead synthesis lane)
 
 
@@ -182,6 +183,10 @@ class PartitionRunner:
     # Where the pre-stage buffers (d_a, d_bc) come from: plain cudaMalloc/cudaFree, as in the
     # seed, on the modeled devices; the CUDA runner draws them from CuPy's caching pool.
     prestage_pool = "raw"
+    # Whether a checked partition's sums are taken on the device, inside its own GPU region
+    # (phases check_inputs and check_sums; the CUDA runner); else the host checks everything
+    # after the release, from H's coefficients.
+    checks_on_device = False
 
     def __init__(
         self,
@@ -296,7 +301,6 @@ class PartitionRunner:
                     a = dev.upload(w.a, d_a, pinned=w.pinned)
                     b = dev.upload(w.b, d_bc, pinned=w.pinned)
                     c = dev.upload(w.c, d_bc, offset=int(w.b.nbytes), pinned=w.pinned)
-                    self._inputs_on_device(att, a, b, c)
             with self._phase(att, "mutex_wait"):
                 t0 = time.monotonic_ns()
                 if att.prestage == "skip":
@@ -316,6 +320,12 @@ class PartitionRunner:
                     # takes a, b, c from the stream-ordered pool without a policy trim
                     self._reclaim_cache(att, 3 * fp.u + fp.margin, "prestage")
                     d_a, d_bc, a, b, c = self._fallback_upload_tries(att, w)
+            # A checked partition's device sums run inside its own region. Taken outside
+            # (during its upload, after its release) they ran beside another worker's MSMs
+            # and stretched them by ~200 ms (H200, bench/engine_cuda_notes.md, session 4).
+            device_check = self.checks_on_device and self._verifies(att)
+            if device_check:
+                with self._phase(att, "check_inputs"):
                     self._inputs_on_device(att, a, b, c)
             with self._phase(att, "h_step"):
                 h = self.ctx.backend.h_step(a, b, c)  # stays on the device for msm_h
@@ -332,10 +342,14 @@ class PartitionRunner:
                     res = self.ctx.backend.msm(self.ctx.srs.points[q], scalars[q])
                     results[q] = res
                     self._free(att, scratch)
+            if device_check:
+                with self._phase(att, "check_sums"):
+                    att.device_sums = self._device_sums(att, w, h)
             with self._phase(att, "copy_back"):
                 results = {q: dev.download(r) for q, r in results.items()}
-                # H leaves the device only for a check: the device copy dies with d_a below
-                h = self._h_for_check(h) if self._verifies(att) else None
+                # H leaves the device only for a host check: its copy dies with d_a below
+                host_check = self._verifies(att) and not device_check
+                h = self._h_for_check(h) if host_check else None
                 # the last views of d_a and the scalars: a stream-ordered block (fallback path)
                 # goes back to the pool only when no array refers to it, and ``a`` otherwise
                 # kept d_a's 4 GiB (2^27) reserved through verify, outside the mutex
@@ -461,7 +475,13 @@ class PartitionRunner:
         """Give back what :meth:`_msm_scalars` allocated."""
 
     def _inputs_on_device(self, att: Attempt, a: Any, b: Any, c: Any) -> None:
-        """Called once a, b, c are on the device, before the H step overwrites them."""
+        """A checked partition's sums of a, b, c, before the H step overwrites them (only
+        with ``checks_on_device``)."""
+
+    def _device_sums(self, att: Attempt, w: Witness, h: Any) -> dict[str, int]:
+        """A checked partition's sums after its MSMs, for :meth:`_exact_checks`: each query's
+        <scalars, secrets> (only with ``checks_on_device``)."""
+        raise NotImplementedError("a runner with checks_on_device provides the device sums")
 
     def _h_for_check(self, h: Any) -> Any:
         """What the check needs of H before its device copy is freed: here the coefficients

@@ -46,11 +46,15 @@ PHASES: dict[str, Phase] = {
         Phase("upload", "upload", upload=True),
         Phase("mutex_wait", "mutex_wait"),
         Phase("fallback_upload", "fallback", gpu=True, upload=True),
+        # a checked partition's device-side sums, inside its own GPU region (CUDA runner):
+        # A, B, C at tau before the H step overwrites a; h(tau) and <z, s^i> after the MSMs
+        Phase("check_inputs", "check", gpu=True),
         Phase("h_step", "h_step", gpu=True),
         Phase("msm_h", "msm", gpu=True),
         Phase("msm_l", "msm", gpu=True),
         Phase("msm_a", "msm", gpu=True),
         Phase("msm_b_g1", "msm", gpu=True),
+        Phase("check_sums", "check", gpu=True),
         Phase("copy_back", "copy_back", gpu=True),
         Phase("verify", "host"),
         Phase("release", "host"),

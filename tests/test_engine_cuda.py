@@ -911,6 +911,10 @@ def test_gpu_engine_small_run_verifies(cp, tmp_path):
     assert srs
     timed = [e for e in events if e["k"] == "phase_end" and e.get("gpu_ms") is not None]
     assert {e["phase"] for e in timed} >= {"h_step", "msm_h", "upload"}
+    # every partition is checked here, with its sums inside its own region (CUDA-timed)
+    for e in done:
+        assert {"check_inputs", "check_sums"} <= set(e["phases_ms"])
+    assert {e["phase"] for e in timed} >= {"check_inputs", "check_sums"}
     # an upload's gpu_ms is its copies' time: positive and inside the phase's host span
     begins = {
         (e["proof"], e["partition"]): e["t"]

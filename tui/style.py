@@ -18,6 +18,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "h_step": ("H step", "#5fd75f"),
     "msm": ("MSM", "#5f87ff"),
     "copy_back": ("copy-back", "#d75fd7"),
+    "check": ("check", "#d7d7af"),
     "fallback": ("fallback", "#ff8700"),
 }
 FAILURE_COLOUR = "#ff3030"
