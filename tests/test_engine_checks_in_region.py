@@ -9,12 +9,16 @@ cpu backend.
 
 from __future__ import annotations
 
+import pytest
+
 from engine import pipeline
 from engine.config import from_preset
 from engine.runner import Engine
 
 
-def test_check_phases_are_inside_the_checked_partitions_own_region(monkeypatch):
+def _fake_device_checks(monkeypatch) -> list[tuple[str, int, int]]:
+    """Device checks on the cpu backend: each hook records its call, and the check passes
+    only when both of this attempt's sums were taken (a retry starts a fresh attempt)."""
     calls: list[tuple[str, int, int]] = []
 
     def inputs(self, att, a, b, c):
@@ -34,6 +38,11 @@ def test_check_phases_are_inside_the_checked_partitions_own_region(monkeypatch):
     monkeypatch.setattr(pipeline.PartitionRunner, "_inputs_on_device", inputs)
     monkeypatch.setattr(pipeline.PartitionRunner, "_device_sums", sums)
     monkeypatch.setattr(pipeline.PartitionRunner, "_exact_checks", exact)
+    return calls
+
+
+def test_check_phases_are_inside_the_checked_partitions_own_region(monkeypatch):
+    calls = _fake_device_checks(monkeypatch)
     cfg = from_preset("ci", partitions=4, workers_per_device=2, verify="sampled", verify_every=2)
     engine = Engine(cfg, listen=False)
     sub = engine.subscribe("t")
@@ -78,3 +87,30 @@ def test_host_checks_keep_h_and_run_no_check_phase(tmp_path):
     done = [e for e in sub.drain() if e["k"] == "partition_done"]
     assert len(done) == 2 and all(e["verified"] for e in done)
     assert all(not any(p.startswith("check_") for p in e["phases_ms"]) for e in done)
+
+
+@pytest.mark.parametrize("phase", ["check_inputs", "check_sums"])
+def test_a_fault_in_a_check_phase_is_retried_and_the_retry_checks_again(monkeypatch, phase):
+    """An exception injected as a check phase starts fails the attempt inside the region;
+    the retry (fallback path, a fresh attempt) takes both sums again and verifies."""
+    calls = _fake_device_checks(monkeypatch)
+    cfg = from_preset("ci", partitions=2, workers_per_device=1, verify="always")
+    engine = Engine(cfg, listen=False, inject=f"raise:{phase}:2")
+    sub = engine.subscribe("t")
+    engine.start()
+    assert engine.wait(60)
+    engine.close()
+    events = sub.drain()
+    done = [e for e in events if e["k"] == "partition_done"]
+    final = {(e["proof"], e["partition"]): e for e in done}
+    assert all(e["ok"] and e["verified"] for e in final.values())
+    failed = [e for e in done if not e["ok"]]
+    assert [(e["partition"], e["attempt"]) for e in failed] == [(1, 0)]
+    assert final[(0, 1)]["attempt"] == 1 and final[(0, 1)]["prestage"] == "fallback"
+    assert "InjectedFault" in failed[0]["failure"]
+    # the fault fires as the phase starts: the failed attempt took only the sums before it,
+    # the retry both
+    before = [] if phase == "check_inputs" else ["inputs"]
+    assert [kind for kind, _proof, part in calls if part == 1] == [*before, "inputs", "sums"]
+    ends = [e for e in events if e["k"] == "phase_end" and e["phase"] == phase]
+    assert [e["ok"] for e in ends] == [True, False, True]
