@@ -76,3 +76,35 @@ def test_bench_pipeline_reports_the_upload_copy_time_of_a_recording(tmp_path, ca
     res = reduce_recording(copied)
     assert res["copy_ms_median"]["upload"] == (times[1] + times[2]) / 2
     assert "(copy 115)" in format_table(res)
+
+
+def test_bench_pipeline_reports_the_checks_and_the_unchecked_gpu_total(tmp_path, capsys):
+    """A CUDA run's checked partitions carry check_inputs and check_sums in their region:
+    their medians and the gpu_total of the partitions without a check (``verified`` nil) are
+    printed; a run without those phases (cpu, older recordings) prints no such line."""
+    from recordings.reader import open_recording
+    from recordings.writer import RecordingWriter
+
+    src = tmp_path / "cpu.pvtrec"
+    args = ["bench", "pipeline", "--backend", "cpu", "--preset", "small", "--proofs", "1"]
+    assert main([*args, "--record", str(src), "--out", str(tmp_path / "r.json")]) == 0
+    capsys.readouterr()
+    plain = reduce_recording(src)
+    assert plain["check_ms_median"] == {"check_inputs": None, "check_sums": None}
+    assert plain["gpu_total_ms_median_unchecked"] is None  # every partition was checked
+    assert "checks in the region" not in format_table(plain)
+    edited = tmp_path / "checks.pvtrec"
+    with RecordingWriter(edited, background_flush=False) as w:
+        for e in open_recording(src).events:
+            if e["k"] == "partition_done":
+                p = e["partition"]
+                if p % 2 == 0:  # checked: the two sums inside its region
+                    phases = {**e["phases_ms"], "check_inputs": 200.0 + p, "check_sums": 150.0}
+                    e = {**e, "phases_ms": phases, "gpu_total_ms": 2000.0 + p}
+                else:
+                    e = {**e, "verified": None, "gpu_total_ms": 1600.0 + p}
+            w.write(e)
+    res = reduce_recording(edited)
+    assert res["check_ms_median"] == {"check_inputs": 201.0, "check_sums": 150.0}
+    assert res["gpu_total_ms_median_unchecked"] == 1602.0
+    assert "inputs 201, sums 150; gpu_total of unchecked partitions 1602.0" in format_table(res)
