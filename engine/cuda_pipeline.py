@@ -38,7 +38,7 @@ from recordings.schema import PHASES
 
 GPU_PHASES = frozenset({"check_inputs", "h_step", *MSM_PHASES.values(), "check_sums"})
 # copies host -> device: their gpu_ms is the copies' own time from upload-stream events (the
-# phases also allocate, wait for the compute stream and, when checked, run the checks' sums)
+# phases also allocate and wait for the compute stream)
 COPY_PHASES = frozenset(p.name for p in PHASES.values() if p.upload)
 MIN_SYNTH_CHUNK = 1 << 16  # elements: 3 x 2 MiB of device memory; 2,048 chunks at 2^27
 
@@ -196,7 +196,7 @@ class CudaPartitionRunner(PartitionRunner):
         from kernels import cuda_check
 
         with self.device.dev:
-            kw = self.device.kernel_args("verify")
+            kw = self.device.kernel_args("check_inputs")  # an OOM names the phase as its site
             att.abc_at_tau = cuda_check.interpolants_at(a, b, c, self.ctx.srs.tau, **kw)
 
     def _device_sums(self, att: Any, w: Any, h: Any) -> dict[str, int]:
@@ -209,7 +209,7 @@ class CudaPartitionRunner(PartitionRunner):
         aux = ("l", "a", "b_g1")
         terms = [(srs.sigmas[q], getattr(sizes, q)) for q in aux]
         with self.device.dev:
-            kw = self.device.kernel_args("verify")
+            kw = self.device.kernel_args("check_sums")
             sums = {"h": cuda_check.dot_powers(h, srs.tau, **kw)}
             sums.update(zip(aux, cuda_check.dot_powers_prefixes(w.z, terms, **kw), strict=True))
         return sums
