@@ -349,8 +349,8 @@ class CudaDevice(Device):
 
     def copy_ms(self) -> float:
         """Device time of this thread's :meth:`upload` copies so far, from upload-stream
-        events around each copy (not around the phase: a phase also allocates, waits for the
-        compute stream and may run checks, and the upload stream is idle meanwhile)."""
+        events around each copy (not around the phase: a phase also allocates and waits for
+        the compute stream, and the upload stream is idle meanwhile)."""
         return float(getattr(self._tl, "copy_ms", 0.0))
 
     def copy_timer(self) -> CopyTimer:
