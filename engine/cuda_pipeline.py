@@ -369,6 +369,26 @@ def place_device_srs(
 SWITCH_INTERVAL_S = 0.0005  # PROVETOP_SWITCH_INTERVAL overrides; see CudaRun
 
 
+def switch_interval_s() -> float:
+    """The interpreter's switch interval for a CUDA run: ``PROVETOP_SWITCH_INTERVAL`` seconds,
+    in (0, 1], else :data:`SWITCH_INTERVAL_S`. A bad value is one clear error at start-up
+    (``CudaDeviceError``), not a traceback from inside the run."""
+    import os
+
+    from engine.devices.cuda import CudaDeviceError
+
+    raw = os.environ.get("PROVETOP_SWITCH_INTERVAL")
+    if raw is None:
+        return SWITCH_INTERVAL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:  # also false for nan
+        raise CudaDeviceError(f"PROVETOP_SWITCH_INTERVAL must be seconds in (0, 1], got {raw!r}")
+    return value
+
+
 class CudaRun:
     """Per-device set-up and tear-down of a CUDA run (devices, SRS placement, contexts).
 
@@ -380,7 +400,6 @@ class CudaRun:
     (process-wide; restored at close)."""
 
     def __init__(self) -> None:
-        import os
         import sys
 
         from engine.hostmem import host_available
@@ -391,7 +410,7 @@ class CudaRun:
         self._host_available = host_available()  # before this run pins anything
         self._host_checked = False
         self._old_interval = sys.getswitchinterval()
-        sys.setswitchinterval(float(os.environ.get("PROVETOP_SWITCH_INTERVAL", SWITCH_INTERVAL_S)))
+        sys.setswitchinterval(switch_interval_s())
 
     def context(self, ctx: RunContext, device: Any, workers: int) -> RunContext:
         """The run context for ``device``'s workers: bound backend, placed SRS, footprint
@@ -459,6 +478,7 @@ def make_cuda_devices(indices: tuple[int, ...], capacity: int | None) -> list[An
 
     from engine.devices.cuda import CudaDevice
 
+    switch_interval_s()  # checked here, where a bad value still stops the start cleanly
     scope = os.environ.get("PROVETOP_SYNC_SCOPE", "worker")
     priority_to = os.environ.get("PROVETOP_PRIORITY_TO", "synthesis")
     return [CudaDevice(i, capacity, sync_scope=scope, priority_to=priority_to) for i in indices]

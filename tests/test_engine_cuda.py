@@ -133,6 +133,22 @@ def test_cuda_backend_without_cupy_says_why():
     assert "CuPy" in str(exc.value)
 
 
+@pytest.mark.parametrize("raw", ["fast", "0", "-1", "2", "nan", ""])
+def test_a_bad_switch_interval_is_one_clear_error(monkeypatch, raw):
+    from engine import cuda_pipeline
+
+    monkeypatch.setenv("PROVETOP_SWITCH_INTERVAL", raw)
+    with pytest.raises(dcuda.CudaDeviceError) as exc:
+        cuda_pipeline.switch_interval_s()
+    assert "PROVETOP_SWITCH_INTERVAL" in str(exc.value) and repr(raw) in str(exc.value)
+    with pytest.raises(dcuda.CudaDeviceError):  # before any device is made (no CuPy needed)
+        cuda_pipeline.make_cuda_devices((0,), None)
+    monkeypatch.setenv("PROVETOP_SWITCH_INTERVAL", "0.002")
+    assert cuda_pipeline.switch_interval_s() == 0.002
+    monkeypatch.delenv("PROVETOP_SWITCH_INTERVAL")
+    assert cuda_pipeline.switch_interval_s() == cuda_pipeline.SWITCH_INTERVAL_S
+
+
 def test_is_host():
     from kernels.cuda_backend import is_host
 
