@@ -408,7 +408,8 @@ class CudaRun:
         self.host_srs: HostSrs | None = None
         self._lock = threading.Lock()
         self._host_available = host_available()  # before this run pins anything
-        self._host_checked = False
+        # queries streamed from host memory by any device so far: the one shared host SRS
+        self._host_streamed: dict[str, int] = {}
         self._old_interval = sys.getswitchinterval()
         sys.setswitchinterval(switch_interval_s())
 
@@ -429,9 +430,11 @@ class CudaRun:
         )
         with self._lock:
             self.blocks[device.index] = blocks
-            if not self._host_checked:  # once: the host SRS is shared, the plan the same
-                self._host_checked = True
-                self._check_host(ctx, streamed, workers)
+            # after every device: a smaller card may stream queries the first one kept, and
+            # the shared host SRS holds the union (the witness pools are pinned only later,
+            # at each worker's first partition)
+            self._host_streamed.update(streamed)
+            self._check_host(ctx, self._host_streamed, workers)
         srs = Srs(sigmas=ctx.srs.sigmas, sizes=ctx.srs.sizes, points=points)
         fp = cuda_footprint(ctx.footprint, dict(ctx.srs.sizes), streamed)
         policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy

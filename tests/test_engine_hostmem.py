@@ -77,3 +77,47 @@ def test_the_cuda_run_refuses_before_pinning_the_witness_pools():
     finally:
         run.close([])
     assert sys.getswitchinterval() == interval
+
+
+def test_the_host_check_counts_every_devices_streamed_queries(monkeypatch):
+    """Two cards of different sizes: the second streams a query the first kept on the device,
+    and the shared host SRS then holds both. The check after each device sizes the union
+    (it once sized device 0's plan alone)."""
+    from types import SimpleNamespace
+
+    from engine import cuda_pipeline
+    from engine.config import from_preset
+    from engine.cuda_pipeline import CudaRun
+
+    sizes = query_sizes(27)
+    srs_sizes = {"h": sizes.h, "l": sizes.l, "a": sizes.a, "b_g1": sizes.b_g1}
+    by_device = {0: {"h": 1 << 22}, 1: {"h": 1 << 22, "l": 1 << 22}}
+    seen = []
+
+    def place(device, srs, fp, workers, host_chunk, bus, host):
+        return {}, [], dict(by_device[device.index])
+
+    monkeypatch.setattr(cuda_pipeline, "place_device_srs", place)
+    monkeypatch.setattr(cuda_pipeline, "HostSrs", lambda srs, backend: None)
+    monkeypatch.setattr(cuda_pipeline, "cuda_footprint", lambda fp, sizes, streamed: fp)
+    monkeypatch.setattr(cuda_pipeline, "replace", lambda ctx, **changes: changes)
+    monkeypatch.setattr(
+        CudaRun, "_check_host", lambda self, ctx, streamed, workers: seen.append(dict(streamed))
+    )
+    cfg = from_preset("porep-32g", backend="cuda", devices=(0, 1))
+    ctx = SimpleNamespace(
+        config=cfg,
+        sizes=sizes,
+        srs=SimpleNamespace(sizes=srs_sizes, sigmas={}),
+        backend=SimpleNamespace(name="cuda"),
+        footprint=None,
+        bus=None,
+        policy=SimpleNamespace(name="naive"),
+    )
+    run = CudaRun()
+    try:
+        for index in (0, 1):
+            run.context(ctx, SimpleNamespace(index=index), workers=2)
+    finally:
+        run.close([])
+    assert seen == [{"h": 1 << 22}, {"h": 1 << 22, "l": 1 << 22}]
