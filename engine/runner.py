@@ -323,6 +323,9 @@ class Engine:
         then = "its partition runs again on another worker" if requeued else "no partition lost"
         if slot.job is not None and not requeued:
             then = "its partition failed (it killed its worker too often)"
+        if slot.ahead_requeued is not None:  # look-ahead: the next one it had claimed
+            proof, part = slot.ahead_requeued
+            then += f"; partition {proof}/{part}, claimed ahead and not started, is queued again"
         self.bus.emit(
             "fault",
             kind="worker_died",

@@ -123,6 +123,7 @@ class WorkerSlot:
     worker: int
     job: tuple[int, int] | None = None
     ahead: tuple[int, int] | None = None
+    ahead_requeued: tuple[int, int] | None = None  # set at a death: ``ahead``, handed back
     exited: bool = False
     died: BaseException | None = None
 
@@ -307,7 +308,7 @@ class Supervisor:
                     continue
                 if slot.ahead is not None:  # claimed ahead, never started: not its killer
                     self.scheduler.requeue(*slot.ahead)
-                    slot.ahead = None
+                    slot.ahead_requeued, slot.ahead = slot.ahead, None
                 requeued = False
                 if slot.job is not None:
                     n = self._requeues.get(slot.job, 0) + 1

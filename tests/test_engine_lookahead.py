@@ -175,3 +175,20 @@ def test_a_requeued_partition_synthesised_ahead_drops_its_dead_worker():
     state.apply(make("phase_end", 3, **where, worker=SYNTH_LANE_BASE, phase="synthesis", ok=True))
     state.apply(make("phase_begin", 4, **where, worker=0, phase="upload"))
     assert state.partitions[(0, 3)].worker == 0
+
+
+def test_the_worker_died_fault_names_the_partition_claimed_ahead():
+    from engine.config import from_preset
+    from engine.runner import Engine
+    from engine.workers import WorkerSlot
+
+    engine = Engine(from_preset("ci", synthesis_ahead=True), listen=False)
+    emitted = []  # what the engine hands its bus (the bus runs only once the engine starts)
+    engine.bus.emit = lambda k, /, **fields: emitted.append({**fields, "k": k})
+    slot = WorkerSlot(0, 1, job=(0, 2), ahead_requeued=(0, 3))
+    slot.died = SystemExit("gone")
+    engine._on_worker_died(slot, True)
+    (fault,) = [e for e in emitted if e["k"] == "fault"]
+    assert fault["kind"] == "worker_died" and (fault["proof"], fault["partition"]) == (0, 2)
+    assert "partition 0/3, claimed ahead and not started, is queued again" in fault["message"]
+    engine.close()

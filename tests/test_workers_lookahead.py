@@ -259,3 +259,33 @@ def test_a_dead_workers_runner_is_freed_before_its_replacement_starts():
         if enabled:
             gc.enable()
     assert seen_at_start == [[], [False]]  # the first runner was gone when the second began
+
+
+def test_the_death_report_names_the_partition_claimed_ahead():
+    """The supervisor hands back a dead worker's claimed-ahead partition and says which one
+    (``slot.ahead_requeued``), so the ``worker_died`` fault can name it."""
+    from engine.workers import worker_loop
+
+    sched = Scheduler(proofs=1, partitions=4, concurrency=1)
+    reports, ran, lives = [], [], []
+
+    def noop(*args):
+        pass
+
+    def target(slot):
+        lives.append(slot)
+        if len(lives) == 1:  # the first life: holds one partition, claimed the next, dies
+            slot.job, slot.ahead = sched.next(), sched.next()
+            slot.died = SystemExit("dies holding two")
+            return
+        worker_loop(sched, lambda p, q: ran.append((p, q)) or True, noop, None, slot)
+
+    sup = Supervisor(
+        sched, lambda slot, requeued: reports.append((slot.job, slot.ahead_requeued)), noop
+    )
+    sup.add("w0", 0, 0, target)
+    done = threading.Event()
+    threading.Thread(target=lambda: (sup.run(), done.set()), daemon=True).start()
+    assert done.wait(30), "the supervisor did not finish"
+    assert reports == [((0, 0), (0, 1))]
+    assert sorted(ran) == [(0, q) for q in range(4)]  # both handed back, nothing lost
