@@ -8,6 +8,7 @@ flight, and can be paused (no new partitions start; running ones finish) or stop
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import deque
@@ -177,25 +178,71 @@ def _run_one(
         on_finish(proof, done[1], done[2])
 
 
+class _AheadThread:
+    """The one thread a look-ahead worker prepares its partitions on, for the worker's whole
+    life. One thread, not one per partition: a thread's CUDA streams and events are made at
+    its first use, and on the H200 creating CUDA events waited for the running kernel
+    (bench/engine_cuda_notes.md, session 4)."""
+
+    def __init__(self, slot: WorkerSlot) -> None:
+        self._queue: queue.SimpleQueue[_Ahead | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"ahead-d{slot.device}-w{slot.worker}", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            claim = self._queue.get()
+            if claim is None:
+                return
+            claim.run_here()
+            # not held while waiting for the next: a claim's result holds its partition (on
+            # CUDA, views of a pinned witness pool), which a dead worker must let go of
+            del claim
+
+    def submit(self, claim: _Ahead) -> None:
+        self._queue.put(claim)
+
+    def stop(self) -> None:
+        """End the thread once what was submitted has run (the caller waited for it)."""
+        self._queue.put(None)
+
+
 class _Ahead:
-    """Claims the next partition from the scheduler and prepares it on its own thread.
+    """One claim of the next partition, prepared on the worker's :class:`_AheadThread`.
 
     ``result()`` gives (job, prepared, error) or None when the scheduler ran dry; an
     Exception from ``prepare`` is the error (that partition fails), a BaseException that
     would have unwound a worker thread is too (the worker re-raises it). ``cancel()`` makes a
     claim that has not started preparing hand the job back untouched."""
 
-    def __init__(self, scheduler: Scheduler, prepare: Callable[[int, int], Any], slot: WorkerSlot):
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        prepare: Callable[[int, int], Any],
+        slot: WorkerSlot,
+        thread: _AheadThread,
+    ):
         self._scheduler = scheduler
         self._prepare = prepare
         self._slot = slot
         self._lock = threading.Lock()
         self._cancelled = False
         self._result: tuple[tuple[int, int], Any, BaseException | None] | None = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"ahead-d{slot.device}-w{slot.worker}", daemon=True
-        )
-        self._thread.start()
+        self._failure: BaseException | None = None
+        self._done = threading.Event()
+        thread.submit(self)
+
+    def run_here(self) -> None:
+        """Run the claim on the calling (look-ahead) thread; whatever happens, ``result()``
+        returns: a failure outside ``prepare`` is raised there, on the worker's thread."""
+        try:
+            self._run()
+        except BaseException as exc:
+            self._failure = exc
+        finally:
+            self._done.set()
 
     def _run(self) -> None:
         job = self._scheduler.next(lambda: self._cancelled)
@@ -215,7 +262,9 @@ class _Ahead:
             self._cancelled = True
 
     def result(self) -> tuple[tuple[int, int], Any, BaseException | None] | None:
-        self._thread.join()
+        self._done.wait()
+        if self._failure is not None:
+            raise self._failure
         return self._result
 
 
@@ -237,8 +286,9 @@ def lookahead_loop(
     the supervisor hands both partitions out again and none is lost."""
     slot = slot or WorkerSlot(-1, -1)
     ahead: _Ahead | None = None
+    thread = _AheadThread(slot)
     try:
-        ahead = _Ahead(scheduler, prepare, slot)
+        ahead = _Ahead(scheduler, prepare, slot, thread)
         while True:
             current = ahead.result()
             ahead = None
@@ -249,7 +299,7 @@ def lookahead_loop(
             slot.job, slot.ahead = job, None
             if err is not None and not isinstance(err, Exception):
                 raise err  # it would have killed a worker: it kills this one
-            ahead = _Ahead(scheduler, prepare, slot)
+            ahead = _Ahead(scheduler, prepare, slot, thread)
 
             def run(prepared: Any = prepared, err: BaseException | None = err) -> bool:
                 if err is not None:
@@ -260,8 +310,13 @@ def lookahead_loop(
     except BaseException as exc:  # the thread dies; the supervisor replaces it
         if ahead is not None:
             ahead.cancel()
-            ahead.result()
+            try:
+                ahead.result()
+            except BaseException:  # the worker is dying of ``exc`` already
+                pass
         slot.died = exc
+    finally:
+        thread.stop()
 
 
 class Supervisor:
