@@ -553,7 +553,7 @@ class PartitionRunner:
         """Device bytes the GPU region still allocates after the H step: the largest MSM
         scratch and the margin (the CUDA runner adds the scalars block)."""
         fp = self.ctx.footprint
-        return max(fp.msm.values(), default=0) + fp.margin
+        return fp.msm_max + fp.margin
 
     def _reclaim_cache(self, att: Attempt, need: int, site: str) -> None:
         """Ask the policy whether the pre-stage blocks in a caching pool must go back to the

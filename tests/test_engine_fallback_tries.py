@@ -117,7 +117,7 @@ def test_a_cached_prestage_block_is_reclaimed_for_the_msms_by_aware_only(monkeyp
     done = _done(events)
     assert len(done) == 2 and all(e["ok"] and e["verified"] for e in done)
     assert len(asked) == 2 and all(n > 0 for n in asked)  # once per pre-staged partition
-    assert asked[0] == max(fp.msm.values()) + fp.margin  # the modeled runner: no scalars block
+    assert asked[0] == fp.msm_max + fp.margin  # the modeled runner: no scalars block
     trims = [e for e in events if e["k"] == "alloc" and e["decision"] == "trim"]
     if allocator == "aware":
         assert len(trims) == 2 and all(e["pool"] == "sync" for e in trims)
