@@ -13,7 +13,7 @@ import pytest
 
 from engine import pipeline
 from engine.config import from_preset
-from engine.runner import Engine
+from tests.engine_run import run_engine
 
 
 def _fake_device_checks(monkeypatch) -> list[tuple[str, int, int]]:
@@ -44,12 +44,7 @@ def _fake_device_checks(monkeypatch) -> list[tuple[str, int, int]]:
 def test_check_phases_are_inside_the_checked_partitions_own_region(monkeypatch):
     calls = _fake_device_checks(monkeypatch)
     cfg = from_preset("ci", partitions=4, workers_per_device=2, verify="sampled", verify_every=2)
-    engine = Engine(cfg, listen=False)
-    sub = engine.subscribe("t")
-    engine.start()
-    assert engine.wait(60)
-    engine.close()
-    events = sub.drain()
+    _engine, events = run_engine(cfg)
 
     done = {(e["proof"], e["partition"]): e for e in events if e["k"] == "partition_done"}
     checked = {k for k, e in done.items() if e["verified"] is not None}
@@ -79,12 +74,8 @@ def test_check_phases_are_inside_the_checked_partitions_own_region(monkeypatch):
 def test_host_checks_keep_h_and_run_no_check_phase(tmp_path):
     """The cpu backend checks on the host after the release, from H's coefficients."""
     cfg = from_preset("ci", partitions=2, workers_per_device=1, verify="always")
-    engine = Engine(cfg, listen=False)
-    sub = engine.subscribe("t")
-    engine.start()
-    assert engine.wait(60)
-    engine.close()
-    done = [e for e in sub.drain() if e["k"] == "partition_done"]
+    _engine, events = run_engine(cfg)
+    done = [e for e in events if e["k"] == "partition_done"]
     assert len(done) == 2 and all(e["verified"] for e in done)
     assert all(not any(p.startswith("check_") for p in e["phases_ms"]) for e in done)
 
@@ -95,12 +86,7 @@ def test_a_fault_in_a_check_phase_is_retried_and_the_retry_checks_again(monkeypa
     the retry (fallback path, a fresh attempt) takes both sums again and verifies."""
     calls = _fake_device_checks(monkeypatch)
     cfg = from_preset("ci", partitions=2, workers_per_device=1, verify="always")
-    engine = Engine(cfg, listen=False, inject=f"raise:{phase}:2")
-    sub = engine.subscribe("t")
-    engine.start()
-    assert engine.wait(60)
-    engine.close()
-    events = sub.drain()
+    _engine, events = run_engine(cfg, inject=f"raise:{phase}:2")
     done = [e for e in events if e["k"] == "partition_done"]
     final = {(e["proof"], e["partition"]): e for e in done}
     assert all(e["ok"] and e["verified"] for e in final.values())

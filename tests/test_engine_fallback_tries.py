@@ -14,6 +14,7 @@ import pytest
 from engine import pipeline
 from engine.devices.base import DeviceOOM
 from engine.devices.modeled import ModeledDevice
+from tests.engine_run import run_engine
 
 
 def run_forced_fallback(monkeypatch, allocator: str, refusals: int):
@@ -40,18 +41,12 @@ def run_forced_fallback(monkeypatch, allocator: str, refusals: int):
 def run_ci(allocator: str, partitions: int):
     """The ``ci`` preset on one worker, every partition checked: (events, devices, footprint)."""
     from engine.config import from_preset
-    from engine.runner import Engine
 
     cfg = from_preset(
         "ci", partitions=partitions, workers_per_device=1, allocator=allocator, verify="always"
     )
-    engine = Engine(cfg, listen=False)
-    sub = engine.subscribe("t")
-    engine.start()
-    assert engine.wait(60)
-    devices, fp = list(engine.devices), engine.footprint
-    engine.close()
-    return sub.drain(), devices, fp
+    engine, events = run_engine(cfg)
+    return events, list(engine.devices), engine.footprint
 
 
 def _done(events):
