@@ -205,8 +205,14 @@ class _AheadThread:
         self._queue.put(claim)
 
     def stop(self) -> None:
-        """End the thread once what was submitted has run (the caller waited for it)."""
+        """End the thread and wait for it. Every claim submitted was waited for already, so
+        the thread is idle and ends at once; waiting makes sure it holds nothing of this
+        worker life (the last claim, its prepared partition, the runner through ``prepare``)
+        when the supervisor starts the replacement, which it does as soon as the worker
+        thread ends: at the CUDA run's 0.5 ms switch interval the helper could still be
+        between setting a claim's result and dropping it."""
         self._queue.put(None)
+        self._thread.join()
 
 
 class _Ahead:
@@ -286,8 +292,10 @@ def lookahead_loop(
     the supervisor hands both partitions out again and none is lost."""
     slot = slot or WorkerSlot(-1, -1)
     ahead: _Ahead | None = None
-    thread = _AheadThread(slot)
+    thread: _AheadThread | None = None
     try:
+        # inside the try: a thread that cannot start is this worker's death, in slot.died
+        thread = _AheadThread(slot)
         ahead = _Ahead(scheduler, prepare, slot, thread)
         while True:
             current = ahead.result()
@@ -316,7 +324,8 @@ def lookahead_loop(
                 pass
         slot.died = exc
     finally:
-        thread.stop()
+        if thread is not None:
+            thread.stop()
 
 
 class Supervisor:

@@ -289,3 +289,33 @@ def test_the_death_report_names_the_partition_claimed_ahead():
     assert done.wait(30), "the supervisor did not finish"
     assert reports == [((0, 0), (0, 1))]
     assert sorted(ran) == [(0, q) for q in range(4)]  # both handed back, nothing lost
+
+
+def test_the_look_ahead_thread_has_ended_when_its_worker_returns():
+    # the supervisor starts a replacement as soon as a worker thread ends; the dead life's
+    # look-ahead thread must be gone by then (between a claim's result and its next wait it
+    # still held that claim: the prepared partition and, through ``prepare``, the runner)
+    import sys
+
+    from engine.workers import WorkerSlot
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # a CUDA run lowers it too: the helper is preempted often
+    try:
+        for life in range(20):
+            sched = Scheduler(proofs=1, partitions=3, concurrency=1)
+            slot = WorkerSlot(0, life)
+
+            def complete(prepared):
+                if prepared == (0, 1):
+                    raise SystemExit("dies holding the next one")
+                return True
+
+            lookahead_loop(sched, lambda p, q: (p, q), complete, lambda *a: None, None, slot)
+            assert isinstance(slot.died, SystemExit)
+            assert slot.ahead in ((0, 2), None)  # claimed before the death, or cancelled
+            alive = [t.name for t in threading.enumerate() if t.name == f"ahead-d0-w{life}"]
+            assert alive == [], f"life {life}: its look-ahead thread outlived it"
+            sched.stop()
+    finally:
+        sys.setswitchinterval(old)
