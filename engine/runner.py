@@ -286,7 +286,11 @@ class Engine:
             from engine.cuda_pipeline import CudaPartitionRunner as runner_cls
 
         def target(slot: WorkerSlot) -> None:
-            runner = runner_cls(ctx, device, w, mutex, gate)
+            try:
+                runner = runner_cls(ctx, device, w, mutex, gate)
+            except BaseException as exc:  # the worker cannot start: the supervisor decides
+                slot.died = exc
+                return
             on_done, on_error = self._on_proof_done, self._on_worker_error
             if not self.config.synthesis_ahead:
                 worker_loop(self.scheduler, self._runner_fn(runner), on_done, on_error, slot)

@@ -328,11 +328,20 @@ def lookahead_loop(
             thread.stop()
 
 
+class SupervisorError(RuntimeError):
+    """Workers that cannot start were given up on, and partitions were left undone."""
+
+
 class Supervisor:
     """Starts the worker threads and watches them: a thread that ends without the scheduler
     having run dry died, so its partition is handed out again (at most ``max_requeues`` times;
     then it is reported failed) and a replacement thread takes its place. ``on_died(slot,
-    requeued)`` reports the death (a ``worker_died`` fault)."""
+    requeued)`` reports the death (a ``worker_died`` fault).
+
+    A worker that dies ``max_idle_deaths`` times in a row holding no partition cannot start
+    at all (its runner cannot be built, say): it is not replaced again, where it would be
+    replaced every ``poll_s`` for ever. The others carry on; :meth:`run` raises
+    :class:`SupervisorError` if none is left to finish the work."""
 
     def __init__(
         self,
@@ -341,15 +350,19 @@ class Supervisor:
         on_finish: Callable[[int, bool, float], None],
         max_requeues: int = 2,
         poll_s: float = 0.05,
+        max_idle_deaths: int = 3,
     ) -> None:
         self.scheduler = scheduler
         self.on_died = on_died
         self.on_finish = on_finish
         self.max_requeues = max_requeues
         self.poll_s = poll_s
+        self.max_idle_deaths = max_idle_deaths
         self._workers: list[tuple[threading.Thread, WorkerSlot, Callable[..., Any], str]] = []
         self._requeues: dict[tuple[int, int], int] = {}
+        self._idle_deaths: dict[str, int] = {}
         self.replaced = 0
+        self.given_up: list[str] = []  # "name: why" of each worker not replaced again
 
     def add(self, name: str, device: int, worker: int, target: Callable[[WorkerSlot], Any]) -> None:
         """Start ``target(slot)`` on a new thread (``target`` runs :func:`worker_loop` or
@@ -385,10 +398,21 @@ class Supervisor:
                         if done is not None:
                             self.on_finish(slot.job[0], done[1], done[2])
                 self.on_died(slot, requeued)
+                held = slot.job is not None or slot.ahead_requeued is not None
+                idle = 0 if held else self._idle_deaths.get(name, 0) + 1
+                self._idle_deaths[name] = idle
                 if slot.died is not None:
                     # its traceback holds the dead thread's frames (the runner: on CUDA its
                     # pinned witness pools) in a cycle through this slot that only a full
                     # collection breaks; free them before the replacement makes its own
                     slot.died = slot.died.with_traceback(None)
+                if idle >= self.max_idle_deaths:
+                    why = repr(slot.died) if slot.died is not None else "no exception"
+                    self.given_up.append(f"{name}: died {idle} times before any partition ({why})")
+                    continue
                 self.replaced += 1
                 self.add(name, slot.device, slot.worker, target)
+        if self.given_up and not self.scheduler.all_dispatched:
+            raise SupervisorError(
+                "no worker left to finish the run; given up on " + "; ".join(self.given_up)
+            )

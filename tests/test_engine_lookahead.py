@@ -192,3 +192,20 @@ def test_the_worker_died_fault_names_the_partition_claimed_ahead():
     assert fault["kind"] == "worker_died" and (fault["proof"], fault["partition"]) == (0, 2)
     assert "partition 0/3, claimed ahead and not started, is queued again" in fault["message"]
     engine.close()
+
+
+def test_an_engine_whose_workers_cannot_start_fails_instead_of_hanging(monkeypatch):
+    from engine import pipeline
+    from engine.config import from_preset
+    from tests.engine_run import run_engine
+
+    def broken(self, *args, **kw):
+        raise RuntimeError("no runner today")
+
+    monkeypatch.setattr(pipeline.PartitionRunner, "__init__", broken)
+    engine, events = run_engine(from_preset("ci", partitions=2), timeout=30)
+    assert engine.error and "no worker left" in engine.error
+    died = [e for e in events if e["k"] == "fault" and e["kind"] == "worker_died"]
+    assert died and all("no runner today" in e["message"] for e in died)
+    (state,) = [e for e in events if e["k"] == "engine_state" and e["state"] == "done"]
+    assert state["reason"] == "failed"

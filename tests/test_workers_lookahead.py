@@ -319,3 +319,50 @@ def test_the_look_ahead_thread_has_ended_when_its_worker_returns():
             sched.stop()
     finally:
         sys.setswitchinterval(old)
+
+
+def _never_starts(slot):
+    slot.died = RuntimeError("cannot build my runner")
+
+
+def test_a_worker_that_cannot_start_is_given_up_on_and_the_others_finish():
+    """It used to be replaced every poll for ever (no partition held, nothing to requeue)."""
+    from engine.workers import worker_loop
+
+    sched = Scheduler(proofs=1, partitions=5, concurrency=1)
+    ran, deaths = [], []
+
+    def works(slot):
+        worker_loop(sched, lambda p, q: ran.append((p, q)) or True, lambda *a: None, None, slot)
+
+    sup = Supervisor(sched, lambda slot, requeued: deaths.append(slot.worker), lambda *a: None)
+    sup.add("w0", 0, 0, _never_starts)
+    sup.add("w1", 0, 1, works)
+    done = threading.Event()
+    threading.Thread(target=lambda: (sup.run(), done.set()), daemon=True).start()
+    assert done.wait(30), "the supervisor did not finish"
+    assert sorted(ran) == [(0, q) for q in range(5)]
+    assert deaths == [0] * sup.max_idle_deaths
+    assert len(sup.given_up) == 1 and "w0" in sup.given_up[0] and "runner" in sup.given_up[0]
+
+
+def test_when_no_worker_can_start_the_supervisor_says_so_instead_of_spinning():
+    from engine.workers import SupervisorError
+
+    sched = Scheduler(proofs=1, partitions=2, concurrency=1)
+    sup = Supervisor(sched, lambda slot, requeued: None, lambda *a: None, poll_s=0.01)
+    for w in range(2):
+        sup.add(f"w{w}", 0, w, _never_starts)
+    errors = []
+
+    def run():
+        try:
+            sup.run()
+        except SupervisorError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "the supervisor spun"
+    assert len(errors) == 1 and "w0" in errors[0] and "w1" in errors[0]
