@@ -84,7 +84,8 @@ final)  # one call for issue 6's three runs: engine GPU tests, run 3 without and
     ;;
 checks)  # the engine's GPU tests; the checks inside their region against no checks (run 3),
     # then run 2 again (16 GiB: aware's cache reclaim, 5318edb)
-    gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
+    gpu_tests 120 tests/test_engine_cuda.py tests/test_cuda_check.py
+    gpu_tests 90 tests/test_cuda_msm.py -k host_streamed  # the reused copy stream (kit)
     bench aware 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     bench noverify 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware \
         --verify never

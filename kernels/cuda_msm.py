@@ -549,6 +549,37 @@ def pinned_empty(shape: tuple[int, ...], dtype: Any = np.uint64) -> np.ndarray:
     return np.frombuffer(cupy.cuda.PinnedMemoryPointer(mem, 0), dtype, count).reshape(shape)
 
 
+class _StreamingKit:
+    """The copy stream and events of :func:`msm_host_points`, made once per thread and
+    device and reused by every call. On the H200 creating CUDA events waited for the running
+    kernel (bench/engine_cuda_notes.md, session 4), and the 16 GiB engine streams four MSMs
+    per partition. Reuse is safe: a call returns only after its compute stream has waited for
+    every copy, so no wait on these events is pending when the next call records them."""
+
+    def __init__(self, cupy: Any) -> None:
+        def event() -> Any:
+            return cupy.cuda.Event(disable_timing=True)
+
+        self.copy_stream = cupy.cuda.Stream(non_blocking=True)
+        self.allocated, self.drained = event(), event()
+        self.uploaded = [event(), event()]  # one per chunk buffer
+        self.consumed = [event(), event()]
+
+
+_kits = threading.local()
+
+
+def _streaming_kit(cupy: Any) -> _StreamingKit:
+    kits = getattr(_kits, "by_device", None)
+    if kits is None:
+        kits = _kits.by_device = {}
+    device = cupy.cuda.Device().id
+    kit = kits.get(device)
+    if kit is None:
+        kit = kits[device] = _StreamingKit(cupy)
+    return kit
+
+
 def msm_host_points(
     points: np.ndarray,
     scalars: Any,
@@ -570,16 +601,16 @@ def msm_host_points(
     c = window_bits or choose_window_bits(chunk)
     W = num_windows(c)
     with on_stream(stream, allocator) as s:
-        copy_stream = cupy.cuda.Stream(non_blocking=True)
+        kit = _streaming_kit(cupy)
+        copy_stream = kit.copy_stream
         bufs = [cupy.empty((chunk, 12), dtype=np.uint64) for _ in range(min(2, -(-n // chunk)))]
         # The buffers come from the allocator in the order of the compute stream; with a
         # stream-ordered pool they may be memory a kernel still queued there has just freed.
         # The copy stream must not write them before that work is done.
-        allocated = cupy.cuda.Event(disable_timing=True)
+        allocated = kit.allocated
         allocated.record(s)
         copy_stream.wait_event(allocated)
-        uploaded = [cupy.cuda.Event(disable_timing=True) for _ in bufs]
-        consumed = [cupy.cuda.Event(disable_timing=True) for _ in bufs]
+        uploaded, consumed = kit.uploaded, kit.consumed
         acc = cupy.zeros((W + 1, XYZZ_WORDS), dtype=np.uint64)
         starts = list(range(0, n, chunk))
 
@@ -609,7 +640,7 @@ def msm_host_points(
             # The buffers are freed in the compute stream's order as this block ends. After an
             # error part-way, a copy may still be queued into one of them on the copy stream,
             # which nothing else waits for: the compute stream waits for it here.
-            drained = cupy.cuda.Event(disable_timing=True)
+            drained = kit.drained
             drained.record(copy_stream)
             s.wait_event(drained)
         sums = acc.get(stream=s)

@@ -170,6 +170,28 @@ def test_host_streamed_points(cp, poison) -> None:
 
 
 @pytest.mark.gpu
+def test_host_streamed_calls_in_a_row_reuse_one_copy_stream_and_stay_exact(cp, poison) -> None:
+    """Each thread makes its copy stream and events once (creating events waited for the
+    running kernel on the H200); back-to-back calls with other chunkings, one of them
+    ending with a short chunk and one with a single chunk, must all stay exact."""
+    from kernels import cuda_msm
+
+    rng = random.Random()
+    n = 3000
+    pts_dev, pts = random_points(cp, n)
+    host = cuda_msm.pinned_empty((n, 12))
+    host[:] = pts_dev.get()
+    kits = []
+    for chunk in (700, 1500, n):
+        ks = layout.random_fr(n, rng)
+        sc = cp.asarray(layout.fr_to_limbs(ks, montgomery=False))
+        got = cuda_msm.msm_host_points(host, sc, chunk=chunk, allocator=poison)
+        assert layout.g1_from_limbs(got)[0] == cmsm.msm_fast(pts, ks), f"chunk {chunk}"
+        kits.append(cuda_msm._streaming_kit(cp))
+    assert kits[0] is kits[1] is kits[2]
+
+
+@pytest.mark.gpu
 def test_selftest_rows(cp) -> None:
     """The rows `provetop selftest --backend cuda` gains from this module pass."""
     from kernels.cuda_msm import selftest_checks
