@@ -54,10 +54,11 @@ bench() {  # name, timeout (s), bench pipeline flags...
     $P summary --json "$W/$name.pvtrec" >"$W/$name.summary.json" 2>&1
 }
 gpu_tests() {  # timeout (s), test files...
-    local limit=$1
+    local limit=$1 log
     shift
-    timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "$@" >"$W/pytest.txt" 2>&1
-    tail -n 15 "$W/pytest.txt" | tee -a "$TABLES"
+    log="$W/pytest-$(basename "$1" .py).txt"  # one log per call: a later call must not overwrite it
+    timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "$@" >"$log" 2>&1
+    tail -n 15 "$log" | tee -a "$TABLES"
 }
 runs_16gib() {  # limits (s): the checks at 2^12, then acceptance runs 2 (aware) and 1 (naive)
     timeout "$1" python3 bench/debug_checks.py 12 >"$W/debug_checks.txt" 2>&1
