@@ -7,6 +7,9 @@
 #   bash bench/gpu_msm_session.sh final   # all GPU tests, then the full bench without the A/B
 #   bash bench/gpu_msm_session.sh affine  # all GPU tests, the full bench, then the affine-pass
 #                                         # variants (dense passes 1-3, ones on/off), host points
+#   bash bench/gpu_msm_session.sh sortgroup  # all GPU tests, the full bench with the sort in one
+#                                         # launch and per window (group 1), group 3 at 2^24/2^27,
+#                                         # ones-heavy, host points
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/msm_out}
@@ -17,7 +20,20 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,m
     --format=csv | tee "$OUT/gpu.txt"
 ls build/cubin 2>/dev/null
 B="python3 -m kernels.bench_msm --results-dir $OUT --json"
-if [ "$MODE" = "affine" ]; then
+if [ "$MODE" = "sortgroup" ]; then
+    timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
+        2>&1 | tee -a "$OUT/session.log" | tail -n 30
+    timeout 120 $B --log-sizes 16,20,24,26,27 --srs --check --tag group0 2>&1 \
+        | tee -a "$OUT/session.log" | tail -n 9
+    PROVETOP_MSM_SORT_GROUP=1 timeout 120 $B --log-sizes 16,20,24,26,27 --check --tag group1 \
+        2>&1 | tee -a "$OUT/session.log" | tail -n 9
+    PROVETOP_MSM_SORT_GROUP=3 timeout 60 $B --log-sizes 24,27 --repeats 3 --tag group3 2>&1 \
+        | tee -a "$OUT/session.log" | tail -n 5
+    timeout 60 $B --log-sizes 20,24,27 --scalars ones-heavy --check --tag ones 2>&1 \
+        | tee -a "$OUT/session.log" | tail -n 6
+    timeout 60 $B --log-sizes 27 --points host --repeats 3 2>&1 | tee -a "$OUT/session.log" | tail -n 4
+    grep -h -A7 "^MSM on" "$OUT/session.log" | grep -E "^(MSM|2\^)" | tail -n 30
+elif [ "$MODE" = "affine" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/session.log" | tail -n 30
     timeout 120 $B --log-sizes 16,20,24,26,27 --srs --check --sweep=-1,0,1 --sweep-max-log 24 \

@@ -65,6 +65,10 @@ MADD_MULS, BUCKET_MULS = 10, 28
 AFFINE_THREADS = 1 << 16
 AFFINE_NB_MAX = 512
 AFFINE_MIN_PAIRS = int(os.environ.get("PROVETOP_MSM_AFFINE_MIN_PAIRS", 1 << 40))
+# Windows per launch of the two counting-sort kernels (0: all in one launch). Fewer windows per
+# launch keep the counters they hit (B per window) in L2, at the price of reading the scalars
+# once per launch; run 7 in bench/msm_notes.md measures it.
+SORT_GROUP = int(os.environ.get("PROVETOP_MSM_SORT_GROUP", "0"))
 # Passes over the dense buckets too (not only the ones): every pass materialises the halved
 # entry list as affine points (96 bytes each), so at 2^27 the first would need ~77 GB; off by
 # default, bench/msm_notes.md has the measurement that decides it.
@@ -396,8 +400,11 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     if n == 0:
         return out
     counts = cupy.zeros(p.K + 1, dtype=np.uint32)
-    args = (scalars, _u32(n), _u32(c), _u32(p.W), counts)
-    _launch(mod.get_function("msm_count"), n, args, stream)
+    g = SORT_GROUP or p.W
+    groups = [(w, min(w + g, p.W)) for w in range(0, p.W, g)]
+    for w_lo, w_hi in groups:
+        args = (scalars, _u32(n), _u32(c), _u32(p.W), _u32(w_lo), _u32(w_hi), counts)
+        _launch(mod.get_function("msm_count"), n, args, stream)
     offs = cupy.empty(p.K + 1, dtype=np.uint32)
     offs[0] = 0
     offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
@@ -409,12 +416,9 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     cursor = offs[: p.K].copy()
     del counts
     sorted_e = cupy.empty(m, dtype=np.uint32)
-    _launch(
-        mod.get_function("msm_scatter"),
-        n,
-        (scalars, _u32(n), _u32(c), _u32(p.W), cursor, sorted_e),
-        stream,
-    )
+    for w_lo, w_hi in groups:
+        args = (scalars, _u32(n), _u32(c), _u32(p.W), _u32(w_lo), _u32(w_hi), cursor, sorted_e)
+        _launch(mod.get_function("msm_scatter"), n, args, stream)
     del cursor
     mark("scatter")
     buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)

@@ -134,6 +134,24 @@ def test_affine_passes(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.gpu
+def test_sort_in_window_groups(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counting sort launched per group of windows (SORT_GROUP) gives the same sums: the
+    digits below a group are computed for their carries only, the ones are counted once."""
+    from kernels import cuda_msm as cm
+
+    rng = random.Random()
+    pts_dev, pts = random_points(cp, 700)
+    for group in (1, 3, 5):
+        monkeypatch.setattr(cm, "SORT_GROUP", group)
+        for kind in ("dense", "witness"):
+            ks = scalars_of(kind, 700, rng)
+            want = cmsm.msm_fast(pts, ks)
+            for c in (7, 16):
+                got = gpu_msm(cp, pts_dev, ks, poison, window_bits=c)
+                assert got == want, f"group {group}, {kind}, c={c}"
+
+
+@pytest.mark.gpu
 def test_window_sizes_agree(cp, poison) -> None:
     """Every window (small, odd, large) gives the same point: the digits and bucket layout are
     right for each c, not only for the one the rule picks."""

@@ -33,8 +33,12 @@
 
 // ---- 1 and 3: digits, counting sort ----------------------------------------------------------
 
+// Both sort kernels take only windows [w_lo, w_hi) (the digits below w_lo are still computed
+// for their carries): launched per group of windows, the counters they hit (B per window) are a
+// smaller, L2-resident set (bench/msm_notes.md, run 7).
 extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint32_t n, uint32_t c,
-                                     uint32_t W, uint32_t* __restrict__ counts) {
+                                     uint32_t W, uint32_t w_lo, uint32_t w_hi,
+                                     uint32_t* __restrict__ counts) {
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     const uint32_t B = 1u << (c - 1);
     uint32_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -43,10 +47,10 @@ extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint3
     const bool is_zero = !live || msm_scalar_is(s, 0);
     const bool is_one = live && msm_scalar_is(s, 1);
     msm_digits dg(c);
-    for (uint32_t w = 0; w < W; w++) {
+    for (uint32_t w = 0; w < w_hi; w++) {
         bool neg;
         const uint32_t key = msm_key(s, w, c, B, W, is_zero, is_one, dg, &neg);
-        msm_warp_slot(counts, key);  // all 32 lanes take part, live or not
+        if (w >= w_lo) msm_warp_slot(counts, key);  // all 32 lanes take part, live or not
     }
 }
 
@@ -55,7 +59,8 @@ extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint3
 // keeps several atomics in flight instead of waiting out one round trip per window.
 #define MSM_SCATTER_GROUP 4
 extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uint32_t n, uint32_t c,
-                                       uint32_t W, uint32_t* __restrict__ cursor,
+                                       uint32_t W, uint32_t w_lo, uint32_t w_hi,
+                                       uint32_t* __restrict__ cursor,
                                        uint32_t* __restrict__ sorted) {
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     const uint32_t B = 1u << (c - 1);
@@ -66,15 +71,17 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
     const bool is_zero = !live || msm_scalar_is(s, 0);
     const bool is_one = live && msm_scalar_is(s, 1);
     msm_digits dg(c);
-    for (uint32_t w0 = 0; w0 < W; w0 += MSM_SCATTER_GROUP) {
+    for (uint32_t w0 = 0; w0 < w_hi; w0 += MSM_SCATTER_GROUP) {
         uint32_t key[MSM_SCATTER_GROUP], peers[MSM_SCATTER_GROUP], base[MSM_SCATTER_GROUP];
         bool neg[MSM_SCATTER_GROUP];
 #pragma unroll
         for (int j = 0; j < MSM_SCATTER_GROUP; j++) {
             neg[j] = false;
-            key[j] = w0 + j < W ? msm_key(s, w0 + j, c, B, W, is_zero, is_one, dg, &neg[j])
-                                : MSM_NONE;
+            key[j] = w0 + j < w_hi ? msm_key(s, w0 + j, c, B, W, is_zero, is_one, dg, &neg[j])
+                                   : MSM_NONE;
+            if (w0 + j < w_lo) key[j] = MSM_NONE;  // digit computed for its carry only
         }
+        if (w0 + MSM_SCATTER_GROUP <= w_lo) continue;  // the whole group is below the range
 #pragma unroll
         for (int j = 0; j < MSM_SCATTER_GROUP; j++) peers[j] = __match_any_sync(0xffffffffu, key[j]);
 #pragma unroll
