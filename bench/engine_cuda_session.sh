@@ -13,6 +13,7 @@
 #   bash bench/engine_cuda_session.sh aware     # acceptance runs 2 and 3 (16 GiB / uncapped)
 #   bash bench/engine_cuda_session.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
 #   bash bench/engine_cuda_session.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
+#   bash bench/engine_cuda_session.sh sort      # sort per window group: MSM A/B, then run 3 A/B
 #   bash bench/engine_cuda_session.sh pin       # page-locking a witness pool, by method
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
@@ -92,6 +93,26 @@ checks)  # the engine's GPU tests; the checks inside their region against no che
         --verify never
     bench aware16 140 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
+    ;;
+sort)  # the counting sort per group of windows (PROVETOP_MSM_SORT_GROUP, bench/msm_notes.md run
+    # 7): its GPU test, the 2^24 / 2^27 MSM for groups 0 (one launch), 1, 2, 3 with the stage
+    # breakdown, then run 3 (aware, uncapped) for groups 0, 1 and 2 in the same call
+    gpu_tests 90 tests/test_cuda_msm.py -k "window_groups or window_sizes or host_streamed"
+    for g in 0 1 2 3; do
+        echo "== msm sort group $g" | tee -a "$TABLES"
+        PROVETOP_MSM_SORT_GROUP=$g timeout 60 python3 -m kernels.bench_msm --log-sizes 24,27 \
+            --repeats 5 --json --results-dir "$W" --tag "group$g" >"$W/msm-group$g.log" 2>&1
+        grep -E '^\{' "$W/msm-group$g.log" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    st = " ".join(f"{k} {v:.1f}" for k, v in (r.get("breakdown_ms") or {}).items())
+    print(f"2^{r[\"log_size\"]} median {r[\"median_ms\"]:.1f} ms  {st}")' | tee -a "$TABLES"
+    done
+    for g in 0 1 2; do
+        PROVETOP_MSM_SORT_GROUP=$g bench "aware-group$g" 90 --preset porep-32g --proofs 2 \
+            --workers-per-device 2 --allocator aware
+    done
     ;;
 busy)  # the GPU-busy A/B in one call: the same run without and with the look-ahead (sampled)
     gpu_tests 150 tests/test_engine_cuda.py
