@@ -14,6 +14,7 @@
 #   bash bench/engine_cuda_session.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
 #   bash bench/engine_cuda_session.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
 #   bash bench/engine_cuda_session.sh sort      # sort per window group: MSM A/B, then run 3 A/B
+#   bash bench/engine_cuda_session.sh samples   # GPU tests, the MSM by the sort rule, runs 3, 2, 1
 #   bash bench/engine_cuda_session.sh pin       # page-locking a witness pool, by method
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
@@ -113,6 +114,20 @@ for line in sys.stdin:
         PROVETOP_MSM_SORT_GROUP=$g bench "aware-group$g" 90 --preset porep-32g --proofs 2 \
             --workers-per-device 2 --allocator aware
     done
+    ;;
+samples)  # after the sort rule (session 5): its GPU tests and the engine's (these also compile
+    # CuPy's synthesis kernels, ~30 s on a bare machine, before any timed run), the MSM at 2^24
+    # and 2^27, then the three acceptance runs for recordings/samples; limits sum to < 570 s
+    gpu_tests 50 tests/test_cuda_msm.py -k "sort or window or reference or host_streamed"
+    gpu_tests 80 tests/test_engine_cuda.py
+    timeout 50 python3 -m kernels.bench_msm --log-sizes 24,27 --repeats 5 --json \
+        --results-dir "$W" --tag rule >"$W/msm-rule.log" 2>&1
+    tail -n 4 "$W/msm-rule.log" | tee -a "$TABLES"
+    bench aware 85 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
+    bench aware16 150 --preset porep-32g --proofs 2 --device-memory 16GiB \
+        --workers-per-device 2 --allocator aware
+    bench naive16 150 --preset porep-32g --proofs 2 --device-memory 16GiB \
+        --workers-per-device 2 --allocator naive
     ;;
 busy)  # the GPU-busy A/B in one call: the same run without and with the look-ahead (sampled)
     gpu_tests 150 tests/test_engine_cuda.py

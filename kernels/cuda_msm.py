@@ -65,9 +65,9 @@ MADD_MULS, BUCKET_MULS = 10, 28
 AFFINE_THREADS = 1 << 16
 AFFINE_NB_MAX = 512
 AFFINE_MIN_PAIRS = int(os.environ.get("PROVETOP_MSM_AFFINE_MIN_PAIRS", 1 << 40))
-# Windows per launch of the two counting-sort kernels (0: all in one launch). Fewer windows per
-# launch keep the counters they hit (B per window) in L2, at the price of reading the scalars
-# once per launch; run 7 in bench/msm_notes.md measures it.
+# Windows per launch of both counting-sort kernels, overriding :func:`sort_groups`' rule (0:
+# the rule; for A/B runs). Fewer windows per launch keep the counters they hit (B per window)
+# in L2, at the price of reading the scalars once per launch (bench/msm_notes.md, run 8).
 SORT_GROUP = int(os.environ.get("PROVETOP_MSM_SORT_GROUP", "0"))
 # Passes over the dense buckets too (not only the ones): every pass materialises the halved
 # entry list as affine points (96 bytes each), so at 2^27 the first would need ~77 GB; off by
@@ -80,6 +80,7 @@ PREBUILT_DIR = Path(
 
 _lock = threading.Lock()
 _modules: dict[tuple[int, str], Any] = {}
+_l2_cache: dict[int, int] = {}
 
 
 # --- parameters ------------------------------------------------------------------------------
@@ -138,6 +139,39 @@ def make_plan(n: int, c: int) -> Plan:
     W, B = num_windows(c), 1 << (c - 1)
     S = reduce_group(W, B)
     return Plan(n=n, c=c, W=W, B=B, K=W * B + 1, S=S, G=-(-B // S))
+
+
+def sort_groups(W: int, B: int, l2_bytes: int) -> tuple[int, int]:
+    """Windows per launch of the count and of the scatter kernel, for W windows of B buckets on
+    a GPU with ``l2_bytes`` of L2. Each window has B 4-byte counters; when they do not stay in
+    L2 the kernels' atomics go to DRAM. Measured on the H200 (50 MiB L2) at 2^27, c = 22 (8 MiB
+    of counters per window; bench/msm_notes.md, run 8): the count is fastest with ~half the L2
+    in counters (3 windows: 28.8 ms, against 62.4 in one launch), the scatter with one window
+    (108.7 ms against 181.8), since its writes of the sorted entries share the L2 too: hence
+    L2 / 2 and L2 / 6 per launch. When every window's counters fit in half the L2 (small c, as
+    for the sparse L and A queries), one launch each: re-reading the scalars would only cost."""
+    if SORT_GROUP:
+        return min(SORT_GROUP, W), min(SORT_GROUP, W)
+    per_window = 4 * B
+    if W * per_window <= l2_bytes // 2:
+        return W, W
+    count = max(1, min(W, (l2_bytes // 2) // per_window))
+    scatter = max(1, min(W, (l2_bytes // 6) // per_window))
+    return count, scatter
+
+
+def _l2_bytes() -> int:
+    """The current device's L2 size (CUDA's attribute, read once per device)."""
+    cupy = require_cupy()
+    dev = cupy.cuda.Device()
+    with _lock:
+        if dev.id not in _l2_cache:
+            _l2_cache[dev.id] = int(dev.attributes["L2CacheSize"])
+        return _l2_cache[dev.id]
+
+
+def _window_ranges(W: int, g: int) -> list[tuple[int, int]]:
+    return [(w, min(w + g, W)) for w in range(0, W, g)]
 
 
 def _level_sizes(m: int, m_max: int) -> list[tuple[int, int, int]]:
@@ -400,9 +434,8 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     if n == 0:
         return out
     counts = cupy.zeros(p.K + 1, dtype=np.uint32)
-    g = SORT_GROUP or p.W
-    groups = [(w, min(w + g, p.W)) for w in range(0, p.W, g)]
-    for w_lo, w_hi in groups:
+    g_count, g_scatter = sort_groups(p.W, p.B, _l2_bytes())
+    for w_lo, w_hi in _window_ranges(p.W, g_count):
         args = (scalars, _u32(n), _u32(c), _u32(p.W), _u32(w_lo), _u32(w_hi), counts)
         _launch(mod.get_function("msm_count"), n, args, stream)
     offs = cupy.empty(p.K + 1, dtype=np.uint32)
@@ -416,7 +449,7 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     cursor = offs[: p.K].copy()
     del counts
     sorted_e = cupy.empty(m, dtype=np.uint32)
-    for w_lo, w_hi in groups:
+    for w_lo, w_hi in _window_ranges(p.W, g_scatter):
         args = (scalars, _u32(n), _u32(c), _u32(p.W), _u32(w_lo), _u32(w_hi), cursor, sorted_e)
         _launch(mod.get_function("msm_scatter"), n, args, stream)
     del cursor

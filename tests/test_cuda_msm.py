@@ -152,6 +152,41 @@ def test_sort_in_window_groups(cp, poison, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 @pytest.mark.gpu
+def test_sort_rule_with_a_small_l2(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule's own grouping (three windows per count launch, one per scatter launch, as at
+    2^27 on the H200) on small inputs, by pretending the L2 holds six windows of counters."""
+    from kernels import cuda_msm as cm
+
+    rng = random.Random()
+    pts_dev, pts = random_points(cp, 500)
+    for c in (7, 16):
+        l2 = 6 * 4 * (1 << (c - 1))
+        assert cm.sort_groups(cm.num_windows(c), 1 << (c - 1), l2) == (3, 1)
+        monkeypatch.setattr(cm, "_l2_bytes", lambda l2=l2: l2)
+        for kind in ("dense", "witness"):
+            ks = scalars_of(kind, 500, rng)
+            got = gpu_msm(cp, pts_dev, ks, poison, window_bits=c)
+            assert got == cmsm.msm_fast(pts, ks), f"{kind}, c={c}"
+
+
+def test_sort_groups_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows per launch of the count and the scatter: one launch each while all counters fit
+    in half the L2; otherwise about half the L2 per count launch and a sixth per scatter."""
+    from kernels import cuda_msm as cm
+
+    monkeypatch.setattr(cm, "SORT_GROUP", 0)
+    h200_l2 = 50 << 20
+    W22, W18 = cm.num_windows(22), cm.num_windows(18)
+    assert cm.sort_groups(W22, 1 << 21, h200_l2) == (3, 1)  # 8 MiB of counters per window
+    assert cm.sort_groups(W18, 1 << 17, h200_l2) == (W18, W18)  # 0.5 MiB: all in L2
+    assert cm.sort_groups(cm.num_windows(20), 1 << 19, h200_l2) == (12, 4)
+    assert cm.sort_groups(W22, 1 << 21, 1 << 20) == (1, 1)  # never below one window
+    monkeypatch.setattr(cm, "SORT_GROUP", 5)
+    assert cm.sort_groups(W22, 1 << 21, h200_l2) == (5, 5)
+    assert cm.sort_groups(3, 1 << 21, h200_l2) == (3, 3)
+
+
+@pytest.mark.gpu
 def test_window_sizes_agree(cp, poison) -> None:
     """Every window (small, odd, large) gives the same point: the digits and bucket layout are
     right for each c, not only for the one the rule picks."""
