@@ -167,10 +167,12 @@ trim)
 pin)
     timeout 200 python3 bench/pin_probe.py --gib 1,4,17 2>&1 | tee -a "$TABLES"
     ;;
-multi)  # on nvidia-h200-x2: the 2-GPU test, a 2-GPU run, then the stream-priority A/B
+multi)  # on nvidia-h200-x2: the 2-GPU test, then a 2-GPU run
     gpu_tests 120 tests/test_engine_cuda.py -k two_devices  # 45 s was too short
     # sampled: the first msm_h on each device took 8.4-11.2 s at c3b2654 (single GPU: 2.8 s)
-    SAMPLE=1 bench multi 130 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
+    SAMPLE=1 bench multi 150 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
+    ;;
+prio)  # the stream-priority A/B (session 4)
     bench prio-synth 62 --preset porep-32g --proofs 1 --workers-per-device 2 --allocator aware
     PROVETOP_PRIORITY_TO=compute bench prio-compute 62 --preset porep-32g --proofs 1 \
         --workers-per-device 2 --allocator aware
