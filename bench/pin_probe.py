@@ -20,6 +20,7 @@ host side (mmap and touch, with and without MADV_HUGEPAGE). The table is printed
 from __future__ import annotations
 
 import argparse
+import ctypes
 import mmap
 import time
 from pathlib import Path
@@ -80,7 +81,10 @@ def probe(gib: int, cupy: Any | None) -> list[dict[str, Any]]:
         mem = cupy.cuda.PinnedMemory(nbytes)
         t_alloc = time.perf_counter() - t0
         t0 = time.perf_counter()
-        np.frombuffer(mem, np.uint8, nbytes)[:] = 0
+        # PinnedMemory has no buffer interface: view its pages through their address
+        view = (ctypes.c_uint8 * nbytes).from_address(mem.ptr)
+        np.frombuffer(view, np.uint8, nbytes)[:] = 0
+        del view
         t_fill = time.perf_counter() - t0
         rows.append(
             {
