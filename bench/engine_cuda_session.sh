@@ -15,6 +15,7 @@
 #   bash bench/engine_cuda_session.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
 #   bash bench/engine_cuda_session.sh sort      # sort per window group: MSM A/B, then run 3 A/B
 #   bash bench/engine_cuda_session.sh samples   # GPU tests, the MSM by the sort rule, runs 3, 2, 1
+#   bash bench/engine_cuda_session.sh pinning   # registered large-page pools: GPU tests, run 3
 #   bash bench/engine_cuda_session.sh pin       # page-locking a witness pool, by method
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
@@ -128,6 +129,11 @@ samples)  # after the sort rule (session 5): its GPU tests and the engine's (the
         --workers-per-device 2 --allocator aware
     bench naive16 150 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
+    ;;
+pinning)  # the witness pools registered on large pages (kernels/host_pinned.py), and kept
+    # until the run closes: its GPU tests and the engine's, then run 3
+    gpu_tests 110 tests/test_host_pinned.py tests/test_engine_cuda.py
+    bench aware 90 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     ;;
 busy)  # the GPU-busy A/B in one call: the same run without and with the look-ahead (sampled)
     gpu_tests 150 tests/test_engine_cuda.py

@@ -105,6 +105,7 @@ class CudaPartitionRunner(PartitionRunner):
         depth = 2 if cfg.synthesis_ahead else 1
         if len(self._bufs) < depth:
             self._bufs.append(PinnedBuffers(n, m))
+            self._report_pin_fallbacks("witness_pool")
         bufs = self._bufs[self._made % depth]
         self._made += 1
         seed = int(rng.integers(1 << 63))
@@ -117,6 +118,27 @@ class CudaPartitionRunner(PartitionRunner):
             chunk=max(CHUNK >> (2 * tries), MIN_SYNTH_CHUNK),  # a quarter per refusal
             **kw,
         )
+
+    def _report_pin_fallbacks(self, site: str) -> None:
+        """A ``registration`` fault per pool that could not be registered (cudaHostAlloc was
+        used instead: slower to pin, the same copies; ``kernels.host_pinned``)."""
+        from kernels.host_pinned import take_fallbacks
+
+        for line in take_fallbacks():
+            self.bus.emit(
+                "fault",
+                kind="registration",
+                message=line,
+                site=site,
+                device=self.device.index,
+                worker=self.worker,
+            )
+
+    def detach_pools(self) -> list[Any]:
+        """The worker's pinned witness pools, handed over when it stops (see
+        ``CudaRun.retire``); the runner keeps none."""
+        pools, self._bufs = self._bufs, []
+        return pools
 
     def _fallback_upload(self, att: Any, w: Any) -> tuple:
         """The fallback path with a pinned-pool witness: a, b, c copied whole from the pool
@@ -410,6 +432,10 @@ class CudaRun:
         self._host_available = host_available()  # before this run pins anything
         # queries streamed from host memory by any device so far: the one shared host SRS
         self._host_streamed: dict[str, int] = {}
+        # witness pools of workers that have stopped, freed only at close: unpinning 17 GB
+        # while a neighbour still runs stalled its launches (the last partition's H step took
+        # 1.7-2.2 s instead of 0.32 in every H200 run of session 5)
+        self._retired: list[Any] = []
         self._old_interval = sys.getswitchinterval()
         sys.setswitchinterval(switch_interval_s())
 
@@ -428,6 +454,12 @@ class CudaRun:
         points, blocks, streamed = place_device_srs(
             device, ctx.srs, ctx.footprint, workers, host_chunk, ctx.bus, self.host_srs
         )
+        from kernels.host_pinned import take_fallbacks
+
+        for line in take_fallbacks():  # the host SRS, pinned on this thread
+            ctx.bus.emit(
+                "fault", kind="registration", message=line, site="host_srs", device=device.index
+            )
         with self._lock:
             self.blocks[device.index] = blocks
             # after every device: a smaller card may stream queries the first one kept, and
@@ -458,11 +490,22 @@ class CudaRun:
         if line is not None:
             raise HostMemoryError(line)
 
+    def retire(self, runner: Any) -> None:
+        """Keep a stopped worker's pinned pools until :meth:`close` (see ``_retired``)."""
+        detach = getattr(runner, "detach_pools", None)
+        if detach is not None:
+            pools = detach()
+            with self._lock:
+                self._retired.extend(pools)
+
     def close(self, devices: list[Any]) -> None:
-        """Free the device-resident SRS, give the ballast back, trim the pools."""
+        """Free the device-resident SRS and the retired witness pools, give the ballast back,
+        trim the pools."""
         import sys
 
         sys.setswitchinterval(self._old_interval)
+        with self._lock:
+            self._retired.clear()
         for d in devices:
             for blk in self.blocks.pop(d.index, []):
                 d.free(blk)

@@ -292,9 +292,6 @@ class Engine:
                 slot.died = exc
                 return
             on_done, on_error = self._on_proof_done, self._on_worker_error
-            if not self.config.synthesis_ahead:
-                worker_loop(self.scheduler, self._runner_fn(runner), on_done, on_error, slot)
-                return
 
             def prepare(proof: int, partition: int) -> Any:
                 return runner.prepare(proof, partition, lane=SYNTH_LANE_BASE + w)
@@ -303,7 +300,12 @@ class Engine:
                 result = runner.complete(prepared)
                 return result.ok and result.verified is not False
 
-            lookahead_loop(self.scheduler, prepare, complete, on_done, on_error, slot)
+            if self.config.synthesis_ahead:
+                lookahead_loop(self.scheduler, prepare, complete, on_done, on_error, slot)
+            else:
+                worker_loop(self.scheduler, self._runner_fn(runner), on_done, on_error, slot)
+            if self.cuda_run is not None:  # its pinned pools are freed when the run closes
+                self.cuda_run.retire(runner)
 
         return target
 

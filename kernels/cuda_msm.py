@@ -41,6 +41,7 @@ from kernels.cuda_build import (
     source_hash,
     to_device,
 )
+from kernels.host_pinned import pinned_empty
 
 # Which kernel source: msm.cu (compiler's choice of registers) or msm_lb.cu (capped at 168 for
 # occupancy, blocks of at most 128 threads); bench/msm_notes.md has the A/B (msm.cu won).
@@ -568,22 +569,6 @@ def host_scratch_bytes(n: int, chunk: int = 1 << 25, c: int | None = None) -> in
     m = max(1, min(n, chunk))
     c = c or choose_window_bits(m)
     return 2 * m * 96 + 2 * 192 * (num_windows(c) + 1) + scratch_bytes(m, c)
-
-
-def pinned_empty(shape: tuple[int, ...], dtype: Any = np.uint64) -> np.ndarray:
-    """A numpy array in page-locked host memory (cudaHostAlloc): the only kind a host-to-device
-    copy can overlap with kernels.
-
-    Portable (``cudaHostAllocPortable``): page-locked for every device, not only the one
-    current here (the host SRS is made on one device and streamed by all). Exactly the bytes
-    asked for, freed with the array: CuPy's pinned pool (``alloc_pinned_memory``) rounds each
-    block up to a power of two and keeps it after use, so a 12 GiB witness a, b, c took
-    16 GiB, beyond what ``engine.hostmem`` plans for."""
-    cupy = require_cupy()
-    count = int(np.prod(shape))
-    nbytes = count * np.dtype(dtype).itemsize
-    mem = cupy.cuda.PinnedMemory(nbytes, cupy.cuda.runtime.hostAllocPortable)
-    return np.frombuffer(cupy.cuda.PinnedMemoryPointer(mem, 0), dtype, count).reshape(shape)
 
 
 class _StreamingKit:

@@ -1,0 +1,109 @@
+"""Page-locked host arrays: registered large-page mappings, or cudaHostAlloc as the fallback.
+
+Why: every CUDA worker pins a ~17 GB witness pool at 2^27 before its first partition, and the
+host-resident SRS is pinned at start-up too. On the H200 VM (``bench/pin_probe.py``, session 5)
+cudaHostAlloc took 0.47 s/GB (8.5 s for 17 GiB), and two workers pinning at once made the
+first partitions' synthesis 23-25 s. An anonymous mapping advised ``MADV_HUGEPAGE``, touched,
+then cudaHostRegister'ed took 0.20 s/GB (3.7 s), with the same 55 GB/s host-to-device copies:
+the kernel pins 2 MiB pages, 512 times fewer than 4 KiB ones. So ``register`` is the default
+and ``alloc`` (cudaHostAlloc) is both the alternative (``PROVETOP_PIN_METHOD=alloc``) and the
+fallback when a mapping or a registration fails; each fallback is kept in :data:`fallbacks`
+for the engine to report.
+
+Both kinds are portable (page-locked for every device: the host SRS is made on one device
+and streamed by all), exactly the bytes asked for, and freed with the array.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from kernels.cuda_build import require_cupy
+
+METHODS = ("register", "alloc")
+# cudaHostRegisterPortable / cudaHostAllocPortable (the CUDA runtime's flag value, 1 for both)
+PORTABLE = 1
+
+_local = threading.local()  # .fallbacks: this thread's register -> alloc fallbacks, in order
+
+
+def pin_method() -> str:
+    """``PROVETOP_PIN_METHOD`` (``register`` by default), checked."""
+    method = os.environ.get("PROVETOP_PIN_METHOD", "register")
+    if method not in METHODS:
+        raise ValueError(f"PROVETOP_PIN_METHOD={method!r}: expected one of {', '.join(METHODS)}")
+    return method
+
+
+class _Registration:
+    """Unregisters its range when the last array over it is gone, before the mapping is
+    unmapped (it is referenced from the buffer object, whose attributes are cleared before
+    the buffer lets go of the mapping)."""
+
+    def __init__(self, runtime: Any, mapping: mmap.mmap, ptr: int) -> None:
+        self.runtime, self.mapping, self.ptr = runtime, mapping, ptr
+
+    def __del__(self) -> None:
+        try:
+            self.runtime.hostUnregister(self.ptr)
+        except Exception:  # interpreter shutdown, or a context already gone: nothing to do
+            pass
+
+
+def _registered(nbytes: int, runtime: Any) -> tuple[Any, int]:
+    """A buffer object over a touched, registered large-page mapping, and its address."""
+    mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mapping, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+        mapping.madvise(mmap.MADV_HUGEPAGE)  # a hint: without it, 4 KiB pages, still correct
+    buf = (ctypes.c_uint8 * nbytes).from_buffer(mapping)
+    np.frombuffer(buf, np.uint8, nbytes)[:] = 0  # fault every page in before pinning
+    ptr = ctypes.addressof(buf)
+    runtime.hostRegister(ptr, nbytes, PORTABLE)
+    buf.registration = _Registration(runtime, mapping, ptr)
+    return buf, ptr
+
+
+def _allocated(nbytes: int, cupy: Any) -> Any:
+    mem = cupy.cuda.PinnedMemory(nbytes, cupy.cuda.runtime.hostAllocPortable)
+    return cupy.cuda.PinnedMemoryPointer(mem, 0)
+
+
+def pinned_empty(shape: tuple[int, ...], dtype: Any = np.uint64) -> np.ndarray:
+    """A numpy array in page-locked host memory: the only kind a host-to-device copy can
+    overlap with kernels. Not CuPy's pinned pool, which rounds each block up to a power of two
+    and keeps it after use (a 12 GiB witness a, b, c took 16 GiB there)."""
+    cupy = require_cupy()
+    count = int(np.prod(shape))
+    nbytes = max(1, count * np.dtype(dtype).itemsize)
+    buf: Any = None
+    if pin_method() == "register":
+        try:
+            buf, _ptr = _registered(nbytes, cupy.cuda.runtime)
+        except (OSError, ValueError, cupy.cuda.runtime.CUDARuntimeError) as exc:
+            _fallbacks().append(
+                f"cudaHostRegister of {nbytes / 1e9:.2f} GB failed "
+                f"({type(exc).__name__}: {exc}); cudaHostAlloc used instead"
+            )
+    if buf is None:
+        buf = _allocated(nbytes, cupy)
+    return np.frombuffer(buf, dtype, count).reshape(shape)
+
+
+def _fallbacks() -> list[str]:
+    if not hasattr(_local, "fallbacks"):
+        _local.fallbacks = []
+    return _local.fallbacks
+
+
+def take_fallbacks() -> list[str]:
+    """This thread's fallback lines since its last call (for the engine's ``registration``
+    faults: per thread, so a worker reports its own), emptied."""
+    out = list(_fallbacks())
+    _fallbacks().clear()
+    return out

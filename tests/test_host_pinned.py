@@ -1,0 +1,122 @@
+"""kernels.host_pinned: registered large-page mappings, the cudaHostAlloc fallback, and the
+release order (unregister before unmap). The CPU tests stand a recording fake in for CuPy's
+runtime; the GPU test copies through a real registration."""
+
+from __future__ import annotations
+
+import gc
+import types
+
+import numpy as np
+import pytest
+
+from kernels import host_pinned as hp
+
+
+class FakeRuntimeError(Exception):
+    pass
+
+
+class FakeRuntime:
+    CUDARuntimeError = FakeRuntimeError
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.registered: dict[int, int] = {}
+        self.calls: list[tuple] = []
+
+    def hostRegister(self, ptr: int, nbytes: int, flags: int) -> None:  # noqa: N802 (CUDA's name)
+        self.calls.append(("register", ptr, nbytes, flags))
+        if self.refuse:
+            raise FakeRuntimeError("cudaErrorHostMemoryAlreadyRegistered")
+        self.registered[ptr] = nbytes
+
+    def hostUnregister(self, ptr: int) -> None:  # noqa: N802
+        self.calls.append(("unregister", ptr))
+        del self.registered[ptr]
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch):
+    def install(refuse: bool = False) -> FakeRuntime:
+        runtime = FakeRuntime(refuse)
+        cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime))
+        monkeypatch.setattr(hp, "require_cupy", lambda: cupy)
+        # the fallback: ordinary memory standing in for cudaHostAlloc's
+        monkeypatch.setattr(hp, "_allocated", lambda nbytes, _cupy: bytearray(nbytes))
+        hp.take_fallbacks()
+        return runtime
+
+    return install
+
+
+def test_registered_array_is_usable_and_unregistered_when_dropped(fake, monkeypatch) -> None:
+    monkeypatch.delenv("PROVETOP_PIN_METHOD", raising=False)
+    rt = fake()
+    arr = hp.pinned_empty((3, 1000, 4))
+    assert arr.shape == (3, 1000, 4) and arr.dtype == np.uint64
+    assert not arr.any()  # touched: zero-filled before it was pinned
+    ((_, ptr, nbytes, flags),) = rt.calls
+    assert (ptr, nbytes, flags) == (arr.ctypes.data, arr.nbytes, hp.PORTABLE)
+    arr[1, 999, 3] = 7
+    view = arr[1]  # a view keeps the registration alive too
+    del arr
+    gc.collect()
+    assert rt.registered == {ptr: nbytes}
+    assert view[999, 3] == 7
+    del view
+    gc.collect()
+    assert rt.calls[-1] == ("unregister", ptr) and rt.registered == {}
+    assert hp.take_fallbacks() == []
+
+
+def test_refused_registration_falls_back_and_is_reported(fake, monkeypatch) -> None:
+    monkeypatch.delenv("PROVETOP_PIN_METHOD", raising=False)
+    rt = fake(refuse=True)
+    arr = hp.pinned_empty((10, 4))
+    arr[:] = 3  # the fallback buffer works
+    assert arr.sum() == 120
+    (line,) = hp.take_fallbacks()
+    assert "cudaHostRegister of 0.00 GB failed" in line and "AlreadyRegistered" in line
+    assert "cudaHostAlloc used instead" in line
+    assert hp.take_fallbacks() == []  # taken once
+    assert [c[0] for c in rt.calls] == ["register"]  # nothing left registered to undo
+
+
+def test_alloc_method_skips_registration(fake, monkeypatch) -> None:
+    rt = fake()
+    monkeypatch.setenv("PROVETOP_PIN_METHOD", "alloc")
+    arr = hp.pinned_empty((5,), np.uint32)
+    assert arr.shape == (5,) and rt.calls == [] and hp.take_fallbacks() == []
+
+
+def test_bad_method_is_named(fake, monkeypatch) -> None:
+    fake()
+    monkeypatch.setenv("PROVETOP_PIN_METHOD", "hugetlb")
+    with pytest.raises(ValueError, match="PROVETOP_PIN_METHOD='hugetlb'"):
+        hp.pinned_empty((5,))
+
+
+@pytest.mark.gpu
+def test_registered_pool_round_trip(cp, monkeypatch) -> None:
+    """A registered pool is page-locked for real: an asynchronous copy to the device and back
+    gives the bytes, and the range can be registered again once the first array is gone."""
+    monkeypatch.delenv("PROVETOP_PIN_METHOD", raising=False)
+    hp.take_fallbacks()
+    rng = np.random.default_rng()
+    for _ in range(2):
+        host = hp.pinned_empty((1 << 20, 4))
+        ptr = host.ctypes.data
+        # cudaMemoryTypeHost (1): page-locked and known to the driver (0: unregistered)
+        assert cp.cuda.runtime.pointerGetAttributes(ptr).type == 1
+        host[:] = rng.integers(0, 1 << 63, size=host.shape, dtype=np.uint64)
+        stream = cp.cuda.Stream(non_blocking=True)
+        dev = cp.full(host.shape, 0xDEAD, dtype=cp.uint64)  # poisoned
+        dev.set(host, stream=stream)
+        back = hp.pinned_empty(host.shape)
+        dev.get(stream=stream, out=back, blocking=False)
+        stream.synchronize()
+        assert np.array_equal(back, host)
+        del host, back, dev
+        gc.collect()
+    assert hp.take_fallbacks() == []
