@@ -117,7 +117,13 @@ class State:
         self.lagged = 0
         self.counters: dict[str, int] = {}
         # per-attempt tallies kept incrementally so snapshots stay small
-        self.tally: dict[str, int] = {"attempts": 0, "fallbacks": 0, "prestage_ok": 0, "retries": 0}
+        self.tally: dict[str, int] = {
+            "attempts": 0,
+            "fallbacks": 0,
+            "prestage_ok": 0,
+            "prestage_skip": 0,  # completed without a pre-stage the policy declined
+            "retries": 0,
+        }
         self.log: deque[LogLine] = deque(maxlen=LOG_LIMIT)
 
     # -- folding ------------------------------------------------------------------------------
@@ -239,8 +245,9 @@ class State:
         self.attempts.append(PartitionRow(**_fields(row)))
         self.tally["attempts"] += 1
         self.tally["retries"] += e["attempt"] > 0
-        if row.ok and row.prestage in ("fallback", "ok"):
-            self.tally["fallbacks" if row.prestage == "fallback" else "prestage_ok"] += 1
+        if row.ok and row.prestage in ("fallback", "ok", "skip"):
+            key = {"fallback": "fallbacks", "ok": "prestage_ok", "skip": "prestage_skip"}
+            self.tally[key[row.prestage]] += 1
         if not row.ok:
             retry = " (will retry on the fallback path)" if e.get("will_retry") else ""
             self.log.append(

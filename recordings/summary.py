@@ -227,7 +227,8 @@ def _totals_lines(t: dict[str, Any], modeled: bool) -> list[str]:
         f"{t.get('partitions_failed', 0)} failed, {t.get('unfinished', 0)} unfinished), "
         f"{t.get('partitions_verified', 0)} verified; attempts {t.get('attempts', 0)}, "
         f"retries {t.get('retries', 0)}",
-        f"pre-stage: {t.get('prestage_ok', 0)} ok, {t.get('fallbacks', 0)} fallbacks; "
+        f"pre-stage: {t.get('prestage_ok', 0)} ok, {t.get('prestage_skip', 0)} skipped, "
+        f"{t.get('fallbacks', 0)} fallbacks; "
         f"OOMs: {oom}; faults: {t.get('faults', 0)}",
         f"GPU busy: {f'{busy:.1%}' if isinstance(busy, (int, float)) else '-'}"
         + (f" ({per})" if per else ""),

@@ -585,12 +585,12 @@ def test_a_thread_first_on_the_device_inside_with_launches_on_it():
 
 
 def test_pinned_empty_is_portable_and_exactly_the_size_asked(monkeypatch):
-    """Through a *fake* CuPy (records the cudaHostAlloc arguments; proves nothing about CUDA):
-    the host SRS is made on one device and streamed by every device, so its memory must be
-    page-locked for all of them (cudaHostAllocPortable), and a witness pool must take the
-    bytes engine.hostmem plans for, not CuPy's pool's power-of-two block (16 GiB for the
-    12 GiB a, b, c at 2^27)."""
-    from kernels import cuda_msm
+    """The cudaHostAlloc method (the fallback), through a *fake* CuPy (records the
+    cudaHostAlloc arguments; proves nothing about CUDA): the host SRS is made on one device
+    and streamed by every device, so its memory must be page-locked for all of them
+    (cudaHostAllocPortable), and a witness pool must take the bytes engine.hostmem plans
+    for, not CuPy's pool's power-of-two block (16 GiB for the 12 GiB a, b, c at 2^27)."""
+    from kernels import host_pinned
 
     asked = []
 
@@ -608,8 +608,9 @@ def test_pinned_empty_is_portable_and_exactly_the_size_asked(monkeypatch):
             alloc_pinned_memory=None,  # the pool: must not be used
         )
     )
-    monkeypatch.setattr(cuda_msm, "require_cupy", lambda: fake)
-    arr = cuda_msm.pinned_empty((3, 5, 4))
+    monkeypatch.setattr(host_pinned, "require_cupy", lambda: fake)
+    monkeypatch.setenv("PROVETOP_PIN_METHOD", "alloc")  # registration: tests/test_host_pinned.py
+    arr = host_pinned.pinned_empty((3, 5, 4))
     assert asked == [(3 * 5 * 4 * 8, portable)]
     assert arr.shape == (3, 5, 4) and arr.dtype == np.uint64
 

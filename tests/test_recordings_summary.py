@@ -96,6 +96,8 @@ def test_summary_rows_and_totals_match_the_events(case):
     assert t["ooms"] == sum(1 for e in events if e["k"] == "fault" and e["kind"] == "oom")
     assert t["retries"] == sum(1 for e in done if e["attempt"] > 0)
     assert t["fallbacks"] == sum(1 for e in done if e["ok"] and e["prestage"] == "fallback")
+    assert t["prestage_skip"] == sum(1 for e in done if e["ok"] and e["prestage"] == "skip")
+    assert t["prestage_ok"] == sum(1 for e in done if e["ok"] and e["prestage"] == "ok")
     last = {}
     for e in done:
         last[(e["proof"], e["partition"])] = e
