@@ -304,7 +304,9 @@ class Engine:
                 lookahead_loop(self.scheduler, prepare, complete, on_done, on_error, slot)
             else:
                 worker_loop(self.scheduler, self._runner_fn(runner), on_done, on_error, slot)
-            if self.cuda_run is not None:  # its pinned pools are freed when the run closes
+            # a stopped worker's pinned pools are freed when the run closes; a dead one's are
+            # not kept (its replacement pins its own: engine.hostmem plans one set per worker)
+            if self.cuda_run is not None and slot.exited:
                 self.cuda_run.retire(runner)
 
         return target

@@ -120,3 +120,42 @@ def test_registered_pool_round_trip(cp, monkeypatch) -> None:
         del host, back, dev
         gc.collect()
     assert hp.take_fallbacks() == []
+
+
+@pytest.mark.parametrize("dies", [False, True])
+@pytest.mark.parametrize("ahead", [False, True])
+def test_only_a_worker_that_stops_hands_its_pools_to_the_run(monkeypatch, ahead, dies) -> None:
+    """A worker that stops keeps its pools with the run until close (``CudaRun.retire``); one
+    that dies must not: its replacement pins pools of its own, and the dead one's must be
+    freed first (engine.hostmem plans one set per worker), at the price of the stall that
+    unpinning them causes the neighbour."""
+    from engine import cuda_pipeline
+    from engine.runner import Engine
+    from engine.workers import Scheduler, WorkerSlot
+
+    class Runner:
+        def __init__(self, *args) -> None:
+            pass
+
+        def run(self, proof: int, partition: int):
+            if dies:
+                raise SystemExit("the worker dies")
+            return types.SimpleNamespace(ok=True, verified=True)
+
+        def prepare(self, proof: int, partition: int, lane: int):
+            return proof, partition
+
+        def complete(self, prepared):
+            return self.run(*prepared)
+
+    monkeypatch.setattr(cuda_pipeline, "CudaPartitionRunner", Runner)
+    retired: list = []
+    engine = Engine.__new__(Engine)
+    engine.config = types.SimpleNamespace(synthesis_ahead=ahead)
+    engine.scheduler = Scheduler(proofs=1, partitions=2, concurrency=1)
+    engine.cuda_run = types.SimpleNamespace(retire=retired.append)
+    engine._on_proof_done = engine._on_worker_error = lambda *a: None
+    slot = WorkerSlot(0, 0)
+    engine._worker_target(None, None, 0, None, None)(slot)
+    assert (slot.died is not None) == dies and slot.exited == (not dies)
+    assert len(retired) == (0 if dies else 1)
