@@ -151,6 +151,8 @@ def sort_groups(W: int, B: int, l2_bytes: int) -> tuple[int, int]:
     (108.7 ms against 181.8), since its writes of the sorted entries share the L2 too: hence
     L2 / 2 and L2 / 6 per launch. When every window's counters fit in half the L2 (small c, as
     for the sparse L and A queries), one launch each: re-reading the scalars would only cost."""
+    if SORT_GROUP < 0:  # no window would be sorted, and the sums would be silently wrong
+        raise ValueError(f"PROVETOP_MSM_SORT_GROUP={SORT_GROUP}: expected 0 (the rule) or more")
     if SORT_GROUP:
         return min(SORT_GROUP, W), min(SORT_GROUP, W)
     per_window = 4 * B

@@ -60,7 +60,10 @@ def _registered(nbytes: int, runtime: Any) -> tuple[Any, int]:
     """A buffer object over a touched, registered large-page mapping, and its address."""
     mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mapping, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
-        mapping.madvise(mmap.MADV_HUGEPAGE)  # a hint: without it, 4 KiB pages, still correct
+        try:  # a hint: without it (a kernel built without THP), 4 KiB pages, still correct
+            mapping.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:
+            pass
     buf = (ctypes.c_uint8 * nbytes).from_buffer(mapping)
     np.frombuffer(buf, np.uint8, nbytes)[:] = 0  # fault every page in before pinning
     ptr = ctypes.addressof(buf)

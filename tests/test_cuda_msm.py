@@ -184,6 +184,9 @@ def test_sort_groups_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cm, "SORT_GROUP", 5)
     assert cm.sort_groups(W22, 1 << 21, h200_l2) == (5, 5)
     assert cm.sort_groups(3, 1 << 21, h200_l2) == (3, 3)
+    monkeypatch.setattr(cm, "SORT_GROUP", -1)
+    with pytest.raises(ValueError, match="PROVETOP_MSM_SORT_GROUP=-1"):
+        cm.sort_groups(W22, 1 << 21, h200_l2)
 
 
 @pytest.mark.gpu
