@@ -80,7 +80,7 @@ acceptance)  # runs 2 and 1 (16 GiB) inside one 10-minute call; run 3 is in busy
     ;;
 final)  # one call for issue 6's three runs: engine GPU tests, run 3 without and with the
     # look-ahead, the checks at 2^12, runs 2 and 1 (16 GiB). The limits add up to < 600 s.
-    gpu_tests 60 tests/test_engine_cuda.py
+    gpu_tests 60 tests/engine/test_cuda.py
     bench aware 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     bench ahead 105 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware \
         --synthesis-ahead
@@ -88,8 +88,8 @@ final)  # one call for issue 6's three runs: engine GPU tests, run 3 without and
     ;;
 checks)  # the engine's GPU tests; the checks inside their region against no checks (run 3),
     # then run 2 again (16 GiB: aware's cache reclaim, 5318edb)
-    gpu_tests 120 tests/test_engine_cuda.py tests/test_cuda_check.py
-    gpu_tests 90 tests/test_cuda_msm.py -k host_streamed  # the reused copy stream (kit)
+    gpu_tests 120 tests/engine/test_cuda.py tests/kernels/test_cuda_check.py
+    gpu_tests 90 tests/kernels/test_cuda_msm.py -k host_streamed  # the reused copy stream (kit)
     bench aware 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     bench noverify 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware \
         --verify never
@@ -99,7 +99,7 @@ checks)  # the engine's GPU tests; the checks inside their region against no che
 sort)  # the counting sort per group of windows (PROVETOP_MSM_SORT_GROUP, bench/msm_notes.md run
     # 7): its GPU test, the 2^24 / 2^27 MSM for groups 0 (one launch), 1, 2, 3 with the stage
     # breakdown, then run 3 (aware, uncapped) for groups 0, 1 and 2 in the same call
-    gpu_tests 90 tests/test_cuda_msm.py -k "window_groups or window_sizes or host_streamed"
+    gpu_tests 90 tests/kernels/test_cuda_msm.py -k "window_groups or window_sizes or host_streamed"
     for g in 0 1 2 3; do
         echo "== msm sort group $g" | tee -a "$TABLES"
         PROVETOP_MSM_SORT_GROUP=$g timeout 60 python3 -m kernels.bench_msm --log-sizes 24,27 \
@@ -119,8 +119,8 @@ for line in sys.stdin:
 samples)  # after the sort rule (session 5): its GPU tests and the engine's (these also compile
     # CuPy's synthesis kernels, ~30 s on a bare machine, before any timed run), the MSM at 2^24
     # and 2^27, then the three acceptance runs for recordings/samples; limits sum to < 570 s
-    gpu_tests 50 tests/test_cuda_msm.py -k "sort or window or reference or host_streamed"
-    gpu_tests 80 tests/test_engine_cuda.py
+    gpu_tests 50 tests/kernels/test_cuda_msm.py -k "sort or window or reference or host_streamed"
+    gpu_tests 80 tests/engine/test_cuda.py
     timeout 50 python3 -m kernels.bench_msm --log-sizes 24,27 --repeats 5 --json \
         --results-dir "$W" --tag rule >"$W/msm-rule.log" 2>&1
     tail -n 4 "$W/msm-rule.log" | tee -a "$TABLES"
@@ -132,26 +132,26 @@ samples)  # after the sort rule (session 5): its GPU tests and the engine's (the
     ;;
 pinning)  # the witness pools registered on large pages (kernels/host_pinned.py), and kept
     # until the run closes: its GPU tests and the engine's, then run 3
-    gpu_tests 110 tests/test_host_pinned.py tests/test_engine_cuda.py
+    gpu_tests 110 tests/kernels/test_host_pinned.py tests/engine/test_cuda.py
     bench aware 90 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     ;;
 busy)  # the GPU-busy A/B in one call: the same run without and with the look-ahead (sampled)
-    gpu_tests 150 tests/test_engine_cuda.py
+    gpu_tests 150 tests/engine/test_cuda.py
     bench aware 200 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     SAMPLE=1 bench ahead 260 --preset porep-32g --proofs 2 --workers-per-device 2 \
         --allocator aware --synthesis-ahead
     ;;
 uncapped)
-    gpu_tests 150 tests/test_engine_cuda.py tests/test_cuda_check.py
+    gpu_tests 150 tests/engine/test_cuda.py tests/kernels/test_cuda_check.py
     bench aware 400 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     ;;
 smoke)
-    gpu_tests 240 tests/test_engine_cuda.py tests/test_cuda_check.py tests/test_cuda_ntt.py
+    gpu_tests 240 tests/engine/test_cuda.py tests/kernels/test_cuda_check.py tests/kernels/test_cuda_ntt.py
     timeout 120 $P selftest --backend cuda 2>&1 | tail -n 12 | tee -a "$TABLES"
     bench smoke 60 --preset small --proofs 1
     ;;
 probe)
-    gpu_tests 200 tests/test_engine_cuda.py tests/test_cuda_check.py
+    gpu_tests 200 tests/engine/test_cuda.py tests/kernels/test_cuda_check.py
     bench k24 150 --preset porep-32g --domain-log 24 --proofs 1 --partitions 4 --verify always
     bench porep1 300 --preset porep-32g --proofs 1 --partitions 4
     ;;
@@ -174,7 +174,7 @@ pin)
     timeout 200 python3 bench/pin_probe.py --gib 1,4,17 2>&1 | tee -a "$TABLES"
     ;;
 multi)  # on nvidia-h200-x2: the 2-GPU test, then a 2-GPU run
-    gpu_tests 120 tests/test_engine_cuda.py -k two_devices  # 45 s was too short
+    gpu_tests 120 tests/engine/test_cuda.py -k two_devices  # 45 s was too short
     # sampled: the first msm_h on each device took 8.4-11.2 s at c3b2654 (single GPU: 2.8 s)
     SAMPLE=1 bench multi 150 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
     ;;

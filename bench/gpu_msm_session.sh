@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,m
 ls build/cubin 2>/dev/null
 B="python3 -m kernels.bench_msm --results-dir $OUT --json"
 if [ "$MODE" = "sortgroup" ]; then
-    timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
+    timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/session.log" | tail -n 30
     timeout 120 $B --log-sizes 16,20,24,26,27 --srs --check --tag group0 2>&1 \
         | tee -a "$OUT/session.log" | tail -n 9
@@ -34,7 +34,7 @@ if [ "$MODE" = "sortgroup" ]; then
     timeout 60 $B --log-sizes 27 --points host --repeats 3 2>&1 | tee -a "$OUT/session.log" | tail -n 4
     grep -h -A7 "^MSM on" "$OUT/session.log" | grep -E "^(MSM|2\^)" | tail -n 30
 elif [ "$MODE" = "affine" ]; then
-    timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
+    timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/session.log" | tail -n 30
     timeout 120 $B --log-sizes 16,20,24,26,27 --srs --check --sweep=-1,0,1 --sweep-max-log 24 \
         --tag main 2>&1 | tee -a "$OUT/session.log" | tail -n 9
@@ -50,14 +50,14 @@ elif [ "$MODE" = "affine" ]; then
     # the table again, last, so the reply carries it
     grep -h -A7 "^MSM on" "$OUT/session.log" | grep -E "^(MSM|2\^)" | tail -n 30
 elif [ "$MODE" = "final" ]; then
-    timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
+    timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/session.log" | tail -n 30
     timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --sweep=-1,0,1 --sweep-max-log 20 \
         --tag final 2>&1 | tee -a "$OUT/session.log" | tail -n 9
     timeout 100 $B --log-sizes 27 --points host 2>&1 | tee -a "$OUT/session.log" | tail -n 4
     timeout 100 $B --log-sizes 20,24,27 --scalars ones-heavy 2>&1 | tee -a "$OUT/session.log" | tail -n 6
 elif [ "$MODE" = "quick" ]; then
-    timeout 150 python3 -m pytest -q -m gpu tests/test_cuda_msm.py -p no:cacheprovider \
+    timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/session.log" | tail -n 30
     timeout 120 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee -a "$OUT/session.log" | tail -n 12
 else
@@ -78,7 +78,7 @@ PY
 )
     echo "variant: $PROVETOP_MSM_SOURCE"
     if [ "$MODE" != "benchonly" ]; then
-        timeout 150 python3 -m pytest -q -x -m "gpu and not slow" tests/test_cuda_msm.py -p no:cacheprovider \
+        timeout 150 python3 -m pytest -q -x -m "gpu and not slow" tests/kernels/test_cuda_msm.py -p no:cacheprovider \
             2>&1 | tee -a "$OUT/session.log" | tail -n 30
     fi
     timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --tag full 2>&1 | tee -a "$OUT/session.log" | tail -n 9

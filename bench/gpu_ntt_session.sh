@@ -29,7 +29,7 @@ for name in ("ntt_pass_dif", "ntt_pass_dit", "fr_mul_chain", "fr_mul_chain_v0", 
     print(name, "regs", f.num_regs, "local bytes", f.local_size_bytes, "binary", f.binary_version)
 PY
   if [ $first = 1 ]; then
-  timeout 200 python3 -m pytest -q -m gpu -rs tests/test_cuda_ntt.py 2>&1 | tail -4 | sed "s/^/[$label pytest] /" | tee -a "$LOG"
+  timeout 200 python3 -m pytest -q -m gpu -rs tests/kernels/test_cuda_ntt.py 2>&1 | tail -4 | sed "s/^/[$label pytest] /" | tee -a "$LOG"
   python3 - <<'PY' 2>&1 | sed "s/^/[selftest] /" | tee -a "$LOG"
 import time
 from kernels.cuda_ntt import selftest_checks

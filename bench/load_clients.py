@@ -17,7 +17,7 @@ the largest client queue, what the readers received, and whether the recording i
     python bench/load_clients.py --seconds 10 --json out.json     # the benchmark
     python bench/load_clients.py client reader unix:/path 30      # (internal) one client
 
-The CI test (tests/test_reliability_load.py) runs :func:`run_load` with short stages.
+The CI test (tests/engine/test_load.py) runs :func:`run_load` with short stages.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def measure(domain_log: int, repeat: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     try:
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]

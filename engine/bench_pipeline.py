@@ -266,7 +266,7 @@ def format_table(res: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from engine.runner import Engine, EngineError
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     config = _config(args)
     record = args.record

@@ -172,7 +172,7 @@ class Engine:
         }
         cfg["record"] = str(self.record_path) if self.record_path else None
         cfg["inject"] = self.faults.spec if self.faults is not None else None
-        from provetop import __version__
+        from provetop.version import __version__
 
         return {
             "schema": SCHEMA_VERSION,

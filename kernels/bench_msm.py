@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_ints(text: str, what: str, lo: int, hi: int) -> list[int]:
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     try:
         vals = [int(t) for t in text.split(",") if t.strip()]

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_sizes(text: str) -> list[int]:
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     try:
         sizes = [int(t) for t in text.split(",") if t.strip()]
@@ -212,7 +212,7 @@ def _table(rows: list[dict], ceil: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from kernels.cuda_build import CudaUnavailable, require_cupy
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     sizes = _parse_sizes(args.log_sizes)
     try:

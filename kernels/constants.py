@@ -2,7 +2,7 @@
 
 Why one file: a kernel that disagrees with the reference about a modulus, a Montgomery radix or
 a root of unity fails in confusing ways; keeping every number here (and testing each one in
-``tests/test_kernels_constants.py``) makes such a disagreement impossible.
+``tests/kernels/test_constants.py``) makes such a disagreement impossible.
 
 Sources: the curve is defined in the IETF draft "Pairing-Friendly Curves"
 (draft-irtf-cfrg-pairing-friendly-curves, section 4.2.1) and in the ZCash BLS12-381

@@ -5,7 +5,7 @@ on the device for a check would need 16 GiB beside the partitions it checks. Her
 vector stays where it is (host numpy or device CuPy) and crosses to the device ``chunk``
 elements at a time; the device keeps only the chunk buffers and one partial sum per block
 (``kernels/cuda/fr_check.cu``). The answers are the same integers the CPU functions compute,
-and ``tests/test_cuda_check.py`` compares the two on fresh random inputs.
+and ``tests/kernels/test_cuda_check.py`` compares the two on fresh random inputs.
 
 The SRS secrets of a query are the powers s_i = sigma^i of one secret sigma (``engine.srs``),
 so <k, s> is the value at sigma of the polynomial with coefficients k, and the secrets never

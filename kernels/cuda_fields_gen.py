@@ -2,7 +2,8 @@
 
 Why generated: the CUDA header must carry the moduli and Montgomery constants as literals (NVRTC
 has no Python to ask), but ``kernels/constants.py`` is the single source of truth. The header
-keeps the rendered block between two marker lines; ``tests/test_cuda_fields_host.py`` renders it
+keeps the rendered block between two marker lines;
+``tests/kernels/test_cuda_fields_host.py`` renders it
 again and compares, so the two can never drift. Run ``python -m kernels.cuda_fields_gen`` to
 rewrite the block after a constants change.
 """

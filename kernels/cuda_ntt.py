@@ -3,7 +3,7 @@
 Why split into a planner and an executor: the planner (pure Python, no CuPy) turns one request
 into a list of :class:`Pass` launches over named buffers and named tables; the executor maps
 the names to CuPy arrays and launches. The CPU tests run the very same plans through a host
-build of ``ntt.cuh`` (``tests/test_cuda_ntt_host.py``), so the index algebra is proven in CI
+build of ``ntt.cuh`` (``tests/kernels/test_cuda_ntt_host.py``), so the index algebra is proven in CI
 without a GPU, and the GPU tests only have to prove the device build.
 
 Conventions are those of ``kernels/cpu/ntt.py`` (domain root ``w_k``, coset generator g = 7,

@@ -1,3 +1,5 @@
 """provetop: a GPU Groth16 proving engine for BLS12-381 and a dashboard for its operators."""
 
-__version__ = "0.1.0"
+from provetop.version import __version__
+
+__all__ = ["__version__"]

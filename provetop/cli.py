@@ -11,6 +11,9 @@ import argparse
 import importlib
 import sys
 
+from provetop.version import __version__
+from provetop.errors import UsageError
+
 # name -> one-line help; the module provetop.commands.<name> implements it.
 COMMANDS: dict[str, str] = {
     "run": "run the engine and watch it in the dashboard",
@@ -25,10 +28,6 @@ COMMANDS: dict[str, str] = {
 }
 
 
-class UsageError(Exception):
-    """A bad argument or input: reported as one line and exit code 2."""
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one clear line, exit 2, no usage dump
         sys.stderr.write(f"provetop: error: {message}\n")
@@ -37,8 +36,6 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(load: bool = True) -> argparse.ArgumentParser:
     parser = _Parser(prog="provetop", description=__doc__.splitlines()[0])
-    from provetop import __version__
-
     parser.add_argument("--version", action="version", version=f"provetop {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_text in COMMANDS.items():

@@ -3,7 +3,7 @@
 Every producer (the engine, the cuzk adapter) emits these events, every carrier (the socket
 stream, recording files) moves them unchanged, and every consumer (the state reducer, and through
 it the dashboard, ``summary``, ``export`` and replay) reads them. ``docs/telemetry.md`` documents
-the same table; ``tests/test_schema.py`` checks that the two agree.
+the same table; ``tests/recordings/test_schema.py`` checks that the two agree.
 
 An event is a flat msgpack map with string keys. Two keys are always present:
 

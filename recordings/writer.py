@@ -108,7 +108,7 @@ class RecordingWriter:
                 f"cannot write recording {self.path}: {exc.strerror or exc}"
             ) from None
         if writer is None:
-            from provetop import __version__
+            from provetop.version import __version__
 
             writer = f"provetop {__version__}"
         header = {

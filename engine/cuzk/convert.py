@@ -920,6 +920,6 @@ def _ms(start: int | None, end: int) -> float | None:
 
 
 def _version() -> str:
-    from provetop import __version__
+    from provetop.version import __version__
 
     return f"provetop {__version__} cuzk adapter"

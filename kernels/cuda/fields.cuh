@@ -2,7 +2,7 @@
 // modulus p), as instantiations of the Montgomery template in mont.cuh.
 //
 // The literal values below are rendered from kernels/constants.py (the single source of truth)
-// by kernels/cuda_fields_gen.py; tests/test_cuda_fields_host.py re-renders and compares them.
+// by kernels/cuda_fields_gen.py; tests/kernels/test_cuda_fields_host.py re-renders and compares them.
 // How each one is derived:
 //   MOD_WORDS : the modulus m in little-endian 32-bit words (Fr: 8 words, Fp: 12 words);
 //   M0        : -m^-1 mod 2^32, the per-word factor of word-by-word (CIOS) reduction. For r,

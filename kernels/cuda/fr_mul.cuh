@@ -24,7 +24,7 @@
 // Both keep mont.cuh's even/odd accumulators (pe holds products on even word pairs, po on odd
 // ones, each row one carry chain per accumulator), whose bounds are argued at each function.
 //
-// Compiles on the host too (mont.cuh's exact carry-flag emulation): tests/test_cuda_fr_mul_host.py
+// Compiles on the host too (mont.cuh's exact carry-flag emulation): tests/kernels/test_cuda_fr_mul_host.py
 // checks the very instruction sequences on the CPU against Python integers.
 #pragma once
 #include "fields.cuh"

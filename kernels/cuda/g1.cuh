@@ -14,7 +14,7 @@
 // kernels write all zeros). Jacobian = X, Y, Z with infinity <=> Z == 0.
 //
 // Compiles as device code (nvcc, NVRTC) and as host C++17 (g++), like mont.cuh, so that
-// tests/test_cuda_g1_host.py checks the very formulas the GPU runs.
+// tests/kernels/test_cuda_g1_host.py checks the very formulas the GPU runs.
 #pragma once
 #include "fields.cuh"
 

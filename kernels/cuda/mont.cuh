@@ -6,7 +6,7 @@
 //   * nvcc / NVRTC device code: the carry chains are PTX (add.cc / addc / mad.lo.cc / madc.hi),
 //     which is what makes a 256/384-bit multiply cheap on a GPU;
 //   * host C++17 (g++): portable code with 64-bit intermediates, so the CPU tests
-//     (tests/test_cuda_fields_host.py) check exactly the algorithm the GPU runs;
+//     (tests/kernels/test_cuda_fields_host.py) check exactly the algorithm the GPU runs;
 //   * NVRTC (CuPy RawModule): no standard headers there, so the fixed-width types are ours.
 // The carry-chain primitives are PTX on the device and an exact emulation (explicit carry) on the
 // host, so the host build runs the same instruction sequences. MONT_PORTABLE selects a plain

@@ -29,7 +29,7 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     if not getattr(args, "target", None):
         raise UsageError(f"bench needs a target: {', '.join(TARGETS)}")

@@ -64,7 +64,7 @@ def config_from_args(args: argparse.Namespace):
     raise UsageError with one line."""
     from engine.config import ConfigError, from_preset
     from engine.sizes import parse_size
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     try:
         devices = None
@@ -113,7 +113,7 @@ def config_from_args(args: argparse.Namespace):
 def build_engine(args: argparse.Namespace, log=None):
     """Check the flags and construct (not start) the Engine; UsageError on bad values."""
     from engine.runner import Engine, EngineError
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     config = config_from_args(args)
     if args.record and args.no_record:
@@ -191,7 +191,7 @@ def _ignore_signals() -> None:
 def run(args: argparse.Namespace) -> int:
     from engine.runner import EngineError
     from engine.sizes import fmt_size
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     engine = build_engine(args)
     out = sys.stdout

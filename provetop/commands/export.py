@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
     from recordings.errors import RecordingError
     from recordings.export_perfetto import write_perfetto
 

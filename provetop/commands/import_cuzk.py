@@ -73,7 +73,7 @@ def _wall_anchor(log: str) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     if args.log != "-" and not os.path.isfile(args.log):
         raise UsageError(f"no such cuzk log: {args.log}")

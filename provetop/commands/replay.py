@@ -20,7 +20,7 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     if not os.path.isfile(args.file):
         raise UsageError(f"no such recording: {args.file}")

@@ -59,8 +59,8 @@ def engine_argv(args: argparse.Namespace) -> list[str]:
 def _check_flags(args: argparse.Namespace) -> str | None:
     """Refuse bad flags here with the engine's one-line messages, before any process starts;
     returns the recording path the engine will write (None for --no-record)."""
-    from provetop.cli import UsageError
     from provetop.commands.engine import config_from_args
+    from provetop.errors import UsageError
 
     config_from_args(args)
     if args.record and args.no_record:
@@ -82,7 +82,7 @@ def _check_flags(args: argparse.Namespace) -> str | None:
 
 def _start_engine(args: argparse.Namespace, record: str | None) -> tuple[subprocess.Popen, str]:
     """Start the child engine; return it and the address it serves (read from its stdout)."""
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     argv = engine_argv(args)
     if record is not None and not args.record:

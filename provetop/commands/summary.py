@@ -15,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
     from recordings.errors import RecordingError
     from recordings.summary import build_summary, format_summary
 

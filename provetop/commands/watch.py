@@ -45,7 +45,7 @@ def add_display_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def read_token(path: str | None) -> str | None:
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
 
     if path is None:
         return None
@@ -69,7 +69,7 @@ def _readable_or_pending(path: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.cli import UsageError
+    from provetop.errors import UsageError
     from tui.sources import LiveSource, default_address, parse_address
 
     addresses = list(args.addresses)

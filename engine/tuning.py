@@ -1,0 +1,121 @@
+"""The run's one tuning record: every ``PROVETOP_*`` setting, read and checked once.
+
+The command line builds it with :meth:`Tuning.from_env` before anything starts (a bad value is
+one line and exit code 2), and passes it to :class:`engine.runner.Engine`, which hands the
+kernel part to the backend and writes :meth:`Tuning.as_dict` into the run's ``hello`` event, so
+an A/B run records differently from a default one. ``engine/README.md``'s table of variables
+is :func:`markdown_table`'s output; ``tests/engine/test_tuning.py`` compares them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernels.tuning import SETTINGS as KERNEL_SETTINGS
+from kernels.tuning import KernelTuning, Setting, SettingError, read
+from kernels.tuning import markdown_table as _markdown_table
+
+SYNC_SCOPES = ("worker", "device")
+PRIORITY_TO = ("synthesis", "compute")
+# A short switch interval lets a worker waiting to launch its next kernel get the GIL soon:
+# 0.5 ms, against the interpreter's 5 ms default (docs/architecture.md, "GIL").
+DEFAULT_SWITCH_INTERVAL_S = 0.0005
+
+
+def _seconds_in_unit_interval(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:  # also false for nan
+        raise SettingError(f"PROVETOP_SWITCH_INTERVAL must be seconds in (0, 1], got {raw!r}")
+    return value
+
+
+def _choice(env: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in allowed:
+            raise SettingError(f"{env}={raw!r}: expected one of {', '.join(allowed)}")
+        return raw
+
+    return parse
+
+
+def _optional_text(raw: str) -> str | None:
+    return raw.strip() or None
+
+
+ENGINE_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "PROVETOP_SYNC_SCOPE",
+        "sync_scope",
+        _choice("PROVETOP_SYNC_SCOPE", SYNC_SCOPES),
+        "`worker` (default), `device`",
+        "what the synchronise before a trim waits for: the worker's own streams, or the whole "
+        "device (cuzk's way; the trim-stall A/B)",
+    ),
+    Setting(
+        "PROVETOP_PRIORITY_TO",
+        "priority_to",
+        _choice("PROVETOP_PRIORITY_TO", PRIORITY_TO),
+        "`synthesis` (default), `compute`",
+        "which worker stream gets the device's greatest priority",
+    ),
+    Setting(
+        "PROVETOP_SWITCH_INTERVAL",
+        "switch_interval_s",
+        _seconds_in_unit_interval,
+        "seconds in (0, 1] (default 0.0005)",
+        "the interpreter's thread switch interval during a CUDA run "
+        "(`sys.setswitchinterval`): short, so a worker waiting to launch its next kernel gets "
+        "the GIL soon",
+    ),
+    Setting(
+        "PROVETOP_INJECT",
+        "inject",
+        _optional_text,
+        "a fault spec (default none)",
+        "fault injection, the default of `--inject` (docs/reliability.md)",
+    ),
+)
+
+SETTINGS: tuple[Setting, ...] = KERNEL_SETTINGS + ENGINE_SETTINGS
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Engine settings plus the kernels' (:class:`kernels.tuning.KernelTuning`)."""
+
+    kernels: KernelTuning = field(default_factory=KernelTuning)
+    sync_scope: str = "worker"
+    priority_to: str = "synthesis"
+    switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S
+    inject: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Tuning:
+        """Every setting from ``environ`` (default ``os.environ``), checked; raises
+        :class:`kernels.tuning.SettingError` naming the first bad variable."""
+        env = os.environ if environ is None else environ
+        return cls(kernels=KernelTuning.from_env(env), **read(ENGINE_SETTINGS, env))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (msgpack and JSON safe), the kernels' nested under ``kernels``."""
+        return {
+            "kernels": self.kernels.as_dict(),
+            "sync_scope": self.sync_scope,
+            "priority_to": self.priority_to,
+            "switch_interval_s": self.switch_interval_s,
+            "inject": self.inject,
+        }
+
+
+def markdown_table() -> str:
+    """The table of every ``PROVETOP_*`` variable, as ``engine/README.md`` carries it."""
+    return _markdown_table(SETTINGS)
+
+
+__all__ = ["SETTINGS", "SettingError", "Tuning", "markdown_table"]

@@ -1,0 +1,184 @@
+"""The kernels' measurement settings (``PROVETOP_*`` environment variables), read once.
+
+Why a record and not ``os.environ`` lookups where each knob is used: an A/B run must say what
+it changed. Every setting is parsed and checked in one place (a bad value is one
+:class:`SettingError` naming the variable, before any work starts), the record is passed down
+explicitly to whatever needs it, and its :meth:`KernelTuning.as_dict` goes into every bench
+JSON's ``meta`` (and, through :mod:`engine.tuning`, into every run's ``hello`` event). The
+table in ``engine/README.md`` is generated from :data:`SETTINGS` and a test compares the two.
+
+The engine adds its own settings in :mod:`engine.tuning`; this module knows only the kernels'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+PIN_METHODS = ("register", "alloc")
+MSM_SOURCES = ("msm.cu", "msm_lb.cu")
+# The default affine-pairing threshold: 2^40 pairs is more than any MSM here ever has (2^27
+# scalars), so no pass runs unless a run asks for one.
+NEVER_AFFINE = 1 << 40
+
+
+class SettingError(ValueError):
+    """A ``PROVETOP_*`` variable with a value that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: the record field it fills, how it is parsed, and the row of
+    the README table that documents it."""
+
+    env: str
+    field: str
+    parse: Callable[[str], Any]
+    values: str  # the README's "values" column
+    doc: str  # the README's "what it changes" column
+
+
+def _choice(env: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in allowed:
+            raise SettingError(f"{env}={raw!r}: expected one of {', '.join(allowed)}")
+        return raw
+
+    return parse
+
+
+def _int_at_least(env: str, low: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise SettingError(f"{env}={raw!r}: expected an integer") from None
+        if value < low:
+            raise SettingError(f"{env}={raw!r}: must be at least {low}")
+        return value
+
+    return parse
+
+
+def _defines(raw: str) -> tuple[tuple[str, str], ...]:
+    """``"A=1,B"`` -> ``(("A", "1"), ("B", "1"))``: compile-time defines of the NTT source."""
+    out: list[tuple[str, str]] = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, _, value = item.partition("=")
+        if not key.isidentifier():
+            raise SettingError(f"PROVETOP_NTT_DEFINES: {key!r} is not a C identifier")
+        out.append((key, value or "1"))
+    return tuple(out)
+
+
+def _text(raw: str) -> str:
+    return raw.strip()
+
+
+@dataclass(frozen=True)
+class KernelTuning:
+    """The kernels' settings; the defaults are what the published figures use."""
+
+    ntt_defines: tuple[tuple[str, str], ...] = ()
+    pin_method: str = "register"
+    msm_source: str = "msm.cu"
+    msm_affine_min_pairs: int = NEVER_AFFINE
+    msm_sort_group: int = 0
+    msm_affine_dense: int = 0
+    cubin_dir: str = ""  # empty: the package's own prebuilt folder
+    commit: str = ""  # empty: ``git rev-parse HEAD`` where git is there
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> KernelTuning:
+        """Every kernel setting from ``environ`` (default ``os.environ``), checked; raises
+        :class:`SettingError` for the first bad one."""
+        return cls(**read(SETTINGS, os.environ if environ is None else environ))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as plain values (msgpack and JSON safe), for ``hello`` and bench meta."""
+        out = dataclasses.asdict(self)
+        out["ntt_defines"] = {k: v for k, v in self.ntt_defines}
+        return out
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "PROVETOP_NTT_DEFINES",
+        "ntt_defines",
+        _defines,
+        "`NAME=VALUE,...` (default none)",
+        "compile-time defines of the NTT source (e.g. `NTT_MIN_BLOCKS`, `MONT_PORTABLE`); "
+        "the NTT module is compiled again for each distinct set",
+    ),
+    Setting(
+        "PROVETOP_PIN_METHOD",
+        "pin_method",
+        _choice("PROVETOP_PIN_METHOD", PIN_METHODS),
+        "`register` (default), `alloc`",
+        "how host buffers are page-locked: a large-page mapping then cudaHostRegister, or "
+        "cudaHostAlloc (also the fallback when registering fails, reported as a "
+        "`registration` fault)",
+    ),
+    Setting(
+        "PROVETOP_MSM_SOURCE",
+        "msm_source",
+        _choice("PROVETOP_MSM_SOURCE", MSM_SOURCES),
+        "`msm.cu` (default), `msm_lb.cu`",
+        "the MSM kernel source: the compiler's choice of registers, or capped at 168 for "
+        "occupancy with blocks of at most 128 threads",
+    ),
+    Setting(
+        "PROVETOP_MSM_AFFINE_MIN_PAIRS",
+        "msm_affine_min_pairs",
+        _int_at_least("PROVETOP_MSM_AFFINE_MIN_PAIRS", 1),
+        "pairs (default 2^40: never)",
+        "the fewest ones-bucket pairs for which the MSM halves them with affine pairing "
+        "passes (one batched inversion per thread) before the XYZZ accumulation",
+    ),
+    Setting(
+        "PROVETOP_MSM_SORT_GROUP",
+        "msm_sort_group",
+        _int_at_least("PROVETOP_MSM_SORT_GROUP", 0),
+        "0 (default: the L2 rule), or windows per launch",
+        "how many windows each launch of the MSM's counting sort takes",
+    ),
+    Setting(
+        "PROVETOP_MSM_AFFINE_DENSE",
+        "msm_affine_dense",
+        _int_at_least("PROVETOP_MSM_AFFINE_DENSE", 0),
+        "passes (default 0)",
+        "affine pairing passes over the dense buckets too (96 bytes per entry per pass)",
+    ),
+    Setting(
+        "PROVETOP_CUBIN_DIR",
+        "cubin_dir",
+        _text,
+        "a folder (default: the package's prebuilt cubins)",
+        "where nvcc-built cubins are looked for before compiling with NVRTC",
+    ),
+    Setting(
+        "PROVETOP_COMMIT",
+        "commit",
+        _text,
+        "a commit (default: `git rev-parse HEAD`)",
+        "the commit written into bench results and recordings where git is not there",
+    ),
+)
+
+
+def read(settings: tuple[Setting, ...], environ: Mapping[str, str]) -> dict[str, Any]:
+    """``{field: parsed value}`` for each setting present in ``environ``."""
+    return {s.field: s.parse(environ[s.env]) for s in settings if s.env in environ}
+
+
+def markdown_table(settings: tuple[Setting, ...]) -> str:
+    """The README's table of settings, one row per variable, in the order given."""
+    rows = ["| variable | values | what it changes |", "| --- | --- | --- |"]
+    rows += [f"| `{s.env}` | {s.values} | {s.doc} |" for s in settings]
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,469 @@
+"""The GPU MSM and SRS (kernels/cuda_msm.py, kernels/cuda_srs.py) against the CPU reference.
+
+Why these cases: fresh random points and scalars at every size in {1, 2, 3, 31, 1000, 4096}
+(sizes below, at and above a warp and a chunk), and the inputs that break a Pippenger in
+practice: all-zero and all-one scalars, a real witness mix (48% zeros, 48% ones, 4% dense),
+one point repeated many times (the doubling case inside a bucket), the point at infinity among
+the inputs; every call's scratch comes from an allocator that fills memory with 0xff, so a
+buffer the pipeline forgets to initialise shows up as a wrong result. At 2^20 and 2^24 the
+reference MSM would take hours on a CPU; there the known-secret identity
+MSM(k, [s]G) = [<k, s>]G is exact and costs one dot product in Fr and one scalar multiplication.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+
+import numpy as np
+import pytest
+
+from kernels import layout
+from kernels.constants import FR_MODULUS as R
+from kernels.cpu import g1
+from kernels.cpu import msm as cmsm
+from tests.kernels.host_io import FP_IO
+
+
+@pytest.fixture(scope="module")
+def poison(cp):
+    """An allocator (nbytes -> MemoryPointer) whose every block starts as 0xff bytes."""
+    pool = cp.cuda.MemoryPool()
+
+    def alloc(nbytes: int):
+        mem = pool.malloc(nbytes)
+        if nbytes:
+            cp.cuda.runtime.memset(mem.ptr, 0xFF, nbytes)
+        return mem
+
+    return alloc
+
+
+def random_points(cp, n: int) -> tuple[object, list[g1.Affine]]:
+    """n random points [s]G from the GPU SRS (a few checked against the CPU scalar mult)."""
+    from kernels.cuda_srs import srs_random_points
+
+    pts_dev, secrets = srs_random_points(n)
+    pts = layout.g1_from_limbs(pts_dev.get())
+    for i in random.sample(range(n), min(n, 3)):
+        assert pts[i] == g1.scalar_mul(g1.GENERATOR, secrets[i]), "GPU SRS point wrong"
+    return pts_dev, pts
+
+
+def scalars_of(kind: str, n: int, rng: random.Random) -> list[int]:
+    if kind == "dense":
+        return layout.random_fr(n, rng)
+    if kind == "zeros":
+        return [0] * n
+    if kind == "ones":
+        return [1] * n
+    # a real witness: 48% zeros, 48% ones, 4% dense
+    return [rng.choice((0, 1)) if rng.random() < 0.96 else rng.randrange(R) for _ in range(n)]
+
+
+def gpu_msm(cp, pts_dev, ks: list[int], alloc, **kw) -> g1.Affine:
+    from kernels.cuda_msm import msm
+
+    sc = cp.asarray(layout.fr_to_limbs(ks, montgomery=False))
+    out = msm(pts_dev, sc, allocator=alloc, **kw)
+    assert isinstance(out, np.ndarray) and out.shape == (12,) and out.dtype == np.uint64
+    return layout.g1_from_limbs(out)[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 2, 3, 31, 1000, 4096])
+def test_msm_matches_reference(cp, poison, n: int) -> None:
+    rng = random.Random()
+    pts_dev, pts = random_points(cp, n)
+    for kind in ("dense", "zeros", "ones", "witness"):
+        ks = scalars_of(kind, n, rng)
+        got = gpu_msm(cp, pts_dev, ks, poison)
+        assert got == cmsm.msm_fast(pts, ks), f"GPU MSM != reference (n={n}, {kind})"
+
+
+@pytest.mark.gpu
+def test_repeated_points_and_infinity(cp, poison) -> None:
+    rng = random.Random()
+    n = 1000
+    pts_dev, pts = random_points(cp, 8)
+    idx = [rng.randrange(8) for _ in range(n)]
+    big = cp.ascontiguousarray(pts_dev[cp.asarray(idx)])
+    full = [pts[i] for i in idx]
+    for i in rng.sample(range(n), 20):  # the point at infinity (all-zero row)
+        big[i] = 0
+        full[i] = None
+    ks = layout.random_fr(n, rng)
+    for i in range(0, n, 7):
+        ks[i] = ks[0]  # the same (point, scalar) pairs: P + P inside buckets
+    assert gpu_msm(cp, big, ks, poison) == cmsm.msm_fast(full, ks)
+    # P and -P in one bucket cancel to infinity
+    neg = cp.asarray(layout.g1_to_limbs([g1.affine_neg(pts[0])]))
+    both = cp.concatenate([pts_dev[:1], neg])
+    assert gpu_msm(cp, both, [5, 5], poison) is None
+
+
+@pytest.mark.gpu
+def test_affine_passes(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The affine batch-addition passes (ones and dense buckets) forced on at small n, with
+    tiny batches and few threads so that batches are cut inside buckets and threads hold
+    several batches: every scalar mix, repeated points (P + P in a pass), P + (-P), infinity."""
+    from kernels import cuda_msm as cm
+
+    monkeypatch.setattr(cm, "AFFINE_MIN_PAIRS", 1)
+    monkeypatch.setattr(cm, "AFFINE_DENSE_PASSES", 2)
+    monkeypatch.setattr(cm, "AFFINE_NB_MAX", 5)
+    monkeypatch.setattr(cm, "AFFINE_THREADS", 96)
+    rng = random.Random()
+    n = 1000
+    pts_dev, pts = random_points(cp, n)
+    for kind in ("dense", "ones", "witness"):
+        ks = scalars_of(kind, n, rng)
+        assert gpu_msm(cp, pts_dev, ks, poison) == cmsm.msm_fast(pts, ks), kind
+    few_dev, few = random_points(cp, 6)
+    idx = [rng.randrange(6) for _ in range(n)]
+    big = cp.ascontiguousarray(few_dev[cp.asarray(idx)])
+    full = [few[i] for i in idx]
+    for i in rng.sample(range(n), 40):
+        big[i] = 0
+        full[i] = None
+    ks = [rng.choice((1, 1, 2, R - 1, R - 2, 7)) for _ in range(n)]  # few buckets, many pairs
+    assert gpu_msm(cp, big, ks, poison) == cmsm.msm_fast(full, ks)
+    neg = cp.asarray(layout.g1_to_limbs([g1.affine_neg(few[0])]))
+    both = cp.concatenate([few_dev[:1], neg, few_dev[:1], few_dev[:1]])
+    assert gpu_msm(cp, both, [1, 1, 1, 1], poison) == g1.scalar_mul(few[0], 2)
+
+
+@pytest.mark.gpu
+def test_sort_in_window_groups(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counting sort launched per group of windows (SORT_GROUP) gives the same sums: the
+    digits below a group are computed for their carries only, the ones are counted once."""
+    from kernels import cuda_msm as cm
+
+    rng = random.Random()
+    pts_dev, pts = random_points(cp, 700)
+    for group in (1, 3, 5):
+        monkeypatch.setattr(cm, "SORT_GROUP", group)
+        for kind in ("dense", "witness"):
+            ks = scalars_of(kind, 700, rng)
+            want = cmsm.msm_fast(pts, ks)
+            for c in (7, 16):
+                got = gpu_msm(cp, pts_dev, ks, poison, window_bits=c)
+                assert got == want, f"group {group}, {kind}, c={c}"
+
+
+@pytest.mark.gpu
+def test_sort_rule_with_a_small_l2(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule's own grouping (three windows per count launch, one per scatter launch, as at
+    2^27 on the H200) on small inputs, by pretending the L2 holds six windows of counters."""
+    from kernels import cuda_msm as cm
+
+    rng = random.Random()
+    pts_dev, pts = random_points(cp, 500)
+    for c in (7, 16):
+        l2 = 6 * 4 * (1 << (c - 1))
+        assert cm.sort_groups(cm.num_windows(c), 1 << (c - 1), l2) == (3, 1)
+        monkeypatch.setattr(cm, "_l2_bytes", lambda l2=l2: l2)
+        for kind in ("dense", "witness"):
+            ks = scalars_of(kind, 500, rng)
+            got = gpu_msm(cp, pts_dev, ks, poison, window_bits=c)
+            assert got == cmsm.msm_fast(pts, ks), f"{kind}, c={c}"
+
+
+def test_sort_groups_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows per launch of the count and the scatter: one launch each while all counters fit
+    in half the L2; otherwise about half the L2 per count launch and a sixth per scatter."""
+    from kernels import cuda_msm as cm
+
+    monkeypatch.setattr(cm, "SORT_GROUP", 0)
+    h200_l2 = 50 << 20
+    W22, W18 = cm.num_windows(22), cm.num_windows(18)
+    assert cm.sort_groups(W22, 1 << 21, h200_l2) == (3, 1)  # 8 MiB of counters per window
+    assert cm.sort_groups(W18, 1 << 17, h200_l2) == (W18, W18)  # 0.5 MiB: all in L2
+    assert cm.sort_groups(cm.num_windows(20), 1 << 19, h200_l2) == (12, 4)
+    assert cm.sort_groups(W22, 1 << 21, 1 << 20) == (1, 1)  # never below one window
+    monkeypatch.setattr(cm, "SORT_GROUP", 5)
+    assert cm.sort_groups(W22, 1 << 21, h200_l2) == (5, 5)
+    assert cm.sort_groups(3, 1 << 21, h200_l2) == (3, 3)
+    monkeypatch.setattr(cm, "SORT_GROUP", -1)
+    with pytest.raises(ValueError, match="PROVETOP_MSM_SORT_GROUP=-1"):
+        cm.sort_groups(W22, 1 << 21, h200_l2)
+
+
+@pytest.mark.gpu
+def test_window_sizes_agree(cp, poison) -> None:
+    """Every window (small, odd, large) gives the same point: the digits and bucket layout are
+    right for each c, not only for the one the rule picks."""
+    rng = random.Random()
+    pts_dev, pts = random_points(cp, 300)
+    ks = scalars_of("dense", 300, rng)
+    want = cmsm.msm_fast(pts, ks)
+    for c in (4, 7, 13, 16, 21):
+        assert gpu_msm(cp, pts_dev, ks, poison, window_bits=c) == want, f"window {c}"
+
+
+@pytest.mark.gpu
+def test_host_streamed_points(cp, poison) -> None:
+    """Points in pinned host memory, uploaded in chunks overlapped with the compute."""
+    from kernels.cuda_msm import msm_host_points, pinned_empty
+
+    rng = random.Random()
+    n = 4096
+    pts_dev, pts = random_points(cp, n)
+    host = pinned_empty((n, 12))
+    host[:] = pts_dev.get()
+    ks = scalars_of("witness", n, rng)
+    ks[: n // 2] = layout.random_fr(n // 2, rng)
+    sc = cp.asarray(layout.fr_to_limbs(ks, montgomery=False))
+    got = msm_host_points(host, sc, chunk=1000, allocator=poison)
+    want = cmsm.msm_fast(pts, ks)
+    assert layout.g1_from_limbs(got)[0] == want
+    # msm() itself routes host points (numpy, not pinned here) and numpy scalars
+    from kernels.cuda_msm import msm
+
+    plain = pts_dev.get()
+    got2 = msm(plain, layout.fr_to_limbs(ks, montgomery=False), allocator=poison)
+    assert layout.g1_from_limbs(got2)[0] == want
+
+
+@pytest.mark.gpu
+def test_host_streamed_calls_in_a_row_reuse_one_copy_stream_and_stay_exact(cp, poison) -> None:
+    """Each thread makes its copy stream and events once (creating events waited for the
+    running kernel on the H200); back-to-back calls with other chunkings, one of them
+    ending with a short chunk and one with a single chunk, must all stay exact."""
+    from kernels import cuda_msm
+
+    rng = random.Random()
+    n = 3000
+    pts_dev, pts = random_points(cp, n)
+    host = cuda_msm.pinned_empty((n, 12))
+    host[:] = pts_dev.get()
+    kits = []
+    for chunk in (700, 1500, n):
+        ks = layout.random_fr(n, rng)
+        sc = cp.asarray(layout.fr_to_limbs(ks, montgomery=False))
+        got = cuda_msm.msm_host_points(host, sc, chunk=chunk, allocator=poison)
+        assert layout.g1_from_limbs(got)[0] == cmsm.msm_fast(pts, ks), f"chunk {chunk}"
+        kits.append(cuda_msm._streaming_kit(cp))
+    assert kits[0] is kits[1] is kits[2]
+
+
+@pytest.mark.gpu
+def test_selftest_rows(cp) -> None:
+    """The rows `provetop selftest --backend cuda` gains from this module pass."""
+    from kernels.cuda_msm import selftest_checks
+    from kernels.selftest import run_check
+
+    for check in selftest_checks():
+        res = run_check(check)
+        assert res.status == "pass", f"{check.name}: {res.status} {res.detail}"
+
+
+@pytest.mark.gpu
+def test_srs_edges(cp) -> None:
+    from kernels.cuda_srs import srs
+
+    rng = random.Random()
+    secrets = [0, 1, 2, R - 1, R - 2, (1 << 254) + 12345] + layout.random_fr(26, rng)
+    out = srs(cp.asarray(layout.fr_to_limbs(secrets, montgomery=False))).get()
+    got = layout.g1_from_limbs(out)
+    for s, p in zip(secrets, got, strict=True):
+        assert p == g1.scalar_mul(g1.GENERATOR, s), f"srs([{s:#x}]G)"
+
+
+def dot_mod_r(ks: list[int], ss: list[int]) -> int:
+    return sum(map(operator.mul, ks, ss)) % R
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("log_n,affine", [(20, False), (24, False), (20, True)])
+def test_identity_large(cp, monkeypatch: pytest.MonkeyPatch, log_n: int, affine: bool) -> None:
+    """MSM(k, [s]G) == [<k, s> mod r]G at 2^20 and 2^24, with the SRS from the GPU generator;
+    ``affine``: with affine passes over the ones and two over the dense buckets, on 2^12 threads
+    so that every thread runs several full batches of AFFINE_NB_MAX (the production shape)."""
+    from kernels import cuda_msm as cm
+    from kernels.cuda_msm import msm
+    from kernels.cuda_srs import srs
+
+    if affine:
+        monkeypatch.setattr(cm, "AFFINE_MIN_PAIRS", 1 << 14)
+        monkeypatch.setattr(cm, "AFFINE_DENSE_PASSES", 2)
+        monkeypatch.setattr(cm, "AFFINE_THREADS", 1 << 12)
+
+    n = 1 << log_n
+    gen = np.random.default_rng()
+    s_limbs = layout.random_fr_limbs(n, gen, montgomery=False)
+    k_limbs = layout.random_fr_limbs(n, gen, montgomery=False)
+    k_limbs[: n // 4] = 0  # a quarter zeros, a quarter ones, half dense
+    k_limbs[n // 4 : n // 2] = 0
+    k_limbs[n // 4 : n // 2, 0] = 1
+    pts = srs(cp.asarray(s_limbs))
+    got = msm(pts, cp.asarray(k_limbs))
+    e = dot_mod_r(
+        layout.fr_from_limbs(k_limbs, montgomery=False),
+        layout.fr_from_limbs(s_limbs, montgomery=False),
+    )
+    assert layout.g1_from_limbs(got)[0] == g1.scalar_mul(g1.GENERATOR, e)
+
+
+# --- host (g++) check of the affine pass body: runs in CI without a GPU -----------------------
+
+AFFINE_DRIVER = (
+    r"""
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+#include "msm.cuh"
+
+"""
+    + FP_IO
+    + r"""
+// "npts m K T Lc NB" + npts points + m entries + (K + 1) offsets + (K + 1) new offsets
+int main() {
+    uint32_t npts, m, K, T, Lc, NB;
+    std::cin >> npts >> m >> K >> T >> Lc >> NB;
+    std::vector<g1_affine> pts(npts);
+    for (auto& q : pts) {
+        std::string x, y;
+        std::cin >> x >> y;
+        q = {parse_fp(x), parse_fp(y)};
+    }
+    std::vector<uint32_t> idx(m), off(K + 1), off2(K + 1);
+    for (auto& v : idx) std::cin >> v;
+    for (auto& v : off) std::cin >> v;
+    for (auto& v : off2) std::cin >> v;
+    const uint32_t m2 = off2[K];
+    std::vector<fp_t> prefix((size_t)T * NB);
+    std::vector<uint32_t> srcs((size_t)T * NB, 0xdeadbeefu);
+    g1_affine poison;
+    for (auto& w : poison.x.v) w = 0x5a5a5a5au;
+    poison.y = poison.x;
+    std::vector<g1_affine> out(m2, poison);
+    for (uint32_t t = 0; t < T; t++)
+        msm_affine_pass_thread(t, T, pts.data(), idx.data(), off.data(), off2.data(), K, Lc, NB,
+                               prefix.data(), srcs.data(), out.data());
+    for (const auto& q : out) {
+        if (q.is_inf()) printf("inf\n");
+        else { print_fp(q.x); printf(" "); print_fp(q.y); printf("\n"); }
+    }
+    return 0;
+}
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def affine_driver(tmp_path_factory: pytest.TempPathFactory):
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("g++ is not installed: the host build of msm.cuh cannot be checked")
+    d = tmp_path_factory.mktemp("affine_host")
+    (d / "drv.cpp").write_text(AFFINE_DRIVER)
+    cuda = Path(__file__).resolve().parents[2] / "kernels" / "cuda"
+    exe = d / "drv"
+    cmd = [cxx, "-std=c++17", "-O1", f"-I{cuda}", str(d / "drv.cpp"), "-o", str(exe)]
+    subprocess.run(cmd, check=True)
+    return exe
+
+
+@pytest.mark.parametrize("shape", ["mixed", "one-bucket", "singletons"])
+def test_affine_pass_on_host(affine_driver, shape: str) -> None:
+    """One affine pairing pass (msm.cuh, 4a) run on the host with the kernel's per-thread body:
+    output r of bucket b must be entry 2r + entry 2r+1 of b (signs applied), or entry 2r alone
+    when it is b's last; batches (NB) and thread runs (Lc) cut across buckets; repeated points,
+    P + (-P) and infinity inside pairs; all outputs written."""
+    import subprocess
+
+    from kernels.constants import FP_MODULUS as P
+
+    rng = random.Random()
+    base = g1.scalar_mul(g1.GENERATOR, rng.randrange(1, R))
+    pts: list[g1.Affine] = [base]
+    for _ in range(9):
+        pts.append(g1.affine_add(pts[-1], base))
+    pts.append(None)  # infinity
+    K = {"mixed": 23, "one-bucket": 1, "singletons": 9}[shape]
+    if shape == "singletons":
+        counts = [rng.choice((0, 1)) for _ in range(K)]
+    elif shape == "one-bucket":
+        counts = [rng.randrange(20, 60)]
+    else:
+        counts = [rng.choice((0, 1, 2, 3, 4, 5, 8, 13)) for _ in range(K)]
+    m = sum(counts)
+    idx = [rng.randrange(len(pts)) | (rng.choice((0, 1)) << 31) for _ in range(m)]
+    for j in range(0, m - 1, 5):  # P + P and P + (-P) pairs
+        idx[j + 1] = idx[j] ^ (rng.choice((0, 1)) << 31)
+    off = [0]
+    for c in counts:
+        off.append(off[-1] + c)
+    off2 = [0]
+    for c in counts:
+        off2.append(off2[-1] + (c + 1) // 2)
+    m2 = off2[-1]
+    T = rng.choice((1, 2, 3, 5, 7))
+    Lc = max(1, -(-m2 // T))
+    T = max(1, -(-m2 // Lc))
+    NB = rng.choice((1, 2, 3, 4, 6))
+
+    def val(e: int) -> g1.Affine:
+        q = pts[e & 0x7FFFFFFF]
+        return g1.affine_neg(q) if (e >> 31) and q is not None else q
+
+    def fmt(q: g1.Affine) -> str:
+        return "0 0" if q is None else f"{q[0]:x} {q[1]:x}"
+
+    text = " ".join(
+        [f"{len(pts)} {m} {K} {T} {Lc} {NB}", *(fmt(q) for q in pts)]
+        + [str(v) for v in idx + off + off2]
+    )
+    res = subprocess.run(
+        [str(affine_driver)], input=text + "\n", capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    got = res.stdout.split("\n")[:m2]
+    assert len(got) == m2
+    for b in range(K):
+        for r in range(off2[b + 1] - off2[b]):
+            s0 = off[b] + 2 * r
+            want = val(idx[s0])
+            if s0 + 1 < off[b + 1]:
+                want = g1.affine_add(want, val(idx[s0 + 1]))
+            line = got[off2[b] + r]
+            have = None if line == "inf" else tuple(int(v, 16) for v in line.split())
+            assert have == want, f"bucket {b} output {r} (T={T}, Lc={Lc}, NB={NB})"
+            assert have is None or all(v < P for v in have)
+
+
+@pytest.mark.parametrize("c", [4, 13, 16, 22])
+def test_combine_windows_on_host(c: int) -> None:
+    """The host window combination (inlined Jacobian doublings, affine window sums) against
+    sum_w 2^(c w) S_w + ones computed with the reference group law; window sums in random XYZZ
+    representations (ZZ != 1), some of them infinity (zeros, as the kernels write them)."""
+    from kernels.constants import FP_MODULUS as P
+    from kernels.cuda_msm import combine_windows, num_windows
+
+    rng = random.Random()
+    W = num_windows(c)
+    base = g1.scalar_mul(g1.GENERATOR, rng.randrange(1, R))
+    ks = [rng.randrange(R) for _ in range(W + 1)]
+    for i in rng.sample(range(W + 1), min(3, W)):
+        ks[i] = 0
+    pts = [g1.scalar_mul(base, k) for k in ks]
+    rows = []
+    for pt in pts:
+        if pt is None:
+            rows.append((0, 0, 0, 0))
+            continue
+        z = rng.randrange(1, P)
+        zz, zzz = z * z % P, pow(z, 3, P)
+        rows.append((pt[0] * zz % P, pt[1] * zzz % P, zz, zzz))
+    sums = layout.g1_xyzz_to_limbs(rows)
+    sums[[i for i, k in enumerate(ks) if k == 0]] = 0
+    e = (sum(k << (c * w) for w, k in enumerate(ks[:W])) + ks[W]) % R
+    got = layout.g1_from_limbs(combine_windows(sums, c))[0]
+    assert got == g1.scalar_mul(base, e)

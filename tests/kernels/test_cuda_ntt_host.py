@@ -1,0 +1,185 @@
+"""The NTT plans of kernels/cuda_ntt.py, executed by a host build of kernels/cuda/ntt.cuh.
+
+Why: a CUDA kernel whose every loop strides by blockDim.x between __syncthreads() runs
+correctly with one thread per block, so compiling ntt.cuh as C++ with tiny shims (one thread,
+blocks looped over) executes the exact pass bodies and the exact launch plans the GPU gets. This
+proves the index algebra, the table contents and the fused H-step pieces in CI on a CPU,
+against the CPU reference kernels/cpu/ntt.py, on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels import cuda_ntt as cn
+from kernels.constants import FR_MODULUS
+from kernels.cpu import ntt as ref
+
+CUDA_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda"
+
+SHIM = r"""
+#include <stdint.h>
+#include <string.h>
+struct emu_dim3 { unsigned x, y, z; };
+static emu_dim3 threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0}, blockDim = {1, 1, 1};
+struct uint4 { uint32_t x, y, z, w; };
+static inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+    uint4 r = {a, b, c, d}; return r;
+}
+template <class T> static inline T __ldg(const T* p) { return *p; }
+static inline uint32_t __brev(uint32_t x) {
+    uint32_t r = 0;
+    for (int i = 0; i < 32; i++) r |= ((x >> i) & 1u) << (31 - i);
+    return r;
+}
+static inline void __syncthreads() {}
+#define __device__
+#define __global__
+#define __shared__
+#define __forceinline__ inline
+uint32_t sm[8 << 10];
+#include "ntt.cuh"
+
+extern "C" void emu_pass(int dit, fr_t* dst, const fr_t* src, const fr_t* tw, int k, int s, int L,
+                         int logC, int K, int inverse, int flags, int pre_sb, int post_sb,
+                         const fr_t* pre_hi, const fr_t* pre_lo, const fr_t* post_hi,
+                         const fr_t* post_lo, const fr_t* post_const, const fr_t* qa,
+                         const fr_t* qb, unsigned gx, unsigned gy) {
+    ntt_pass_args a = {k, s, L, logC, K, inverse, flags, pre_sb, post_sb};
+    for (unsigned y = 0; y < gy; y++)
+        for (unsigned x = 0; x < gx; x++) {
+            blockIdx.x = x; blockIdx.y = y;
+            if (dit) ntt_pass_body<true>(dst, src, tw, a, pre_hi, pre_lo, post_hi, post_lo,
+                                         post_const, qa, qb);
+            else ntt_pass_body<false>(dst, src, tw, a, pre_hi, pre_lo, post_hi, post_lo,
+                                      post_const, qa, qb);
+        }
+}
+
+extern "C" void emu_build_powers(fr_t* out, const fr_t* hi, const fr_t* lo, int sb,
+                                 unsigned long long count) {
+    for (unsigned long long i = 0; i < count; i++)
+        out[i] = hi[i >> sb] * lo[i & ((1ull << sb) - 1)];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler (g++/c++/clang++) on PATH")
+    d = tmp_path_factory.mktemp("ntt_emu")
+    src = d / "emu.cpp"
+    src.write_text(SHIM)
+    lib = d / "libemu.so"
+    cmd = [cxx, "-std=c++17", "-O2", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-shared",
+           "-fPIC", f"-I{CUDA_DIR}", str(src), "-o", str(lib)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return ctypes.CDLL(str(lib))
+
+
+def _ptr(a: np.ndarray) -> ctypes.c_void_p:
+    assert a.flags.c_contiguous and a.dtype == np.uint64
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+class Emulator:
+    """Runs cuda_ntt plans on numpy buffers through the host build."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+
+    def twiddles(self, K: int) -> np.ndarray:
+        hi, lo, sb, count = cn.twiddle_split(K)
+        out = np.zeros((count, 4), dtype=np.uint64)
+        self.lib.emu_build_powers(_ptr(out), _ptr(hi), _ptr(lo), sb, ctypes.c_ulonglong(count))
+        return out
+
+    def run(self, plans: list[cn.Pass], bufs: dict[str, np.ndarray], batch: int, K: int) -> None:
+        k = plans[0].k
+        tw = self.twiddles(K)
+        consts = cn.const_values(k)
+        keep = []
+        for p in plans:
+            pre = cn.factor_table_values(p.pre, k) if p.pre else (consts, consts, 0)
+            post = cn.factor_table_values(p.post, k) if p.post else (consts, consts, 0)
+            keep += [pre, post]
+            gx, gy = p.grid(batch)
+            self.lib.emu_pass(
+                int(p.dit), _ptr(bufs[p.dst]), _ptr(bufs[p.src]), _ptr(tw), p.k, p.s, p.L,
+                p.log_c, K, int(p.inverse), p.flags, pre[2], post[2], _ptr(pre[0]), _ptr(pre[1]),
+                _ptr(post[0]), _ptr(post[1]), _ptr(consts),
+                _ptr(bufs[p.qa]) if p.qa else _ptr(consts),
+                _ptr(bufs[p.qb]) if p.qb else _ptr(consts),
+                gx, gy,
+            )  # fmt: skip
+
+
+def _rand(n: int) -> list[int]:
+    rng = random.Random()
+    return [rng.randrange(FR_MODULUS) for _ in range(n)]
+
+
+def _reorder(vals: list[int], order: str) -> list[int]:
+    if order == "natural":
+        return vals
+    idx = ref.bitrev_indices(len(vals).bit_length() - 1)
+    return [vals[int(i)] for i in idx]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 11, 12])
+def test_plans_match_reference(emu: ctypes.CDLL, k: int) -> None:
+    em = Emulator(emu)
+    n = 1 << k
+    batch = 2
+    # a table built for a larger size must serve smaller ones through the stride
+    K = k + random.choice([0, 0, 1, 3])
+    for inverse in (False, True):
+        for coset in (False, True):
+            for io in ("natural", "bitrev"):
+                for oo in ("natural", "bitrev"):
+                    vecs = [_rand(n) for _ in range(batch)]
+                    x = np.stack([cn.to_words(v, True) for v in vecs])
+                    out = np.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))  # poisoned
+                    plans = cn.plan_ntt(
+                        k, inverse=inverse, coset=coset, input_order=io, output_order=oo
+                    )
+                    em.run(plans, {"x": x, "out": out}, batch, K)
+                    for b in range(batch):
+                        natural_in = _reorder(vecs[b], io)  # vecs[b] is stored in order io
+                        want = ref.ntt(natural_in, inverse=inverse, coset=coset)
+                        got = cn.from_words(out[b], True)
+                        assert _reorder(got, oo) == want, (k, inverse, coset, io, oo, b)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 7, 11])
+def test_h_step_plan_matches_reference(emu: ctypes.CDLL, k: int) -> None:
+    em = Emulator(emu)
+    n = 1 << k
+    a, b = _rand(n), _rand(n)
+    c = [x * y % FR_MODULUS for x, y in zip(a, b, strict=True)]
+    c[0] = (c[0] + 1) % FR_MODULUS  # not a satisfied system: every coefficient matters
+    bufs = {name: cn.to_words(v, True) for name, v in (("a", a), ("b", b), ("c", c))}
+    for name in ("out", "wb", "wc"):
+        bufs[name] = np.full((n, 4), np.uint64(0xFFFFFFFFFFFFFFFF), dtype=np.uint64)
+    em.run(cn.plan_h_step(k), bufs, 1, k)
+    got = cn.from_words(bufs["out"], False)  # canonical output
+    want = [int(v) for v in ref.h_step_objects(*(ref._as_objects(v) for v in (a, b, c)))]
+    assert got == want
+
+
+def test_split_levels() -> None:
+    assert cn.split_levels(27) == [9, 9, 9]
+    assert cn.split_levels(20) == [10, 10]
+    assert cn.split_levels(11) == [6, 5]
+    for k in range(1, 28):
+        parts = cn.split_levels(k)
+        assert sum(parts) == k and max(parts) <= cn.TILE_LOG

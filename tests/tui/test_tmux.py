@@ -1,0 +1,93 @@
+"""The dashboard in a real terminal: tmux runs ``python -m provetop run`` on the cpu backend,
+we wait for partitions to show, press keys (help, a forced fallback, zoom), read the screen
+with capture-pane, and quit; the process must exit 0 and leave the terminal usable."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(
+        ["tmux", *args], check=True, capture_output=True, text=True, timeout=10
+    ).stdout
+
+
+def _screen(session: str) -> str:
+    return _tmux("capture-pane", "-p", "-t", session)
+
+
+def _wait_for(session: str, predicate, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = _screen(session)
+        if predicate(screen):
+            return screen
+        time.sleep(0.3)
+    raise AssertionError(f"timed out; the screen was:\n{screen}")
+
+
+def test_provetop_run_in_a_real_terminal(tmp_path):
+    session = f"pt-{uuid.uuid4().hex[:8]}"
+    status = tmp_path / "status"
+    record = tmp_path / "run.pvtrec"
+    command = (
+        # the ci preset's 2^5 partitions: the engine at its highest event rate. It runs in its
+        # own process (provetop run starts a child), so it cannot starve the dashboard's key
+        # handling of the GIL; in one process this froze the screen on a loaded 2-core machine.
+        f"cd {ROOT} && {sys.executable} -m provetop run --backend cpu --preset ci "
+        f"--proofs 100000 --record {record} --save-dir {tmp_path}; "
+        f"echo $? > {status}"
+    )
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "36", command],
+        check=True,
+        env=env,
+        timeout=10,
+    )
+    try:
+        # partitions arrive: the header counts them and the table lists them
+        screen = _wait_for(session, lambda s: "partitions" in s and " ok " in s)
+        assert "provetop" in screen and "[connected]" in screen
+        assert "gpu0 w0" in screen and "gpu0 GPU" in screen
+        assert "modeled" in screen
+        # the help screen opens and closes
+        _tmux("send-keys", "-t", session, "?")
+        _wait_for(session, lambda s: "provetop keys" in s)
+        _tmux("send-keys", "-t", session, "Escape")
+        _wait_for(session, lambda s: "provetop keys" not in s)
+        # a forced fallback, acknowledged by the engine and shown on later partitions
+        _tmux("send-keys", "-t", session, "F")
+        _wait_for(session, lambda s: "fallback (forced)" in s, timeout=30)
+        # zoom in: the detail row names the new, narrower window
+        before = re.search(r"window ([0-9.]+ m?s)", _screen(session)).group(1)
+        _tmux("send-keys", "-t", session, "+")
+        _wait_for(session, lambda s: f"window {before}" not in s and "window " in s)
+        _tmux("send-keys", "-t", session, "q")
+        deadline = time.monotonic() + 60
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.exists(), f"provetop run did not exit; screen:\n{_screen(session)}"
+        assert status.read_text().strip() == "0"
+        # the engine closed its recording cleanly on the way out
+        from recordings.reader import open_recording
+
+        rec = open_recording(record)
+        assert rec.complete and not rec.truncated
+        assert any(e["k"] == "control" and e["cmd"] == "force_fallback" for e in rec.events)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=10)
