@@ -11,8 +11,8 @@ import argparse
 import importlib
 import sys
 
-from provetop.version import __version__
 from provetop.errors import UsageError
+from provetop.version import __version__
 
 # name -> one-line help; the module provetop.commands.<name> implements it.
 COMMANDS: dict[str, str] = {
