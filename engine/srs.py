@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from engine.workload import QuerySizes
+from kernels.cpu.srs import powers
+from kernels.layout import fr_to_limbs, random_fr
 
 QUERIES = ("h", "l", "a", "b_g1")
 
@@ -44,7 +46,6 @@ class Srs:
 
     def secrets(self, query: str) -> list[int]:
         """The query's secrets as ints (CPU checks at small sizes only)."""
-        from kernels.cpu.srs import powers
 
         return powers(self.sigmas[query], self.sizes[query])
 
@@ -56,7 +57,6 @@ class Srs:
 
 def draw_srs(sizes: QuerySizes, rng: Any) -> Srs:
     """The secrets only: one uniform sigma per query (``rng``: a numpy Generator)."""
-    from kernels.layout import random_fr
 
     sigmas = dict(zip(QUERIES, random_fr(len(QUERIES), rng), strict=True))
     return Srs(sigmas=sigmas, sizes=dict(sizes.as_dict()))
@@ -64,7 +64,6 @@ def draw_srs(sizes: QuerySizes, rng: Any) -> Srs:
 
 def make_host_points(backend: Any, srs: Srs, query: str) -> np.ndarray:
     """One query's points on the host with the backend's ``srs`` kernel (CPU path)."""
-    from kernels.layout import fr_to_limbs
 
     return np.asarray(backend.srs(fr_to_limbs(srs.secrets(query), montgomery=False)))
 

@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from kernels.constants import FR_MODULUS
+from kernels.layout import fr_from_limbs, fr_to_limbs, random_fr_limbs
+
 # One partition of a 32 GiB PoRep sector (domain.md section 2): n = 2^27 and these query sizes.
 POREP_DOMAIN_LOG = 27
 POREP_L = 130_169_893
@@ -79,16 +82,14 @@ def synthesize(
     rng: Any,
 ) -> Witness:
     """Generate a partition's witness (see the module docstring). Exact: c_i = a_i * b_i."""
-    from kernels.layout import fr_from_limbs, fr_to_limbs, random_fr_limbs
 
     n = 1 << domain_log
     a = random_fr_limbs(n, rng)
     b = random_fr_limbs(n, rng)
-    from kernels.constants import FR_MODULUS as r
 
     av = fr_from_limbs(a)
     bv = fr_from_limbs(b)
-    c = fr_to_limbs([x * y % r for x, y in zip(av, bv, strict=True)])
+    c = fr_to_limbs([x * y % FR_MODULUS for x, y in zip(av, bv, strict=True)])
     m = max(sizes.l, sizes.a, sizes.b_g1)
     z = aux_scalars(m, profile, rng)
     nz = ~z.any(axis=1)
@@ -101,7 +102,6 @@ def synthesize(
 def aux_scalars(m: int, profile: tuple[float, float, float], rng: Any) -> np.ndarray:
     """``m`` canonical scalars: each independently zero, one or uniform in Fr with the profile's
     probabilities (a uniform draw is itself 0 or 1 only with probability ~2^-254)."""
-    from kernels.layout import random_fr_limbs
 
     zeros, ones, _dense = profile
     u = rng.random(m)

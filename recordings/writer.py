@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provetop.version import __version__
 from recordings.errors import RecordingError
 from recordings.format import (
     END_MAGIC,
@@ -108,8 +109,6 @@ class RecordingWriter:
                 f"cannot write recording {self.path}: {exc.strerror or exc}"
             ) from None
         if writer is None:
-            from provetop.version import __version__
-
             writer = f"provetop {__version__}"
         header = {
             "k": HEADER_KIND,
