@@ -10,12 +10,12 @@ is :func:`markdown_table`'s output; ``tests/engine/test_tuning.py`` compares the
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.tuning import SETTINGS as KERNEL_SETTINGS
-from kernels.tuning import KernelTuning, Setting, SettingError, read
+from kernels.tuning import KernelTuning, Setting, SettingError, choice, read
 from kernels.tuning import markdown_table as _markdown_table
 
 SYNC_SCOPES = ("worker", "device")
@@ -35,15 +35,6 @@ def _seconds_in_unit_interval(raw: str) -> float:
     return value
 
 
-def _choice(env: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        if raw not in allowed:
-            raise SettingError(f"{env}={raw!r}: expected one of {', '.join(allowed)}")
-        return raw
-
-    return parse
-
-
 def _optional_text(raw: str) -> str | None:
     return raw.strip() or None
 
@@ -52,7 +43,7 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_SYNC_SCOPE",
         "sync_scope",
-        _choice("PROVETOP_SYNC_SCOPE", SYNC_SCOPES),
+        choice("PROVETOP_SYNC_SCOPE", SYNC_SCOPES),
         "`worker` (default), `device`",
         "what the synchronise before a trim waits for: the worker's own streams, or the whole "
         "device (cuzk's way; the trim-stall A/B)",
@@ -60,7 +51,7 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_PRIORITY_TO",
         "priority_to",
-        _choice("PROVETOP_PRIORITY_TO", PRIORITY_TO),
+        choice("PROVETOP_PRIORITY_TO", PRIORITY_TO),
         "`synthesis` (default), `compute`",
         "which worker stream gets the device's greatest priority",
     ),

@@ -41,7 +41,9 @@ class Setting:
     doc: str  # the README's "what it changes" column
 
 
-def _choice(env: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+def choice(env: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+    """A parser that accepts one of ``allowed`` and names ``env`` in its error."""
+
     def parse(raw: str) -> str:
         if raw not in allowed:
             raise SettingError(f"{env}={raw!r}: expected one of {', '.join(allowed)}")
@@ -119,7 +121,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_PIN_METHOD",
         "pin_method",
-        _choice("PROVETOP_PIN_METHOD", PIN_METHODS),
+        choice("PROVETOP_PIN_METHOD", PIN_METHODS),
         "`register` (default), `alloc`",
         "how host buffers are page-locked: a large-page mapping then cudaHostRegister, or "
         "cudaHostAlloc (also the fallback when registering fails, reported as a "
@@ -128,7 +130,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_MSM_SOURCE",
         "msm_source",
-        _choice("PROVETOP_MSM_SOURCE", MSM_SOURCES),
+        choice("PROVETOP_MSM_SOURCE", MSM_SOURCES),
         "`msm.cu` (default), `msm_lb.cu`",
         "the MSM kernel source: the compiler's choice of registers, or capped at 168 for "
         "occupancy with blocks of at most 128 threads",
