@@ -2,21 +2,21 @@
 # One device call for the engine on a real GPU (issue 6). Run from the repository root on the
 # GPU machine, carrying the nvcc-built cubins in build/cubin (else msm.cu takes ~3 min of NVRTC):
 #   python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')"
-#   bash bench/engine_cuda_session.sh smoke     # gpu tests + selftest + one small engine run
-#   bash bench/engine_cuda_session.sh probe     # gpu tests + 2^24 and one porep-32g proof
-#   bash bench/engine_cuda_session.sh acceptance  # checks + acceptance runs 2, 1 (16 GiB)
-#   bash bench/engine_cuda_session.sh final     # gpu tests + busy + acceptance, one call
-#   bash bench/engine_cuda_session.sh checks    # run 3 with/without checks; run 2 again
-#   bash bench/engine_cuda_session.sh busy      # run 3 (uncapped) beside it with --synthesis-ahead
-#   bash bench/engine_cuda_session.sh uncapped  # gpu tests + acceptance run 3 (no memory cap)
-#   bash bench/engine_cuda_session.sh naive     # acceptance run 1 (16 GiB, naive)
-#   bash bench/engine_cuda_session.sh aware     # acceptance runs 2 and 3 (16 GiB / uncapped)
-#   bash bench/engine_cuda_session.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
-#   bash bench/engine_cuda_session.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
-#   bash bench/engine_cuda_session.sh sort      # sort per window group: MSM A/B, then run 3 A/B
-#   bash bench/engine_cuda_session.sh samples   # GPU tests, the MSM by the sort rule, runs 3, 2, 1
-#   bash bench/engine_cuda_session.sh pinning   # registered large-page pools: GPU tests, run 3
-#   bash bench/engine_cuda_session.sh pin       # page-locking a witness pool, by method
+#   bash bench/gpu_engine.sh smoke     # gpu tests + selftest + one small engine run
+#   bash bench/gpu_engine.sh probe     # gpu tests + 2^24 and one porep-32g proof
+#   bash bench/gpu_engine.sh acceptance  # checks + acceptance runs 2, 1 (16 GiB)
+#   bash bench/gpu_engine.sh final     # gpu tests + busy + acceptance, one call
+#   bash bench/gpu_engine.sh checks    # run 3 with/without checks; run 2 again
+#   bash bench/gpu_engine.sh busy      # run 3 (uncapped) beside it with --synthesis-ahead
+#   bash bench/gpu_engine.sh uncapped  # gpu tests + acceptance run 3 (no memory cap)
+#   bash bench/gpu_engine.sh naive     # acceptance run 1 (16 GiB, naive)
+#   bash bench/gpu_engine.sh aware     # acceptance runs 2 and 3 (16 GiB / uncapped)
+#   bash bench/gpu_engine.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
+#   bash bench/gpu_engine.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
+#   bash bench/gpu_engine.sh sort      # sort per window group: MSM A/B, then run 3 A/B
+#   bash bench/gpu_engine.sh samples   # GPU tests, the MSM by the sort rule, runs 3, 2, 1
+#   bash bench/gpu_engine.sh pinning   # registered large-page pools: GPU tests, run 3
+#   bash bench/gpu_engine.sh pin       # page-locking a witness pool, by method
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.

@@ -2,12 +2,12 @@
 # One device call for the MSM work (issue 5): GPU tests, then the benchmarks; short table last.
 # Run from the repository root on the GPU machine, with the nvcc-built cubins carried in
 # build/cubin (python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')").
-#   bash bench/gpu_msm_session.sh quick   # tests + 2^16..2^24 bench with the window sweep
-#   bash bench/gpu_msm_session.sh full    # kernel A/B, + 2^26, 2^27, host-streamed, ones-heavy
-#   bash bench/gpu_msm_session.sh final   # all GPU tests, then the full bench without the A/B
-#   bash bench/gpu_msm_session.sh affine  # all GPU tests, the full bench, then the affine-pass
+#   bash bench/gpu_msm.sh quick   # tests + 2^16..2^24 bench with the window sweep
+#   bash bench/gpu_msm.sh full    # kernel A/B, + 2^26, 2^27, host-streamed, ones-heavy
+#   bash bench/gpu_msm.sh final   # all GPU tests, then the full bench without the A/B
+#   bash bench/gpu_msm.sh affine  # all GPU tests, the full bench, then the affine-pass
 #                                         # variants (dense passes 1-3, ones on/off), host points
-#   bash bench/gpu_msm_session.sh sortgroup  # all GPU tests, the full bench with the sort in one
+#   bash bench/gpu_msm.sh sortgroup  # all GPU tests, the full bench with the sort in one
 #                                         # launch and per window (group 1), group 3 at 2^24/2^27,
 #                                         # ones-heavy, host points
 set -uo pipefail

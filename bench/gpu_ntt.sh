@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the GPU NTT work (issue 4): for each compile variant, the GPU tests, the
 # self-test rows and the benchmark (JSON into $OUT); a short table last.
-# Usage on the device machine: PROVETOP_COMMIT=<sha> bash bench/gpu_ntt_session.sh
+# Usage on the device machine: PROVETOP_COMMIT=<sha> bash bench/gpu_ntt.sh
 # Variants: VARIANTS="label:DEFINES:SIZES ..." (DEFINES comma-separated, '-' for none).
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
