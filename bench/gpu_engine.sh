@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the engine on a real GPU (the porep-32g acceptance runs: aware, aware16,
-# naive16). Run from the repository root on the GPU machine, carrying the nvcc-built cubins in build/cubin (else msm.cu takes ~3 min of NVRTC):
+# naive16). Run from the repository root on the GPU machine, carrying the nvcc-built cubins in
+# build/cubin (else msm.cu takes ~3 min of NVRTC):
 #   python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')"
 #   bash bench/gpu_engine.sh smoke     # gpu tests + selftest + one small engine run
 #   bash bench/gpu_engine.sh probe     # gpu tests + 2^24 and one porep-32g proof
