@@ -77,7 +77,7 @@ class CudaPartitionRunner(PartitionRunner):
         super().__init__(*args, **kw)
         self.real = hasattr(self.device, "kernel_args")  # a CudaDevice (tests use modeled ones)
         if self.real:
-            # Pre-stage buffers from CuPy's caching pool (cudaMalloc underneath, the issue's
+            # Pre-stage buffers from CuPy's caching pool (cudaMalloc underneath, the design's
             # "CuPy MemoryPool"): a worker's next partition reuses the cached 4 + 8 GiB blocks.
             # With a plain cudaMalloc/cudaFree per partition (the H200 run at bd04ed3) the
             # cudaMalloc took 310-450 ms, ending when the holder's running kernel phase ended,
