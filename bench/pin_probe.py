@@ -1,4 +1,4 @@
-"""How long page-locking a witness pool takes, by method (a device-call probe, issue 6).
+"""How long page-locking a witness pool takes, by method (a device-call probe for the CUDA engine).
 
 Why: each CUDA worker pins ~17 GB of witness pool at 2^27 (34 GB more with
 --synthesis-ahead), and on the H200 VM the first two pools took ~25 s of start-up, about

@@ -1,5 +1,5 @@
 """``provetop bench pipeline``: the whole engine on a preset, reduced to the figures the
-issue's targets name.
+acceptance targets name (docs/performance.md).
 
 Why through a real run and its recording: the targets are properties of the pipeline (mutex
 hand-over, pre-stage overlap, the allocator's decisions), not of one kernel. The engine runs

@@ -77,7 +77,7 @@ class CudaPartitionRunner(PartitionRunner):
         super().__init__(*args, **kw)
         self.real = hasattr(self.device, "kernel_args")  # a CudaDevice (tests use modeled ones)
         if self.real:
-            # Pre-stage buffers from CuPy's caching pool (cudaMalloc underneath, the issue's
+            # Pre-stage buffers from CuPy's caching pool (cudaMalloc underneath, the design's
             # "CuPy MemoryPool"): a worker's next partition reuses the cached 4 + 8 GiB blocks.
             # With a plain cudaMalloc/cudaFree per partition (the H200 run at bd04ed3) the
             # cudaMalloc took 310-450 ms, ending when the holder's running kernel phase ended,
@@ -434,7 +434,7 @@ class CudaRun:
         self._host_streamed: dict[str, int] = {}
         # witness pools of workers that have stopped, freed only at close: unpinning 17 GB
         # while a neighbour still runs stalled its launches (the last partition's H step took
-        # 1.7-2.2 s instead of 0.32 in every H200 run of session 5)
+        # 1.7-2.2 s instead of 0.32 in every H200 run of 2026-11-30 before e2ae67e)
         self._retired: list[Any] = []
         self._old_interval = sys.getswitchinterval()
         sys.setswitchinterval(switch_interval_s())

@@ -5,7 +5,7 @@ the slowest step of the run: ~16 s of numpy per 4 GiB vector and ~15 min of Pyth
 c = a * b. A real prover's witness comes from circuit synthesis on the CPU; ours only has to be
 valid and of the right shape, so each worker makes it on its own device, chunk by chunk (a few
 hundred MiB of device memory through the engine's allocator), and copies it into host buffers
-that stay page-locked for the worker's life: the pinned pool of the pre-stage (the issue's
+that stay page-locked for the worker's life: the pinned pool of the pre-stage (the design's
 alternative to cudaHostRegister per partition), so the pre-stage upload runs at full copy
 speed and needs no registration. The distribution is the CPU path's (a, b uniform below
 2^254, c = a*b, the aux mix of zeros, ones and dense scalars), and the values are labelled
@@ -72,7 +72,7 @@ def synthesize_on_gpu(
     # (blocking=False) and the zero/one counts stay on the device. A host round trip per
     # chunk (CuPy's default blocking get) left the stream idle between chunks, and beside a
     # neighbour's MSM each relaunch queued behind its blocks: 2.0 s per 2^27 witness against
-    # 0.6 s alone (bench/engine_cuda_notes.md). Each chunk's device arrays are freed in stream
+    # 0.6 s alone (docs/performance-notes.md). Each chunk's device arrays are freed in stream
     # order, after their copies, so device memory stays at one chunk's worth.
     with on_stream(stream, allocator) as s:
         try:

@@ -1,6 +1,6 @@
 """``provetop bench msm``: GPU MSM (and SRS generation) medians on BLS12-381 G1.
 
-Why these numbers: the issue's targets are medians on one H200 for dense scalars with points on
+Why these numbers: the MSM targets are medians on one H200 for dense scalars with points on
 the device (2^20 <= 10 ms, 2^24 <= 80 ms, 2^27 <= 600 ms), host-streamed points within 1.3x of
 that, and a 2^27 SRS in <= 10 s. For each size this reports the median of whole calls (digits,
 sort, accumulation, reduction, the host window combination: what a caller waits for), points

@@ -4,7 +4,7 @@ Why Python here: every step that is not arithmetic (choosing the window, sizing 
 launching the counting sort, the reduction levels and the chunked uploads) is a handful of
 launches whose order is easier to read and test in Python; the arithmetic is in CUDA C.
 
-The pipeline (details in ``kernels/cuda/msm.cu`` and ``bench/msm_notes.md``): signed window
+The pipeline (details in ``kernels/cuda/msm.cu`` and ``docs/performance-notes.md``): signed window
 digits, a counting sort of (point, sign) entries by bucket on the GPU, a bucket accumulation cut
 into equal chunks of entries (so very uneven buckets cost no more than uniform ones), a
 multi-level segmented reduction of the partial sums, a parallel running-sum bucket reduction per
@@ -12,7 +12,8 @@ window, and the window combination (c doublings per window) on the host. Scalars
 skipped; scalars equal to 1 go to one extra bucket, which the balanced accumulation sums like any
 other (half of a real witness lands there), or, when enabled (:data:`AFFINE_MIN_PAIRS`), which
 affine pairing passes with one batched inversion per thread batch halve first (the batch-addition
-path; measured no faster on the H200, so off by default: bench/msm_notes.md, run 6).
+path; measured no faster on the H200, so off by default: docs/performance-notes.md, "MSM and
+SRS", 2026-11-29, ae63d49).
 
 Layout (``kernels/backend.py``): points ``(n, 12)`` uint64 affine Montgomery, scalars ``(n, 4)``
 uint64 canonical; the result is one affine point as a numpy ``(12,)`` array.
@@ -44,7 +45,7 @@ from kernels.cuda_build import (
 from kernels.host_pinned import pinned_empty
 
 # Which kernel source: msm.cu (compiler's choice of registers) or msm_lb.cu (capped at 168 for
-# occupancy, blocks of at most 128 threads); bench/msm_notes.md has the A/B (msm.cu won).
+# occupancy, blocks of at most 128 threads); docs/performance-notes.md has the A/B (msm.cu won).
 MSM_SOURCE = os.environ.get("PROVETOP_MSM_SOURCE", "msm.cu")
 BLOCK = 128 if MSM_SOURCE == "msm_lb.cu" else 256  # threads per block
 XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
@@ -59,8 +60,9 @@ MADD_MULS, BUCKET_MULS = 10, 28
 # ~1.1M per addition against 10M for an XYZZ mixed addition. A pass can pay only with enough
 # pairs to give every thread of a full GPU (2^16 threads: 132 SMs x 2 blocks of 256 at 122
 # registers) long batches: 2^16 threads x 128 = 2^23 pairs (inversion <= 4.5M per addition).
-# Measured on the H200 (bench/msm_notes.md, run 6) a pass costs what the XYZZ additions it
-# replaces cost (0.41-0.46 ns per addition either way) and needs 96 bytes per output point, so
+# Measured on the H200 (2026-11-29, ae63d49; docs/performance-notes.md) a pass costs what the
+# XYZZ additions it replaces cost (0.41-0.46 ns per addition either way) and needs 96 bytes per
+# output point, so
 # the ones take the affine path only when asked (PROVETOP_MSM_AFFINE_MIN_PAIRS, e.g. 8388608);
 # the default (2^40) never starts a pass.
 AFFINE_THREADS = 1 << 16
@@ -68,11 +70,12 @@ AFFINE_NB_MAX = 512
 AFFINE_MIN_PAIRS = int(os.environ.get("PROVETOP_MSM_AFFINE_MIN_PAIRS", 1 << 40))
 # Windows per launch of both counting-sort kernels, overriding :func:`sort_groups`' rule (0:
 # the rule; for A/B runs). Fewer windows per launch keep the counters they hit (B per window)
-# in L2, at the price of reading the scalars once per launch (bench/msm_notes.md, run 8).
+# in L2, at the price of reading the scalars once per launch (docs/performance-notes.md, "MSM
+# and SRS", 2026-11-30, a30e5a8).
 SORT_GROUP = int(os.environ.get("PROVETOP_MSM_SORT_GROUP", "0"))
 # Passes over the dense buckets too (not only the ones): every pass materialises the halved
 # entry list as affine points (96 bytes each), so at 2^27 the first would need ~77 GB; off by
-# default, bench/msm_notes.md has the measurement that decides it.
+# default, docs/performance-notes.md has the measurement that decides it.
 AFFINE_DENSE_PASSES = int(os.environ.get("PROVETOP_MSM_AFFINE_DENSE", "0"))
 # nvcc-built cubins (see build_cubin); the GPU machine then skips a ~1 min NVRTC compile
 PREBUILT_DIR = Path(
@@ -102,7 +105,7 @@ def window_cost(n: int, c: int) -> int:
 def choose_window_bits(n: int) -> int:
     """The window size for ``n`` scalars that are neither 0 nor 1: the c in [4, 23] minimising
     :func:`window_cost` (ties to the smaller window, which needs less scratch). The sweep in
-    bench/msm_notes.md checks this rule against measured times around its choice."""
+    docs/performance-notes.md checks this rule against measured times around its choice."""
     if n <= 1:
         return MIN_WINDOW
     return min(range(MIN_WINDOW, MAX_WINDOW + 1), key=lambda c: (window_cost(n, c), c))
@@ -146,11 +149,12 @@ def sort_groups(W: int, B: int, l2_bytes: int) -> tuple[int, int]:
     """Windows per launch of the count and of the scatter kernel, for W windows of B buckets on
     a GPU with ``l2_bytes`` of L2. Each window has B 4-byte counters; when they do not stay in
     L2 the kernels' atomics go to DRAM. Measured on the H200 (50 MiB L2) at 2^27, c = 22 (8 MiB
-    of counters per window; bench/msm_notes.md, run 8): the count is fastest with ~half the L2
-    in counters (3 windows: 28.8 ms, against 62.4 in one launch), the scatter with one window
-    (108.7 ms against 181.8), since its writes of the sorted entries share the L2 too: hence
-    L2 / 2 and L2 / 6 per launch. When every window's counters fit in half the L2 (small c, as
-    for the sparse L and A queries), one launch each: re-reading the scalars would only cost."""
+    of counters per window; 2026-11-30, a30e5a8, docs/performance-notes.md): the count is
+    fastest with ~half the L2 in counters (3 windows: 28.8 ms, against 62.4 in one launch), the
+    scatter with one window (108.7 ms against 181.8), since its writes of the sorted entries
+    share the L2 too: hence L2 / 2 and L2 / 6 per launch. When every window's counters fit in
+    half the L2 (small c, as for the sparse L and A queries), one launch each: re-reading the
+    scalars would only cost."""
     if SORT_GROUP < 0:  # no window would be sorted, and the sums would be silently wrong
         raise ValueError(f"PROVETOP_MSM_SORT_GROUP={SORT_GROUP}: expected 0 (the rule) or more")
     if SORT_GROUP:
@@ -576,7 +580,7 @@ def host_scratch_bytes(n: int, chunk: int = 1 << 25, c: int | None = None) -> in
 class _StreamingKit:
     """The copy stream and events of :func:`msm_host_points`, made once per thread and
     device and reused by every call. On the H200 creating CUDA events waited for the running
-    kernel (bench/engine_cuda_notes.md, session 4), and the 16 GiB engine streams four MSMs
+    kernel (2026-11-29, db942e6; docs/performance-notes.md), and the 16 GiB engine streams four MSMs
     per partition. Reuse is safe: a call returns only after its compute stream has waited for
     every copy, so no wait on these events is pending when the next call records them."""
 

@@ -1,8 +1,8 @@
 """Page-locked host arrays: registered large-page mappings, or cudaHostAlloc as the fallback.
 
 Why: every CUDA worker pins a ~17 GB witness pool at 2^27 before its first partition, and the
-host-resident SRS is pinned at start-up too. On the H200 VM (``bench/pin_probe.py``, session 5)
-cudaHostAlloc took 0.47 s/GB (8.5 s for 17 GiB), and two workers pinning at once made the
+host-resident SRS is pinned at start-up too. On the H200 VM (``bench/pin_probe.py``, 2026-11-30,
+7dc8278) cudaHostAlloc took 0.47 s/GB (8.5 s for 17 GiB), and two workers pinning at once made the
 first partitions' synthesis 23-25 s. An anonymous mapping advised ``MADV_HUGEPAGE``, touched,
 then cudaHostRegister'ed took 0.20 s/GB (3.7 s), with the same 55 GB/s host-to-device copies:
 the kernel pins 2 MiB pages, 512 times fewer than 4 KiB ones. So ``register`` is the default

@@ -60,7 +60,7 @@ GREATEST_PRIORITY = -(1 << 10)
 # is the least. "synthesis": the neighbour's witness is made beside the holder's MSMs without
 # waiting behind their blocks (its kernels are short and many). "compute": the holder's GPU
 # region first, the synthesis in its gaps (PROVETOP_PRIORITY_TO; measured in
-# bench/engine_cuda_notes.md, session 4).
+# docs/performance-notes.md, "Engine on CUDA", 2026-11-29, c3b2654).
 PRIORITY_TO = ("synthesis", "compute")
 
 
@@ -336,9 +336,10 @@ class CudaDevice(Device):
         after. Why not a new one per use: on the H200 (driver 580) creating an event waited
         for the device's running kernel to end, so an upload beside a neighbour's 1 s msm_h
         took 1.25 s for a 233 ms copy, and the holder stalled ~210 ms between phases
-        (bench/engine_cuda_notes.md, session 4). A stream's wait on an event takes the record
-        made before the wait, so re-recording later never changes a wait already queued;
-        every use below is finished, or waited on, before its name is recorded again."""
+        (docs/performance-notes.md, "Engine on CUDA", 2026-11-29, db942e6). A stream's wait on
+        an event takes the record made before the wait, so re-recording later never changes a
+        wait already queued; every use below is finished, or waited on, before its name is
+        recorded again."""
         events = getattr(self._tl, "events", None)
         if events is None:
             events = self._tl.events = {}

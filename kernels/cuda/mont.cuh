@@ -408,7 +408,7 @@ struct mont_t {
     // Opt-in (MONT_SQR_SOS): in the SASS (nvcc 13.0, sm_90) the Fp squaring has 221 wide products
     // instead of 288 but ~190 other instructions instead of ~100 (the E + O sum, the doubling,
     // the reduction's carries), so it saves ~5% of the issue cycles of a * a; for Fr it is 8
-    // instructions longer. Default: a * a (bench/msm_notes.md, run 6).
+    // instructions longer. Default: a * a (docs/performance-notes.md, 2026-11-29, ae63d49).
     MONT_HD mont_t sqr() const {
 #if !defined(MONT_SQR_SOS) || defined(MONT_PORTABLE) || defined(MONT_MUL_SPLIT) || \
     defined(MONT_MUL_EVENODD_FIXED)

@@ -1,5 +1,5 @@
 // Pippenger multi-scalar multiplication on BLS12-381 G1 (host orchestration:
-// kernels/cuda_msm.py; the design and its arithmetic: bench/msm_notes.md).
+// kernels/cuda_msm.py; the design and its arithmetic: docs/performance-notes.md, "MSM and SRS").
 //
 // Pipeline for sum_i k_i P_i with window c, W = ceil(256 / c) windows, B = 2^(c-1) buckets per
 // window and one extra bucket (key W*B) for the scalars equal to 1:
@@ -35,7 +35,7 @@
 
 // Both sort kernels take only windows [w_lo, w_hi) (the digits below w_lo are still computed
 // for their carries): launched per group of windows, the counters they hit (B per window) are a
-// smaller, L2-resident set (bench/msm_notes.md, run 7).
+// smaller, L2-resident set (docs/performance-notes.md, "MSM and SRS", 2026-11-30).
 extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint32_t n, uint32_t c,
                                      uint32_t W, uint32_t w_lo, uint32_t w_hi,
                                      uint32_t* __restrict__ counts) {

@@ -1,6 +1,6 @@
 // Radix-2 NTT passes over Fr in shared memory, plus the fused pre/post steps of the H step.
 //
-// Why this shape (see bench/ntt_notes.md for the arithmetic): a 2^k transform is split into
+// Why this shape (see docs/performance-notes.md, "NTT and H step", for the arithmetic): a 2^k transform is split into
 // passes of at most NTT_MAX_LEVELS levels (27 = 9+9+9). A pass reads each element once from
 // global memory into a shared-memory tile, does its levels there, and writes each element once.
 // Gentleman-Sande (DIF) maps natural order to bit-reversed order, Cooley-Tukey (DIT) the

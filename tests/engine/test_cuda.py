@@ -807,8 +807,8 @@ def test_gpu_cudamalloc_against_reserved_stream_ordered_memory(cp):
 def test_gpu_cupy_cache_blocks_cudamalloc(cp):
     """The other direction, which no driver can reclaim: CuPy's caching pool (``sync``) holds
     freed blocks the driver knows nothing of, so a plain cudaMalloc is refused although the
-    cache would cover it; ``trim`` (free_all_blocks) ends it. (Passed on the H200 in
-    session 2, bench/engine_cuda_notes.md.)"""
+    cache would cover it; ``trim`` (free_all_blocks) ends it. (Passed on the H200 on
+    2026-11-29 at 5cb8047; docs/performance-notes.md, "Engine on CUDA".)"""
     free, total = cp.cuda.runtime.memGetInfo()
     cap = min(8 * GiB, total // 4)
     dev = dcuda.CudaDevice(0, cap)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device call for the GPU NTT work (issue 4): for each compile variant, the GPU tests, the
+# One device call for the GPU NTT work: for each compile variant, the GPU tests, the
 # self-test rows and the benchmark (JSON into $OUT); a short table last.
-# Usage on the device machine: PROVETOP_COMMIT=<sha> bash bench/gpu_ntt_session.sh
+# Usage on the device machine: PROVETOP_COMMIT=<sha> bash bench/gpu_ntt.sh
 # Variants: VARIANTS="label:DEFINES:SIZES ..." (DEFINES comma-separated, '-' for none).
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -11,7 +11,7 @@ mkdir -p "$OUT"
 # fr_mul_variants test covers the device build of every multiplication variant.
 VARIANTS=${VARIANTS:-"default:-:16,20,24,26,27 v1:FR_MUL_VARIANT=1:24,27 v0:FR_MUL_VARIANT=0:24,27 mb2:NTT_MIN_BLOCKS=2:24,27"}
 first=1
-LOG="$OUT/session.log"
+LOG="$OUT/ntt.log"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 for v in $VARIANTS; do
   label=${v%%:*}; rest=${v#*:}; defs=${rest%%:*}; sizes=${rest#*:}

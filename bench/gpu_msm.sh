@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# One device call for the MSM work (issue 5): GPU tests, then the benchmarks; short table last.
+# One device call for the MSM work: GPU tests, then the benchmarks; short table last.
 # Run from the repository root on the GPU machine, with the nvcc-built cubins carried in
 # build/cubin (python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')").
-#   bash bench/gpu_msm_session.sh quick   # tests + 2^16..2^24 bench with the window sweep
-#   bash bench/gpu_msm_session.sh full    # kernel A/B, + 2^26, 2^27, host-streamed, ones-heavy
-#   bash bench/gpu_msm_session.sh final   # all GPU tests, then the full bench without the A/B
-#   bash bench/gpu_msm_session.sh affine  # all GPU tests, the full bench, then the affine-pass
+#   bash bench/gpu_msm.sh quick   # tests + 2^16..2^24 bench with the window sweep
+#   bash bench/gpu_msm.sh full    # kernel A/B, + 2^26, 2^27, host-streamed, ones-heavy
+#   bash bench/gpu_msm.sh final   # all GPU tests, then the full bench without the A/B
+#   bash bench/gpu_msm.sh affine  # all GPU tests, the full bench, then the affine-pass
 #                                         # variants (dense passes 1-3, ones on/off), host points
-#   bash bench/gpu_msm_session.sh sortgroup  # all GPU tests, the full bench with the sort in one
+#   bash bench/gpu_msm.sh sortgroup  # all GPU tests, the full bench with the sort in one
 #                                         # launch and per window (group 1), group 3 at 2^24/2^27,
 #                                         # ones-heavy, host points
 set -uo pipefail
@@ -22,49 +22,49 @@ ls build/cubin 2>/dev/null
 B="python3 -m kernels.bench_msm --results-dir $OUT --json"
 if [ "$MODE" = "sortgroup" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
-        2>&1 | tee -a "$OUT/session.log" | tail -n 30
+        2>&1 | tee -a "$OUT/msm.log" | tail -n 30
     timeout 120 $B --log-sizes 16,20,24,26,27 --srs --check --tag group0 2>&1 \
-        | tee -a "$OUT/session.log" | tail -n 9
+        | tee -a "$OUT/msm.log" | tail -n 9
     PROVETOP_MSM_SORT_GROUP=1 timeout 120 $B --log-sizes 16,20,24,26,27 --check --tag group1 \
-        2>&1 | tee -a "$OUT/session.log" | tail -n 9
+        2>&1 | tee -a "$OUT/msm.log" | tail -n 9
     PROVETOP_MSM_SORT_GROUP=3 timeout 60 $B --log-sizes 24,27 --repeats 3 --tag group3 2>&1 \
-        | tee -a "$OUT/session.log" | tail -n 5
+        | tee -a "$OUT/msm.log" | tail -n 5
     timeout 60 $B --log-sizes 20,24,27 --scalars ones-heavy --check --tag ones 2>&1 \
-        | tee -a "$OUT/session.log" | tail -n 6
-    timeout 60 $B --log-sizes 27 --points host --repeats 3 2>&1 | tee -a "$OUT/session.log" | tail -n 4
-    grep -h -A7 "^MSM on" "$OUT/session.log" | grep -E "^(MSM|2\^)" | tail -n 30
+        | tee -a "$OUT/msm.log" | tail -n 6
+    timeout 60 $B --log-sizes 27 --points host --repeats 3 2>&1 | tee -a "$OUT/msm.log" | tail -n 4
+    grep -h -A7 "^MSM on" "$OUT/msm.log" | grep -E "^(MSM|2\^)" | tail -n 30
 elif [ "$MODE" = "affine" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
-        2>&1 | tee -a "$OUT/session.log" | tail -n 30
+        2>&1 | tee -a "$OUT/msm.log" | tail -n 30
     timeout 120 $B --log-sizes 16,20,24,26,27 --srs --check --sweep=-1,0,1 --sweep-max-log 24 \
-        --tag main 2>&1 | tee -a "$OUT/session.log" | tail -n 9
+        --tag main 2>&1 | tee -a "$OUT/msm.log" | tail -n 9
     for a in 1 2 3; do  # affine pairing passes over the dense buckets too
         PROVETOP_MSM_AFFINE_DENSE=$a timeout 60 $B --log-sizes 20,24 --repeats 3 --check \
-            --tag "dense-affine$a" 2>&1 | tee -a "$OUT/session.log" | tail -n 4
+            --tag "dense-affine$a" 2>&1 | tee -a "$OUT/msm.log" | tail -n 4
     done
     timeout 60 $B --log-sizes 20,24,27 --scalars ones-heavy --check --tag ones-affine 2>&1 \
-        | tee -a "$OUT/session.log" | tail -n 6
+        | tee -a "$OUT/msm.log" | tail -n 6
     PROVETOP_MSM_AFFINE_MIN_PAIRS=4294967296 timeout 60 $B --log-sizes 24,27 --scalars ones-heavy \
-        --tag ones-xyzz 2>&1 | tee -a "$OUT/session.log" | tail -n 5
-    timeout 60 $B --log-sizes 27 --points host --repeats 3 2>&1 | tee -a "$OUT/session.log" | tail -n 4
+        --tag ones-xyzz 2>&1 | tee -a "$OUT/msm.log" | tail -n 5
+    timeout 60 $B --log-sizes 27 --points host --repeats 3 2>&1 | tee -a "$OUT/msm.log" | tail -n 4
     # the table again, last, so the reply carries it
-    grep -h -A7 "^MSM on" "$OUT/session.log" | grep -E "^(MSM|2\^)" | tail -n 30
+    grep -h -A7 "^MSM on" "$OUT/msm.log" | grep -E "^(MSM|2\^)" | tail -n 30
 elif [ "$MODE" = "final" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
-        2>&1 | tee -a "$OUT/session.log" | tail -n 30
+        2>&1 | tee -a "$OUT/msm.log" | tail -n 30
     timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --sweep=-1,0,1 --sweep-max-log 20 \
-        --tag final 2>&1 | tee -a "$OUT/session.log" | tail -n 9
-    timeout 100 $B --log-sizes 27 --points host 2>&1 | tee -a "$OUT/session.log" | tail -n 4
-    timeout 100 $B --log-sizes 20,24,27 --scalars ones-heavy 2>&1 | tee -a "$OUT/session.log" | tail -n 6
+        --tag final 2>&1 | tee -a "$OUT/msm.log" | tail -n 9
+    timeout 100 $B --log-sizes 27 --points host 2>&1 | tee -a "$OUT/msm.log" | tail -n 4
+    timeout 100 $B --log-sizes 20,24,27 --scalars ones-heavy 2>&1 | tee -a "$OUT/msm.log" | tail -n 6
 elif [ "$MODE" = "quick" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
-        2>&1 | tee -a "$OUT/session.log" | tail -n 30
-    timeout 120 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee -a "$OUT/session.log" | tail -n 12
+        2>&1 | tee -a "$OUT/msm.log" | tail -n 30
+    timeout 120 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee -a "$OUT/msm.log" | tail -n 12
 else
     # A/B of the kernel variants at 2^20 and 2^24; the faster one runs everything after
     for v in msm.cu msm_lb.cu; do
         PROVETOP_MSM_SOURCE=$v timeout 60 $B --log-sizes 20,24 --tag "ab-${v%.cu}" 2>&1 \
-            | tee -a "$OUT/session.log" | tail -n 3
+            | tee -a "$OUT/msm.log" | tail -n 3
     done
     export PROVETOP_MSM_SOURCE=$(python3 - "$OUT" <<'PY'
 import glob, json, sys
@@ -79,9 +79,9 @@ PY
     echo "variant: $PROVETOP_MSM_SOURCE"
     if [ "$MODE" != "benchonly" ]; then
         timeout 150 python3 -m pytest -q -x -m "gpu and not slow" tests/kernels/test_cuda_msm.py -p no:cacheprovider \
-            2>&1 | tee -a "$OUT/session.log" | tail -n 30
+            2>&1 | tee -a "$OUT/msm.log" | tail -n 30
     fi
-    timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --tag full 2>&1 | tee -a "$OUT/session.log" | tail -n 9
-    timeout 100 $B --log-sizes 27 --points host 2>&1 | tee -a "$OUT/session.log" | tail -n 4
-    timeout 100 $B --log-sizes 20,24,27 --scalars ones-heavy 2>&1 | tee -a "$OUT/session.log" | tail -n 6
+    timeout 200 $B --log-sizes 16,20,24,26,27 --srs --check --tag full 2>&1 | tee -a "$OUT/msm.log" | tail -n 9
+    timeout 100 $B --log-sizes 27 --points host 2>&1 | tee -a "$OUT/msm.log" | tail -n 4
+    timeout 100 $B --log-sizes 20,24,27 --scalars ones-heavy 2>&1 | tee -a "$OUT/msm.log" | tail -n 6
 fi

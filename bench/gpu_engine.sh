@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# One device call for the engine on a real GPU (issue 6). Run from the repository root on the
-# GPU machine, carrying the nvcc-built cubins in build/cubin (else msm.cu takes ~3 min of NVRTC):
+# One device call for the engine on a real GPU (the porep-32g acceptance runs: aware, aware16,
+# naive16). Run from the repository root on the GPU machine, carrying the nvcc-built cubins in
+# build/cubin (else msm.cu takes ~3 min of NVRTC):
 #   python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')"
-#   bash bench/engine_cuda_session.sh smoke     # gpu tests + selftest + one small engine run
-#   bash bench/engine_cuda_session.sh probe     # gpu tests + 2^24 and one porep-32g proof
-#   bash bench/engine_cuda_session.sh acceptance  # checks + acceptance runs 2, 1 (16 GiB)
-#   bash bench/engine_cuda_session.sh final     # gpu tests + busy + acceptance, one call
-#   bash bench/engine_cuda_session.sh checks    # run 3 with/without checks; run 2 again
-#   bash bench/engine_cuda_session.sh busy      # run 3 (uncapped) beside it with --synthesis-ahead
-#   bash bench/engine_cuda_session.sh uncapped  # gpu tests + acceptance run 3 (no memory cap)
-#   bash bench/engine_cuda_session.sh naive     # acceptance run 1 (16 GiB, naive)
-#   bash bench/engine_cuda_session.sh aware     # acceptance runs 2 and 3 (16 GiB / uncapped)
-#   bash bench/engine_cuda_session.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
-#   bash bench/engine_cuda_session.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
-#   bash bench/engine_cuda_session.sh sort      # sort per window group: MSM A/B, then run 3 A/B
-#   bash bench/engine_cuda_session.sh samples   # GPU tests, the MSM by the sort rule, runs 3, 2, 1
-#   bash bench/engine_cuda_session.sh pinning   # registered large-page pools: GPU tests, run 3
-#   bash bench/engine_cuda_session.sh pin       # page-locking a witness pool, by method
+#   bash bench/gpu_engine.sh smoke     # gpu tests + selftest + one small engine run
+#   bash bench/gpu_engine.sh probe     # gpu tests + 2^24 and one porep-32g proof
+#   bash bench/gpu_engine.sh acceptance  # checks + acceptance runs aware16, naive16 (16 GiB)
+#   bash bench/gpu_engine.sh final     # gpu tests + busy + acceptance, one call
+#   bash bench/gpu_engine.sh checks    # aware with/without checks; aware16 again
+#   bash bench/gpu_engine.sh busy      # aware (uncapped) beside it with --synthesis-ahead
+#   bash bench/gpu_engine.sh uncapped  # gpu tests + acceptance run aware (no memory cap)
+#   bash bench/gpu_engine.sh naive     # acceptance run naive16 (16 GiB, naive)
+#   bash bench/gpu_engine.sh aware     # acceptance runs aware16 and aware (16 GiB / uncapped)
+#   bash bench/gpu_engine.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
+#   bash bench/gpu_engine.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
+#   bash bench/gpu_engine.sh sort      # sort per window group: MSM A/B, then aware A/B
+#   bash bench/gpu_engine.sh samples   # GPU tests, the MSM by the sort rule, aware, aware16, naive16
+#   bash bench/gpu_engine.sh pinning   # registered large-page pools: GPU tests, aware
+#   bash bench/gpu_engine.sh pin       # page-locking a witness pool, by method
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -63,7 +64,7 @@ gpu_tests() {  # timeout (s), test files...
     timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "$@" >"$log" 2>&1
     tail -n 15 "$log" | tee -a "$TABLES"
 }
-runs_16gib() {  # limits (s): the checks at 2^12, then acceptance runs 2 (aware) and 1 (naive)
+runs_16gib() {  # limits (s): the checks at 2^12, then acceptance runs aware16 and naive16
     timeout "$1" python3 bench/debug_checks.py 12 >"$W/debug_checks.txt" 2>&1
     tail -n 14 "$W/debug_checks.txt" | tee -a "$TABLES"
     bench aware16 "$2" --preset porep-32g --proofs 2 --device-memory 16GiB \
@@ -72,22 +73,22 @@ runs_16gib() {  # limits (s): the checks at 2^12, then acceptance runs 2 (aware)
         --workers-per-device 2 --allocator naive
 }
 case "$MODE" in
-acceptance)  # runs 2 and 1 (16 GiB) inside one 10-minute call; run 3 is in busy
+acceptance)  # aware16 and naive16 inside one 10-minute call; aware is in busy
     # At 16 GiB all 41 GB of SRS are made into pinned host memory, and the partitions mostly
-    # alternate on the fallback path (bench/engine_cuda_notes.md, session 3, item 7): session 2's
-    # aware16 run did not finish in 200 s, so these two get most of the call.
+    # alternate on the fallback path (docs/performance-notes.md, "Engine on CUDA", 2026-11-29
+    # 21:47-22:35, item 7): the aware16 run at 5535ebd (2026-11-29) did not finish in 200 s, so these two get most of the call.
     runs_16gib 40 290 230
     ;;
-final)  # one call for issue 6's three runs: engine GPU tests, run 3 without and with the
-    # look-ahead, the checks at 2^12, runs 2 and 1 (16 GiB). The limits add up to < 600 s.
+final)  # one call for the three acceptance runs: engine GPU tests, aware without and with the
+    # look-ahead, the checks at 2^12, aware16 and naive16. The limits add up to < 600 s.
     gpu_tests 60 tests/engine/test_cuda.py
     bench aware 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     bench ahead 105 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware \
         --synthesis-ahead
     runs_16gib 30 140 140
     ;;
-checks)  # the engine's GPU tests; the checks inside their region against no checks (run 3),
-    # then run 2 again (16 GiB: aware's cache reclaim, 5318edb)
+checks)  # the engine's GPU tests; the checks inside their region against no checks (aware),
+    # then aware16 again (16 GiB: aware's cache reclaim, 5318edb)
     gpu_tests 120 tests/engine/test_cuda.py tests/kernels/test_cuda_check.py
     gpu_tests 90 tests/kernels/test_cuda_msm.py -k host_streamed  # the reused copy stream (kit)
     bench aware 100 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
@@ -96,9 +97,9 @@ checks)  # the engine's GPU tests; the checks inside their region against no che
     bench aware16 140 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
     ;;
-sort)  # the counting sort per group of windows (PROVETOP_MSM_SORT_GROUP, bench/msm_notes.md run
-    # 7): its GPU test, the 2^24 / 2^27 MSM for groups 0 (one launch), 1, 2, 3 with the stage
-    # breakdown, then run 3 (aware, uncapped) for groups 0, 1 and 2 in the same call
+sort)  # the counting sort per group of windows (PROVETOP_MSM_SORT_GROUP, docs/performance-notes.md,
+    # "MSM and SRS"): its GPU test, the 2^24 / 2^27 MSM for groups 0 (one launch), 1, 2, 3 with the
+    # stage breakdown, then aware (uncapped) for groups 0, 1 and 2 in the same call
     gpu_tests 90 tests/kernels/test_cuda_msm.py -k "window_groups or window_sizes or host_streamed"
     for g in 0 1 2 3; do
         echo "== msm sort group $g" | tee -a "$TABLES"
@@ -116,7 +117,7 @@ for line in sys.stdin:
             --workers-per-device 2 --allocator aware
     done
     ;;
-samples)  # after the sort rule (session 5): its GPU tests and the engine's (these also compile
+samples)  # after the sort rule (a30e5a8): its GPU tests and the engine's (these also compile
     # CuPy's synthesis kernels, ~30 s on a bare machine, before any timed run), the MSM at 2^24
     # and 2^27, then the three acceptance runs for recordings/samples; limits sum to < 570 s
     gpu_tests 50 tests/kernels/test_cuda_msm.py -k "sort or window or reference or host_streamed"
@@ -131,7 +132,7 @@ samples)  # after the sort rule (session 5): its GPU tests and the engine's (the
         --workers-per-device 2 --allocator naive
     ;;
 pinning)  # the witness pools registered on large pages (kernels/host_pinned.py), and kept
-    # until the run closes: its GPU tests and the engine's, then run 3
+    # until the run closes: its GPU tests and the engine's, then aware
     gpu_tests 110 tests/kernels/test_host_pinned.py tests/engine/test_cuda.py
     bench aware 90 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     ;;
@@ -178,7 +179,7 @@ multi)  # on nvidia-h200-x2: the 2-GPU test, then a 2-GPU run
     # sampled: the first msm_h on each device took 8.4-11.2 s at c3b2654 (single GPU: 2.8 s)
     SAMPLE=1 bench multi 150 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
     ;;
-prio)  # the stream-priority A/B (session 4)
+prio)  # the stream-priority A/B (measured at c3b2654, 2026-11-29)
     bench prio-synth 62 --preset porep-32g --proofs 1 --workers-per-device 2 --allocator aware
     PROVETOP_PRIORITY_TO=compute bench prio-compute 62 --preset porep-32g --proofs 1 \
         --workers-per-device 2 --allocator aware
