@@ -2,9 +2,9 @@
 
 Why: on the H200 the CUDA runner took A, B, C(tau) during the upload and the aux sums after the
 release, so they ran beside the neighbour's MSMs and stretched them by ~200 ms
-(docs/performance-notes.md, "Engine on CUDA", 2026-11-29, db942e6). The CUDA runner's sums need a GPU; here the pipeline's
-placement of the two phases is checked with a runner that records what it is asked, on the
-cpu backend.
+(docs/performance-notes.md, "Engine on CUDA", 2026-11-29, db942e6). The CUDA runner's sums need
+a GPU; here the pipeline's placement of the two phases is checked with a runner that records
+what it is asked, on the cpu backend.
 """
 
 from __future__ import annotations
