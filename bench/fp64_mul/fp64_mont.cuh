@@ -204,16 +204,21 @@ typedef fp64m::f64x<fp52_params::N> fp52_t;
 
 // ---- the multiplication ---------------------------------------------------------------------
 // a b R'^-1 mod m for a, b < m (canonical limbs); fully reduced output.
-template <class P, int SPLIT = 0>
+// LAZY: a, b < 2m in, a b R'^-1 mod m + (0 or m) < 2m out, no final subtraction (valid because
+// 4m < R': then a b + m' m < 4m^2 + R' m, and dividing by R' leaves < m (4m / R' + 1) < 2m).
+template <class P, int SPLIT = 0, bool LAZY = false>
 MONT_HD fp64m::f64x<P::N> fp64_mul(const fp64m::f64x<P::N>& a, const fp64m::f64x<P::N>& b) {
     using namespace fp64m;
     constexpr int N = P::N;
     static_assert(SPLIT >= 0 && SPLIT <= N, "SPLIT counts reduction products, 0..N");
-    // Exponent biases one row leaves in each column (2 products per column and kind; wraps
-    // mod 2^64, low 32 bits 0): column 0 two lo, columns 1..N-1 two lo + two hi, column N two hi.
-    constexpr uint64_t B0 = 2 * K_LO, BMID = 2 * K_LO + 2 * K_HI, BTOP = 2 * K_HI;
-    uint64_t t[N + 1];
-    MONT_UNROLL for (int j = 0; j <= N; j++) t[j] = 0;
+    // t: the columns as raw sums (true value + bias, mod 2^64); bias: the exponent biases
+    // (K_LO per lo pattern, K_HI per hi pattern) each column holds. bias is a compile-time
+    // constant at every point of the unrolled code (the compiler folds it away), so the biases
+    // cost nothing inside the rows: they are subtracted where a true value is needed (the carry
+    // out of column 0, and the end). All biases are multiples of 2^52, so the low 52 bits of a
+    // raw column are always the true ones (m below needs no correction).
+    uint64_t t[N + 1], bias[N + 1];
+    MONT_UNROLL for (int j = 0; j <= N; j++) t[j] = bias[j] = 0;
     MONT_UNROLL for (int i = 0; i < N; i++) {
         const double bi = b.v[i];
         // t += a b_i
@@ -222,35 +227,51 @@ MONT_HD fp64m::f64x<P::N> fp64_mul(const fp64m::f64x<P::N>& a, const fp64m::f64x
             mul52(a.v[j], bi, h, l);
             t[j] += l;
             t[j + 1] += h;
+            bias[j] += K_LO;
+            bias[j + 1] += K_HI;
         }
-        // m = t_0 mu mod 2^52 (t_0's bias is a multiple of 2^52: no correction needed)
+        // m = t_0 mu mod 2^52
         const uint64_t m = (t[0] * P::MU) & MASK52;
         const double md = limb_to_double(m);
         // t += m M
         MONT_UNROLL for (int j = 0; j < N; j++) {
             uint64_t h, l;
             if (j < SPLIT) {
+                // hi from the FP64 pipe, lo = (m M_j) mod 2^52 from the integer pipe:
+                // m M_j - (H << 52) mod 2^64, and h << 52 = H << 52 mod 2^64 (K_HI << 52 = 0)
                 h = dbits(fma_rz(md, (double)P::mod(j), C1));
-                l = ((m * P::mod(j)) & MASK52) | K_LO;  // same bias as the FP64 lo
+                l = m * P::mod(j) - (h << 52);  // true value, no bias
             } else {
                 mul52(md, (double)P::mod(j), h, l);
+                bias[j] += K_LO;
             }
             t[j] += l;
             t[j + 1] += h;
+            bias[j + 1] += K_HI;
         }
-        t[0] -= B0;
-        MONT_UNROLL for (int j = 1; j < N; j++) t[j] -= BMID;
-        t[N] -= BTOP;
-        // t_0 = 0 mod 2^52 now: carry its quotient and drop it
-        t[1] += t[0] >> 52;
-        MONT_UNROLL for (int j = 0; j < N; j++) t[j] = t[j + 1];
-        t[N] = 0;
+        // the true t_0 is 0 mod 2^52 now: carry its quotient into t_1 and drop it (high words
+        // only: both low 52 bits of t_0 and of its bias are 0)
+        const uint32_t c0 = ((uint32_t)(t[0] >> 32) - (uint32_t)(bias[0] >> 32)) >> 20;
+        t[1] += c0;
+        MONT_UNROLL for (int j = 0; j < N; j++) {
+            t[j] = t[j + 1];
+            bias[j] = bias[j + 1];
+        }
+        t[N] = bias[N] = 0;
     }
-    // T = sum t_j 2^(52 j) < 2M: normalise, then subtract M once if T >= M
+    MONT_UNROLL for (int j = 0; j < N; j++) t[j] -= bias[j];
+    // T = sum t_j 2^(52 j) < 2M: normalise (true columns are non-negative and < 2^58, so each
+    // carry is the column's high word >> 20)
     MONT_UNROLL for (int j = 0; j < N - 1; j++) {
-        t[j + 1] += t[j] >> 52;
+        t[j + 1] += (uint32_t)(t[j] >> 52);
         t[j] &= MASK52;
     }
+    f64x<N> r;
+    if (LAZY) {  // T < 2M is the output
+        MONT_UNROLL for (int j = 0; j < N; j++) r.v[j] = limb_to_double(t[j]);
+        return r;
+    }
+    // subtract M once if T >= M
     uint64_t d[N];
     int64_t c = 0;
     MONT_UNROLL for (int j = 0; j < N; j++) {
@@ -258,7 +279,6 @@ MONT_HD fp64m::f64x<P::N> fp64_mul(const fp64m::f64x<P::N>& a, const fp64m::f64x
         d[j] = (uint64_t)x & MASK52;
         c = x >> 52;  // 0 or -1 (arithmetic shift)
     }
-    f64x<N> r;
     MONT_UNROLL for (int j = 0; j < N; j++) r.v[j] = limb_to_double(c ? t[j] : d[j]);
     return r;
 }
