@@ -38,8 +38,9 @@
 // per row i: t += a b_i (N products: lo to column j, hi to column j + 1); m = t_0 mu mod 2^52
 // with mu = -m^-1 mod 2^52; t += m M (N products); t_0 is now 0 mod 2^52: t_1 += t_0 >> 52
 // and the columns shift down by one. The columns are not normalised inside the rows (only
-// column 0's carry moves), so a row is 4N additions of raw patterns plus N + 1 bias
-// corrections (immediates on the high word).
+// column 0's carry moves), so a row is 4N additions of raw patterns; the biases are tracked as
+// compile-time constants and subtracted only where a true value is needed (column 0's carry,
+// the end).
 // Bounds: T (the value sum t_j 2^(52 j)) < 2M before a row and a, b < M, m < 2^52 give
 // T + a b_i + m M < 2M + (M - 1)(2^52 - 1) + (2^52 - 1) M < 2^52 2M, so T < 2M after every row
 // (classic CIOS; 2M < 2^(52 N) for both fields). Every term is non-negative; a column receives

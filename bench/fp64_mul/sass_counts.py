@@ -38,8 +38,9 @@ def dump_sass(cuobjdump: str) -> str:
         cmd = ["nvcc", "-arch=sm_90", "-std=c++17", f"-I{REPO / 'kernels' / 'cuda'}"]
         cmd += ["-cubin", str(HERE / "fp64_bench.cu"), "-o", str(cubin)]
         subprocess.run(cmd, check=True)
-        out = subprocess.run([cuobjdump, "--dump-sass", str(cubin)], check=True, text=True,
-                             capture_output=True)
+        out = subprocess.run(
+            [cuobjdump, "--dump-sass", str(cubin)], check=True, text=True, capture_output=True
+        )
         return out.stdout
 
 
