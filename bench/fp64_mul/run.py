@@ -131,7 +131,7 @@ class Bench:
         cp = self.cp
         n = len(a)
         da, db = cp.asarray(to_words(a, w)), cp.asarray(to_words(b, w))
-        out = cp.full((n, w), SENTINEL, dtype=cp.uint64)
+        out = cp.full((n, w), np.uint64(SENTINEL), dtype=cp.uint64)
         self.fn(kname)(((n + 255) // 256,), (256,), (out, da, db, np.uint64(n)))
         host = cp.asnumpy(out)
         unwritten = int(np.all(host == np.uint64(SENTINEL), axis=1).sum())
