@@ -32,7 +32,7 @@
 // addition per product would be needed. RZ keeps it at three.
 // The host build (g++) computes fma_rz with std::fma under fesetround(FE_TOWARDZERO): IEEE 754
 // defines fma in every rounding mode, so the host values are bit-identical to the GPU's
-// __fma_rz (tests/test_fp64_mul_host.py; compile with -frounding-math).
+// __fma_rz (tests/kernels/test_fp64_mul_host.py; compile with -frounding-math).
 //
 // Montgomery multiplication (CIOS over 52-bit digits, columns t[0..N] in 64-bit integers):
 // per row i: t += a b_i (N products: lo to column j, hi to column j + 1); m = t_0 mu mod 2^52
@@ -144,7 +144,7 @@ struct f64x {
 
 // ---- field parameters, 52-bit limbs -------------------------------------------------------
 // Values computed with Python from kernels/constants.py (FR_MODULUS, FP_MODULUS) on 2026-12-02;
-// tests/test_fp64_mul_host.py recomputes each one and compares it with what the host build of
+// tests/kernels/test_fp64_mul_host.py recomputes each one and compares it with what the host build of
 // this header prints. Limb j is bits [52 j, 52 j + 52).
 //   MOD  : the modulus m;
 //   MU   : -m^-1 mod 2^52. For r: r = 1 - 2^32 mod 2^52, whose inverse is 1 + 2^32

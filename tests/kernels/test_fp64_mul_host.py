@@ -29,7 +29,7 @@ import pytest
 
 from kernels.constants import FP_MODULUS, FR_MODULUS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CUDA_DIR = ROOT / "kernels" / "cuda"
 BENCH_DIR = ROOT / "bench" / "fp64_mul"
 M52 = (1 << 52) - 1
