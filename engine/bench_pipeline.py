@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.options import config_from_args, tuning_from_env
+from provetop.errors import UsageError
 from recordings.schema import PHASES
 
 GPU_MS_PHASES = ("h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1", "copy_back")
@@ -62,15 +64,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", metavar="PATH", help="keep the recording here")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", metavar="FILE", help="also write the JSON result to FILE")
-
-
-def _config(args: argparse.Namespace) -> Any:
-    from provetop.commands.engine import config_from_args
-
-    ns = argparse.Namespace(**vars(args))
-    for name in ("concurrency",):
-        setattr(ns, name, getattr(ns, name, None))
-    return config_from_args(ns)
 
 
 def steady_busy(state: Any, device: int) -> tuple[float | None, float | None]:
@@ -265,17 +258,19 @@ def format_table(res: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the engine here, not at the top: every command's parser imports this module
+    # (``provetop bench``'s targets), and the engine brings numpy and the kernels
     from engine.runner import Engine, EngineError
-    from provetop.errors import UsageError
 
-    config = _config(args)
+    config = config_from_args(args)
+    tuning = tuning_from_env()
     record = args.record
     if record is None:
         record = str(Path(tempfile.mkdtemp(prefix="provetop-bench-")) / "run.pvtrec")
     elif Path(record).exists():
         raise UsageError(f"--record {record}: the path exists; the engine never overwrites")
     try:
-        engine = Engine(config, listen=False, record=record)
+        engine = Engine(config, listen=False, record=record, tuning=tuning)
     except EngineError as exc:
         raise UsageError(str(exc)) from None
     t0 = time.perf_counter()
@@ -294,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
         import cupy
 
         meta = gpu_bench_meta(cupy, bench_command())
+    meta["tuning"] = tuning.as_dict()  # the engine's settings with the kernels' (hello too)
     res["meta"] = meta
     text = json.dumps(res, indent=1, default=str)
     if args.out:

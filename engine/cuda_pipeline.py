@@ -35,6 +35,7 @@ from engine.partition_cuda import CudaPartition
 from engine.pipeline import PartitionRunner, RunContext
 from engine.residency import G1_AFFINE_BYTES, plan_residency
 from engine.srs import Srs
+from engine.tuning import DEFAULT_SWITCH_INTERVAL_S
 
 
 class BoundBackend:
@@ -186,29 +187,6 @@ def place_device_srs(
     return points, blocks, streamed
 
 
-SWITCH_INTERVAL_S = 0.0005  # PROVETOP_SWITCH_INTERVAL overrides; see CudaRun
-
-
-def switch_interval_s() -> float:
-    """The interpreter's switch interval for a CUDA run: ``PROVETOP_SWITCH_INTERVAL`` seconds,
-    in (0, 1], else :data:`SWITCH_INTERVAL_S`. A bad value is one clear error at start-up
-    (``CudaDeviceError``), not a traceback from inside the run."""
-    import os
-
-    from engine.devices.cuda import CudaDeviceError
-
-    raw = os.environ.get("PROVETOP_SWITCH_INTERVAL")
-    if raw is None:
-        return SWITCH_INTERVAL_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1:  # also false for nan
-        raise CudaDeviceError(f"PROVETOP_SWITCH_INTERVAL must be seconds in (0, 1], got {raw!r}")
-    return value
-
-
 class CudaRun:
     """Per-device set-up and tear-down of a CUDA run (devices, SRS placement, contexts).
 
@@ -216,10 +194,11 @@ class CudaRun:
     needing the GIL; a neighbour doing pure-Python work (synthesis, verification) keeps the
     GIL for the whole switch interval (5 ms by default), so each launch can wait 5 ms. On the
     first H200 run that stretched a 2^20 MSM from 13-19 ms to 670-930 ms (gpu_ms too: the
-    stream idles between launches). The run lowers the interval to :data:`SWITCH_INTERVAL_S`
-    (process-wide; restored at close)."""
+    stream idles between launches). The run lowers the interval to ``switch_interval_s``
+    (``PROVETOP_SWITCH_INTERVAL``, 0.5 ms by default: ``engine.tuning``; process-wide;
+    restored at close)."""
 
-    def __init__(self) -> None:
+    def __init__(self, switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S) -> None:
         import sys
 
         from engine.hostmem import host_available
@@ -235,7 +214,7 @@ class CudaRun:
         # 1.7-2.2 s instead of 0.32 in every H200 run of session 5)
         self._retired: list[Any] = []
         self._old_interval = sys.getswitchinterval()
-        sys.setswitchinterval(switch_interval_s())
+        sys.setswitchinterval(switch_interval_s)
 
     def context(self, ctx: RunContext, device: Any, workers: int) -> RunContext:
         """The run context for ``device``'s workers: bound backend, placed SRS, footprint
@@ -312,17 +291,20 @@ class CudaRun:
                 close()
 
 
-def make_cuda_devices(indices: tuple[int, ...], capacity: int | None) -> list[Any]:
+def make_cuda_devices(
+    indices: tuple[int, ...],
+    capacity: int | None,
+    sync_scope: str = "worker",
+    priority_to: str = "synthesis",
+) -> list[Any]:
     """One :class:`engine.devices.cuda.CudaDevice` per index (``--device-memory`` each).
-    ``PROVETOP_SYNC_SCOPE=device`` makes every synchronise before a trim wait for the whole
-    device (the other worker's kernels too): the variant to measure the trim stall against.
-    ``PROVETOP_PRIORITY_TO=compute`` gives the compute streams the greatest priority instead
-    of the synthesis stream (``engine.devices.cuda.PRIORITY_TO``)."""
-    import os
-
+    ``sync_scope="device"`` (``PROVETOP_SYNC_SCOPE``) makes every synchronise before a trim
+    wait for the whole device (the other worker's kernels too): the variant to measure the
+    trim stall against. ``priority_to="compute"`` (``PROVETOP_PRIORITY_TO``) gives the compute
+    streams the greatest priority instead of the synthesis stream
+    (``engine.devices.cuda.PRIORITY_TO``)."""
     from engine.devices.cuda import CudaDevice
 
-    switch_interval_s()  # checked here, where a bad value still stops the start cleanly
-    scope = os.environ.get("PROVETOP_SYNC_SCOPE", "worker")
-    priority_to = os.environ.get("PROVETOP_PRIORITY_TO", "synthesis")
-    return [CudaDevice(i, capacity, sync_scope=scope, priority_to=priority_to) for i in indices]
+    return [
+        CudaDevice(i, capacity, sync_scope=sync_scope, priority_to=priority_to) for i in indices
+    ]

@@ -4,7 +4,8 @@ Why built in: the seed's one OOM poisoned every later partition. The recovery pa
 the fallback path, trim, a replacement worker, a dropped client) only run when something goes
 wrong, so a test or an operator must be able to make exactly that thing go wrong, on the real
 engine, and read what happened in the recording. Off unless ``--inject SPEC`` (or the
-``PROVETOP_INJECT`` environment variable of ``provetop engine`` / ``provetop run``) is given.
+``PROVETOP_INJECT`` environment variable of ``provetop engine`` / ``provetop run``, read with
+the other settings by ``engine.tuning``) is given.
 
 SPEC is a comma-separated list of items; counts are 1-based and count over the whole run (all
 devices and workers together):
@@ -33,7 +34,6 @@ from typing import Any
 
 from engine.devices.base import DeviceOOM
 
-ENV_VAR = "PROVETOP_INJECT"
 ALLOC_SITES = ("prestage", "msm_scratch", "ntt_scratch", "host_register")
 MAX_DELAY_S = 600.0
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")

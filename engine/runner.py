@@ -37,6 +37,7 @@ from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, parse_listen, read_token
 from engine.srs import draw_srs, generate_srs
+from engine.tuning import Tuning
 from engine.workers import (
     SYNTH_LANE_BASE,
     Scheduler,
@@ -53,6 +54,17 @@ class EngineError(ValueError):
     """The engine cannot start with these settings; the message is one line."""
 
 
+def _get_backend(get_backend: Callable[..., Any], name: str, kernels: Any) -> Any:
+    """``get_backend(name, tuning=kernels)`` where that keyword is accepted; the plain call
+    where ``kernels.backends`` does not take a tuning record yet (the kernels then read their
+    defaults)."""
+    import inspect
+
+    if "tuning" in inspect.signature(get_backend).parameters:
+        return get_backend(name, tuning=kernels)
+    return get_backend(name)
+
+
 class Engine:
     """One proving run (see the module docstring).
 
@@ -60,6 +72,8 @@ class Engine:
     or False for no socket at all (in-process use). ``token_file`` is required for TCP.
     ``record``: a path to write the recording to, or None for none. ``backend``: a
     ``KernelBackend`` instance to use instead of the one named by ``config.backend``.
+    ``tuning``: the run's ``PROVETOP_*`` settings (``engine.tuning.Tuning.from_env()`` in the
+    CLI); None means the defaults, so an in-process run never depends on the environment.
     """
 
     def __init__(
@@ -73,8 +87,11 @@ class Engine:
         log: Callable[[str], None] | None = None,
         backend: Any = None,
         inject: str | None = None,
+        tuning: Tuning | None = None,
     ) -> None:
         self.config = config.validate()
+        # the defaults, not the environment, unless the caller read it (the CLI does, once)
+        self.tuning = tuning if tuning is not None else Tuning()
         from engine.faults import FaultInjector, FaultSpecError
 
         try:  # fault injection (engine.faults); None unless asked for
@@ -89,7 +106,7 @@ class Engine:
             from kernels.backends import BackendUnavailable, get_backend
 
             try:
-                backend = get_backend(config.backend)
+                backend = _get_backend(get_backend, config.backend, self.tuning.kernels)
             except BackendUnavailable as exc:
                 raise EngineError(f"--backend {config.backend} is not available: {exc}") from None
         self.cuda_run = None  # engine.cuda_pipeline.CudaRun on the cuda backend
@@ -150,7 +167,12 @@ class Engine:
             from engine.devices.cuda import CudaDeviceError
 
             try:
-                return make_cuda_devices(cfg.devices, cfg.device_memory)
+                return make_cuda_devices(
+                    cfg.devices,
+                    cfg.device_memory,
+                    sync_scope=self.tuning.sync_scope,
+                    priority_to=self.tuning.priority_to,
+                )
             except CudaDeviceError as exc:
                 raise EngineError(str(exc)) from None
         capacity = cfg.device_memory
@@ -187,6 +209,7 @@ class Engine:
             "config": cfg,
             "wall_ns": self.clock.wall_ns,
             "read_only": self.read_only,
+            "tuning": self.tuning.as_dict(),
         }
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -320,7 +343,7 @@ class Engine:
         if self.cuda_run is None:
             from engine.cuda_pipeline import CudaRun
 
-            self.cuda_run = CudaRun()
+            self.cuda_run = CudaRun(self.tuning.switch_interval_s)
         return self.cuda_run.context(ctx, device, self.config.workers_per_device)
 
     def _on_worker_died(self, slot: WorkerSlot, requeued: bool) -> None:

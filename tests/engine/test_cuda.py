@@ -108,7 +108,7 @@ def test_backend_choice_and_start_up_line():
 def test_default_backend_line_without_a_gpu(monkeypatch):
     import argparse
 
-    from provetop.commands import engine as cmd
+    from engine import options as cmd
 
     monkeypatch.setattr(dcuda, "gpu_visible", lambda: False)
     args = argparse.Namespace(backend=None)
@@ -131,22 +131,6 @@ def test_cuda_backend_without_cupy_says_why():
     with pytest.raises(BackendUnavailable) as exc:
         get_backend("cuda")
     assert "CuPy" in str(exc.value)
-
-
-@pytest.mark.parametrize("raw", ["fast", "0", "-1", "2", "nan", ""])
-def test_a_bad_switch_interval_is_one_clear_error(monkeypatch, raw):
-    from engine import cuda_pipeline
-
-    monkeypatch.setenv("PROVETOP_SWITCH_INTERVAL", raw)
-    with pytest.raises(dcuda.CudaDeviceError) as exc:
-        cuda_pipeline.switch_interval_s()
-    assert "PROVETOP_SWITCH_INTERVAL" in str(exc.value) and repr(raw) in str(exc.value)
-    with pytest.raises(dcuda.CudaDeviceError):  # before any device is made (no CuPy needed)
-        cuda_pipeline.make_cuda_devices((0,), None)
-    monkeypatch.setenv("PROVETOP_SWITCH_INTERVAL", "0.002")
-    assert cuda_pipeline.switch_interval_s() == 0.002
-    monkeypatch.delenv("PROVETOP_SWITCH_INTERVAL")
-    assert cuda_pipeline.switch_interval_s() == cuda_pipeline.SWITCH_INTERVAL_S
 
 
 def test_is_host():
