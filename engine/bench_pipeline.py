@@ -97,6 +97,8 @@ def _median(values: list[float]) -> float | None:
 
 def reduce_recording(path: str | Path) -> dict[str, Any]:
     """The figures of the module docstring from a recording file."""
+    # here, not at the top: every command's parser imports this module, and the reader
+    # brings msgpack and the reducer
     from recordings.reader import fold_recording
     from recordings.summary import summarize_state
 

@@ -30,7 +30,15 @@ from typing import Any
 
 from engine.allocator import AwarePolicy, Decision, Footprint
 from engine.devices.base import Block
+from engine.devices.cuda import CudaDevice
 from engine.gate import DeviceGate
+from engine.hostmem import (
+    HostMemoryError,
+    PinnedPlan,
+    host_available,
+    refusal,
+    witness_pool_bytes,
+)
 from engine.partition_cuda import CudaPartition
 from engine.pipeline import PartitionRunner, RunContext
 from engine.residency import G1_AFFINE_BYTES, plan_residency
@@ -201,8 +209,6 @@ class CudaRun:
     def __init__(self, switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S) -> None:
         import sys
 
-        from engine.hostmem import host_available
-
         self.blocks: dict[int, list[Block]] = {}
         self.host_srs: HostSrs | None = None
         self._lock = threading.Lock()
@@ -254,8 +260,6 @@ class CudaRun:
     def _check_host(self, ctx: RunContext, streamed: dict[str, int], workers: int) -> None:
         """Refuse (HostMemoryError) a run whose page-locked memory would not fit the host,
         before the witness pools are pinned (see ``engine.hostmem``)."""
-        from engine.hostmem import HostMemoryError, PinnedPlan, refusal, witness_pool_bytes
-
         cfg, sizes, qs = ctx.config, dict(ctx.srs.sizes), ctx.sizes
         m = max(qs.l, qs.a, qs.b_g1)  # the aux witness z
         plan = PinnedPlan(
@@ -303,8 +307,6 @@ def make_cuda_devices(
     trim stall against. ``priority_to="compute"`` (``PROVETOP_PRIORITY_TO``) gives the compute
     streams the greatest priority instead of the synthesis stream
     (``engine.devices.cuda.PRIORITY_TO``)."""
-    from engine.devices.cuda import CudaDevice
-
     return [
         CudaDevice(i, capacity, sync_scope=sync_scope, priority_to=priority_to) for i in indices
     ]

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.devices.base import DeviceOOM
+from engine.pipeline import PartitionFailed
+from recordings.schema import PHASES
 
 ALLOC_SITES = ("prestage", "msm_scratch", "ntt_scratch", "host_register")
 MAX_DELAY_S = 600.0
@@ -100,8 +102,6 @@ def _duration(text: str, item: str) -> float:
 
 def parse_spec(spec: str) -> list[Fault]:
     """Parse SPEC (see the module docstring); :class:`FaultSpecError` names the bad item."""
-    from recordings.schema import PHASES
-
     faults: list[Fault] = []
     if not spec or not spec.strip():
         raise FaultSpecError("--inject needs a spec like raise:h_step:1")
@@ -236,8 +236,6 @@ class FaultInjector:
                 if phase == "synthesis" and self._emit is not None:
                     # synthesis sits outside the attempt's recovery: fail the partition the
                     # way a synthesis error does (fault, then partition_done with the reason)
-                    from engine.pipeline import PartitionFailed
-
                     message = f"{type(exc).__name__}: {exc}"
                     self._emit("fault", kind="exception", message=message, injected=True, **where)
                     raise PartitionFailed(f"synthesis: {message}", False)

@@ -30,6 +30,7 @@ from engine.devices.base import Block
 from engine.partition import MSM_PHASES, Attempt, PhaseTimer, WorkerScope
 from engine.partition_cpu import CpuPartition
 from engine.srs import QUERIES
+from engine.witness_gpu import CHUNK, PinnedBuffers, synthesize_on_gpu
 from engine.workload import Witness
 from recordings.schema import PHASES
 
@@ -80,8 +81,6 @@ class CudaPartition:
     def synthesize(self, rng: Any, tries: int = 0) -> Any:
         if not self.real:
             return self.host.synthesize(rng, tries)
-        from engine.witness_gpu import CHUNK, PinnedBuffers, synthesize_on_gpu
-
         cfg, sizes = self.ctx.config, self.ctx.sizes
         n, m = 1 << cfg.domain_log, max(sizes.l, sizes.a, sizes.b_g1)
         kw = self.device.kernel_args("synthesis")  # first: makes the device current here

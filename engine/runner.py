@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine import cuda_pipeline
 from engine.allocator import footprint, make_policy, phantom_capacity
 from engine.bus import Bus, Clock, Subscription
 from engine.config import DEFAULT_MODELED_MEMORY, EngineConfig
@@ -32,7 +33,9 @@ from engine.control import (
     parse_command,
 )
 from engine.devices.base import Device
+from engine.devices.cuda import CudaDeviceError
 from engine.devices.modeled import ModeledDevice
+from engine.faults import FaultInjector, FaultSpecError
 from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, parse_listen, read_token
@@ -47,7 +50,9 @@ from engine.workers import (
     worker_loop,
 )
 from engine.workload import query_sizes
+from provetop.version import __version__
 from recordings.schema import SCHEMA_VERSION
+from recordings.writer import RecordingWriter
 
 
 class EngineError(ValueError):
@@ -92,8 +97,6 @@ class Engine:
         self.config = config.validate()
         # the defaults, not the environment, unless the caller read it (the CLI does, once)
         self.tuning = tuning if tuning is not None else Tuning()
-        from engine.faults import FaultInjector, FaultSpecError
-
         try:  # fault injection (engine.faults); None unless asked for
             self.faults = FaultInjector.from_spec(inject)
         except FaultSpecError as exc:
@@ -163,11 +166,8 @@ class Engine:
     def _make_devices(self) -> list[Device]:
         cfg = self.config
         if cfg.backend == "cuda":  # real pools (engine.devices.cuda); ballast for a cap
-            from engine.cuda_pipeline import make_cuda_devices
-            from engine.devices.cuda import CudaDeviceError
-
             try:
-                return make_cuda_devices(
+                return cuda_pipeline.make_cuda_devices(
                     cfg.devices,
                     cfg.device_memory,
                     sync_scope=self.tuning.sync_scope,
@@ -194,8 +194,6 @@ class Engine:
         }
         cfg["record"] = str(self.record_path) if self.record_path else None
         cfg["inject"] = self.faults.spec if self.faults is not None else None
-        from provetop.version import __version__
-
         return {
             "schema": SCHEMA_VERSION,
             "engine_id": self.engine_id,
@@ -217,8 +215,6 @@ class Engine:
     def start(self) -> Engine:
         """Open the recording and the socket, emit ``hello``, start the run thread."""
         if self.record_path is not None:
-            from recordings.writer import RecordingWriter
-
             try:
                 self.recorder = RecordingWriter(self.record_path, exclusive=True)
             except Exception as exc:
@@ -306,7 +302,7 @@ class Engine:
     ) -> Callable[[WorkerSlot], None]:
         runner_cls = PartitionRunner
         if self.cuda_run is not None:
-            from engine.cuda_pipeline import CudaPartitionRunner as runner_cls
+            runner_cls = cuda_pipeline.CudaPartitionRunner
 
         def target(slot: WorkerSlot) -> None:
             try:
@@ -341,9 +337,7 @@ class Engine:
         if self.config.backend != "cuda":
             return ctx
         if self.cuda_run is None:
-            from engine.cuda_pipeline import CudaRun
-
-            self.cuda_run = CudaRun(self.tuning.switch_interval_s)
+            self.cuda_run = cuda_pipeline.CudaRun(self.tuning.switch_interval_s)
         return self.cuda_run.context(ctx, device, self.config.workers_per_device)
 
     def _on_worker_died(self, slot: WorkerSlot, requeued: bool) -> None:

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
+from engine.nvml import NvmlDevice
 
 # cudaMemPoolAttr values (driver_types.h)
 ATTR_RESERVED_CURRENT, ATTR_RESERVED_HIGH, ATTR_USED_CURRENT, ATTR_USED_HIGH = 5, 6, 7, 8
@@ -267,8 +268,6 @@ class CudaDevice(Device):
         self.name = f"{gpu} #{self.index} ({gib:.2f} GiB" + (
             f", {self.ballast / (1 << 30):.2f} GiB ballast)" if self.ballast else ")"
         )
-        from engine.nvml import NvmlDevice
-
         self.nvml = NvmlDevice(pci_bus_id=self.pci_bus_id)
 
     # -- streams ------------------------------------------------------------------------------
