@@ -217,7 +217,7 @@ class CudaRun:
         self._host_streamed: dict[str, int] = {}
         # witness pools of workers that have stopped, freed only at close: unpinning 17 GB
         # while a neighbour still runs stalled its launches (the last partition's H step took
-        # 1.7-2.2 s instead of 0.32 in every H200 run of session 5)
+        # 1.7-2.2 s instead of 0.32 in every H200 run of 2026-11-30, before e2ae67e)
         self._retired: list[Any] = []
         self._old_interval = sys.getswitchinterval()
         sys.setswitchinterval(switch_interval_s)
