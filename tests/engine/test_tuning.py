@@ -150,3 +150,22 @@ def test_provetop_inject_is_the_default_of_the_inject_flag(monkeypatch):
             assert engine.tuning.inject == "raise:h_step:1"
         finally:
             engine.close()
+
+
+def test_the_engine_hands_the_kernel_settings_to_the_backend():
+    """``get_backend(name, tuning=...)`` receives the kernels' part of the record where it
+    takes that keyword (and the plain call where it does not yet)."""
+    from engine.runner import _get_backend
+
+    kernels = KernelTuning(msm_sort_group=3)
+    seen = []
+
+    def with_tuning(name, tuning=None):
+        seen.append((name, tuning))
+
+    def without(name):
+        seen.append((name,))
+
+    _get_backend(with_tuning, "cuda", kernels)
+    _get_backend(without, "cpu", kernels)
+    assert seen == [("cuda", kernels), ("cpu",)]
