@@ -169,3 +169,19 @@ def test_the_engine_hands_the_kernel_settings_to_the_backend():
     _get_backend(with_tuning, "cuda", kernels)
     _get_backend(without, "cpu", kernels)
     assert seen == [("cuda", kernels), ("cpu",)]
+
+
+def test_the_cuda_run_takes_its_switch_interval_from_the_record():
+    """``PROVETOP_SWITCH_INTERVAL`` reaches the CUDA run through the record only: the run sets
+    it for its life and restores the interpreter's at close (no GPU needed)."""
+    import sys
+
+    from engine.cuda_pipeline import CudaRun
+
+    before = sys.getswitchinterval()
+    run = CudaRun(Tuning.from_env({"PROVETOP_SWITCH_INTERVAL": "0.002"}).switch_interval_s)
+    try:
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+    finally:
+        run.close([])
+    assert sys.getswitchinterval() == before
