@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from engine import cuda_pipeline as cpl
 from engine.config import from_preset
+from engine.partition_cuda import CudaPartition
 from engine.runner import Engine
 from kernels import cuda_check
 from kernels.constants import FR_MODULUS as R
@@ -15,9 +15,9 @@ from kernels.layout import fr_from_limbs, g1_from_limbs
 
 K = int(sys.argv[1]) if len(sys.argv) > 1 else 12
 orig_sums, orig_checks, orig_inputs = (
-    cpl.CudaPartitionRunner._device_sums,
-    cpl.CudaPartitionRunner._exact_checks,
-    cpl.CudaPartitionRunner._inputs_on_device,
+    CudaPartition.check_sums,
+    CudaPartition.verify,
+    CudaPartition.check_inputs,
 )
 stash = {}
 
@@ -32,7 +32,7 @@ def device_sums(self, att, w, h):
     return orig_sums(self, att, w, h)
 
 
-def checks(self, att, w, h, scalars, results):
+def checks(self, att, w, h, results):
     srs, sizes = self.ctx.srs, self.ctx.sizes
     n = 1 << self.ctx.config.domain_log
     tau = srs.tau
@@ -70,14 +70,14 @@ def checks(self, att, w, h, scalars, results):
         same = e == att.device_sums[q]
         print(f"msm {q}: prefix dot == single dot {e == slow}; == region's {same}; identity {ok}")
     print("msm h identity:", scalar_mul(GENERATOR, h) == g1_from_limbs(results["h"])[0])
-    res = orig_checks(self, att, w, h, scalars, results)
+    res = orig_checks(self, att, w, h, results)
     print("engine check says:", res)
     return res
 
 
-cpl.CudaPartitionRunner._inputs_on_device = inputs
-cpl.CudaPartitionRunner._device_sums = device_sums
-cpl.CudaPartitionRunner._exact_checks = checks
+CudaPartition.check_inputs = inputs
+CudaPartition.check_sums = device_sums
+CudaPartition.verify = checks
 cfg = from_preset(
     "porep-32g",
     backend="cuda",

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any
 
+from engine.config import from_preset
+from provetop.errors import UsageError
 from recordings.schema import PHASES
 
 
@@ -29,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def measure(domain_log: int, repeat: int) -> dict[str, Any]:
     """Run one proof of ``repeat`` partitions at 2^K; per-phase medians in ms."""
-    from engine.config import from_preset
+    # the engine here, not at the top: every command's parser imports this module
+    # (``provetop bench``'s targets), and the engine brings numpy and the kernels
     from engine.runner import Engine
     from kernels.cpu.msm import ARKWORKS_AVAILABLE
 
@@ -73,8 +76,6 @@ def measure(domain_log: int, repeat: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.errors import UsageError
-
     try:
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     except ValueError:

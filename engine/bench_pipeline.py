@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.options import config_from_args, tuning_from_env
+from provetop.errors import UsageError
 from recordings.schema import PHASES
 
 GPU_MS_PHASES = ("h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1", "copy_back")
@@ -64,15 +66,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="FILE", help="also write the JSON result to FILE")
 
 
-def _config(args: argparse.Namespace) -> Any:
-    from provetop.commands.engine import config_from_args
-
-    ns = argparse.Namespace(**vars(args))
-    for name in ("concurrency",):
-        setattr(ns, name, getattr(ns, name, None))
-    return config_from_args(ns)
-
-
 def steady_busy(state: Any, device: int) -> tuple[float | None, float | None]:
     """(busy fraction in steady state, window seconds) for ``device``; None with fewer than
     three partitions' GPU regions (no steady state between a first and a last)."""
@@ -104,6 +97,8 @@ def _median(values: list[float]) -> float | None:
 
 def reduce_recording(path: str | Path) -> dict[str, Any]:
     """The figures of the module docstring from a recording file."""
+    # here, not at the top: every command's parser imports this module, and the reader
+    # brings msgpack and the reducer
     from recordings.reader import fold_recording
     from recordings.summary import summarize_state
 
@@ -265,17 +260,19 @@ def format_table(res: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the engine here, not at the top: every command's parser imports this module
+    # (``provetop bench``'s targets), and the engine brings numpy and the kernels
     from engine.runner import Engine, EngineError
-    from provetop.errors import UsageError
 
-    config = _config(args)
+    config = config_from_args(args)
+    tuning = tuning_from_env()
     record = args.record
     if record is None:
         record = str(Path(tempfile.mkdtemp(prefix="provetop-bench-")) / "run.pvtrec")
     elif Path(record).exists():
         raise UsageError(f"--record {record}: the path exists; the engine never overwrites")
     try:
-        engine = Engine(config, listen=False, record=record)
+        engine = Engine(config, listen=False, record=record, tuning=tuning)
     except EngineError as exc:
         raise UsageError(str(exc)) from None
     t0 = time.perf_counter()
@@ -294,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
         import cupy
 
         meta = gpu_bench_meta(cupy, bench_command())
+    meta["tuning"] = tuning.as_dict()  # the engine's settings with the kernels' (hello too)
     res["meta"] = meta
     text = json.dumps(res, indent=1, default=str)
     if args.out:

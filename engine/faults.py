@@ -4,7 +4,8 @@ Why built in: the seed's one OOM poisoned every later partition. The recovery pa
 the fallback path, trim, a replacement worker, a dropped client) only run when something goes
 wrong, so a test or an operator must be able to make exactly that thing go wrong, on the real
 engine, and read what happened in the recording. Off unless ``--inject SPEC`` (or the
-``PROVETOP_INJECT`` environment variable of ``provetop engine`` / ``provetop run``) is given.
+``PROVETOP_INJECT`` environment variable of ``provetop engine`` / ``provetop run``, read with
+the other settings by ``engine.tuning``) is given.
 
 SPEC is a comma-separated list of items; counts are 1-based and count over the whole run (all
 devices and workers together):
@@ -32,8 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.devices.base import DeviceOOM
+from engine.pipeline import PartitionFailed
+from recordings.schema import PHASES
 
-ENV_VAR = "PROVETOP_INJECT"
 ALLOC_SITES = ("prestage", "msm_scratch", "ntt_scratch", "host_register")
 MAX_DELAY_S = 600.0
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
@@ -100,8 +102,6 @@ def _duration(text: str, item: str) -> float:
 
 def parse_spec(spec: str) -> list[Fault]:
     """Parse SPEC (see the module docstring); :class:`FaultSpecError` names the bad item."""
-    from recordings.schema import PHASES
-
     faults: list[Fault] = []
     if not spec or not spec.strip():
         raise FaultSpecError("--inject needs a spec like raise:h_step:1")
@@ -236,8 +236,6 @@ class FaultInjector:
                 if phase == "synthesis" and self._emit is not None:
                     # synthesis sits outside the attempt's recovery: fail the partition the
                     # way a synthesis error does (fault, then partition_done with the reason)
-                    from engine.pipeline import PartitionFailed
-
                     message = f"{type(exc).__name__}: {exc}"
                     self._emit("fault", kind="exception", message=message, injected=True, **where)
                     raise PartitionFailed(f"synthesis: {message}", False)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine import cuda_pipeline
 from engine.allocator import footprint, make_policy, phantom_capacity
 from engine.bus import Bus, Clock, Subscription
 from engine.config import DEFAULT_MODELED_MEMORY, EngineConfig
@@ -32,11 +33,14 @@ from engine.control import (
     parse_command,
 )
 from engine.devices.base import Device
+from engine.devices.cuda import CudaDeviceError
 from engine.devices.modeled import ModeledDevice
+from engine.faults import FaultInjector, FaultSpecError
 from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, parse_listen, read_token
 from engine.srs import draw_srs, generate_srs
+from engine.tuning import Tuning
 from engine.workers import (
     SYNTH_LANE_BASE,
     Scheduler,
@@ -46,11 +50,24 @@ from engine.workers import (
     worker_loop,
 )
 from engine.workload import query_sizes
+from provetop.version import __version__
 from recordings.schema import SCHEMA_VERSION
+from recordings.writer import RecordingWriter
 
 
 class EngineError(ValueError):
     """The engine cannot start with these settings; the message is one line."""
+
+
+def _get_backend(get_backend: Callable[..., Any], name: str, kernels: Any) -> Any:
+    """``get_backend(name, tuning=kernels)`` where that keyword is accepted; the plain call
+    where ``kernels.backends`` does not take a tuning record yet (the kernels then read their
+    defaults)."""
+    import inspect
+
+    if "tuning" in inspect.signature(get_backend).parameters:
+        return get_backend(name, tuning=kernels)
+    return get_backend(name)
 
 
 class Engine:
@@ -60,6 +77,8 @@ class Engine:
     or False for no socket at all (in-process use). ``token_file`` is required for TCP.
     ``record``: a path to write the recording to, or None for none. ``backend``: a
     ``KernelBackend`` instance to use instead of the one named by ``config.backend``.
+    ``tuning``: the run's ``PROVETOP_*`` settings (``engine.tuning.Tuning.from_env()`` in the
+    CLI); None means the defaults, so an in-process run never depends on the environment.
     """
 
     def __init__(
@@ -73,10 +92,11 @@ class Engine:
         log: Callable[[str], None] | None = None,
         backend: Any = None,
         inject: str | None = None,
+        tuning: Tuning | None = None,
     ) -> None:
         self.config = config.validate()
-        from engine.faults import FaultInjector, FaultSpecError
-
+        # the defaults, not the environment, unless the caller read it (the CLI does, once)
+        self.tuning = tuning if tuning is not None else Tuning()
         try:  # fault injection (engine.faults); None unless asked for
             self.faults = FaultInjector.from_spec(inject)
         except FaultSpecError as exc:
@@ -89,7 +109,7 @@ class Engine:
             from kernels.backends import BackendUnavailable, get_backend
 
             try:
-                backend = get_backend(config.backend)
+                backend = _get_backend(get_backend, config.backend, self.tuning.kernels)
             except BackendUnavailable as exc:
                 raise EngineError(f"--backend {config.backend} is not available: {exc}") from None
         self.cuda_run = None  # engine.cuda_pipeline.CudaRun on the cuda backend
@@ -146,11 +166,13 @@ class Engine:
     def _make_devices(self) -> list[Device]:
         cfg = self.config
         if cfg.backend == "cuda":  # real pools (engine.devices.cuda); ballast for a cap
-            from engine.cuda_pipeline import make_cuda_devices
-            from engine.devices.cuda import CudaDeviceError
-
             try:
-                return make_cuda_devices(cfg.devices, cfg.device_memory)
+                return cuda_pipeline.make_cuda_devices(
+                    cfg.devices,
+                    cfg.device_memory,
+                    sync_scope=self.tuning.sync_scope,
+                    priority_to=self.tuning.priority_to,
+                )
             except CudaDeviceError as exc:
                 raise EngineError(str(exc)) from None
         capacity = cfg.device_memory
@@ -172,8 +194,6 @@ class Engine:
         }
         cfg["record"] = str(self.record_path) if self.record_path else None
         cfg["inject"] = self.faults.spec if self.faults is not None else None
-        from provetop.version import __version__
-
         return {
             "schema": SCHEMA_VERSION,
             "engine_id": self.engine_id,
@@ -187,6 +207,7 @@ class Engine:
             "config": cfg,
             "wall_ns": self.clock.wall_ns,
             "read_only": self.read_only,
+            "tuning": self.tuning.as_dict(),
         }
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -194,8 +215,6 @@ class Engine:
     def start(self) -> Engine:
         """Open the recording and the socket, emit ``hello``, start the run thread."""
         if self.record_path is not None:
-            from recordings.writer import RecordingWriter
-
             try:
                 self.recorder = RecordingWriter(self.record_path, exclusive=True)
             except Exception as exc:
@@ -283,7 +302,7 @@ class Engine:
     ) -> Callable[[WorkerSlot], None]:
         runner_cls = PartitionRunner
         if self.cuda_run is not None:
-            from engine.cuda_pipeline import CudaPartitionRunner as runner_cls
+            runner_cls = cuda_pipeline.CudaPartitionRunner
 
         def target(slot: WorkerSlot) -> None:
             try:
@@ -318,9 +337,7 @@ class Engine:
         if self.config.backend != "cuda":
             return ctx
         if self.cuda_run is None:
-            from engine.cuda_pipeline import CudaRun
-
-            self.cuda_run = CudaRun()
+            self.cuda_run = cuda_pipeline.CudaRun(self.tuning.switch_interval_s)
         return self.cuda_run.context(ctx, device, self.config.workers_per_device)
 
     def _on_worker_died(self, slot: WorkerSlot, requeued: bool) -> None:

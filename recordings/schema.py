@@ -153,6 +153,11 @@ EVENTS: dict[str, dict[str, Field]] = {
         "config": _f(MAP, "the run's configuration (workload, allocator, workers...)"),
         "wall_ns": _f(INT, "wall-clock time (ns since the epoch) at t = 0"),
         "read_only": _f(BOOL, "true when the producer refuses control commands"),
+        "tuning": _opt(
+            MAP,
+            "the run's settings from its PROVETOP_ variables (engine/tuning.py), the kernels' "
+            "under 'kernels'; absent in older recordings",
+        ),
     },
     "engine_state": {
         "state": _f(STR, "one of ENGINE_STATES"),

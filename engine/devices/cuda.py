@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
+from engine.nvml import NvmlDevice
 
 # cudaMemPoolAttr values (driver_types.h)
 ATTR_RESERVED_CURRENT, ATTR_RESERVED_HIGH, ATTR_USED_CURRENT, ATTR_USED_HIGH = 5, 6, 7, 8
@@ -60,7 +61,7 @@ GREATEST_PRIORITY = -(1 << 10)
 # is the least. "synthesis": the neighbour's witness is made beside the holder's MSMs without
 # waiting behind their blocks (its kernels are short and many). "compute": the holder's GPU
 # region first, the synthesis in its gaps (PROVETOP_PRIORITY_TO; measured in
-# docs/performance-notes.md, "Engine on CUDA", 2026-11-29, c3b2654).
+# bench/engine_cuda_notes.md, H200 runs of 2026-11-29, 072c514).
 PRIORITY_TO = ("synthesis", "compute")
 
 
@@ -267,8 +268,6 @@ class CudaDevice(Device):
         self.name = f"{gpu} #{self.index} ({gib:.2f} GiB" + (
             f", {self.ballast / (1 << 30):.2f} GiB ballast)" if self.ballast else ")"
         )
-        from engine.nvml import NvmlDevice
-
         self.nvml = NvmlDevice(pci_bus_id=self.pci_bus_id)
 
     # -- streams ------------------------------------------------------------------------------
@@ -336,8 +335,8 @@ class CudaDevice(Device):
         after. Why not a new one per use: on the H200 (driver 580) creating an event waited
         for the device's running kernel to end, so an upload beside a neighbour's 1 s msm_h
         took 1.25 s for a 233 ms copy, and the holder stalled ~210 ms between phases
-        (docs/performance-notes.md, "Engine on CUDA", 2026-11-29, db942e6). A stream's wait on
-        an event takes the record made before the wait, so re-recording later never changes a
+        (bench/engine_cuda_notes.md, H200 runs of 2026-11-29, 072c514). A stream's wait on an
+        event takes the record made before the wait, so re-recording later never changes a
         wait already queued; every use below is finished, or waited on, before its name is
         recorded again."""
         events = getattr(self._tl, "events", None)

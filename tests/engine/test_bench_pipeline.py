@@ -10,7 +10,11 @@ from provetop.cli import main
 from recordings.summary import build_summary
 
 
-def test_bench_pipeline_cpu_run_reduces_its_recording(tmp_path, capsys):
+def test_bench_pipeline_cpu_run_reduces_its_recording(tmp_path, capsys, monkeypatch):
+    from engine.tuning import Tuning
+    from recordings.reader import open_recording
+
+    monkeypatch.setenv("PROVETOP_MSM_SORT_GROUP", "2")  # recorded, not used on the cpu backend
     out = tmp_path / "res.json"
     rec = tmp_path / "run.pvtrec"
     args = ["bench", "pipeline", "--backend", "cpu", "--preset", "small", "--proofs", "1"]
@@ -23,6 +27,8 @@ def test_bench_pipeline_cpu_run_reduces_its_recording(tmp_path, capsys):
     assert res["partitions"] == res["partitions_ok"] == res["partitions_verified"] == 4
     assert res["partitions_lost"] == 0 and res["recording"] == str(rec)
     assert res["meta"]["command"]
+    tuning = Tuning.from_env({"PROVETOP_MSM_SORT_GROUP": "2"}).as_dict()
+    assert res["meta"]["tuning"] == tuning == open_recording(rec).hello["tuning"]
     summary = build_summary(rec)
     gpu = sorted(a["gpu_total_ms"] for a in summary["attempts"])
     assert res["gpu_total_ms_median"] == (gpu[1] + gpu[2]) / 2
@@ -108,3 +114,12 @@ def test_bench_pipeline_reports_the_checks_and_the_unchecked_gpu_total(tmp_path,
     assert res["check_ms_median"] == {"check_inputs": 201.0, "check_sums": 150.0}
     assert res["gpu_total_ms_median_unchecked"] == 1602.0
     assert "inputs 201, sums 150; gpu_total of unchecked partitions 1602.0" in format_table(res)
+
+
+def test_bench_pipeline_refuses_a_bad_setting_with_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PROVETOP_SYNC_SCOPE", "host")
+    rec = tmp_path / "run.pvtrec"
+    rc = main(["bench", "pipeline", "--backend", "cpu", "--preset", "ci", "--record", str(rec)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "PROVETOP_SYNC_SCOPE" in err
+    assert not rec.exists()

@@ -2,22 +2,21 @@
 
 Why: on the H200 the CUDA runner took A, B, C(tau) during the upload and the aux sums after the
 release, so they ran beside the neighbour's MSMs and stretched them by ~200 ms
-(docs/performance-notes.md, "Engine on CUDA", 2026-11-29, db942e6). The CUDA runner's sums need
-a GPU; here the pipeline's placement of the two phases is checked with a runner that records
-what it is asked, on the cpu backend.
+(bench/engine_cuda_notes.md). The CUDA sums need a GPU; here the driver's placement of the two
+phases is checked with cpu ops that record what they are asked, on the cpu backend.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from engine import pipeline
 from engine.config import from_preset
+from engine.partition_cpu import CpuPartition
 from tests.engine.run_helper import run_engine
 
 
 def _fake_device_checks(monkeypatch) -> list[tuple[str, int, int]]:
-    """Device checks on the cpu backend: each hook records its call, and the check passes
+    """Device checks on the cpu backend: each step records its call, and the check passes
     only when both of this attempt's sums were taken (a retry starts a fresh attempt)."""
     calls: list[tuple[str, int, int]] = []
 
@@ -30,14 +29,14 @@ def _fake_device_checks(monkeypatch) -> list[tuple[str, int, int]]:
         calls.append(("sums", att.proof, att.partition))
         return {"h": 4}
 
-    def exact(self, att, w, h, scalars, results):
+    def exact(self, att, w, h, results):
         assert h is None  # no host copy of H when the device summed it
         return att.abc_at_tau == (1, 2, 3) and att.device_sums == {"h": 4}
 
-    monkeypatch.setattr(pipeline.PartitionRunner, "checks_on_device", True)
-    monkeypatch.setattr(pipeline.PartitionRunner, "_inputs_on_device", inputs)
-    monkeypatch.setattr(pipeline.PartitionRunner, "_device_sums", sums)
-    monkeypatch.setattr(pipeline.PartitionRunner, "_exact_checks", exact)
+    monkeypatch.setattr(CpuPartition, "checks_on_device", True)
+    monkeypatch.setattr(CpuPartition, "check_inputs", inputs)
+    monkeypatch.setattr(CpuPartition, "check_sums", sums)
+    monkeypatch.setattr(CpuPartition, "verify", exact)
     return calls
 
 

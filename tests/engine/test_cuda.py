@@ -108,7 +108,7 @@ def test_backend_choice_and_start_up_line():
 def test_default_backend_line_without_a_gpu(monkeypatch):
     import argparse
 
-    from provetop.commands import engine as cmd
+    from engine import options as cmd
 
     monkeypatch.setattr(dcuda, "gpu_visible", lambda: False)
     args = argparse.Namespace(backend=None)
@@ -131,22 +131,6 @@ def test_cuda_backend_without_cupy_says_why():
     with pytest.raises(BackendUnavailable) as exc:
         get_backend("cuda")
     assert "CuPy" in str(exc.value)
-
-
-@pytest.mark.parametrize("raw", ["fast", "0", "-1", "2", "nan", ""])
-def test_a_bad_switch_interval_is_one_clear_error(monkeypatch, raw):
-    from engine import cuda_pipeline
-
-    monkeypatch.setenv("PROVETOP_SWITCH_INTERVAL", raw)
-    with pytest.raises(dcuda.CudaDeviceError) as exc:
-        cuda_pipeline.switch_interval_s()
-    assert "PROVETOP_SWITCH_INTERVAL" in str(exc.value) and repr(raw) in str(exc.value)
-    with pytest.raises(dcuda.CudaDeviceError):  # before any device is made (no CuPy needed)
-        cuda_pipeline.make_cuda_devices((0,), None)
-    monkeypatch.setenv("PROVETOP_SWITCH_INTERVAL", "0.002")
-    assert cuda_pipeline.switch_interval_s() == 0.002
-    monkeypatch.delenv("PROVETOP_SWITCH_INTERVAL")
-    assert cuda_pipeline.switch_interval_s() == cuda_pipeline.SWITCH_INTERVAL_S
 
 
 def test_is_host():
@@ -216,8 +200,9 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     from engine.bus import Bus
     from engine.config import from_preset
     from engine.control import Controls
-    from engine.cuda_pipeline import COPY_PHASES, GPU_PHASES, CudaPartitionRunner
+    from engine.cuda_pipeline import CudaPartitionRunner
     from engine.devices.modeled import ModeledDevice
+    from engine.partition_cuda import COPY_PHASES, GPU_PHASES
     from engine.pipeline import RunContext
     from engine.srs import generate_srs
     from kernels.cpu_backend import CpuBackend
@@ -337,9 +322,11 @@ def test_failed_attempt_orders_the_scalars_free_after_their_upload():
     frees their block on the compute stream: the compute stream must first wait for the
     upload's event, or the pool may reuse the block while the copy still writes it. The
     device here is a stand-in that records the order of calls (no GPU)."""
-    from engine.cuda_pipeline import CudaPartitionRunner
+    import threading
+
     from engine.devices.base import Block
-    from engine.pipeline import Attempt, DeviceGate
+    from engine.partition_cuda import CudaPartition
+    from engine.pipeline import Attempt, PartitionRunner
 
     log = []
 
@@ -348,6 +335,8 @@ def test_failed_attempt_orders_the_scalars_free_after_their_upload():
             log.append(("wait", ev))
 
     class Dev:  # records calls; stands in for CudaDevice
+        index = 0
+
         def streams(self):
             return types.SimpleNamespace(compute=Stream())
 
@@ -357,40 +346,41 @@ def test_failed_attempt_orders_the_scalars_free_after_their_upload():
         def unpin(self, nbytes):
             pass
 
-    runner = object.__new__(CudaPartitionRunner)
-    runner.device, runner.gate, runner.worker = Dev(), DeviceGate(), 0
-    runner._z_ready = "z-uploaded"
+    ctx = types.SimpleNamespace(bus=None)
+    runner = PartitionRunner(ctx, Dev(), 0, threading.Lock(), ops=CudaPartition)
+    runner.ops._z_ready = "z-uploaded"
     att = Attempt(0, 0, 0)
     att.blocks.append(Block(pool="async", size=64, requested=64, site="msm_scalars"))
     runner._release(att)
     assert log == [("wait", "z-uploaded"), ("free", "msm_scalars")]
-    assert runner._z_ready is None
+    assert runner.ops._z_ready is None
     log.clear()
     runner._release(att)  # nothing pending: no wait
     assert log == []
 
 
-def test_cuda_runner_reserves_its_scalars_block_for_the_gpu_region():
+def test_cuda_ops_reserve_their_scalars_block_for_the_gpu_region():
     """The ledger a pre-staged partition commits (what neighbours' pre-stage decisions leave
-    free) includes the aux scalars' block the CUDA runner allocates after the H step, as the
+    free) includes the aux scalars' block the CUDA ops allocate after the H step, as the
     cache reclaim's need does; on the fallback path, whichever of a, b, c or d_a + scalars +
     the largest MSM is larger. The device and witness are stand-ins (no GPU)."""
     from engine.allocator import Footprint
-    from engine.cuda_pipeline import CudaPartitionRunner
+    from engine.partition import WorkerScope
+    from engine.partition_cuda import CudaPartition
 
     u, z = 4 * GiB, random.randrange(1, 5 * GiB)
     fp = Footprint(u=u, msm={"h": 3 * GiB, "l": GiB}, margin=512 << 20)
-    runner = object.__new__(CudaPartitionRunner)
-    runner.ctx = types.SimpleNamespace(footprint=fp)
-    runner.device = types.SimpleNamespace(round=lambda n: -(-n // 512) * 512)
-    runner.real = True
+    ctx = types.SimpleNamespace(footprint=fp, bus=None)
+    device = types.SimpleNamespace(round=lambda n: -(-n // 512) * 512)
+    ops = CudaPartition(WorkerScope(ctx, device, 0))
+    ops.real = True
     w = types.SimpleNamespace(pinned=True, z=types.SimpleNamespace(nbytes=z))
-    rz = runner.device.round(z)
-    assert runner._gpu_extra(w, True) == fp.msm_max + rz
-    assert runner._region_need(w) == fp.msm_max + fp.margin + rz
-    assert runner._gpu_extra(w, False) == max(4 * u, u + rz + fp.msm_max)
-    runner.real = False  # a modeled device: the footprint alone
-    assert runner._gpu_extra(w, True) == fp.gpu_extra(True)
+    rz = device.round(z)
+    assert ops.gpu_extra(w, True) == fp.msm_max + rz
+    assert ops.region_need(w) == fp.msm_max + fp.margin + rz
+    assert ops.gpu_extra(w, False) == max(4 * u, u + rz + fp.msm_max)
+    ops.real = False  # a modeled device: the footprint alone
+    assert ops.gpu_extra(w, True) == fp.gpu_extra(True)
 
 
 def test_a_free_that_raises_still_gives_the_gate_back():
@@ -398,10 +388,13 @@ def test_a_free_that_raises_still_gives_the_gate_back():
     a failed kernel. The release must still count the pre-stage out of the gate and drop the
     ledger entry, or a neighbour's fallback and recovery wait for it for minutes. The device
     is a stand-in whose free raises (no GPU)."""
+    import threading
+
     from engine.devices.base import Block
     from engine.pipeline import Attempt, DeviceGate, PartitionRunner
 
     class Dev:
+        index = 0
         unpinned = 0
 
         def free(self, blk):
@@ -411,8 +404,7 @@ def test_a_free_that_raises_still_gives_the_gate_back():
             Dev.unpinned += nbytes
 
     gate = DeviceGate()
-    runner = object.__new__(PartitionRunner)
-    runner.device, runner.gate, runner.worker = Dev(), gate, 0
+    runner = PartitionRunner(types.SimpleNamespace(bus=None), Dev(), 0, threading.Lock(), gate)
     att = Attempt(0, 0, 0)
     assert gate.try_prestage()
     att.holds_prestage, att.pinned = True, 96

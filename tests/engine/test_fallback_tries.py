@@ -14,6 +14,7 @@ import pytest
 from engine import pipeline
 from engine.devices.base import DeviceOOM
 from engine.devices.modeled import ModeledDevice
+from engine.partition_cpu import CpuPartition
 from tests.engine.run_helper import run_engine
 
 
@@ -98,7 +99,7 @@ def test_a_cached_prestage_block_is_reclaimed_for_the_msms_by_aware_only(monkeyp
     to give it back; here the need is made larger than what is free so that aware must."""
     from engine.allocator import AwarePolicy, NaivePolicy
 
-    monkeypatch.setattr(pipeline.PartitionRunner, "prestage_pool", "sync")
+    monkeypatch.setattr(CpuPartition, "prestage_pool", "sync")
     asked = []
     for cls in (AwarePolicy, NaivePolicy):
         real = cls.reclaim_cache
@@ -132,7 +133,7 @@ def test_aware_fallback_reclaims_cached_prestage_blocks_before_its_a_b_c(monkeyp
     from engine.control import Controls
     from engine.runner import Engine
 
-    monkeypatch.setattr(pipeline.PartitionRunner, "prestage_pool", "sync")
+    monkeypatch.setattr(CpuPartition, "prestage_pool", "sync")
     monkeypatch.setattr(Controls, "is_forced", lambda self, device: True)
 
     def no_trim(self, device, fp, working):

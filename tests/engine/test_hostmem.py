@@ -128,23 +128,28 @@ def test_stopped_workers_pools_are_freed_only_at_close() -> None:
     close: unpinning 17 GB while a neighbour still ran stalled the neighbour's last H step
     (1.7-2.2 s instead of 0.32 on the H200)."""
     import gc
+    import threading
     import weakref
+    from types import SimpleNamespace
 
     from engine.cuda_pipeline import CudaPartitionRunner, CudaRun
 
     class Pool:
         pass
 
-    runner = CudaPartitionRunner.__new__(CudaPartitionRunner)  # only its pools matter here
+    class Dev:  # a stand-in without CUDA: only the ops' pools matter here
+        index = 0
+
+    runner = CudaPartitionRunner(SimpleNamespace(bus=None), Dev(), 0, threading.Lock())
     pools = [Pool(), Pool()]
     refs = [weakref.ref(p) for p in pools]
-    runner._bufs = pools
+    runner.ops._bufs = pools
     del pools
     run = CudaRun()
     try:
         run.retire(runner)
         run.retire(object())  # a runner without pools (the cpu one) is ignored
-        assert runner._bufs == []
+        assert runner.ops._bufs == []
         del runner
         gc.collect()
         assert all(r() is not None for r in refs)  # still held by the run

@@ -273,10 +273,11 @@ def test_a_synthesis_refused_memory_tries_again_with_the_same_witness(monkeypatc
     from engine import pipeline
     from engine.config import from_preset
     from engine.devices.base import DeviceOOM
+    from engine.partition_cpu import CpuPartition
     from engine.runner import Engine
 
     monkeypatch.setattr(pipeline, "SYNTH_OOM_PAUSE_S", 0.01)
-    real = pipeline.PartitionRunner._synthesize
+    real = CpuPartition.synthesize
     calls, witnesses = [], []
 
     def flaky(self, rng, tries=0):
@@ -287,7 +288,7 @@ def test_a_synthesis_refused_memory_tries_again_with_the_same_witness(monkeypatc
         witnesses.append(w.a.copy())
         return w
 
-    monkeypatch.setattr(pipeline.PartitionRunner, "_synthesize", flaky)
+    monkeypatch.setattr(CpuPartition, "synthesize", flaky)
     cfg = from_preset("ci", partitions=1, workers_per_device=1, seed=random.randrange(1 << 30))
     engine = Engine(cfg, listen=False)
     sub = engine.subscribe("t")
@@ -310,7 +311,7 @@ def test_a_synthesis_refused_memory_tries_again_with_the_same_witness(monkeypatc
 
 
 def engine_runner_stub(cfg):
-    """Just enough of a PartitionRunner for its CPU ``_synthesize``."""
+    """Just enough of a CpuPartition for its ``synthesize``."""
     from types import SimpleNamespace
 
     from engine.workload import query_sizes

@@ -94,3 +94,94 @@ def test_no_module_reads_a_provetop_variable_but_the_tuning_record():
             if pattern.search(path.read_text()):
                 readers.append(str(path.relative_to(ROOT)))
     assert readers == []
+
+
+def test_the_hello_event_carries_the_runs_tuning(tmp_path):
+    """What an A/B run changed is in its recording: ``hello.tuning`` is the record the engine
+    was given, and an engine given none records the defaults (never the environment)."""
+    from engine.config import from_preset
+    from recordings.reader import open_recording
+    from tests.engine.run_helper import run_engine
+
+    tuning = Tuning.from_env({"PROVETOP_SWITCH_INTERVAL": "0.002", "PROVETOP_MSM_SORT_GROUP": "2"})
+    rec = tmp_path / "run.pvtrec"
+    cfg = from_preset("ci", partitions=1, workers_per_device=1)
+    _engine, events = run_engine(cfg, record=str(rec), tuning=tuning)
+    (hello,) = [e for e in events if e["k"] == "hello"]
+    assert hello["tuning"] == tuning.as_dict()
+    assert hello["tuning"]["switch_interval_s"] == 0.002
+    assert hello["tuning"]["kernels"]["msm_sort_group"] == 2
+    assert open_recording(rec).hello["tuning"] == tuning.as_dict()  # and in the file
+    _engine, events = run_engine(cfg)
+    (hello,) = [e for e in events if e["k"] == "hello"]
+    assert hello["tuning"] == Tuning().as_dict()
+
+
+@pytest.mark.parametrize("raw", ["fast", "0", "-1", "2", "nan", ""])
+def test_a_bad_switch_interval_stops_provetop_engine_with_one_line(monkeypatch, capsys, raw):
+    """A bad ``PROVETOP_SWITCH_INTERVAL`` is one line naming it and exit code 2, before any
+    device is made or the run starts (any backend: the record is read once, up front)."""
+    from provetop.cli import main
+
+    monkeypatch.setenv("PROVETOP_SWITCH_INTERVAL", raw)
+    code = main(["engine", "--preset", "ci", "--exit-when-done", "--no-record", "--listen", "unix"])
+    assert code == 2
+    out = capsys.readouterr()
+    assert out.out == ""  # nothing started
+    assert out.err.count("\n") == 1 and out.err.startswith("provetop: error:")
+    assert "PROVETOP_SWITCH_INTERVAL" in out.err and repr(raw) in out.err
+
+
+def test_provetop_inject_is_the_default_of_the_inject_flag(monkeypatch):
+    """``PROVETOP_INJECT`` reaches the engine through the record; ``--inject`` overrides it."""
+    import argparse
+
+    from engine.options import add_engine_arguments
+    from provetop.commands.engine import build_engine
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    monkeypatch.setenv("PROVETOP_INJECT", "raise:h_step:1")
+    for argv, spec in (([], "raise:h_step:1"), (["--inject", "raise:msm_h:2"], "raise:msm_h:2")):
+        args = parser.parse_args(["--preset", "ci", "--no-record", *argv])
+        engine = build_engine(args)
+        try:
+            assert engine.faults is not None and engine.faults.spec == spec
+            assert engine.tuning.inject == "raise:h_step:1"
+        finally:
+            engine.close()
+
+
+def test_the_engine_hands_the_kernel_settings_to_the_backend():
+    """``get_backend(name, tuning=...)`` receives the kernels' part of the record where it
+    takes that keyword (and the plain call where it does not yet)."""
+    from engine.runner import _get_backend
+
+    kernels = KernelTuning(msm_sort_group=3)
+    seen = []
+
+    def with_tuning(name, tuning=None):
+        seen.append((name, tuning))
+
+    def without(name):
+        seen.append((name,))
+
+    _get_backend(with_tuning, "cuda", kernels)
+    _get_backend(without, "cpu", kernels)
+    assert seen == [("cuda", kernels), ("cpu",)]
+
+
+def test_the_cuda_run_takes_its_switch_interval_from_the_record():
+    """``PROVETOP_SWITCH_INTERVAL`` reaches the CUDA run through the record only: the run sets
+    it for its life and restores the interpreter's at close (no GPU needed)."""
+    import sys
+
+    from engine.cuda_pipeline import CudaRun
+
+    before = sys.getswitchinterval()
+    run = CudaRun(Tuning.from_env({"PROVETOP_SWITCH_INTERVAL": "0.002"}).switch_interval_s)
+    try:
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+    finally:
+        run.close([])
+    assert sys.getswitchinterval() == before

@@ -1,0 +1,267 @@
+"""The partition's steps on a real GPU (``engine.partition``): CuPy and our kernels.
+
+Why these differ from the cpu ops (``engine.partition_cpu``), step by step:
+
+- synthesis: the witness is made on the GPU into the worker's pinned pool
+  (``engine.witness_gpu``), the pre-stage's page-locked buffers: no registration per partition;
+- pre-stage pool: d_a and d_bc come from CuPy's caching pool, so a worker's next partition
+  reuses the cached 4 + 8 GiB blocks (see :class:`CudaPartition`);
+- fallback: a, b, c copied whole from the pinned pool into the stream-ordered pool;
+- MSM scalars: the aux scalars uploaded once per partition into a stream-ordered block while
+  ``msm_h`` runs; the L, A and B-G1 MSMs read prefixes of it;
+- MSM scratch: a *reservation* (the MSM draws its real scratch through the allocator, so
+  allocating the planned bytes as well would count them twice);
+- checks: sums on the GPU inside the region (``kernels.cuda_check``), compared on the host;
+- phase times: CUDA events on the worker's compute stream (kernel phases) and upload stream
+  (copies), into ``phase_end``'s ``gpu_ms``.
+
+The kernel calls themselves go through ``ctx.backend``, which ``engine.cuda_pipeline.CudaRun``
+binds to the calling worker's streams and the device's stream-ordered pool
+(``BoundBackend``). On a device without CUDA (a modeled one, in the tests) the steps that need
+CuPy fall back on the cpu ops; the timers and the MSM-scratch reservation still apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.allocator import Decision
+from engine.devices.base import Block
+from engine.partition import MSM_PHASES, Attempt, PhaseTimer, WorkerScope
+from engine.partition_cpu import CpuPartition
+from engine.srs import QUERIES
+from engine.witness_gpu import CHUNK, PinnedBuffers, synthesize_on_gpu
+from engine.workload import Witness
+from recordings.schema import PHASES
+
+GPU_PHASES = frozenset({"check_inputs", "h_step", *MSM_PHASES.values(), "check_sums"})
+# copies host -> device: their gpu_ms is the copies' own time from upload-stream events (the
+# phases also allocate and wait for the compute stream)
+COPY_PHASES = frozenset(p.name for p in PHASES.values() if p.upload)
+MIN_SYNTH_CHUNK = 1 << 16  # elements: 3 x 2 MiB of device memory; 2,048 chunks at 2^27
+
+
+class CudaPartition:
+    """:class:`engine.partition.PartitionOps` on a CUDA device: CUDA-event phase times and
+    MSM scratch as a reservation; on a real CUDA device also the witness made on the GPU
+    into the worker's pinned pool, the aux scalars uploaded once per partition into a
+    stream-ordered block while ``msm_h`` runs (before, each MSM uploaded its own copy inside
+    the GPU region), and the exact checks on the GPU (``kernels.cuda_check``)."""
+
+    def __init__(self, scope: WorkerScope) -> None:
+        self.scope = scope
+        self.ctx = scope.ctx
+        self.device = scope.device
+        self.worker = scope.worker
+        self.bus = scope.bus
+        self.host = CpuPartition(scope)  # the steps a device without CUDA takes
+        self.real = hasattr(self.device, "kernel_args")  # a CudaDevice (tests use modeled ones)
+        self.prestage_pool = self.host.prestage_pool
+        self.checks_on_device = self.host.checks_on_device
+        if self.real:
+            # Pre-stage buffers from CuPy's caching pool (cudaMalloc underneath, the issue's
+            # "CuPy MemoryPool"): a worker's next partition reuses the cached 4 + 8 GiB blocks.
+            # With a plain cudaMalloc/cudaFree per partition (the H200 run at bd04ed3) the
+            # cudaMalloc took 310-450 ms, ending when the holder's running kernel phase ended,
+            # and the holder's cudaFree at copy_back waited ~50 ms for the neighbour's upload:
+            # inside the GPU region. The aware policy trims this cache (free_all_blocks) before
+            # every decision that does not fit; naive never does, so its cached blocks are the
+            # phantom that refuses the stream-ordered pool.
+            self.prestage_pool = "sync"
+            self.checks_on_device = True  # in the region: see PartitionRunner._attempt
+        # pinned witness pools, used in turn: one, or two with --synthesis-ahead (the next
+        # witness is made while the current one's partition still reads its pool; the
+        # look-ahead starts witness k+2 only after partition k has completed)
+        self._bufs: list[Any] = []
+        self._made = 0
+        self._z_ready: Any = None
+
+    # -- synthesis ----------------------------------------------------------------------------
+
+    def synthesize(self, rng: Any, tries: int = 0) -> Any:
+        if not self.real:
+            return self.host.synthesize(rng, tries)
+        cfg, sizes = self.ctx.config, self.ctx.sizes
+        n, m = 1 << cfg.domain_log, max(sizes.l, sizes.a, sizes.b_g1)
+        kw = self.device.kernel_args("synthesis")  # first: makes the device current here
+        depth = 2 if cfg.synthesis_ahead else 1
+        if len(self._bufs) < depth:
+            self._bufs.append(PinnedBuffers(n, m))
+            self._report_pin_fallbacks("witness_pool")
+        bufs = self._bufs[self._made % depth]
+        self._made += 1
+        seed = int(rng.integers(1 << 63))
+        return synthesize_on_gpu(
+            cfg.domain_log,
+            sizes,
+            cfg.witness_profile,
+            seed,
+            bufs,
+            chunk=max(CHUNK >> (2 * tries), MIN_SYNTH_CHUNK),  # a quarter per refusal
+            **kw,
+        )
+
+    def _report_pin_fallbacks(self, site: str) -> None:
+        """A ``registration`` fault per pool that could not be registered (cudaHostAlloc was
+        used instead: slower to pin, the same copies; ``kernels.host_pinned``)."""
+        from kernels.host_pinned import take_fallbacks
+
+        for line in take_fallbacks():
+            self.bus.emit(
+                "fault",
+                kind="registration",
+                message=line,
+                site=site,
+                device=self.device.index,
+                worker=self.worker,
+            )
+
+    def detach_pools(self) -> list[Any]:
+        """The worker's pinned witness pools, handed over when it stops (see
+        ``CudaRun.retire``); the ops keep none."""
+        pools, self._bufs = self._bufs, []
+        return pools
+
+    # -- timing and the ledger ----------------------------------------------------------------
+
+    def phase_timer(self, phase: str) -> PhaseTimer | None:
+        """CUDA events around the kernel phases (compute stream) and the copies (upload
+        stream)."""
+        if phase in GPU_PHASES:
+            return self.device.gpu_timer()
+        if phase in COPY_PHASES:
+            return self.device.copy_timer()
+        return None
+
+    def gpu_extra(self, w: Any, prestaged: bool) -> int:
+        """The ledger entry with the aux scalars' block (msm_scalars, 4.2 GB at 2^27), which
+        the footprint does not know: without it a neighbour's pre-stage could be granted the
+        memory this partition's scalars need after its H step. On the fallback path the
+        region peaks at a, b, c, or at d_a + scalars + the largest MSM scratch."""
+        extra = self.host.gpu_extra(w, prestaged)
+        if not (self.real and w.pinned):
+            return extra
+        fp, z = self.ctx.footprint, self.device.round(int(w.z.nbytes))
+        if prestaged:
+            return extra + z
+        return max(extra, self.device.round(fp.u) + z + fp.msm_max)
+
+    def region_need(self, w: Any) -> int:
+        need = self.host.region_need(w)
+        if self.real and w.pinned:
+            need += self.device.round(int(w.z.nbytes))  # the aux scalars' block (msm_scalars)
+        return need
+
+    # -- the upload ---------------------------------------------------------------------------
+
+    def fallback_upload(self, att: Attempt, w: Any) -> tuple[Block, list[Block], Any, Any, Any]:
+        """The fallback path with a pinned-pool witness: a, b, c copied whole from the pool
+        (page-locked already, so no staging buffer: the chunked path through a small pinned
+        buffer took 33-35 s for 12 GiB on the H200 when the budget left chunks of a few MiB)."""
+        if not (self.real and w.pinned):
+            return self.host.fallback_upload(att, w)
+        dev, fp = self.device, self.ctx.footprint
+        free, _total = dev.mem_info()
+        reason = "a, b, c from the worker's pinned pool into the stream-ordered pool, whole"
+        decision = Decision("fallback", reason, free=free, margin=fp.margin)
+        self.scope.alloc_event(att, "prestage", "async", 3 * fp.u, decision)
+        blocks = [self.scope.malloc(att, fp.u, "async", "prestage") for _ in range(3)]
+        self.ctx.sample(dev)
+        a, b, c = (
+            dev.upload(src, blk, pinned=True)
+            for src, blk in zip((w.a, w.b, w.c), blocks, strict=True)
+        )
+        return blocks[0], blocks[1:], a, b, c
+
+    # -- the GPU region -----------------------------------------------------------------------
+
+    def check_inputs(self, att: Attempt, a: Any, b: Any, c: Any) -> None:
+        """A checked partition's A(tau), B(tau), C(tau) from the device copies of a, b, c
+        (no second upload of 12 GiB for the check). A wrong upload still fails the check:
+        a*b - c would then not vanish on the domain, and no H satisfies the identity."""
+        from kernels import cuda_check
+
+        with self.device.dev:
+            kw = self.device.kernel_args("check_inputs")  # an OOM names the phase as its site
+            att.abc_at_tau = cuda_check.interpolants_at(a, b, c, self.ctx.srs.tau, **kw)
+
+    def h_step(self, a: Any, b: Any, c: Any) -> Any:
+        """In place through the bound backend: H in d_a's memory, d_b/d_c as work buffers."""
+        return self.ctx.backend.h_step(a, b, c)
+
+    def msm_scalars(self, att: Attempt, w: Any, h: Any) -> dict[str, Any]:
+        if not (self.real and w.pinned):
+            return self.host.msm_scalars(att, w, h)
+        blk = self.scope.malloc(att, int(w.z.nbytes), "async", "msm_scalars")
+        att.scalars_block = blk
+        z, self._z_ready = self.device.upload_async(w.z, blk)
+        s = self.ctx.sizes
+        return {"h": h, "l": z[: s.l], "a": z[: s.a], "b_g1": z[: s.b_g1]}
+
+    def wait_for_scalars(self, query: str) -> None:
+        if query != "h" and self._z_ready is not None:  # msm_h overlaps the scalar upload
+            self.device.streams().compute.wait_event(self._z_ready)
+            self._z_ready = None
+
+    def msm_scratch(self, att: Attempt, nbytes: int) -> Block:
+        """A reservation: the MSM allocates the real scratch through allocator()."""
+        pool, site = "async", "msm_scratch"
+        if self.ctx.faults is not None:  # injected OOMs still fire at this site
+            self.ctx.faults.on_alloc(self.device, nbytes, pool, site)
+        return Block(pool=pool, size=self.device.round(nbytes), requested=nbytes, site=site)
+
+    def msm(self, query: str, scalars: Any) -> Any:
+        return self.ctx.backend.msm(self.ctx.srs.points[query], scalars)
+
+    def check_sums(self, att: Attempt, w: Any, h: Any) -> dict[str, int]:
+        """h(tau) = <h, tau^i> from H's device copy, and the three aux sums <z, s^i> in one
+        pass over the *host* z: the scalars as the witness holds them, not the device copy
+        the MSMs read, so a wrong scalar upload fails the check too."""
+        from kernels import cuda_check
+
+        srs, sizes = self.ctx.srs, self.ctx.sizes
+        aux = ("l", "a", "b_g1")
+        terms = [(srs.sigmas[q], getattr(sizes, q)) for q in aux]
+        with self.device.dev:
+            kw = self.device.kernel_args("check_sums")
+            sums = {"h": cuda_check.dot_powers(h, srs.tau, **kw)}
+            sums.update(zip(aux, cuda_check.dot_powers_prefixes(w.z, terms, **kw), strict=True))
+        return sums
+
+    def free_scalars(self, att: Attempt) -> None:
+        blk = getattr(att, "scalars_block", None)
+        if blk is not None:
+            self.scope.free(att, blk)
+            att.scalars_block = None
+
+    # -- after the region ---------------------------------------------------------------------
+
+    def verify(self, att: Attempt, w: Witness, h: Any, results: dict[str, Any]) -> bool:
+        """The two identities from the device sums taken inside the region: (A B - C)(tau)
+        = h(tau) Z(tau), and for each query MSM = [<k, s>]G. Only host arithmetic is left
+        here (outside the mutex: no GPU work beside the next holder)."""
+        if not self.real:
+            return self.host.verify(att, w, h, results)
+        from kernels.constants import FR_MODULUS as R
+        from kernels.cpu.g1 import GENERATOR, scalar_mul
+        from kernels.layout import g1_from_limbs
+
+        sums = att.device_sums
+        if att.abc_at_tau is None or sums is None:
+            return False
+        A, B, C = att.abc_at_tau
+        n = 1 << self.ctx.config.domain_log
+        tau = self.ctx.srs.tau
+        ok = (A * B - C) % R == sums["h"] * ((pow(tau, n, R) - 1) % R) % R
+        for q in QUERIES:
+            ok = ok and scalar_mul(GENERATOR, sums[q]) == g1_from_limbs(results[q])[0]
+        return bool(ok)
+
+    def drain_uploads(self, att: Attempt) -> None:
+        """An attempt that failed between the scalar upload and msm_l: the upload stream may
+        still be writing the scalars block, which the driver frees in stream order on the
+        compute stream; without this wait the pool could hand the block out (to this worker
+        or, once the free completes, to the other) mid-copy."""
+        if self._z_ready is not None:
+            z_ready, self._z_ready = self._z_ready, None
+            self.device.streams().compute.wait_event(z_ready)
