@@ -61,7 +61,7 @@ GREATEST_PRIORITY = -(1 << 10)
 # is the least. "synthesis": the neighbour's witness is made beside the holder's MSMs without
 # waiting behind their blocks (its kernels are short and many). "compute": the holder's GPU
 # region first, the synthesis in its gaps (PROVETOP_PRIORITY_TO; measured in
-# bench/engine_cuda_notes.md, H200 runs of 2026-11-29, 072c514).
+# docs/performance-notes.md, "Engine on CUDA", H200 runs of 2026-11-29, 072c514).
 PRIORITY_TO = ("synthesis", "compute")
 
 
@@ -332,13 +332,12 @@ class CudaDevice(Device):
 
     def _event(self, name: str, timing: bool = False) -> Any:
         """This thread's CUDA event ``name`` on this device, made once and re-recorded ever
-        after. Why not a new one per use: on the H200 (driver 580) creating an event waited
-        for the device's running kernel to end, so an upload beside a neighbour's 1 s msm_h
-        took 1.25 s for a 233 ms copy, and the holder stalled ~210 ms between phases
-        (bench/engine_cuda_notes.md, H200 runs of 2026-11-29, 072c514). A stream's wait on an
-        event takes the record made before the wait, so re-recording later never changes a
-        wait already queued; every use below is finished, or waited on, before its name is
-        recorded again."""
+        after. Why not a new one per use: on the H200 (driver 580) creating an event waited for the
+        device's running kernel to end, so an upload beside a neighbour's 1 s msm_h took 1.25 s for
+        a 233 ms copy, and the holder stalled ~210 ms between phases (docs/performance-notes.md,
+        "Engine on CUDA", H200 runs of 2026-11-29, 072c514). A stream's wait on an event takes the
+        record made before the wait, so re-recording later never changes a wait already queued;
+        every use below is finished, or waited on, before its name is recorded again."""
         events = getattr(self._tl, "events", None)
         if events is None:
             events = self._tl.events = {}
