@@ -122,7 +122,7 @@ class CudaPartitionRunner(PartitionRunner):
     def _report_pin_fallbacks(self, site: str) -> None:
         """A ``registration`` fault per pool that could not be registered (cudaHostAlloc was
         used instead: slower to pin, the same copies; ``kernels.host_pinned``)."""
-        from kernels.host_pinned import take_fallbacks
+        from kernels.cuda.host_pinned import take_fallbacks
 
         for line in take_fallbacks():
             self.bus.emit(
@@ -215,7 +215,7 @@ class CudaPartitionRunner(PartitionRunner):
         """A checked partition's A(tau), B(tau), C(tau) from the device copies of a, b, c
         (no second upload of 12 GiB for the check). A wrong upload still fails the check:
         a*b - c would then not vanish on the domain, and no H satisfies the identity."""
-        from kernels import cuda_check
+        from kernels.cuda import check as cuda_check
 
         with self.device.dev:
             kw = self.device.kernel_args("check_inputs")  # an OOM names the phase as its site
@@ -225,7 +225,7 @@ class CudaPartitionRunner(PartitionRunner):
         """h(tau) = <h, tau^i> from H's device copy, and the three aux sums <z, s^i> in one
         pass over the *host* z: the scalars as the witness holds them, not the device copy
         the MSMs read, so a wrong scalar upload fails the check too."""
-        from kernels import cuda_check
+        from kernels.cuda import check as cuda_check
 
         srs, sizes = self.ctx.srs, self.ctx.sizes
         aux = ("l", "a", "b_g1")
@@ -290,7 +290,7 @@ class LazyAwarePolicy(AwarePolicy):
 def cuda_footprint(fp: Footprint, sizes: dict[str, int], streamed: dict[str, int]) -> Footprint:
     """``fp`` with each MSM's scratch from the GPU MSM's own formula, plus two chunk buffers
     for a query whose points are streamed from host (``streamed``: query -> chunk points)."""
-    from kernels.cuda_msm import scratch_bytes
+    from kernels.cuda.msm import scratch_bytes
 
     msm = {}
     for q, m in sizes.items():
@@ -316,7 +316,7 @@ class HostSrs:
         with self._lock:
             pts = self.srs.points.get(query)
             if pts is None:
-                from kernels.cuda_msm import pinned_empty
+                from kernels.cuda.host_pinned import pinned_empty
 
                 m = self.srs.sizes[query]
                 pts = pinned_empty((m, 12))
@@ -454,7 +454,7 @@ class CudaRun:
         points, blocks, streamed = place_device_srs(
             device, ctx.srs, ctx.footprint, workers, host_chunk, ctx.bus, self.host_srs
         )
-        from kernels.host_pinned import take_fallbacks
+        from kernels.cuda.host_pinned import take_fallbacks
 
         for line in take_fallbacks():  # the host SRS, pinned on this thread
             ctx.bus.emit(
