@@ -30,7 +30,9 @@ BASE_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 
 Defines = tuple[tuple[str, str], ...]
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
+# A local include, with or without a trailing comment (those with one used to reach NVRTC
+# unexpanded, found through -I, so their text was missing from the cache keys).
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*(?://[^\n]*)?$', re.MULTILINE)
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$", re.MULTILINE)
 
 

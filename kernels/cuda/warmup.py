@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from kernels.cuda.runtime import Log, load, require_cupy, stderr_log
+from kernels.cuda import runtime
+from kernels.cuda.runtime import Log, stderr_log
 from kernels.cuda.sources import SOURCES, Defines, normalize_defines
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
@@ -40,7 +41,7 @@ def builds(tuning: KernelTuning = DEFAULT_TUNING) -> list[tuple[str, Defines]]:
 
 def visible_devices() -> list[int]:
     """The CUDA device ids CuPy sees (raises CudaUnavailable without CuPy or a device)."""
-    cupy = require_cupy()
+    cupy = runtime.require_cupy()
     return list(range(cupy.cuda.runtime.getDeviceCount()))
 
 
@@ -56,7 +57,8 @@ def warm(
     for dev in visible_devices() if devices is None else devices:
         for src, defines in builds(tuning):
             t0 = time.perf_counter()
-            mod = load(src, defines=defines, device=dev, cubin_dir=tuning.cubin_dir, log=log)
+            kw = {"defines": defines, "device": dev, "cubin_dir": tuning.cubin_dir, "log": log}
+            mod = runtime.load(src, **kw)
             w = Warmed(dev, mod.arch, src, defines, mod.origin, time.perf_counter() - t0)
             out.append(w)
             if on_module is not None:
