@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for the engine on a real GPU (issue 6). Run from the repository root on the
-# GPU machine, carrying the nvcc-built cubins in build/cubin (else msm.cu takes ~3 min of NVRTC):
-#   python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')"
+# GPU machine, carrying the nvcc-built cubins in kernels/cuda/cubin (else msm.cu takes ~3 min of
+# NVRTC at first use; `provetop warmup` does that once, up front):
+#   python3 -m kernels.cuda.prebuild --arch sm_90
 #   bash bench/engine_cuda_session.sh smoke     # gpu tests + selftest + one small engine run
 #   bash bench/engine_cuda_session.sh probe     # gpu tests + 2^24 and one porep-32g proof
 #   bash bench/engine_cuda_session.sh acceptance  # checks + acceptance runs 2, 1 (16 GiB)
