@@ -72,8 +72,10 @@ def expand(name: str) -> str:
     return _expand(name, {name})
 
 
+@functools.cache
 def source_hash(name: str, defines: Defines = ()) -> str:
-    """16 hex digits naming one build: the expanded text of ``name`` and its defines."""
+    """16 hex digits naming one build: the expanded text of ``name`` and its defines (computed
+    once per process: every kernel launch's module lookup asks for it)."""
     h = hashlib.sha256(expand(name).encode())
     h.update("\0".join(BASE_OPTIONS + define_options(defines)).encode())
     return h.hexdigest()[:16]
