@@ -1,5 +1,5 @@
 """Diagnose the engine's GPU checks on a small CUDA run: each identity's pieces, next to the
-same checks computed from host copies (kernels.cuda_check) and the CPU reference."""
+same checks computed from host copies (kernels.cuda.check) and the CPU reference."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sys
 from engine.config import from_preset
 from engine.partition_cuda import CudaPartition
 from engine.runner import Engine
-from kernels import cuda_check
 from kernels.constants import FR_MODULUS as R
 from kernels.cpu.g1 import GENERATOR, scalar_mul
+from kernels.cuda import check as cuda_check
 from kernels.layout import fr_from_limbs, g1_from_limbs
 
 K = int(sys.argv[1]) if len(sys.argv) > 1 else 12

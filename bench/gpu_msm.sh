@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the MSM work: GPU tests, then the benchmarks; short table last.
 # Run from the repository root on the GPU machine, with the nvcc-built cubins carried in
-# build/cubin (python3 -c "from kernels.cuda_msm import build_cubin as b; b('msm.cu'); b('srs.cu')").
+# kernels/cuda/cubin (python3 -m kernels.cuda.prebuild --arch sm_90).
 #   bash bench/gpu_msm.sh quick   # tests + 2^16..2^24 bench with the window sweep
 #   bash bench/gpu_msm.sh full    # kernel A/B, + 2^26, 2^27, host-streamed, ones-heavy
 #   bash bench/gpu_msm.sh final   # all GPU tests, then the full bench without the A/B
@@ -18,7 +18,7 @@ MODE=${1:-quick}
 export PROVETOP_COMMIT=${PROVETOP_COMMIT:-$(git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}  # pass it in: the device copy has no .git
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total \
     --format=csv | tee "$OUT/gpu.txt"
-ls build/cubin 2>/dev/null
+ls -R kernels/cuda/cubin 2>/dev/null
 B="python3 -m kernels.bench_msm --results-dir $OUT --json"
 if [ "$MODE" = "sortgroup" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \

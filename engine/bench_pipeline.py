@@ -290,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
     if config.backend == "cuda":
         import cupy
 
-        meta = gpu_bench_meta(cupy, bench_command())
+        meta = gpu_bench_meta(cupy, bench_command(), tuning.kernels)
     meta["tuning"] = tuning.as_dict()  # the engine's settings with the kernels' (hello too)
     res["meta"] = meta
     text = json.dumps(res, indent=1, default=str)

@@ -44,6 +44,7 @@ from engine.pipeline import PartitionRunner, RunContext
 from engine.residency import G1_AFFINE_BYTES, plan_residency
 from engine.srs import Srs
 from engine.tuning import DEFAULT_SWITCH_INTERVAL_S
+from kernels.tuning import KernelTuning
 
 
 class BoundBackend:
@@ -94,18 +95,23 @@ class LazyAwarePolicy(AwarePolicy):
         return super().prestage(device, fp, forced, reserved)
 
 
-def cuda_footprint(fp: Footprint, sizes: dict[str, int], streamed: dict[str, int]) -> Footprint:
-    """``fp`` with each MSM's scratch from the GPU MSM's own formula, plus two chunk buffers
-    for a query whose points are streamed from host (``streamed``: query -> chunk points)."""
-    from kernels.cuda_msm import scratch_bytes
+def cuda_footprint(
+    fp: Footprint, sizes: dict[str, int], streamed: dict[str, int], tuning: KernelTuning
+) -> Footprint:
+    """``fp`` with each MSM's scratch from the GPU MSM's own formula (which depends on the
+    kernels' settings), plus two chunk buffers for a query whose points are streamed from host
+    (``streamed``: query -> chunk points)."""
+    from kernels.cuda.msm import scratch_bytes
 
     msm = {}
     for q, m in sizes.items():
         chunk = streamed.get(q)
         if chunk:
-            msm[q] = scratch_bytes(min(m, chunk)) + 2 * min(m, chunk) * G1_AFFINE_BYTES
+            msm[q] = (
+                scratch_bytes(min(m, chunk), tuning=tuning) + 2 * min(m, chunk) * G1_AFFINE_BYTES
+            )
         else:
-            msm[q] = scratch_bytes(m)
+            msm[q] = scratch_bytes(m, tuning=tuning)
     return Footprint(u=fp.u, msm=msm, margin=fp.margin)
 
 
@@ -113,9 +119,10 @@ class HostSrs:
     """The queries streamed from the host, made once into pinned memory and shared by every
     device (a real prover loads its parameters into host memory once)."""
 
-    def __init__(self, srs: Srs, backend: Any) -> None:
+    def __init__(self, srs: Srs, backend: Any, pin_method: str) -> None:
         self.srs = srs
         self.backend = backend
+        self.pin_method = pin_method
         self._lock = threading.Lock()
 
     def get(self, query: str, device: Any) -> Any:
@@ -123,10 +130,10 @@ class HostSrs:
         with self._lock:
             pts = self.srs.points.get(query)
             if pts is None:
-                from kernels.cuda_msm import pinned_empty
+                from kernels.cuda.host_pinned import pinned_empty
 
                 m = self.srs.sizes[query]
-                pts = pinned_empty((m, 12))
+                pts = pinned_empty((m, 12), method=self.pin_method)
                 with device.dev:
                     self.backend.srs_powers(
                         self.srs.sigmas[query], m, pts, chunk=SRS_CHUNK, **_srs_args(device)
@@ -233,11 +240,11 @@ class CudaRun:
                 warm_up(ctx.config.domain_log)
         with self._lock:
             if self.host_srs is None:
-                self.host_srs = HostSrs(ctx.srs, backend)
+                self.host_srs = HostSrs(ctx.srs, backend, ctx.tuning.kernels.pin_method)
         points, blocks, streamed = place_device_srs(
             device, ctx.srs, ctx.footprint, workers, host_chunk, ctx.bus, self.host_srs
         )
-        from kernels.host_pinned import take_fallbacks
+        from kernels.cuda.host_pinned import take_fallbacks
 
         for line in take_fallbacks():  # the host SRS, pinned on this thread
             ctx.bus.emit(
@@ -251,7 +258,7 @@ class CudaRun:
             self._host_streamed.update(streamed)
             self._check_host(ctx, self._host_streamed, workers)
         srs = Srs(sigmas=ctx.srs.sigmas, sizes=ctx.srs.sizes, points=points)
-        fp = cuda_footprint(ctx.footprint, dict(ctx.srs.sizes), streamed)
+        fp = cuda_footprint(ctx.footprint, dict(ctx.srs.sizes), streamed, ctx.tuning.kernels)
         policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy
         return replace(
             ctx, backend=BoundBackend(backend, device), srs=srs, footprint=fp, policy=policy

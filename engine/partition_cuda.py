@@ -86,7 +86,7 @@ class CudaPartition:
         kw = self.device.kernel_args("synthesis")  # first: makes the device current here
         depth = 2 if cfg.synthesis_ahead else 1
         if len(self._bufs) < depth:
-            self._bufs.append(PinnedBuffers(n, m))
+            self._bufs.append(PinnedBuffers(n, m, self.ctx.tuning.kernels.pin_method))
             self._report_pin_fallbacks("witness_pool")
         bufs = self._bufs[self._made % depth]
         self._made += 1
@@ -183,6 +183,7 @@ class CudaPartition:
 
         with self.device.dev:
             kw = self.device.kernel_args("check_inputs")  # an OOM names the phase as its site
+            kw["tuning"] = self.ctx.tuning.kernels
             att.abc_at_tau = cuda_check.interpolants_at(a, b, c, self.ctx.srs.tau, **kw)
 
     def h_step(self, a: Any, b: Any, c: Any) -> Any:
@@ -224,6 +225,7 @@ class CudaPartition:
         terms = [(srs.sigmas[q], getattr(sizes, q)) for q in aux]
         with self.device.dev:
             kw = self.device.kernel_args("check_sums")
+            kw["tuning"] = self.ctx.tuning.kernels
             sums = {"h": cuda_check.dot_powers(h, srs.tau, **kw)}
             sums.update(zip(aux, cuda_check.dot_powers_prefixes(w.z, terms, **kw), strict=True))
         return sums

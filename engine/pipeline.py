@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from engine.gate import DeviceGate
 from engine.partition import MSM_PHASES, Attempt, PartitionOps, WorkerScope
 from engine.partition_cpu import CpuPartition
 from engine.srs import QUERIES, Srs
+from engine.tuning import Tuning
 from engine.workload import QuerySizes, Witness, partition_rng
 
 __all__ = [
@@ -59,6 +60,7 @@ class RunContext:
     controls: Any  # engine.control.Controls
     sample: Any  # callable(device) -> None: emit a memory sample now
     faults: Any = None  # engine.faults.FaultInjector, or None (no injection)
+    tuning: Tuning = field(default_factory=Tuning)  # the run's PROVETOP_* settings
 
 
 SKIP_WAIT_S = 120.0  # longest a skipped pre-stage waits for its neighbours' pre-stages

@@ -50,6 +50,7 @@ from engine.workers import (
     worker_loop,
 )
 from engine.workload import query_sizes
+from kernels.backends import BackendUnavailable, get_backend
 from provetop.version import __version__
 from recordings.schema import SCHEMA_VERSION
 from recordings.writer import RecordingWriter
@@ -57,17 +58,6 @@ from recordings.writer import RecordingWriter
 
 class EngineError(ValueError):
     """The engine cannot start with these settings; the message is one line."""
-
-
-def _get_backend(get_backend: Callable[..., Any], name: str, kernels: Any) -> Any:
-    """``get_backend(name, tuning=kernels)`` where that keyword is accepted; the plain call
-    where ``kernels.backends`` does not take a tuning record yet (the kernels then read their
-    defaults)."""
-    import inspect
-
-    if "tuning" in inspect.signature(get_backend).parameters:
-        return get_backend(name, tuning=kernels)
-    return get_backend(name)
 
 
 class Engine:
@@ -106,10 +96,8 @@ class Engine:
         self.engine_id = uuid.uuid4().hex[:16]
         self.record_path = Path(record) if record is not None else None
         if backend is None:
-            from kernels.backends import BackendUnavailable, get_backend
-
             try:
-                backend = _get_backend(get_backend, config.backend, self.tuning.kernels)
+                backend = get_backend(config.backend, tuning=self.tuning.kernels)
             except BackendUnavailable as exc:
                 raise EngineError(f"--backend {config.backend} is not available: {exc}") from None
         self.cuda_run = None  # engine.cuda_pipeline.CudaRun on the cuda backend
@@ -259,6 +247,7 @@ class Engine:
                 controls=self.controls,
                 sample=self.sampler.sample,
                 faults=self.faults,
+                tuning=self.tuning,
             )
             self.sampler.start()
             if not self.scheduler.paused:

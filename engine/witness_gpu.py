@@ -28,11 +28,11 @@ class PinnedBuffers:
     the worker's first partition and reused for every later one (the worker runs one
     partition at a time, and a witness is dropped before the next is made)."""
 
-    def __init__(self, n: int, m: int) -> None:
-        from kernels.cuda_msm import pinned_empty
+    def __init__(self, n: int, m: int, pin_method: str) -> None:
+        from kernels.cuda.host_pinned import pinned_empty
 
-        self.abc = pinned_empty((3, n, 4))
-        self.z = pinned_empty((m, 4))
+        self.abc = pinned_empty((3, n, 4), method=pin_method)
+        self.z = pinned_empty((m, 4), method=pin_method)
 
     @property
     def nbytes(self) -> int:
@@ -60,8 +60,8 @@ def synthesize_on_gpu(
     seed and a chunk continues its sequence; the partition's ``--seed`` stream picks ``seed``)."""
     import cupy
 
-    from kernels.cuda_build import on_stream
-    from kernels.cuda_fr import elementwise, random_fr
+    from kernels.cuda.fr import elementwise, random_fr
+    from kernels.cuda.runtime import on_stream
 
     n = 1 << domain_log
     m = max(sizes.l, sizes.a, sizes.b_g1)

@@ -1,13 +1,17 @@
 """Choosing a kernel backend by name: the one place the engine and the CLI turn "cpu" or
 "cuda" into an object implementing ``kernels.backend.KernelBackend``.
 
-Why lazily: importing the CUDA backend pulls in CuPy and compiles kernels; a CPU-only run must
-never pay for (or fail on) that.
+Why lazily: constructing the CUDA backend pulls in CuPy; a CPU-only run must never pay for (or
+fail on) that. The modules themselves import anywhere (CuPy is imported only when a kernel
+runs), so the imports are at the top.
 """
 
 from __future__ import annotations
 
 from kernels.backend import KernelBackend
+from kernels.cpu_backend import CpuBackend
+from kernels.cuda.backend import CudaBackend
+from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 BACKENDS = ("cpu", "cuda")
 
@@ -16,21 +20,16 @@ class BackendUnavailable(RuntimeError):
     """The named backend exists but cannot run here (no CuPy, no GPU, module not built)."""
 
 
-def get_backend(name: str) -> KernelBackend:
-    """A fresh backend instance: ``"cpu"`` (always available) or ``"cuda"`` (needs CuPy, a GPU
-    and ``kernels.cuda_backend``). Raises ValueError for an unknown name and
+def get_backend(name: str, tuning: KernelTuning | None = None) -> KernelBackend:
+    """A fresh backend instance: ``"cpu"`` (always available) or ``"cuda"`` (needs CuPy and a
+    GPU), with the kernels' tuning record (default: :data:`kernels.tuning.DEFAULT_TUNING`; the
+    CPU backend has nothing to tune). Raises ValueError for an unknown name and
     BackendUnavailable, with the reason, when CUDA cannot be used."""
     if name == "cpu":
-        from kernels.cpu_backend import CpuBackend
-
         return CpuBackend()
     if name == "cuda":
         try:
-            from kernels.cuda_backend import CudaBackend
-        except ImportError as exc:
-            raise BackendUnavailable(f"the cuda backend is not available here: {exc}") from exc
-        try:
-            return CudaBackend()
+            return CudaBackend(tuning=tuning or DEFAULT_TUNING)
         except (ImportError, RuntimeError, OSError) as exc:  # no CuPy/driver/GPU at start-up
             raise BackendUnavailable(
                 f"the cuda backend cannot start here: {type(exc).__name__}: {exc}"

@@ -2,16 +2,20 @@
 
 One function, so the NTT, MSM and pipeline results can be compared and re-measured: the GPU,
 the driver (as nvidia-smi prints it and as the CUDA driver API reports it), the CUDA runtime,
-NVRTC and CuPy versions, the commit, the UTC date and the exact command.
+NVRTC and CuPy versions, the commit, the UTC date, the exact command and the kernels' tuning
+record (what an A/B run changed).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import platform
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+
+from kernels.tuning import KernelTuning
 
 
 def _run(cmd: list[str]) -> str | None:
@@ -21,20 +25,29 @@ def _run(cmd: list[str]) -> str | None:
         return None
 
 
-def gpu_bench_meta(cp: Any, argv: list[str]) -> dict[str, Any]:
-    """The ``meta`` block of a GPU benchmark result. ``PROVETOP_COMMIT`` overrides the commit
-    for copies of the tree without git history (the device machine gets such a copy)."""
+def commit_of(tuning: KernelTuning | None) -> str:
+    """The commit a result was measured at: the record's (``PROVETOP_COMMIT``, for copies of
+    the tree without git history, such as the device machine's), else ``git rev-parse HEAD``,
+    else "unknown"."""
+    if tuning is not None and tuning.commit:
+        return tuning.commit
+    return _run(["git", "rev-parse", "HEAD"]) or "unknown"
+
+
+def gpu_bench_meta(cp: Any, argv: list[str], tuning: KernelTuning | None = None) -> dict[str, Any]:
+    """The ``meta`` block of a GPU benchmark result, with ``tuning.as_dict()`` under
+    ``"tuning"`` when the caller passes its record (every bench that has one must)."""
     device = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(device.id)
     name = props["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
-    commit = os.environ.get("PROVETOP_COMMIT") or _run(["git", "rev-parse", "HEAD"]) or "unknown"
+    commit = commit_of(tuning)
     driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
     try:
         nvrtc = ".".join(map(str, cp.cuda.nvrtc.getVersion()))
     except Exception:  # NVRTC missing is reported, not fatal
         nvrtc = "unknown"
-    return {
+    meta = {
         "gpu": name,
         "sm_count": props.get("multiProcessorCount"),
         "compute_capability": device.compute_capability,
@@ -48,14 +61,14 @@ def gpu_bench_meta(cp: Any, argv: list[str]) -> dict[str, Any]:
         "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(argv),
     }
+    if tuning is not None:
+        meta["tuning"] = tuning.as_dict()
+    return meta
 
 
 def bench_command(argv: list[str] | None = None) -> list[str]:
     """The command as a user would type it again: ``python -m provetop ...`` shows up as
     ``__main__.py`` in ``sys.argv``, which is written back as ``provetop``."""
-    import sys
-    from pathlib import Path
-
     argv = list(sys.argv if argv is None else argv)
     if not argv:
         return []

@@ -23,6 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from kernels.bench_meta import bench_command, gpu_bench_meta
+from kernels.cpu import g1
+from kernels.cpu.srs import R
+from kernels.cuda import msm as cm
+from kernels.cuda import srs as cs
+from kernels.cuda.host_pinned import pinned_empty
+from kernels.cuda.runtime import CudaUnavailable, require_cupy
+from kernels.layout import fr_from_limbs, g1_from_limbs
+from kernels.tuning import KernelTuning, SettingError
+from provetop.errors import UsageError
 
 DEFAULT_SIZES = "16,20,24,26,27"
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench" / "results"
@@ -50,8 +59,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_ints(text: str, what: str, lo: int, hi: int) -> list[int]:
-    from provetop.errors import UsageError
-
     try:
         vals = [int(t) for t in text.split(",") if t.strip()]
     except ValueError as exc:
@@ -139,28 +146,23 @@ def _breakdown(cp: Any, fn: Any) -> dict[str, float]:
 
 
 def _check(cp: Any, secrets: Any, scalars: Any, result: Any) -> bool:
-    from kernels.cpu import g1
-    from kernels.cpu.srs import R
-    from kernels.layout import fr_from_limbs, g1_from_limbs
-
     ks = fr_from_limbs(scalars.get(), montgomery=False)
     ss = fr_from_limbs(secrets.get(), montgomery=False)
     e = sum(k * s for k, s in zip(ks, ss, strict=True)) % R
     return g1_from_limbs(result)[0] == g1.scalar_mul(g1.GENERATOR, e)
 
 
-def _bench_size(cp: Any, k: int, args: argparse.Namespace, sweep: list[int]) -> dict[str, Any]:
-    from kernels import cuda_msm as cm
-    from kernels import cuda_srs as cs
-
+def _bench_size(
+    cp: Any, k: int, args: argparse.Namespace, sweep: list[int], tuning: KernelTuning
+) -> dict[str, Any]:
     n = 1 << k
     row: dict[str, Any] = {"log_size": k, "n": n, "scalars": args.scalars, "points": args.points}
     secrets = random_scalars(cp, n, "dense")
-    cs.srs(secrets[:1024])  # the table, outside the timing
+    cs.srs(secrets[:1024], tuning=tuning)  # the table, outside the timing
     cp.cuda.Device().synchronize()
     t0, t1 = cp.cuda.Event(), cp.cuda.Event()
     t0.record()
-    pts = cs.srs(secrets)
+    pts = cs.srs(secrets, tuning=tuning)
     t1.record()
     t1.synchronize()
     row["srs_ms"] = cp.cuda.get_elapsed_time(t0, t1)
@@ -172,7 +174,7 @@ def _bench_size(cp: Any, k: int, args: argparse.Namespace, sweep: list[int]) -> 
     tracker = PeakTracker(cp)
     pool = tracker.pool
     if args.points == "host":
-        host = cm.pinned_empty((n, 12))
+        host = pinned_empty((n, 12), method=tuning.pin_method)
         pts.get(out=host)
         del pts
         chunk = 1 << args.chunk_log
@@ -181,15 +183,20 @@ def _bench_size(cp: Any, k: int, args: argparse.Namespace, sweep: list[int]) -> 
         row["window_bits"] = c
 
         def call(marks=None):
-            return cm.msm_host_points(host, scalars, chunk=chunk, allocator=tracker, window_bits=c)
+            return cm.msm_host_points(
+                host, scalars, chunk=chunk, allocator=tracker, window_bits=c, tuning=tuning
+            )
 
-        row["scratch_bytes_model"] = cm.scratch_bytes(min(n, chunk), c) + 2 * min(n, chunk) * 96
+        m = min(n, chunk)
+        row["scratch_bytes_model"] = cm.scratch_bytes(m, c, tuning=tuning) + 2 * m * 96
     else:
 
         def call(marks=None):
-            return cm.msm(pts, scalars, allocator=tracker, window_bits=c, marks=marks)
+            return cm.msm(
+                pts, scalars, allocator=tracker, window_bits=c, marks=marks, tuning=tuning
+            )
 
-        row["scratch_bytes_model"] = cm.scratch_bytes(n, c)
+        row["scratch_bytes_model"] = cm.scratch_bytes(n, c, tuning=tuning)
     reps = args.repeats if k < 27 else max(3, args.repeats - 2)
     ms, times = _median_ms(cp, call, reps, args.warmup)
     row.update(median_ms=ms, times_ms=times, points_per_s=n / (ms * 1e-3))
@@ -206,7 +213,9 @@ def _bench_size(cp: Any, k: int, args: argparse.Namespace, sweep: list[int]) -> 
             cw = base + d
             if not cm.MIN_WINDOW <= cw <= cm.MAX_WINDOW or n * cm.num_windows(cw) >= 1 << 32:
                 continue
-            f = lambda cw=cw: cm.msm(pts, scalars, allocator=pool.malloc, window_bits=cw)  # noqa: E731
+            f = lambda cw=cw: cm.msm(  # noqa: E731
+                pts, scalars, allocator=pool.malloc, window_bits=cw, tuning=tuning
+            )
             sms, _ = _median_ms(cp, f, max(3, args.repeats // 2), 1)
             row["sweep"][cw] = {"median_ms": sms, "model_cost": cm.window_cost(n_tail, cw)}
     pool.free_all_blocks()
@@ -218,8 +227,10 @@ def _fmt_bytes(b: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernels.cuda_build import CudaUnavailable, require_cupy
-
+    try:
+        tuning = KernelTuning.from_env()  # once: the record every call below is given
+    except SettingError as exc:
+        raise UsageError(str(exc)) from exc
     sizes = _parse_ints(args.log_sizes, "--log-sizes", 1, 27)
     sweep = _parse_ints(args.sweep, "--sweep", -8, 8) if args.sweep else []
     try:
@@ -227,10 +238,10 @@ def run(args: argparse.Namespace) -> int:
     except CudaUnavailable as exc:
         print(f"bench msm: {exc}", file=sys.stderr)
         return 1
-    meta = gpu_bench_meta(cp, bench_command())
+    meta = gpu_bench_meta(cp, bench_command(), tuning)
     rows = []
     for k in sizes:
-        row = _bench_size(cp, k, args, sweep)
+        row = _bench_size(cp, k, args, sweep, tuning)
         rows.append(row)
         cp.get_default_memory_pool().free_all_blocks()
         print(json.dumps({key: v for key, v in row.items() if key != "times_ms"}), flush=True)
@@ -261,7 +272,11 @@ def main() -> int:
     """``python -m kernels.bench_msm ...`` (the GPU machine has no provetop entry point)."""
     parser = argparse.ArgumentParser(prog="provetop bench msm")
     add_arguments(parser)
-    return run(parser.parse_args())
+    try:
+        return run(parser.parse_args())
+    except UsageError as exc:
+        print(f"provetop bench msm: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ same run this measures the two ceilings that bound an NTT (a large device-to-dev
 bandwidth, a chain of Fr Montgomery multiplications for integer throughput), then reports for
 each size the medians (CUDA events, after warm-up, inputs rotated so L2 cannot serve them),
 the bytes per second and multiplications per second implied by the plan's cost model
-(``kernels.cuda_ntt.plan_cost``), and which ceiling is closer: that is what bounds the size.
+(``kernels.cuda.ntt.plan_cost``), and which ceiling is closer: that is what bounds the size.
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kernels.bench_meta import bench_command, gpu_bench_meta
+from kernels.cuda import ntt as cn
+from kernels.cuda.fr import elementwise, random_fr
+from kernels.cuda.runtime import CudaUnavailable, require_cupy
+from kernels.tuning import KernelTuning, SettingError
+from provetop.errors import UsageError
 
 DEFAULT_SIZES = "16,20,24,26,27"
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench" / "results"
@@ -36,8 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_sizes(text: str) -> list[int]:
-    from provetop.errors import UsageError
-
     try:
         sizes = [int(t) for t in text.split(",") if t.strip()]
     except ValueError as exc:
@@ -63,12 +68,9 @@ def _time(cp: Any, fn: Any, repeats: int, warmup: int, rotate: int = 1) -> float
     return statistics.median(times)
 
 
-def _ceilings(cp: Any, repeats: int) -> dict[str, float]:
+def _ceilings(cp: Any, repeats: int, tuning: KernelTuning) -> dict[str, float]:
     """Device-to-device copy bandwidth (read + write bytes / s) and Fr Montgomery mults / s."""
-    import numpy as np
-
-    from kernels.cuda_ntt import _state
-
+    mod = cn.module(tuning)
     nbytes = 2 << 30
     src = cp.ones(nbytes // 8, dtype=cp.uint64)
     dst = cp.empty_like(src)
@@ -78,12 +80,10 @@ def _ceilings(cp: Any, repeats: int) -> dict[str, float]:
     sms = dev.attributes["MultiProcessorCount"]
     n = sms * 2048 * 2
     iters = 256
-    from kernels.cuda_fr import random_fr
-
-    x = random_fr((n,))
+    x = random_fr((n,), tuning=tuning)
     rates = {}
     for name, chains in (("fr_mul_chain", 2), ("fr_mul_chain4", 4)):
-        fn = _state().fn(name)
+        fn = mod.get_function(name)
         ms_mul = _time(
             cp,
             lambda i, fn=fn: fn(((n + 255) // 256,), (256,), (x, np.int32(iters), np.uint64(n))),
@@ -95,7 +95,7 @@ def _ceilings(cp: Any, repeats: int) -> dict[str, float]:
     # 1 fr_mul_r, 2 fr_mul_r2; the NTT uses FR_MUL_VARIANT): not part of the ceiling
     variants = {}
     for v in range(3):
-        fn = _state().fn(f"fr_mul_chain_v{v}")
+        fn = mod.get_function(f"fr_mul_chain_v{v}")
         ms_mul = _time(
             cp,
             lambda i, fn=fn: fn(((n + 255) // 256,), (256,), (x, np.int32(iters), np.uint64(n))),
@@ -134,14 +134,11 @@ def _bound(ms: float, nbytes: int, mults: int, ceil: dict[str, float]) -> dict[s
     }
 
 
-def _bench_size(cp: Any, eng: Any, k: int, args: argparse.Namespace, ceil: dict) -> dict:
-    from kernels import cuda_ntt as cn
-    from kernels.cuda_fr import elementwise, random_fr
-
+def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil: dict) -> dict:
     n = 1 << k
     size_bytes = n * cn.ELEM_BYTES
     rotate = max(3, -(-3 * L2_BYTES // size_bytes)) if size_bytes < L2_BYTES else 3
-    xs = [random_fr((n,)) for _ in range(rotate)]
+    xs = [random_fr((n,), tuning=eng.tuning) for _ in range(rotate)]
     out = cp.empty((n, 4), dtype=cp.uint64)
     eng.ntt(xs[0], out=out)  # builds the twiddle table outside the timing
     row: dict[str, Any] = {"log_size": k, "n": n, "rotating_inputs": rotate}
@@ -167,7 +164,7 @@ def _bench_size(cp: Any, eng: Any, k: int, args: argparse.Namespace, ceil: dict)
         row[name] = _bound(ms, *cn.plan_cost(plans), ceil)
     if not args.no_h_step:
         a, b = xs[0], xs[1 % rotate]
-        c = elementwise("mul", a, b)
+        c = elementwise("mul", a, b, tuning=eng.tuning)
         hout = cp.empty((n, 4), dtype=cp.uint64)
         reps = max(3, args.repeats // 3) if k >= 26 else args.repeats
         ms = _time(cp, lambda i: eng.h_step(a, b, c, out=hout), reps, args.warmup)
@@ -211,23 +208,20 @@ def _table(rows: list[dict], ceil: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernels.cuda_build import CudaUnavailable, require_cupy
-    from provetop.errors import UsageError
-
+    try:
+        tuning = KernelTuning.from_env()  # once: the record every call below is given
+    except SettingError as exc:
+        raise UsageError(str(exc)) from exc
     sizes = _parse_sizes(args.log_sizes)
     try:
         cp = require_cupy()
     except CudaUnavailable as exc:
         raise UsageError(f"bench ntt needs a GPU: {exc}") from exc
-    from kernels.cuda_ntt import TILE_LOG, CudaNtt
-
-    eng = CudaNtt(max_levels=args.max_levels or TILE_LOG)
-    meta = gpu_bench_meta(cp, bench_command())
+    eng = cn.CudaNtt(max_levels=args.max_levels or cn.TILE_LOG, tuning=tuning)
+    meta = gpu_bench_meta(cp, bench_command(), tuning)
     meta["max_levels"] = eng.max_levels
-    from kernels.cuda_ntt import compile_defines
-
-    meta["compile_defines"] = compile_defines()
-    ceil = _ceilings(cp, args.repeats)
+    meta["compile_defines"] = cn.ntt_defines(tuning)
+    ceil = _ceilings(cp, args.repeats, tuning)
     cp.get_default_memory_pool().free_all_blocks()
     rows = []
     for k in sizes:

@@ -109,6 +109,10 @@ class KernelTuning:
         return out
 
 
+# The record every function falls back to when its caller passes none: the defaults above.
+DEFAULT_TUNING = KernelTuning()
+
+
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_NTT_DEFINES",

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "summary": "print the per-partition summary of a recording",
     "export": "convert a recording (for example to a Perfetto trace)",
     "selftest": "check every kernel of a backend against the exact reference",
+    "warmup": "compile or load every CUDA module on this machine, once, with a line per module",
     "bench": "benchmarks: cpu, ntt, msm, pipeline, tui",
     "import-cuzk": "turn a cuzk prover's log into a provetop recording",
 }

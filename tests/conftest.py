@@ -7,7 +7,7 @@ import pytest
 def cp():
     """CuPy with a visible CUDA device; the GPU tests that take it skip with the reason
     otherwise (no CuPy, no driver, no device)."""
-    from kernels.cuda_build import CudaUnavailable, require_cupy
+    from kernels.cuda.runtime import CudaUnavailable, require_cupy
 
     try:
         return require_cupy()

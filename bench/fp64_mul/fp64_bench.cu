@@ -14,7 +14,7 @@
 //       exactness check of the multiplication alone.
 //   mapc_<v>(out, a, b, n) (FP64 only): a, b in mont.cuh's form -> R' -> multiply -> back:
 //       must equal mont.cuh's a b 2^-256 / 2^-384, the check of the conversions.
-#include "../../kernels/cuda/fr_mul.cuh"
+#include "field/fr_mul.cuh"
 #include "fp64_mont.cuh"
 
 // ---- variants: T, load/store of mont.cuh's form (64-bit words), raw load/store, mul --------

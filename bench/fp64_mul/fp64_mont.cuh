@@ -63,7 +63,7 @@
 // plus ~3N integer instructions; a kernel that keeps its data in this form pays it only at
 // load and store. From / to canonical: multiply by R2 = R'^2 mod m / by 1.
 #pragma once
-#include "fields.cuh"
+#include "field/fields.cuh"
 
 #if !defined(__CUDACC_RTC__)
 #include <cfenv>

@@ -109,7 +109,7 @@ class Bench:
         self.sms = dev.attributes["MultiProcessorCount"]
         # CuPy adds -arch for the device (sm_90 on the H200). Its on-disk cache keys on the
         # source text only: a digest of the included headers goes into the text.
-        opts = ("-std=c++17", f"-I{REPO / 'kernels' / 'cuda'}", f"-I{HERE}")
+        opts = ("-std=c++17", f"-I{REPO / 'kernels' / 'cuda' / 'src'}", f"-I{HERE}")
         headers = [HERE / "fp64_mont.cuh"] + sorted((REPO / "kernels" / "cuda").glob("*.cuh"))
         digest = hashlib.sha256(b"".join(h.read_bytes() for h in headers)).hexdigest()
         src = f"// headers {digest}\n" + (HERE / "fp64_bench.cu").read_text()

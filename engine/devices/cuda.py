@@ -170,7 +170,7 @@ def choose_backend(requested: str | None, probe: Any = None) -> tuple[str, str]:
             if not gpu_visible():
                 return "no GPU visible"
             try:
-                from kernels.cuda_build import require_cupy
+                from kernels.cuda.runtime import require_cupy
 
                 require_cupy()
             except Exception as exc:
@@ -229,7 +229,7 @@ class CudaDevice(Device):
             )
         self.priority_to = priority_to
         if cupy is None:
-            from kernels.cuda_build import require_cupy
+            from kernels.cuda.runtime import require_cupy
 
             cupy = require_cupy()
         self.cupy = cupy

@@ -43,6 +43,7 @@ from kernels.cpu.g1 import (
     xyzz_double,
     xyzz_to_affine,
 )
+from kernels.layout import g1_to_limbs
 
 P = FP_MODULUS
 SCALAR_BITS = 255  # every scalar is < r < 2^255
@@ -224,8 +225,6 @@ def trace_arrays(trace: MsmTrace) -> dict[str, Any]:
     """The trace in the shared limb layout, for bit-for-bit comparison with GPU buffers:
     ``buckets`` ``(num_windows, 2^(c-1), 12)`` and ``window_sums`` ``(num_windows, 12)`` as
     affine Montgomery points (infinity = zeros), ``ones_sum`` ``(12,)``."""
-    from kernels.layout import g1_to_limbs
-
     nb = 1 << (trace.window_bits - 1)
     flat = [p for row in trace.buckets for p in row]
     return {

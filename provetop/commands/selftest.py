@@ -1,9 +1,11 @@
 """``provetop selftest [--backend cpu|cuda] [--json]``: prove a host's kernels exact before
 proving anything on it.
 
-Runs every check of the chosen backend on fresh random inputs (see ``kernels/selftest.py``),
+Runs every check of the chosen backend on fresh random inputs (see ``kernels/selftest/``),
 prints a table (check, size, result, time) or a JSON list, and exits 0 only if nothing failed.
 A check that needs a missing optional package (py_ecc) shows as "skip" and does not fail.
+The CUDA rows run with the kernels' tuning record from the environment (``PROVETOP_*``), as
+a run would; there a bad setting is a usage error (exit 2).
 """
 
 from __future__ import annotations
@@ -26,7 +28,17 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kernels.backends import BackendUnavailable
-    from kernels.selftest import CheckResult, run_selftest
+    from kernels.selftest.registry import CheckResult
+    from kernels.selftest.runner import run_selftest
+    from kernels.tuning import KernelTuning, SettingError
+    from provetop.errors import UsageError
+
+    tuning = KernelTuning()
+    if args.backend == "cuda":  # the CPU backend has nothing to tune
+        try:
+            tuning = KernelTuning.from_env()
+        except SettingError as exc:
+            raise UsageError(str(exc)) from exc
 
     width = 58
     header = [False]
@@ -44,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"    {res.detail}", flush=True)
 
     try:
-        results = run_selftest(args.backend, on_result=show)
+        results = run_selftest(args.backend, on_result=show, tuning=tuning)
     except BackendUnavailable as exc:
         if args.json:
             print(json.dumps([{"name": "backend", "status": "ERROR", "detail": str(exc)}]))

@@ -24,6 +24,7 @@ from engine.allocator import footprint
 from engine.devices import cuda as dcuda
 from engine.residency import G1_AFFINE_BYTES, partition_need, plan_residency
 from engine.workload import query_sizes
+from kernels.tuning import KernelTuning
 
 GiB = 1 << 30
 
@@ -134,7 +135,7 @@ def test_cuda_backend_without_cupy_says_why():
 
 
 def test_is_host():
-    from kernels.cuda_backend import is_host
+    from kernels.cuda.backend import is_host
 
     assert is_host(np.zeros((2, 4), np.uint64))
     assert is_host([1, 2])
@@ -435,12 +436,12 @@ def test_lazy_aware_policy_trims_only_when_short():
 
 def test_cuda_footprint_uses_the_gpu_msm_scratch():
     from engine.cuda_pipeline import cuda_footprint
-    from kernels.cuda_msm import scratch_bytes
+    from kernels.cuda.msm import scratch_bytes
 
     sizes = query_sizes(20)
     fp = footprint(20, sizes)
     chunk = 1 << random.randrange(10, 16)
-    got = cuda_footprint(fp, sizes.as_dict(), {"h": chunk})
+    got = cuda_footprint(fp, sizes.as_dict(), {"h": chunk}, KernelTuning())
     assert got.u == fp.u and got.margin == fp.margin
     assert got.msm["l"] == scratch_bytes(sizes.l)
     assert got.msm["h"] == scratch_bytes(chunk) + 2 * chunk * G1_AFFINE_BYTES
@@ -582,7 +583,7 @@ def test_pinned_empty_is_portable_and_exactly_the_size_asked(monkeypatch):
     and streamed by every device, so its memory must be page-locked for all of them
     (cudaHostAllocPortable), and a witness pool must take the bytes engine.hostmem plans
     for, not CuPy's pool's power-of-two block (16 GiB for the 12 GiB a, b, c at 2^27)."""
-    from kernels import host_pinned
+    from kernels.cuda import host_pinned
 
     asked = []
 
@@ -601,10 +602,8 @@ def test_pinned_empty_is_portable_and_exactly_the_size_asked(monkeypatch):
         )
     )
     monkeypatch.setattr(host_pinned, "require_cupy", lambda: fake)
-    monkeypatch.setenv(
-        "PROVETOP_PIN_METHOD", "alloc"
-    )  # registration: tests/kernels/test_host_pinned.py
-    arr = host_pinned.pinned_empty((3, 5, 4))
+    # method="alloc": registration is tests/kernels/test_host_pinned.py's
+    arr = host_pinned.pinned_empty((3, 5, 4), method="alloc")
     assert asked == [(3 * 5 * 4 * 8, portable)]
     assert arr.shape == (3, 5, 4) and arr.dtype == np.uint64
 
@@ -674,7 +673,7 @@ def test_nvml_process_not_listed_and_v1_fallback(fake_nvml):
 
 @pytest.fixture(scope="module")
 def backend(cp):
-    from kernels.cuda_backend import CudaBackend
+    from kernels.cuda.backend import CudaBackend
 
     return CudaBackend(host_chunk=1 << 9)
 
@@ -689,7 +688,7 @@ def _fr_rows(n, rng=None):
 @pytest.mark.parametrize("k", [1, 5, 11])
 def test_gpu_h_step_host_and_in_place_match_the_cpu_reference(cp, backend, k):
     from kernels.cpu_backend import CpuBackend
-    from kernels.cuda_fr import elementwise
+    from kernels.cuda.fr import elementwise
 
     n = 1 << k
     a, b = _fr_rows(n), _fr_rows(n)
@@ -997,7 +996,7 @@ def test_gpu_two_devices_with_look_ahead_and_fallback_verify_every_partition(cp,
 @pytest.mark.parametrize("where", ["device", "host"])
 def test_gpu_srs_powers_match_the_cpu_points(cp, backend, where):
     from kernels.cpu.srs import powers, srs_points
-    from kernels.cuda_msm import pinned_empty
+    from kernels.cuda.host_pinned import pinned_empty
     from kernels.layout import g1_from_limbs, random_fr
 
     m = 101
@@ -1022,7 +1021,7 @@ def test_gpu_witness_is_valid_and_reproducible(cp, device):
     k = 12
     sizes = query_sizes(k)
     m = max(sizes.l, sizes.a, sizes.b_g1)
-    bufs = PinnedBuffers(1 << k, m)
+    bufs = PinnedBuffers(1 << k, m, "register")
     for arr in (bufs.abc, bufs.z):
         arr[...] = POISON
     kw = device.kernel_args("synthesis")
@@ -1046,7 +1045,7 @@ def test_gpu_witness_is_valid_and_reproducible(cp, device):
 
 @pytest.mark.gpu
 def test_gpu_upload_async_overlaps_and_refuses_pageable(cp, device):
-    from kernels.cuda_msm import pinned_empty
+    from kernels.cuda.host_pinned import pinned_empty
 
     rows = _fr_rows(5000)
     pinned = pinned_empty(rows.shape)
@@ -1071,7 +1070,7 @@ class _Corrupting:
     """A CUDA backend whose MSM (or H step) result is wrong: the GPU checks must say so."""
 
     def __init__(self, what):
-        from kernels.cuda_backend import CudaBackend
+        from kernels.cuda.backend import CudaBackend
 
         self.inner = CudaBackend()
         self.what = what

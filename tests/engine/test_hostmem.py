@@ -9,6 +9,7 @@ from engine.hostmem import (
     refusal,
     witness_pool_bytes,
 )
+from engine.tuning import Tuning
 from engine.workload import query_sizes
 
 MEMINFO = """MemTotal:       131072000 kB
@@ -98,8 +99,8 @@ def test_the_host_check_counts_every_devices_streamed_queries(monkeypatch):
         return {}, [], dict(by_device[device.index])
 
     monkeypatch.setattr(cuda_pipeline, "place_device_srs", place)
-    monkeypatch.setattr(cuda_pipeline, "HostSrs", lambda srs, backend: None)
-    monkeypatch.setattr(cuda_pipeline, "cuda_footprint", lambda fp, sizes, streamed: fp)
+    monkeypatch.setattr(cuda_pipeline, "HostSrs", lambda srs, backend, pin_method: None)
+    monkeypatch.setattr(cuda_pipeline, "cuda_footprint", lambda fp, sizes, streamed, tuning: fp)
     monkeypatch.setattr(cuda_pipeline, "replace", lambda ctx, **changes: changes)
     monkeypatch.setattr(
         CudaRun, "_check_host", lambda self, ctx, streamed, workers: seen.append(dict(streamed))
@@ -113,6 +114,7 @@ def test_the_host_check_counts_every_devices_streamed_queries(monkeypatch):
         footprint=None,
         bus=None,
         policy=SimpleNamespace(name="naive"),
+        tuning=Tuning(),
     )
     run = CudaRun()
     try:

@@ -152,23 +152,23 @@ def test_provetop_inject_is_the_default_of_the_inject_flag(monkeypatch):
             engine.close()
 
 
-def test_the_engine_hands_the_kernel_settings_to_the_backend():
-    """``get_backend(name, tuning=...)`` receives the kernels' part of the record where it
-    takes that keyword (and the plain call where it does not yet)."""
-    from engine.runner import _get_backend
+def test_the_engine_hands_the_kernel_settings_to_the_backend(monkeypatch):
+    """``get_backend(name, tuning=...)`` receives the kernels' part of the run's record."""
+    import engine.runner
+    from engine.config import from_preset
+    from kernels.backends import get_backend
 
     kernels = KernelTuning(msm_sort_group=3)
     seen = []
 
-    def with_tuning(name, tuning=None):
+    def spy(name, tuning=None):
         seen.append((name, tuning))
+        return get_backend(name, tuning=tuning)
 
-    def without(name):
-        seen.append((name,))
-
-    _get_backend(with_tuning, "cuda", kernels)
-    _get_backend(without, "cpu", kernels)
-    assert seen == [("cuda", kernels), ("cpu",)]
+    monkeypatch.setattr(engine.runner, "get_backend", spy)
+    run = engine.runner.Engine(from_preset("ci"), listen=False, tuning=Tuning(kernels=kernels))
+    run.close()
+    assert seen == [("cpu", kernels)]
 
 
 def test_the_cuda_run_takes_its_switch_interval_from_the_record():

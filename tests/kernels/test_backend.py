@@ -31,7 +31,7 @@ def test_get_backend() -> None:
     with pytest.raises(ValueError):
         get_backend("tpu")
     try:
-        import kernels.cuda_backend  # noqa: F401
+        import kernels.cuda.backend  # noqa: F401
     except ImportError:
         with pytest.raises(BackendUnavailable):
             get_backend("cuda")
@@ -101,7 +101,7 @@ def test_scalar_rows_at_or_above_r_raise() -> None:
 
 def test_partition_2_12_is_exact() -> None:
     """One full partition at n = 2^12 (H step + one MSM of 2^12 random 255-bit scalars) checked
-    by both exact identities. Its speed is measured by `python -m kernels.cpu.bench`, not here:
+    by both exact identities. Its speed is measured by `python -m kernels.cpu_bench`, not here:
     timing assertions belong in benchmarks."""
     be = CpuBackend()
     n = 1 << 12

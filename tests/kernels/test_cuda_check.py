@@ -1,4 +1,4 @@
-"""The GPU partition checks (``kernels.cuda_check``) against the CPU reference (marked ``gpu``).
+"""The GPU partition checks (``kernels.cuda.check``) against the CPU reference (marked ``gpu``).
 
 Fresh random inputs every run; chunk sizes that do not divide the vectors, so every chunk
 boundary and the short last thread are exercised; host (numpy) and device (CuPy) inputs; and
@@ -26,7 +26,7 @@ POISON = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 @pytest.fixture(scope="module")
 def chk(cp):
-    from kernels import cuda_check
+    from kernels.cuda import check as cuda_check
 
     return cuda_check
 
@@ -147,7 +147,7 @@ def _one_grid(chk):
 
 
 def test_powers_beyond_one_grid_form_a_chain(cp, chk):
-    from kernels.cuda_fr import elementwise
+    from kernels.cuda.fr import elementwise
 
     count = 2 * _one_grid(chk) + 12345
     base = random.Random().randrange(R)
@@ -173,8 +173,8 @@ def test_sums_beyond_one_grid_match_single_iteration_launches(cp, chk):
 
 
 def test_interpolants_beyond_one_grid_match_an_ntt_and_horner(cp, chk):
-    from kernels.cuda_fr import evaluate
-    from kernels.cuda_ntt import CudaNtt
+    from kernels.cuda.fr import evaluate
+    from kernels.cuda.ntt import CudaNtt
 
     k = 21
     rng = np.random.default_rng()

@@ -1,4 +1,4 @@
-"""Host-compiled checks of kernels/cuda/mont.cuh and fields.cuh against Python integers.
+"""Host-compiled checks of kernels/cuda/src/field/mont.cuh and fields.cuh against Python integers.
 
 Why on the host: mont.cuh compiles as plain C++17, and its carry-chain primitives are an exact
 emulation of the PTX instructions the GPU runs (explicit carry flag instead of the hardware
@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 
 from kernels import constants as C
-from kernels import cuda_fields_gen
+from kernels.cuda import fields_gen as cuda_fields_gen
 
-CUDA_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda"
+SRC_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda" / "src"
 
 HARNESS = r"""
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <iostream>
-#include "fields.cuh"
+#include "field/fields.cuh"
 
 template <class F> F parse(const std::string& hex) {
     F x;  // hex is big-endian, exactly 8*N digits
@@ -97,7 +97,7 @@ def harness(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     src = d / "harness.cpp"
     src.write_text(HARNESS)
     exe = d / "harness"
-    cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{CUDA_DIR}", str(src), "-o", str(exe)]
+    cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{SRC_DIR}", str(src), "-o", str(exe)]
     if request.param:
         cmd.insert(1, request.param)
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -172,10 +172,10 @@ def test_arithmetic_matches_python_ints(harness: Path, field: str) -> None:
 
 
 def test_header_constants_match_kernels_constants() -> None:
-    text = (CUDA_DIR / "fields.cuh").read_text()
+    text = (SRC_DIR / "field" / "fields.cuh").read_text()
     assert cuda_fields_gen.current_block(text) == cuda_fields_gen.render(), (
         "fields.cuh constants drifted from kernels/constants.py: "
-        "run python -m kernels.cuda_fields_gen"
+        "run python -m kernels.cuda.fields_gen"
     )
     # and the rendered values themselves agree with the named constants
     assert C.FR_MONT_INV32 == int(_macro(text, "FR_M0").rstrip("u"), 16)

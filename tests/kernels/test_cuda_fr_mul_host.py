@@ -1,4 +1,4 @@
-"""Host-compiled checks of kernels/cuda/fr_mul.cuh (the NTT's Fr multiplications) against
+"""Host-compiled checks of kernels/cuda/src/field/fr_mul.cuh (the NTT's Fr multiplications) against
 Python integers.
 
 Why on the host: fr_mul.cuh builds on mont.cuh's carry-chain primitives, which compile on the
@@ -21,7 +21,7 @@ import pytest
 
 from kernels.constants import FR_MODULUS
 
-CUDA_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda"
+SRC_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda" / "src"
 R = FR_MODULUS
 RINV = pow(1 << 256, -1, R)
 
@@ -29,7 +29,7 @@ HARNESS = r"""
 #include <cstdio>
 #include <string>
 #include <iostream>
-#include "fr_mul.cuh"
+#include "field/fr_mul.cuh"
 
 static fr_t parse(const std::string& hex) {
     fr_t x;  // big-endian hex, exactly 64 digits
@@ -62,7 +62,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = d / "harness.cpp"
     src.write_text(HARNESS)
     exe = d / "harness"
-    cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{CUDA_DIR}", str(src), "-o", str(exe)]
+    cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{SRC_DIR}", str(src), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return exe
 

@@ -1,4 +1,4 @@
-"""kernels/cuda/g1.cuh and msm.cuh compiled as host C++ (g++) against the Python reference.
+"""kernels/cuda/src/curve/g1.cuh and msm/msm.cuh compiled as host C++ (g++) against the reference.
 
 Why on the host: the curve formulas and the signed-digit recoding are the same source on the
 GPU and here (mont.cuh's portable path does the carries with 64-bit integers), so CI, which has
@@ -22,7 +22,7 @@ from kernels.cpu import g1
 from kernels.cpu.msm import signed_digits
 from tests.kernels.host_io import FP_IO
 
-CUDA_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda"
+SRC_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda" / "src"
 
 DRIVER = (
     r"""
@@ -33,7 +33,7 @@ DRIVER = (
 #include <string>
 #include <vector>
 #include <algorithm>
-#include "msm.cuh"
+#include "msm/msm.cuh"
 
 """
     + FP_IO
@@ -55,7 +55,7 @@ static g1_jacobian rd_jac(std::istream& in) {
     return {parse_fp(a), parse_fp(b), parse_fp(c)};
 }
 
-// The GPU pipeline of kernels/cuda_msm.py run sequentially on the host with the very per-thread
+// The GPU pipeline of kernels/cuda/msm.py run sequentially on the host with the very per-thread
 // bodies the kernels call: "msm n c L0 L S F" then n points and n scalars (64 hex digits).
 static void run_msm(std::istream& in) {
     uint32_t n, c, L0, L, S, F;
@@ -210,7 +210,7 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = d / "g1_host.cpp"
     src.write_text(DRIVER)
     exe = d / "g1_host"
-    cmd = [cxx, "-std=c++17", "-O1", f"-I{CUDA_DIR}", str(src), "-o", str(exe)]
+    cmd = [cxx, "-std=c++17", "-O1", f"-I{SRC_DIR}", str(src), "-o", str(exe)]
     subprocess.run(cmd, check=True)
     return exe
 

@@ -1,4 +1,4 @@
-"""The GPU MSM and SRS (kernels/cuda_msm.py, kernels/cuda_srs.py) against the CPU reference.
+"""The GPU MSM and SRS (kernels/cuda/msm.py, kernels/cuda/srs.py) against the CPU reference.
 
 Why these cases: fresh random points and scalars at every size in {1, 2, 3, 31, 1000, 4096}
 (sizes below, at and above a warp and a chunk), and the inputs that break a Pippenger in
@@ -22,6 +22,7 @@ from kernels import layout
 from kernels.constants import FR_MODULUS as R
 from kernels.cpu import g1
 from kernels.cpu import msm as cmsm
+from kernels.tuning import KernelTuning
 from tests.kernels.host_io import FP_IO
 
 
@@ -41,7 +42,7 @@ def poison(cp):
 
 def random_points(cp, n: int) -> tuple[object, list[g1.Affine]]:
     """n random points [s]G from the GPU SRS (a few checked against the CPU scalar mult)."""
-    from kernels.cuda_srs import srs_random_points
+    from kernels.cuda.srs import srs_random_points
 
     pts_dev, secrets = srs_random_points(n)
     pts = layout.g1_from_limbs(pts_dev.get())
@@ -62,7 +63,7 @@ def scalars_of(kind: str, n: int, rng: random.Random) -> list[int]:
 
 
 def gpu_msm(cp, pts_dev, ks: list[int], alloc, **kw) -> g1.Affine:
-    from kernels.cuda_msm import msm
+    from kernels.cuda.msm import msm
 
     sc = cp.asarray(layout.fr_to_limbs(ks, montgomery=False))
     out = msm(pts_dev, sc, allocator=alloc, **kw)
@@ -107,18 +108,17 @@ def test_affine_passes(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
     """The affine batch-addition passes (ones and dense buckets) forced on at small n, with
     tiny batches and few threads so that batches are cut inside buckets and threads hold
     several batches: every scalar mix, repeated points (P + P in a pass), P + (-P), infinity."""
-    from kernels import cuda_msm as cm
+    from kernels.cuda import msm as cm
 
-    monkeypatch.setattr(cm, "AFFINE_MIN_PAIRS", 1)
-    monkeypatch.setattr(cm, "AFFINE_DENSE_PASSES", 2)
     monkeypatch.setattr(cm, "AFFINE_NB_MAX", 5)
     monkeypatch.setattr(cm, "AFFINE_THREADS", 96)
+    tuning = KernelTuning(msm_affine_min_pairs=1, msm_affine_dense=2)
     rng = random.Random()
     n = 1000
     pts_dev, pts = random_points(cp, n)
     for kind in ("dense", "ones", "witness"):
         ks = scalars_of(kind, n, rng)
-        assert gpu_msm(cp, pts_dev, ks, poison) == cmsm.msm_fast(pts, ks), kind
+        assert gpu_msm(cp, pts_dev, ks, poison, tuning=tuning) == cmsm.msm_fast(pts, ks), kind
     few_dev, few = random_points(cp, 6)
     idx = [rng.randrange(6) for _ in range(n)]
     big = cp.ascontiguousarray(few_dev[cp.asarray(idx)])
@@ -127,27 +127,25 @@ def test_affine_passes(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
         big[i] = 0
         full[i] = None
     ks = [rng.choice((1, 1, 2, R - 1, R - 2, 7)) for _ in range(n)]  # few buckets, many pairs
-    assert gpu_msm(cp, big, ks, poison) == cmsm.msm_fast(full, ks)
+    assert gpu_msm(cp, big, ks, poison, tuning=tuning) == cmsm.msm_fast(full, ks)
     neg = cp.asarray(layout.g1_to_limbs([g1.affine_neg(few[0])]))
     both = cp.concatenate([few_dev[:1], neg, few_dev[:1], few_dev[:1]])
-    assert gpu_msm(cp, both, [1, 1, 1, 1], poison) == g1.scalar_mul(few[0], 2)
+    assert gpu_msm(cp, both, [1, 1, 1, 1], poison, tuning=tuning) == g1.scalar_mul(few[0], 2)
 
 
 @pytest.mark.gpu
-def test_sort_in_window_groups(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The counting sort launched per group of windows (SORT_GROUP) gives the same sums: the
-    digits below a group are computed for their carries only, the ones are counted once."""
-    from kernels import cuda_msm as cm
-
+def test_sort_in_window_groups(cp, poison) -> None:
+    """The counting sort launched per group of windows (``msm_sort_group``) gives the same sums:
+    the digits below a group are computed for their carries only, the ones are counted once."""
     rng = random.Random()
     pts_dev, pts = random_points(cp, 700)
     for group in (1, 3, 5):
-        monkeypatch.setattr(cm, "SORT_GROUP", group)
+        tuning = KernelTuning(msm_sort_group=group)
         for kind in ("dense", "witness"):
             ks = scalars_of(kind, 700, rng)
             want = cmsm.msm_fast(pts, ks)
             for c in (7, 16):
-                got = gpu_msm(cp, pts_dev, ks, poison, window_bits=c)
+                got = gpu_msm(cp, pts_dev, ks, poison, window_bits=c, tuning=tuning)
                 assert got == want, f"group {group}, {kind}, c={c}"
 
 
@@ -155,7 +153,7 @@ def test_sort_in_window_groups(cp, poison, monkeypatch: pytest.MonkeyPatch) -> N
 def test_sort_rule_with_a_small_l2(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
     """The rule's own grouping (three windows per count launch, one per scatter launch, as at
     2^27 on the H200) on small inputs, by pretending the L2 holds six windows of counters."""
-    from kernels import cuda_msm as cm
+    from kernels.cuda import msm as cm
 
     rng = random.Random()
     pts_dev, pts = random_points(cp, 500)
@@ -169,24 +167,21 @@ def test_sort_rule_with_a_small_l2(cp, poison, monkeypatch: pytest.MonkeyPatch) 
             assert got == cmsm.msm_fast(pts, ks), f"{kind}, c={c}"
 
 
-def test_sort_groups_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sort_groups_rule() -> None:
     """Windows per launch of the count and the scatter: one launch each while all counters fit
     in half the L2; otherwise about half the L2 per count launch and a sixth per scatter."""
-    from kernels import cuda_msm as cm
+    from kernels.cuda import msm as cm
 
-    monkeypatch.setattr(cm, "SORT_GROUP", 0)
     h200_l2 = 50 << 20
     W22, W18 = cm.num_windows(22), cm.num_windows(18)
     assert cm.sort_groups(W22, 1 << 21, h200_l2) == (3, 1)  # 8 MiB of counters per window
     assert cm.sort_groups(W18, 1 << 17, h200_l2) == (W18, W18)  # 0.5 MiB: all in L2
     assert cm.sort_groups(cm.num_windows(20), 1 << 19, h200_l2) == (12, 4)
     assert cm.sort_groups(W22, 1 << 21, 1 << 20) == (1, 1)  # never below one window
-    monkeypatch.setattr(cm, "SORT_GROUP", 5)
-    assert cm.sort_groups(W22, 1 << 21, h200_l2) == (5, 5)
-    assert cm.sort_groups(3, 1 << 21, h200_l2) == (3, 3)
-    monkeypatch.setattr(cm, "SORT_GROUP", -1)
-    with pytest.raises(ValueError, match="PROVETOP_MSM_SORT_GROUP=-1"):
-        cm.sort_groups(W22, 1 << 21, h200_l2)
+    assert cm.sort_groups(W22, 1 << 21, h200_l2, group=5) == (5, 5)
+    assert cm.sort_groups(3, 1 << 21, h200_l2, group=5) == (3, 3)
+    with pytest.raises(ValueError, match="msm_sort_group=-1"):
+        cm.sort_groups(W22, 1 << 21, h200_l2, group=-1)
 
 
 @pytest.mark.gpu
@@ -204,7 +199,8 @@ def test_window_sizes_agree(cp, poison) -> None:
 @pytest.mark.gpu
 def test_host_streamed_points(cp, poison) -> None:
     """Points in pinned host memory, uploaded in chunks overlapped with the compute."""
-    from kernels.cuda_msm import msm_host_points, pinned_empty
+    from kernels.cuda.host_pinned import pinned_empty
+    from kernels.cuda.msm import msm_host_points
 
     rng = random.Random()
     n = 4096
@@ -218,7 +214,7 @@ def test_host_streamed_points(cp, poison) -> None:
     want = cmsm.msm_fast(pts, ks)
     assert layout.g1_from_limbs(got)[0] == want
     # msm() itself routes host points (numpy, not pinned here) and numpy scalars
-    from kernels.cuda_msm import msm
+    from kernels.cuda.msm import msm
 
     plain = pts_dev.get()
     got2 = msm(plain, layout.fr_to_limbs(ks, montgomery=False), allocator=poison)
@@ -230,12 +226,13 @@ def test_host_streamed_calls_in_a_row_reuse_one_copy_stream_and_stay_exact(cp, p
     """Each thread makes its copy stream and events once (creating events waited for the
     running kernel on the H200); back-to-back calls with other chunkings, one of them
     ending with a short chunk and one with a single chunk, must all stay exact."""
-    from kernels import cuda_msm
+    from kernels.cuda import msm as cuda_msm
+    from kernels.cuda.host_pinned import pinned_empty
 
     rng = random.Random()
     n = 3000
     pts_dev, pts = random_points(cp, n)
-    host = cuda_msm.pinned_empty((n, 12))
+    host = pinned_empty((n, 12))
     host[:] = pts_dev.get()
     kits = []
     for chunk in (700, 1500, n):
@@ -249,18 +246,18 @@ def test_host_streamed_calls_in_a_row_reuse_one_copy_stream_and_stay_exact(cp, p
 
 @pytest.mark.gpu
 def test_selftest_rows(cp) -> None:
-    """The rows `provetop selftest --backend cuda` gains from this module pass."""
-    from kernels.cuda_msm import selftest_checks
-    from kernels.selftest import run_check
+    """The MSM rows of `provetop selftest --backend cuda` pass."""
+    from kernels.selftest.registry import run_check
+    from kernels.selftest.rows_cuda import msm_checks
 
-    for check in selftest_checks():
+    for check in msm_checks():
         res = run_check(check)
         assert res.status == "pass", f"{check.name}: {res.status} {res.detail}"
 
 
 @pytest.mark.gpu
 def test_srs_edges(cp) -> None:
-    from kernels.cuda_srs import srs
+    from kernels.cuda.srs import srs
 
     rng = random.Random()
     secrets = [0, 1, 2, R - 1, R - 2, (1 << 254) + 12345] + layout.random_fr(26, rng)
@@ -281,13 +278,13 @@ def test_identity_large(cp, monkeypatch: pytest.MonkeyPatch, log_n: int, affine:
     """MSM(k, [s]G) == [<k, s> mod r]G at 2^20 and 2^24, with the SRS from the GPU generator;
     ``affine``: with affine passes over the ones and two over the dense buckets, on 2^12 threads
     so that every thread runs several full batches of AFFINE_NB_MAX (the production shape)."""
-    from kernels import cuda_msm as cm
-    from kernels.cuda_msm import msm
-    from kernels.cuda_srs import srs
+    from kernels.cuda import msm as cm
+    from kernels.cuda.msm import msm
+    from kernels.cuda.srs import srs
 
+    tuning = KernelTuning()
     if affine:
-        monkeypatch.setattr(cm, "AFFINE_MIN_PAIRS", 1 << 14)
-        monkeypatch.setattr(cm, "AFFINE_DENSE_PASSES", 2)
+        tuning = KernelTuning(msm_affine_min_pairs=1 << 14, msm_affine_dense=2)
         monkeypatch.setattr(cm, "AFFINE_THREADS", 1 << 12)
 
     n = 1 << log_n
@@ -298,7 +295,7 @@ def test_identity_large(cp, monkeypatch: pytest.MonkeyPatch, log_n: int, affine:
     k_limbs[n // 4 : n // 2] = 0
     k_limbs[n // 4 : n // 2, 0] = 1
     pts = srs(cp.asarray(s_limbs))
-    got = msm(pts, cp.asarray(k_limbs))
+    got = msm(pts, cp.asarray(k_limbs), tuning=tuning)
     e = dot_mod_r(
         layout.fr_from_limbs(k_limbs, montgomery=False),
         layout.fr_from_limbs(s_limbs, montgomery=False),
@@ -314,7 +311,7 @@ AFFINE_DRIVER = (
 #include <iostream>
 #include <string>
 #include <vector>
-#include "msm.cuh"
+#include "msm/msm.cuh"
 
 """
     + FP_IO
@@ -364,7 +361,7 @@ def affine_driver(tmp_path_factory: pytest.TempPathFactory):
         pytest.skip("g++ is not installed: the host build of msm.cuh cannot be checked")
     d = tmp_path_factory.mktemp("affine_host")
     (d / "drv.cpp").write_text(AFFINE_DRIVER)
-    cuda = Path(__file__).resolve().parents[2] / "kernels" / "cuda"
+    cuda = Path(__file__).resolve().parents[2] / "kernels" / "cuda" / "src"
     exe = d / "drv"
     cmd = [cxx, "-std=c++17", "-O1", f"-I{cuda}", str(d / "drv.cpp"), "-o", str(exe)]
     subprocess.run(cmd, check=True)
@@ -445,7 +442,7 @@ def test_combine_windows_on_host(c: int) -> None:
     sum_w 2^(c w) S_w + ones computed with the reference group law; window sums in random XYZZ
     representations (ZZ != 1), some of them infinity (zeros, as the kernels write them)."""
     from kernels.constants import FP_MODULUS as P
-    from kernels.cuda_msm import combine_windows, num_windows
+    from kernels.cuda.msm import combine_windows, num_windows
 
     rng = random.Random()
     W = num_windows(c)

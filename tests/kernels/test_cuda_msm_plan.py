@@ -1,4 +1,4 @@
-"""The host-side planning of the GPU MSM (kernels/cuda_msm.py), on the CPU: window rule, level
+"""The host-side planning of the GPU MSM (kernels/cuda/msm.py), on the CPU: window rule, level
 sizes, scratch model. Why: these decide launch shapes and how much memory the engine budgets; a
 level plan that does not shrink would hang, and a scratch model below the real peak would let
 the engine's allocator over-commit."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels import cuda_msm as cm
+from kernels.cuda import msm as cm
 
 
 def test_window_rule_is_the_cost_argmin_and_grows_with_n() -> None:

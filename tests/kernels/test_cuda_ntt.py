@@ -37,7 +37,7 @@ COMBOS = [
 
 @pytest.fixture(scope="module")
 def eng(cp):
-    from kernels.cuda_ntt import CudaNtt
+    from kernels.cuda.ntt import CudaNtt
 
     return CudaNtt()
 
@@ -78,8 +78,8 @@ class PoisonAllocator:
 
 
 def test_device_field_ops_match_python_ints(cp) -> None:
-    from kernels import cuda_fr
-    from kernels.cuda_ntt import from_words, to_words
+    from kernels.cuda import fr as cuda_fr
+    from kernels.cuda.ntt import from_words, to_words
 
     n = 4096
     edges = [0, 1, 2, R - 1, R - 2, (1 << 256) % R]
@@ -109,8 +109,8 @@ def test_device_fr_mul_variants_match_python_ints(cp) -> None:
     device build: fresh random inputs plus the edge values of tests/kernels/test_cuda_fr_mul_host.py
     (low words 0 / 0xffffffff exercise the r_0 = 1, r_1 = 2^32 - 1 shortcuts), output
     poisoned."""
-    from kernels.cuda_ntt import _state, from_words, to_words
-    from tests.test_cuda_fr_mul_host import edge_values
+    from kernels.cuda.ntt import from_words, module, to_words
+    from tests.kernels.test_cuda_fr_mul_host import edge_values
 
     edges = edge_values()
     xs = [a for a in edges for _ in edges] + _rand(8192)
@@ -119,7 +119,7 @@ def test_device_fr_mul_variants_match_python_ints(cp) -> None:
     a = cp.asarray(to_words(xs, False))
     b = cp.asarray(to_words(ys, False))
     out = _poisoned(cp, (3 * n, 4))
-    _state().fn("fr_mul_variants")(((n + 255) // 256,), (256,), (out, a, b, np.uint64(n)))
+    module().get_function("fr_mul_variants")(((n + 255) // 256,), (256,), (out, a, b, np.uint64(n)))
     got = from_words(cp.asnumpy(out), False)
     rinv = pow(1 << 256, -1, R)
     for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
@@ -130,7 +130,7 @@ def test_device_fr_mul_variants_match_python_ints(cp) -> None:
 @pytest.mark.parametrize("k", [1, 2, 5, 10, 11])
 def test_ntt_matches_reference_all_combinations(cp, eng, k: int) -> None:
     from kernels.cpu import ntt as ref
-    from kernels.cuda_ntt import from_words, to_words
+    from kernels.cuda.ntt import from_words, to_words
 
     n, batch = 1 << k, 2
     for inv, coset, io, oo in COMBOS:
@@ -147,7 +147,7 @@ def test_ntt_matches_reference_all_combinations(cp, eng, k: int) -> None:
 
 def test_ntt_matches_reference_2_16(cp, eng) -> None:
     from kernels.cpu import ntt as ref
-    from kernels.cuda_ntt import from_words, to_words
+    from kernels.cuda.ntt import from_words, to_words
 
     k, n = 16, 1 << 16
     rng = random.Random()
@@ -166,18 +166,18 @@ def _natural(cp, arr, order: str, k: int):
     """A natural-order copy of a vector stored in ``order`` (device bit-reversal kernel)."""
     if order == "natural":
         return arr
-    from kernels.cuda_ntt import _state
+    from kernels.cuda.ntt import module
 
     out = cp.empty_like(arr)
-    fn = _state().fn("fr_bitrev_permute")
+    fn = module().get_function("fr_bitrev_permute")
     fn((((1 << k) + 255) // 256, 1), (256,), (out, cp.ascontiguousarray(arr), np.int32(k)))
     return out
 
 
 def test_ntt_2_20_round_trip_and_point_evaluations(cp, eng) -> None:
-    from kernels import cuda_fr
     from kernels.cpu.ntt import domain_root
-    from kernels.cuda_ntt import from_words
+    from kernels.cuda import fr as cuda_fr
+    from kernels.cuda.ntt import from_words
 
     k = 20
     n = 1 << k
@@ -206,7 +206,7 @@ def test_ntt_2_20_round_trip_and_point_evaluations(cp, eng) -> None:
 
 def test_h_step_matches_reference(cp, eng) -> None:
     from kernels.cpu import ntt as ref
-    from kernels.cuda_ntt import from_words, to_words
+    from kernels.cuda.ntt import from_words, to_words
 
     n = 1 << 10
     a, b = _rand(n), _rand(n)
@@ -223,7 +223,7 @@ def test_h_step_matches_reference(cp, eng) -> None:
 
 @pytest.mark.parametrize("k", [1, 2, 5, 10, 16, 20, 24])
 def test_h_identity_at_tau(cp, eng, k: int) -> None:
-    from kernels import cuda_fr
+    from kernels.cuda import fr as cuda_fr
 
     n = 1 << k
     a = cuda_fr.random_fr((n,))
@@ -246,7 +246,7 @@ def test_h_identity_at_tau(cp, eng, k: int) -> None:
 def test_random_fr_continues_one_sequence_across_launches(cp) -> None:
     """A vector made in chunks (``first`` = the chunk's start) is the vector made at once, and
     every row is below 2^254."""
-    from kernels import cuda_fr
+    from kernels.cuda import fr as cuda_fr
 
     seed, n = random.getrandbits(64), 5000
     whole = cuda_fr.random_fr((n,), seed=seed)

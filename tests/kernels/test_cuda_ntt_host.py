@@ -1,4 +1,4 @@
-"""The NTT plans of kernels/cuda_ntt.py, executed by a host build of kernels/cuda/ntt.cuh.
+"""The NTT plans of kernels/cuda/ntt.py, executed by a host build of kernels/cuda/src/ntt/ntt.cuh.
 
 Why: a CUDA kernel whose every loop strides by blockDim.x between __syncthreads() runs
 correctly with one thread per block, so compiling ntt.cuh as C++ with tiny shims (one thread,
@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels import cuda_ntt as cn
 from kernels.constants import FR_MODULUS
 from kernels.cpu import ntt as ref
+from kernels.cuda import ntt as cn
 
-CUDA_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda"
+SRC_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda" / "src"
 
 SHIM = r"""
 #include <stdint.h>
@@ -45,7 +45,7 @@ static inline void __syncthreads() {}
 #define __shared__
 #define __forceinline__ inline
 uint32_t sm[8 << 10];
-#include "ntt.cuh"
+#include "ntt/ntt.cuh"
 
 extern "C" void emu_pass(int dit, fr_t* dst, const fr_t* src, const fr_t* tw, int k, int s, int L,
                          int logC, int K, int inverse, int flags, int pre_sb, int post_sb,
@@ -81,7 +81,7 @@ def emu(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     src.write_text(SHIM)
     lib = d / "libemu.so"
     cmd = [cxx, "-std=c++17", "-O2", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-shared",
-           "-fPIC", f"-I{CUDA_DIR}", str(src), "-o", str(lib)]  # fmt: skip
+           "-fPIC", f"-I{SRC_DIR}", str(src), "-o", str(lib)]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return ctypes.CDLL(str(lib))
 
@@ -92,7 +92,7 @@ def _ptr(a: np.ndarray) -> ctypes.c_void_p:
 
 
 class Emulator:
-    """Runs cuda_ntt plans on numpy buffers through the host build."""
+    """Runs kernels.cuda.ntt plans on numpy buffers through the host build."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib

@@ -30,7 +30,7 @@ import pytest
 from kernels.constants import FP_MODULUS, FR_MODULUS
 
 ROOT = Path(__file__).resolve().parents[2]
-CUDA_DIR = ROOT / "kernels" / "cuda"
+CUDA_DIR = ROOT / "kernels" / "cuda" / "src"
 BENCH_DIR = ROOT / "bench" / "fp64_mul"
 M52 = (1 << 52) - 1
 # field letter: modulus, limbs, 64-bit words, mont.cuh radix bits

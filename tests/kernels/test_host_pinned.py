@@ -1,4 +1,4 @@
-"""kernels.host_pinned: registered large-page mappings, the cudaHostAlloc fallback, and the
+"""kernels.cuda.host_pinned: registered large-page mappings, the cudaHostAlloc fallback, and the
 release order (unregister before unmap). The CPU tests stand a recording fake in for CuPy's
 runtime; the GPU test copies through a real registration."""
 
@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from kernels import host_pinned as hp
+from kernels.cuda import host_pinned as hp
 
 
 class FakeRuntimeError(Exception):
@@ -50,8 +50,7 @@ def fake(monkeypatch: pytest.MonkeyPatch):
     return install
 
 
-def test_registered_array_is_usable_and_unregistered_when_dropped(fake, monkeypatch) -> None:
-    monkeypatch.delenv("PROVETOP_PIN_METHOD", raising=False)
+def test_registered_array_is_usable_and_unregistered_when_dropped(fake) -> None:
     rt = fake()
     arr = hp.pinned_empty((3, 1000, 4))
     assert arr.shape == (3, 1000, 4) and arr.dtype == np.uint64
@@ -70,8 +69,7 @@ def test_registered_array_is_usable_and_unregistered_when_dropped(fake, monkeypa
     assert hp.take_fallbacks() == []
 
 
-def test_refused_registration_falls_back_and_is_reported(fake, monkeypatch) -> None:
-    monkeypatch.delenv("PROVETOP_PIN_METHOD", raising=False)
+def test_refused_registration_falls_back_and_is_reported(fake) -> None:
     rt = fake(refuse=True)
     arr = hp.pinned_empty((10, 4))
     arr[:] = 3  # the fallback buffer works
@@ -83,25 +81,22 @@ def test_refused_registration_falls_back_and_is_reported(fake, monkeypatch) -> N
     assert [c[0] for c in rt.calls] == ["register"]  # nothing left registered to undo
 
 
-def test_alloc_method_skips_registration(fake, monkeypatch) -> None:
+def test_alloc_method_skips_registration(fake) -> None:
     rt = fake()
-    monkeypatch.setenv("PROVETOP_PIN_METHOD", "alloc")
-    arr = hp.pinned_empty((5,), np.uint32)
+    arr = hp.pinned_empty((5,), np.uint32, method="alloc")
     assert arr.shape == (5,) and rt.calls == [] and hp.take_fallbacks() == []
 
 
-def test_bad_method_is_named(fake, monkeypatch) -> None:
+def test_bad_method_is_named(fake) -> None:
     fake()
-    monkeypatch.setenv("PROVETOP_PIN_METHOD", "hugetlb")
-    with pytest.raises(ValueError, match="PROVETOP_PIN_METHOD='hugetlb'"):
-        hp.pinned_empty((5,))
+    with pytest.raises(ValueError, match="pin method 'hugetlb'"):
+        hp.pinned_empty((5,), method="hugetlb")
 
 
 @pytest.mark.gpu
-def test_registered_pool_round_trip(cp, monkeypatch) -> None:
+def test_registered_pool_round_trip(cp) -> None:
     """A registered pool is page-locked for real: an asynchronous copy to the device and back
     gives the bytes, and the range can be registered again once the first array is gone."""
-    monkeypatch.delenv("PROVETOP_PIN_METHOD", raising=False)
     hp.take_fallbacks()
     rng = np.random.default_rng()
     for _ in range(2):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from kernels.selftest import Check, cpu_checks, run_check
+from kernels.selftest.registry import Check, run_check
+from kernels.selftest.rows_cpu import cpu_checks
 from provetop.cli import main
 
 
@@ -38,16 +39,17 @@ def test_selftest_cli_json(capsys) -> None:
 
 
 def test_selftest_cli_table_and_exit_code(capsys, monkeypatch) -> None:
-    import kernels.selftest as st
+    import kernels.selftest.runner as st
 
     def fail() -> None:
         raise AssertionError("deliberate")
 
-    monkeypatch.setattr(st, "collect_checks", lambda backend: [Check("fine", 4, lambda: None)])
+    fine = [Check("fine", 4, lambda: None)]
+    monkeypatch.setattr(st, "collect_checks", lambda backend, tuning: fine)
     assert main(["selftest"]) == 0
     text = capsys.readouterr().out
     assert "all passed" in text and "check" in text.splitlines()[0] and "fine" in text
-    monkeypatch.setattr(st, "collect_checks", lambda backend: [Check("broken", 4, fail)])
+    monkeypatch.setattr(st, "collect_checks", lambda backend, tuning: [Check("broken", 4, fail)])
     assert main(["selftest"]) == 1
     text = capsys.readouterr().out
     assert "FAIL" in text and "deliberate" in text and "1 FAILED" in text

@@ -1,19 +1,19 @@
-"""GPU multi-scalar multiplication on BLS12-381 G1: host-side orchestration of kernels/cuda/msm.cu.
+"""GPU multi-scalar multiplication on BLS12-381 G1: host-side orchestration of src/msm/msm.cu.
 
 Why Python here: every step that is not arithmetic (choosing the window, sizing scratch,
 launching the counting sort, the reduction levels and the chunked uploads) is a handful of
 launches whose order is easier to read and test in Python; the arithmetic is in CUDA C.
 
-The pipeline (details in ``kernels/cuda/msm.cu`` and ``docs/performance-notes.md``): signed window
-digits, a counting sort of (point, sign) entries by bucket on the GPU, a bucket accumulation cut
-into equal chunks of entries (so very uneven buckets cost no more than uniform ones), a
-multi-level segmented reduction of the partial sums, a parallel running-sum bucket reduction per
-window, and the window combination (c doublings per window) on the host. Scalars equal to 0 are
-skipped; scalars equal to 1 go to one extra bucket, which the balanced accumulation sums like any
-other (half of a real witness lands there), or, when enabled (:data:`AFFINE_MIN_PAIRS`), which
-affine pairing passes with one batched inversion per thread batch halve first (the batch-addition
-path; measured no faster on the H200, so off by default: docs/performance-notes.md, "MSM and
-SRS", 2026-11-29, ae63d49).
+The pipeline (details in ``src/msm/msm.cu`` and ``docs/performance-notes.md, "MSM and SRS"``):
+signed window digits, a counting sort of (point, sign) entries by bucket on the GPU, a bucket
+accumulation cut into equal chunks of entries (so very uneven buckets cost no more than uniform
+ones), a multi-level segmented reduction of the partial sums, a parallel running-sum bucket
+reduction per window, and the window combination (c doublings per window) on the host. Scalars equal
+to 0 are skipped; scalars equal to 1 go to one extra bucket, which the balanced accumulation sums
+like any other (half of a real witness lands there), or, when enabled (``msm_affine_min_pairs`` of
+the tuning record), which affine pairing passes with one batched inversion per thread batch halve
+first (the batch-addition path; measured no faster on the H200, so off by default:
+docs/performance-notes.md, "MSM and SRS", 2026-11-29, ae63d49).
 
 Layout (``kernels/backend.py``): points ``(n, 12)`` uint64 affine Montgomery, scalars ``(n, 4)``
 uint64 canonical; the result is one affine point as a numpy ``(12,)`` array.
@@ -21,33 +21,30 @@ uint64 canonical; the result is one affine point as a numpy ``(12,)`` array.
 Scratch memory is drawn from ``allocator`` (a callable ``nbytes -> cupy.cuda.MemoryPointer``, as
 ``cupy.cuda.set_allocator`` takes) when given, else CuPy's current allocator;
 :func:`scratch_bytes` says how much one call needs at most, so the engine can budget.
+
+Tuning (:class:`kernels.tuning.KernelTuning`, passed down by the caller; the defaults are what
+the published figures use): which source (``msm_source``), the affine pairing threshold and
+dense passes, and the counting sort's windows per launch.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kernels.cuda_build import (
-    CUDA_DIR,
-    expand_includes,
-    load_module,
-    on_stream,
-    require_cupy,
-    source_hash,
-    to_device,
-)
-from kernels.host_pinned import pinned_empty
+from kernels.cpu import g1
+from kernels.cuda.runtime import KernelModule, load, on_stream, require_cupy, to_device
+from kernels.layout import g1_to_limbs, g1_xyzz_from_limbs
+from kernels.tuning import DEFAULT_TUNING, NEVER_AFFINE, KernelTuning
 
-# Which kernel source: msm.cu (compiler's choice of registers) or msm_lb.cu (capped at 168 for
-# occupancy, blocks of at most 128 threads); docs/performance-notes.md has the A/B (msm.cu won).
-MSM_SOURCE = os.environ.get("PROVETOP_MSM_SOURCE", "msm.cu")
-BLOCK = 128 if MSM_SOURCE == "msm_lb.cu" else 256  # threads per block
+# Threads per block of each kernel source (``KernelTuning.msm_source``): msm.cu (compiler's
+# choice of registers) or msm_lb.cu (capped at 168 for occupancy, blocks of at most 128
+# threads); docs/performance-notes.md, "MSM and SRS" has the A/B (msm.cu won).
+BLOCKS = {"msm.cu": 256, "msm_lb.cu": 128}
+BLOCK = BLOCKS["msm.cu"]  # the default source's
 XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
 LEVEL_L = 8  # chunk length of the reduction levels past the first (latency ~ L serial adds)
 SUM_FANIN = 8  # fan-in of the weighted tree over per-thread bucket-reduction results
@@ -55,35 +52,26 @@ MIN_WINDOW, MAX_WINDOW = 4, 23
 # Relative cost of one mixed addition (8M + 2S) and of one bucket in the reduction (two full
 # additions, 2 x (12M + 2S)), in field multiplications: the window rule below weighs them.
 MADD_MULS, BUCKET_MULS = 10, 28
-# Affine pairing passes (msm.cuh, 4a): each output costs ~6M + (one inversion) / NB, and one
-# Fermat inversion is ~575M (384 squarings, ~190 products), so NB = 512 elements per batch leave
-# ~1.1M per addition against 10M for an XYZZ mixed addition. A pass can pay only with enough
-# pairs to give every thread of a full GPU (2^16 threads: 132 SMs x 2 blocks of 256 at 122
-# registers) long batches: 2^16 threads x 128 = 2^23 pairs (inversion <= 4.5M per addition).
-# Measured on the H200 (2026-11-29, ae63d49; docs/performance-notes.md) a pass costs what the
-# XYZZ additions it replaces cost (0.41-0.46 ns per addition either way) and needs 96 bytes per
-# output point, so
-# the ones take the affine path only when asked (PROVETOP_MSM_AFFINE_MIN_PAIRS, e.g. 8388608);
-# the default (2^40) never starts a pass.
+# Affine pairing passes (msm.cuh, 4a): each output costs ~6M + (one inversion) / NB, and one Fermat
+# inversion is ~575M (384 squarings, ~190 products), so NB = 512 elements per batch leave ~1.1M per
+# addition against 10M for an XYZZ mixed addition. A pass can pay only with enough pairs to give
+# every thread of a full GPU (2^16 threads: 132 SMs x 2 blocks of 256 at 122 registers) long
+# batches: 2^16 threads x 128 = 2^23 pairs (inversion <= 4.5M per addition). Measured on the H200
+# (docs/performance-notes.md, "MSM and SRS", 2026-11-29, ae63d49) a pass costs what the XYZZ
+# additions it replaces cost (0.41-0.46 ns per addition either way) and needs 96 bytes per output
+# point, so the ones take the affine path only when a tuning record asks (``msm_affine_min_pairs``,
+# e.g. 8388608); the default (2^40, NEVER_AFFINE) never starts a pass.
 AFFINE_THREADS = 1 << 16
 AFFINE_NB_MAX = 512
-AFFINE_MIN_PAIRS = int(os.environ.get("PROVETOP_MSM_AFFINE_MIN_PAIRS", 1 << 40))
-# Windows per launch of both counting-sort kernels, overriding :func:`sort_groups`' rule (0:
-# the rule; for A/B runs). Fewer windows per launch keep the counters they hit (B per window)
-# in L2, at the price of reading the scalars once per launch (docs/performance-notes.md, "MSM
-# and SRS", 2026-11-30, a30e5a8).
-SORT_GROUP = int(os.environ.get("PROVETOP_MSM_SORT_GROUP", "0"))
-# Passes over the dense buckets too (not only the ones): every pass materialises the halved
-# entry list as affine points (96 bytes each), so at 2^27 the first would need ~77 GB; off by
-# default, docs/performance-notes.md has the measurement that decides it.
-AFFINE_DENSE_PASSES = int(os.environ.get("PROVETOP_MSM_AFFINE_DENSE", "0"))
-# nvcc-built cubins (see build_cubin); the GPU machine then skips a ~1 min NVRTC compile
-PREBUILT_DIR = Path(
-    os.environ.get("PROVETOP_CUBIN_DIR", Path(__file__).resolve().parents[1] / "build" / "cubin")
-)
+# ``msm_sort_group``: windows per launch of both counting-sort kernels, overriding
+# :func:`sort_groups`' rule (0: the rule; for A/B runs). Fewer windows per launch keep the counters
+# they hit (B per window) in L2, at the price of reading the scalars once per launch
+# (docs/performance-notes.md, "MSM and SRS", 2026-11-30, a30e5a8). ``msm_affine_dense``: passes over
+# the dense buckets too (not only the ones): every pass materialises the halved entry list as affine
+# points (96 bytes each), so at 2^27 the first would need ~77 GB; off by default,
+# docs/performance-notes.md, "MSM and SRS" has the measurement that decides it.
 
 _lock = threading.Lock()
-_modules: dict[tuple[int, str], Any] = {}
 _l2_cache: dict[int, int] = {}
 
 
@@ -145,20 +133,20 @@ def make_plan(n: int, c: int) -> Plan:
     return Plan(n=n, c=c, W=W, B=B, K=W * B + 1, S=S, G=-(-B // S))
 
 
-def sort_groups(W: int, B: int, l2_bytes: int) -> tuple[int, int]:
+def sort_groups(W: int, B: int, l2_bytes: int, group: int = 0) -> tuple[int, int]:
     """Windows per launch of the count and of the scatter kernel, for W windows of B buckets on
-    a GPU with ``l2_bytes`` of L2. Each window has B 4-byte counters; when they do not stay in
-    L2 the kernels' atomics go to DRAM. Measured on the H200 (50 MiB L2) at 2^27, c = 22 (8 MiB
-    of counters per window; 2026-11-30, a30e5a8, docs/performance-notes.md): the count is
-    fastest with ~half the L2 in counters (3 windows: 28.8 ms, against 62.4 in one launch), the
-    scatter with one window (108.7 ms against 181.8), since its writes of the sorted entries
-    share the L2 too: hence L2 / 2 and L2 / 6 per launch. When every window's counters fit in
-    half the L2 (small c, as for the sparse L and A queries), one launch each: re-reading the
-    scalars would only cost."""
-    if SORT_GROUP < 0:  # no window would be sorted, and the sums would be silently wrong
-        raise ValueError(f"PROVETOP_MSM_SORT_GROUP={SORT_GROUP}: expected 0 (the rule) or more")
-    if SORT_GROUP:
-        return min(SORT_GROUP, W), min(SORT_GROUP, W)
+    a GPU with ``l2_bytes`` of L2; ``group`` (``msm_sort_group``) > 0 fixes both instead. Each
+    window has B 4-byte counters; when they do not stay in L2 the kernels' atomics go to DRAM.
+    Measured on the H200 (50 MiB L2) at 2^27, c = 22 (8 MiB of counters per window;
+    docs/performance-notes.md, "MSM and SRS", 2026-11-30, a30e5a8): the count is fastest with ~half
+    the L2 in counters (3 windows: 28.8 ms, against 62.4 in one launch), the scatter with one window
+    (108.7 ms against 181.8), since its writes of the sorted entries share the L2 too: hence L2 / 2
+    and L2 / 6 per launch. When every window's counters fit in half the L2 (small c, as for the
+    sparse L and A queries), one launch each: re-reading the scalars would only cost."""
+    if group < 0:  # no window would be sorted, and the sums would be silently wrong
+        raise ValueError(f"msm_sort_group={group}: expected 0 (the rule) or more")
+    if group:
+        return min(group, W), min(group, W)
     per_window = 4 * B
     if W * per_window <= l2_bytes // 2:
         return W, W
@@ -195,7 +183,13 @@ def _level_sizes(m: int, m_max: int) -> list[tuple[int, int, int]]:
         size, L = 2 * T, LEVEL_L
 
 
-def scratch_bytes(n: int, c: int | None = None, n_entries: int | None = None) -> int:
+def scratch_bytes(
+    n: int,
+    c: int | None = None,
+    n_entries: int | None = None,
+    *,
+    tuning: KernelTuning = DEFAULT_TUNING,
+) -> int:
     """Peak device scratch bytes of :func:`msm` for ``n`` points with window ``c`` (default:
     :func:`choose_window_bits` (n)), not counting the inputs. ``n_entries`` is the number of
     (point, bucket) entries; by default the worst case n * W (every digit non-zero).
@@ -206,22 +200,24 @@ def scratch_bytes(n: int, c: int | None = None, n_entries: int | None = None) ->
     the affine passes over the ones if larger (:func:`affine_scratch_bytes`, after the levels);
     the bucket-reduction (A, R) pairs and their tree (384 per thread, about 1.07 x W G); the
     window sums (192 (W + 1)); plus the scalar classification (n bytes) and 512-byte rounding
-    of each block."""
+    of each block. ``tuning``'s affine settings change the terms of the affine passes."""
     c = c or choose_window_bits(n)
     p = make_plan(n, c)
+    dense_passes = tuning.msm_affine_dense
     m = n * p.W if n_entries is None else n_entries
     total = 4 * 4 * (p.K + 1) + 4 * max(m, 1) + 192 * p.K
     levels = 0
     if m:
-        m_acc = affine_worst(m, p.K, AFFINE_DENSE_PASSES)
-        for _size, _L, T in _level_sizes(m_acc, affine_worst(n * p.W, p.K, AFFINE_DENSE_PASSES)):
+        m_acc = affine_worst(m, p.K, dense_passes)
+        for _size, _L, T in _level_sizes(m_acc, affine_worst(n * p.W, p.K, dense_passes)):
             if T > 1:
                 levels += 2 * T * (192 + 4)
     # The accumulation phase: the dense buckets' affine passes (when enabled; their last output
     # stays alive through the levels) and levels, or later, once those are freed, the affine
     # passes over the ones (at most n of them).
-    dense = affine_scratch_bytes(m, p.K, AFFINE_DENSE_PASSES) + levels
-    total += max(dense, affine_scratch_bytes(n, 1, affine_pass_count(n, 1)))
+    dense = affine_scratch_bytes(m, p.K, dense_passes) + levels
+    ones_passes = affine_pass_count(n, 1, tuning.msm_affine_min_pairs)
+    total += max(dense, affine_scratch_bytes(n, 1, ones_passes))
     red = p.W * p.G
     while True:
         total += 2 * 192 * red
@@ -235,50 +231,35 @@ def scratch_bytes(n: int, c: int | None = None, n_entries: int | None = None) ->
 # --- module loading --------------------------------------------------------------------------
 
 
-def prebuilt_path(name: str, arch: str) -> Path:
-    """Where a cubin built ahead by nvcc for ``name`` at ``arch`` would be: the name carries a
-    hash of the expanded source, so a stale cubin is never picked up."""
-    src = expand_includes(name)
-    return PREBUILT_DIR / f"{Path(name).stem}-{source_hash(src, (arch,))}-{arch}.cubin"
+def source(tuning: KernelTuning = DEFAULT_TUNING) -> str:
+    """The kernel source ``tuning`` asks for, as the loader names it (``"msm/msm.cu"``)."""
+    return f"msm/{tuning.msm_source}"
 
 
-def build_cubin(name: str, arch: str = "sm_90") -> Path:
-    """Compile ``kernels/cuda/<name>`` with nvcc into :func:`prebuilt_path` (run on a build host
-    with nvcc, so the GPU machine skips the NVRTC compile)."""
-    import subprocess
+@dataclass(frozen=True)
+class MsmKernels:
+    """The MSM source loaded on the current device, with the block size its kernels were built
+    for (msm_lb.cu's launch bounds allow at most 128 threads)."""
 
-    out = prebuilt_path(name, arch)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = ["nvcc", "-cubin", f"-arch={arch}", "-std=c++17", "-O3", f"-I{CUDA_DIR}"]
-    subprocess.run([*cmd, "-o", str(out), str(CUDA_DIR / name)], check=True)
-    return out
+    module: KernelModule
+    block: int
+
+    def launch(self, name: str, threads: int, args: tuple, stream: Any) -> None:
+        """Kernel ``name`` over ``threads`` threads (none: nothing) on ``stream``."""
+        if threads <= 0:
+            return
+        fn = self.module.get_function(name)
+        fn((-(-threads // self.block),), (self.block,), args, stream=stream)
 
 
-def module(name: str) -> Any:
-    """The RawModule for ``kernels/cuda/<name>`` on the current device: a prebuilt cubin for
-    this exact source when one exists, else an NVRTC compile through kernels/cuda_build."""
-    cupy = require_cupy()
-    dev = cupy.cuda.Device()
-    key = (dev.id, name)
-    with _lock:
-        mod = _modules.get(key)
-        if mod is None:
-            path = prebuilt_path(name, f"sm_{dev.compute_capability}")
-            if path.exists():
-                mod = cupy.RawModule(path=str(path))
-            else:
-                mod = load_module(name)
-            _modules[key] = mod
-    return mod
+def kernels(tuning: KernelTuning = DEFAULT_TUNING) -> MsmKernels:
+    """The MSM kernels ``tuning`` selects, on the current device (through
+    :func:`kernels.cuda.runtime.load`: a prebuilt cubin when one matches, else NVRTC)."""
+    module = load(source(tuning), cubin_dir=tuning.cubin_dir)
+    return MsmKernels(module, BLOCKS[tuning.msm_source])
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
-def _launch(fn: Any, threads: int, args: tuple, stream: Any) -> None:
-    if threads <= 0:
-        return
-    fn((-(-threads // BLOCK),), (BLOCK,), args, stream=stream)
 
 
 def _u32(x: int) -> np.uint32:
@@ -314,11 +295,10 @@ def tail_count(scalars: Any) -> int:
 _NULL = np.uint64(0)  # a null pointer kernel argument
 
 
-def affine_pass_count(m: int, buckets: int, min_pairs: int | None = None) -> int:
+def affine_pass_count(m: int, buckets: int, min_pairs: int = NEVER_AFFINE) -> int:
     """How many affine pairing passes pay for ``m`` entries in ``buckets`` buckets: passes while
-    a pass would still add at least ``min_pairs`` (AFFINE_MIN_PAIRS) pairs; a pass of uniform
-    buckets adds about (m - buckets) / 2 of them."""
-    min_pairs = AFFINE_MIN_PAIRS if min_pairs is None else min_pairs
+    a pass would still add at least ``min_pairs`` (``msm_affine_min_pairs``) pairs; a pass of
+    uniform buckets adds about (m - buckets) / 2 of them."""
     passes = 0
     while m >= 2 * buckets and (m - buckets) // 2 >= max(1, min_pairs):
         m = (m + buckets) // 2
@@ -357,7 +337,7 @@ def affine_batch(m2: int) -> tuple[int, int, int]:
 
 
 def affine_passes(
-    mod: Any, points: Any, idx: Any, offs: Any, K: int, m: int, passes: int, stream: Any
+    mod: MsmKernels, points: Any, idx: Any, offs: Any, K: int, m: int, passes: int, stream: Any
 ) -> tuple[Any, None, Any, int]:
     """``passes`` affine pairing passes (msm.cuh, 4a) over the m entries of K buckets (bucket
     b: entries offs[b]..offs[b+1] of ``idx``, point index | sign << 31, or of ``points`` itself
@@ -365,7 +345,6 @@ def affine_passes(
     cupy = require_cupy()
     if m >= 1 << 31:
         raise ValueError("affine passes index entries with 31 bits")
-    fn = mod.get_function("msm_affine_pass")
     for _ in range(passes):
         cnt = offs[1:] - offs[:-1]
         off2 = cupy.empty(K + 1, dtype=np.uint32)
@@ -379,14 +358,14 @@ def affine_passes(
         out = cupy.empty((m2, 12), dtype=np.uint64)
         ix = _NULL if idx is None else idx
         args = (points, ix, offs, off2, _u32(K), _u32(Lc), _u32(NB), _u32(T), prefix, srcs, out)
-        _launch(fn, T, args, stream)
+        mod.launch("msm_affine_pass", T, args, stream)
         del prefix, srcs
         points, idx, offs, m = out, None, off2, m2
     return points, None, offs, m
 
 
 def accumulate(
-    mod: Any,
+    mod: MsmKernels,
     points: Any,
     idx: Any,
     offs: Any,
@@ -408,21 +387,29 @@ def accumulate(
         if depth == 0:
             ix = _NULL if idx is None else idx
             args = (points, ix, offs, _u32(K), _u32(m), _u32(L), _u32(T), buckets, pv, pk)
-            _launch(mod.get_function("msm_accumulate0"), T, args, stream)
+            mod.launch("msm_accumulate0", T, args, stream)
         else:
             args = (vals, keys, _u32(size), _u32(L), _u32(T), buckets, pv, pk)
-            _launch(mod.get_function("msm_accumulate_n"), T, args, stream)
+            mod.launch("msm_accumulate_n", T, args, stream)
         vals, keys = pv, pk
         if mark is not None:
             mark("accumulate" if depth == 0 else f"level{depth}")
 
 
-def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | None = None) -> Any:
+def window_sums(
+    points: Any,
+    scalars: Any,
+    c: int,
+    stream: Any,
+    marks: list | None = None,
+    *,
+    tuning: KernelTuning = DEFAULT_TUNING,
+) -> Any:
     """The device array ``(W + 1, 24)`` of XYZZ window sums sum_b (b+1) bucket[w][b] followed
     by the ones bucket, for device ``points`` and ``scalars`` (current allocator and stream).
     ``marks``, when a list, receives (stage, recorded cupy Event) pairs for a time breakdown."""
     cupy = require_cupy()
-    mod = module(MSM_SOURCE)
+    mod = kernels(tuning)
     n = int(points.shape[0])
     p = make_plan(n, c)
     if n * p.W >= 1 << 32:
@@ -441,10 +428,10 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     if n == 0:
         return out
     counts = cupy.zeros(p.K + 1, dtype=np.uint32)
-    g_count, g_scatter = sort_groups(p.W, p.B, _l2_bytes())
+    g_count, g_scatter = sort_groups(p.W, p.B, _l2_bytes(), tuning.msm_sort_group)
     for w_lo, w_hi in _window_ranges(p.W, g_count):
         args = (scalars, _u32(n), _u32(c), _u32(p.W), _u32(w_lo), _u32(w_hi), counts)
-        _launch(mod.get_function("msm_count"), n, args, stream)
+        mod.launch("msm_count", n, args, stream)
     offs = cupy.empty(p.K + 1, dtype=np.uint32)
     offs[0] = 0
     offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
@@ -458,23 +445,24 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     sorted_e = cupy.empty(m, dtype=np.uint32)
     for w_lo, w_hi in _window_ranges(p.W, g_scatter):
         args = (scalars, _u32(n), _u32(c), _u32(p.W), _u32(w_lo), _u32(w_hi), cursor, sorted_e)
-        _launch(mod.get_function("msm_scatter"), n, args, stream)
+        mod.launch("msm_scatter", n, args, stream)
     del cursor
     mark("scatter")
     buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
     # the ones (key K - 1) go through affine pairing passes when there are enough of them: the
     # batch-addition path; otherwise they are one more bucket of the balanced accumulation
-    ones_passes = affine_pass_count(m - m_dense, 1)
+    ones_passes = affine_pass_count(m - m_dense, 1, tuning.msm_affine_min_pairs)
+    dense_passes = tuning.msm_affine_dense
     k_main = p.K - 1 if ones_passes else p.K
     m_main = m_dense if ones_passes else m
     if m_main:
         pts, idx, o, mm = points, sorted_e, offs, m_main
-        if AFFINE_DENSE_PASSES:
+        if dense_passes:
             pts, idx, o, mm = affine_passes(
-                mod, pts, idx, offs[: k_main + 1], k_main, mm, AFFINE_DENSE_PASSES, stream
+                mod, pts, idx, offs[: k_main + 1], k_main, mm, dense_passes, stream
             )
             mark("affine-dense")
-        m_max = affine_worst(n * p.W, k_main, AFFINE_DENSE_PASSES)
+        m_max = affine_worst(n * p.W, k_main, dense_passes)
         accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark)
     if ones_passes:
         one_offs = offs[p.K - 1 :] - offs[p.K - 1]  # [0, ones], on this stream (no H2D copy)
@@ -489,15 +477,14 @@ def window_sums(points: Any, scalars: Any, c: int, stream: Any, marks: list | No
     red_a = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
     red_r = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
     args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), red_a, red_r)
-    _launch(mod.get_function("msm_bucket_reduce"), p.W * p.G, args, stream)
+    mod.launch("msm_bucket_reduce", p.W * p.G, args, stream)
     length, log_span = p.G, p.S.bit_length() - 1
-    sum_fn = mod.get_function("xyzz_sum_weighted")
     while length > 1:
         out_len = -(-length // SUM_FANIN)
         na = cupy.empty((p.W * out_len, XYZZ_WORDS), dtype=np.uint64)
         nr = cupy.empty((p.W * out_len, XYZZ_WORDS), dtype=np.uint64)
         args = (red_a, red_r, _u32(p.W), _u32(length), _u32(SUM_FANIN), _u32(out_len))
-        _launch(sum_fn, p.W * out_len, (*args, _u32(log_span), na, nr), stream)
+        mod.launch("xyzz_sum_weighted", p.W * out_len, (*args, _u32(log_span), na, nr), stream)
         red_a, red_r, length = na, nr, out_len
         log_span += SUM_FANIN.bit_length() - 1
     red = red_a
@@ -515,9 +502,6 @@ def combine_windows(sums: np.ndarray, c: int) -> np.ndarray:
     doublings (dbl-2009-l, 2M + 5S, against 6M + 3S for XYZZ) are inlined: ~20% less time than
     the XYZZ chain through kernels.cpu.g1 (2.31 -> 1.87 ms at c = 16 on the build machine's CPU,
     min of 75 calls; not yet timed on the GPU machine)."""
-    from kernels.cpu import g1
-    from kernels.layout import g1_to_limbs, g1_xyzz_from_limbs
-
     P = g1.P
     pts = [p if p[2] else g1.XYZZ_INFINITY for p in g1_xyzz_from_limbs(sums)]
     aff = g1.batch_xyzz_to_affine(pts)
@@ -548,33 +532,42 @@ def msm(
     allocator: Any = None,
     window_bits: int | None = None,
     marks: list | None = None,
+    tuning: KernelTuning = DEFAULT_TUNING,
 ) -> np.ndarray:
     """sum_i scalars[i] * points[i] for ``points`` (n, 12) and ``scalars`` (n, 4); returns the
     affine result as a numpy ``(12,)`` array (infinity = zeros). The window is
     :func:`choose_window_bits` of the number of scalars other than 0 and 1 unless given.
     Device ``points`` are read in place; host (numpy) ``points`` go through
-    :func:`msm_host_points` (chunked uploads, pinned memory for the overlap)."""
+    :func:`msm_host_points` (chunked uploads, pinned memory for the overlap). ``tuning``
+    selects the kernel source and the sort and affine settings."""
     cupy = require_cupy()
     if isinstance(scalars, np.ndarray):
         with on_stream(stream, allocator):  # the upload is ordered on the caller's stream
             scalars = to_device(cupy, scalars)
     if isinstance(points, np.ndarray):
         return msm_host_points(
-            points, scalars, stream=stream, allocator=allocator, window_bits=window_bits
+            points,
+            scalars,
+            stream=stream,
+            allocator=allocator,
+            window_bits=window_bits,
+            tuning=tuning,
         )
     n = _check_inputs(points, scalars)
     with on_stream(stream, allocator) as s:
         c = window_bits or choose_window_bits(tail_count(scalars) if n else 0)
-        sums = window_sums(points, scalars, c, s, marks).get(stream=s)
+        sums = window_sums(points, scalars, c, s, marks, tuning=tuning).get(stream=s)
     return combine_windows(sums, c)
 
 
-def host_scratch_bytes(n: int, chunk: int = 1 << 25, c: int | None = None) -> int:
+def host_scratch_bytes(
+    n: int, chunk: int = 1 << 25, c: int | None = None, *, tuning: KernelTuning = DEFAULT_TUNING
+) -> int:
     """Peak device bytes of :func:`msm_host_points`: two point buffers of ``chunk`` rows, the
     accumulated window sums, and :func:`scratch_bytes` of one chunk."""
     m = max(1, min(n, chunk))
     c = c or choose_window_bits(m)
-    return 2 * m * 96 + 2 * 192 * (num_windows(c) + 1) + scratch_bytes(m, c)
+    return 2 * m * 96 + 2 * 192 * (num_windows(c) + 1) + scratch_bytes(m, c, tuning=tuning)
 
 
 class _StreamingKit:
@@ -616,15 +609,17 @@ def msm_host_points(
     stream: Any = None,
     allocator: Any = None,
     window_bits: int | None = None,
+    tuning: KernelTuning = DEFAULT_TUNING,
 ) -> np.ndarray:
-    """The same sum with ``points`` in host memory (pinned, see :func:`pinned_empty`, for the
+    """The same sum with ``points`` in host memory (pinned, see
+    :func:`kernels.cuda.host_pinned.pinned_empty`, for the
     overlap) and ``scalars`` on the device: for a card smaller than the SRS. Points go up in
     chunks through two device buffers on a copy stream; chunk k+1 uploads while chunk k is
     summed, and the per-chunk window sums accumulate on the device. Device memory: two chunks
     of points plus :func:`scratch_bytes` (chunk)."""
     cupy = require_cupy()
     n = _check_inputs(points, scalars)
-    mod = module(MSM_SOURCE)
+    mod = kernels(tuning)
     chunk = max(1, min(chunk, n or 1))
     c = window_bits or choose_window_bits(chunk)
     W = num_windows(c)
@@ -650,7 +645,6 @@ def msm_host_points(
             bufs[j][: hi - lo].set(points[lo:hi], stream=copy_stream)
             uploaded[j].record(copy_stream)
 
-        add_fn = mod.get_function("xyzz_sum_groups")
         try:
             if starts:
                 upload(0)
@@ -660,10 +654,11 @@ def msm_host_points(
                 hi = min(lo + chunk, n)
                 j = k % len(bufs)
                 s.wait_event(uploaded[j])
-                part = window_sums(bufs[j][: hi - lo], scalars[lo:hi], c, s)
+                part = window_sums(bufs[j][: hi - lo], scalars[lo:hi], c, s, tuning=tuning)
                 consumed[j].record(s)
                 both = cupy.stack([acc, part], axis=1)  # (W+1, 2, 24): [acc_w, part_w]
-                _launch(add_fn, W + 1, (both, _u32(W + 1), _u32(2), _u32(2), _u32(1), acc), s)
+                args = (both, _u32(W + 1), _u32(2), _u32(2), _u32(1), acc)
+                mod.launch("xyzz_sum_groups", W + 1, args, s)
         finally:
             # The buffers are freed in the compute stream's order as this block ends. After an
             # error part-way, a copy may still be queued into one of them on the copy stream,
@@ -675,64 +670,16 @@ def msm_host_points(
     return combine_windows(sums, c)
 
 
-# --- self-test rows --------------------------------------------------------------------------
-
-
-def selftest_checks() -> list:
-    """Rows for ``provetop selftest --backend cuda``: the GPU MSM against the CPU reference on
-    fresh random inputs with the edge cases (zeros, ones, a repeated point, infinity), and the
-    known-secret identity through the GPU SRS."""
-    from kernels.selftest import Check
-
-    def small() -> None:
-        from kernels import layout
-        from kernels.cpu import msm as cmsm
-        from kernels.cuda_srs import srs_random_points
-
-        cupy = require_cupy()
-        n = 64
-        pts_dev, _ = srs_random_points(n)
-        pts_dev[5] = pts_dev[3]  # a repeated point
-        pts_dev[7] = 0  # the point at infinity
-        ks = layout.random_fr(n)
-        ks[0], ks[1], ks[2] = 0, 1, 1
-        ks[5] = ks[3]  # same point, same scalar: the doubling case in a bucket
-        sc = layout.fr_to_limbs(ks, montgomery=False)
-        got = msm(pts_dev, cupy.asarray(sc))
-        pts = layout.g1_from_limbs(pts_dev.get())
-        want = cmsm.msm_fast(pts, ks)
-        assert layout.g1_from_limbs(got)[0] == want, "GPU MSM != CPU reference (n = 64)"
-
-    def identity() -> None:
-        from kernels import layout
-        from kernels.cpu import srs as csrs
-        from kernels.cuda_srs import srs_random_points
-
-        cupy = require_cupy()
-        n = 1 << 14
-        pts_dev, secrets = srs_random_points(n)
-        ks = layout.random_fr(n)
-        for i in range(0, n, 3):
-            ks[i] = i % 2  # a third zeros and ones, like a real witness
-        got = msm(pts_dev, cupy.asarray(layout.fr_to_limbs(ks, montgomery=False)))
-        res = layout.g1_from_limbs(got)[0]
-        assert csrs.check_msm_identity(secrets, ks, res), "GPU MSM != [<k, s>]G (n = 2^14)"
-
-    return [
-        Check("cuda msm vs reference (zeros, ones, repeats, infinity)", 64, small),
-        Check("cuda srs + msm: MSM(k, [s]G) = [<k,s>]G", 1 << 14, identity),
-    ]
-
-
 __all__ = [
+    "MsmKernels",
     "choose_window_bits",
     "host_scratch_bytes",
+    "kernels",
     "make_plan",
     "msm",
     "msm_host_points",
     "num_windows",
-    "pinned_empty",
     "scratch_bytes",
-    "selftest_checks",
+    "source",
     "window_cost",
 ]

@@ -4,7 +4,7 @@ Why: an SRS with known secrets makes every MSM checkable exactly (MSM(k, P) = [<
 the H query of a 32 GiB sector has 2^27 points; one double-and-add per point would take hours
 on a CPU. With a table T[w][d-1] = d 2^(c w) G (c = 16: 16 windows of 2^15 affine points, 48 MiB,
 built once per device on the GPU), each point costs 16 mixed additions, and the affine
-conversion shares one inversion among ``BATCH_INV`` points (kernels/cuda/srs.cu).
+conversion shares one inversion among ``BATCH_INV`` points (``src/srs/srs.cu``).
 
 Layout: secrets ``(n, 4)`` uint64 canonical Fr (< r), output ``(n, 12)`` affine Montgomery;
 s = 0 gives the all-zero row (infinity).
@@ -17,9 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda_build import on_stream, require_cupy
-from kernels.cuda_msm import BLOCK, XYZZ_WORDS, _u32, module, num_windows
+from kernels.constants import G1_GENERATOR
+from kernels.cuda.msm import XYZZ_WORDS, num_windows
+from kernels.cuda.runtime import KernelModule, load, on_stream, require_cupy
+from kernels.layout import fr_to_limbs, g1_to_limbs, random_fr
+from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
+SOURCE = "srs/srs.cu"
+BLOCK = 256  # threads per block of every srs.cu kernel
 TABLE_BITS = 16
 BATCH_INV = 32  # points sharing one inversion in the affine conversion
 CHUNK = 1 << 23  # points per srs_mul launch: scratch = CHUNK * (192 + 48) bytes = 1.9 GiB
@@ -40,19 +45,26 @@ def table_bytes(c: int = TABLE_BITS) -> int:
     return num_windows(c) * (1 << (c - 1)) * 96
 
 
-def _launch(fn: Any, threads: int, args: tuple, stream: Any) -> None:
-    fn((-(-threads // BLOCK),), (BLOCK,), args, stream=stream)
+def module(tuning: KernelTuning = DEFAULT_TUNING) -> KernelModule:
+    """srs.cu on the current device (a prebuilt cubin from ``tuning.cubin_dir`` when one
+    matches)."""
+    return load(SOURCE, cubin_dir=tuning.cubin_dir)
+
+
+def _u32(x: int) -> np.uint32:
+    return np.uint32(x)
+
+
+def _launch(mod: KernelModule, name: str, threads: int, args: tuple, stream: Any) -> None:
+    mod.get_function(name)((-(-threads // BLOCK),), (BLOCK,), args, stream=stream)
 
 
 def generator_limbs() -> np.ndarray:
     """The standard generator as a ``(1, 12)`` Montgomery array."""
-    from kernels.constants import G1_GENERATOR
-    from kernels.layout import g1_to_limbs
-
     return g1_to_limbs([G1_GENERATOR])
 
 
-def table(c: int = TABLE_BITS, stream: Any = None) -> Any:
+def table(c: int = TABLE_BITS, stream: Any = None, *, tuning: KernelTuning = DEFAULT_TUNING) -> Any:
     """The affine fixed-base table ``(W 2^(c-1), 12)`` on the current device (built once; kept
     for the life of the process, outside any caller's allocator)."""
     cupy = require_cupy()
@@ -61,30 +73,37 @@ def table(c: int = TABLE_BITS, stream: Any = None) -> Any:
         tab = _tables.get(key)
         if tab is not None:
             return tab
-        mod = module("srs.cu")
+        mod = module(tuning)
         s = stream if stream is not None else cupy.cuda.get_current_stream()
         W, B = num_windows(c), 1 << (c - 1)
         with s:
             gen = cupy.asarray(generator_limbs())
             tmp = cupy.empty((W * B, XYZZ_WORDS), dtype=np.uint64)
-            _launch(mod.get_function("srs_table_build"), W * B, (gen, _u32(c), _u32(W), tmp), s)
-            tab = _to_affine(tmp, s)
+            _launch(mod, "srs_table_build", W * B, (gen, _u32(c), _u32(W), tmp), s)
+            tab = _to_affine(mod, tmp, s)
             s.synchronize()
         _tables[key] = tab
         return tab
 
 
-def _to_affine(xyzz: Any, stream: Any) -> Any:
+def _to_affine(mod: KernelModule, xyzz: Any, stream: Any) -> Any:
     cupy = require_cupy()
     n = int(xyzz.shape[0])
     out = cupy.empty((n, 12), dtype=np.uint64)
     prefix = cupy.empty((n, 6), dtype=np.uint64)
     args = (xyzz, _u32(n), _u32(BATCH_INV), prefix, out)
-    _launch(module("srs.cu").get_function("xyzz_to_affine_batch"), -(-n // BATCH_INV), args, stream)
+    _launch(mod, "xyzz_to_affine_batch", -(-n // BATCH_INV), args, stream)
     return out
 
 
-def srs(secrets: Any, *, stream: Any = None, allocator: Any = None, out: Any = None) -> Any:
+def srs(
+    secrets: Any,
+    *,
+    stream: Any = None,
+    allocator: Any = None,
+    out: Any = None,
+    tuning: KernelTuning = DEFAULT_TUNING,
+) -> Any:
     """P_i = [s_i] G for device ``secrets`` ``(n, 4)`` (canonical, < r); returns the device
     array ``(n, 12)`` (or fills ``out``). Scratch: :func:`scratch_bytes`; the output itself is
     allocated through ``allocator`` too when ``out`` is None."""
@@ -94,8 +113,8 @@ def srs(secrets: Any, *, stream: Any = None, allocator: Any = None, out: Any = N
     n = int(secrets.shape[0])
     if n >= 1 << 32:
         raise ValueError("at most 2^32 - 1 points per call")
-    tab = table(TABLE_BITS, stream)
-    mod = module("srs.cu")
+    tab = table(TABLE_BITS, stream, tuning=tuning)
+    mod = module(tuning)
     secrets = cupy.ascontiguousarray(secrets)
     with on_stream(stream, allocator) as s:
         if out is None:
@@ -105,23 +124,23 @@ def srs(secrets: Any, *, stream: Any = None, allocator: Any = None, out: Any = N
             m = min(CHUNK, n - lo)
             tmp = cupy.empty((m, XYZZ_WORDS), dtype=np.uint64)
             args = (secrets[lo : lo + m], _u32(m), tab, _u32(TABLE_BITS), _u32(W), tmp)
-            _launch(mod.get_function("srs_mul"), m, args, s)
+            _launch(mod, "srs_mul", m, args, s)
             prefix = cupy.empty((m, 6), dtype=np.uint64)
             args = (tmp, _u32(m), _u32(BATCH_INV), prefix, out[lo : lo + m])
-            _launch(mod.get_function("xyzz_to_affine_batch"), -(-m // BATCH_INV), args, s)
+            _launch(mod, "xyzz_to_affine_batch", -(-m // BATCH_INV), args, s)
             del tmp, prefix
     return out
 
 
-def srs_random_points(n: int, stream: Any = None) -> tuple[Any, list[int]]:
+def srs_random_points(
+    n: int, stream: Any = None, *, tuning: KernelTuning = DEFAULT_TUNING
+) -> tuple[Any, list[int]]:
     """``n`` fresh random points [s_i] G on the device and their secrets (canonical ints): the
     test and bench inputs whose MSMs can be checked exactly."""
     cupy = require_cupy()
-    from kernels.layout import fr_to_limbs, random_fr
-
     secrets = random_fr(n)
-    pts = srs(cupy.asarray(fr_to_limbs(secrets, montgomery=False)), stream=stream)
+    pts = srs(cupy.asarray(fr_to_limbs(secrets, montgomery=False)), stream=stream, tuning=tuning)
     return pts, secrets
 
 
-__all__ = ["scratch_bytes", "srs", "srs_random_points", "table", "table_bytes"]
+__all__ = ["module", "scratch_bytes", "srs", "srs_random_points", "table", "table_bytes"]

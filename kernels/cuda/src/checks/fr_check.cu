@@ -1,4 +1,4 @@
-// Exact checks of a partition on the GPU (loaded by kernels/cuda_check.py): the sums behind
+// Exact checks of a partition on the GPU (loaded by kernels/cuda/check.py): the sums behind
 // the two SRS identities of kernels/cpu/srs.py, streamed over chunks of a vector so that a
 // 2^27-element check needs a few hundred MiB of device memory, not 4 GiB per vector.
 //
@@ -6,14 +6,14 @@
 // The sum kernels loop over groups of CHECK_K elements with a grid stride and add one partial
 // sum per block into acc[block] (acc zeroed once by the host, kept across chunk launches on
 // one stream), so a whole check ends with one small copy of at most GRID partials per sum
-// (GRID in kernels/cuda_check.py).
-#include "fr_io.cuh"  // fr_t, fr_load, fr_store
+// (GRID in kernels/cuda/check.py).
+#include "field/fr_io.cuh"  // fr_t, fr_load, fr_store
 
 // Elements per thread. The barycentric kernel shares one inversion among them (Montgomery's
 // trick: 3 (K - 1) multiplications + one ~380-multiplication inversion, so ~50 multiplications
 // per element at K = 8 instead of ~380); the powers kernels share one exponentiation.
 #define CHECK_K 8
-// Threads per block; = BLOCK in kernels/cuda_check.py. Shared memory: 3 sums x 256 x 32 B.
+// Threads per block; = BLOCK in kernels/cuda/check.py. Shared memory: 3 sums x 256 x 32 B.
 #define CHECK_BLOCK 256
 
 // base^e for a 64-bit exponent (base in Montgomery form).

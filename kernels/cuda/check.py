@@ -4,7 +4,7 @@ Why: at n = 2^27 the CPU checks are hours of Python per partition, and holding a
 on the device for a check would need 16 GiB beside the partitions it checks. Here every
 vector stays where it is (host numpy or device CuPy) and crosses to the device ``chunk``
 elements at a time; the device keeps only the chunk buffers and one partial sum per block
-(``kernels/cuda/fr_check.cu``). The answers are the same integers the CPU functions compute,
+(``src/checks/fr_check.cu``). The answers are the same integers the CPU functions compute,
 and ``tests/kernels/test_cuda_check.py`` compares the two on fresh random inputs.
 
 The SRS secrets of a query are the powers s_i = sigma^i of one secret sigma (``engine.srs``),
@@ -19,8 +19,11 @@ from typing import Any
 import numpy as np
 
 from kernels.constants import FR_MODULUS
-from kernels.cuda_build import load_module, on_stream, require_cupy, to_device
+from kernels.cpu.g1 import GENERATOR, scalar_mul
+from kernels.cpu.ntt import domain_root, evaluate_interpolant
+from kernels.cuda.runtime import KernelModule, load, on_stream, require_cupy, to_device
 from kernels.layout import fr_from_limbs, fr_to_limbs
+from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 R = FR_MODULUS
 K = 8  # = CHECK_K in fr_check.cu: elements per thread
@@ -28,8 +31,12 @@ BLOCK = 256  # = CHECK_BLOCK in fr_check.cu
 DEFAULT_CHUNK = 1 << 21  # elements per device chunk: 64 MiB per vector (3 for the H check)
 
 
-def _module() -> Any:
-    return load_module("fr_check.cu")
+SOURCE = "checks/fr_check.cu"
+
+
+def module(tuning: KernelTuning = DEFAULT_TUNING) -> KernelModule:
+    """fr_check.cu on the current device."""
+    return load(SOURCE, cubin_dir=tuning.cubin_dir)
 
 
 # Blocks per launch: 4 per SM of an H200 (132 SMs) keeps every SM busy; the kernels' grid-stride
@@ -79,11 +86,12 @@ def powers(
     stream: Any = None,
     allocator: Any = None,
     out: Any = None,
+    tuning: KernelTuning = DEFAULT_TUNING,
 ) -> Any:
     """``(count, 4)`` device array of base^(start + j): one SRS query's secrets (canonical, as
-    ``kernels.cuda_srs.srs`` takes them) without a host round trip."""
+    ``kernels.cuda.srs.srs`` takes them) without a host round trip."""
     cupy = require_cupy()
-    fn = _module().get_function("fr_powers_range")
+    fn = module(tuning).get_function("fr_powers_range")
     with on_stream(stream, allocator) as s:
         if out is None:
             out = cupy.empty((count, 4), dtype=np.uint64)
@@ -102,12 +110,13 @@ def dot_powers_prefixes(
     chunk: int = DEFAULT_CHUNK,
     stream: Any = None,
     allocator: Any = None,
+    tuning: KernelTuning = DEFAULT_TUNING,
 ) -> list[int]:
     """For each (sigma, m) in ``terms``: sum_{i < m} v_i sigma^i mod r, in one pass over
     ``values`` (rows canonical unless ``montgomery``; host or device). The L, A and B-G1
     MSMs read prefixes of one aux vector, so their three checks share one upload of it."""
     cupy = require_cupy()
-    fn = _module().get_function("fr_dot_powers")
+    fn = module(tuning).get_function("fr_dot_powers")
     rows = int(values.shape[0])
     for _sigma, m in terms:
         if not 0 <= m <= rows:
@@ -136,11 +145,13 @@ def dot_powers(
     chunk: int = DEFAULT_CHUNK,
     stream: Any = None,
     allocator: Any = None,
+    tuning: KernelTuning = DEFAULT_TUNING,
 ) -> int:
     """sum_i v_i sigma^i mod r for ``(m, 4)`` rows ``values`` (canonical unless
     ``montgomery``), host or device: <k, s> of the MSM identity, or h(tau)."""
     terms = [(sigma, int(values.shape[0]))]
     kw = {"montgomery": montgomery, "chunk": chunk, "stream": stream, "allocator": allocator}
+    kw["tuning"] = tuning
     return dot_powers_prefixes(values, terms, **kw)[0]
 
 
@@ -153,12 +164,11 @@ def interpolants_at(
     chunk: int = DEFAULT_CHUNK,
     stream: Any = None,
     allocator: Any = None,
+    tuning: KernelTuning = DEFAULT_TUNING,
 ) -> tuple[int, int, int]:
     """A(x), B(x), C(x) for the polynomials of degree < n whose evaluations on the size-n
     domain (natural order, Montgomery rows) are ``a``, ``b``, ``c``: the barycentric form of
     ``kernels.cpu.ntt.evaluate_interpolant``, one shared batch inversion per K elements."""
-    from kernels.cpu.ntt import domain_root, evaluate_interpolant
-
     cupy = require_cupy()
     n = int(a.shape[0])
     if b.shape[0] != n or c.shape[0] != n or n & (n - 1) or n == 0:
@@ -169,7 +179,7 @@ def interpolants_at(
         s = stream or cupy.cuda.get_current_stream()  # read after the kernels queued on it
         rows = [fr_from_limbs(np.asarray(cupy.asnumpy(v, stream=s))) for v in (a, b, c)]
         return tuple(evaluate_interpolant(rows, x))  # type: ignore[return-value]
-    fn = _module().get_function("fr_barycentric3")
+    fn = module(tuning).get_function("fr_barycentric3")
     k = n.bit_length() - 1
     with on_stream(stream, allocator) as s:
         consts = to_device(cupy, fr_to_limbs([domain_root(k), x]))
@@ -198,76 +208,17 @@ def check_h_identity(a: Any, b: Any, c: Any, h: Any, tau: int, **kw: Any) -> boo
 def check_msm_identity(sigma: int, scalars: Any, result: Any, **kw: Any) -> bool:
     """``kernels.cpu.srs.check_msm_identity`` for the points [sigma^i]G: ``result`` (an
     affine point as ``kernels.cpu.g1`` represents it) = [<k, s>]G, k canonical rows."""
-    from kernels.cpu.g1 import GENERATOR, scalar_mul
-
     e = dot_powers(scalars, sigma, **kw)
     return scalar_mul(GENERATOR, e) == result
 
 
-def _check_powers_beyond_one_grid() -> None:
-    """sigma^(start + j) for more elements than one launch grid covers: every row must be the
-    previous one times sigma (checked on the device), the ends equal to Python's pow."""
-    import random
-
-    cupy = require_cupy()
-    from kernels.cuda_fr import elementwise
-
-    count = 2 * GRID * BLOCK * K + 7
-    base, start = random.Random().randrange(R), 12345
-    out = cupy.full((count, 4), np.uint64(0xFFFFFFFFFFFFFFFF), dtype=np.uint64)
-    powers(base, start, count, canonical=False, out=out)
-    step = to_device(cupy, np.repeat(fr_to_limbs([base]), count - 1, axis=0))
-    assert bool((elementwise("mul", out[:-1], step) == out[1:]).all()), "powers: chain broken"
-    ends = fr_from_limbs(out[[0, count - 1]].get())
-    assert ends == [pow(base, start, R), pow(base, start + count - 1, R)], "powers: wrong ends"
-
-
-def _check_sums_vs_reference(k: int) -> None:
-    """interpolants_at and dot_powers against the CPU reference at n = 2^k, in small chunks
-    and in one, host and device inputs."""
-    import random
-
-    from kernels.cpu.ntt import evaluate_interpolant
-    from kernels.layout import random_fr
-
-    cupy = require_cupy()
-    rng = random.Random()
-    n = 1 << k
-    vecs = [random_fr(n, rng) for _ in range(3)]
-    x = rng.randrange(R)
-    want = tuple(evaluate_interpolant(vecs, x))
-    rows = [fr_to_limbs(v) for v in vecs]
-    assert interpolants_at(*rows, x, chunk=n // 3 + 1) == want, "interpolants (host) wrong"
-    assert interpolants_at(*(cupy.asarray(r) for r in rows), x) == want, "interpolants wrong"
-    ks = vecs[0]
-    dot = sum(v * pow(x, i, R) for i, v in enumerate(ks)) % R
-    assert dot_powers(fr_to_limbs(ks, montgomery=False), x, chunk=n // 5 + 1) == dot, "dot wrong"
-
-
-def selftest_checks() -> list[Any]:
-    """Rows for ``provetop selftest --backend cuda``: the GPU partition checks the engine uses
-    (a check that always said yes, or no, would otherwise go unnoticed)."""
-    from kernels.selftest import Check
-
-    return [
-        Check(
-            "cuda checks: sigma^i beyond one launch grid",
-            2 * GRID * BLOCK * K + 7,
-            _check_powers_beyond_one_grid,
-        ),  # fmt: skip
-        Check(
-            "cuda checks: A(x), B(x), C(x) and <k, x^i> vs reference",
-            1 << 10,
-            lambda: _check_sums_vs_reference(10),
-        ),  # fmt: skip
-    ]
-
-
 __all__ = [
+    "GRID",
     "check_h_identity",
     "check_msm_identity",
     "dot_powers",
     "dot_powers_prefixes",
     "interpolants_at",
+    "module",
     "powers",
 ]

@@ -1,4 +1,4 @@
-"""``python -m kernels.cpu.bench``: time the CPU backend (the numbers in docs/kernels.md).
+"""``python -m kernels.cpu_bench``: time the CPU backend (the numbers in docs/kernels.md).
 
 Why a script: the 2^12-partition budget (3 s on a 2-core machine) is a requirement, so the
 measurement must be reproducible with one command. Every timed result is also verified with
@@ -12,15 +12,16 @@ import random
 import statistics
 import time
 
+import numpy as np
+
+from kernels.constants import FR_MODULUS as R
+from kernels.cpu import msm, ntt, srs
+from kernels.cpu.srs import check_h_identity, check_msm_identity, powers
+from kernels.cpu_backend import CpuBackend
+from kernels.layout import fr_from_limbs, fr_to_limbs, g1_from_limbs, random_fr, random_fr_limbs
+
 
 def _partition(n: int, use_arkworks: bool | None, repeats: int) -> list[float]:
-    import numpy as np
-
-    from kernels.constants import FR_MODULUS as R
-    from kernels.cpu.srs import check_h_identity, check_msm_identity, powers
-    from kernels.cpu_backend import CpuBackend
-    from kernels.layout import fr_from_limbs, fr_to_limbs, g1_from_limbs, random_fr_limbs
-
     be = CpuBackend(use_arkworks=use_arkworks)
     gen = np.random.default_rng()
     tau = random.Random().randrange(R)
@@ -51,9 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--srs-max", type=int, default=14, help="largest SRS size 2^k to time")
     parser.add_argument("--no-arkworks", action="store_true", help="force the plain-Python path")
     args = parser.parse_args(argv)
-
-    from kernels.cpu import msm, ntt, srs
-    from kernels.layout import random_fr
 
     try:
         import gmpy2  # noqa: F401

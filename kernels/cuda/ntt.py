@@ -1,10 +1,10 @@
-"""GPU NTT and Groth16 H step over BLS12-381 Fr (CuPy + the CUDA C in ``kernels/cuda/ntt.cu``).
+"""GPU NTT and Groth16 H step over BLS12-381 Fr (CuPy + the CUDA C in ``src/ntt/ntt.cu``).
 
 Why split into a planner and an executor: the planner (pure Python, no CuPy) turns one request
 into a list of :class:`Pass` launches over named buffers and named tables; the executor maps
 the names to CuPy arrays and launches. The CPU tests run the very same plans through a host
-build of ``ntt.cuh`` (``tests/kernels/test_cuda_ntt_host.py``), so the index algebra is proven in CI
-without a GPU, and the GPU tests only have to prove the device build.
+build of ``src/ntt/ntt.cuh`` (``tests/kernels/test_cuda_ntt_host.py``), so the index algebra is
+proven in CI without a GPU, and the GPU tests only have to prove the device build.
 
 Conventions are those of ``kernels/cpu/ntt.py`` (domain root ``w_k``, coset generator g = 7,
 "bitrev" order = position i holds natural index bitrev_k(i)). Arrays are ``(n, 4)`` or
@@ -17,7 +17,7 @@ built once per device on the GPU and reused, with a stride, for every smaller si
 from __future__ import annotations
 
 import math
-import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,8 @@ from kernels.constants import (
     FR_ROOT_OF_UNITY,
     FR_TWO_ADICITY,
 )
+from kernels.cuda.runtime import KernelModule, load, require_cupy
+from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 R = FR_MODULUS
 TILE_LOG = 10  # = NTT_MAX_TILE_LOG in ntt.cuh: a tile holds at most 2^10 elements
@@ -354,51 +356,48 @@ def twiddle_split(K: int) -> tuple[np.ndarray, np.ndarray, int, int]:
 # ---------------------------------------------------------------------------------------------
 
 
-def compile_defines() -> dict[str, str]:
-    """Compile-time options of ntt.cu: none by default; ``PROVETOP_NTT_DEFINES="A=1,B=2"``
-    overrides them for tuning runs (e.g. NTT_MIN_BLOCKS, MONT_PORTABLE)."""
-    out: dict[str, str] = {}
-    for item in os.environ.get("PROVETOP_NTT_DEFINES", "").split(","):
-        if item.strip():
-            key, _, value = item.strip().partition("=")
-            out[key] = value or "1"
-    return out
+SOURCE = "ntt/ntt.cu"
+
+
+def ntt_defines(tuning: KernelTuning = DEFAULT_TUNING) -> dict[str, str]:
+    """Compile-time options of ntt.cu: none by default; ``tuning.ntt_defines``
+    (``PROVETOP_NTT_DEFINES="A=1,B=2"``) for tuning runs (e.g. NTT_MIN_BLOCKS, MONT_PORTABLE)."""
+    return dict(tuning.ntt_defines)
+
+
+def module(tuning: KernelTuning = DEFAULT_TUNING) -> KernelModule:
+    """ntt.cu on the current device, with ``tuning``'s defines (also home of the Fr utility
+    kernels of :mod:`kernels.cuda.fr` and the multiplication ceilings of ``bench ntt``)."""
+    return load(SOURCE, defines=tuning.ntt_defines, cubin_dir=tuning.cubin_dir)
 
 
 @dataclass
-class _DeviceState:
-    module: Any
+class _DeviceTables:
+    """The tables one device keeps for the life of the process (they do not depend on the
+    module's defines): twiddles, factor tables and constants."""
+
     tw: Any = None
     tw_log: int = 0
     tables: dict[tuple[str, int], tuple[Any, Any, int]] = field(default_factory=dict)
     consts: dict[int, Any] = field(default_factory=dict)
-    fns: dict[str, Any] = field(default_factory=dict)
-
-    def fn(self, name: str) -> Any:
-        """A kernel of the module, looked up once."""
-        f = self.fns.get(name)
-        if f is None:
-            f = self.fns[name] = self.module.get_function(name)
-        return f
 
 
-_states: dict[int, _DeviceState] = {}
+_tables: dict[int, _DeviceTables] = {}
+_tables_lock = threading.Lock()
 
 
-def _state() -> _DeviceState:
-    from kernels.cuda_build import load_module, require_cupy
-
+def _device_tables() -> _DeviceTables:
     cupy = require_cupy()
     dev = cupy.cuda.Device().id
-    st = _states.get(dev)
-    if st is None:
-        mod = load_module("ntt.cu", defines=compile_defines())
-        st = _DeviceState(module=mod)
-        _states[dev] = st
-    return st
+    with _tables_lock:
+        st = _tables.get(dev)
+        if st is None:
+            st = _tables[dev] = _DeviceTables()
+        return st
 
 
-def _log2_size(n: int) -> int:
+def log2_size(n: int) -> int:
+    """k for n = 2^k, checked (a power of two, at most 2^MAX_LOG_SIZE)."""
     if n < 1 or n & (n - 1):
         raise ValueError(f"NTT size must be a power of two, got {n}")
     k = n.bit_length() - 1
@@ -419,22 +418,26 @@ class CudaNtt:
 
     name = "cuda"
 
-    def __init__(self, max_levels: int = TILE_LOG) -> None:
+    def __init__(self, max_levels: int = TILE_LOG, tuning: KernelTuning = DEFAULT_TUNING) -> None:
         self.max_levels = max_levels
+        self.tuning = tuning
+
+    def module(self) -> KernelModule:
+        """ntt.cu with this instance's tuning, on the current device."""
+        return module(self.tuning)
 
     # --- tables -----------------------------------------------------------------------------
     def twiddles(self, k: int, stream: Any = None) -> tuple[Any, int]:
         """The device's twiddle table covering 2^k (built, or rebuilt larger, on first need)."""
-        import cupy
-
-        st = _state()
+        cupy = require_cupy()
+        st = _device_tables()
         if st.tw is None or st.tw_log < k:
             hi, lo, sb, count = twiddle_split(k)
             s = stream or cupy.cuda.get_current_stream()
             with s:
                 tw = cupy.empty((count, 4), dtype=cupy.uint64)
                 d_hi, d_lo = cupy.asarray(hi), cupy.asarray(lo)
-                st.fn("fr_build_powers")(
+                self.module().get_function("fr_build_powers")(
                     ((count + 255) // 256,),
                     (256,),
                     (tw, d_hi, d_lo, np.int32(sb), np.uint64(count)),
@@ -443,10 +446,10 @@ class CudaNtt:
             st.tw, st.tw_log = tw, k
         return st.tw, st.tw_log
 
-    def _table(self, kind: str, k: int) -> tuple[Any, Any, int]:
-        import cupy
-
-        st = _state()
+    def table(self, kind: str, k: int) -> tuple[Any, Any, int]:
+        """The factor table ``kind`` of size 2^k on the current device (built on first need)."""
+        cupy = require_cupy()
+        st = _device_tables()
         key = (kind, k)
         if key not in st.tables:
             hi, lo, sb = factor_table_values(kind, k)
@@ -454,10 +457,10 @@ class CudaNtt:
             cupy.cuda.Device().synchronize()
         return st.tables[key]
 
-    def _consts(self, k: int) -> Any:
-        import cupy
-
-        st = _state()
+    def consts(self, k: int) -> Any:
+        """[n^-1, Z(g)^-1] for n = 2^k on the current device (see :func:`const_values`)."""
+        cupy = require_cupy()
+        st = _device_tables()
         if k not in st.consts:
             st.consts[k] = cupy.asarray(const_values(k))
             cupy.cuda.Device().synchronize()
@@ -466,24 +469,24 @@ class CudaNtt:
     # --- execution --------------------------------------------------------------------------
     def run_plan(self, plans: list[Pass], buffers: dict[str, Any], batch: int, stream: Any) -> None:
         """Launch every pass of ``plans`` on ``stream`` with the named buffers."""
-        st = _state()
         if not plans:
             return
+        mod = self.module()
         k = plans[0].k
         tw, K = self.twiddles(k, stream)
-        consts = self._consts(k)
+        consts = self.consts(k)
         with stream:
             for p in plans:
-                self._launch(p, st, buffers, batch, tw, K, consts)
+                self._launch(p, mod, buffers, batch, tw, K, consts)
 
     def _launch(
-        self, p: Pass, st: _DeviceState, buffers: dict[str, Any], batch: int, tw: Any, K: int,
+        self, p: Pass, mod: KernelModule, buffers: dict[str, Any], batch: int, tw: Any, K: int,
         consts: Any,
     ) -> None:  # fmt: skip
         """One pass; unused table pointers point at ``consts`` (never read)."""
-        pre_hi, pre_lo, pre_sb = self._table(p.pre, p.k) if p.pre else (consts, consts, 0)
-        post_hi, post_lo, post_sb = self._table(p.post, p.k) if p.post else (consts, consts, 0)
-        fn = st.fn("ntt_pass_dit" if p.dit else "ntt_pass_dif")
+        pre_hi, pre_lo, pre_sb = self.table(p.pre, p.k) if p.pre else (consts, consts, 0)
+        post_hi, post_lo, post_sb = self.table(p.post, p.k) if p.post else (consts, consts, 0)
+        fn = mod.get_function("ntt_pass_dit" if p.dit else "ntt_pass_dif")
         args = (
             buffers[p.dst], buffers[p.src], tw,
             np.int32(p.k), np.int32(p.s), np.int32(p.L), np.int32(p.log_c), np.int32(K),
@@ -509,15 +512,14 @@ class CudaNtt:
         the same shape (or into ``out``, which must not overlap ``x``). ``allocator`` is unused
         (the transform needs no scratch) but accepted for the backend interface; the output
         comes from CuPy's current allocator."""
-        import cupy
-
+        cupy = require_cupy()
         del allocator
         if x.dtype != cupy.uint64 or x.ndim not in (2, 3) or x.shape[-1] != 4:
             raise ValueError(f"expected (n, 4) or (batch, n, 4) uint64, got {x.shape} {x.dtype}")
         x = cupy.ascontiguousarray(x)
         n = x.shape[-2]
         batch = x.shape[0] if x.ndim == 3 else 1
-        k = _log2_size(n)
+        k = log2_size(n)
         s = stream or cupy.cuda.get_current_stream()
         with s:
             if out is None:
@@ -552,13 +554,12 @@ class CudaNtt:
         coefficients h_0..h_{n-2}, canonical, natural order, as a ``(n - 1, 4)`` view of an
         n-row array (``out`` if given, (n, 4) C-contiguous). Scratch (2 n rows) comes from
         ``allocator``."""
-        import cupy
-
+        cupy = require_cupy()
         n = a.shape[0]
         for v in (a, b, c):
             if v.shape != (n, 4) or v.dtype != cupy.uint64:
                 raise ValueError(f"expected ({n}, 4) uint64 inputs, got {v.shape} {v.dtype}")
-        k = _log2_size(n)
+        k = log2_size(n)
         if k < 1:
             raise ValueError("the H step needs n >= 2")
         s = stream or cupy.cuda.get_current_stream()
@@ -577,83 +578,3 @@ class CudaNtt:
                 s,
             )
         return out[: n - 1]
-
-
-# ---------------------------------------------------------------------------------------------
-# self-test rows (``provetop selftest --backend cuda``)
-# ---------------------------------------------------------------------------------------------
-
-
-def _check_ntt_vs_reference(k: int) -> None:
-    import random
-
-    import cupy
-
-    from kernels.cpu import ntt as ref
-
-    rng = random.Random()
-    n = 1 << k
-    eng = CudaNtt()
-    for inverse in (False, True):
-        for coset in (False, True):
-            io, oo = rng.choice(ORDERS), rng.choice(ORDERS)
-            vals = [rng.randrange(R) for _ in range(n)]
-            x = cupy.asarray(to_words(vals, True))
-            out = cupy.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))
-            eng.ntt(x, inverse=inverse, coset=coset, input_order=io, output_order=oo, out=out)
-            got = from_words(cupy.asnumpy(out), True)
-            idx = ref.bitrev_indices(k)
-            natural_in = [vals[int(i)] for i in idx] if io == "bitrev" else vals
-            want = ref.ntt(natural_in, inverse=inverse, coset=coset)
-            if oo == "bitrev":
-                got = [got[int(i)] for i in idx]
-            assert got == want, f"NTT 2^{k} inverse={inverse} coset={coset} {io}->{oo} differs"
-
-
-def _check_h_step_vs_reference(k: int) -> None:
-    import random
-
-    import cupy
-
-    from kernels.cpu import ntt as ref
-
-    rng = random.Random()
-    n = 1 << k
-    a = [rng.randrange(R) for _ in range(n)]
-    b = [rng.randrange(R) for _ in range(n)]
-    c = [x * y % R for x, y in zip(a, b, strict=True)]
-    h = CudaNtt().h_step(*(cupy.asarray(to_words(v, True)) for v in (a, b, c)))
-    assert from_words(cupy.asnumpy(h), False) == ref.h_step(a, b, c), f"H step 2^{k} differs"
-
-
-def _check_h_identity(k: int) -> None:
-    import random
-
-    from kernels.cuda_fr import elementwise, evaluate, random_fr
-
-    n = 1 << k
-    eng = CudaNtt()
-    a, b = random_fr((n,)), random_fr((n,))
-    c = elementwise("mul", a, b)
-    h = eng.h_step(a, b, c)
-    tau = random.Random().randrange(2, R)
-    ev = [evaluate(eng.ntt(v, inverse=True), tau) for v in (a, b, c)]
-    h_tau = evaluate(elementwise("to_mont", h), tau)
-    z_tau = (pow(tau, n, R) - 1) % R
-    assert (ev[0] * ev[1] - ev[2]) % R == h_tau * z_tau % R, f"(AB-C)(tau) != H(tau)Z(tau), 2^{k}"
-
-
-def selftest_checks() -> list[Any]:
-    """Check rows for ``provetop selftest --backend cuda``: NTT and H step on the GPU against
-    the CPU reference, and the H identity at a random tau (evaluated on the GPU)."""
-    from kernels.selftest import Check
-
-    return [
-        Check(
-            "cuda NTT vs reference (orders, coset, inverse)",
-            1 << 9,
-            lambda: _check_ntt_vs_reference(9),
-        ),
-        Check("cuda H step vs reference", 1 << 8, lambda: _check_h_step_vs_reference(8)),
-        Check("cuda H identity (AB-C)(tau) = H(tau)Z(tau)", 1 << 14, lambda: _check_h_identity(14)),
-    ]

@@ -7,7 +7,7 @@
 // ceil(256 / c) windows always suffice: the carry out of window W-2 lands in a top window whose
 // value is at most 2^(255 - c (W-1)) <= 2^(c-1).
 #pragma once
-#include "g1.cuh"
+#include "curve/g1.cuh"
 
 // Bits [off, off + c) of the 8-word little-endian scalar s (c <= 24; bits past 255 read as 0).
 // The word selection is unrolled into selects so that s stays in registers.

@@ -1,10 +1,10 @@
-// Kernels of the GPU NTT and H step (loaded by kernels/cuda_ntt.py through kernels/cuda_build.py).
+// Kernels of the GPU NTT and H step (loaded by kernels/cuda/ntt.py through kernels/cuda/runtime.py).
 // Every array is Fr, 8 little-endian 32-bit words per element (= the (n, 4) uint64 layout),
 // Montgomery form unless a kernel says otherwise.
-#include "ntt.cuh"
+#include "ntt/ntt.cuh"
 
 #ifndef NTT_BLOCK
-#define NTT_BLOCK 256  // = BLOCK in kernels/cuda_ntt.py: one thread per radix-4 group of a tile
+#define NTT_BLOCK 256  // = BLOCK in kernels/cuda/ntt.py: one thread per radix-4 group of a tile
 #endif
 #ifndef NTT_MIN_BLOCKS
 #define NTT_MIN_BLOCKS 3  // 80 registers: 3 blocks of 256 threads per SM; measured best on the H200 (notes)

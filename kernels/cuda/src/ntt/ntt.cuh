@@ -22,14 +22,14 @@
 // one table serves both directions. The lowest two levels of a transform (w = 1 for three of
 // the four butterflies of a radix-4 step) skip their multiplications.
 #pragma once
-#include "fr_mul.cuh"  // fr_mul: the Fr multiplication of every kernel here
-#include "fr_io.cuh"   // fr_load, fr_ldg, fr_store
+#include "field/fr_mul.cuh"  // fr_mul: the Fr multiplication of every kernel here
+#include "field/fr_io.cuh"  // fr_load, fr_ldg, fr_store
 
 #ifndef NTT_MAX_TILE_LOG
 #define NTT_MAX_TILE_LOG 10  // a tile holds at most 2^10 elements = 32 KiB of shared memory
 #endif
 
-// Flags of one pass (host side: kernels/cuda_ntt.py).
+// Flags of one pass (host side: kernels/cuda/ntt.py).
 #define NTT_F_GATHER 1       // read src[bitrev_k(p)] instead of src[p]
 #define NTT_F_PRE_TABLE 2    // x *= pre_hi[j >> sb] * pre_lo[j & (2^sb-1)], j = coefficient index
 #define NTT_F_POST_CONST 4   // y *= post_const[0]

@@ -2,7 +2,7 @@
 // as two 16-byte vector accesses: the element is 32-byte aligned in every array the kernels
 // take, so each access is one LDG.128 / STG.128. Shared by the NTT and the exact checks.
 #pragma once
-#include "fields.cuh"
+#include "field/fields.cuh"
 
 __device__ __forceinline__ fr_t fr_load(const fr_t* ptr) {
     const uint4* q = reinterpret_cast<const uint4*>(ptr);

@@ -1,5 +1,5 @@
 // Pippenger multi-scalar multiplication on BLS12-381 G1 (host orchestration:
-// kernels/cuda_msm.py; the design and its arithmetic: docs/performance-notes.md, "MSM and SRS").
+// kernels/cuda/msm.py; the design and its arithmetic: docs/performance-notes.md, "MSM and SRS").
 //
 // Pipeline for sum_i k_i P_i with window c, W = ceil(256 / c) windows, B = 2^(c-1) buckets per
 // window and one extra bucket (key W*B) for the scalars equal to 1:
@@ -22,7 +22,7 @@
 //   7. xyzz_sum_weighted: a tree (fan-in F) over the (A, R) pairs of each window that adds the
 //                    offsets in with additions and doublings only (msm.cuh), down to one pair.
 //   8. (host)        sum_w 2^(c w) S_w + ones-bucket, and the affine conversion.
-#include "msm.cuh"
+#include "msm/msm.cuh"
 
 // Occupancy of the point-arithmetic kernels: empty by default (the compiler takes up to 255
 // registers: 8 warps per SM); msm_lb.cu sets __launch_bounds__ to trade registers for warps.

@@ -6,9 +6,10 @@ host-resident SRS is pinned at start-up too. On the H200 VM (``bench/pin_probe.p
 first partitions' synthesis 23-25 s. An anonymous mapping advised ``MADV_HUGEPAGE``, touched,
 then cudaHostRegister'ed took 0.20 s/GB (3.7 s), with the same 55 GB/s host-to-device copies:
 the kernel pins 2 MiB pages, 512 times fewer than 4 KiB ones. So ``register`` is the default
-and ``alloc`` (cudaHostAlloc) is both the alternative (``PROVETOP_PIN_METHOD=alloc``) and the
-fallback when a mapping or a registration fails; each fallback is kept in :data:`fallbacks`
-for the engine to report.
+and ``alloc`` (cudaHostAlloc) is both the alternative (the caller passes
+``KernelTuning.pin_method``, set by ``PROVETOP_PIN_METHOD=alloc``) and the fallback when a
+mapping or a registration fails; each fallback is kept per thread for the engine to report
+(:func:`take_fallbacks`).
 
 Both kinds are portable (page-locked for every device: the host SRS is made on one device
 and streamed by all), exactly the bytes asked for, and freed with the array.
@@ -18,27 +19,19 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
-from kernels.cuda_build import require_cupy
+from kernels.cuda.runtime import require_cupy
+from kernels.tuning import PIN_METHODS
 
-METHODS = ("register", "alloc")
+METHODS = PIN_METHODS  # ("register", "alloc"): the first is the default
 # cudaHostRegisterPortable / cudaHostAllocPortable (the CUDA runtime's flag value, 1 for both)
 PORTABLE = 1
 
 _local = threading.local()  # .fallbacks: this thread's register -> alloc fallbacks, in order
-
-
-def pin_method() -> str:
-    """``PROVETOP_PIN_METHOD`` (``register`` by default), checked."""
-    method = os.environ.get("PROVETOP_PIN_METHOD", "register")
-    if method not in METHODS:
-        raise ValueError(f"PROVETOP_PIN_METHOD={method!r}: expected one of {', '.join(METHODS)}")
-    return method
 
 
 class _Registration:
@@ -77,15 +70,21 @@ def _allocated(nbytes: int, cupy: Any) -> Any:
     return cupy.cuda.PinnedMemoryPointer(mem, 0)
 
 
-def pinned_empty(shape: tuple[int, ...], dtype: Any = np.uint64) -> np.ndarray:
+def pinned_empty(
+    shape: tuple[int, ...], dtype: Any = np.uint64, *, method: str = "register"
+) -> np.ndarray:
     """A numpy array in page-locked host memory: the only kind a host-to-device copy can
     overlap with kernels. Not CuPy's pinned pool, which rounds each block up to a power of two
-    and keeps it after use (a 12 GiB witness a, b, c took 16 GiB there)."""
+    and keeps it after use (a 12 GiB witness a, b, c took 16 GiB there). ``method``
+    (``KernelTuning.pin_method``): ``register`` (a large-page mapping, registered) or
+    ``alloc`` (cudaHostAlloc)."""
+    if method not in METHODS:
+        raise ValueError(f"pin method {method!r}: expected one of {', '.join(METHODS)}")
     cupy = require_cupy()
     count = int(np.prod(shape))
     nbytes = max(1, count * np.dtype(dtype).itemsize)
     buf: Any = None
-    if pin_method() == "register":
+    if method == "register":
         try:
             buf, _ptr = _registered(nbytes, cupy.cuda.runtime)
         except (OSError, ValueError, cupy.cuda.runtime.CUDARuntimeError) as exc:

@@ -27,7 +27,7 @@
 // Compiles on the host too (mont.cuh's exact carry-flag emulation): tests/kernels/test_cuda_fr_mul_host.py
 // checks the very instruction sequences on the CPU against Python integers.
 #pragma once
-#include "fields.cuh"
+#include "field/fields.cuh"
 
 // The specialisation is only valid for r: check the words it relies on at compile time.
 static_assert(fr_params::mod(0) == 0x00000001u && fr_params::mod(1) == 0xffffffffu,

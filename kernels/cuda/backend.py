@@ -1,9 +1,10 @@
 """The CUDA kernel backend: ``KernelBackend`` composed from the GPU NTT/H step, MSM and SRS.
 
-Why a thin composition: the arithmetic lives in ``cuda_ntt``, ``cuda_msm`` and ``cuda_srs``
+Why a thin composition: the arithmetic lives in ``kernels.cuda.ntt``, ``msm`` and ``srs``
 (each with its own tests and notes); this class only decides *where data lives* and *which
 allocator and stream* a call uses, so the engine can drive the GPU through the same interface
-as the CPU reference.
+as the CPU reference. It also carries the kernels' tuning record
+(:class:`kernels.tuning.KernelTuning`) and passes it to every call.
 
 Where results live: the result of :meth:`ntt`, :meth:`h_step` and :meth:`srs` lives where the
 inputs lived. CuPy in, CuPy out (the engine's path: nothing leaves the device until copy-back);
@@ -11,9 +12,9 @@ numpy in, numpy out (a caller without a GPU-side array, such as ``engine.srs.gen
 gets host arrays and never holds device memory after the call). :meth:`msm` always returns a
 numpy ``(12,)`` point (the window combination runs on the host).
 
-Where MSM points live: a CuPy ``points`` array is summed in place (``cuda_msm.msm``); a numpy
+Where MSM points live: a CuPy ``points`` array is summed in place (``msm.msm``); a numpy
 one is streamed up in chunks of :attr:`CudaBackend.host_chunk` points through two device
-buffers (``cuda_msm.msm_host_points``), which is how an SRS that does not fit on the card is
+buffers (``msm.msm_host_points``), which is how an SRS that does not fit on the card is
 used (pinned host memory gives the copy/compute overlap).
 
 Allocations: everything a call allocates (outputs included) comes from ``allocator`` when one
@@ -27,7 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda_build import on_stream, require_cupy, to_device
+from kernels.cuda import check, msm, srs
+from kernels.cuda.ntt import CudaNtt, log2_size, plan_h_step
+from kernels.cuda.runtime import on_stream, require_cupy, to_device
+from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 DEFAULT_HOST_CHUNK = 1 << 22  # points per streamed chunk: 384 MiB of points per buffer
 SRS_HOST_CHUNK = 1 << 23  # points generated per device round trip for numpy secrets
@@ -51,17 +55,19 @@ def uncached_allocator(cupy: Any) -> Any:
 class CudaBackend:
     """``KernelBackend`` on the GPU (see the module docstring for data placement).
 
-    Raises ``kernels.cuda_build.CudaUnavailable`` (a RuntimeError) at construction when CuPy or
-    a device is missing, which ``kernels.backends.get_backend`` turns into BackendUnavailable.
+    Raises ``kernels.cuda.runtime.CudaUnavailable`` (a RuntimeError) at construction when CuPy
+    or a device is missing, which ``kernels.backends.get_backend`` turns into
+    BackendUnavailable. ``tuning`` is kept (:attr:`tuning`) and passed to every kernel.
     """
 
     name = "cuda"
 
-    def __init__(self, host_chunk: int = DEFAULT_HOST_CHUNK) -> None:
-        from kernels.cuda_ntt import CudaNtt
-
+    def __init__(
+        self, host_chunk: int = DEFAULT_HOST_CHUNK, tuning: KernelTuning = DEFAULT_TUNING
+    ) -> None:
         self.cupy = require_cupy()
-        self._ntt = CudaNtt()
+        self.tuning = tuning
+        self._ntt = CudaNtt(tuning=tuning)
         if host_chunk < 1:
             raise ValueError(f"host_chunk must be positive, got {host_chunk}")
         self.host_chunk = int(host_chunk)
@@ -92,25 +98,21 @@ class CudaBackend:
         twiddles, H-step factor tables, MSM module), on the current device with CuPy's default
         allocator: tables live for the process, so they must not land in the stream-ordered
         pool the engine trims, and the first partition must not pay for compilation."""
-        from kernels import cuda_msm
-        from kernels.cuda_ntt import plan_h_step
-
         k = int(domain_log)
         self._ntt.twiddles(k)
-        self._ntt._consts(k)
+        self._ntt.consts(k)
         for p in plan_h_step(k, self._ntt.max_levels):
             for kind in (p.pre, p.post):
                 if kind:
-                    self._ntt._table(kind, p.k)
-        cuda_msm.module(cuda_msm.MSM_SOURCE)
+                    self._ntt.table(kind, p.k)
+        msm.kernels(self.tuning)
+        check.module(self.tuning)
         # one tiny MSM: the first one in a process paid 390-800 ms on the H200 (CuPy's own
         # kernels for the scan and the scalar classification load on first use)
-        from kernels import cuda_srs
-
         cupy = self.cupy
         secrets = cupy.arange(1, 65, dtype=cupy.uint64).reshape(16, 4) % 7
-        pts = cuda_srs.srs(secrets)
-        cuda_msm.msm(pts, secrets)
+        pts = srs.srs(secrets, tuning=self.tuning)
+        msm.msm(pts, secrets, tuning=self.tuning)
         cupy.cuda.Device().synchronize()
 
     # -- KernelBackend -----------------------------------------------------------------------
@@ -171,15 +173,13 @@ class CudaBackend:
             return h.get(stream=s) if host else h
 
     def _h_step_in_place(self, a: Any, b: Any, c: Any, s: Any) -> Any:
-        from kernels.cuda_ntt import _log2_size, plan_h_step
-
         n = a.shape[0]
         for v in (a, b, c):
             if v.shape != (n, 4) or not v.flags.c_contiguous:
                 raise ValueError(f"in-place H step needs C-contiguous ({n}, 4) arrays")
         if len({int(v.data.ptr) for v in (a, b, c)}) != 3:
             raise ValueError("in-place H step needs three distinct buffers")
-        k = _log2_size(n)
+        k = log2_size(n)
         if k < 1:
             raise ValueError("the H step needs n >= 2")
         plans = plan_h_step(k, self._ntt.max_levels)
@@ -198,26 +198,23 @@ class CudaBackend:
         """sum_i scalars[i] points[i] as a numpy affine ``(12,)``. Device points are summed in
         place; host points are streamed in chunks of :attr:`host_chunk` (pinned host memory
         overlaps the copies with the sums)."""
-        from kernels import cuda_msm
-
         alloc = self._host_default(allocator, points, scalars)
         with on_stream(stream, alloc) as s:
             sc = self._device(scalars, "msm scalars")
             if is_host(points):
                 pts = points if points.dtype == np.uint64 else np.asarray(points, np.uint64)
-                return cuda_msm.msm_host_points(
-                    pts, sc, chunk=self.host_chunk, stream=s, allocator=alloc
+                return msm.msm_host_points(
+                    pts, sc, chunk=self.host_chunk, stream=s, allocator=alloc, tuning=self.tuning
                 )
-            return cuda_msm.msm(self._device(points, "msm points"), sc, stream=s, allocator=alloc)
+            pts = self._device(points, "msm points")
+            return msm.msm(pts, sc, stream=s, allocator=alloc, tuning=self.tuning)
 
     def srs(self, secrets: Any, *, stream: Any = None, allocator: Any = None) -> Any:
         """P_i = [s_i]G. Host secrets give host points, generated in device round trips of
         at most :data:`SRS_HOST_CHUNK` points (the device never holds a whole 2^27 query)."""
-        from kernels import cuda_srs
-
         alloc = self._host_default(allocator, secrets)
         if not is_host(secrets):
-            return cuda_srs.srs(secrets, stream=stream, allocator=alloc)
+            return srs.srs(secrets, stream=stream, allocator=alloc, tuning=self.tuning)
         sec = np.ascontiguousarray(secrets)
         if sec.ndim != 2 or sec.shape[1] != 4 or sec.dtype != np.uint64:
             raise ValueError(f"secrets must be a uint64 (n, 4) array, got {sec.shape}")
@@ -226,7 +223,9 @@ class CudaBackend:
         with on_stream(stream, alloc) as s:
             for lo in range(0, n, SRS_HOST_CHUNK):
                 hi = min(n, lo + SRS_HOST_CHUNK)
-                d = cuda_srs.srs(to_device(self.cupy, sec[lo:hi]), stream=s, allocator=alloc)
+                d = srs.srs(
+                    to_device(self.cupy, sec[lo:hi]), stream=s, allocator=alloc, tuning=self.tuning
+                )
                 out[lo:hi] = d.get(stream=s)
                 del d
         return out
@@ -245,8 +244,6 @@ class CudaBackend:
         its secrets ever existing outside the device (``engine.srs``). ``out`` on the device
         is written in place; a host ``out`` (pinned memory for full copy speed) receives
         device round trips of ``chunk`` points."""
-        from kernels import cuda_check, cuda_srs
-
         if tuple(out.shape) != (count, 12):
             raise ValueError(f"out must be ({count}, 12), got {tuple(out.shape)}")
         host = is_host(out)
@@ -254,13 +251,13 @@ class CudaBackend:
         with on_stream(stream, alloc) as s:
             for lo in range(0, count, chunk):
                 hi = min(count, lo + chunk)
-                sec = cuda_check.powers(sigma, lo, hi - lo, canonical=True, stream=s)
+                sec = check.powers(sigma, lo, hi - lo, canonical=True, stream=s, tuning=self.tuning)
                 if host:
-                    pts = cuda_srs.srs(sec, stream=s, allocator=alloc)
+                    pts = srs.srs(sec, stream=s, allocator=alloc, tuning=self.tuning)
                     pts.get(stream=s, out=out[lo:hi])
                     del pts
                 else:
-                    cuda_srs.srs(sec, stream=s, allocator=alloc, out=out[lo:hi])
+                    srs.srs(sec, stream=s, allocator=alloc, out=out[lo:hi], tuning=self.tuning)
                 del sec
             s.synchronize()
         return out

@@ -16,7 +16,7 @@
 // Compiles as device code (nvcc, NVRTC) and as host C++17 (g++), like mont.cuh, so that
 // tests/kernels/test_cuda_g1_host.py checks the very formulas the GPU runs.
 #pragma once
-#include "fields.cuh"
+#include "field/fields.cuh"
 
 template <class F>
 struct g1_affine_t {

@@ -2,7 +2,7 @@
 // modulus p), as instantiations of the Montgomery template in mont.cuh.
 //
 // The literal values below are rendered from kernels/constants.py (the single source of truth)
-// by kernels/cuda_fields_gen.py; tests/kernels/test_cuda_fields_host.py re-renders and compares them.
+// by kernels/cuda/fields_gen.py; tests/kernels/test_cuda_fields_host.py re-renders and compares them.
 // How each one is derived:
 //   MOD_WORDS : the modulus m in little-endian 32-bit words (Fr: 8 words, Fp: 12 words);
 //   M0        : -m^-1 mod 2^32, the per-word factor of word-by-word (CIOS) reduction. For r,
@@ -11,9 +11,9 @@
 //               Montgomery form gives x R mod m;
 //   ONE_WORDS : R mod m, the Montgomery form of 1.
 #pragma once
-#include "mont.cuh"
+#include "field/mont.cuh"
 
-// BEGIN GENERATED CONSTANTS (python -m kernels.cuda_fields_gen); do not edit by hand
+// BEGIN GENERATED CONSTANTS (python -m kernels.cuda.fields_gen); do not edit by hand
 // FR: m = 0x73eda753299d7d483339d80809a1d80553bda402fffe5bfeffffffff00000001 (255 bits), 8 words, R = 2^256
 #define FR_WORDS 8
 #define FR_MOD_WORDS 0x00000001u, 0xffffffffu, 0xfffe5bfeu, 0x53bda402u, 0x09a1d805u, 0x3339d808u, 0x299d7d48u, 0x73eda753u

@@ -1,11 +1,11 @@
-// SRS generation on the GPU: P_i = [s_i] G for known secrets s_i (host side: kernels/cuda_srs.py).
+// SRS generation on the GPU: P_i = [s_i] G for known secrets s_i (host side: kernels/cuda/srs.py).
 //
 // Fixed base, so the work is moved into a table: T[w][d - 1] = d 2^(c w) G for every window w
 // and digit magnitude 1 <= d <= B = 2^(c-1). With signed digits s = sum_w d_w 2^(c w), [s] G is
 // then W mixed additions of table entries (negated for d_w < 0) and no doubling at all. The
 // result is made affine with one inversion per batch of points (Montgomery's trick), not one
 // per point.
-#include "msm.cuh"
+#include "msm/msm.cuh"
 
 // Table entry t = w B + (d - 1) as XYZZ: [d] G by double-and-add, then c w doublings.
 extern "C" __global__ void srs_table_build(const g1_affine* __restrict__ gen, uint32_t c, uint32_t W,

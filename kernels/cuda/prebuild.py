@@ -1,0 +1,92 @@
+"""``python -m kernels.cuda.prebuild``: compile every CUDA source with nvcc for the common
+architectures, into the folder the loader looks in first.
+
+Why: a GPU machine that finds a matching cubin (same source hash, defines and architecture;
+:mod:`kernels.cuda.cubins`) skips NVRTC entirely. Run it on any machine with nvcc (no GPU
+needed), before building a wheel or an image; ``provetop warmup`` then only loads. A cubin the
+GPU machine's driver cannot load (nvcc newer than the driver) is skipped with the reason, and
+that module is compiled with NVRTC instead.
+
+Exit status: 0 when every cubin was built (or was already there), 1 when nvcc is missing or a
+compile failed (each failure is reported with nvcc's output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kernels.cuda import cubins
+from kernels.cuda.sources import SOURCES, Defines
+
+
+def _build_one(name: str, arch: str, folder: Path, nvcc: str, force: bool) -> str:
+    """Build one cubin; the line that reports it."""
+    defines: Defines = ()
+    path = cubins.cubin_path(name, defines, arch, folder)
+    if path.is_file() and not force:
+        return f"present  {name} for {arch}: {path}"
+    t0 = time.perf_counter()
+    try:
+        cubins.build(name, arch, folder, defines, nvcc=nvcc)
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(f"nvcc failed on {name} for {arch}:\n{exc.stdout}{exc.stderr}") from exc
+    return f"built    {name} for {arch} in {time.perf_counter() - t0:.1f} s: {path}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernels.cuda.prebuild", description=__doc__)
+    parser.add_argument(
+        "--arch",
+        default=",".join(cubins.ARCHS),
+        help=f"comma-separated architectures (default: {','.join(cubins.ARCHS)})",
+    )
+    parser.add_argument(
+        "--source",
+        action="append",
+        choices=SOURCES,
+        help="a source to build (repeatable; default: every source)",
+    )
+    parser.add_argument(
+        "--out", default=str(cubins.DEFAULT_DIR), help="cubin folder (default: the package's)"
+    )
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc runs")
+    parser.add_argument("--nvcc", default="nvcc", help="the nvcc to run")
+    parser.add_argument("--force", action="store_true", help="rebuild cubins already present")
+    args = parser.parse_args(argv)
+    nvcc = shutil.which(args.nvcc)
+    if nvcc is None:
+        print(
+            f"prebuild: {args.nvcc} not found: no cubins built (the loader compiles with NVRTC "
+            "at first use instead)",
+            file=sys.stderr,
+        )
+        return 1
+    archs = [a.strip() for a in args.arch.split(",") if a.strip()]
+    jobs = [(name, arch) for name in (args.source or SOURCES) for arch in archs]
+    folder = Path(args.out)
+    failures = 0
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [
+            pool.submit(_build_one, name, arch, folder, nvcc, args.force) for name, arch in jobs
+        ]
+        for fut in futures:
+            try:
+                print(fut.result(), flush=True)
+            except RuntimeError as exc:
+                failures += 1
+                print(f"prebuild: {exc}", file=sys.stderr, flush=True)
+    total = time.perf_counter() - t0
+    print(f"{len(jobs) - failures}/{len(jobs)} cubins in {folder} ({total:.0f} s)", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
