@@ -21,9 +21,9 @@ from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer
 
 from recordings.state import LogLine, State
+from sources.live import EventSource, ReplaySource, SourceError
 from tui.commands import DashboardCommands
 from tui.screens import HelpScreen, MarkerPrompt
-from tui.sources import EventSource, ReplaySource, SourceError
 from tui.widgets.eventlog import EventLog
 from tui.widgets.header import Header, HeaderInfo
 from tui.widgets.memory import MemoryPanel
@@ -493,7 +493,7 @@ class ProvetopApp(App[int]):
     def _load_replay(self) -> None:
         assert self._replay_path is not None
         try:
-            from tui.replayfile import open_replay
+            from sources.replay import open_replay
 
             source = open_replay(self._replay_path)
         except Exception as exc:  # shown to the operator, then quit with an error

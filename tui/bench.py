@@ -70,7 +70,7 @@ def _producer(path: str, rate: float, ready) -> None:
     import threading
 
     from recordings.framing import encode_frame
-    from tui.synthetic import generate
+    from sources.synthetic import generate
 
     events = generate(devices=8, duration_s=60, seed=11, time_scale=0.5)
     hello, body = events[0], events[1:]
@@ -179,8 +179,8 @@ def _live_child(args: argparse.Namespace) -> int:
     """Inside the pseudo-terminal: run the dashboard on the producer's socket and measure."""
     import asyncio
 
+    from sources.live import LiveSource
     from tui.app import ProvetopApp
-    from tui.sources import LiveSource
 
     source = LiveSource(args.child, keep=False)
     app = ProvetopApp([source])
@@ -240,7 +240,7 @@ def _live_child(args: argparse.Namespace) -> int:
 def make_recording(path: Path, hours: float, devices: int) -> int:
     """Write a synthetic recording of ``hours`` and ``devices`` GPUs; the number of events."""
     from recordings.writer import RecordingWriter
-    from tui.synthetic import generate
+    from sources.synthetic import generate
 
     events = generate(
         devices=devices,
@@ -257,7 +257,7 @@ def make_recording(path: Path, hours: float, devices: int) -> int:
 
 
 def bench_replay(args: argparse.Namespace) -> dict[str, Any]:
-    from tui.replayfile import open_replay
+    from sources.replay import open_replay
 
     tmp = None
     if args.recording:

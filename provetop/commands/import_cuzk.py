@@ -60,8 +60,8 @@ def _wall_anchor(log: str) -> int | None:
     modification time less its last TIMELINE offset (approximate)."""
     if log == "-":
         return None
-    from engine.cuzk.follow import iter_lines
-    from engine.cuzk.parse import TimelineLine, parse_line
+    from sources.cuzk.follow import iter_lines
+    from sources.cuzk.parse import TimelineLine, parse_line
 
     last = 0
     for line, _ in iter_lines(log):
@@ -82,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
     if args.workers_per_device < 1:
         raise UsageError("--workers-per-device must be at least 1")
 
-    from engine.cuzk.convert import MS, Converter
-    from engine.cuzk.follow import iter_lines
     from recordings.writer import RecordingWriter
+    from sources.cuzk.convert import MS, Converter
+    from sources.cuzk.follow import iter_lines
 
     snapshots, bad = _snapshots(args.status_snapshots) if args.status_snapshots else ([], [])
     conv = Converter(

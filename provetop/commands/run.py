@@ -134,7 +134,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from provetop.commands.watch import read_token
-    from tui.sources import LiveSource
+    from sources.live import LiveSource
 
     record = _check_flags(args)
     token = read_token(args.token_file) if args.token_file else None

@@ -70,7 +70,7 @@ def _readable_or_pending(path: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from provetop.errors import UsageError
-    from tui.sources import LiveSource, default_address, parse_address
+    from sources.live import LiveSource, default_address, parse_address
 
     addresses = list(args.addresses)
     token = read_token(args.token_file)
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--cuzk-interval must be a positive number of seconds")
         if args.cuzk_log not in (None, "-") and not _readable_or_pending(args.cuzk_log):
             raise UsageError(f"--cuzk-log {args.cuzk_log}: not a readable file")
-        from engine.cuzk.source import CuzkSource
+        from sources.cuzk.source import CuzkSource
 
         sources.append(
             CuzkSource(args.cuzk_log, args.cuzk_status, status_interval=args.cuzk_interval)

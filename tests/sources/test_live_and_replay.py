@@ -16,8 +16,8 @@ import pytest
 from recordings.framing import FrameDecoder, encode_frame
 from recordings.schema import validate
 from recordings.state import State
-from tui.sources import FeedSource, LiveSource, ReplaySource, SourceError, parse_address
-from tui.synthetic import generate
+from sources.live import FeedSource, LiveSource, ReplaySource, SourceError, parse_address
+from sources.synthetic import generate
 
 
 def test_parse_address():
@@ -288,7 +288,7 @@ def test_replay_from_a_recording_file_uses_its_snapshots(tmp_path: Path):
 
 def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
     from recordings.writer import RecordingWriter
-    from tui.replayfile import FileReplaySource, open_replay
+    from sources.replay import FileReplaySource, open_replay
 
     rng = random.Random()
     events = generate(
@@ -333,7 +333,7 @@ def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
 def test_watch_finds_the_local_engine_again_after_a_restart(tmp_path, monkeypatch):
     from engine.config import from_preset
     from engine.runner import Engine
-    from tui.sources import default_address
+    from sources.live import default_address
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # only this test's engines
 

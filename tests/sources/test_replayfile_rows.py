@@ -1,4 +1,4 @@
-"""File replay shares finished partition rows between seeks (tui/replayfile.py): a seek must
+"""File replay shares finished partition rows between seeks (sources/replay.py): a seek must
 still land on exactly the state a full fold gives, even when a finished row is reported again
 (the one in-place change the reducer makes to a finished row) and seeks go back and forth."""
 
@@ -11,9 +11,9 @@ import pytest
 
 from recordings.state import State
 from recordings.writer import RecordingWriter
-from tui import replayfile
-from tui.replayfile import FileReplaySource, open_replay
-from tui.synthetic import generate
+from sources import replay as replayfile
+from sources.replay import FileReplaySource, open_replay
+from sources.synthetic import generate
 
 
 def _current(state: State) -> dict:

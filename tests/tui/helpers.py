@@ -6,9 +6,9 @@ import asyncio
 import functools
 import time
 
+from sources.live import FeedSource, ReplaySource
+from sources.synthetic import generate
 from tui.app import ProvetopApp
-from tui.sources import FeedSource, ReplaySource
-from tui.synthetic import generate
 
 SEED = 20261129  # the snapshot tests need one fixed run; other tests draw fresh seeds
 

@@ -15,10 +15,10 @@ from engine.config import from_preset
 from engine.runner import Engine
 from recordings.reader import open_recording
 from recordings.state import phantom_bytes
+from sources.live import LiveSource
 from tests.tui.helpers import pilot_test, tap, until
 from tui.app import ProvetopApp
 from tui.screens import MarkerPrompt
-from tui.sources import LiveSource
 
 
 @pytest.fixture

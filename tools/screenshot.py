@@ -16,8 +16,8 @@ import time
 async def _shoot(out: str, seconds: float, size: tuple[int, int]) -> None:
     from engine.config import from_preset
     from engine.runner import Engine
+    from sources.live import LiveSource
     from tui.app import ProvetopApp
-    from tui.sources import LiveSource
 
     config = from_preset(
         "phantom", backend="cpu", proofs=400, devices=(0, 1), workers_per_device=2,

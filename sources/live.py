@@ -21,15 +21,12 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from recordings.state import LogLine, State
+from sources.errors import SourceError
 
 BATCH_SECONDS = 0.05  # a live batch is flushed at least this often
 BATCH_MAX = 5000  # ... or when it holds this many events
 RECONNECT_MIN, RECONNECT_MAX = 0.25, 5.0
 KEEP_MAX = 2_000_000  # events kept for "save"; beyond it the oldest half goes (hello stays)
-
-
-class SourceError(Exception):
-    """A command could not be sent (read-only source, not connected, replay)."""
 
 
 class Sink(Protocol):

@@ -5,7 +5,7 @@ Opening one here reads only that index and the ``hello``; a seek decodes the nea
 before the wanted window and the frames after it; playing on decodes frames as they come. So an
 hour of eight GPUs opens in the time it takes to map the file, and a seek costs the events of
 one snapshot interval, not of the whole run. Files without an index (still being written, or
-cut short) go through the tolerant full reader instead (:class:`tui.sources.ReplaySource`).
+cut short) go through the tolerant full reader instead (:class:`sources.live.ReplaySource`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import msgpack
 from recordings.format import END_MAGIC, INDEX_KIND, PREFIX, PREFIX_SIZE, TRAILER, TRAILER_SIZE
 from recordings.framing import HEADER_SIZE, MAX_FRAME, MAX_ITEMS, FrameError
 from recordings.state import PartitionRow, State
-from tui.sources import SourceError, next_point
+from sources.live import SourceError, next_point
 
 _MEMORY_KEY = b"\xa1k\xa6memory"  # a map whose first key is k = "memory" (after the header)
 HISTORY_BYTES = 24 << 20  # a seek decodes at most about this much before the position
@@ -475,6 +475,6 @@ def open_replay(path: str | os.PathLike[str]) -> Any:
     try:
         return FileReplaySource(path)
     except NotIndexed:
-        from tui.sources import ReplaySource
+        from sources.live import ReplaySource
 
         return ReplaySource.open(path)
