@@ -120,7 +120,8 @@ def test_source_speaks_the_dashboard_protocol(tmp_path):
 
     import pytest
 
-    from sources.live import EventSource, SourceError
+    from sources.errors import SourceError
+    from sources.protocol import EventSource
 
     run = sim.simulate(random.Random(random.randrange(1 << 30)), jobs=1, partitions=2)
     path = tmp_path / "cuzk.log"

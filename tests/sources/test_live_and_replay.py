@@ -13,10 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from recordings.address import parse_address
 from recordings.framing import FrameDecoder, encode_frame
 from recordings.schema import validate
 from recordings.state import State
-from sources.live import FeedSource, LiveSource, ReplaySource, SourceError, parse_address
+from sources.errors import SourceError
+from sources.feed import FeedSource
+from sources.live import LiveSource
+from sources.replay_memory import ReplaySource
 from sources.synthetic import generate
 
 
@@ -333,7 +337,7 @@ def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
 def test_watch_finds_the_local_engine_again_after_a_restart(tmp_path, monkeypatch):
     from engine.config import from_preset
     from engine.runner import Engine
-    from sources.live import default_address
+    from sources.discovery import default_address
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # only this test's engines
 

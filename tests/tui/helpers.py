@@ -6,7 +6,8 @@ import asyncio
 import functools
 import time
 
-from sources.live import FeedSource, ReplaySource
+from sources.feed import FeedSource
+from sources.replay_memory import ReplaySource
 from sources.synthetic import generate
 from tui.app import ProvetopApp
 

@@ -234,7 +234,7 @@ async def test_replay_keys():
 
 @pilot_test
 async def test_watching_two_engines_switches_with_e():
-    from sources.live import FeedSource
+    from sources.feed import FeedSource
     from tui.app import ProvetopApp
 
     one = generate(devices=1, duration_s=4, seed=random.randrange(1 << 30))
