@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from recordings.address import Address, parse_address
-from recordings.framing import FrameDecoder, encode_frame
+from recordings.framing import FrameDecoder, FrameError, encode_frame
 
 __all__ = ["EngineClient", "RECV_BYTES"]
 
@@ -44,6 +44,7 @@ class EngineClient:
             raise ValueError("the default address 'unix' names no socket: give unix:PATH")
         self.sock = _connect(self.address, timeout)
         self.decoder = FrameDecoder()
+        self._broken: FrameError | None = None
         self._ids = itertools.count(1)
         if token is not None:
             self.send({"k": "auth", "token": token})
@@ -74,8 +75,11 @@ class EngineClient:
     def read(self, timeout: float | None = None) -> list[dict[str, Any]] | None:
         """One read of the socket: the frames it completed (``[]`` when nothing, or only part
         of a frame, arrived within ``timeout``); None when the engine closed the connection.
-        Raises :class:`recordings.framing.FrameError` on broken framing (the connection is
-        then unusable) and ``OSError`` on socket errors."""
+        Raises :class:`recordings.framing.FrameError` on broken framing, after returning the
+        frames complete before it (the connection is then unusable), and ``OSError`` on
+        socket errors."""
+        if self._broken is not None:
+            raise self._broken
         if timeout is not None:
             self.sock.settimeout(timeout)
         try:
@@ -84,8 +88,15 @@ class EngineClient:
             return []
         if not data:
             return None
-        self.decoder.feed(data)
-        return list(self.decoder.frames())
+        frames: list[dict[str, Any]] = []
+        try:
+            self.decoder.feed(data)
+            frames.extend(self.decoder.frames())
+        except FrameError as exc:
+            if not frames:
+                raise
+            self._broken = exc  # the frames before the break first; the error on the next read
+        return frames
 
     def next_event(self, timeout: float | None = None) -> dict[str, Any] | None:
         """The next event; None when the engine closed the connection. ``TimeoutError`` when

@@ -1,6 +1,6 @@
 """``provetop bench tui [--json]``: is the dashboard fast enough for an operator?
 
-Measures the dashboard's targets (:data:`TARGETS`) the way an operator meets them:
+Measures the dashboard's targets (docs/dashboard.md), the way an operator meets them:
 
 - **live**: a producer process serves 2,000 events/s (a synthetic 8-GPU run, looped) on a Unix
   socket in the engine's wire format; the dashboard (``LiveSource``, the real Textual driver,
