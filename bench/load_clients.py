@@ -49,7 +49,7 @@ def client_main(mode: str, address: str, arg: float) -> int:
     ``stuck``: connect with a tiny receive buffer and never read; ``churn``: open and close
     ``arg`` connections back to back."""
     sys.path.insert(0, str(ROOT))
-    from engine.client import EngineClient
+    from sources.client import EngineClient
 
     if mode == "churn":
         t0 = time.monotonic()

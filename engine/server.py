@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recordings.address import Address, AddressError, parse_address
 from recordings.framing import HEADER_SIZE, FrameDecoder, FrameError, encode_frame
 
 AUTH_TIMEOUT_S = 10.0
@@ -50,31 +51,24 @@ class ListenError(ValueError):
 
 
 def parse_listen(spec: str | None) -> tuple[str, Any, Any]:
-    """``None``/"unix" -> ("unix", None, None); "unix:PATH" -> ("unix", PATH, None);
-    "tcp://127.0.0.1:PORT" -> ("tcp", host, port). Non-loopback hosts are refused."""
-    if spec is None or spec == "unix":
-        return ("unix", None, None)
-    if spec.startswith("unix:"):
-        path = spec[5:]
-        if not path:
-            raise ListenError("--listen unix:PATH needs a path")
-        return ("unix", path, None)
-    if spec.startswith("tcp://"):
-        rest = spec[6:]
-        host, sep, port_s = rest.rpartition(":")
-        if not sep or not port_s.isdigit() or int(port_s) > 65535:
-            raise ListenError(f"--listen {spec!r}: expected tcp://127.0.0.1:PORT")
-        host = host.strip("[]")
-        if host == "localhost":
-            host = "127.0.0.1"
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
-            raise ListenError(f"--listen {spec!r}: only loopback addresses are allowed")
-        return ("tcp", host, int(port_s))
-    raise ListenError(f"--listen {spec!r}: expected unix, unix:PATH or tcp://127.0.0.1:PORT")
+    """``None``/"unix" -> ("unix", None, None); "unix:PATH" (or a bare path) -> ("unix", PATH,
+    None); "tcp://127.0.0.1:PORT" -> ("tcp", host, port). The syntax is the clients' own
+    (:func:`recordings.address.parse_address`); the policy is the server's: non-loopback hosts
+    are refused, and ``localhost`` is 127.0.0.1."""
+    try:
+        address = parse_address(spec)
+    except AddressError as exc:
+        raise ListenError(f"--listen: {exc}") from None
+    if address.kind == "unix":
+        return ("unix", address.path or None, None)
+    host = "127.0.0.1" if address.host == "localhost" else address.host
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ListenError(f"--listen {spec!r}: only loopback addresses are allowed")
+    return ("tcp", host, address.port)
 
 
 def read_token(path: str) -> str:
@@ -161,7 +155,7 @@ class TelemetryServer:
                 os.umask(old)
             os.chmod(path, 0o600)
             self.socket_path = path
-            self.address = f"unix:{path}"
+            self.address = str(Address("unix", path=path))
         else:
             family = socket.AF_INET6 if ":" in self._path else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -173,7 +167,7 @@ class TelemetryServer:
                 raise ListenError(f"cannot listen on {self._path}:{self._port}: {exc}") from None
             host, port = sock.getsockname()[:2]
             self.socket_path = None
-            self.address = f"tcp://{host}:{port}"
+            self.address = str(Address("tcp", host=host, port=port))
         sock.listen(16)
         self._sock = sock
         threading.Thread(target=self._accept_loop, name="telemetry-accept", daemon=True).start()

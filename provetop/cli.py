@@ -1,8 +1,11 @@
 """The ``provetop`` command line: one entry point, one module per subcommand.
 
 Each subcommand lives in ``provetop/commands/<name>.py`` and provides ``add_parser(subparsers)``
-and ``run(args) -> int``. Modules are imported only when their command runs, so ``provetop
-engine`` never loads Textual and ``provetop replay`` never loads CuPy.
+and ``run(args) -> int``. A command's module imports what it needs at its top (the dashboard's
+commands import Textual), so :func:`main` imports only the module of the command it runs; the
+others get a parser that only names them. That lazy loading is what keeps ``provetop engine``
+from loading Textual and ``provetop replay`` from loading CuPy: this module imports no command
+at its top, and must not.
 """
 
 from __future__ import annotations
@@ -35,12 +38,15 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser(load: bool = True) -> argparse.ArgumentParser:
+def build_parser(load: bool | str = True) -> argparse.ArgumentParser:
+    """The whole command line. ``load``: True builds every command's own parser (importing
+    every command module), a command name builds only that command's, False none; a command
+    not built gets a parser that only names it."""
     parser = _Parser(prog="provetop", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"provetop {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_text in COMMANDS.items():
-        module = _load(name) if load else None
+        module = _load(name) if load is True or load == name else None
         if module is None:
             sub.add_parser(name, help=help_text)
         else:
@@ -57,8 +63,15 @@ def _load(name: str):
         raise
 
 
+def _command_in(argv: list[str]) -> str | bool:
+    """The command ``argv`` runs (its first word that is not an option), or False."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return first if first in COMMANDS else False
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(load=_command_in(argv))
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()

@@ -53,30 +53,40 @@ def _reject_ext(code: int, data: bytes) -> Any:
     raise FrameError(f"msgpack extension type {code} is not allowed")
 
 
+# The bounds msgpack itself applies to every frame decoded here: string keys only, no extension
+# types, no string, binary or container longer than one frame could hold. Also the options of
+# any other msgpack decoder of frames (sources.replay splits seek snapshots with an Unpacker).
+UNPACK_LIMITS: dict[str, Any] = {
+    "raw": False,
+    "strict_map_key": True,
+    "use_list": True,
+    "ext_hook": _reject_ext,
+    "max_str_len": MAX_FRAME,
+    "max_bin_len": MAX_FRAME,
+    "max_array_len": MAX_ITEMS,
+    "max_map_len": MAX_ITEMS,
+    "max_ext_len": MAX_FRAME,
+}
+
+
 def decode_payload(
-    payload: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME
+    payload: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME, *, walk: bool = True
 ) -> dict[str, Any]:
     """Decode one frame's payload (without its length prefix) into a map.
 
     Raises :class:`FrameError` for anything that is not exactly one msgpack map within the
     bounds; never another exception type. The decoded objects take at most about 64 times the
     payload's bytes (an empty map is one byte of msgpack and ~64 bytes of Python), so a reader
-    of untrusted peers should pass a ``max_frame`` sized for what they may send."""
+    of untrusted peers should pass a ``max_frame`` sized for what they may send.
+
+    ``walk=False`` skips :func:`check_depth`'s Python-level walk, which costs about as much as
+    the decoding itself: replay's seeks (``sources.replay``) skip it and catch whatever a
+    damaged frame makes the reducer raise. msgpack's own nesting limit and every other bound
+    still hold."""
     if len(payload) > max_frame:
         raise FrameError(f"frame of {len(payload)} bytes exceeds the {max_frame}-byte limit")
     try:
-        obj = msgpack.unpackb(
-            payload,
-            raw=False,
-            strict_map_key=True,
-            use_list=True,
-            ext_hook=_reject_ext,
-            max_str_len=MAX_FRAME,
-            max_bin_len=MAX_FRAME,
-            max_array_len=MAX_ITEMS,
-            max_map_len=MAX_ITEMS,
-            max_ext_len=MAX_FRAME,
-        )
+        obj = msgpack.unpackb(payload, **UNPACK_LIMITS)
     except FrameError:
         raise
     except msgpack.exceptions.StackError:
@@ -90,7 +100,8 @@ def decode_payload(
         raise FrameError(f"undecodable msgpack: {detail}") from None
     if not isinstance(obj, dict):
         raise FrameError(f"frame holds a {_kind(obj)}, not a map")
-    check_depth(obj)
+    if walk:
+        check_depth(obj)
     return obj
 
 

@@ -43,7 +43,9 @@ __all__ = [
     "SnapshotRef",
     "Truncation",
     "fold_recording",
+    "index_snapshots",
     "open_recording",
+    "read_footer",
     "read_state",
     "seek_state",
 ]
@@ -182,11 +184,11 @@ def seek_state(path: str | os.PathLike[str], t: int) -> State:
     p = Path(path)
     with _open(p) as f:
         size = _size(f, p)
-        footer = _read_footer(f, p, size)
+        footer = read_footer(f, p, size)
         if footer is None:
             return open_recording(p).state_at(t)
         index_offset, index = footer
-        refs = _index_snapshots(index, p, index_offset)
+        refs = index_snapshots(index, p, index_offset)
         chosen = [(st, off) for st, off in refs if st <= t]
         if chosen:
             state = _load_snapshot(f, p, chosen[-1][1], index_offset)  # leaves f after it
@@ -231,7 +233,7 @@ def _scan(
             f"{path}: recording format version {prefix[-1]} is not supported "
             f"(this reader knows version {FORMAT_VERSION})"
         )
-    footer = _read_footer(f, path, size)
+    footer = read_footer(f, path, size)
     limit = footer[0] if footer else size
     f.seek(PREFIX_SIZE)
     try:
@@ -275,7 +277,7 @@ def _scan(
         rec.complete = True
         scanned = [(s.t, s.offset) for s in rec.snapshots]
         counted = footer[1].get("events")
-        if _index_snapshots(footer[1], path, footer[0]) != scanned or (
+        if index_snapshots(footer[1], path, footer[0]) != scanned or (
             counted is not None and counted != rec.event_count
         ):
             raise RecordingError(
@@ -358,7 +360,7 @@ def _zero_tail(f: BinaryIO, offset: int) -> bool:
     return True
 
 
-def _read_footer(f: BinaryIO, path: Path, size: int) -> tuple[int, dict[str, Any]] | None:
+def read_footer(f: BinaryIO, path: Path, size: int) -> tuple[int, dict[str, Any]] | None:
     """(index offset, index frame) when the file ends with a valid trailer, else None. A
     trailer that points to something other than an index frame ending right before it is
     corruption."""
@@ -388,7 +390,9 @@ def _check_trailer_tail(f: BinaryIO, path: Path, index_offset: int, size: int) -
     raise RecordingError(f"{path}: damaged trailer after the index at byte {index_offset}")
 
 
-def _index_snapshots(index: dict[str, Any], path: Path, offset: int) -> list[tuple[int, int]]:
+def index_snapshots(index: dict[str, Any], path: Path, offset: int) -> list[tuple[int, int]]:
+    """The (time, byte offset) of every seek snapshot an index frame lists;
+    :class:`RecordingError` when the list is malformed."""
     refs = index.get("snapshots")
     ok = isinstance(refs, list) and all(
         isinstance(r, list)

@@ -21,9 +21,13 @@ from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer
 
 from recordings.state import LogLine, State
+from recordings.writer import RecordingWriter
+from sources.errors import SourceError
+from sources.protocol import EventSource
+from sources.replay import open_replay
+from sources.replay_memory import ReplaySource
 from tui.commands import DashboardCommands
 from tui.screens import HelpScreen, MarkerPrompt
-from tui.sources import EventSource, ReplaySource, SourceError
 from tui.widgets.eventlog import EventLog
 from tui.widgets.header import Header, HeaderInfo
 from tui.widgets.memory import MemoryPanel
@@ -465,8 +469,6 @@ class ProvetopApp(App[int]):
 
     def save_view(self, view: EngineView, path: Path | None = None) -> Path:
         """Write every event this dashboard received from ``view`` as a recording."""
-        from recordings.writer import RecordingWriter
-
         received = getattr(view.source, "received_events", None)
         if received is None:
             raise ValueError("this source keeps no events")
@@ -493,8 +495,6 @@ class ProvetopApp(App[int]):
     def _load_replay(self) -> None:
         assert self._replay_path is not None
         try:
-            from tui.replayfile import open_replay
-
             source = open_replay(self._replay_path)
         except Exception as exc:  # shown to the operator, then quit with an error
             self._call(self._replay_failed, str(exc))

@@ -28,6 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sources.live import LiveSource
+from sources.replay import open_replay
+from sources.synthetic import serve_synthetic, write_synthetic_recording
+from tui.app import ProvetopApp
+
 TARGETS = {"key_ms": 100.0, "cpu_cores": 0.5, "open_s": 2.0, "seek_ms": 200.0}
 
 
@@ -64,49 +69,6 @@ def run(args: argparse.Namespace) -> int:
 # live
 
 
-def _producer(path: str, rate: float, ready) -> None:
-    """Serve a looping synthetic 8-GPU run at ``rate`` events/s to every client."""
-    import socket
-    import threading
-
-    from recordings.framing import encode_frame
-    from tui.synthetic import generate
-
-    events = generate(devices=8, duration_s=60, seed=11, time_scale=0.5)
-    hello, body = events[0], events[1:]
-    span = body[-1]["t"] + 1
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(path)
-    server.listen(4)
-    ready.set()
-
-    def serve(conn: socket.socket) -> None:
-        try:
-            conn.sendall(encode_frame(hello))
-            start, sent, loop = time.monotonic(), 0, 0
-            while True:
-                due = int((time.monotonic() - start) * rate)
-                chunk = bytearray()
-                while sent < due:
-                    i = sent % len(body)
-                    if i == 0 and sent:
-                        loop += 1
-                    event = body[i]
-                    if loop:
-                        event = {**event, "t": event["t"] + loop * span}
-                    chunk += encode_frame(event)
-                    sent += 1
-                if chunk:
-                    conn.sendall(chunk)
-                time.sleep(0.01)
-        except OSError:
-            return
-
-    while True:
-        conn, _ = server.accept()
-        threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-
 def bench_live(args: argparse.Namespace) -> dict[str, Any]:
     import multiprocessing as mp
     import pty
@@ -116,7 +78,7 @@ def bench_live(args: argparse.Namespace) -> dict[str, Any]:
         sock = os.path.join(tmp, "engine.sock")
         out = os.path.join(tmp, "result.json")
         ready = ctx.Event()
-        producer = ctx.Process(target=_producer, args=(sock, args.rate, ready), daemon=True)
+        producer = ctx.Process(target=serve_synthetic, args=(sock, args.rate, ready), daemon=True)
         producer.start()
         ready.wait(30)
         master, slave = pty.openpty()
@@ -179,9 +141,6 @@ def _live_child(args: argparse.Namespace) -> int:
     """Inside the pseudo-terminal: run the dashboard on the producer's socket and measure."""
     import asyncio
 
-    from tui.app import ProvetopApp
-    from tui.sources import LiveSource
-
     source = LiveSource(args.child, keep=False)
     app = ProvetopApp([source])
     result: dict[str, Any] = {}
@@ -237,28 +196,7 @@ def _live_child(args: argparse.Namespace) -> int:
 # replay
 
 
-def make_recording(path: Path, hours: float, devices: int) -> int:
-    """Write a synthetic recording of ``hours`` and ``devices`` GPUs; the number of events."""
-    from recordings.writer import RecordingWriter
-    from tui.synthetic import generate
-
-    events = generate(
-        devices=devices,
-        duration_s=hours * 3600,
-        seed=5,
-        time_scale=3.0,
-        markers=tuple((m * 600.0, f"m{m}") for m in range(1, int(hours * 6))),
-    )
-    writer = RecordingWriter(path, validate_events=False, background_flush=False)
-    for event in events:
-        writer.write(event)
-    writer.close()
-    return len(events)
-
-
 def bench_replay(args: argparse.Namespace) -> dict[str, Any]:
-    from tui.replayfile import open_replay
-
     tmp = None
     if args.recording:
         path = Path(args.recording)
@@ -269,7 +207,7 @@ def bench_replay(args: argparse.Namespace) -> dict[str, Any]:
         made = None
         if not path.exists():
             t = time.perf_counter()
-            made = make_recording(path, args.hours, args.devices)
+            made = write_synthetic_recording(path, args.hours, args.devices)
             made = {"events": made, "write_s": round(time.perf_counter() - t, 1)}
         window = int(30e9)
         t0 = time.perf_counter()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from provetop.errors import UsageError
+
 # target -> module providing add_arguments(parser) and run(args) -> int
 TARGETS: dict[str, str] = {
     "cpu": "engine.bench_cpu",
@@ -29,8 +31,6 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.errors import UsageError
-
     if not getattr(args, "target", None):
         raise UsageError(f"bench needs a target: {', '.join(TARGETS)}")
     if getattr(args, "_unavailable", False):

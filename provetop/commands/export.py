@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+from provetop.errors import UsageError
+from recordings.errors import RecordingError
+from recordings.export_perfetto import write_perfetto
 
 FORMATS = ("perfetto",)
 
@@ -24,13 +30,6 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-    from pathlib import Path
-
-    from provetop.errors import UsageError
-    from recordings.errors import RecordingError
-    from recordings.export_perfetto import write_perfetto
-
     if args.format not in FORMATS:
         raise UsageError(f"unknown export format {args.format!r} (known: {', '.join(FORMATS)})")
     out = Path(args.output) if args.output else Path(args.file).with_suffix(".perfetto.json")

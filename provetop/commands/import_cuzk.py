@@ -12,6 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from provetop.errors import UsageError
+from recordings.writer import RecordingWriter
+from sources.cuzk.convert import MS, Converter
+from sources.cuzk.follow import iter_lines
+from sources.cuzk.parse import TimelineLine, parse_line
+
 
 def add_parser(sub, name: str, help_text: str) -> None:
     parser = sub.add_parser(
@@ -60,9 +66,6 @@ def _wall_anchor(log: str) -> int | None:
     modification time less its last TIMELINE offset (approximate)."""
     if log == "-":
         return None
-    from engine.cuzk.follow import iter_lines
-    from engine.cuzk.parse import TimelineLine, parse_line
-
     last = 0
     for line, _ in iter_lines(log):
         if "TIMELINE," in line:
@@ -73,18 +76,12 @@ def _wall_anchor(log: str) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.errors import UsageError
-
     if args.log != "-" and not os.path.isfile(args.log):
         raise UsageError(f"no such cuzk log: {args.log}")
     if args.status_snapshots and not os.path.isdir(args.status_snapshots):
         raise UsageError(f"--status-snapshots is not a directory: {args.status_snapshots}")
     if args.workers_per_device < 1:
         raise UsageError("--workers-per-device must be at least 1")
-
-    from engine.cuzk.convert import MS, Converter
-    from engine.cuzk.follow import iter_lines
-    from recordings.writer import RecordingWriter
 
     snapshots, bad = _snapshots(args.status_snapshots) if args.status_snapshots else ([], [])
     conv = Converter(

@@ -1,10 +1,15 @@
 """``provetop replay FILE``: the dashboard over a recording, with play, pause, speed, seeks and
-jumps between faults and markers. Textual is imported only when the command runs."""
+jumps between faults and markers. The dashboard opens the file with ``sources.replay``."""
 
 from __future__ import annotations
 
 import argparse
 import os
+
+from provetop.commands.watch import add_display_arguments
+from provetop.errors import UsageError
+from recordings.format import MAGIC
+from tui.app import ProvetopApp
 
 
 def add_parser(sub, name: str, help_text: str) -> None:
@@ -14,18 +19,12 @@ def add_parser(sub, name: str, help_text: str) -> None:
         "--speed", type=float, default=1.0, help="playback speed, 0.25 to 16 (default 1)"
     )
     p.add_argument("--paused", action="store_true", help="start paused at the beginning")
-    from provetop.commands.watch import add_display_arguments
-
     add_display_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.errors import UsageError
-
     if not os.path.isfile(args.file):
         raise UsageError(f"no such recording: {args.file}")
-    from recordings.format import MAGIC
-
     try:
         with open(args.file, "rb") as f:
             head = f.read(len(MAGIC))
@@ -35,8 +34,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file} is not a provetop recording")
     if not 0.25 <= args.speed <= 16:
         raise UsageError(f"--speed must be between 0.25 and 16, got {args.speed:g}")
-    from tui.app import ProvetopApp
-
     app = ProvetopApp(
         replay_path=args.file, autoplay=not args.paused, speed=args.speed, light=args.light
     )

@@ -23,6 +23,13 @@ import tempfile
 import threading
 import time
 
+from provetop.commands.engine import add_engine_arguments, config_from_args
+from provetop.commands.watch import add_display_arguments, read_token
+from provetop.errors import UsageError
+from recordings.writer import default_recording_path
+from sources.live import LiveSource
+from tui.app import ProvetopApp
+
 STARTUP_TIMEOUT_S = 600.0  # the engine prints its address before the SRS is made: this is
 # only reached when the child hangs before serving (a GPU start can take a minute)
 STOP_TIMEOUT_S = 120.0  # partitions in flight finish first; a 2^27 one takes seconds
@@ -30,9 +37,6 @@ STOP_TIMEOUT_S = 120.0  # partitions in flight finish first; a 2^27 one takes se
 
 def add_parser(sub, name: str, help_text: str) -> None:
     p = sub.add_parser(name, help=help_text, description=help_text)
-    from provetop.commands.engine import add_engine_arguments
-    from provetop.commands.watch import add_display_arguments
-
     add_engine_arguments(p)
     add_display_arguments(p)
     p.add_argument("--save-dir", default=".", metavar="DIR", help="where S saves recordings")
@@ -40,8 +44,6 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 def engine_argv(args: argparse.Namespace) -> list[str]:
     """The ``provetop engine`` flags equal to the engine flags given to ``run``."""
-    from provetop.commands.engine import add_engine_arguments
-
     probe = argparse.ArgumentParser(add_help=False)
     add_engine_arguments(probe)
     argv: list[str] = []
@@ -59,9 +61,6 @@ def engine_argv(args: argparse.Namespace) -> list[str]:
 def _check_flags(args: argparse.Namespace) -> str | None:
     """Refuse bad flags here with the engine's one-line messages, before any process starts;
     returns the recording path the engine will write (None for --no-record)."""
-    from provetop.commands.engine import config_from_args
-    from provetop.errors import UsageError
-
     config_from_args(args)
     if args.record and args.no_record:
         raise UsageError("--record and --no-record are mutually exclusive")
@@ -75,15 +74,11 @@ def _check_flags(args: argparse.Namespace) -> str | None:
                 f"--record {args.record}: the path exists; the engine never overwrites"
             )
         return args.record
-    from recordings.writer import default_recording_path
-
     return str(default_recording_path())
 
 
 def _start_engine(args: argparse.Namespace, record: str | None) -> tuple[subprocess.Popen, str]:
     """Start the child engine; return it and the address it serves (read from its stdout)."""
-    from provetop.errors import UsageError
-
     argv = engine_argv(args)
     if record is not None and not args.record:
         argv += ["--record", record]
@@ -133,9 +128,6 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.commands.watch import read_token
-    from tui.sources import LiveSource
-
     record = _check_flags(args)
     token = read_token(args.token_file) if args.token_file else None
     child, address = _start_engine(args, record)
@@ -145,8 +137,6 @@ def run(args: argparse.Namespace) -> int:
         # not leave an orphaned engine serving forever
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        from tui.app import ProvetopApp
-
         source = LiveSource(address, token=token)
         app = ProvetopApp([source], save_dir=args.save_dir, light=args.light)
         code = int(app.run() or 0)

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+
+from provetop.errors import UsageError
+from recordings.errors import RecordingError
+from recordings.summary import build_summary, format_summary
 
 
 def add_parser(sub, name: str, help_text: str) -> None:
@@ -12,13 +18,6 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import sys
-
-    from provetop.errors import UsageError
-    from recordings.errors import RecordingError
-    from recordings.summary import build_summary, format_summary
-
     try:
         summary = build_summary(args.file)
     except RecordingError as exc:

@@ -1,12 +1,21 @@
 """``provetop watch [ADDRESS ...]``: attach the dashboard to one or more running engines.
 
 Without an address it finds the newest engine running on this machine for this user (the
-private Unix socket ``provetop engine`` prints). Textual is imported only when the command runs.
+private Unix socket ``provetop engine`` prints). Its sources are those of the ``sources``
+package: live engines, a cuzk prover's log and status endpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+
+from provetop.errors import UsageError
+from recordings.address import AddressError, parse_address
+from sources.cuzk.source import CuzkSource
+from sources.discovery import default_address
+from sources.live import LiveSource
+from tui.app import ProvetopApp
 
 
 def add_parser(sub, name: str, help_text: str) -> None:
@@ -45,8 +54,7 @@ def add_display_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def read_token(path: str | None) -> str | None:
-    from provetop.errors import UsageError
-
+    """The token in ``--token-file`` (None without one); one-line UsageError when unusable."""
     if path is None:
         return None
     try:
@@ -61,17 +69,12 @@ def read_token(path: str | None) -> str | None:
 def _readable_or_pending(path: str) -> bool:
     """A log that does not exist yet is fine (it is followed until it appears, like tail -F);
     one that exists must be a readable regular file."""
-    import os
-
     if not os.path.exists(path):
         return True
     return os.path.isfile(path) and os.access(path, os.R_OK)
 
 
 def run(args: argparse.Namespace) -> int:
-    from provetop.errors import UsageError
-    from tui.sources import LiveSource, default_address, parse_address
-
     addresses = list(args.addresses)
     token = read_token(args.token_file)
     sources = []
@@ -81,8 +84,6 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--cuzk-interval must be a positive number of seconds")
         if args.cuzk_log not in (None, "-") and not _readable_or_pending(args.cuzk_log):
             raise UsageError(f"--cuzk-log {args.cuzk_log}: not a readable file")
-        from engine.cuzk.source import CuzkSource
-
         sources.append(
             CuzkSource(args.cuzk_log, args.cuzk_status, status_interval=args.cuzk_interval)
         )
@@ -95,13 +96,11 @@ def run(args: argparse.Namespace) -> int:
     for text in addresses:
         try:
             address = parse_address(text)
-        except ValueError as exc:
+        except AddressError as exc:
             raise UsageError(str(exc)) from None
         if address.kind == "tcp" and token is None:
             raise UsageError(f"{text}: a tcp:// engine needs --token-file")
         sources.append(LiveSource(address, token=token))
-    from tui.app import ProvetopApp
-
     app = ProvetopApp(sources, save_dir=args.save_dir, light=args.light)
     code = app.run()
     return int(code or 0)

@@ -111,8 +111,8 @@ def _start_engine_process(tmp_path, *extra):
 
 
 def test_engine_serves_until_stopped_then_exits_0(tmp_path):
-    from engine.client import EngineClient
     from recordings.reader import open_recording
+    from sources.client import EngineClient
 
     proc, address, rec = _start_engine_process(tmp_path)
     try:

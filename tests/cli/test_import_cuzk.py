@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.cuzk import sim
 from provetop.cli import main
 from recordings.reader import open_recording, read_state
+from sources.cuzk import sim
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cuzk"
 

@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from engine.client import EngineClient
 from engine.config import from_preset
 from engine.faults import ALLOC_SITES, FaultSpecError, parse_spec
 from engine.runner import Engine, EngineError
 from recordings.reader import open_recording
+from sources.client import EngineClient
 
 PARTITIONS = 4
 USED = ("sync_used", "async_used", "pinned_host")  # bytes some partition still holds

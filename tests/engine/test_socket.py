@@ -10,13 +10,13 @@ from dataclasses import asdict
 import pytest
 
 from engine.bus import Bus
-from engine.client import EngineClient
 from engine.config import from_preset
 from engine.runner import Engine
 from engine.testing import GatedBackend
 from kernels.backends import get_backend
 from recordings.reader import open_recording
 from recordings.state import State
+from sources.client import EngineClient
 
 
 def _engine(tmp_path=None, gated=False, **kw):

@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine.server as server_mod
-from engine.client import EngineClient
 from engine.config import from_preset
 from engine.runner import Engine
 from engine.testing import GatedBackend
@@ -29,6 +28,7 @@ from kernels.backends import get_backend
 from recordings.framing import HEADER, encode_frame
 from recordings.reader import open_recording
 from recordings.schema import CONTROL_COMMANDS
+from sources.client import EngineClient
 
 TOKEN = "".join(random.choices(string.ascii_letters + string.digits, k=24))
 

@@ -15,8 +15,8 @@ import pytest
 
 from recordings.framing import HEADER, FrameDecoder, encode_frame
 from recordings.state import State
+from sources.live import LiveSource
 from tests.tui.helpers import pilot_test, tap
-from tui.sources import LiveSource
 
 
 class HostileEngine:

@@ -1,4 +1,4 @@
-"""The cuzk converter against a modeled cuzk run whose truth is known (engine/cuzk/sim.py)."""
+"""The cuzk converter against a modeled cuzk run whose truth is known (sources/cuzk/sim.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from engine.cuzk import sim
-from engine.cuzk.convert import MS, SYNTH_WORKER_BASE, Converter
 from recordings.schema import validate
 from recordings.state import State
+from sources.cuzk import sim
+from sources.cuzk.convert import MS, SYNTH_WORKER_BASE, Converter
 
 
 def convert(lines, **kw):

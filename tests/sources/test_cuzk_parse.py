@@ -7,7 +7,7 @@ import string
 
 import pytest
 
-from engine.cuzk.parse import (
+from sources.cuzk.parse import (
     Malformed,
     PanicLine,
     TimelineLine,

@@ -8,11 +8,11 @@ import subprocess
 import sys
 import time
 
-from engine.cuzk import sim
-from engine.cuzk.convert import Converter
-from engine.cuzk.source import CuzkSource
 from recordings.schema import validate
 from recordings.state import State
+from sources.cuzk import sim
+from sources.cuzk.convert import Converter
+from sources.cuzk.source import CuzkSource
 
 
 def batch(lines):
@@ -81,7 +81,7 @@ def test_stdin_source_in_a_subprocess(tmp_path):
     run = sim.simulate(random.Random(random.randrange(1 << 30)), jobs=1, partitions=3)
     script = (
         "import json, sys\n"
-        "from engine.cuzk.source import CuzkSource\n"
+        "from sources.cuzk.source import CuzkSource\n"
         "src = CuzkSource('-', poll_interval=0.01).start()\n"
         "for e in src.events(timeout=10):\n"
         "    print(json.dumps(e))\n"
@@ -120,7 +120,8 @@ def test_source_speaks_the_dashboard_protocol(tmp_path):
 
     import pytest
 
-    from tui.sources import EventSource, SourceError
+    from sources.errors import SourceError
+    from sources.protocol import EventSource
 
     run = sim.simulate(random.Random(random.randrange(1 << 30)), jobs=1, partitions=2)
     path = tmp_path / "cuzk.log"

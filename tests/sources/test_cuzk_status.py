@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from engine.cuzk import sim
-from engine.cuzk.source import CuzkSource
-from engine.cuzk.status import StatusPoller, fetch_status, status_url
+from sources.cuzk import sim
+from sources.cuzk.source import CuzkSource
+from sources.cuzk.status import StatusPoller, fetch_status, status_url
 
 
 class FakeCuzk:

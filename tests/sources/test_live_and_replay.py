@@ -16,19 +16,12 @@ import pytest
 from recordings.framing import FrameDecoder, encode_frame
 from recordings.schema import validate
 from recordings.state import State
-from tui.sources import FeedSource, LiveSource, ReplaySource, SourceError, parse_address
-from tui.synthetic import generate
-
-
-def test_parse_address():
-    assert parse_address("/tmp/x.sock").path == "/tmp/x.sock"
-    assert parse_address("unix:/tmp/x.sock").kind == "unix"
-    tcp = parse_address("tcp://127.0.0.1:7001")
-    assert (tcp.kind, tcp.host, tcp.port) == ("tcp", "127.0.0.1", 7001)
-    assert parse_address("tcp://[::1]:9").host == "::1"
-    for bad in ("tcp://host", "tcp://:5", "http://x:1", ""):
-        with pytest.raises(ValueError):
-            parse_address(bad)
+from sources.errors import SourceError
+from sources.feed import FeedSource
+from sources.live import LiveSource
+from sources.replay_memory import ReplaySource
+from sources.synthetic import generate
+from tests.sources.helpers import Collect
 
 
 def test_synthetic_events_follow_the_schema():
@@ -39,32 +32,6 @@ def test_synthetic_events_follow_the_schema():
     state = State().fold(events)
     assert state.totals()["partitions_ok"] > 0
     assert state.totals()["ooms"] >= 1
-
-
-class Collect:
-    """A Sink that records what a source delivers."""
-
-    def __init__(self) -> None:
-        self.batches: list[list[dict]] = []
-        self.statuses: list[str] = []
-        self.changed = threading.Condition()
-
-    def events(self, source, batch):
-        with self.changed:
-            self.batches.append(list(batch))
-            self.changed.notify_all()
-
-    def status(self, source, text, level="info"):
-        with self.changed:
-            self.statuses.append(text)
-            self.changed.notify_all()
-
-    def flat(self) -> list[dict]:
-        return [e for b in self.batches for e in b]
-
-    def wait(self, predicate, timeout=10.0) -> bool:
-        with self.changed:
-            return self.changed.wait_for(predicate, timeout)
 
 
 class FakeEngine:
@@ -288,7 +255,7 @@ def test_replay_from_a_recording_file_uses_its_snapshots(tmp_path: Path):
 
 def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
     from recordings.writer import RecordingWriter
-    from tui.replayfile import FileReplaySource, open_replay
+    from sources.replay import FileReplaySource, open_replay
 
     rng = random.Random()
     events = generate(
@@ -333,7 +300,7 @@ def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
 def test_watch_finds_the_local_engine_again_after_a_restart(tmp_path, monkeypatch):
     from engine.config import from_preset
     from engine.runner import Engine
-    from tui.sources import default_address
+    from sources.discovery import default_address
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # only this test's engines
 

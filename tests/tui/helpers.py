@@ -6,9 +6,10 @@ import asyncio
 import functools
 import time
 
+from sources.feed import FeedSource
+from sources.replay_memory import ReplaySource
+from sources.synthetic import generate
 from tui.app import ProvetopApp
-from tui.sources import FeedSource, ReplaySource
-from tui.synthetic import generate
 
 SEED = 20261129  # the snapshot tests need one fixed run; other tests draw fresh seeds
 

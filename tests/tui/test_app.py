@@ -8,10 +8,10 @@ import random
 from rich.style import Style
 
 from recordings.state import State
+from sources.synthetic import generate
 from tests.tui.helpers import fed, fixed_events, live_app, pilot_test, replay_app, until
 from tui.screens import HelpScreen, MarkerPrompt
 from tui.style import FAILURE_COLOUR
-from tui.synthetic import generate
 from tui.widgets.header import Header
 from tui.widgets.memory import MemoryPanel, bar, parts
 from tui.widgets.partitions import PartitionsTable, cells, sort_value
@@ -234,8 +234,8 @@ async def test_replay_keys():
 
 @pilot_test
 async def test_watching_two_engines_switches_with_e():
+    from sources.feed import FeedSource
     from tui.app import ProvetopApp
-    from tui.sources import FeedSource
 
     one = generate(devices=1, duration_s=4, seed=random.randrange(1 << 30))
     two = generate(devices=2, duration_s=6, seed=random.randrange(1 << 30))

@@ -15,20 +15,17 @@ from engine.config import from_preset
 from engine.runner import Engine
 from recordings.reader import open_recording
 from recordings.state import phantom_bytes
+from sources.live import LiveSource
+from tests.engine.run_helper import serving_engine
 from tests.tui.helpers import pilot_test, tap, until
 from tui.app import ProvetopApp
 from tui.screens import MarkerPrompt
-from tui.sources import LiveSource
 
 
 @pytest.fixture
 def engine():
-    # many proofs: the run outlasts the test, which stops it
-    eng = Engine(from_preset("ci", backend="cpu", proofs=100_000), listen=None, record=None)
-    eng.start()
-    yield eng
-    eng.stop("test over")
-    eng.close()
+    with serving_engine() as eng:  # many proofs: the run outlasts the test, which stops it
+        yield eng
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import random
 import shutil
 from pathlib import Path
 
-from engine.cuzk import sim
-from engine.cuzk.source import CuzkSource
+from sources.cuzk import sim
+from sources.cuzk.source import CuzkSource
 from tests.tui.helpers import fed, pilot_test
 from tui.app import ProvetopApp
 from tui.widgets.header import Header

@@ -1,4 +1,4 @@
-"""File replay shares finished partition rows between seeks (tui/replayfile.py): a seek must
+"""File replay shares finished partition rows between seeks (sources/replay.py): a seek must
 still land on exactly the state a full fold gives, even when a finished row is reported again
 (the one in-place change the reducer makes to a finished row) and seeks go back and forth."""
 
@@ -11,9 +11,9 @@ import pytest
 
 from recordings.state import State
 from recordings.writer import RecordingWriter
-from tui import replayfile
-from tui.replayfile import FileReplaySource, open_replay
-from tui.synthetic import generate
+from sources import replay
+from sources.replay import FileReplaySource, open_replay
+from sources.synthetic import generate
 
 
 def _current(state: State) -> dict:
@@ -39,7 +39,7 @@ def _with_repeated_reports(events: list[dict], rng: random.Random) -> list[dict]
 @pytest.mark.parametrize("mark_spacing_s", [None, 0.7])
 def test_seeks_with_shared_rows_equal_the_full_fold(tmp_path: Path, monkeypatch, mark_spacing_s):
     if mark_spacing_s is not None:  # prepare() lays checkpoints between the snapshots
-        monkeypatch.setattr(replayfile, "MARK_SPACING_NS", int(mark_spacing_s * 1e9))
+        monkeypatch.setattr(replay, "MARK_SPACING_NS", int(mark_spacing_s * 1e9))
     rng = random.Random()
     events = generate(devices=2, duration_s=40, seed=rng.randrange(1 << 30))
     events = _with_repeated_reports(events, rng)

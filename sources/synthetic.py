@@ -10,10 +10,16 @@ measurement: ``hello.config.synthetic`` says so.
 
 from __future__ import annotations
 
+import os
 import random
+import socket
+import threading
+import time
 from typing import Any
 
+from recordings.framing import encode_frame
 from recordings.schema import SCHEMA_VERSION
+from recordings.writer import RecordingWriter
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -329,3 +335,64 @@ def _memory_samples(
                 }
             )
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# a synthetic engine on a socket, a synthetic recording on disk (the dashboard's benchmark)
+
+
+def serve_synthetic(path: str, rate: float, ready: Any) -> None:
+    """Serve a looping synthetic 8-GPU run at ``rate`` events/s to every client of a Unix
+    socket at ``path``, in the engine's wire format; ``ready.set()`` once it listens. Runs
+    until its process ends (``provetop bench tui`` starts it in a process of its own, so the
+    dashboard's CPU time does not count it)."""
+    events = generate(devices=8, duration_s=60, seed=11, time_scale=0.5)
+    hello, body = events[0], events[1:]
+    span = body[-1]["t"] + 1
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(4)
+    ready.set()
+
+    def serve(conn: socket.socket) -> None:
+        try:
+            conn.sendall(encode_frame(hello))
+            start, sent, loop = time.monotonic(), 0, 0
+            while True:
+                due = int((time.monotonic() - start) * rate)
+                chunk = bytearray()
+                while sent < due:
+                    i = sent % len(body)
+                    if i == 0 and sent:
+                        loop += 1
+                    event = body[i]
+                    if loop:
+                        event = {**event, "t": event["t"] + loop * span}
+                    chunk += encode_frame(event)
+                    sent += 1
+                if chunk:
+                    conn.sendall(chunk)
+                time.sleep(0.01)
+        except OSError:
+            return
+
+    while True:
+        conn, _ = server.accept()
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+def write_synthetic_recording(path: str | os.PathLike[str], hours: float, devices: int) -> int:
+    """Write a synthetic recording of ``hours`` and ``devices`` GPUs, with a marker every ten
+    minutes; the number of events."""
+    events = generate(
+        devices=devices,
+        duration_s=hours * 3600,
+        seed=5,
+        time_scale=3.0,
+        markers=tuple((m * 600.0, f"m{m}") for m in range(1, int(hours * 6))),
+    )
+    writer = RecordingWriter(path, validate_events=False, background_flush=False)
+    for event in events:
+        writer.write(event)
+    writer.close()
+    return len(events)

@@ -1,9 +1,18 @@
 """Save an SVG screenshot of the dashboard watching a real engine run (docs/screenshot.svg).
 
-``python -m tui.screenshot docs/screenshot.svg``: starts the engine in-process on the cpu
-backend (two modeled devices at the ``phantom`` preset's capacity, two workers each, the
-memory-aware allocator, so pre-stage skips and fallbacks show), attaches the dashboard through
-the engine's socket at 160x48, adds a marker, lets it run a few seconds and saves the screen.
+Run it from the repository root (``PYTHONPATH=.`` makes this checkout's packages the ones
+imported, whatever is installed)::
+
+    PYTHONPATH=. python tools/screenshot.py docs/screenshot.svg [--seconds 4]
+
+It starts the engine in-process on the cpu backend (two modeled devices at the ``phantom``
+preset's capacity, two workers each, the memory-aware allocator, so pre-stage skips and
+fallbacks show), attaches the dashboard through the engine's socket at 160x48 as ``provetop
+watch`` would, adds a marker, lets it run a few seconds and saves the screen.
+
+Why a script here and not a module of the product: it is the one place that runs the engine and
+the dashboard in one process. The dashboard may not import the engine (the layers of
+docs/architecture.md, checked by ``lint-imports``), and nothing the product imports needs this.
 """
 
 from __future__ import annotations
@@ -12,13 +21,13 @@ import argparse
 import asyncio
 import time
 
+from engine.config import from_preset
+from engine.runner import Engine
+from sources.live import LiveSource
+from tui.app import ProvetopApp
+
 
 async def _shoot(out: str, seconds: float, size: tuple[int, int]) -> None:
-    from engine.config import from_preset
-    from engine.runner import Engine
-    from tui.app import ProvetopApp
-    from tui.sources import LiveSource
-
     config = from_preset(
         "phantom", backend="cpu", proofs=400, devices=(0, 1), workers_per_device=2,
         allocator="aware",

@@ -34,7 +34,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.cuzk.parse import (
+from recordings.schema import SCHEMA_VERSION, make
+from sources.cuzk.parse import (
     Malformed,
     PanicLine,
     TimelineLine,
@@ -43,13 +44,15 @@ from engine.cuzk.parse import (
     Value,
     parse_line,
 )
-from engine.workers import SYNTH_LANE_BASE
-from recordings.schema import SCHEMA_VERSION, make
 
 MS = 1_000_000  # ns per ms
 MIB = 1 << 20
 PRESTAGE_MARGIN = 512 * MIB  # cuzk's SAFETY_MARGIN in groth16_cuda.cu
-SYNTH_WORKER_BASE = SYNTH_LANE_BASE  # synthesis slots: workers 100, 101, ... of device 0
+# Synthesis slots are drawn as workers 100, 101, ... of device 0: the lanes the engine's
+# look-ahead uses (engine.workers.SYNTH_LANE_BASE; a test keeps the two equal). The number is
+# sent in hello.config.synth_worker_base, so the dashboard reads it from the stream; it is
+# repeated here because a source does not import the engine.
+SYNTH_WORKER_BASE = 100
 SYNTH_LANES = 8  # at most this many synthesis lanes (cuzk may synthesize dozens at once)
 SLACK_NS = 100 * MS  # TIMELINE lines of different threads may print slightly out of order
 STALE_NS = 120 * 1_000_000_000  # an unfinished GPU call stops holding the watermark after this

@@ -5,7 +5,10 @@ Opening one here reads only that index and the ``hello``; a seek decodes the nea
 before the wanted window and the frames after it; playing on decodes frames as they come. So an
 hour of eight GPUs opens in the time it takes to map the file, and a seek costs the events of
 one snapshot interval, not of the whole run. Files without an index (still being written, or
-cut short) go through the tolerant full reader instead (:class:`tui.sources.ReplaySource`).
+cut short) go through the tolerant full reader instead
+(:class:`sources.replay_memory.ReplaySource`). The trailer and index are checked by
+:mod:`recordings.reader`, and every frame is decoded with the bounds of
+:mod:`recordings.framing`.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from typing import Any
 
 import msgpack
 
-from recordings.format import END_MAGIC, INDEX_KIND, PREFIX, PREFIX_SIZE, TRAILER, TRAILER_SIZE
-from recordings.framing import HEADER_SIZE, MAX_FRAME, MAX_ITEMS, FrameError
+from recordings.errors import RecordingError
+from recordings.format import PREFIX, PREFIX_SIZE
+from recordings.framing import HEADER_SIZE, UNPACK_LIMITS, FrameError, decode_payload
+from recordings.reader import index_snapshots, read_footer
 from recordings.state import PartitionRow, State
-from tui.sources import SourceError, next_point
+from sources.errors import SourceError
+from sources.replay_memory import ReplaySource, next_point
 
 _MEMORY_KEY = b"\xa1k\xa6memory"  # a map whose first key is k = "memory" (after the header)
 HISTORY_BYTES = 24 << 20  # a seek decodes at most about this much before the position
@@ -50,33 +56,29 @@ class FileReplaySource:
         self._file = open(path, "rb")  # noqa: SIM115 (closed in close())
         try:
             size = os.fstat(self._file.fileno()).st_size
-            if size < PREFIX_SIZE + TRAILER_SIZE:
-                raise NotIndexed("too short")
+            if self._file.read(PREFIX_SIZE) != PREFIX:
+                raise NotIndexed("not a recording of this format version")
+            footer = read_footer(self._file, Path(path), size)  # the reader's trailer checks
+            if footer is None:
+                raise NotIndexed("no trailer")
+            index_offset, index = footer
+            snapshots = index_snapshots(index, Path(path), index_offset)
             self._mm = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError, NotIndexed):
+        except (OSError, ValueError, NotIndexed, RecordingError) as exc:
             self._file.close()
-            raise
-        mm = self._mm
-        if mm[:PREFIX_SIZE] != PREFIX:
-            self.close()
-            raise NotIndexed("not a recording of this format version")
-        index_offset, magic = TRAILER.unpack(mm[size - TRAILER_SIZE :])
-        if magic != END_MAGIC or not PREFIX_SIZE <= index_offset < size - TRAILER_SIZE:
-            self.close()
-            raise NotIndexed("no trailer")
+            raise NotIndexed(str(exc)) from None
         self.limit = index_offset
         try:
-            index, _ = self._frame_at(index_offset, size - TRAILER_SIZE)
             _header, after_header = self._frame_at(PREFIX_SIZE)
             self.hello, _ = self._frame_at(after_header)
         except FrameError as exc:
             self.close()
             raise NotIndexed(str(exc)) from None
-        if index.get("k") != INDEX_KIND or self.hello.get("k") != "hello":
+        if self.hello.get("k") != "hello":
             self.close()
             raise NotIndexed("unexpected frames")
         self.first_event = after_header
-        self.snapshots: list[tuple[int, int]] = [(int(t), int(o)) for t, o in index["snapshots"]]
+        self.snapshots: list[tuple[int, int]] = snapshots
         self._snap_times = [t for t, _ in self.snapshots]
         self.start = int(self.hello.get("t", 0))
         self.end = int(index.get("t", self.start))
@@ -406,43 +408,17 @@ class FileReplaySource:
         self._file.close()
 
 
-def _reject_ext(code: int, data: bytes) -> Any:
-    raise FrameError(f"msgpack extension type {code} is not allowed")
-
-
-_UNPACK_LIMITS: dict[str, Any] = {
-    "raw": False,
-    "strict_map_key": True,
-    "ext_hook": _reject_ext,
-    "timestamp": 0,
-    "max_str_len": MAX_FRAME,
-    "max_bin_len": MAX_FRAME,
-    "max_array_len": MAX_ITEMS,
-    "max_map_len": MAX_ITEMS,
-    "max_ext_len": MAX_FRAME,
-}
-
-
 def _decode(payload: memoryview) -> dict[str, Any]:
-    """One frame's map. The bounds of recordings.framing (sizes, no extension types) without
-    its Python-level depth walk, which would double the cost of a seek; msgpack's own nesting
-    limit still holds, and replay catches whatever a damaged frame makes the reducer raise."""
-    try:
-        obj = msgpack.unpackb(payload, **_UNPACK_LIMITS)
-    except FrameError:
-        raise
-    except Exception as exc:  # msgpack raises several types on bad input
-        raise FrameError(f"undecodable frame: {exc or type(exc).__name__}") from None
-    if not isinstance(obj, dict):
-        raise FrameError("a frame that is not a map")
-    return obj
+    """One frame's map, with the bounds of recordings.framing but without its Python-level
+    nesting walk, which would double the cost of a seek."""
+    return decode_payload(payload, walk=False)
 
 
 def _split_snapshot(payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
     """A seek snapshot frame split into its state without ``partitions`` (decoded) and the
     encoded bytes of each partition row (skipped over, not decoded). Raises on any shape
     but ``{..., "state": {..., "partitions": [row, ...]}}`` with nothing after it."""
-    unpacker = msgpack.Unpacker(max_buffer_size=max(len(payload), 1), **_UNPACK_LIMITS)
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(payload), 1), **UNPACK_LIMITS)
     unpacker.feed(payload)
     frame: dict[str, Any] = {}
     rows: list[bytes] = []
@@ -475,6 +451,4 @@ def open_replay(path: str | os.PathLike[str]) -> Any:
     try:
         return FileReplaySource(path)
     except NotIndexed:
-        from tui.sources import ReplaySource
-
         return ReplaySource.open(path)

@@ -9,7 +9,7 @@ the source's thread). The first event is ``hello`` with ``source="cuzk"`` and
 always refuses.
 
 While the log is quiet the source advances the converter's clock from wall time, so events held
-back for ordering (``engine.cuzk.convert``) are released within about a second.
+back for ordering (``sources.cuzk.convert``) are released within about a second.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from engine.cuzk.convert import MS, Converter
-from engine.cuzk.follow import FileFollower, StreamFollower, open_follower
-from engine.cuzk.status import StatusPoller, StatusResult, fetch_status, status_url
+from sources.cuzk.convert import MS, Converter
+from sources.cuzk.follow import FileFollower, StreamFollower, open_follower
+from sources.cuzk.status import StatusPoller, StatusResult, fetch_status, status_url
+from sources.errors import SourceError
 
 Events = list[dict[str, Any]]
 BATCH_SECONDS = 0.05  # a batch for the dashboard is flushed at least this often
@@ -122,7 +123,7 @@ class CuzkSource:
                 self._out.clear()
             yield from batch
 
-    # -- the dashboard's EventSource protocol (tui/sources.py) ---------------------------------
+    # -- the EventSource protocol (sources/protocol.py) -----------------------------------------
 
     @property
     def label(self) -> str:
@@ -165,11 +166,7 @@ class CuzkSource:
         self.stop()
 
     def send(self, cmd: str, args: dict[str, Any]) -> int:
-        """cuzk takes no commands: raises the dashboard's ``SourceError``."""
-        try:
-            from tui.sources import SourceError
-        except ImportError:  # pragma: no cover - the dashboard is not installed
-            SourceError = PermissionError  # noqa: N806
+        """cuzk takes no commands: raises :class:`sources.errors.SourceError`."""
         raise SourceError("cuzk is read-only: provetop cannot control it")
 
     def command(self, cmd: str, args: dict[str, Any] | None = None) -> dict[str, Any]:

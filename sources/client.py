@@ -1,0 +1,159 @@
+"""The one client of the engine's telemetry socket: connect, authenticate, read events, send
+commands.
+
+Why one: the dashboard's live source, the tests, ``bench/load_clients.py`` and any script need
+the same few steps (the address syntax of :mod:`recordings.address`, the TCP auth frame, framed
+msgpack with the decoder's bounds, command ids), and two copies had drifted apart. This module
+does no reconnecting, batching or schema checks: :class:`sources.live.LiveSource` adds those
+for the dashboard.
+
+    with EngineClient("unix:/run/user/1000/provetop-x/engine.sock") as client:
+        for event in client.events():
+            ...
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+from recordings.address import Address, parse_address
+from recordings.framing import FrameDecoder, FrameError, encode_frame
+
+__all__ = ["EngineClient", "RECV_BYTES"]
+
+RECV_BYTES = 1 << 18  # bytes asked of the socket per read
+
+
+class EngineClient:
+    """Connected to ``address`` (``unix:PATH``, a path, or ``tcp://HOST:PORT``, as
+    ``provetop engine`` prints it). With ``token``, the first frame sent is the TCP auth frame
+    (the engine closes a TCP connection without it). ``timeout`` bounds the connect and, until
+    a read passes its own, every read. Raises ``OSError`` when the engine cannot be reached and
+    :class:`recordings.address.AddressError` (a ``ValueError``) for a malformed address; the
+    default ``unix`` address names no socket, so a caller resolves it first
+    (:func:`sources.discovery.default_address`)."""
+
+    def __init__(
+        self, address: str | Address, token: str | None = None, timeout: float = 10.0
+    ) -> None:
+        self.address = address if isinstance(address, Address) else parse_address(address)
+        if self.address.default:
+            raise ValueError("the default address 'unix' names no socket: give unix:PATH")
+        self.sock = _connect(self.address, timeout)
+        self.decoder = FrameDecoder()
+        self._broken: FrameError | None = None
+        self._ids = itertools.count(1)
+        if token is not None:
+            self.send({"k": "auth", "token": token})
+
+    # -- sending --------------------------------------------------------------------------------
+
+    def send(self, frame: dict[str, Any]) -> None:
+        """Send one frame (a map; :class:`recordings.framing.FrameError` if it cannot be one)."""
+        self.sock.sendall(encode_frame(frame))
+
+    def send_raw(self, data: bytes) -> None:
+        """Send bytes as they are (tests of the engine's defences against broken framing)."""
+        self.sock.sendall(data)
+
+    def command(
+        self, cmd: str, args: dict[str, Any] | None = None, *, cid: int | None = None
+    ) -> int:
+        """Send a control command; return its id (match it against ``control`` events). Ids
+        count from 1 per client unless ``cid`` is given (a caller numbering across
+        reconnections)."""
+        if cid is None:
+            cid = next(self._ids)
+        self.send({"k": "command", "id": cid, "cmd": cmd, "args": args or {}})
+        return cid
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    def read(self, timeout: float | None = None) -> list[dict[str, Any]] | None:
+        """One read of the socket: the frames it completed (``[]`` when nothing, or only part
+        of a frame, arrived within ``timeout``); None when the engine closed the connection.
+        Raises :class:`recordings.framing.FrameError` on broken framing, after returning the
+        frames complete before it (the connection is then unusable), and ``OSError`` on
+        socket errors."""
+        if self._broken is not None:
+            raise self._broken
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(RECV_BYTES)
+        except TimeoutError:
+            return []
+        if not data:
+            return None
+        frames: list[dict[str, Any]] = []
+        try:
+            self.decoder.feed(data)
+            frames.extend(self.decoder.frames())
+        except FrameError as exc:
+            if not frames:
+                raise
+            self._broken = exc  # the frames before the break first; the error on the next read
+        return frames
+
+    def next_event(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The next event; None when the engine closed the connection. ``TimeoutError`` when
+        nothing arrives within ``timeout`` (the constructor's by default)."""
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not None:
+                return frame
+            data = self.sock.recv(RECV_BYTES)
+            if not data:
+                return None
+            self.decoder.feed(data)
+
+    def events(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """Events until the connection closes."""
+        while True:
+            event = self.next_event(timeout)
+            if event is None:
+                return
+            yield event
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Wake a read blocked in another thread (it sees the connection closed)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> EngineClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _connect(address: Address, timeout: float) -> socket.socket:
+    if address.kind == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        target: Any = address.path
+    else:
+        family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        target = (address.host, address.port)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(target)
+    except OSError:
+        sock.close()
+        raise
+    return sock
