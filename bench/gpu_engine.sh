@@ -131,7 +131,7 @@ samples)  # after the sort rule (a30e5a8): its GPU tests and the engine's (these
     bench naive16 150 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
     ;;
-pinning)  # the witness pools registered on large pages (kernels/host_pinned.py), and kept
+pinning)  # the witness pools registered on large pages (kernels/cuda/host_pinned.py), and kept
     # until the run closes: its GPU tests and the engine's, then aware
     gpu_tests 110 tests/kernels/test_host_pinned.py tests/engine/test_cuda.py
     bench aware 90 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware

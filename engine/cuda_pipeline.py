@@ -15,7 +15,7 @@ sets up once per device or once per run, before and after its partitions:
   two-worker regression (32.1 -> 41.0 s/proof) came from trims that made one worker wait for
   the other's kernels; here a pre-stage that fits is decided from ``cudaMemGetInfo`` alone;
 - :func:`cuda_footprint`: the partition's footprint with the GPU MSM's own scratch sizes
-  (``kernels.cuda_msm.scratch_bytes``) plus the two chunk buffers of a streamed query;
+  (``kernels.cuda.msm.scratch_bytes``) plus the two chunk buffers of a streamed query;
 - :func:`place_device_srs`: the SRS residency decision carried out and emitted (``alloc``
   events, site ``srs``; proof/partition/worker are -1: the SRS belongs to the run);
 - :class:`CudaRun`: the per-device set-up and tear-down (contexts, the host check, the

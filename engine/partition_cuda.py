@@ -11,7 +11,7 @@ Why these differ from the cpu ops (``engine.partition_cpu``), step by step:
   ``msm_h`` runs; the L, A and B-G1 MSMs read prefixes of it;
 - MSM scratch: a *reservation* (the MSM draws its real scratch through the allocator, so
   allocating the planned bytes as well would count them twice);
-- checks: sums on the GPU inside the region (``kernels.cuda_check``), compared on the host;
+- checks: sums on the GPU inside the region (``kernels.cuda.check``), compared on the host;
 - phase times: CUDA events on the worker's compute stream (kernel phases) and upload stream
   (copies), into ``phase_end``'s ``gpu_ms``.
 
@@ -46,7 +46,7 @@ class CudaPartition:
     MSM scratch as a reservation; on a real CUDA device also the witness made on the GPU
     into the worker's pinned pool, the aux scalars uploaded once per partition into a
     stream-ordered block while ``msm_h`` runs (before, each MSM uploaded its own copy inside
-    the GPU region), and the exact checks on the GPU (``kernels.cuda_check``)."""
+    the GPU region), and the exact checks on the GPU (``kernels.cuda.check``)."""
 
     def __init__(self, scope: WorkerScope) -> None:
         self.scope = scope

@@ -8,7 +8,7 @@ read-only by every partition and worker, as a real prover loads its parameters o
 Why each query's secrets are the powers of one secret (s_i = sigma_q^i, sigma_h = tau, the
 four sigmas independent and uniform): a 32 GiB sector's queries hold 4.2e8 points, and their
 secrets as Python ints would take ~25 GB and hours to make. Four ints describe them all: the
-GPU makes any range of secrets on demand (``kernels.cuda_check.powers``) and a check needs no
+GPU makes any range of secrets on demand (``kernels.cuda.check.powers``) and a check needs no
 stored secrets (<k, s> is the value at sigma of the polynomial with coefficients k). The
 structure is invisible to the MSM, which only sees points.
 

@@ -59,7 +59,7 @@ PHASES: dict[str, Phase] = {
         Phase("verify", "host"),
         Phase("release", "host"),
         # Phases of a cuzk (supraseal-c2) partition as its CUZK_TIMING lines measure them; the
-        # cuzk adapter (engine/cuzk, docs/cuzk.md) emits these instead of the finer ones above.
+        # cuzk adapter (sources/cuzk, docs/cuzk.md) emits these instead of the finer ones above.
         Phase("ntt_msm_h", "h_step", gpu=True),  # NTT H step and the H MSM, timed together
         Phase("batch_add", "msm", gpu=True),  # batch additions of L, A, B-G1, B-G2
         Phase("tail_msm", "msm", gpu=True),  # tail MSMs of L, A, B-G1

@@ -161,7 +161,7 @@ def gpu_visible() -> bool:
 def choose_backend(requested: str | None, probe: Any = None) -> tuple[str, str]:
     """(backend, one-line reason) for ``--backend`` (None = default: cuda when a GPU is
     visible and CuPy can use it, cpu otherwise). ``probe()`` returns None when CUDA is usable
-    or the reason it is not (default: ``kernels.cuda_build.require_cupy``)."""
+    or the reason it is not (default: ``kernels.cuda.runtime.require_cupy``)."""
     if requested:
         return requested, f"backend {requested} (asked for)"
     if probe is None:

@@ -26,12 +26,14 @@ from kernels.cuda.sources import BASE_OPTIONS, SRC_DIR, Defines, define_options,
 # ``KernelTuning.cubin_dir`` (PROVETOP_CUBIN_DIR) points elsewhere.
 DEFAULT_DIR = Path(__file__).resolve().parent / "cubin"
 
-# The architectures prebuilt by default: one cubin each, since SASS runs only on its own major
-# version and a cubin for a lower minor gives up the newer minor's instructions. sm_80  A100, A30
-# sm_89  L4, L40S, RTX 40xx, RTX 6000 Ada sm_86  A10, A40, RTX 30xx, RTX A6000  sm_90  H100, H200,
-# GH200 sm_100 B200, GB200                    sm_120 RTX 50xx, RTX PRO 6000 Blackwell Older GPUs
-# (sm_75 and below) are not targets: nvcc 13 dropped sm_50-sm_72 and the MSM's register budget is
-# tuned for 64K-register SMs with large L2 (docs/performance-notes.md, "MSM and SRS").
+# The architectures prebuilt by default: one cubin each, since SASS runs only on its own
+# major version and a cubin for a lower minor gives up the newer minor's instructions.
+#   sm_80  A100, A30                      sm_89  L4, L40S, RTX 40xx, RTX 6000 Ada
+#   sm_86  A10, A40, RTX 30xx, RTX A6000  sm_90  H100, H200, GH200
+#   sm_100 B200, GB200                    sm_120 RTX 50xx, RTX PRO 6000 Blackwell
+# Older GPUs (sm_75 and below) are not targets: nvcc 13 dropped sm_50-sm_72 and the MSM's
+# register budget is tuned for 64K-register SMs with large L2 (docs/performance-notes.md,
+# "MSM and SRS").
 ARCHS: tuple[str, ...] = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
 NVCC_OPTIONS: tuple[str, ...] = ("-O3",)
 

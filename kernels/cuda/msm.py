@@ -66,10 +66,11 @@ AFFINE_NB_MAX = 512
 # ``msm_sort_group``: windows per launch of both counting-sort kernels, overriding
 # :func:`sort_groups`' rule (0: the rule; for A/B runs). Fewer windows per launch keep the counters
 # they hit (B per window) in L2, at the price of reading the scalars once per launch
-# (docs/performance-notes.md, "MSM and SRS", 2026-11-30, a30e5a8). ``msm_affine_dense``: passes over
-# the dense buckets too (not only the ones): every pass materialises the halved entry list as affine
-# points (96 bytes each), so at 2^27 the first would need ~77 GB; off by default,
-# docs/performance-notes.md, "MSM and SRS" has the measurement that decides it.
+# (docs/performance-notes.md, "MSM and SRS", 2026-11-30, a30e5a8).
+# ``msm_affine_dense``: passes over the dense buckets too (not only the ones): every pass
+# materialises the halved entry list as affine points (96 bytes each), so at 2^27 the first would
+# need ~77 GB; off by default, docs/performance-notes.md, "MSM and SRS" has the measurement that
+# decides it.
 
 _lock = threading.Lock()
 _l2_cache: dict[int, int] = {}
