@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from engine.devices.base import Device
 from engine.workload import FR_BYTES, G1_AFFINE_BYTES, QuerySizes
+from kernels.cpu.msm import default_window_bits, num_windows
 
 MSM_BATCH = 1 << 22  # points uploaded per MSM batch
 XYZZ_BYTES = 4 * 48
@@ -33,7 +34,6 @@ MARGIN_DIVISOR = 24  # cuzk kept 512 MiB on a 12 GiB pre-stage
 
 def msm_scratch_bytes(points: int) -> int:
     """Device scratch of one G1 MSM of ``points`` points (see the module docstring)."""
-    from kernels.cpu.msm import default_window_bits, num_windows
 
     w = default_window_bits(points)
     windows = num_windows(w)

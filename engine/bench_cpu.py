@@ -17,6 +17,8 @@ import time
 from typing import Any
 
 from engine.config import from_preset
+from engine.runner import Engine
+from kernels.cpu.msm import ARKWORKS_AVAILABLE
 from provetop.errors import UsageError
 from recordings.schema import PHASES
 
@@ -33,8 +35,6 @@ def measure(domain_log: int, repeat: int) -> dict[str, Any]:
     """Run one proof of ``repeat`` partitions at 2^K; per-phase medians in ms."""
     # the engine here, not at the top: every command's parser imports this module
     # (``provetop bench``'s targets), and the engine brings numpy and the kernels
-    from engine.runner import Engine
-    from kernels.cpu.msm import ARKWORKS_AVAILABLE
 
     cfg = from_preset(
         None,

@@ -31,8 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.options import config_from_args, tuning_from_env
+from engine.runner import Engine, EngineError
+from kernels.bench_meta import bench_command, gpu_bench_meta
 from provetop.errors import UsageError
+from recordings.reader import fold_recording
 from recordings.schema import PHASES
+from recordings.summary import summarize_state
 
 GPU_MS_PHASES = ("h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1", "copy_back")
 HOST_PHASES = ("synthesis", "prestage", "upload", "fallback_upload", "verify")
@@ -99,8 +103,6 @@ def reduce_recording(path: str | Path) -> dict[str, Any]:
     """The figures of the module docstring from a recording file."""
     # here, not at the top: every command's parser imports this module, and the reader
     # brings msgpack and the reducer
-    from recordings.reader import fold_recording
-    from recordings.summary import summarize_state
 
     copies: dict[str, list[float]] = {p: [] for p in COPY_PHASES}
 
@@ -262,7 +264,6 @@ def format_table(res: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     # the engine here, not at the top: every command's parser imports this module
     # (``provetop bench``'s targets), and the engine brings numpy and the kernels
-    from engine.runner import Engine, EngineError
 
     config = config_from_args(args)
     tuning = tuning_from_env()
@@ -284,7 +285,6 @@ def run(args: argparse.Namespace) -> int:
     res["engine_wall_s"] = wall
     res["engine_error"] = engine.error
     res["config"] = config.to_dict()
-    from kernels.bench_meta import bench_command, gpu_bench_meta
 
     meta: dict[str, Any] = {"command": " ".join(bench_command())}
     if config.backend == "cuda":

@@ -44,6 +44,8 @@ from engine.pipeline import PartitionRunner, RunContext
 from engine.residency import G1_AFFINE_BYTES, plan_residency
 from engine.srs import Srs
 from engine.tuning import DEFAULT_SWITCH_INTERVAL_S
+from kernels.cuda.host_pinned import pinned_empty, take_fallbacks
+from kernels.cuda.msm import scratch_bytes
 from kernels.tuning import KernelTuning
 
 
@@ -101,7 +103,6 @@ def cuda_footprint(
     """``fp`` with each MSM's scratch from the GPU MSM's own formula (which depends on the
     kernels' settings), plus two chunk buffers for a query whose points are streamed from host
     (``streamed``: query -> chunk points)."""
-    from kernels.cuda.msm import scratch_bytes
 
     msm = {}
     for q, m in sizes.items():
@@ -130,8 +131,6 @@ class HostSrs:
         with self._lock:
             pts = self.srs.points.get(query)
             if pts is None:
-                from kernels.cuda.host_pinned import pinned_empty
-
                 m = self.srs.sizes[query]
                 pts = pinned_empty((m, 12), method=self.pin_method)
                 with device.dev:
@@ -244,7 +243,6 @@ class CudaRun:
         points, blocks, streamed = place_device_srs(
             device, ctx.srs, ctx.footprint, workers, host_chunk, ctx.bus, self.host_srs
         )
-        from kernels.cuda.host_pinned import take_fallbacks
 
         for line in take_fallbacks():  # the host SRS, pinned on this thread
             ctx.bus.emit(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from engine.config import ConfigError, EngineConfig, from_preset
+from engine.devices.cuda import choose_backend
 from engine.sizes import parse_size
 from engine.tuning import SettingError, Tuning
 from provetop.errors import UsageError
@@ -111,7 +112,6 @@ def default_backend(args: argparse.Namespace) -> str:
     if getattr(args, "_backend_choice", None) is None:
         # here, not at the top: every command's parser imports this module, and the device
         # probe's module brings numpy
-        from engine.devices.cuda import choose_backend
 
         args._backend_choice = choose_backend(args.backend)
     return args._backend_choice[0]

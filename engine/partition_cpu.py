@@ -14,6 +14,8 @@ from engine.devices.base import Block
 from engine.partition import Attempt, PhaseTimer, WorkerScope
 from engine.srs import QUERIES
 from engine.workload import Witness, synthesize
+from kernels.cpu.srs import check_h_identity, check_msm_identity
+from kernels.layout import fr_from_limbs, g1_from_limbs
 
 
 class CpuPartition:
@@ -99,8 +101,6 @@ class CpuPartition:
 
     def verify(self, att: Attempt, w: Witness, h: Any, results: dict[str, Any]) -> bool:
         """The checks of ``kernels.cpu.srs`` on the host (the CPU reference's speed)."""
-        from kernels.cpu.srs import check_h_identity, check_msm_identity
-        from kernels.layout import fr_from_limbs, g1_from_limbs
 
         srs = self.ctx.srs
         scalars = host_scalars(self.ctx.sizes, w, h)

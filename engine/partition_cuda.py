@@ -32,6 +32,11 @@ from engine.partition_cpu import CpuPartition
 from engine.srs import QUERIES
 from engine.witness_gpu import CHUNK, PinnedBuffers, synthesize_on_gpu
 from engine.workload import Witness
+from kernels.constants import FR_MODULUS as R
+from kernels.cpu.g1 import GENERATOR, scalar_mul
+from kernels.cuda import check as cuda_check
+from kernels.cuda.host_pinned import take_fallbacks
+from kernels.layout import g1_from_limbs
 from recordings.schema import PHASES
 
 GPU_PHASES = frozenset({"check_inputs", "h_step", *MSM_PHASES.values(), "check_sums"})
@@ -104,7 +109,6 @@ class CudaPartition:
     def _report_pin_fallbacks(self, site: str) -> None:
         """A ``registration`` fault per pool that could not be registered (cudaHostAlloc was
         used instead: slower to pin, the same copies; ``kernels.host_pinned``)."""
-        from kernels.host_pinned import take_fallbacks
 
         for line in take_fallbacks():
             self.bus.emit(
@@ -179,7 +183,6 @@ class CudaPartition:
         """A checked partition's A(tau), B(tau), C(tau) from the device copies of a, b, c
         (no second upload of 12 GiB for the check). A wrong upload still fails the check:
         a*b - c would then not vanish on the domain, and no H satisfies the identity."""
-        from kernels import cuda_check
 
         with self.device.dev:
             kw = self.device.kernel_args("check_inputs")  # an OOM names the phase as its site
@@ -218,7 +221,6 @@ class CudaPartition:
         """h(tau) = <h, tau^i> from H's device copy, and the three aux sums <z, s^i> in one
         pass over the *host* z: the scalars as the witness holds them, not the device copy
         the MSMs read, so a wrong scalar upload fails the check too."""
-        from kernels import cuda_check
 
         srs, sizes = self.ctx.srs, self.ctx.sizes
         aux = ("l", "a", "b_g1")
@@ -244,9 +246,6 @@ class CudaPartition:
         here (outside the mutex: no GPU work beside the next holder)."""
         if not self.real:
             return self.host.verify(att, w, h, results)
-        from kernels.constants import FR_MODULUS as R
-        from kernels.cpu.g1 import GENERATOR, scalar_mul
-        from kernels.layout import g1_from_limbs
 
         sums = att.device_sums
         if att.abc_at_tau is None or sums is None:

@@ -19,6 +19,9 @@ from typing import Any
 import numpy as np
 
 from engine.workload import QuerySizes, Witness
+from kernels.cuda.fr import elementwise, random_fr
+from kernels.cuda.host_pinned import pinned_empty
+from kernels.cuda.runtime import on_stream
 
 CHUNK = 1 << 21  # elements per device round trip: 3 x 64 MiB of device memory for a, b, c
 
@@ -29,8 +32,6 @@ class PinnedBuffers:
     partition at a time, and a witness is dropped before the next is made)."""
 
     def __init__(self, n: int, m: int, pin_method: str) -> None:
-        from kernels.cuda.host_pinned import pinned_empty
-
         self.abc = pinned_empty((3, n, 4), method=pin_method)
         self.z = pinned_empty((m, 4), method=pin_method)
 
@@ -59,9 +60,6 @@ def synthesize_on_gpu(
     ``seed`` makes it reproducible, whatever ``chunk`` is (each vector has its own generator
     seed and a chunk continues its sequence; the partition's ``--seed`` stream picks ``seed``)."""
     import cupy
-
-    from kernels.cuda.fr import elementwise, random_fr
-    from kernels.cuda.runtime import on_stream
 
     n = 1 << domain_log
     m = max(sizes.l, sizes.a, sizes.b_g1)

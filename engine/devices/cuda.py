@@ -44,6 +44,7 @@ import numpy as np
 
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
 from engine.nvml import NvmlDevice
+from kernels.cuda.runtime import require_cupy
 
 # cudaMemPoolAttr values (driver_types.h)
 ATTR_RESERVED_CURRENT, ATTR_RESERVED_HIGH, ATTR_USED_CURRENT, ATTR_USED_HIGH = 5, 6, 7, 8
@@ -170,8 +171,6 @@ def choose_backend(requested: str | None, probe: Any = None) -> tuple[str, str]:
             if not gpu_visible():
                 return "no GPU visible"
             try:
-                from kernels.cuda.runtime import require_cupy
-
                 require_cupy()
             except Exception as exc:
                 return str(exc)
@@ -229,8 +228,6 @@ class CudaDevice(Device):
             )
         self.priority_to = priority_to
         if cupy is None:
-            from kernels.cuda.runtime import require_cupy
-
             cupy = require_cupy()
         self.cupy = cupy
         self.rt = cupy.cuda.runtime

@@ -38,9 +38,23 @@ ARCHS: tuple[str, ...] = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"
 NVCC_OPTIONS: tuple[str, ...] = ("-O3",)
 
 
+def user_dir() -> Path:
+    """Where ``provetop warmup`` puts the cubins it builds with this machine's nvcc: the user's
+    cache (the package folder may be read-only once installed)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "provetop" / "cubin"
+
+
 def directory(configured: str | os.PathLike[str] | None = None) -> Path:
-    """The cubin folder: ``configured`` (``KernelTuning.cubin_dir``) or :data:`DEFAULT_DIR`."""
-    return Path(configured) if configured else DEFAULT_DIR
+    """The folder new cubins go to: ``configured`` (``KernelTuning.cubin_dir``) or
+    :func:`user_dir`."""
+    return Path(configured) if configured else user_dir()
+
+
+def search_path(configured: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The folders a cubin is looked for in, in order: ``configured`` alone when given, else
+    the package's own (:data:`DEFAULT_DIR`, filled before a wheel is built) and the user's."""
+    return [Path(configured)] if configured else [DEFAULT_DIR, user_dir()]
 
 
 def cubin_path(name: str, defines: Defines, arch: str, folder: Path) -> Path:
@@ -49,10 +63,14 @@ def cubin_path(name: str, defines: Defines, arch: str, folder: Path) -> Path:
     return folder / src.parent / f"{src.stem}-{source_hash(name, defines)}-{arch}.cubin"
 
 
-def find(name: str, defines: Defines, arch: str, folder: Path) -> Path | None:
-    """The prebuilt cubin for exactly this build, or None."""
-    path = cubin_path(name, defines, arch, folder)
-    return path if path.is_file() else None
+def find(name: str, defines: Defines, arch: str, folder: Path | list[Path]) -> Path | None:
+    """The prebuilt cubin for exactly this build in ``folder`` (or the first of a list that
+    has it), or None."""
+    for each in folder if isinstance(folder, list) else [folder]:
+        path = cubin_path(name, defines, arch, each)
+        if path.is_file():
+            return path
+    return None
 
 
 def nvcc_command(

@@ -115,7 +115,7 @@ def load(
 ) -> KernelModule:
     """The module of ``kernels/cuda/src/<source>`` (e.g. ``"msm/msm.cu"``) compiled with
     ``defines`` (``-DNAME=VALUE``) on ``device`` (default: the current one), from the cache,
-    a prebuilt cubin in ``cubin_dir`` (default: :data:`kernels.cuda.cubins.DEFAULT_DIR`) or
+    a prebuilt cubin in ``cubin_dir`` (default: :func:`kernels.cuda.cubins.search_path`) or
     NVRTC, in that order. Compiled now, so a compile error surfaces here (CuPy's
     CompileException with NVRTC's log) and not at the first launch. Raises CudaUnavailable
     without CuPy or a device."""
@@ -132,7 +132,7 @@ def load(
         mod = _cache.get(key)
         if mod is None:
             with cupy.cuda.Device(dev):
-                mod = _build(cupy, source, defs, dev, cubins.directory(cubin_dir), log)
+                mod = _build(cupy, source, defs, dev, cubins.search_path(cubin_dir), log)
             _cache[key] = mod
     return mod
 
@@ -142,7 +142,9 @@ def loaded_modules() -> list[KernelModule]:
     return list(_cache.values())
 
 
-def _build(cupy: Any, source: str, defs: Defines, dev: int, folder: Path, log: Log) -> KernelModule:
+def _build(
+    cupy: Any, source: str, defs: Defines, dev: int, folder: list[Path], log: Log
+) -> KernelModule:
     arch = f"sm_{cupy.cuda.Device(dev).compute_capability}"
     path = cubins.find(source, defs, arch, folder)
     if path is not None:

@@ -11,6 +11,10 @@ import os
 import sys
 
 from engine.options import add_engine_arguments, backend_note, config_from_args, tuning_from_env
+from engine.runner import Engine, EngineError
+from engine.sizes import fmt_size
+from provetop.errors import UsageError
+from recordings.writer import default_recording_path
 
 __all__ = ["add_engine_arguments", "add_parser", "build_engine", "config_from_args", "run"]
 
@@ -23,8 +27,6 @@ def add_parser(sub, name: str, help_text: str) -> None:
 def build_engine(args: argparse.Namespace, log=None):
     """Check the flags and the ``PROVETOP_*`` settings and construct (not start) the Engine;
     UsageError on bad values."""
-    from engine.runner import Engine, EngineError
-    from provetop.errors import UsageError
 
     config = config_from_args(args)
     tuning = tuning_from_env()  # the only read of the environment's settings
@@ -40,8 +42,6 @@ def build_engine(args: argparse.Namespace, log=None):
             if os.path.lexists(record):  # a typo must not turn a file (or a link) into a recording
                 raise UsageError(f"--record {record}: the path exists; the engine never overwrites")
         else:
-            from recordings.writer import default_recording_path
-
             record = str(default_recording_path())
     try:
         return Engine(
@@ -85,10 +85,6 @@ def _ignore_signals() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.runner import EngineError
-    from engine.sizes import fmt_size
-    from provetop.errors import UsageError
-
     engine = build_engine(args)
     out = sys.stdout
     _sigterm_as_interrupt()

@@ -14,6 +14,12 @@ import argparse
 import json
 import sys
 
+from kernels.backends import BackendUnavailable
+from kernels.selftest.registry import CheckResult
+from kernels.selftest.runner import run_selftest
+from kernels.tuning import KernelTuning, SettingError
+from provetop.errors import UsageError
+
 
 def add_parser(sub, name: str, help_text: str) -> None:
     parser = sub.add_parser(name, help=help_text, description=help_text)
@@ -27,12 +33,6 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernels.backends import BackendUnavailable
-    from kernels.selftest.registry import CheckResult
-    from kernels.selftest.runner import run_selftest
-    from kernels.tuning import KernelTuning, SettingError
-    from provetop.errors import UsageError
-
     tuning = KernelTuning()
     if args.backend == "cuda":  # the CPU backend has nothing to tune
         try:

@@ -5,7 +5,9 @@ Why a command: on a new GPU machine the first use of each kernel source compiles
 host), silently, inside whatever ran first. Here that is one explicit step with one line per
 module and device: where the module came from (``cubin``: prebuilt by ``python -m
 kernels.cuda.prebuild``; ``nvrtc``: compiled, or read back from CuPy's on-disk cache) and how
-long it took. Later processes load every module in well under a second.
+long it took. Where nvcc is on the PATH the missing cubins are first compiled with it, in
+parallel, for the visible GPUs' architectures (``kernels.cuda.warmup.prebuild_missing``). Later
+processes load every module in well under a second.
 
 Modules are built with the kernels' tuning record from the environment (``PROVETOP_*``), so
 ``PROVETOP_NTT_DEFINES`` warms the NTT a tuned run will load. Exit status: 0 when every module
@@ -20,6 +22,19 @@ import argparse
 import sys
 import time
 
+from kernels.cuda.runtime import CudaUnavailable
+from kernels.cuda.warmup import (
+    Built,
+    Warmed,
+    builds,
+    device_archs,
+    prebuild_missing,
+    visible_devices,
+    warm,
+)
+from kernels.tuning import KernelTuning, SettingError
+from provetop.errors import UsageError
+
 
 def add_parser(sub, name: str, help_text: str) -> None:
     parser = sub.add_parser(name, help=help_text, description=help_text)
@@ -33,10 +48,6 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernels.cuda.runtime import CudaUnavailable
-    from kernels.cuda.warmup import Warmed, visible_devices, warm
-    from kernels.tuning import KernelTuning, SettingError
-    from provetop.errors import UsageError
 
     if args.backend == "cpu":
         print("warmup: the cpu backend has nothing to compile")
@@ -58,8 +69,16 @@ def run(args: argparse.Namespace) -> int:
         what = w.source + (f" [{defines}]" if defines else "")
         print(f"gpu {w.device} {w.arch:<7} {what:<32} {w.origin:<6} {w.seconds:8.2f} s", flush=True)
 
+    def built(b: Built) -> None:
+        what = f"nvcc failed ({b.error}); NVRTC will compile it" if b.error else "cubin built"
+        print(f"nvcc    {b.arch:<7} {b.source:<32} {what} in {b.seconds:.1f} s", flush=True)
+
     t0 = time.perf_counter()
     try:
+        archs = device_archs(devices)
+        made = prebuild_missing(builds(tuning), archs, tuning, on_built=built)
+        if made:
+            print(f"{len(made)} builds compiled with nvcc in {time.perf_counter() - t0:.1f} s")
         done = warm(tuning, devices, on_module=show)
     except Exception as exc:  # a compile error (NVRTC's log) or a driver refusal
         print(f"warmup: failed: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -34,6 +34,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from provetop.version import __version__
 from recordings.schema import SCHEMA_VERSION, make
 from sources.cuzk.parse import (
     Malformed,
@@ -923,6 +924,4 @@ def _ms(start: int | None, end: int) -> float | None:
 
 
 def _version() -> str:
-    from provetop.version import __version__
-
     return f"provetop {__version__} cuzk adapter"

@@ -164,15 +164,44 @@ def test_concurrent_loads_of_one_key_compile_once(fake_cupy) -> None:
     assert FakeRawModule.made[0]["options"][-1] == "-DNTT_MIN_BLOCKS=2"
 
 
-def test_warm_loads_every_source_on_every_device(fake_cupy) -> None:
+def test_warm_loads_every_source_a_run_uses_on_every_device(fake_cupy) -> None:
     from kernels.cuda.warmup import warm
     from kernels.tuning import KernelTuning
 
     seen = []
     done = warm(KernelTuning(ntt_defines=(("A", "1"),)), on_module=seen.append, log=lambda s: None)
-    assert [(w.device, w.source) for w in done] == [(d, s) for d in (0, 1) for s in sources.SOURCES]
+    used = [s for s in sources.SOURCES if s != "msm/msm_lb.cu"]  # the MSM the record selects
+    assert [(w.device, w.source) for w in done] == [(d, s) for d in (0, 1) for s in used]
     assert seen == done
-    assert done[0].defines == (("A", "1"),) and all(not w.defines for w in done[1:5])
+    assert done[0].defines == (("A", "1"),) and all(not w.defines for w in done[1:4])
+    lb = warm(KernelTuning(msm_source="msm_lb.cu"), devices=[0], log=lambda s: None)
+    assert [w.source for w in lb if w.source.startswith("msm/")] == ["msm/msm_lb.cu"]
+
+
+def test_prebuild_missing_compiles_only_what_has_no_cubin(tmp_path) -> None:
+    """A stand-in nvcc (a script that writes the -o file) shows which builds are compiled:
+    each (build, arch) without a cubin on the search path, once."""
+    from kernels.cuda.warmup import builds, prebuild_missing
+    from kernels.tuning import KernelTuning
+
+    log = tmp_path / "calls"
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {log}\n'
+        'while [ "$1" != "-o" ]; do shift; done; echo cubin > "$2"\n'
+    )
+    nvcc.chmod(0o755)
+    tuning = KernelTuning(cubin_dir=str(tmp_path / "cubin"))
+    needed = builds(tuning)
+    first = prebuild_missing(needed, ["sm_90"], tuning, nvcc=str(nvcc))
+    assert sorted(b.source for b in first) == sorted(s for s, _ in needed)
+    assert all(not b.error for b in first)
+    assert len(log.read_text().splitlines()) == len(needed)
+    again = prebuild_missing(needed, ["sm_90"], tuning, nvcc=str(nvcc))
+    assert again == [] and len(log.read_text().splitlines()) == len(needed)
+    for src, defs in needed:
+        assert cubins.find(src, defs, "sm_90", cubins.search_path(tuning.cubin_dir)) is not None
 
 
 # --- the commands, where there is no GPU -----------------------------------------------------
