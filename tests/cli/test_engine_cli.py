@@ -144,3 +144,42 @@ def test_sigterm_closes_the_recording_cleanly(tmp_path):
     import os
 
     assert not os.path.exists(address[5:])
+
+
+def test_bench_targets_run_where_another_targets_dependency_is_missing():
+    """On a GPU machine without Textual, ``bench msm`` must still parse (``bench tui`` alone is
+    unavailable there, with the reason)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, builtins\n"
+        "real = builtins.__import__\n"
+        "def no_textual(name, *a, **k):\n"
+        "    if name == 'textual' or name.startswith('textual.'):\n"
+        "        raise ModuleNotFoundError(\"No module named 'textual'\", name='textual')\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = no_textual\n"
+        "from provetop.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    ok = subprocess.run(
+        [sys.executable, "-c", code, "bench", "cpu", "--help"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ok.returncode == 0, ok.stderr
+    tui = subprocess.run(
+        [sys.executable, "-c", code, "bench", "tui"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert tui.returncode == 2
+    assert "bench target 'tui' is not available here: needs textual" in tui.stderr
