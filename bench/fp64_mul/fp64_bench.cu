@@ -4,11 +4,14 @@
 // words per element (Fr 4, Fp 6), one element per thread.
 //
 //   chain_<v>(io, iters, n): thread i loads element z (mont.cuh's Montgomery form z R), runs
-//       4 independent chains x_c <- x_c z (x_c starting at z^(c+1)) for `iters` steps, multiplies
-//       the four together and stores the result: the Montgomery form (R = 2^256 / 2^384) of
-//       z^(10 + 4 iters), whatever the variant (the FP64 ones convert to their radix R' at load
-//       and back at store), so the driver checks the chains' last values too. 4 chains per
-//       thread as fr_mul_chain4 in kernels/cuda/ntt.cu.
+//       C = 4 independent chains x_c <- x_c z (x_c starting at z^(c+1)) for `iters` steps,
+//       multiplies the four together and stores the result: the Montgomery form (R = 2^256 /
+//       2^384) of z^(10 + 4 iters), whatever the variant (the FP64 ones convert to their radix
+//       R' at load and back at store), so the driver checks the chains' last values too. 4
+//       chains per thread as fr_mul_chain4 in kernels/cuda/ntt.cu.
+//   chain_<v>_c8: the same with C = 8 chains (more independent work per thread against
+//       latency): the result is z^(36 + 8 iters). No map kernels of their own (the
+//       multiplication is the 4-chain variant's).
 //   map_<v>(out, a, b, n): out = a b Rv^-1 mod m for canonical a, b < m, where Rv is the
 //       variant's own radix (2^256 / 2^384 for the integer ones, 2^260 / 2^416 for FP64): the
 //       exactness check of the multiplication alone.
@@ -54,8 +57,11 @@ __device__ __forceinline__ unsigned long long gtid() {
     return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
 }
 
-template <class V>
-__device__ __forceinline__ void chain4(uint64_t* io, int iters, unsigned long long n) {
+// C independent chains per thread (C = 4 or 8); the combine multiplies the C chains together
+// in a tree: C = 4 (x0 x1)(x2 x3), C = 8 ((x0 x1)(x2 x3))((x4 x5)(x6 x7)).
+template <class V, int C>
+__device__ __forceinline__ void chainN(uint64_t* io, int iters, unsigned long long n) {
+    static_assert(C == 4 || C == 8, "4 or 8 chains");
     const unsigned long long i = gtid();
     if (i >= n) return;
     typedef typename V::T T;
@@ -63,16 +69,20 @@ __device__ __forceinline__ void chain4(uint64_t* io, int iters, unsigned long lo
 #pragma unroll
     for (int k = 0; k < V::W; k++) w[k] = io[i * V::W + k];
     const T z = V::load(w);
-    T x[4];
+    T x[C];
     x[0] = z;
 #pragma unroll
-    for (int c = 1; c < 4; c++) x[c] = V::mul(x[c - 1], z);
+    for (int c = 1; c < C; c++) x[c] = V::mul(x[c - 1], z);
 #pragma unroll 1
-    for (int it = 0; it < iters; it++) {  // not unrolled: the SASS of one iteration = 4 mults
+    for (int it = 0; it < iters; it++) {  // not unrolled: the SASS of one iteration = C mults
 #pragma unroll
-        for (int c = 0; c < 4; c++) x[c] = V::mul(x[c], z);
+        for (int c = 0; c < C; c++) x[c] = V::mul(x[c], z);
     }
     x[0] = V::mul(V::mul(x[0], x[1]), V::mul(x[2], x[3]));
+    if constexpr (C == 8) {
+        x[4] = V::mul(V::mul(x[4], x[5]), V::mul(x[6], x[7]));
+        x[0] = V::mul(x[0], x[4]);
+    }
     V::store(x[0], w);
 #pragma unroll
     for (int k = 0; k < V::W; k++) io[i * V::W + k] = w[k];
@@ -97,7 +107,7 @@ __device__ __forceinline__ void map1(uint64_t* out, const uint64_t* a, const uin
 
 #define FP64B_KERNELS(name, V)                                                                \
     extern "C" __global__ void chain_##name(uint64_t* io, int iters, unsigned long long n) { \
-        chain4<V>(io, iters, n);                                                              \
+        chainN<V, 4>(io, iters, n);                                                           \
     }                                                                                         \
     extern "C" __global__ void map_##name(uint64_t* out, const uint64_t* a, const uint64_t* b, \
                                           unsigned long long n) {                             \
@@ -129,6 +139,17 @@ FP64B_CONV_KERNEL(fr_f64, v_fr_f64)
 FP64B_CONV_KERNEL(fr_f64_s5, v_fr_f64_s5)
 FP64B_CONV_KERNEL(fp_f64, v_fp_f64)
 FP64B_CONV_KERNEL(fp_f64_s8, v_fp_f64_s8)
+
+// 8 chains per thread: does more independent work per thread lift the latency-bound kernels?
+#define FP64B_CHAIN8_KERNEL(name, V)                                                             \
+    extern "C" __global__ void chain_##name##_c8(uint64_t* io, int iters, unsigned long long n) { \
+        chainN<V, 8>(io, iters, n);                                                             \
+    }
+FP64B_CHAIN8_KERNEL(fr_r2, v_fr_r2)
+FP64B_CHAIN8_KERNEL(fr_f64, v_fr_f64)
+FP64B_CHAIN8_KERNEL(fr_f64_lazy, v_fr_f64_lazy)
+FP64B_CHAIN8_KERNEL(fp_generic, v_fp_generic)
+FP64B_CHAIN8_KERNEL(fp_f64, v_fp_f64)
 
 // Split across multiplications: of the 4 chains of a thread, 2 run on the integer
 // multiplication VI and 2 on the FP64 one VF, so the scheduler overlaps the IMAD-bound and

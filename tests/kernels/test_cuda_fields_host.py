@@ -11,7 +11,6 @@ on every run, plus the edge values 0, 1, 2, m-1, m-2 and R mod m.
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,8 +18,7 @@ import pytest
 
 from kernels import constants as C
 from kernels.cuda import fields_gen as cuda_fields_gen
-
-SRC_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda" / "src"
+from tests.kernels.host_build import SRC_DIR, WARNINGS, build_driver
 
 HARNESS = r"""
 #include <cstdio>
@@ -90,18 +88,8 @@ MUL_VARIANTS = [
     ids=["evenodd", "portable", "split", "evenodd-fixed", "sqr-sos"],
 )
 def harness(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler (g++/c++/clang++) on PATH")
-    d = tmp_path_factory.mktemp("mont_host")
-    src = d / "harness.cpp"
-    src.write_text(HARNESS)
-    exe = d / "harness"
-    cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{SRC_DIR}", str(src), "-o", str(exe)]
-    if request.param:
-        cmd.insert(1, request.param)
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return exe
+    flags = ("-O1", *WARNINGS, *((request.param,) if request.param else ()))
+    return build_driver(tmp_path_factory.mktemp("mont_host"), "harness", HARNESS, flags)
 
 
 def _expected(op: str, a: int, b: int, m: int, rbits: int) -> str:

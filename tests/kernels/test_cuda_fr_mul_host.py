@@ -13,15 +13,14 @@ r_0 = 1, r_1 = 2^32 - 1 shortcuts).
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from kernels.constants import FR_MODULUS
+from tests.kernels.host_build import build_driver
 
-SRC_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda" / "src"
 R = FR_MODULUS
 RINV = pow(1 << 256, -1, R)
 
@@ -55,16 +54,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler (g++/c++/clang++) on PATH")
-    d = tmp_path_factory.mktemp("fr_mul_host")
-    src = d / "harness.cpp"
-    src.write_text(HARNESS)
-    exe = d / "harness"
-    cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{SRC_DIR}", str(src), "-o", str(exe)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return exe
+    return build_driver(tmp_path_factory.mktemp("fr_mul_host"), "harness", HARNESS)
 
 
 def edge_values() -> list[int]:

@@ -10,7 +10,6 @@ P + (-P), infinity on either side.
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,9 +19,8 @@ from kernels.constants import FP_MODULUS as P
 from kernels.constants import FR_MODULUS as R
 from kernels.cpu import g1
 from kernels.cpu.msm import signed_digits
+from tests.kernels.host_build import build_driver
 from tests.kernels.host_io import FP_IO
-
-SRC_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda" / "src"
 
 DRIVER = (
     r"""
@@ -203,16 +201,7 @@ int main() {
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The compiled host driver (skips where there is no g++)."""
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("g++ is not installed: the host build of g1.cuh cannot be checked")
-    d = tmp_path_factory.mktemp("g1host")
-    src = d / "g1_host.cpp"
-    src.write_text(DRIVER)
-    exe = d / "g1_host"
-    cmd = [cxx, "-std=c++17", "-O1", f"-I{SRC_DIR}", str(src), "-o", str(exe)]
-    subprocess.run(cmd, check=True)
-    return exe
+    return build_driver(tmp_path_factory.mktemp("g1host"), "g1_host", DRIVER, ("-O1",))
 
 
 def run(exe: Path, lines: list[str]) -> list[str]:

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import random
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +18,7 @@ import pytest
 from kernels.constants import FR_MODULUS
 from kernels.cpu import ntt as ref
 from kernels.cuda import ntt as cn
-
-SRC_DIR = Path(__file__).resolve().parents[2] / "kernels" / "cuda" / "src"
+from tests.kernels.host_build import build_driver
 
 SHIM = r"""
 #include <stdint.h>
@@ -73,16 +69,8 @@ extern "C" void emu_build_powers(fr_t* out, const fr_t* hi, const fr_t* lo, int 
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler (g++/c++/clang++) on PATH")
-    d = tmp_path_factory.mktemp("ntt_emu")
-    src = d / "emu.cpp"
-    src.write_text(SHIM)
-    lib = d / "libemu.so"
-    cmd = [cxx, "-std=c++17", "-O2", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-shared",
-           "-fPIC", f"-I{SRC_DIR}", str(src), "-o", str(lib)]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    flags = ("-O2", "-fno-strict-aliasing", "-Wno-unknown-pragmas")
+    lib = build_driver(tmp_path_factory.mktemp("ntt_emu"), "emu", SHIM, flags, shared=True)
     return ctypes.CDLL(str(lib))
 
 

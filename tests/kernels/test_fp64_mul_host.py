@@ -21,16 +21,15 @@ for hi gives lo < 0 for about half the random products; all of these break the r
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from kernels.constants import FP_MODULUS, FR_MODULUS
+from tests.kernels.host_build import WARNINGS, build_driver
 
 ROOT = Path(__file__).resolve().parents[2]
-CUDA_DIR = ROOT / "kernels" / "cuda" / "src"
 BENCH_DIR = ROOT / "bench" / "fp64_mul"
 M52 = (1 << 52) - 1
 # field letter: modulus, limbs, 64-bit words, mont.cuh radix bits
@@ -111,17 +110,9 @@ int main() {
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler (g++/c++/clang++) on PATH")
+    flags = ("-O1", *WARNINGS, "-frounding-math")
     d = tmp_path_factory.mktemp("fp64_mul_host")
-    src = d / "harness.cpp"
-    src.write_text(HARNESS)
-    exe = d / "harness"
-    cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-frounding-math", f"-I{BENCH_DIR}"]
-    cmd += [f"-I{CUDA_DIR}", str(src), "-o", str(exe)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return exe
+    return build_driver(d, "harness", HARNESS, flags, includes=(BENCH_DIR,))
 
 
 def run(harness: Path, lines: list[str]) -> list[str]:
