@@ -7,11 +7,13 @@ Run from the repository root:  PYTHONPATH=. python3 bench/fp64_mul/run.py --out 
    stress patterns (0, 1, m-1, all-ones 52-bit limbs, all-ones 64-bit words, top bits set,
    values just below m), outputs poisoned with a sentinel before the launch and every element
    checked to be written; the FP64 variants' conversions to and from mont.cuh's form (mapc_*);
-   and a sample of every chain kernel's outputs (z^(10 + 4 iters), Montgomery form).
-3. Rate: 4 independent chains per thread (as fr_mul_chain4), n = SMs x 2048 threads, iters
-   calibrated so that a launch takes ~--target-ms; CUDA events, warm-up, median of --repeats.
-   G mults/s counts the 4 x iters chain steps per thread (the ~6-8 set-up, combine and
-   conversion multiplications per thread are left out: < 1% at the calibrated iters).
+   and a sample of every chain kernel's outputs (z^(C(C+1)/2 + C iters), Montgomery form:
+   z^(10 + 4 iters) for C = 4 chains, z^(36 + 8 iters) for C = 8).
+3. Rate: C independent chains per thread (CHAINS: 4 as fr_mul_chain4, 8 for the *_c8
+   variants), n = SMs x 2048 threads, iters calibrated so that a launch takes ~--target-ms;
+   CUDA events, warm-up, median of --repeats. G mults/s counts the C x iters chain steps per
+   thread (the set-up, combine and conversion multiplications, ~2C per thread, are left out:
+   < 1% at the calibrated iters).
 
 Prints the table (G mults/s, ratio to the field's integer baseline: fr_r2 = kernels/cuda/
 fr_mul.cuh's fr_mul_r2 for Fr, mont.cuh's generic CIOS for Fp) LAST and writes
@@ -55,7 +57,15 @@ VARIANTS: dict[str, tuple[str, int | None, bool, bool]] = {
     "fp_f64_lazy": ("fp", 416, True, False),
     "fp_f64_s8": ("fp", 416, False, True),
     "fp_mix": ("fp", None, False, False),
+    # 8 chains per thread; the multiplication is the 4-chain variant's, so is its map check
+    "fr_r2_c8": ("fr", None, False, False),
+    "fr_f64_c8": ("fr", None, False, False),
+    "fr_f64_lazy_c8": ("fr", None, False, False),
+    "fp_generic_c8": ("fp", None, False, False),
+    "fp_f64_c8": ("fp", None, False, False),
 }
+# independent chains per thread of chain_<variant> (fp64_bench.cu's chainN<V, C>)
+CHAINS = {v: 8 if v.endswith("_c8") else 4 for v in VARIANTS}
 BASELINE = {"fr": "fr_r2", "fp": "fp_generic"}
 DESCRIPTION = {
     "fr_r2": "fr_mul.cuh fr_mul_r2 (IMAD, today's NTT)",
@@ -69,7 +79,17 @@ DESCRIPTION = {
     "fp_f64_lazy": "as fp_f64, output < 2p",
     "fp_f64_s8": "FP64 + reduction lo halves on IMAD",
     "fp_mix": "2 chains generic + 2 chains fp_f64",
+    "fr_r2_c8": "fr_r2, 8 chains per thread",
+    "fr_f64_c8": "fr_f64, 8 chains per thread",
+    "fr_f64_lazy_c8": "fr_f64_lazy, 8 chains per thread",
+    "fp_generic_c8": "fp_generic, 8 chains per thread",
+    "fp_f64_c8": "fp_f64, 8 chains per thread",
 }
+
+
+def chain_exponent(chains: int, iters: int) -> int:
+    """Exponent of z in a chain kernel's output: chains start at z^1..z^C, each gains z^iters."""
+    return chains * (chains + 1) // 2 + chains * iters
 
 
 def to_words(vals: list[int], w: int) -> np.ndarray:
@@ -195,13 +215,13 @@ class Bench:
         z = from_words(self.cp.asnumpy(io))
         self.fn(f"chain_{v}")(((n + 255) // 256,), (256,), (io, np.int32(iters), np.uint64(n)))
         got = from_words(self.cp.asnumpy(io))
-        R, e = pow(2, rb_old, m), 10 + 4 * iters
+        R, e = pow(2, rb_old, m), chain_exponent(CHAINS[v], iters)
         rinv = pow(R, -1, m)
         idx = random.Random().sample(range(n), 256)
         bad = sum(got[i] != pow(z[i] * rinv % m, e, m) * R % m for i in idx)
         if bad:
             self.fail(f"chain_{v}: {bad} of {len(idx)} sampled chain outputs wrong")
-        return {"chain_checked": len(idx), "chain_wrong": bad}
+        return {"chains": CHAINS[v], "chain_checked": len(idx), "chain_wrong": bad}
 
     def time_chain(self, v: str) -> dict[str, Any]:
         cp, args = self.cp, self.args
@@ -227,7 +247,7 @@ class Bench:
             once(iters)
         times = [once(iters) for _ in range(args.repeats)]
         med = statistics.median(times)
-        rate = 4 * n * iters / (med * 1e-3)
+        rate = CHAINS[v] * n * iters / (med * 1e-3)
         regs = None
         try:
             regs = int(fn.attributes["num_regs"])
@@ -295,12 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {path}")
     print()
-    print(f"{'variant':13s} {'G mults/s':>10s} {'ratio':>7s} {'regs':>5s}  exact  what")
+    print(f"{'variant':15s} {'G mults/s':>10s} {'ratio':>7s} {'regs':>5s}  exact  what")
     for v, r in results.items():
         ratio = r["ratio_to_baseline"]
         wrong = r.get("map_wrong", 0) + r.get("conv_wrong", 0) + r.get("chain_wrong", 0)
         print(
-            f"{v:13s} {r['mults_per_s'] / 1e9:10.2f} "
+            f"{v:15s} {r['mults_per_s'] / 1e9:10.2f} "
             f"{(f'{ratio:.3f}' if ratio else '-'):>7s} {str(r['registers']):>5s}  "
             f"{'yes' if not wrong else 'NO':5s}  {r['description']}"
         )
