@@ -151,6 +151,18 @@ FP64B_CHAIN8_KERNEL(fr_f64_lazy, v_fr_f64_lazy)
 FP64B_CHAIN8_KERNEL(fp_generic, v_fp_generic)
 FP64B_CHAIN8_KERNEL(fp_f64, v_fp_f64)
 
+// 8 chains with registers capped so that 2 blocks of 256 threads fit an SM (65536 registers /
+// 512 threads = 128 per thread): twice the independent work per scheduler of the 4-chain
+// kernels at their own occupancy, if the cap costs no spills inside the loop.
+#define FP64B_CHAIN8_BOUNDED_KERNEL(name, V)                                                  \
+    extern "C" __global__ void __launch_bounds__(256, 2)                                      \
+        chain_##name##_c8b(uint64_t* io, int iters, unsigned long long n) {                   \
+        chainN<V, 8>(io, iters, n);                                                           \
+    }
+FP64B_CHAIN8_BOUNDED_KERNEL(fr_f64, v_fr_f64)
+FP64B_CHAIN8_BOUNDED_KERNEL(fr_f64_lazy, v_fr_f64_lazy)
+FP64B_CHAIN8_BOUNDED_KERNEL(fr_r2, v_fr_r2)
+
 // Split across multiplications: of the 4 chains of a thread, 2 run on the integer
 // multiplication VI and 2 on the FP64 one VF, so the scheduler overlaps the IMAD-bound and
 // the FP64-bound instruction streams (the pipes are separate; the issue slot is shared).

@@ -63,9 +63,12 @@ VARIANTS: dict[str, tuple[str, int | None, bool, bool]] = {
     "fr_f64_lazy_c8": ("fr", None, False, False),
     "fp_generic_c8": ("fp", None, False, False),
     "fp_f64_c8": ("fp", None, False, False),
+    "fr_f64_c8b": ("fr", None, False, False),
+    "fr_f64_lazy_c8b": ("fr", None, False, False),
+    "fr_r2_c8b": ("fr", None, False, False),
 }
 # independent chains per thread of chain_<variant> (fp64_bench.cu's chainN<V, C>)
-CHAINS = {v: 8 if v.endswith("_c8") else 4 for v in VARIANTS}
+CHAINS = {v: 8 if v.endswith(("_c8", "_c8b")) else 4 for v in VARIANTS}
 BASELINE = {"fr": "fr_r2", "fp": "fp_generic"}
 DESCRIPTION = {
     "fr_r2": "fr_mul.cuh fr_mul_r2 (IMAD, today's NTT)",
@@ -84,6 +87,9 @@ DESCRIPTION = {
     "fr_f64_lazy_c8": "fr_f64_lazy, 8 chains per thread",
     "fp_generic_c8": "fp_generic, 8 chains per thread",
     "fp_f64_c8": "fp_f64, 8 chains per thread",
+    "fr_f64_c8b": "fr_f64, 8 chains, registers capped for 2 blocks/SM",
+    "fr_f64_lazy_c8b": "fr_f64_lazy, 8 chains, capped for 2 blocks/SM",
+    "fr_r2_c8b": "fr_r2, 8 chains, capped for 2 blocks/SM",
 }
 
 
