@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# One device call for the engine on a real GPU (issue 6). Run from the repository root on the
-# GPU machine, carrying the nvcc-built cubins in kernels/cuda/cubin (else msm.cu takes ~3 min of
-# NVRTC at first use; `provetop warmup` does that once, up front):
+# One device call for the engine on a real GPU (the porep-32g acceptance runs: aware, aware16,
+# naive16). Run from the repository root on the GPU machine, carrying the nvcc-built cubins in
+# kernels/cuda/cubin (else msm.cu takes ~3 min of NVRTC at first use; `provetop warmup` does
+# that once, up front):
 #   python3 -m kernels.cuda.prebuild --arch sm_90
 #   bash bench/gpu_engine.sh smoke     # gpu tests + selftest + one small engine run
 #   bash bench/gpu_engine.sh probe     # gpu tests + 2^24 and one porep-32g proof
-#   bash bench/gpu_engine.sh acceptance  # checks + acceptance runs 2, 1 (16 GiB)
+#   bash bench/gpu_engine.sh acceptance  # checks + acceptance runs aware16, naive16 (16 GiB)
 #   bash bench/gpu_engine.sh final     # gpu tests + busy + acceptance, one call
-#   bash bench/gpu_engine.sh checks    # run 3 with/without checks; run 2 again
-#   bash bench/gpu_engine.sh busy      # run 3 (uncapped) beside it with --synthesis-ahead
-#   bash bench/gpu_engine.sh uncapped  # gpu tests + acceptance run 3 (no memory cap)
-#   bash bench/gpu_engine.sh naive     # acceptance run 1 (16 GiB, naive)
-#   bash bench/gpu_engine.sh aware     # acceptance runs 2 and 3 (16 GiB / uncapped)
+#   bash bench/gpu_engine.sh checks    # aware with/without checks; aware16 again
+#   bash bench/gpu_engine.sh busy      # aware (uncapped) beside it with --synthesis-ahead
+#   bash bench/gpu_engine.sh uncapped  # gpu tests + acceptance run aware (no memory cap)
+#   bash bench/gpu_engine.sh naive     # acceptance run naive16 (16 GiB, naive)
+#   bash bench/gpu_engine.sh aware     # acceptance runs aware16 and aware (16 GiB / uncapped)
 #   bash bench/gpu_engine.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
 #   bash bench/gpu_engine.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
-#   bash bench/gpu_engine.sh sort      # sort per window group: MSM A/B, then run 3 A/B
-#   bash bench/gpu_engine.sh samples   # GPU tests, the MSM by the sort rule, runs 3, 2, 1
-#   bash bench/gpu_engine.sh pinning   # registered large-page pools: GPU tests, run 3
+#   bash bench/gpu_engine.sh sort      # sort per window group: MSM A/B, then aware A/B
+#   bash bench/gpu_engine.sh samples   # GPU tests, the MSM by the sort rule, aware, aware16, naive16
+#   bash bench/gpu_engine.sh pinning   # registered large-page pools: GPU tests, aware
 #   bash bench/gpu_engine.sh pin       # page-locking a witness pool, by method
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
