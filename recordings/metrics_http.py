@@ -113,6 +113,8 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = TIMEOUT_S
     server_version = "provetop-metrics"
     sys_version = ""
+    error_message_format = "%(code)d %(message)s\n"
+    error_content_type = "text/plain; charset=utf-8"
 
     def setup(self) -> None:
         super().setup()
