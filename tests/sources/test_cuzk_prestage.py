@@ -9,7 +9,6 @@ seed's run: ten partitions of which nine fall back, each ending with its ``GPU_E
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
