@@ -84,6 +84,76 @@ class NvmlDevice:
             out["process_used"] = used
         return out
 
+    def gpu(self) -> dict[str, int]:
+        """The ``gpu`` event's fields (``recordings.schema.GPU_FIELDS``) this GPU reports now;
+        each is read on its own, and one the GPU or driver does not support is left out."""
+        if self.handle is None:
+            return {}
+        return read_gpu(_nvml(), self.handle)
+
+
+def _read(nv: Any, name: str, *args: Any) -> Any:
+    """``nv.name(*args)``, or None when this NVML lacks the function or the GPU the field."""
+    fn = getattr(nv, name, None)
+    if fn is None:
+        return None
+    try:
+        return fn(*args)
+    except Exception:  # NVMLError_NotSupported, NoPermission, an old driver's missing symbol
+        return None
+
+
+def read_gpu(nv: Any, handle: Any) -> dict[str, int]:
+    """Utilisation, power, temperature, clocks, PCIe throughput, fan, ECC and retired pages of
+    one device, as far as it reports them (see :meth:`NvmlDevice.gpu`)."""
+    out: dict[str, int] = {}
+    if nv is None:
+        return out
+    util = _read(nv, "nvmlDeviceGetUtilizationRates", handle)
+    if util is not None:
+        out["sm_util_pct"], out["mem_util_pct"] = int(util.gpu), int(util.memory)
+    reads = {
+        "power_mw": ("nvmlDeviceGetPowerUsage", handle),
+        "power_limit_mw": ("nvmlDeviceGetEnforcedPowerLimit", handle),
+        "temp_c": ("nvmlDeviceGetTemperature", handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0)),
+        "sm_clock_mhz": ("nvmlDeviceGetClockInfo", handle, getattr(nv, "NVML_CLOCK_SM", 1)),
+        "mem_clock_mhz": ("nvmlDeviceGetClockInfo", handle, getattr(nv, "NVML_CLOCK_MEM", 2)),
+        "fan_pct": ("nvmlDeviceGetFanSpeed", handle),
+    }
+    for key, (name, *args) in reads.items():
+        value = _read(nv, name, *args)
+        if isinstance(value, int | float):
+            out[key] = int(value)
+    for key, counter in (("pcie_rx_bytes_s", "NVML_PCIE_UTIL_RX_BYTES"),
+                         ("pcie_tx_bytes_s", "NVML_PCIE_UTIL_TX_BYTES")):  # fmt: skip
+        value = _read(nv, "nvmlDeviceGetPcieThroughput", handle, getattr(nv, counter, 1))
+        if isinstance(value, int | float):
+            out[key] = int(value) * 1024  # NVML reports KB/s
+    for key, kind in (("ecc_corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
+                      ("ecc_uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED")):  # fmt: skip
+        value = _read(
+            nv,
+            "nvmlDeviceGetTotalEccErrors",
+            handle,
+            getattr(nv, kind, 0 if key == "ecc_corrected" else 1),
+            getattr(nv, "NVML_VOLATILE_ECC", 0),
+        )
+        if isinstance(value, int | float):
+            out[key] = int(value)
+    pages = 0
+    seen = False
+    for cause in ("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",
+                  "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"):  # fmt: skip
+        if not hasattr(nv, cause):
+            continue
+        retired = _read(nv, "nvmlDeviceGetRetiredPages", handle, getattr(nv, cause))
+        if retired is not None:
+            pages += len(retired)
+            seen = True
+    if seen:
+        out["retired_pages"] = pages
+    return out
+
 
 def process_usage(nv: Any, handle: Any, pid: int) -> int | None:
     """This process's device memory as NVML lists it, or None when it is not listed (a PID

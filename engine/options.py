@@ -46,6 +46,12 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--listen", help="unix (default), unix:PATH or tcp://127.0.0.1:PORT")
     p.add_argument("--token-file", metavar="F", help="token required by TCP clients")
+    p.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (off by default; ':9400' "
+        "or '9400' is 127.0.0.1; another host only when named; port 0 picks one)",
+    )
     p.add_argument("--read-only", action="store_true", help="refuse control commands")
     p.add_argument("--record", metavar="PATH", help="recording file (default: data directory)")
     p.add_argument("--no-record", action="store_true", help="do not write a recording")

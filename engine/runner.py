@@ -36,6 +36,7 @@ from engine.devices.base import Device
 from engine.devices.cuda import CudaDeviceError
 from engine.devices.modeled import ModeledDevice
 from engine.faults import FaultInjector, FaultSpecError
+from engine.metrics import EngineMetrics
 from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, parse_listen, read_token
@@ -52,6 +53,7 @@ from engine.workers import (
 from engine.workload import query_sizes
 from kernels.backends import BackendUnavailable, get_backend
 from provetop.version import __version__
+from recordings.metrics_http import MetricsAddressError
 from recordings.schema import SCHEMA_VERSION
 from recordings.writer import RecordingWriter
 
@@ -83,6 +85,7 @@ class Engine:
         backend: Any = None,
         inject: str | None = None,
         tuning: Tuning | None = None,
+        metrics: str | None = None,
     ) -> None:
         self.config = config.validate()
         # the defaults, not the environment, unless the caller read it (the CLI does, once)
@@ -118,6 +121,14 @@ class Engine:
             self.bus.add_listener(self._log_event)
         self.scheduler = Scheduler(config.proofs, config.partitions, config.concurrency)
         self.sampler = Sampler(self.bus, self.devices, config.sample_hz)
+        self.metrics: EngineMetrics | None = None
+        self.metrics_url: str | None = None
+        if metrics is not None:  # subscribed now, before hello, so the fold sees everything
+            try:
+                self.metrics = EngineMetrics(self.bus, metrics)
+            except MetricsAddressError as exc:
+                self.bus.close()
+                raise EngineError(str(exc)) from None
         token = None
         if listen is not False:
             try:
@@ -209,6 +220,12 @@ class Engine:
                 self.bus.close()
                 raise EngineError(str(exc)) from None
             self.bus.add_recorder(self.recorder)
+        if self.metrics is not None:
+            try:
+                self.metrics_url = self.metrics.start()
+            except OSError as exc:
+                self._abort_start()
+                raise EngineError(f"--metrics {self.metrics.url}: {exc}") from None
         self.bus.emit("hello", **self.hello_fields())
         if self.server is not None:
             try:
@@ -224,6 +241,8 @@ class Engine:
 
     def _abort_start(self) -> None:
         self.bus.close()
+        if self.metrics is not None:
+            self.metrics.close()
         if self.recorder is not None:
             self.recorder.close()
 
@@ -422,6 +441,8 @@ class Engine:
         if self.server is not None:
             self.server.close()
         self.bus.close()
+        if self.metrics is not None:
+            self.metrics.close()
         if self.recorder is not None:
             self.recorder.close()
 

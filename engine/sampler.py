@@ -1,4 +1,5 @@
-"""Memory samples: every device at a steady rate, and on demand at every allocation decision.
+"""Memory samples: every device at a steady rate, and on demand at every allocation decision;
+NVML's view of each GPU once a second.
 
 Why both: the steady 10 Hz series draws the pool graphs; the on-demand samples catch what a
 partition does between two ticks (a tiny domain's whole GPU region can fit between them), and
@@ -14,7 +15,8 @@ from engine.devices.base import Device
 
 
 class Sampler:
-    """Emits ``memory`` events through ``bus`` and, once a second, ``counters``."""
+    """Emits ``memory`` events through ``bus`` and, once a second, ``gpu`` (NVML's utilisation,
+    power, temperature...) and ``counters``."""
 
     def __init__(self, bus, devices: Sequence[Device], hz: float = 10.0) -> None:
         self.bus = bus
@@ -31,6 +33,21 @@ class Sampler:
         for device in self.devices:
             self.sample(device)
 
+    def sample_gpu(self) -> None:
+        """One ``gpu`` event per device that has NVML (none on the modeled devices of the cpu
+        backend); a device, or a field, NVML cannot read is left out, never an error."""
+        for device in self.devices:
+            nvml = getattr(device, "nvml", None)
+            read = getattr(nvml, "gpu", None)
+            if read is None:
+                continue
+            try:
+                fields = read()
+            except Exception:
+                continue
+            if fields:
+                self.bus.emit("gpu", device=device.index, **fields)
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
         self._thread.start()
@@ -42,6 +59,7 @@ class Sampler:
             self.sample_all()
             ticks += 1
             if ticks % per_second == 0:
+                self.sample_gpu()
                 self.bus.emit("counters", **self.bus.counters())
 
     def stop(self) -> None:

@@ -139,6 +139,27 @@ MEMORY_FIELDS: dict[str, Field] = {
     "modeled": _f(BOOL, "true when the figures come from the cpu backend's memory model"),
 }
 
+# What NVML says about one device besides its memory, about once a second (``gpu`` events).
+# Every field is optional: a GPU that does not report one (no fan on a passively cooled card,
+# no ECC on a consumer card) leaves it out. The cpu backend has no NVML and sends no ``gpu``.
+GPU_FIELDS: dict[str, Field] = {
+    "sm_util_pct": _opt(INT, "percent of the last sample period a kernel ran (NVML gpu)"),
+    "mem_util_pct": _opt(
+        INT, "percent of the last sample period device memory was read or written"
+    ),
+    "power_mw": _opt(INT, "power draw, milliwatts"),
+    "power_limit_mw": _opt(INT, "enforced power limit, milliwatts"),
+    "temp_c": _opt(INT, "GPU die temperature, degrees Celsius"),
+    "sm_clock_mhz": _opt(INT, "SM clock, MHz"),
+    "mem_clock_mhz": _opt(INT, "memory clock, MHz"),
+    "pcie_rx_bytes_s": _opt(INT, "PCIe receive throughput (host to device), bytes per second"),
+    "pcie_tx_bytes_s": _opt(INT, "PCIe transmit throughput (device to host), bytes per second"),
+    "fan_pct": _opt(INT, "fan speed, percent of its maximum"),
+    "ecc_corrected": _opt(INT, "corrected ECC errors since the driver loaded (volatile)"),
+    "ecc_uncorrected": _opt(INT, "uncorrected ECC errors since the driver loaded (volatile)"),
+    "retired_pages": _opt(INT, "memory pages retired or pending retirement (all causes)"),
+}
+
 EVENTS: dict[str, dict[str, Field]] = {
     "hello": {
         "schema": _f(INT, "SCHEMA_VERSION of the producer"),
@@ -196,6 +217,7 @@ EVENTS: dict[str, dict[str, Field]] = {
         "pools": _opt(MAP, "the device's MEMORY_FIELDS at that instant"),
     },
     "memory": {"device": _f(INT, "device index"), **MEMORY_FIELDS},
+    "gpu": {"device": _f(INT, "device index"), **GPU_FIELDS},
     "partition_done": {
         **_WHERE,
         "attempt": _f(INT, "0 for the first try, 1 for the retry on the fallback path"),

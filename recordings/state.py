@@ -108,6 +108,7 @@ class State:
         self._active: dict[tuple, int] = {}  # ("gpu"|"upload", device) -> running phases
         self.memory: dict[int, dict[str, Any]] = {}
         self.series: dict[int, MemorySeries] = {}
+        self.gpu: dict[int, dict[str, Any]] = {}  # latest ``gpu`` event per device
         self.faults: list[dict[str, Any]] = []
         self.markers: list[tuple[int, str]] = []
         self.controls: list[dict[str, Any]] = []
@@ -223,6 +224,9 @@ class State:
         if series is None:  # not setdefault: that would build a MemorySeries per sample
             series = self.series[device] = MemorySeries()
         series.append(e["t"], e)
+
+    def _on_gpu(self, e: dict[str, Any]) -> None:
+        self.gpu[e["device"]] = e
 
     def _on_partition_done(self, e: dict[str, Any]) -> None:
         key = (e["proof"], e["partition"])

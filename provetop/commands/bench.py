@@ -13,6 +13,7 @@ TARGETS: dict[str, str] = {
     "ntt": "kernels.bench_ntt",
     "msm": "kernels.bench_msm",
     "pipeline": "engine.bench_pipeline",
+    "metrics": "sources.bench_metrics",
     "tui": "tui.bench",
 }
 

@@ -53,6 +53,7 @@ def build_engine(args: argparse.Namespace, log=None):
             log=log,
             inject=inject if inject is not None else tuning.inject,
             tuning=tuning,
+            metrics=getattr(args, "metrics", None),
         )
     except EngineError as exc:
         raise UsageError(str(exc)) from None
@@ -117,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
             )
         if engine.address:
             print(f"  listening on {engine.address}", file=out)
+        if engine.metrics_url:
+            print(f"  metrics on {engine.metrics_url}", file=out)
         if engine.record_path:
             print(f"  recording to {engine.record_path}", file=out)
         out.flush()

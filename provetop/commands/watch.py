@@ -12,6 +12,8 @@ import os
 
 from provetop.errors import UsageError
 from recordings.address import AddressError, parse_address
+from recordings.metrics import MetricsFold
+from recordings.metrics_http import MetricsAddressError, MetricsServer
 from sources.cuzk.source import CuzkSource
 from sources.discovery import default_address
 from sources.live import LiveSource
@@ -43,6 +45,12 @@ def add_parser(sub, name: str, help_text: str) -> None:
         default=1.0,
         metavar="S",
         help="seconds between /status polls (default 1)",
+    )
+    p.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="with --cuzk-log/--cuzk-status: serve the cuzk prover's Prometheus metrics on "
+        "http://HOST:PORT/metrics (':9400' or '9400' is 127.0.0.1; another host only when named)",
     )
     p.add_argument("--save-dir", default=".", metavar="DIR", help="where S saves recordings")
     add_display_arguments(p)
@@ -79,13 +87,31 @@ def run(args: argparse.Namespace) -> int:
     token = read_token(args.token_file)
     sources = []
     cuzk = args.cuzk_log is not None or args.cuzk_status is not None
+    metrics = getattr(args, "metrics", None)
+    if metrics is not None and not cuzk:
+        raise UsageError(
+            "--metrics on watch serves a cuzk prover's metrics (with --cuzk-log/--cuzk-status); "
+            "an engine serves its own: provetop engine --metrics HOST:PORT"
+        )
+    fold = server = None
+    if metrics is not None:
+        fold = MetricsFold()
+        try:
+            server = MetricsServer(fold.render, metrics)
+        except MetricsAddressError as exc:
+            raise UsageError(str(exc)) from None
     if cuzk:
         if args.cuzk_interval <= 0:
             raise UsageError("--cuzk-interval must be a positive number of seconds")
         if args.cuzk_log not in (None, "-") and not _readable_or_pending(args.cuzk_log):
             raise UsageError(f"--cuzk-log {args.cuzk_log}: not a readable file")
         sources.append(
-            CuzkSource(args.cuzk_log, args.cuzk_status, status_interval=args.cuzk_interval)
+            CuzkSource(
+                args.cuzk_log,
+                args.cuzk_status,
+                status_interval=args.cuzk_interval,
+                on_events=fold.fold if fold is not None else None,
+            )
         )
     if not addresses and not cuzk:
         if default_address() is None:
@@ -101,6 +127,15 @@ def run(args: argparse.Namespace) -> int:
         if address.kind == "tcp" and token is None:
             raise UsageError(f"{text}: a tcp:// engine needs --token-file")
         sources.append(LiveSource(address, token=token))
-    app = ProvetopApp(sources, save_dir=args.save_dir, light=args.light)
-    code = app.run()
+    if server is not None:
+        try:
+            server.start()
+        except OSError as exc:
+            raise UsageError(f"--metrics {metrics}: {exc.strerror or exc}") from None
+    try:
+        app = ProvetopApp(sources, save_dir=args.save_dir, light=args.light)
+        code = app.run()
+    finally:
+        if server is not None:
+            server.close()
     return int(code or 0)

@@ -83,6 +83,16 @@ CALL_KEYS = (
 )
 AFTER_KEYS = ("async_dealloc_ms",)
 REGION_SLOTS = frozenset(REGION_KEYS) | {"prestage_vram", "prestage_setup"}
+# Pre-stage lines are outcomes of the GPU call that prints them, and one call may print more
+# than one: ``prestage_vram`` then its setup line, ``skip_vram`` or ``host_register=fallback``
+# then ``prestage_setup=fallback``. A line that may follow the call's last pre-stage line
+# belongs to that call; any other starts the next call's pre-stage.
+PRESTAGE_SLOTS = frozenset({"prestage_vram", "prestage_setup", "host_register"})
+PRESTAGE_FOLLOWS = {
+    "vram": frozenset({"ok", "skip_vram", "fallback"}),
+    "skip_vram": frozenset({"fallback"}),
+    "host_register": frozenset({"fallback", "skip_vram"}),
+}
 # CUZK_TIMING key -> phases_ms name in partition_done
 PHASE_MS = {
     "split_vectors_ms": "split_vectors",
@@ -133,6 +143,11 @@ class Attempt:
     mutex_wait_ms: float = 0.0
     hold_ms: float = 0.0
     anonymous: bool = False
+    number: int = 0  # 0, then 1, 2... each time cuzk starts the partition's GPU work again
+    # the call's pre-stage lines in order: ("vram"|"ok"|"skip_vram"|"fallback"|"host_register",
+    # err or None)
+    prestage_lines: list[tuple[str, Value]] = field(default_factory=list)
+    region_end: int | None = None  # the latest time of an event laid out for the call
 
 
 @dataclass
@@ -188,6 +203,7 @@ class Converter:
         self._wall_anchor: int | None = None
         self._anon = 0
         self._last_prestage_need: int | None = None
+        self._prestage_last: Attempt | None = None  # the call of the last pre-stage line
         self._starts_logged = False
 
     # -- public API ---------------------------------------------------------------------------
@@ -408,6 +424,16 @@ class Converter:
             job.attempts[partition] = a
         return a
 
+    def _again(self, job: Job, done: Attempt) -> Attempt:
+        """A new attempt of a partition whose last one has finished: only cuzk starting the
+        partition's GPU work again (GPU_PICKUP, GPU_START) makes one; pre-stage outcomes,
+        fallbacks included, belong to the call that prints them."""
+        a = Attempt(job.job_id, done.partition, job.proof, number=done.number + 1)
+        a.synth_ms, a.synth_end = done.synth_ms, done.synth_end
+        job.attempts[done.partition] = a
+        job.done_ok.discard(done.partition)
+        return a
+
     def _where(self, a: Attempt) -> tuple[int, int]:
         """(device, worker index within the device) of an attempt's GPU worker."""
         g = a.gworker if a.gworker is not None else 0
@@ -429,6 +455,8 @@ class Converter:
         partition = rec.int_detail("partition")
         a = self._attempt(job, partition if partition is not None else 0)
         worker = rec.int_detail("worker")
+        if rec.event in ("GPU_PICKUP", "GPU_START") and a.finished:
+            a = self._again(job, a)  # cuzk starts the partition's GPU work again
         if rec.event == "SYNTH_START":
             a.synth_start = t
             self._begin_synthesis(a, t)
@@ -507,37 +535,75 @@ class Converter:
                     return
             self.stats["timing_unattributed"] += 1
             return
+        if slot in PRESTAGE_SLOTS:
+            self._on_prestage_line(slot, rec)
+            return
         region = slot not in CALL_KEYS
         target = None
-        if slot == "host_register":  # optional: printed right after its call's split line
-            for a in reversed(self.in_call):
-                if "split_vectors_ms" in a.slots and not a.slots & (REGION_SLOTS | {slot}):
-                    target = a
-                    break
         for a in self.in_call:
-            if target is not None:
-                break
             if slot in a.slots or (region and a.region_closed):
                 continue
             target = a
+            break
         if target is None:
             if self.timeline_seen:
                 self.stats["timing_unattributed"] += 1
                 return
             target = self._anonymous()
         target.slots.add(slot)
-        if slot == "prestage_vram":
-            target.timing["prestage_vram"] = 1
-            for key, value in rec.fields.items():
-                target.timing[f"vram_{key}"] = value
-        else:
-            target.timing.update(rec.fields)
+        target.timing.update(rec.fields)
         if slot == "tail_msm_ms":
             target.region_closed = True
             self._emit_region(target)
             if target.anonymous:
                 self._advance(self.last_release.get(self._where(target)[0], self.clock))
                 self._finish(target, self.clock, ok=True)
+
+    def _on_prestage_line(self, slot: str, rec: TimingLine) -> None:
+        """A pre-stage outcome (``PRESTAGE_FOLLOWS``): it continues the call of the last
+        pre-stage line when it may follow that line there, else it is the first pre-stage line
+        of the oldest call in flight that has none (``host_register``, printed right after its
+        call's split line: the newest such call that has that line)."""
+        if slot == "prestage_vram":
+            kind: str = "vram"
+        elif slot == "host_register":
+            kind = "host_register"
+        else:
+            kind = str(rec.fields.get("prestage_setup"))
+        last = self._prestage_last
+        target = None
+        if (
+            last is not None
+            and last in self.in_call
+            and not last.region_closed
+            and last.prestage_lines
+            and kind in PRESTAGE_FOLLOWS.get(last.prestage_lines[-1][0], ())
+        ):
+            target = last
+        if target is None and slot == "host_register":
+            for a in reversed(self.in_call):
+                if "split_vectors_ms" in a.slots and not a.slots & REGION_SLOTS:
+                    if not a.prestage_lines:
+                        target = a
+                        break
+        if target is None:
+            target = next(
+                (a for a in self.in_call if not a.prestage_lines and not a.region_closed), None
+            )
+        if target is None:
+            if self.timeline_seen:
+                self.stats["timing_unattributed"] += 1
+                return
+            target = self._anonymous()
+        self._prestage_last = target
+        target.slots.add(slot)
+        target.prestage_lines.append((kind, rec.fields.get("err")))
+        if slot == "prestage_vram":
+            target.timing["prestage_vram"] = 1
+            for key, value in rec.fields.items():
+                target.timing[f"vram_{key}"] = value
+        else:
+            target.timing.update(rec.fields)
 
     def _anonymous(self) -> Attempt:
         """A GPU call seen only through CUZK_TIMING lines (a log without TIMELINE lines): each
@@ -674,6 +740,14 @@ class Converter:
                 spans.append((failing, cursor, max(cursor, fail_t), False))
                 cursor = max(cursor, fail_t)
             release = cursor
+        if a.end is not None and release > a.end:  # the call ended by its GPU_END: move the
+            back = min(release - a.end, max(0, acquire - ready))  # region earlier, within its
+            acquire, release = acquire - back, release - back  # wait, and cut what is left
+            spans = [(n, min(t0 - back, a.end), min(t1 - back, a.end), ok)
+                     for n, t0, t1, ok in spans]  # fmt: skip
+            release = min(release, a.end)
+            acquire = min(acquire, release)
+        a.region_end = release
         self.last_release[device] = max(self.last_release.get(device, 0), release)
         a.mutex_wait_ms = (acquire - ready) / MS
         a.hold_ms = (release - acquire) / MS
@@ -695,29 +769,35 @@ class Converter:
         )  # fmt: skip
 
     def _prestage(self, a: Attempt) -> tuple[str, str | None, bool]:
-        """(status, reason, out of memory) of an attempt's pre-staging."""
+        """(status, reason, out of memory) of an attempt's pre-staging, from every pre-stage
+        line its call printed: a fallback (of the setup or of ``cudaHostRegister``) decides
+        the call whatever came before it, then ``ok``, then ``skip_vram``."""
         tm = a.timing
-        if "host_register" in tm:
-            return (
-                "fallback",
-                f"cudaHostRegister of a/b/c failed ({cuda_error(tm.get('err'))}); "
-                "a/b/c uploaded inside the mutex",
-                False,
-            )
-        setup = tm.get("prestage_setup")
+        kinds = [kind for kind, _ in a.prestage_lines]
         need, usable, free = (tm.get(f"vram_{k}") for k in ("total_mib", "usable_mib", "free_mib"))
-        if setup == "ok":
+        skip_reason = (
+            f"needs {need} MiB, {usable} MiB usable ({free} MiB free less the 512 MiB margin)"
+        )
+        reasons: list[str] = []
+        oom = False
+        for kind, err in a.prestage_lines:
+            if kind == "host_register":
+                reasons.append(
+                    f"cudaHostRegister of a/b/c failed ({cuda_error(err)}); "
+                    "a/b/c uploaded inside the mutex"
+                )
+            elif kind == "fallback":
+                reasons.append(f"pre-stage setup failed: {cuda_error(err)}")
+                oom = oom or err == 2
+            elif kind == "skip_vram":
+                reasons.append(f"skip_vram: {skip_reason}")
+        if "fallback" in kinds or "host_register" in kinds:
+            return "fallback", "; then ".join(reasons), oom
+        if "ok" in kinds:
             return "ok", None, False
-        if setup == "skip_vram":
-            return (
-                "skip",
-                f"needs {need} MiB, {usable} MiB usable ({free} MiB free less the 512 MiB margin)",
-                False,
-            )
-        if setup == "fallback":
-            err = tm.get("err")
-            return "fallback", f"pre-stage setup failed: {cuda_error(err)}", err == 2
-        if "prestage_vram" in tm:
+        if "skip_vram" in kinds:
+            return "skip", skip_reason, False
+        if "vram" in kinds:
             return (
                 "fallback",
                 f"cudaMalloc of {need} MiB failed (out of memory) with {free} MiB reported "
@@ -788,12 +868,14 @@ class Converter:
         ids = self._ids(a)
         if a.synth_slot is not None:
             self._end_synthesis(a, t, ok=ok)
-        timed = bool(a.slots & REGION_SLOTS)
+        # a call that logged only its pre-stage outcome is one gpu_prove phase from GPU_START to
+        # GPU_END, like a call that logged nothing; a failed one is laid out to its failure
+        timed = bool(a.slots & (REGION_SLOTS if not ok else frozenset(REGION_KEYS)))
         if timed:
             self._emit_region(a, fail_t=None if ok else t)
         elif a.start is not None and not a.region_emitted:
             a.region_emitted = True
-            if "host_register" in a.timing or "prestage_vram" in a.timing:
+            if a.prestage_lines:
                 self._prestage_events(a, ids, a.start)
             self._push(make("phase_begin", a.start, **ids, phase="gpu_prove"))
             self._push(make("phase_end", t, **ids, phase="gpu_prove", ok=ok))
@@ -816,17 +898,19 @@ class Converter:
             if _is_num(a.timing.get(key)):
                 phases_ms[name] = float(a.timing[key])
         gpu_total = a.timing.get("gpu_total_ms")
-        if not _is_num(gpu_total):
-            gpu_total = a.hold_ms if timed else (a.gpu_ms if a.gpu_ms is not None else 0.0)
+        if not _is_num(gpu_total):  # no region line: the GPU call's own time, from GPU_END
+            gpu_total = a.gpu_ms if a.gpu_ms is not None else (a.hold_ms if timed else 0.0)
         fields: dict[str, Any] = {}
         if reason:
             fields["prestage_reason"] = reason
         if not ok:
             fields["failure"] = failure or "partition failed"
             fields["will_retry"] = False
+        if a.region_end is not None and a.region_end > t:  # never before its own phases
+            t = a.region_end
         self._push(
             make(
-                "partition_done", t, **ids, attempt=0, ok=ok, phases_ms=phases_ms,
+                "partition_done", t, **ids, attempt=a.number, ok=ok, phases_ms=phases_ms,
                 gpu_total_ms=float(gpu_total), mutex_wait_ms=float(a.mutex_wait_ms),
                 prestage=status, **fields,
             )

@@ -30,6 +30,8 @@ from provetop.cli import main
         (["--listen", "tcp://127.0.0.1:0", "--token-file", "/nonexistent/t"], "cannot read"),
         (["--record", "/tmp/x", "--no-record"], "mutually exclusive"),
         (["--allocator", "greedy"], "invalid choice"),
+        (["--metrics", "host:port"], "--metrics"),
+        (["--metrics", "127.0.0.1:70000"], "not in 0-65535"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):

@@ -1,0 +1,75 @@
+"""``provetop watch --cuzk-log ... --metrics``: the cuzk adapter's events folded into the same
+metrics an engine serves, over real HTTP; and the flag's usage errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from recordings.metrics import MetricsFold
+from recordings.metrics_http import MetricsServer
+from recordings.state import State
+from sources.cuzk.source import CuzkSource
+
+LOG = Path(__file__).resolve().parents[1] / "fixtures" / "cuzk" / "daemon.log"
+
+
+def _watch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "provetop", "watch", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_metrics_without_a_cuzk_source_is_a_usage_error():
+    proc = _watch("--metrics", "9400")
+    assert proc.returncode == 2 and "provetop engine --metrics" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_a_bad_metrics_address_is_a_usage_error(tmp_path):
+    proc = _watch("--cuzk-log", str(tmp_path / "cuzk.log"), "--metrics", "host:port")
+    assert proc.returncode == 2 and "--metrics" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_cuzk_adapter_feeds_the_metrics_as_watch_wires_it():
+    fold = MetricsFold()
+    state = State()
+    server = MetricsServer(fold.render, "127.0.0.1:0")
+    server.start()
+    source = CuzkSource(str(LOG), reopen_tty=False, on_events=fold.fold).start()
+    try:
+        deadline = time.monotonic() + 20
+        events = []
+        while time.monotonic() < deadline:
+            events += source.poll()
+            if any(e["k"] == "engine_state" and e["state"] == "done" for e in events):
+                break
+            if len([e for e in events if e["k"] == "proof_done"]) >= 2:
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
+        events += source.poll()
+        state.fold(events)
+        body = urllib.request.urlopen(server.url, timeout=5).read().decode()
+    finally:
+        source.stop()
+        server.close()
+    fams = {f.name: f.samples for f in text_string_to_metric_families(body)}
+    info = fams["provetop_info"][0].labels
+    assert info["source"] == "cuzk"
+    decisions: dict[str, float] = {}
+    for s in fams["provetop_prestage_decisions"]:
+        if s.name.endswith("_total"):
+            decisions[s.labels["outcome"]] = decisions.get(s.labels["outcome"], 0) + s.value
+    attempts = [r for r in state.attempts]
+    assert sum(decisions.values()) == len(attempts)
+    assert decisions.get("fallback", 0) == sum(1 for r in attempts if r.prestage == "fallback")
+    assert "provetop_phantom_bytes" not in fams  # cuzk logs no pool figures: absent

@@ -1,0 +1,75 @@
+"""NVML's utilisation, power, temperature... read field by field: what a GPU does not report is
+left out of the ``gpu`` event, never an error; the modeled devices send no ``gpu`` event."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from engine.bus import Bus
+from engine.devices.modeled import ModeledDevice
+from engine.nvml import read_gpu
+from engine.sampler import Sampler
+from recordings.schema import GPU_FIELDS, validate
+
+
+class NotSupported(Exception):
+    pass
+
+
+def fake_nvml(fan: bool = True, ecc: bool = True):
+    def unsupported(*args):
+        raise NotSupported("NVML_ERROR_NOT_SUPPORTED")
+
+    return SimpleNamespace(
+        NVML_TEMPERATURE_GPU=0,
+        NVML_CLOCK_SM=1,
+        NVML_CLOCK_MEM=2,
+        NVML_PCIE_UTIL_TX_BYTES=0,
+        NVML_PCIE_UTIL_RX_BYTES=1,
+        NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
+        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
+        NVML_VOLATILE_ECC=0,
+        NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS=0,
+        NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR=1,
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=93, memory=41),
+        nvmlDeviceGetPowerUsage=lambda h: 655_123,
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000,
+        nvmlDeviceGetTemperature=lambda h, s: 64,
+        nvmlDeviceGetClockInfo=lambda h, c: {1: 1980, 2: 2619}[c],
+        nvmlDeviceGetPcieThroughput=lambda h, c: {0: 1000, 1: 24_000_000}[c],
+        nvmlDeviceGetFanSpeed=(lambda h: 35) if fan else unsupported,
+        nvmlDeviceGetTotalEccErrors=(lambda h, t, c: 3 * t) if ecc else unsupported,
+        nvmlDeviceGetRetiredPages=(lambda h, cause: [1, 2][: cause + 1]) if ecc else unsupported,
+    )
+
+
+def test_every_field_of_a_gpu_that_reports_them():
+    out = read_gpu(fake_nvml(), object())
+    assert set(out) == set(GPU_FIELDS)
+    assert out["power_mw"] == 655_123 and out["pcie_rx_bytes_s"] == 24_000_000 * 1024
+    assert out["ecc_uncorrected"] == 3 and out["retired_pages"] == 3
+    validate({"k": "gpu", "t": 0, "device": 0, **out})
+
+
+def test_fields_a_gpu_does_not_report_are_absent():
+    out = read_gpu(fake_nvml(fan=False, ecc=False), object())
+    assert "fan_pct" not in out and "ecc_corrected" not in out and "retired_pages" not in out
+    assert out["temp_c"] == 64
+    assert read_gpu(None, object()) == {}
+    broken = SimpleNamespace()  # an NVML without any of these functions
+    assert read_gpu(broken, object()) == {}
+
+
+def test_the_sampler_emits_gpu_only_for_devices_with_nvml():
+    bus = Bus()
+    sub = bus.subscribe("t")
+    modeled = ModeledDevice(0, 1 << 30, 1 << 30)
+    with_nvml = ModeledDevice(1, 1 << 30, 1 << 30)
+    with_nvml.nvml = SimpleNamespace(gpu=lambda: {"temp_c": 50})  # type: ignore[attr-defined]
+    failing = ModeledDevice(2, 1 << 30, 1 << 30)
+    failing.nvml = SimpleNamespace(gpu=lambda: 1 / 0)  # type: ignore[attr-defined]
+    Sampler(bus, [modeled, with_nvml, failing]).sample_gpu()
+    bus.flush()
+    gpu = [e for e in sub.drain() if e["k"] == "gpu"]
+    bus.close()
+    assert [(e["device"], e["temp_c"]) for e in gpu] == [(1, 50)]
