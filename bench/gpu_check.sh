@@ -6,6 +6,9 @@
 #                                      # none, `provetop warmup` (nvcc) and selftest; GPU tests
 #   bash bench/gpu_check.sh bench      # bench ntt and msm (2^20, 2^24, 2^27), an MSM source
 #                                      # chosen by PROVETOP_MSM_SOURCE, engine acceptance runs
+#   bash bench/gpu_check.sh metrics    # NVML samples and /metrics of a running cuda engine
+#                                      # (bench/gpu_metrics_check.py); porep-32g, aware, one
+#                                      # proof at 24 and 40 GiB (points of the memory curve)
 # Carry the sm_90 cubins built here (`python3 -m kernels.cuda.prebuild --arch sm_90`, into
 # kernels/cuda/cubin) for the first step of coldstart. Logs and JSON go to $OUT (at most 8
 # files come back, so they are packed into one tgz); the short table is printed last.
@@ -62,6 +65,19 @@ elif [ "$MODE" = "bench" ]; then
         --record "$W/pipeline-aware.pvtrec"
     grep -h -A9 "^NTT\|^MSM" "$W"/bench-*.log | tail -n 40
     tail -n 25 "$W/pipeline-aware.log"
+elif [ "$MODE" = "metrics" ]; then
+    timed gpu-metrics 200 python3 bench/gpu_metrics_check.py --out "$W/metrics"
+    for mem in 24GiB 40GiB; do
+        timed "pipeline-aware-$mem" 200 $P bench pipeline --preset porep-32g --proofs 1 \
+            --workers-per-device 2 --allocator aware --device-memory "$mem" --json \
+            --out "$W/pipeline-aware-$mem.json"
+    done
+    for mem in 24GiB 40GiB; do
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], 'gpu_total', \
+round(d['gpu_total_ms_median'] or 0), 'ms, s/proof', round(d['s_per_proof'] or 0, 1), 'lost', \
+d['partitions_lost'], 'ooms', d['ooms'], 'prestage', d['prestage'], 'busy', \
+round(d['gpu_busy_steady'] or 0, 3))" "$W/pipeline-aware-$mem.json" "$mem" || true
+    done
 fi
 echo "---- summary"
 cat "$SUMMARY"
