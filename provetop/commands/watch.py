@@ -16,6 +16,7 @@ from recordings.metrics import MetricsFold
 from recordings.metrics_http import MetricsAddressError, MetricsServer
 from sources.cuzk.source import CuzkSource
 from sources.discovery import default_address
+from sources.headless import run_headless
 from sources.live import LiveSource
 from tui.app import ProvetopApp
 
@@ -51,6 +52,12 @@ def add_parser(sub, name: str, help_text: str) -> None:
         metavar="HOST:PORT",
         help="with --cuzk-log/--cuzk-status: serve the cuzk prover's Prometheus metrics on "
         "http://HOST:PORT/metrics (':9400' or '9400' is 127.0.0.1; another host only when named)",
+    )
+    p.add_argument(
+        "--no-ui",
+        action="store_true",
+        help="with --metrics: follow the cuzk sources and serve the metrics without the "
+        "dashboard (for hosts scraped by Prometheus; status lines go to stderr)",
     )
     p.add_argument("--save-dir", default=".", metavar="DIR", help="where S saves recordings")
     add_display_arguments(p)
@@ -93,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             "--metrics on watch serves a cuzk prover's metrics (with --cuzk-log/--cuzk-status); "
             "an engine serves its own: provetop engine --metrics HOST:PORT"
         )
+    if getattr(args, "no_ui", False) and metrics is None:
+        raise UsageError("--no-ui runs without a screen, so it needs --metrics HOST:PORT")
     fold = server = None
     if metrics is not None:
         fold = MetricsFold()
@@ -133,8 +142,12 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--metrics {metrics}: {exc.strerror or exc}") from None
     try:
-        app = ProvetopApp(sources, save_dir=args.save_dir, light=args.light)
-        code = app.run()
+        if getattr(args, "no_ui", False):
+            print(f"metrics on {server.url}", flush=True)
+            code = run_headless(sources)
+        else:
+            app = ProvetopApp(sources, save_dir=args.save_dir, light=args.light)
+            code = app.run()
     finally:
         if server is not None:
             server.close()

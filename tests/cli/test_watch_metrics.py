@@ -73,3 +73,51 @@ def test_the_cuzk_adapter_feeds_the_metrics_as_watch_wires_it():
     assert sum(decisions.values()) == len(attempts)
     assert decisions.get("fallback", 0) == sum(1 for r in attempts if r.prestage == "fallback")
     assert "provetop_phantom_bytes" not in fams  # cuzk logs no pool figures: absent
+
+
+def test_no_ui_needs_metrics():
+    proc = _watch("--cuzk-log", str(LOG), "--no-ui")
+    assert proc.returncode == 2 and "--no-ui" in proc.stderr and "--metrics" in proc.stderr
+
+
+def test_no_ui_serves_the_cuzk_metrics_without_a_screen_and_stops_on_sigterm():
+    """A headless host: ``watch --no-ui`` follows the log, serves /metrics over real HTTP, and
+    a SIGTERM (a service manager's stop) ends it with code 0, no traceback."""
+    import signal
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "provetop",
+            "watch",
+            "--cuzk-log",
+            str(LOG),
+            "--metrics",
+            "127.0.0.1:0",
+            "--no-ui",
+        ],  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("metrics on http://"), line + proc.stderr.read()
+        url = line.split()[-1]
+        done = 0.0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and done == 0:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            for family in text_string_to_metric_families(text):
+                for s in family.samples:
+                    if s.name == "provetop_partitions_total":
+                        done += s.value
+            time.sleep(0.2)
+        assert done > 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
