@@ -24,6 +24,7 @@ from pathlib import Path
 
 def run_engine(args: argparse.Namespace, out: Path, label: str, scrape: bool) -> dict:
     rec = out / f"{label}.pvtrec"
+    rec.unlink(missing_ok=True)  # this script's own folder: a rerun replaces its recordings
     cmd = [sys.executable, "-m", "provetop", "engine", "--backend", args.backend,
            "--preset", args.preset, "--proofs", str(args.proofs), "--record", str(rec),
            "--exit-when-done"]  # fmt: skip
