@@ -15,9 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
+from textual.geometry import Size
 from textual.widgets import Footer
 
 from recordings.state import LogLine, State
@@ -182,15 +184,20 @@ class ProvetopApp(App[int]):
         if self.mode == "replay":
             self.set_interval(REPLAY_TICK_S, self._replay_tick)
 
-    def on_resize(self) -> None:
-        self._apply_size_class()
+    def on_resize(self, event: events.Resize) -> None:
+        # this handler runs before App's own, which updates self.size: use the event's size
+        self._apply_size_class(event.size)
 
-    def _apply_size_class(self) -> None:
-        compact = self.size.width < COMPACT_WIDTH or self.size.height < COMPACT_HEIGHT
+    def _apply_size_class(self, size: Size | None = None) -> None:
+        """Choose the layout for ``size`` (the terminal's): called at start and on every
+        resize, in both directions."""
+        size = size or self.size
+        compact = size.width < COMPACT_WIDTH or size.height < COMPACT_HEIGHT
         self.default_screen_compact = compact
         if hasattr(self, "grid"):
             self.grid.screen.set_class(compact, "-compact")
-        self._layout_panels()
+        self._grid_rows = ()  # the other layout's rows no longer apply
+        self._layout_panels(size)
 
     @property
     def compact(self) -> bool:
@@ -198,19 +205,21 @@ class ProvetopApp(App[int]):
 
     default_screen_compact = False
 
-    def _layout_panels(self) -> None:
+    def _layout_panels(self, size: Size | None = None) -> None:
         """Wide: timeline beside memory over table beside log, the top row as tall as the
         timeline needs. Compact: the timeline over one panel at a time (2, 3, 4 or tab)."""
         if not hasattr(self, "panels"):  # not mounted yet
             return
+        size = size or self.size
         timeline, grid = self.timeline, self.grid
         for name, panel in self.panels.items():
             panel.set_class(self.compact and name != self.compact_panel, "-hidden")
         if self.compact:
             rows: tuple = ("auto", "1fr")
         else:
-            want = timeline.get_content_height(self.size, self.size, max(20, timeline.size.width))
-            limit = max(10, int(self.size.height * 0.6))
+            width = max(20, min(timeline.size.width or size.width, size.width * 3 // 5))
+            want = timeline.get_content_height(size, size, width)
+            limit = max(10, int(size.height * 0.6))
             rows = (f"{min(limit, max(12, want + 2))}", "1fr")
         if rows != self._grid_rows:  # a style change costs a layout pass: only on change
             self._grid_rows = rows
