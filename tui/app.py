@@ -75,6 +75,7 @@ class ProvetopApp(App[int]):
     COMMANDS = App.COMMANDS | {DashboardCommands}
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("question_mark,f1", "help", "help"),
         Binding("F", "force_fallback", "fallback"),
         Binding("P", "pause_intake", "pause"),
