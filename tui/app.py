@@ -622,11 +622,14 @@ class ProvetopApp(App[int]):
         screen = self.screen
         if screen.maximized is not None:
             screen.minimize()
-        else:
-            target = self.focused or self.timeline
-            if isinstance(target, MemoryPanel):
-                target = self.query_one("#memory-box")
-            screen.maximize(target)
+            return
+        focused = self.focused or self.timeline
+        target = self.timeline
+        for panel in self.panels.values():
+            if focused is panel or panel in focused.ancestors:
+                target = panel
+        # set directly: the memory box is a scroll container, which Screen.maximize refuses
+        screen.maximized = target
 
     def action_focus_panel(self, name: str) -> None:
         box = "memory-box" if name == "memory" else name
