@@ -381,7 +381,6 @@ class ProvetopApp(App[int]):
     def _header_info(self, view: EngineView, now: int) -> HeaderInfo:
         engines = [(v.source.label, v.conn) for v in self.views]
         r = self.replay
-        start = view.state.first_t or 0
         return HeaderInfo(
             state=view.state,
             mode=self.mode,
@@ -389,7 +388,7 @@ class ProvetopApp(App[int]):
             selected=self.selected,
             speed=r.speed if r else 1.0,
             playing=r.playing if r else True,
-            elapsed_ns=max(0, now - start) if view.state.first_t is not None else now,
+            elapsed_ns=now,  # since the engine started, as the timeline's axis
             read_only=getattr(view.source, "read_only", False) and self.mode == "live",
         )
 
