@@ -431,7 +431,9 @@ class ProvetopApp(App[int]):
             self._dirty = True
             return None
         view.pending[cid] = (cmd, args)
-        view.state.log.append(LogLine(view.state.t, "info", f"sent {cmd} {args} (#{cid})"))
+        view.state.log.append(
+            LogLine(self._engine_now(view), "info", f"sent {cmd} {args} (#{cid})")
+        )
         self._dirty = True
         return cid
 
@@ -443,9 +445,22 @@ class ProvetopApp(App[int]):
         on = not view.state.forced_fallback.get(device, False)
         self.send_command("force_fallback", {"device": device, "on": on})
 
+    def _engine_now(self, view: EngineView) -> int:
+        """The engine's clock now, as near as this side knows it: its newest event's time plus
+        the time since that batch arrived (for lines the dashboard adds itself)."""
+        if not view.last_event_at:
+            return view.state.t
+        return view.state.t + int((time.monotonic() - view.last_event_at) * 1e9)
+
     def action_pause_intake(self) -> None:
         view = self.view
         if view is None:
+            return
+        if view.state.engine_state in ("done", "stopping"):
+            why = f"the run is {view.state.engine_state}: there is no intake to pause"
+            self.notify(why, severity="warning", timeout=3, markup=False)
+            view.state.log.append(LogLine(self._engine_now(view), "warn", f"P refused: {why}"))
+            self._dirty = True
             return
         paused = view.state.engine_state == "paused"
         self.send_command("resume" if paused else "pause", {})
