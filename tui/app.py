@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from textual.geometry import Size
 from textual.widgets import Footer
 
 from recordings.state import LogLine, State
-from recordings.writer import RecordingWriter
+from recordings.writer import RecordingWriter, default_recording_dir, default_recording_path
 from sources.errors import SourceError
 from sources.protocol import EventSource
 from sources.replay import open_replay
@@ -108,7 +107,7 @@ class ProvetopApp(App[int]):
         *,
         replay: ReplaySource | None = None,
         replay_path: str | None = None,
-        save_dir: str | Path = ".",
+        save_dir: str | Path | None = None,
         refresh_hz: float = REFRESH_HZ,
         autoplay: bool = True,
         speed: float = 1.0,
@@ -127,7 +126,7 @@ class ProvetopApp(App[int]):
         self._replay_source = replay
         self._replay_path = replay_path
         self.mode = "replay" if (replay is not None or replay_path) else "live"
-        self.save_dir = Path(save_dir)
+        self.save_dir = Path(save_dir) if save_dir is not None else default_recording_dir()
         self.refresh_hz = refresh_hz
         self.autoplay = autoplay
         self.live_clock = live_clock
@@ -497,9 +496,8 @@ class ProvetopApp(App[int]):
         if received is None:
             raise ValueError("this source keeps no events")
         hello = view.state.hello or {}
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        name = f"provetop-{hello.get('engine_id', 'engine')}-{stamp}.ptrec"
-        path = path or self.save_dir / name
+        engine_id = f"{hello.get('engine_id', 'engine')}-saved"
+        path = path or default_recording_path(engine_id, self.save_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = RecordingWriter(path)
         count = 0

@@ -39,7 +39,11 @@ def add_parser(sub, name: str, help_text: str) -> None:
     p = sub.add_parser(name, help=help_text, description=help_text)
     add_engine_arguments(p)
     add_display_arguments(p)
-    p.add_argument("--save-dir", default=".", metavar="DIR", help="where S saves recordings")
+    p.add_argument(
+        "--save-dir",
+        metavar="DIR",
+        help="where S saves recordings (default: the recordings directory)",
+    )
 
 
 def engine_argv(args: argparse.Namespace) -> list[str]:

@@ -44,7 +44,11 @@ def add_parser(sub, name: str, help_text: str) -> None:
         metavar="S",
         help="seconds between /status polls (default 1)",
     )
-    p.add_argument("--save-dir", default=".", metavar="DIR", help="where S saves recordings")
+    p.add_argument(
+        "--save-dir",
+        metavar="DIR",
+        help="where S saves recordings (default: the recordings directory)",
+    )
     add_display_arguments(p)
 
 
