@@ -28,7 +28,7 @@ from sources.protocol import EventSource
 from sources.replay import open_replay
 from sources.replay_memory import ReplaySource
 from tui.commands import DashboardCommands
-from tui.screens import HelpScreen, MarkerPrompt
+from tui.screens import EventScreen, HelpScreen, MarkerPrompt
 from tui.widgets.eventlog import EventLog
 from tui.widgets.header import Header, HeaderInfo
 from tui.widgets.memory import MemoryPanel
@@ -390,6 +390,9 @@ class ProvetopApp(App[int]):
             elapsed_ns=now,  # since the engine started, as the timeline's axis
             read_only=getattr(view.source, "read_only", False) and self.mode == "live",
         )
+
+    def on_event_log_opened(self, message: EventLog.Opened) -> None:
+        self.push_screen(EventScreen(message.entry))
 
     def on_timeline_selected(self, message: Timeline.Selected) -> None:
         self._device = message.device
