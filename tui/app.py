@@ -42,6 +42,7 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 CONTROL_ACTIONS = {"force_fallback", "pause_intake", "trim", "marker", "save"}
 REPLAY_ACTIONS = {"replay_toggle", "replay_speed", "replay_seek", "replay_jump", "replay_point"}
 COMPACT_WIDTH, COMPACT_HEIGHT = 120, 36
+MEMORY_MIN_COLUMN = 52  # cells for the memory panel in the 2x2 grid (its figures and legend)
 
 
 @dataclass
@@ -139,6 +140,7 @@ class ProvetopApp(App[int]):
         self.compact_panel = "memory-box"
         self._enabled: tuple = ()
         self._grid_rows: tuple = ()
+        self._grid_columns: tuple = ()
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -196,7 +198,7 @@ class ProvetopApp(App[int]):
         self.default_screen_compact = compact
         if hasattr(self, "grid"):
             self.grid.screen.set_class(compact, "-compact")
-        self._grid_rows = ()  # the other layout's rows no longer apply
+        self._grid_rows = self._grid_columns = ()  # the other layout's no longer apply
         self._layout_panels(size)
 
     @property
@@ -216,9 +218,19 @@ class ProvetopApp(App[int]):
             panel.set_class(self.compact and name != self.compact_panel, "-hidden")
         if self.compact:
             rows: tuple = ("auto", "1fr")
+            if self._grid_columns != ("1fr",):  # inline styles win over the stylesheet's
+                self._grid_columns = ("1fr",)
+                grid.styles.grid_columns = ("1fr",)
         else:
-            width = max(20, min(timeline.size.width or size.width, size.width * 3 // 5))
-            want = timeline.get_content_height(size, size, width)
+            # the memory column: two fifths, and never so narrow that its figures stack up
+            memory_col = max(MEMORY_MIN_COLUMN, size.width * 2 // 5)
+            columns = (f"{size.width - memory_col}", f"{memory_col}")
+            if columns != self._grid_columns:
+                self._grid_columns = columns
+                grid.styles.grid_columns = columns
+            want = timeline.get_content_height(size, size, size.width - memory_col - 2)
+            # the memory panel beside it shows every figure without scrolling where it can
+            want = max(want, self.memory.get_content_height(size, size, memory_col - 2))
             limit = max(10, int(size.height * 0.6))
             rows = (f"{min(limit, max(12, want + 2))}", "1fr")
         if rows != self._grid_rows:  # a style change costs a layout pass: only on change
