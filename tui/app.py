@@ -45,6 +45,22 @@ COMPACT_WIDTH, COMPACT_HEIGHT = 120, 36
 MEMORY_MIN_COLUMN = 52  # cells for the memory panel in the 2x2 grid (its figures and legend)
 
 
+def _why(text: str) -> str:
+    """The reason inside a status text ``state (reason)``."""
+    return text.partition(" (")[2].removesuffix(")") or text
+
+
+def _conn_text(view: EngineView) -> str:
+    """The header's connection state of a view: while a source waits to retry, how many
+    attempts failed and when the next one is."""
+    retry_at = getattr(view.source, "retry_at", None)
+    if view.conn in ("unreachable", "reconnecting", "disconnected") and retry_at is not None:
+        left = max(0.0, retry_at - time.monotonic())
+        failures = getattr(view.source, "failures", 0)
+        return f"{view.conn}, {failures} tries, next in {left:.0f} s"
+    return view.conn
+
+
 @dataclass
 class EngineView:
     """One watched engine: its source, its reduced state and its connection."""
@@ -306,9 +322,19 @@ class ProvetopApp(App[int]):
         if view is None:
             return
         conn = text.split(" (")[0]
-        if conn == view.conn and level != "error":
+        if conn == "unreachable" and len(self.views) == 1 and self.mode == "live":
+            # the only source cannot be reached: say so in one line and quit (exit 2)
+            self.close_sources()
+            where = getattr(source, "address", None) or source.label
+            self.exit(2, message=f"provetop: error: cannot reach {where}: {_why(text)}")
             return
+        if conn == view.conn and conn != "unreachable" and level != "error":
+            return
+        repeated = conn == view.conn
         view.conn = conn
+        if repeated:  # the header counts the attempts; the log has the first failure
+            self._dirty = True
+            return
         view.state.log.append(LogLine(view.state.t, level, f"{source.label}: {text}"))
         self._dirty = True
 
@@ -349,7 +375,10 @@ class ProvetopApp(App[int]):
             and view.conn == "connected"
             and view.state.engine_state == "running"
         )
-        if not (self._dirty or live_moving or self.replay is not None and self.replay.playing):
+        waiting = any(getattr(v.source, "retry_at", None) for v in self.views)  # countdown
+        if not (
+            self._dirty or live_moving or waiting or self.replay is not None and self.replay.playing
+        ):
             return
         self.redraw()
 
@@ -390,7 +419,7 @@ class ProvetopApp(App[int]):
             self.refresh_bindings()
 
     def _header_info(self, view: EngineView, now: int) -> HeaderInfo:
-        engines = [(v.source.label, v.conn) for v in self.views]
+        engines = [(v.source.label, _conn_text(v)) for v in self.views]
         r = self.replay
         return HeaderInfo(
             state=view.state,
