@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,8 +132,13 @@ class ProvetopApp(App[int]):
         start_at: int | None = None,
         live_clock: bool = True,
         light: bool = False,
+        stop: Callable[[], object] | None = None,
     ) -> None:
+        """``stop``: called in a thread when the operator quits (``provetop run`` stops its
+        engine there); the screen says "stopping…" until it returns."""
         super().__init__()
+        self.stop = stop
+        self.stopping = False
         if light:
             self.theme = "textual-light"
         self.initial_speed = speed
@@ -430,6 +436,7 @@ class ProvetopApp(App[int]):
             playing=r.playing if r else True,
             elapsed_ns=now,  # since the engine started, as the timeline's axis
             read_only=getattr(view.source, "read_only", False) and self.mode == "live",
+            stopping=self.stopping,
         )
 
     def on_event_log_opened(self, message: EventLog.Opened) -> None:
@@ -714,6 +721,34 @@ class ProvetopApp(App[int]):
         self.timeline.action_gpu_only()
 
     async def action_quit(self) -> None:
+        if self.stop is None:
+            self.close_sources()
+            self.exit(0)
+            return
+        if self.stopping:  # asked again: leave now, the caller ends what is left
+            self.close_sources()
+            self.exit(0)
+            return
+        self.stopping = True
+        self.notify("stopping… (q again to leave at once)", timeout=30, markup=False)
+        self._dirty = True
+        self.redraw()
+        self.run_worker(self._stop_then_exit, thread=True, name="stop", exit_on_error=False)
+
+    def _stop_then_exit(self) -> None:
+        try:
+            assert self.stop is not None
+            self.stop()
+        finally:
+            self._call_anyway(self._stopped)
+
+    def _call_anyway(self, fn) -> None:
+        try:
+            self.call_from_thread(fn)
+        except RuntimeError:  # the app is already gone
+            pass
+
+    def _stopped(self) -> None:
         self.close_sources()
         self.exit(0)
 
