@@ -18,11 +18,12 @@ from typing import Any
 from recordings.state import LogLine, phantom_bytes
 from tui.style import size
 
-# "2048 bytes", "free 512", or a bare number of 7 digits or more (1 MB and up: only sizes are
+# "2048 bytes", "free 512", "need 6144 + margin 512 + 180912" (the allocator's arithmetic on
+# sizes), or a bare number of 7 digits or more (1 MB and up: only sizes are
 # that large in engine messages) that is not a proof, partition or command number
 _BYTES = re.compile(
     r"(?<![\w.#])(\d+) bytes\b"
-    r"|(?<=free )(\d+)\b"
+    r"|(?:(?<=free )|(?<=need )|(?<=margin )|(?<=[-+<] )|(?<=>= ))(\d+)\b"
     r"|(?<![\w.#])(?<!proof )(?<!partition )(\d{7,})\b"
 )
 RECENT = 200  # entries a later event may still fold into
