@@ -332,7 +332,8 @@ class ProvetopApp(App[int]):
             # the only source cannot be reached: say so in one line and quit (exit 2)
             self.close_sources()
             where = getattr(source, "address", None) or source.label
-            self.exit(2, message=f"provetop: error: cannot reach {where}: {_why(text)}")
+            message = f"provetop: error: cannot reach {where}: {_why(text)}"
+            self.exit(2, return_code=2, message=message)
             return
         if conn == view.conn and conn != "unreachable" and level != "error":
             return
