@@ -91,6 +91,7 @@ class LogLine:
     t: int
     level: str  # "info", "warn", "error"
     text: str
+    event: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # its source
 
 
 class State:
@@ -137,7 +138,11 @@ class State:
             self.t = max(self.t, t)
         handler = getattr(self, "_on_" + str(event.get("k")), None)
         if handler is not None:
+            log = self.log
+            last = log[-1] if log else None
             handler(event)
+            if log and log[-1] is not last and log is self.log:
+                log[-1].event = event  # the line's event, for a reader that shows it whole
 
     def fold(self, events) -> State:
         for event in events:

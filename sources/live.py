@@ -66,6 +66,9 @@ class LiveSource:
         self.dropped = 0  # events no longer kept for "save" (a very long session)
         self.invalid_events = 0  # events that broke the schema, not passed on
         self.connected = False
+        self.ever_connected = False  # a source that never got through is "unreachable"
+        self.failures = 0  # connection attempts failed in a row
+        self.retry_at: float | None = None  # time.monotonic() of the next attempt, while waiting
         self._client: EngineClient | None = None
         self._send_lock = threading.Lock()
         self._closed = threading.Event()
@@ -81,13 +84,20 @@ class LiveSource:
             try:
                 client = self._connect()
             except OSError as exc:
-                sink.status(self, f"connecting ({exc.strerror or exc})", "warn")
+                self.failures += 1
+                self.retry_at = time.monotonic() + delay if self.reconnect else None
+                # never reached: "unreachable" (the dashboard quits when it is its only
+                # source); reached before: it went away and is being waited for
+                state = "reconnecting" if self.ever_connected else "unreachable"
+                level = "warn" if self.ever_connected else "error"
+                sink.status(self, f"{state} ({exc.strerror or exc})", level)
                 if not self.reconnect:
                     return
                 self._closed.wait(delay)
                 delay = min(RECONNECT_MAX, delay * 2)
                 continue
             delay = RECONNECT_MIN
+            self.failures, self.retry_at, self.ever_connected = 0, None, True
             self._client, self.connected = client, True
             sink.status(self, "connected", "info")
             reason = self._read(client, sink)

@@ -57,8 +57,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", help="the SVG file to write")
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--size", default="160x48", help="terminal size, COLUMNSxROWS")
     args = parser.parse_args()
-    asyncio.run(_shoot(args.out, args.seconds, (160, 48)))
+    columns, rows = (int(n) for n in args.size.lower().split("x"))
+    asyncio.run(_shoot(args.out, args.seconds, (columns, rows)))
 
 
 if __name__ == "__main__":

@@ -10,24 +10,26 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
+from textual.geometry import Size
 from textual.widgets import Footer
 
 from recordings.state import LogLine, State
-from recordings.writer import RecordingWriter
+from recordings.writer import RecordingWriter, default_recording_dir, default_recording_path
 from sources.errors import SourceError
 from sources.protocol import EventSource
 from sources.replay import open_replay
 from sources.replay_memory import ReplaySource
 from tui.commands import DashboardCommands
-from tui.screens import HelpScreen, MarkerPrompt
+from tui.screens import EventScreen, HelpScreen, MarkerPrompt
 from tui.widgets.eventlog import EventLog
 from tui.widgets.header import Header, HeaderInfo
 from tui.widgets.memory import MemoryPanel
@@ -41,6 +43,23 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 CONTROL_ACTIONS = {"force_fallback", "pause_intake", "trim", "marker", "save"}
 REPLAY_ACTIONS = {"replay_toggle", "replay_speed", "replay_seek", "replay_jump", "replay_point"}
 COMPACT_WIDTH, COMPACT_HEIGHT = 120, 36
+MEMORY_MIN_COLUMN = 52  # cells for the memory panel in the 2x2 grid (its figures and legend)
+
+
+def _why(text: str) -> str:
+    """The reason inside a status text ``state (reason)``."""
+    return text.partition(" (")[2].removesuffix(")") or text
+
+
+def _conn_text(view: EngineView) -> str:
+    """The header's connection state of a view: while a source waits to retry, how many
+    attempts failed and when the next one is."""
+    retry_at = getattr(view.source, "retry_at", None)
+    if view.conn in ("unreachable", "reconnecting", "disconnected") and retry_at is not None:
+        left = max(0.0, retry_at - time.monotonic())
+        failures = getattr(view.source, "failures", 0)
+        return f"{view.conn}, {failures} tries, next in {left:.0f} s"
+    return view.conn
 
 
 @dataclass
@@ -73,6 +92,7 @@ class ProvetopApp(App[int]):
     COMMANDS = App.COMMANDS | {DashboardCommands}
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("question_mark,f1", "help", "help"),
         Binding("F", "force_fallback", "fallback"),
         Binding("P", "pause_intake", "pause"),
@@ -105,15 +125,20 @@ class ProvetopApp(App[int]):
         *,
         replay: ReplaySource | None = None,
         replay_path: str | None = None,
-        save_dir: str | Path = ".",
+        save_dir: str | Path | None = None,
         refresh_hz: float = REFRESH_HZ,
         autoplay: bool = True,
         speed: float = 1.0,
         start_at: int | None = None,
         live_clock: bool = True,
         light: bool = False,
+        stop: Callable[[], object] | None = None,
     ) -> None:
+        """``stop``: called in a thread when the operator quits (``provetop run`` stops its
+        engine there); the screen says "stopping…" until it returns."""
         super().__init__()
+        self.stop = stop
+        self.stopping = False
         if light:
             self.theme = "textual-light"
         self.initial_speed = speed
@@ -124,7 +149,7 @@ class ProvetopApp(App[int]):
         self._replay_source = replay
         self._replay_path = replay_path
         self.mode = "replay" if (replay is not None or replay_path) else "live"
-        self.save_dir = Path(save_dir)
+        self.save_dir = Path(save_dir) if save_dir is not None else default_recording_dir()
         self.refresh_hz = refresh_hz
         self.autoplay = autoplay
         self.live_clock = live_clock
@@ -137,6 +162,7 @@ class ProvetopApp(App[int]):
         self.compact_panel = "memory-box"
         self._enabled: tuple = ()
         self._grid_rows: tuple = ()
+        self._grid_columns: tuple = ()
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -182,15 +208,20 @@ class ProvetopApp(App[int]):
         if self.mode == "replay":
             self.set_interval(REPLAY_TICK_S, self._replay_tick)
 
-    def on_resize(self) -> None:
-        self._apply_size_class()
+    def on_resize(self, event: events.Resize) -> None:
+        # this handler runs before App's own, which updates self.size: use the event's size
+        self._apply_size_class(event.size)
 
-    def _apply_size_class(self) -> None:
-        compact = self.size.width < COMPACT_WIDTH or self.size.height < COMPACT_HEIGHT
+    def _apply_size_class(self, size: Size | None = None) -> None:
+        """Choose the layout for ``size`` (the terminal's): called at start and on every
+        resize, in both directions."""
+        size = size or self.size
+        compact = size.width < COMPACT_WIDTH or size.height < COMPACT_HEIGHT
         self.default_screen_compact = compact
         if hasattr(self, "grid"):
             self.grid.screen.set_class(compact, "-compact")
-        self._layout_panels()
+        self._grid_rows = self._grid_columns = ()  # the other layout's no longer apply
+        self._layout_panels(size)
 
     @property
     def compact(self) -> bool:
@@ -198,19 +229,31 @@ class ProvetopApp(App[int]):
 
     default_screen_compact = False
 
-    def _layout_panels(self) -> None:
+    def _layout_panels(self, size: Size | None = None) -> None:
         """Wide: timeline beside memory over table beside log, the top row as tall as the
         timeline needs. Compact: the timeline over one panel at a time (2, 3, 4 or tab)."""
         if not hasattr(self, "panels"):  # not mounted yet
             return
+        size = size or self.size
         timeline, grid = self.timeline, self.grid
         for name, panel in self.panels.items():
             panel.set_class(self.compact and name != self.compact_panel, "-hidden")
         if self.compact:
             rows: tuple = ("auto", "1fr")
+            if self._grid_columns != ("1fr",):  # inline styles win over the stylesheet's
+                self._grid_columns = ("1fr",)
+                grid.styles.grid_columns = ("1fr",)
         else:
-            want = timeline.get_content_height(self.size, self.size, max(20, timeline.size.width))
-            limit = max(10, int(self.size.height * 0.6))
+            # the memory column: two fifths, and never so narrow that its figures stack up
+            memory_col = max(MEMORY_MIN_COLUMN, size.width * 2 // 5)
+            columns = (f"{size.width - memory_col}", f"{memory_col}")
+            if columns != self._grid_columns:
+                self._grid_columns = columns
+                grid.styles.grid_columns = columns
+            want = timeline.get_content_height(size, size, size.width - memory_col - 2)
+            # the memory panel beside it shows every figure without scrolling where it can
+            want = max(want, self.memory.get_content_height(size, size, memory_col - 2))
+            limit = max(10, int(size.height * 0.6))
             rows = (f"{min(limit, max(12, want + 2))}", "1fr")
         if rows != self._grid_rows:  # a style change costs a layout pass: only on change
             self._grid_rows = rows
@@ -285,9 +328,20 @@ class ProvetopApp(App[int]):
         if view is None:
             return
         conn = text.split(" (")[0]
-        if conn == view.conn and level != "error":
+        if conn == "unreachable" and len(self.views) == 1 and self.mode == "live":
+            # the only source cannot be reached: say so in one line and quit (exit 2)
+            self.close_sources()
+            where = getattr(source, "address", None) or source.label
+            message = f"provetop: error: cannot reach {where}: {_why(text)}"
+            self.exit(2, return_code=2, message=message)
             return
+        if conn == view.conn and conn != "unreachable" and level != "error":
+            return
+        repeated = conn == view.conn
         view.conn = conn
+        if repeated:  # the header counts the attempts; the log has the first failure
+            self._dirty = True
+            return
         view.state.log.append(LogLine(view.state.t, level, f"{source.label}: {text}"))
         self._dirty = True
 
@@ -328,7 +382,10 @@ class ProvetopApp(App[int]):
             and view.conn == "connected"
             and view.state.engine_state == "running"
         )
-        if not (self._dirty or live_moving or self.replay is not None and self.replay.playing):
+        waiting = any(getattr(v.source, "retry_at", None) for v in self.views)  # countdown
+        if not (
+            self._dirty or live_moving or waiting or self.replay is not None and self.replay.playing
+        ):
             return
         self.redraw()
 
@@ -369,9 +426,8 @@ class ProvetopApp(App[int]):
             self.refresh_bindings()
 
     def _header_info(self, view: EngineView, now: int) -> HeaderInfo:
-        engines = [(v.source.label, v.conn) for v in self.views]
+        engines = [(v.source.label, _conn_text(v)) for v in self.views]
         r = self.replay
-        start = view.state.first_t or 0
         return HeaderInfo(
             state=view.state,
             mode=self.mode,
@@ -379,9 +435,13 @@ class ProvetopApp(App[int]):
             selected=self.selected,
             speed=r.speed if r else 1.0,
             playing=r.playing if r else True,
-            elapsed_ns=max(0, now - start) if view.state.first_t is not None else now,
+            elapsed_ns=now,  # since the engine started, as the timeline's axis
             read_only=getattr(view.source, "read_only", False) and self.mode == "live",
+            stopping=self.stopping,
         )
+
+    def on_event_log_opened(self, message: EventLog.Opened) -> None:
+        self.push_screen(EventScreen(message.entry))
 
     def on_timeline_selected(self, message: Timeline.Selected) -> None:
         self._device = message.device
@@ -422,7 +482,9 @@ class ProvetopApp(App[int]):
             self._dirty = True
             return None
         view.pending[cid] = (cmd, args)
-        view.state.log.append(LogLine(view.state.t, "info", f"sent {cmd} {args} (#{cid})"))
+        view.state.log.append(
+            LogLine(self._engine_now(view), "info", f"sent {cmd} {args} (#{cid})")
+        )
         self._dirty = True
         return cid
 
@@ -434,9 +496,22 @@ class ProvetopApp(App[int]):
         on = not view.state.forced_fallback.get(device, False)
         self.send_command("force_fallback", {"device": device, "on": on})
 
+    def _engine_now(self, view: EngineView) -> int:
+        """The engine's clock now, as near as this side knows it: its newest event's time plus
+        the time since that batch arrived (for lines the dashboard adds itself)."""
+        if not view.last_event_at:
+            return view.state.t
+        return view.state.t + int((time.monotonic() - view.last_event_at) * 1e9)
+
     def action_pause_intake(self) -> None:
         view = self.view
         if view is None:
+            return
+        if view.state.engine_state in ("done", "stopping"):
+            why = f"the run is {view.state.engine_state}: there is no intake to pause"
+            self.notify(why, severity="warning", timeout=3, markup=False)
+            view.state.log.append(LogLine(self._engine_now(view), "warn", f"P refused: {why}"))
+            self._dirty = True
             return
         paused = view.state.engine_state == "paused"
         self.send_command("resume" if paused else "pause", {})
@@ -473,9 +548,8 @@ class ProvetopApp(App[int]):
         if received is None:
             raise ValueError("this source keeps no events")
         hello = view.state.hello or {}
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        name = f"provetop-{hello.get('engine_id', 'engine')}-{stamp}.ptrec"
-        path = path or self.save_dir / name
+        engine_id = f"{hello.get('engine_id', 'engine')}-saved"
+        path = path or default_recording_path(engine_id, self.save_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = RecordingWriter(path)
         count = 0
@@ -612,11 +686,14 @@ class ProvetopApp(App[int]):
         screen = self.screen
         if screen.maximized is not None:
             screen.minimize()
-        else:
-            target = self.focused or self.timeline
-            if isinstance(target, MemoryPanel):
-                target = self.query_one("#memory-box")
-            screen.maximize(target)
+            return
+        focused = self.focused or self.timeline
+        target = self.timeline
+        for panel in self.panels.values():
+            if focused is panel or panel in focused.ancestors:
+                target = panel
+        # set directly: the memory box is a scroll container, which Screen.maximize refuses
+        screen.maximized = target
 
     def action_focus_panel(self, name: str) -> None:
         box = "memory-box" if name == "memory" else name
@@ -645,6 +722,34 @@ class ProvetopApp(App[int]):
         self.timeline.action_gpu_only()
 
     async def action_quit(self) -> None:
+        if self.stop is None:
+            self.close_sources()
+            self.exit(0)
+            return
+        if self.stopping:  # asked again: leave now, the caller ends what is left
+            self.close_sources()
+            self.exit(0)
+            return
+        self.stopping = True
+        self.notify("stopping… (q again to leave at once)", timeout=30, markup=False)
+        self._dirty = True
+        self.redraw()
+        self.run_worker(self._stop_then_exit, thread=True, name="stop", exit_on_error=False)
+
+    def _stop_then_exit(self) -> None:
+        try:
+            assert self.stop is not None
+            self.stop()
+        finally:
+            self._call_anyway(self._stopped)
+
+    def _call_anyway(self, fn) -> None:
+        try:
+            self.call_from_thread(fn)
+        except RuntimeError:  # the app is already gone
+            pass
+
+    def _stopped(self) -> None:
         self.close_sources()
         self.exit(0)
 

@@ -58,11 +58,57 @@ def run(args: argparse.Namespace) -> int:
         results["live"] = bench_live(args)
     if not args.skip_replay:
         results["replay"] = bench_replay(args)
+    results["verdicts"] = verdicts(results)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
         _print(results)
+    for name, figure, target, met in results["verdicts"]:
+        print(f"{'MET   ' if met else 'MISSED'} {name}: {figure} (target {target})")
+    missed = [v[0] for v in results["verdicts"] if not v[3]]
+    if missed:
+        print(f"provetop: bench tui missed {len(missed)} target(s): {', '.join(missed)}")
+        return 1
     return 0
+
+
+def verdicts(results: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """(target, measured figure, target text, met) for every target that was measured: key
+    latency by its p95, CPU by the cores used, open by its time, seeks by their p95."""
+    out = []
+    live, replay = results.get("live"), results.get("replay")
+    if live:
+        key, cpu = live["key_ms_p95"], live["cpu_cores"]
+        out.append(
+            (
+                "key latency p95",
+                f"{key} ms",
+                f"< {TARGETS['key_ms']:.0f} ms",
+                key < TARGETS["key_ms"],
+            )
+        )
+        out.append(
+            (
+                "dashboard CPU",
+                f"{cpu:.2f} cores",
+                f"< {TARGETS['cpu_cores']} core",
+                cpu < TARGETS["cpu_cores"],
+            )
+        )
+    if replay:
+        opened, seek = replay["open_s"], replay["seek_ms_p95"]
+        out.append(
+            ("open", f"{opened} s", f"<= {TARGETS['open_s']} s", opened <= TARGETS["open_s"])
+        )
+        out.append(
+            (
+                "seek p95",
+                f"{seek} ms",
+                f"<= {TARGETS['seek_ms']:.0f} ms",
+                seek <= TARGETS["seek_ms"],
+            )
+        )
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Modal screens: the help screen (every key, grouped) and the marker prompt."""
+"""Modal screens: the help screen (every key, grouped), the marker prompt and the full events
+behind a line of the event log."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
+
+from tui.logtext import Entry
+from tui.style import clock, size
+
+SIZE_KEYS = {"requested", "bytes", "nbytes", "budget", "chunk", "device_memory"}
 
 KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     (
@@ -33,6 +39,14 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
             ("T", "trim the selected device's pools now"),
             ("M", "add a named marker"),
             ("S", "save what this dashboard received as a recording"),
+        ],
+    ),
+    (
+        "Event log",
+        [
+            ("↑ ↓", "select a line (stops following)"),
+            ("enter  click", "the line's full events"),
+            ("end  esc", "follow the newest line again"),
         ],
     ),
     (
@@ -128,4 +142,62 @@ class MarkerPrompt(ModalScreen[str | None]):
         self.dismiss(event.value.strip() or self.default)
 
     def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+def event_text(event: dict) -> Text:
+    """One event, field by field; sizes in bytes also as MiB/GiB."""
+    text = Text()
+
+    def field(key: str, value: object, indent: str, in_pools: bool) -> None:
+        text.append(f"{indent}{key}", style="bold #00afff")
+        if isinstance(value, dict):
+            text.append("\n")
+            for k, v in value.items():
+                field(str(k), v, indent + "  ", in_pools or key in ("pools", "state"))
+            return
+        shown = str(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if (in_pools or key in SIZE_KEYS) and value >= 1024:
+                shown = f"{value} ({size(value)})"
+            elif key == "t":
+                shown = f"{value} ({clock(value)})"
+        text.append(f" {shown}\n")
+
+    for key, value in event.items():
+        field(str(key), value, "", False)
+    return text
+
+
+class EventScreen(ModalScreen[None]):
+    """A line of the event log in full: its text and every event folded into it."""
+
+    BINDINGS = [Binding("escape,q", "dismiss", "close")]
+    DEFAULT_CSS = """
+    EventScreen { align: center middle; }
+    EventScreen > VerticalScroll {
+        width: 100; max-width: 95%; height: auto; max-height: 90%;
+        border: round $accent; background: $surface; padding: 0 1;
+    }
+    """
+
+    def __init__(self, entry: Entry) -> None:
+        super().__init__()
+        self.entry = entry
+
+    def compose(self) -> ComposeResult:
+        entry = self.entry
+        parts: list = [Text(f"{clock(entry.t)}  {entry.text}", style="bold"), Text("")]
+        if not entry.events:
+            parts.append(Text("(a line of the dashboard's own: no engine event)", style="dim"))
+        for n, event in enumerate(entry.events):
+            if len(entry.events) > 1:
+                parts.append(Text(f"event {n + 1} of {len(entry.events)}", style="underline"))
+            parts.append(event_text(event))
+        with VerticalScroll() as box:
+            box.border_title = "event"
+            box.border_subtitle = "esc to close"
+            yield Static(Group(*parts))
+
+    def action_dismiss(self, result: None = None) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -32,14 +32,19 @@ from tui.app import ProvetopApp
 
 STARTUP_TIMEOUT_S = 600.0  # the engine prints its address before the SRS is made: this is
 # only reached when the child hangs before serving (a GPU start can take a minute)
-STOP_TIMEOUT_S = 120.0  # partitions in flight finish first; a 2^27 one takes seconds
+STOP_GRACE_S = 15.0  # after Ctrl-C, partitions in flight finish (a 2^27 one takes seconds)
+STOP_TERM_S = 3.0  # then SIGTERM, then SIGKILL: quitting never hangs on the engine
 
 
 def add_parser(sub, name: str, help_text: str) -> None:
     p = sub.add_parser(name, help=help_text, description=help_text)
     add_engine_arguments(p)
     add_display_arguments(p)
-    p.add_argument("--save-dir", default=".", metavar="DIR", help="where S saves recordings")
+    p.add_argument(
+        "--save-dir",
+        metavar="DIR",
+        help="where S saves recordings (default: the recordings directory)",
+    )
 
 
 def engine_argv(args: argparse.Namespace) -> list[str]:
@@ -110,16 +115,20 @@ def _start_engine(args: argparse.Namespace, record: str | None) -> tuple[subproc
     return child, address
 
 
-def _stop_engine(child: subprocess.Popen) -> int:
+def _stop_engine(child: subprocess.Popen, grace: float = STOP_GRACE_S) -> int:
     """Ctrl-C for the engine (SIGINT): intake stops, partitions in flight finish, the
-    recording is closed; SIGKILL only if that takes longer than STOP_TIMEOUT_S."""
-    if child.poll() is None:
-        child.send_signal(signal.SIGINT)
+    recording is closed; SIGTERM after ``grace`` seconds, SIGKILL STOP_TERM_S later."""
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, STOP_TERM_S)):
+        if child.poll() is not None:
+            break
+        child.send_signal(sig)
         try:
-            child.wait(STOP_TIMEOUT_S)
+            child.wait(wait)
         except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+            continue
+    if child.poll() is None:
+        child.kill()
+        child.wait()
     return int(child.returncode or 0)
 
 
@@ -138,10 +147,14 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         source = LiveSource(address, token=token)
-        app = ProvetopApp([source], save_dir=args.save_dir, light=args.light)
+        app = ProvetopApp(
+            [source], save_dir=args.save_dir, light=args.light, stop=lambda: _stop_engine(child)
+        )
         code = int(app.run() or 0)
     finally:
-        engine_code = _stop_engine(child)
+        if child.poll() is None:  # left before the engine stopped (q twice, an error)
+            print("stopping the engine…", file=sys.stderr, flush=True)
+        engine_code = _stop_engine(child, grace=STOP_TERM_S)
     if record is not None:
         print(f"recording: {record}")
     if engine_code != 0:

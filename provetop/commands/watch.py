@@ -59,7 +59,11 @@ def add_parser(sub, name: str, help_text: str) -> None:
         help="with --metrics: follow the cuzk sources and serve the metrics without the "
         "dashboard (for hosts scraped by Prometheus; status lines go to stderr)",
     )
-    p.add_argument("--save-dir", default=".", metavar="DIR", help="where S saves recordings")
+    p.add_argument(
+        "--save-dir",
+        metavar="DIR",
+        help="where S saves recordings (default: the recordings directory)",
+    )
     add_display_arguments(p)
 
 

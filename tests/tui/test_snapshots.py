@@ -1,4 +1,5 @@
-"""Snapshot tests of the main screen, live and in replay, at 80x24 and 160x48.
+"""Snapshot tests of the main screen, live and in replay, at 80x24, 120x40, 160x48 and 200x60,
+and after a resize in each direction (the layout must be the one of the new size).
 
 The app is fed one fixed synthetic run (tests/tui/helpers.py) with the live clock off, so the
 picture depends only on the events. Update the SVGs after an intended change with
@@ -10,10 +11,15 @@ import pytest
 
 from tests.tui.helpers import fed, fixed_events, live_app, replay_app, until
 
-SIZES = [(80, 24), (160, 48)]
+SIZES = [(80, 24), (120, 40), (160, 48), (200, 60)]
+RESIZES = [((160, 48), (80, 24)), ((80, 24), (160, 48))]
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def _id(size) -> str:
+    return f"{size[0]}x{size[1]}"
+
+
+@pytest.mark.parametrize("size", SIZES, ids=_id)
 def test_live_main_screen(snap_compare, size):
     events = fixed_events(20)
     app = live_app(events)
@@ -24,7 +30,7 @@ def test_live_main_screen(snap_compare, size):
     assert snap_compare(app, terminal_size=size, run_before=ready)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", SIZES, ids=_id)
 def test_replay_main_screen(snap_compare, size):
     events = fixed_events(40)
     app = replay_app(events, position_s=15.0)
@@ -35,3 +41,20 @@ def test_replay_main_screen(snap_compare, size):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=ready)
+
+
+@pytest.mark.parametrize("sizes", RESIZES, ids=lambda s: f"{_id(s[0])}-to-{_id(s[1])}")
+def test_live_main_screen_after_resize(snap_compare, sizes):
+    first, then = sizes
+    events = fixed_events(20)
+    app = live_app(events)
+
+    async def ready(pilot):
+        await pilot.resize_terminal(*first)
+        await fed(pilot, app, len(events))
+        await pilot.resize_terminal(*then)
+        await pilot.pause(0.2)
+        app.redraw()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=first, run_before=ready)

@@ -37,6 +37,7 @@ class HeaderInfo:
     playing: bool = True
     elapsed_ns: int = 0
     read_only: bool = False
+    stopping: bool = False  # the operator quit and the engine is being stopped
 
 
 def gpu_names(hello: dict | None) -> str:
@@ -104,6 +105,8 @@ class Header(Widget):
         if info.mode == "replay":
             icon = "▶" if info.playing else "⏸"
             head = Text(f" {icon} replay at {info.speed:g}x ", style="bold reverse #00afff")
+        elif info.stopping:
+            head = Text(" stopping… ", style=f"bold reverse {STATE_STYLE['stopping'][5:]}")
         else:
             head = Text(
                 f" {state.engine_state} ", style=STATE_STYLE.get(state.engine_state, "bold")

@@ -13,6 +13,7 @@ from bisect import bisect_left
 
 from rich.console import Group
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from recordings.state import MemorySeries, State, phantom_bytes
@@ -23,6 +24,15 @@ HISTORY = (  # (label, how to read the series at index i, colour)
     ("used", "nvml_used", "#5f87ff"),
     ("phantom", "phantom", "#ff5f5f"),
     ("free", "driver_free", "#5fd75f"),
+)
+PHANTOM_WARN = 0.05  # phantom above this share of the usable card (less ballast): highlighted
+# the one-line legend, longest first: the first that fits the panel is shown
+LEGENDS = (
+    "phantom = ▓ async reserved-unused + ▓ sync cached: used to nvidia-smi, "
+    "free to neither pool · ✖ OOM",
+    "phantom = ▓ async reserved-unused + ▓ sync cached · ✖ OOM",
+    "phantom = ▓ async unused + ▓ sync cached · ✖ OOM",
+    "phantom = ▓ + ▓ (pools' unused) · ✖ OOM",
 )
 
 
@@ -89,10 +99,13 @@ def history(
     width: int,
     total: int,
 ) -> list[Text]:
-    """Sparkline rows of used / phantom / free over [start, end) plus a row of OOM markers."""
+    """Sparkline rows of used / phantom / free over [start, end), each scaled to its own
+    largest value in the window (printed at the row's end), so a small phantom still shows;
+    every OOM is a red ✖ on the phantom row."""
     rows: list[Text] = []
     label_w = 8
-    cols = max(4, width - label_w)
+    scale_w = 11  # " 179.0 KiB"
+    cols = max(4, width - label_w - scale_w)
     cell = (end - start) / cols
     idx: list[int | None] = [None] * cols
     if series is not None and len(series):
@@ -100,29 +113,65 @@ def history(
         for c in range(cols):
             j = bisect_left(t, int(start + (c + 1) * cell)) - 1
             idx[c] = j if j >= 0 and t[j] >= start - cell else None
-    for label, name, colour in HISTORY:
-        text = Text(f"{label:<{label_w}}", style="bold")
-        chars = []
-        for j in idx:
-            if j is None or series is None:
-                chars.append(" ")
-                continue
-            value = _series_value(series, name, j)
-            if value < 0:
-                chars.append(" ")
-                continue
-            level = min(8, max(0, round(value / max(1, total) * 8)))
-            chars.append(SPARK[level] if value else " ")
-        text.append("".join(chars), style=colour)
-        rows.append(text)
-    marks = [" "] * cols
+    ooms = set()
     for f in faults:
         if f.get("kind") == "oom" and f.get("device", device) == device and start <= f["t"] < end:
-            marks[min(cols - 1, int((f["t"] - start) / cell))] = "✖"
-    oom = Text(f"{'OOM':<{label_w}}", style="bold")
-    oom.append("".join(marks), style=f"bold {FAILURE_COLOUR}")
-    rows.append(oom)
+            ooms.add(min(cols - 1, int((f["t"] - start) / cell)))
+    for label, name, colour in HISTORY:
+        values = [
+            None if j is None or series is None else _series_value(series, name, j) for j in idx
+        ]
+        top = max((v for v in values if v is not None and v > 0), default=0)
+        text = Text(f"{label:<{label_w}}", style="bold")
+        for c, value in enumerate(values):
+            if name == "phantom" and c in ooms:
+                text.append("✖", style=f"bold {FAILURE_COLOUR}")
+            elif value is None or value < 0:
+                text.append(" ")
+            elif value == 0 or top == 0:
+                text.append("_" if value == 0 else " ", style="dim")
+            else:
+                text.append(SPARK[max(1, min(8, round(value / top * 8)))], style=colour)
+        text.append(f" {size(top) if top else '0':>{scale_w - 1}}", style="dim")
+        rows.append(text)
     return rows
+
+
+def legend(width: int) -> Text:
+    """The longest legend that fits ``width`` (the shortest otherwise, wrapped)."""
+    chosen = next((t for t in LEGENDS if len(t) <= width), LEGENDS[-1])
+    text = Text(style="dim")
+    colours = iter(("#ff5f5f", "#ff8700"))
+    for part in chosen.split("▓"):
+        if text.plain:
+            text.append("▓", style=next(colours, "#ff8700"))
+        text.append(part)
+    text.highlight_words(["✖"], style=f"bold {FAILURE_COLOUR}")
+    return text
+
+
+def phantom_alarming(phantom: int, p: dict[str, int]) -> bool:
+    """Whether the phantom is large enough to highlight: above PHANTOM_WARN of the card less
+    its ballast (on a modeled card the ballast makes it look small)."""
+    usable = max(1, p["total"] - p["ballast"])
+    return phantom > 0 and phantom >= PHANTOM_WARN * usable
+
+
+def flow(chunks: list[Text], width: int, gap: str = "  ") -> Text:
+    """Chunks laid out in rows of at most ``width`` cells, never splitting one."""
+    out = Text()
+    used = 0
+    for chunk in chunks:
+        n = chunk.cell_len
+        if used and used + len(gap) + n > width:
+            out.append("\n")
+            used = 0
+        elif used:
+            out.append(gap)
+            used += len(gap)
+        out.append_text(chunk)
+        used += n
+    return out
 
 
 class MemoryPanel(Widget, can_focus=True):
@@ -152,10 +201,19 @@ class MemoryPanel(Widget, can_focus=True):
             known |= {int(d.get("index", i)) for i, d in enumerate(self.state.hello["devices"])}
         return sorted(known)
 
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """The rows the panel needs at ``width`` (the app sizes the grid's top row by it)."""
+        content = self._content(width)
+        console = self.app.console
+        return len(console.render_lines(content, console.options.update_width(width), pad=False))
+
     def render(self) -> Group | Text:
+        return self._content(max(20, self.size.width))
+
+    def _content(self, width: int) -> Group | Text:
         if self.state is None or not self.state.memory:
             return Text("no memory samples yet", style="dim")
-        width = max(20, self.size.width)
+        width = max(20, width)
         devices = self._devices()
         selected = self.device if self.device in devices else devices[0]
         names = {}
@@ -196,28 +254,40 @@ class MemoryPanel(Widget, can_focus=True):
         return Group(*out)
 
     def _figures(self, sample: dict, p: dict[str, int], phantom: int, width: int) -> Text:
-        text = Text()
-        text.append("nvidia-smi ", style="bold")
-        text.append(f"used {size(sample.get('nvml_used'))} free {size(sample.get('nvml_free'))}")
-        text.append("  cudaMemGetInfo ", style="bold")
-        text.append(f"free {size(sample.get('driver_free'))}")
-        text.append("\n")
-        style = f"bold reverse {FAILURE_COLOUR}" if phantom > 0 else "bold"
-        text.append(f" PHANTOM {size(phantom)} ", style=style)
-        text.append("  largest cudaMalloc ", style="bold")
-        text.append(size(sample.get("largest_alloc")))
+        """Every figure of the pool asymmetry as an atomic chunk, flowed to the width."""
+        bold = "bold"
+
+        def chunk(label: str, value: str, glyph: str = "", colour: str = "") -> Text:
+            text = Text()
+            if glyph:
+                text.append(glyph + " ", style=colour)
+            text.append(label + " ", style=bold)
+            text.append(value)
+            return text
+
+        style_of = {key: (colour, glyph) for key, _, colour, glyph in MEMORY_PARTS}
+        chunks = [
+            chunk("nvidia-smi used", size(sample.get("nvml_used"))),
+            chunk("cudaMemGetInfo free", size(sample.get("driver_free"))),
+            chunk("async used", size(p["async_used"]), *reversed(style_of["async_used"])),
+            chunk(
+                "async reserved-unused", size(p["async_free"]), *reversed(style_of["async_free"])
+            ),
+            chunk("sync used", size(p["sync_used"]), *reversed(style_of["sync_used"])),
+            chunk("sync cached", size(p["sync_cached"]), *reversed(style_of["sync_cached"])),
+        ]
+        if phantom_alarming(phantom, p):
+            style = f"bold reverse {FAILURE_COLOUR}"
+        else:
+            style = "bold #d7af00" if phantom else "bold"
+        chunks.append(Text(f" PHANTOM {size(phantom)} ", style=style))
+        chunks.append(chunk("largest cudaMalloc", size(sample.get("largest_alloc"))))
+        for key in ("ballast", "other"):
+            if p[key]:
+                chunks.append(chunk(key, size(p[key]), *reversed(style_of[key])))
         if sample.get("modeled"):
-            text.append("  modeled", style="italic #d7af00")
-        text.append("\n")
-        items = []
-        for key, label, colour, glyph in MEMORY_PARTS:
-            items.append((glyph, colour, f"{label} {size(p[key])}"))
-        for i, (glyph, colour, label) in enumerate(items):
-            text.append(glyph, style=colour)
-            text.append(f" {label}" + ("  " if i < len(items) - 1 else ""))
-        return text
+            chunks.append(Text("modeled", style="italic #d7af00"))
+        return flow(chunks, width)
 
     def _legend(self, width: int) -> Text:
-        text = Text(style="dim")
-        text.append("phantom = async reserved free + sync cached (unusable by the other pool)")
-        return text
+        return legend(width)

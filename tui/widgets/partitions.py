@@ -45,6 +45,16 @@ COLUMNS = (
     Column("verified", "verified", 8, right=False),
 )
 GREEN, AMBER, ORANGE = "#5fd75f", "#d7af00", "#ff8700"
+PRESTAGE_MIN, PRESTAGE_MAX = 10, 48  # the pre-stage column takes the width the others leave
+
+
+def column_widths(width: int) -> list[int]:
+    """Each column's width for a table ``width`` cells wide: the fixed columns as declared,
+    the pre-stage column (reasons) whatever is left, so the last column is never cut while
+    the panel can hold it. Narrower than the minimum, the table scrolls sideways."""
+    fixed = sum(c.width + 1 for c in COLUMNS if c.key != "prestage") + 1
+    flex = max(PRESTAGE_MIN, min(PRESTAGE_MAX, width - fixed))
+    return [flex if c.key == "prestage" else c.width for c in COLUMNS]
 
 
 def cells(row: PartitionRow) -> list[tuple[str, str]]:
@@ -140,9 +150,13 @@ class PartitionsTable(ScrollView, can_focus=True):
         self._stamps: dict[tuple[int, int], tuple] = {}
         self._strips: dict[tuple[int, int], tuple[tuple, Strip]] = {}
         self._follow = True
+        self.widths = [c.width for c in COLUMNS]
 
     def on_mount(self) -> None:
-        self.virtual_size = Size(sum(c.width + 1 for c in COLUMNS), 1)  # the header row
+        self.virtual_size = Size(self._table_width(), 1)  # the header row
+
+    def _table_width(self) -> int:
+        return sum(w + 1 for w in self.widths)
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -179,7 +193,7 @@ class PartitionsTable(ScrollView, can_focus=True):
         self.order = keys
         if self.sort_column:
             self._sort()
-        self.virtual_size = Size(sum(c.width + 1 for c in COLUMNS), len(self.order) + 1)
+        self.virtual_size = Size(self._table_width(), len(self.order) + 1)
         if self._follow and not self.sort_column:
             self.cursor = max(0, len(self.order) - 1)
             self._to_end()
@@ -190,6 +204,12 @@ class PartitionsTable(ScrollView, can_focus=True):
         self.scroll_target_y = self.scroll_y = self.max_scroll_y
 
     def on_resize(self) -> None:
+        widths = column_widths(self.scrollable_content_region.width)
+        if widths != self.widths:
+            self.widths = widths
+            self._strips.clear()
+            self.virtual_size = Size(self._table_width(), len(self.order) + 1)
+            self.refresh()
         if self._follow and not self.sort_column:
             self.call_after_refresh(self._to_end)
 
@@ -226,18 +246,18 @@ class PartitionsTable(ScrollView, can_focus=True):
 
     def _header(self, base: Style) -> Strip:
         segs = []
-        for c in COLUMNS:
+        for c, width in zip(COLUMNS, self.widths, strict=True):
             label = c.label + ("▲" if not self.sort_reverse else "▼") * (c.key == self.sort_column)
-            text = label.rjust(c.width) if c.right else label.ljust(c.width)
-            segs.append(Segment(text[: c.width] + " ", base + Style(bold=True, underline=True)))
+            text = label.rjust(width) if c.right else label.ljust(width)
+            segs.append(Segment(text[:width] + " ", base + Style(bold=True, underline=True)))
         return Strip(segs)
 
     def _row_strip(self, row: PartitionRow, base: Style) -> Strip:
         segs = []
-        for c, (text, style) in zip(COLUMNS, cells(row), strict=True):
-            if len(text) > c.width:
-                text = text[: c.width - 1] + "…"
-            text = (text.rjust(c.width) if c.right else text.ljust(c.width)) + " "
+        for c, width, (text, style) in zip(COLUMNS, self.widths, cells(row), strict=True):
+            if len(text) > width:
+                text = text[: width - 1] + "…"
+            text = (text.rjust(width) if c.right else text.ljust(width)) + " "
             segs.append(Segment(text, base + Style.parse(style) if style else base))
         return Strip(segs)
 
@@ -285,14 +305,14 @@ class PartitionsTable(ScrollView, can_focus=True):
             return
         if offset.y == 0:  # a header: sort by it (again: reverse)
             x = offset.x + self.scroll_offset.x
-            for c in COLUMNS:
-                if x < c.width + 1:
+            for c, width in zip(COLUMNS, self.widths, strict=True):
+                if x < width + 1:
                     if self.sort_column == c.key:
                         self.sort_reverse = not self.sort_reverse
                     self.sort_column = c.key
                     self._resort()
                     return
-                x -= c.width + 1
+                x -= width + 1
         else:
             self.cursor = min(len(self.order) - 1, self.scroll_offset.y + offset.y - 1)
             self._follow = False
