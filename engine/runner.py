@@ -223,9 +223,11 @@ class Engine:
         return self
 
     def _abort_start(self) -> None:
+        """A start that failed leaves no recording: the file was created by this run (O_EXCL),
+        holds only its header and hello, and would otherwise read as a complete, empty run."""
         self.bus.close()
         if self.recorder is not None:
-            self.recorder.close()
+            self.recorder.discard()
 
     def _run(self) -> None:
         try:

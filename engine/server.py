@@ -18,6 +18,7 @@ import hmac
 import ipaddress
 import os
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -156,8 +157,7 @@ class TelemetryServer:
                 path = os.path.join(self._dir, "engine.sock")
             else:
                 path = os.path.abspath(self._path)
-                if os.path.exists(path):
-                    raise ListenError(f"--listen {path}: the path already exists")
+                _clear_stale_socket(path)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             old = os.umask(0o177)
             try:
@@ -441,6 +441,43 @@ class TelemetryServer:
                 _shutdown(conn)
                 return
             time.sleep(WRITE_COALESCE_S)
+
+
+def _clear_stale_socket(path: str) -> None:
+    """Make way at ``path`` for a new socket, or say in one line why not.
+
+    An engine killed with SIGKILL leaves its socket file behind; a restart on the same
+    ``unix:PATH`` must not need someone to remove it by hand. A socket nothing answers on is
+    stale and removed; one that answers belongs to a live engine, and anything that is not a
+    socket is never touched."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISSOCK(mode):
+        raise ListenError(f"--listen {path}: the path already exists (and is not a socket)")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        live = False
+    except OSError as exc:  # a full backlog, a timeout: someone is there
+        live = exc.errno not in (errno.ECONNREFUSED, errno.ENOENT)
+    else:
+        live = True
+    finally:
+        probe.close()
+    if live:
+        raise ListenError(f"--listen {path}: another engine is listening there")
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ListenError(f"cannot remove the stale socket {path}: {exc.strerror or exc}") from None
 
 
 def _wait_drained(sub: Any, timeout: float) -> None:

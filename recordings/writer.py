@@ -281,6 +281,21 @@ class RecordingWriter:
         if self._error is not None:
             raise self._error
 
+    def discard(self) -> None:
+        """Close without index or trailer and remove the file: for a run that never started,
+        whose recording must not read back as a complete (empty) run. Idempotent."""
+        with self._write_lock:
+            if not self.closed:
+                self.closed = True
+                self._stop.set()
+                if self._flusher is not None:
+                    self._flusher.join()
+                self._file.close()
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+
     def __enter__(self) -> RecordingWriter:
         return self
 
