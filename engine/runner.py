@@ -485,6 +485,11 @@ class Engine:
         )
 
     def _check_applicable(self, cmd: str, args: dict[str, Any]) -> None:
+        if cmd in ("pause", "resume") and (self._stop_requested.is_set() or self.done):
+            # a stop cannot be undone: intake is closed for good, and saying "running" after
+            # "stopping" would tell the operator something false
+            why = "the run is done" if self.done else "the engine is stopping"
+            raise CommandError(f"{cmd}: {why} (a stop cannot be undone)")
         known = {d.index for d in self.devices}
         device = args.get("device")
         if device is not None and device not in known:
