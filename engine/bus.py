@@ -1,10 +1,12 @@
 """The telemetry bus: workers emit, the recorder gets everything, clients get what they can.
 
 Why a bus with one dispatcher thread: a worker must never wait on a slow disk or a slow
-dashboard, so ``emit`` only validates the event and puts it on an unbounded queue. One
+dashboard, so ``emit`` only validates the event and puts it on two unbounded queues, in one
+step so both see the same order: the recorder's (:mod:`engine.recorder`, its own thread: the
+recording never waits on the dispatcher, the bus lock or any client) and the dispatcher's. The
 dispatcher thread then, in order:
 
-1. hands the event to the recorder (never dropped);
+1. (nothing for the recorder: it has its own thread);
 2. folds it into the live :class:`~recordings.state.State` (what ``provetop run`` draws);
 3. appends it to the retained recent history; events falling off the front are folded into a
    base state, so a client joining late gets ``hello``, a ``snapshot`` of that base state,
@@ -22,6 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from engine.recorder import RecorderThread
 from recordings.schema import make
 from recordings.state import State
 
@@ -160,14 +163,14 @@ class Bus:
         self._retained: deque[dict[str, Any]] = deque()
         self._hello: dict[str, Any] | None = None
         self._subs: list[Subscription] = []
-        self._recorders: list[Any] = []
+        self._recorders: list[RecorderThread] = []
+        self._publish_lock = threading.Lock()  # the same order on every queue
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.RLock()
         self.events = 0
         self.lagged_events = 0
         self.dropped_clients = 0
-        self.recorder_errors: list[str] = []
         self._idle = threading.Event()
         self._idle.set()
         self._pending = 0
@@ -194,12 +197,21 @@ class Bus:
         with self._pending_lock:
             self._pending += 1
             self._idle.clear()
-        self._q.put(event)
+        with self._publish_lock:
+            for rec in self._recorders:
+                rec.put(event)
+            self._q.put(event)
 
     def add_recorder(self, recorder: Any) -> None:
-        """Every later event goes to ``recorder.write`` (add before ``hello``)."""
-        with self._lock:
-            self._recorders.append(recorder)
+        """Every later event goes to ``recorder.write``, on a thread of its own (add before
+        ``hello``)."""
+        with self._publish_lock:
+            self._recorders = [*self._recorders, RecorderThread(recorder)]
+
+    @property
+    def recorder_errors(self) -> list[str]:
+        """What the recorders' ``write`` raised (at most 10 each)."""
+        return [e for rec in self._recorders for e in rec.errors]
 
     def add_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Call ``fn(event)`` on the dispatcher thread for every event (keep it fast)."""
@@ -234,8 +246,11 @@ class Bus:
             return {sub.name: sub.missed for sub in self._subs}
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every event emitted so far has been dispatched."""
-        return self._idle.wait(timeout)
+        """Wait until every event emitted so far has been dispatched and recorded."""
+        deadline = time.monotonic() + timeout
+        if not self._idle.wait(timeout):
+            return False
+        return all(rec.flush(max(0.0, deadline - time.monotonic())) for rec in self._recorders)
 
     def counters(self) -> dict[str, int]:
         return {
@@ -249,6 +264,8 @@ class Bus:
         """Dispatch what is queued, then stop the dispatcher and close the subscribers."""
         self._q.put(_STOP)
         self._thread.join(timeout=30)
+        for rec in self._recorders:
+            rec.close()
         with self._lock:
             subs = list(self._subs)
         for sub in subs:
@@ -272,12 +289,6 @@ class Bus:
     def _dispatch(self, event: dict[str, Any]) -> None:
         with self._lock:
             self.events += 1
-            for rec in self._recorders:
-                try:
-                    rec.write(event)
-                except Exception as exc:  # a broken disk must not stop the run
-                    if len(self.recorder_errors) < 10:
-                        self.recorder_errors.append(str(exc))
             self.state.apply(event)
             if event["k"] == "hello":
                 self._hello = event
