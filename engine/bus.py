@@ -7,10 +7,17 @@ recording never waits on the dispatcher, the bus lock or any client) and the dis
 dispatcher thread then, in order:
 
 1. (nothing for the recorder: it has its own thread);
-2. folds it into the live :class:`~recordings.state.State` (what ``provetop run`` draws);
-3. appends it to the retained recent history; events falling off the front are folded into a
-   base state, so a client joining late gets ``hello``, a ``snapshot`` of that base state,
-   the retained events and then the live stream, and ends with exactly the live state;
+2. folds it into the live :class:`~recordings.state.State` (what ``provetop run`` draws),
+   which keeps a window (:data:`LIVE_WINDOW`: the newest finished partitions, a minute of
+   timeline and memory samples, the newest faults and markers) plus running totals; what
+   leaves the window is only in the recording, so the engine's memory does not grow with
+   the run;
+3. appends it to the retained recent events. Every ``retain // 2`` events the dispatcher
+   takes a snapshot of the live state (outside the bus lock: it is the state's only writer)
+   and drops the events before the previous one, so a client joining late gets ``hello``, the
+   previous snapshot and the events since (between ``retain // 2`` and ``retain``), and ends
+   with exactly the live state. The snapshot is one shared object for every client: a connect
+   costs a tuple copy, whatever the run's length;
 4. puts it on each subscriber's bounded queue; a subscriber that falls behind loses the oldest
    queued events and is sent one ``lag`` event counting them before the next event it gets.
 """
@@ -26,9 +33,11 @@ from typing import Any
 
 from engine.recorder import RecorderThread
 from recordings.schema import make
-from recordings.state import State
+from recordings.state import State, Window
 
 _STOP = object()
+LIVE_WINDOW = Window()  # see recordings.state.Window and docs/reliability.md
+TRIM_EVERY = 1000  # events between two trims of the live state (amortised)
 
 
 class Clock:
@@ -158,9 +167,15 @@ class Bus:
         self.retain = retain
         self.client_queue = client_queue
         self.drop_after = drop_after  # a client that missed this many is disconnected
-        self.state = State()  # live state, everything folded
-        self._base = State()  # state at the start of the retained history
+        self.window = LIVE_WINDOW
+        self.state = State()  # live state: the window plus running totals
+        # what a joining client starts from: the previous snapshot of the live state (shared)
+        # and every event since; the newest snapshot becomes it at the next turn
+        self._join_snap = make("snapshot", 0, state=self.state.snapshot())
+        self._next_snap: dict[str, Any] | None = None
+        self._next_at = 0  # events in _retained before the newest snapshot was taken
         self._retained: deque[dict[str, Any]] = deque()
+        self._since_trim = 0
         self._hello: dict[str, Any] | None = None
         self._subs: list[Subscription] = []
         self._recorders: list[RecorderThread] = []
@@ -225,8 +240,7 @@ class Bus:
         sub = Subscription(self, maxlen or self.client_queue, name)
         with self._lock:
             head: tuple[dict[str, Any], ...] = () if self._hello is None else (self._hello,)
-            snap = make("snapshot", self._base.t, state=self._base.snapshot())
-            sub._put_initial((*head, snap, *self._retained))
+            sub._put_initial((*head, self._join_snap, *self._retained))
             self._subs.append(sub)
         return sub
 
@@ -286,17 +300,37 @@ class Bus:
                     if self._pending == 0:
                         self._idle.set()
 
+    def _turn(self, snap: dict[str, Any]) -> None:
+        """(Under the lock) ``snap`` is the state after every retained event: the previous
+        newest snapshot becomes the one clients join from, and the events before it go."""
+        if self._next_snap is not None:
+            self._join_snap = self._next_snap
+            for _ in range(self._next_at):
+                self._retained.popleft()
+        self._next_snap = snap
+        self._next_at = len(self._retained)
+
     def _dispatch(self, event: dict[str, Any]) -> None:
+        # the state's only writer is this thread: fold, trim and snapshot outside the lock
+        self.state.apply(event)
+        self._since_trim += 1
+        if self._since_trim >= TRIM_EVERY:
+            self._since_trim = 0
+            self.state.trim(self.window)
+        snap = None
+        if event["k"] == "hello":  # clients joining before the first turn start from here
+            self._join_snap = make("snapshot", self.state.t, state=_detached(self.state))
+        elif len(self._retained) + 1 - self._next_at >= max(1, self.retain // 2):
+            self.state.trim(self.window)  # the snapshot holds the window, not the run
+            snap = make("snapshot", self.state.t, state=_detached(self.state))
         with self._lock:
             self.events += 1
-            self.state.apply(event)
             if event["k"] == "hello":
                 self._hello = event
-                self._base.apply(event)
             else:
                 self._retained.append(event)
-                while len(self._retained) > self.retain:
-                    self._base.apply(self._retained.popleft())
+            if snap is not None:
+                self._turn(snap)
             for fn in self._listeners:
                 try:
                     fn(event)
@@ -310,3 +344,12 @@ class Bus:
                     if sub.missed >= self.drop_after:
                         self.dropped_clients += 1
                         sub.close()
+
+
+def _detached(state: State) -> dict[str, Any]:
+    """``state.snapshot()`` with its own top-level lists and maps: the snapshot is encoded by
+    client threads while this thread goes on appending to (and trimming) the live ones."""
+    return {
+        k: list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v
+        for k, v in state.snapshot().items()
+    }

@@ -55,6 +55,7 @@ MAX_COMMANDS_PER_S = 100
 WRITE_BATCH_BYTES = 256 << 10  # events sent to a client in one write, at most about this much
 WRITE_COALESCE_S = 0.01  # a client's writer waits this long between writes
 ENCODE_CACHE = 4096  # encoded events kept for the other clients
+ENCODE_CACHE_BYTES = 16 << 20  # and at most this many bytes of them (snapshots are large)
 
 
 class ListenError(ValueError):
@@ -138,6 +139,7 @@ class TelemetryServer:
         self._auth_lock = threading.Lock()
         self._cache: OrderedDict[int, tuple[dict[str, Any], bytes]] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._cache_bytes = 0
         self.auth_failures = 0
         self.refused_clients = 0  # connections closed at accept (over MAX_CLIENTS)
         self.evicted_handshakes = 0  # unauthenticated connections closed to make room
@@ -298,6 +300,7 @@ class TelemetryServer:
             max_buffer=CLIENT_MAX_FRAME + HEADER_SIZE + RECV_BYTES, max_frame=CLIENT_MAX_FRAME
         )
         sub = None
+        writer = None
         try:
             if self.kind == "tcp" and not self._authenticate(conn, decoder, name):
                 return
@@ -339,6 +342,8 @@ class TelemetryServer:
             if sub is not None:
                 sub.close()
             _shutdown(conn)
+            if writer is not None:  # the slot is free only once both threads are gone, so
+                writer.join(5.0)  # threads stay bounded by the cap during any storm
             with self._lock:
                 self._conns.discard(conn)
                 self._handshaking.pop(conn, None)
@@ -414,9 +419,14 @@ class TelemetryServer:
                 return hit[1]
         frame = encode_frame(event)
         with self._cache_lock:
+            if key in self._cache:
+                self._cache_bytes -= len(self._cache.pop(key)[1])
             self._cache[key] = (event, frame)
-            if len(self._cache) > ENCODE_CACHE:
-                self._cache.popitem(last=False)
+            self._cache_bytes += len(frame)
+            while self._cache and (
+                len(self._cache) > ENCODE_CACHE or self._cache_bytes > ENCODE_CACHE_BYTES
+            ):
+                self._cache_bytes -= len(self._cache.popitem(last=False)[1][1])
         return frame
 
     def _write_loop(self, conn: socket.socket, sub: Any) -> None:
