@@ -149,7 +149,9 @@ class Engine:
         self._done = threading.Event()
         self._stop_requested = threading.Event()
         self._closed = False
-        self.proofs_ok: dict[int, bool] = {}
+        # counts, not a map per proof: an engine that runs for weeks keeps no per-proof record
+        self.proofs_completed = 0
+        self.proofs_failed = 0
         self.error: str | None = None
         self.record_error: str | None = None  # the recording's write error, once
         self._record_error_lock = threading.Lock()
@@ -408,7 +410,8 @@ class Engine:
         )
 
     def _on_proof_done(self, proof: int, ok: bool, wall_ms: float) -> None:
-        self.proofs_ok[proof] = ok
+        self.proofs_completed += 1
+        self.proofs_failed += not ok
         self.bus.emit("proof_done", proof=proof, ok=ok, wall_ms=wall_ms)
 
     @property
@@ -423,8 +426,8 @@ class Engine:
             self.done
             and self.error is None
             and self.record_error is None
-            and len(self.proofs_ok) == self.config.proofs
-            and all(self.proofs_ok.values())
+            and self.proofs_completed == self.config.proofs
+            and self.proofs_failed == 0
         )
 
     def wait(self, timeout: float | None = None) -> bool:

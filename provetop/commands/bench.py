@@ -13,6 +13,7 @@ TARGETS: dict[str, str] = {
     "ntt": "kernels.bench_ntt",
     "msm": "kernels.bench_msm",
     "pipeline": "engine.bench_pipeline",
+    "soak": "engine.bench_soak",
     "tui": "tui.bench",
 }
 
