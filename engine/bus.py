@@ -1,14 +1,23 @@
 """The telemetry bus: workers emit, the recorder gets everything, clients get what they can.
 
 Why a bus with one dispatcher thread: a worker must never wait on a slow disk or a slow
-dashboard, so ``emit`` only validates the event and puts it on an unbounded queue. One
+dashboard, so ``emit`` only validates the event and puts it on two unbounded queues, in one
+step so both see the same order: the recorder's (:mod:`engine.recorder`, its own thread: the
+recording never waits on the dispatcher, the bus lock or any client) and the dispatcher's. The
 dispatcher thread then, in order:
 
-1. hands the event to the recorder (never dropped);
-2. folds it into the live :class:`~recordings.state.State` (what ``provetop run`` draws);
-3. appends it to the retained recent history; events falling off the front are folded into a
-   base state, so a client joining late gets ``hello``, a ``snapshot`` of that base state,
-   the retained events and then the live stream, and ends with exactly the live state;
+1. (nothing for the recorder: it has its own thread);
+2. folds it into the live :class:`~recordings.state.State` (what ``provetop run`` draws),
+   which keeps a window (:data:`LIVE_WINDOW`: the newest finished partitions, a minute of
+   timeline and memory samples, the newest faults and markers) plus running totals; what
+   leaves the window is only in the recording, so the engine's memory does not grow with
+   the run;
+3. appends it to the retained recent events. Every ``retain // 2`` events the dispatcher
+   takes a snapshot of the live state (outside the bus lock: it is the state's only writer)
+   and drops the events before the previous one, so a client joining late gets ``hello``, the
+   previous snapshot and the events since (between ``retain // 2`` and ``retain``), and ends
+   with exactly the live state. The snapshot is one shared object for every client: a connect
+   costs a tuple copy, whatever the run's length;
 4. puts it on each subscriber's bounded queue; a subscriber that falls behind loses the oldest
    queued events and is sent one ``lag`` event counting them before the next event it gets.
 """
@@ -22,10 +31,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from engine.recorder import RecorderThread
 from recordings.schema import make
-from recordings.state import State
+from recordings.state import State, Window
 
 _STOP = object()
+LIVE_WINDOW = Window()  # see recordings.state.Window and docs/reliability.md
+TRIM_EVERY = 1000  # events between two trims of the live state (amortised)
 
 
 class Clock:
@@ -155,19 +167,25 @@ class Bus:
         self.retain = retain
         self.client_queue = client_queue
         self.drop_after = drop_after  # a client that missed this many is disconnected
-        self.state = State()  # live state, everything folded
-        self._base = State()  # state at the start of the retained history
+        self.window = LIVE_WINDOW
+        self.state = State()  # live state: the window plus running totals
+        # what a joining client starts from: the previous snapshot of the live state (shared)
+        # and every event since; the newest snapshot becomes it at the next turn
+        self._join_snap = make("snapshot", 0, state=self.state.snapshot())
+        self._next_snap: dict[str, Any] | None = None
+        self._next_at = 0  # events in _retained before the newest snapshot was taken
         self._retained: deque[dict[str, Any]] = deque()
+        self._since_trim = 0
         self._hello: dict[str, Any] | None = None
         self._subs: list[Subscription] = []
-        self._recorders: list[Any] = []
+        self._recorders: list[RecorderThread] = []
+        self._publish_lock = threading.Lock()  # the same order on every queue
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.RLock()
         self.events = 0
         self.lagged_events = 0
         self.dropped_clients = 0
-        self.recorder_errors: list[str] = []
         self._idle = threading.Event()
         self._idle.set()
         self._pending = 0
@@ -194,12 +212,21 @@ class Bus:
         with self._pending_lock:
             self._pending += 1
             self._idle.clear()
-        self._q.put(event)
+        with self._publish_lock:
+            for rec in self._recorders:
+                rec.put(event)
+            self._q.put(event)
 
     def add_recorder(self, recorder: Any) -> None:
-        """Every later event goes to ``recorder.write`` (add before ``hello``)."""
-        with self._lock:
-            self._recorders.append(recorder)
+        """Every later event goes to ``recorder.write``, on a thread of its own (add before
+        ``hello``)."""
+        with self._publish_lock:
+            self._recorders = [*self._recorders, RecorderThread(recorder)]
+
+    @property
+    def recorder_errors(self) -> list[str]:
+        """What the recorders' ``write`` raised (at most 10 each)."""
+        return [e for rec in self._recorders for e in rec.errors]
 
     def add_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Call ``fn(event)`` on the dispatcher thread for every event (keep it fast)."""
@@ -213,8 +240,7 @@ class Bus:
         sub = Subscription(self, maxlen or self.client_queue, name)
         with self._lock:
             head: tuple[dict[str, Any], ...] = () if self._hello is None else (self._hello,)
-            snap = make("snapshot", self._base.t, state=self._base.snapshot())
-            sub._put_initial((*head, snap, *self._retained))
+            sub._put_initial((*head, self._join_snap, *self._retained))
             self._subs.append(sub)
         return sub
 
@@ -234,8 +260,11 @@ class Bus:
             return {sub.name: sub.missed for sub in self._subs}
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every event emitted so far has been dispatched."""
-        return self._idle.wait(timeout)
+        """Wait until every event emitted so far has been dispatched and recorded."""
+        deadline = time.monotonic() + timeout
+        if not self._idle.wait(timeout):
+            return False
+        return all(rec.flush(max(0.0, deadline - time.monotonic())) for rec in self._recorders)
 
     def counters(self) -> dict[str, int]:
         return {
@@ -249,6 +278,8 @@ class Bus:
         """Dispatch what is queued, then stop the dispatcher and close the subscribers."""
         self._q.put(_STOP)
         self._thread.join(timeout=30)
+        for rec in self._recorders:
+            rec.close()
         with self._lock:
             subs = list(self._subs)
         for sub in subs:
@@ -269,23 +300,37 @@ class Bus:
                     if self._pending == 0:
                         self._idle.set()
 
+    def _turn(self, snap: dict[str, Any]) -> None:
+        """(Under the lock) ``snap`` is the state after every retained event: the previous
+        newest snapshot becomes the one clients join from, and the events before it go."""
+        if self._next_snap is not None:
+            self._join_snap = self._next_snap
+            for _ in range(self._next_at):
+                self._retained.popleft()
+        self._next_snap = snap
+        self._next_at = len(self._retained)
+
     def _dispatch(self, event: dict[str, Any]) -> None:
+        # the state's only writer is this thread: fold, trim and snapshot outside the lock
+        self.state.apply(event)
+        self._since_trim += 1
+        if self._since_trim >= TRIM_EVERY:
+            self._since_trim = 0
+            self.state.trim(self.window)
+        snap = None
+        if event["k"] == "hello":  # clients joining before the first turn start from here
+            self._join_snap = make("snapshot", self.state.t, state=_detached(self.state))
+        elif len(self._retained) + 1 - self._next_at >= max(1, self.retain // 2):
+            self.state.trim(self.window)  # the snapshot holds the window, not the run
+            snap = make("snapshot", self.state.t, state=_detached(self.state))
         with self._lock:
             self.events += 1
-            for rec in self._recorders:
-                try:
-                    rec.write(event)
-                except Exception as exc:  # a broken disk must not stop the run
-                    if len(self.recorder_errors) < 10:
-                        self.recorder_errors.append(str(exc))
-            self.state.apply(event)
             if event["k"] == "hello":
                 self._hello = event
-                self._base.apply(event)
             else:
                 self._retained.append(event)
-                while len(self._retained) > self.retain:
-                    self._base.apply(self._retained.popleft())
+            if snap is not None:
+                self._turn(snap)
             for fn in self._listeners:
                 try:
                     fn(event)
@@ -299,3 +344,12 @@ class Bus:
                     if sub.missed >= self.drop_after:
                         self.dropped_clients += 1
                         sub.close()
+
+
+def _detached(state: State) -> dict[str, Any]:
+    """``state.snapshot()`` with its own top-level lists and maps: the snapshot is encoded by
+    client threads while this thread goes on appending to (and trimming) the live ones."""
+    return {
+        k: list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v
+        for k, v in state.snapshot().items()
+    }

@@ -18,6 +18,10 @@ MAX_DEVICES = 64  # device indices 0..63 (a bound on threads and modeled devices
 MAX_DOMAIN_LOG = 28  # 2^28 is the largest domain the engine plans for (Fr allows 2^32)
 ALLOCATORS = ("naive", "aware")
 VERIFY_MODES = ("always", "sampled", "never")
+# What a run does when its recording cannot be written (disk full): "stop" ends intake and lets
+# the partitions in flight finish (the default: a run nobody can review afterwards is rarely
+# wanted); "continue" runs to the end without a recording. Either way the exit code says so.
+RECORD_ERROR_POLICIES = ("stop", "continue")
 BACKENDS = ("cpu", "cuda")
 DEFAULT_PROFILE = (0.48, 0.48, 0.04)  # zeros, ones, dense: synthetic PoRep-like aux witness
 PROFILE_LABEL = "synthetic approximation of a PoRep witness"
@@ -52,6 +56,7 @@ class EngineConfig:
     # each worker synthesises its next partition while its current one runs (a second
     # witness buffer per worker; on CUDA 2 x 17 GB of pinned host memory at 2^27)
     synthesis_ahead: bool = False
+    on_record_error: str = "stop"  # one of RECORD_ERROR_POLICIES
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -92,6 +97,10 @@ class EngineConfig:
             raise ConfigError(f"--devices: no device {top} (indices 0..{MAX_DEVICES - 1})")
         if self.allocator not in ALLOCATORS:
             raise ConfigError(f"--allocator must be naive or aware, got {self.allocator!r}")
+        if self.on_record_error not in RECORD_ERROR_POLICIES:
+            raise ConfigError(
+                f"--on-record-error must be stop or continue, got {self.on_record_error!r}"
+            )
         if self.verify not in (*VERIFY_MODES, "auto"):
             raise ConfigError(f"--verify must be always, sampled or never, got {self.verify!r}")
         prof = self.witness_profile

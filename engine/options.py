@@ -55,6 +55,12 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--read-only", action="store_true", help="refuse control commands")
     p.add_argument("--record", metavar="PATH", help="recording file (default: data directory)")
     p.add_argument("--no-record", action="store_true", help="do not write a recording")
+    p.add_argument(
+        "--on-record-error",
+        choices=("stop", "continue"),
+        help="when the recording cannot be written (disk full): stop after the partitions in "
+        "flight (default) or continue without a recording; the exit code is 1 either way",
+    )
     p.add_argument("--exit-when-done", action="store_true", help="exit when every proof is done")
     p.add_argument("--seed", type=int, help="seed for reproducible witnesses and SRS")
     p.add_argument(
@@ -107,6 +113,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             verify=args.verify,
             seed=args.seed,
             synthesis_ahead=getattr(args, "synthesis_ahead", None),
+            on_record_error=getattr(args, "on_record_error", None),
         )
     except ConfigError as exc:
         raise UsageError(str(exc)) from None

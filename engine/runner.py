@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from engine.workers import (
 from engine.workload import query_sizes
 from kernels.backends import BackendUnavailable, get_backend
 from provetop.version import __version__
+from recordings.errors import RecordingError
 from recordings.metrics_http import MetricsAddressError
 from recordings.schema import SCHEMA_VERSION
 from recordings.writer import RecordingWriter
@@ -96,6 +98,7 @@ class Engine:
             raise EngineError(str(exc)) from None
         self.read_only = read_only
         self.log = log or (lambda line: None)
+        self._log_given = log is not None
         self.engine_id = uuid.uuid4().hex[:16]
         self.record_path = Path(record) if record is not None else None
         if backend is None:
@@ -157,8 +160,12 @@ class Engine:
         self._done = threading.Event()
         self._stop_requested = threading.Event()
         self._closed = False
-        self.proofs_ok: dict[int, bool] = {}
+        # counts, not a map per proof: an engine that runs for weeks keeps no per-proof record
+        self.proofs_completed = 0
+        self.proofs_failed = 0
         self.error: str | None = None
+        self.record_error: str | None = None  # the recording's write error, once
+        self._record_error_lock = threading.Lock()
 
     # -- construction helpers -----------------------------------------------------------------
 
@@ -215,7 +222,9 @@ class Engine:
         """Open the recording and the socket, emit ``hello``, start the run thread."""
         if self.record_path is not None:
             try:
-                self.recorder = RecordingWriter(self.record_path, exclusive=True)
+                self.recorder = RecordingWriter(
+                    self.record_path, exclusive=True, on_error=self._on_record_error
+                )
             except Exception as exc:
                 self.bus.close()
                 raise EngineError(str(exc)) from None
@@ -239,12 +248,38 @@ class Engine:
         self._run_thread.start()
         return self
 
+    def _on_record_error(self, message: str) -> None:
+        """The recording cannot be written (disk full): say so at once, in one line on stderr
+        (or the caller's log) and as a ``fault`` the dashboard shows, then apply the run's
+        policy (``--on-record-error``). Called once, from the writer's flusher thread."""
+        with self._record_error_lock:
+            if self.record_error is not None:
+                return
+            self.record_error = message
+        stop = self.config.on_record_error == "stop"
+        then = (
+            "stopping after the partitions in flight (--on-record-error stop)"
+            if stop
+            else "the run goes on without a recording (--on-record-error continue)"
+        )
+        line = f"recording failed: {message}; {then}"
+        if not self._log_given:  # with a log, the fault event below reaches it
+            try:
+                print(f"provetop: {line}", file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+        self.bus.emit("fault", kind="exception", site="recording", message=line)
+        if stop:
+            self.stop("the recording cannot be written")
+
     def _abort_start(self) -> None:
+        """A start that failed leaves no recording: the file was created by this run (O_EXCL),
+        holds only its header and hello, and would otherwise read as a complete, empty run."""
         self.bus.close()
         if self.metrics is not None:
             self.metrics.close()
         if self.recorder is not None:
-            self.recorder.close()
+            self.recorder.discard()
 
     def _run(self) -> None:
         try:
@@ -394,7 +429,8 @@ class Engine:
         )
 
     def _on_proof_done(self, proof: int, ok: bool, wall_ms: float) -> None:
-        self.proofs_ok[proof] = ok
+        self.proofs_completed += 1
+        self.proofs_failed += not ok
         self.bus.emit("proof_done", proof=proof, ok=ok, wall_ms=wall_ms)
 
     @property
@@ -403,12 +439,14 @@ class Engine:
 
     @property
     def ok(self) -> bool:
-        """True when the run finished, every proof was completed and ok."""
+        """True when the run finished, every proof was completed and ok, and the recording
+        (when there is one) was written."""
         return (
             self.done
             and self.error is None
-            and len(self.proofs_ok) == self.config.proofs
-            and all(self.proofs_ok.values())
+            and self.record_error is None
+            and self.proofs_completed == self.config.proofs
+            and self.proofs_failed == 0
         )
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -444,7 +482,10 @@ class Engine:
         if self.metrics is not None:
             self.metrics.close()
         if self.recorder is not None:
-            self.recorder.close()
+            try:
+                self.recorder.close()
+            except RecordingError as exc:  # reported (once) and kept: no traceback at exit
+                self._on_record_error(str(exc))
 
     def __enter__(self) -> Engine:
         return self.start()
@@ -504,6 +545,11 @@ class Engine:
         )
 
     def _check_applicable(self, cmd: str, args: dict[str, Any]) -> None:
+        if cmd in ("pause", "resume") and (self._stop_requested.is_set() or self.done):
+            # a stop cannot be undone: intake is closed for good, and saying "running" after
+            # "stopping" would tell the operator something false
+            why = "the run is done" if self.done else "the engine is stopping"
+            raise CommandError(f"{cmd}: {why} (a stop cannot be undone)")
         known = {d.index for d in self.devices}
         device = args.get("device")
         if device is not None and device not in known:

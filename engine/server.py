@@ -13,10 +13,12 @@ the engine. Bad framing closes only that connection; the engine keeps running.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import os
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -28,6 +30,8 @@ from typing import Any
 from recordings.address import Address, AddressError, parse_address
 from recordings.framing import HEADER_SIZE, FrameDecoder, FrameError, encode_frame
 
+# The whole TCP handshake (connect to a valid auth frame) must fit in this many seconds, however
+# the bytes trickle in: a deadline, not a timeout per recv, so a slot cannot be held for long.
 AUTH_TIMEOUT_S = 10.0
 # A failed TCP authentication holds the server's auth lock this long before the connection is
 # closed, so guesses are serialised at one per AUTH_FAIL_DELAY_S over all connections.
@@ -38,12 +42,20 @@ AUTH_FAIL_DELAY_S = 1.0
 CLIENT_MAX_FRAME = 64 << 10
 RECV_BYTES = 65536
 MAX_CLIENTS = 64  # connections served at once; more are closed at accept
+# Slots that connections still in the TCP handshake may never take: an authenticated client
+# always finds one. When the handshake slots are full the oldest unauthenticated connection is
+# closed to make room, so a crowd of silent or trickling connections cannot keep anyone out.
+AUTH_RESERVE = 16
+# accept() failures (EMFILE, ENFILE, ENOBUFS, ...) are waited out, doubling up to this pause; the
+# first of a run of them, and the recovery, are reported as ``fault`` events.
+ACCEPT_BACKOFF_MAX_S = 1.0
 # Every command, refused or not, is a recorded event; a connection sending more than this many
 # in one second is cut (with one refusal), so no client can flood the recording or the others.
 MAX_COMMANDS_PER_S = 100
 WRITE_BATCH_BYTES = 256 << 10  # events sent to a client in one write, at most about this much
 WRITE_COALESCE_S = 0.01  # a client's writer waits this long between writes
 ENCODE_CACHE = 4096  # encoded events kept for the other clients
+ENCODE_CACHE_BYTES = 16 << 20  # and at most this many bytes of them (snapshots are large)
 
 
 class ListenError(ValueError):
@@ -114,6 +126,8 @@ class TelemetryServer:
         self._sock: socket.socket | None = None
         self._dir: str | None = None
         self._conns: set[socket.socket] = set()
+        # connections still in the TCP handshake, oldest first (AUTH_RESERVE)
+        self._handshaking: OrderedDict[socket.socket, None] = OrderedDict()
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self.address = ""
@@ -125,8 +139,11 @@ class TelemetryServer:
         self._auth_lock = threading.Lock()
         self._cache: OrderedDict[int, tuple[dict[str, Any], bytes]] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._cache_bytes = 0
         self.auth_failures = 0
         self.refused_clients = 0  # connections closed at accept (over MAX_CLIENTS)
+        self.evicted_handshakes = 0  # unauthenticated connections closed to make room
+        self.accept_errors = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -142,8 +159,7 @@ class TelemetryServer:
                 path = os.path.join(self._dir, "engine.sock")
             else:
                 path = os.path.abspath(self._path)
-                if os.path.exists(path):
-                    raise ListenError(f"--listen {path}: the path already exists")
+                _clear_stale_socket(path)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             old = os.umask(0o177)
             try:
@@ -199,42 +215,92 @@ class TelemetryServer:
     # -- connections --------------------------------------------------------------------------
 
     def _accept_loop(self) -> None:
+        """Accept until closed. An accept() error never ends the loop: a process out of file
+        descriptors would otherwise stop serving for the rest of the run, silently."""
         assert self._sock is not None
+        backoff = 0.0
         while not self._closed.is_set():
             try:
                 conn, _addr = self._sock.accept()
-            except OSError:
-                return
-            with self._lock:
-                full = len(self._conns) >= MAX_CLIENTS
-            if full:
-                self.refused_clients += 1
-                _shutdown(conn)
+            except OSError as exc:
+                if self._closed.is_set() or exc.errno in (errno.EBADF, errno.EINVAL):
+                    return  # the listening socket was closed
+                backoff = self._accept_failed(exc, backoff)
                 continue
-            self._counter += 1
-            name = f"{self.kind}#{self._counter}"
-            if self.send_buffer:
-                try:
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
-                except OSError:
-                    pass
-            with self._lock:
-                self._conns.add(conn)
-            # decided here, in accept order, so "the K-th client" is the one named #K (the
-            # handler threads reach any later point in whatever order the scheduler picks)
-            drop = self.faults is not None and self.faults.drop_client()
-            threading.Thread(
-                target=self._serve,
-                args=(conn, name, drop),
-                name=f"telemetry-{name}",
-                daemon=True,
-            ).start()
+            if backoff:
+                backoff = 0.0
+                self._report(
+                    f"telemetry listener accepts again after {self.accept_errors} "
+                    "failed accept() calls"
+                )
+            self._admit(conn)
+
+    def _accept_failed(self, exc: OSError, backoff: float) -> float:
+        """Count, report the first failure of a run, wait, and return the next pause."""
+        self.accept_errors += 1
+        if not backoff:
+            self._report(
+                f"telemetry listener: accept() failed ({exc.strerror or exc}); "
+                "retrying with backoff, the socket keeps serving"
+            )
+        backoff = min(ACCEPT_BACKOFF_MAX_S, max(0.01, backoff * 2))
+        self._closed.wait(backoff)
+        return backoff
+
+    def _report(self, message: str) -> None:
+        try:
+            self.bus.emit("fault", kind="exception", site="listener", message=message)
+        except Exception:  # noqa: BLE001 (a closed bus: nobody left to tell)
+            pass
+
+    def _admit(self, conn: socket.socket) -> None:
+        """Take a slot for ``conn`` (or refuse it) and start its handler thread."""
+        evict = None
+        with self._lock:
+            full = len(self._conns) >= MAX_CLIENTS
+            waiting = len(self._handshaking)
+            if waiting and (full or waiting >= MAX_CLIENTS - AUTH_RESERVE):
+                # the oldest unauthenticated connection makes room (its slot frees as soon as
+                # its handler sees the shutdown)
+                evict, _ = self._handshaking.popitem(last=False)
+                self.evicted_handshakes += 1
+                full = False
+        if evict is not None:
+            try:  # its handler's recv returns b"": it closes and frees the slot itself
+                evict.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if full:
+            self.refused_clients += 1
+            _shutdown(conn)
+            return
+        self._counter += 1
+        name = f"{self.kind}#{self._counter}"
+        if self.send_buffer:
+            try:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+            except OSError:
+                pass
+        with self._lock:
+            self._conns.add(conn)
+            if self.kind == "tcp":
+                self._handshaking[conn] = None
+        # decided here, in accept order, so "the K-th client" is the one named #K (the
+        # handler threads reach any later point in whatever order the scheduler picks)
+        drop = self.faults is not None and self.faults.drop_client()
+        threading.Thread(
+            target=self._serve,
+            args=(conn, name, drop),
+            name=f"telemetry-{name}",
+            daemon=True,
+        ).start()
 
     def _serve(self, conn: socket.socket, name: str, drop: bool = False) -> None:
         decoder = FrameDecoder(
             max_buffer=CLIENT_MAX_FRAME + HEADER_SIZE + RECV_BYTES, max_frame=CLIENT_MAX_FRAME
         )
         sub = None
+        writer = None
         try:
             if self.kind == "tcp" and not self._authenticate(conn, decoder, name):
                 return
@@ -247,13 +313,8 @@ class TelemetryServer:
                 self._drop(sub, name)
                 return
             window, in_window = time.monotonic(), 0
+            data = b""  # frames that came with the auth frame are in the decoder already
             while not self._closed.is_set():
-                try:
-                    data = conn.recv(RECV_BYTES)
-                except OSError:
-                    return
-                if not data:
-                    return
                 try:
                     decoder.feed(data)
                     for frame in decoder.frames():
@@ -271,12 +332,21 @@ class TelemetryServer:
                     self.bus.flush(2.0)  # let the refusal reach this client before closing
                     _wait_drained(sub, 2.0)
                     return
+                try:
+                    data = conn.recv(RECV_BYTES)
+                except OSError:
+                    return
+                if not data:
+                    return
         finally:
             if sub is not None:
                 sub.close()
             _shutdown(conn)
+            if writer is not None:  # the slot is free only once both threads are gone, so
+                writer.join(5.0)  # threads stay bounded by the cap during any storm
             with self._lock:
                 self._conns.discard(conn)
+                self._handshaking.pop(conn, None)
 
     def _drop(self, sub: Any, name: str) -> None:
         """Injected fault (drop:client:K): let the initial events go out, then disconnect.
@@ -301,16 +371,20 @@ class TelemetryServer:
         A wrong token, a malformed or oversized first frame, or silence for AUTH_TIMEOUT_S
         fails; each failure is recorded (a refused ``control`` event) and holds the auth lock
         for AUTH_FAIL_DELAY_S, so no number of connections guesses faster than that."""
-        conn.settimeout(AUTH_TIMEOUT_S)
+        deadline = time.monotonic() + AUTH_TIMEOUT_S
         frame: Any = None
         try:
             while True:
                 frame = decoder.next_frame()
                 if frame is not None:
                     break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the handshake's deadline passed")
+                conn.settimeout(left)
                 data = conn.recv(4096)
                 if not data:
-                    return False  # gone without trying: nothing to throttle
+                    return False  # gone (or evicted) without trying: nothing to throttle
                 decoder.feed(data)
         except (OSError, FrameError):
             frame = None
@@ -330,6 +404,9 @@ class TelemetryServer:
                 self.auth_failures += 1
                 self.on_bad_frame("authentication failed (wrong, missing or late token)", name)
                 time.sleep(AUTH_FAIL_DELAY_S)
+        if ok:
+            with self._lock:
+                self._handshaking.pop(conn, None)
         return ok
 
     def _encode(self, event: dict[str, Any]) -> bytes:
@@ -342,9 +419,14 @@ class TelemetryServer:
                 return hit[1]
         frame = encode_frame(event)
         with self._cache_lock:
+            if key in self._cache:
+                self._cache_bytes -= len(self._cache.pop(key)[1])
             self._cache[key] = (event, frame)
-            if len(self._cache) > ENCODE_CACHE:
-                self._cache.popitem(last=False)
+            self._cache_bytes += len(frame)
+            while self._cache and (
+                len(self._cache) > ENCODE_CACHE or self._cache_bytes > ENCODE_CACHE_BYTES
+            ):
+                self._cache_bytes -= len(self._cache.popitem(last=False)[1][1])
         return frame
 
     def _write_loop(self, conn: socket.socket, sub: Any) -> None:
@@ -369,6 +451,43 @@ class TelemetryServer:
                 _shutdown(conn)
                 return
             time.sleep(WRITE_COALESCE_S)
+
+
+def _clear_stale_socket(path: str) -> None:
+    """Make way at ``path`` for a new socket, or say in one line why not.
+
+    An engine killed with SIGKILL leaves its socket file behind; a restart on the same
+    ``unix:PATH`` must not need someone to remove it by hand. A socket nothing answers on is
+    stale and removed; one that answers belongs to a live engine, and anything that is not a
+    socket is never touched."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISSOCK(mode):
+        raise ListenError(f"--listen {path}: the path already exists (and is not a socket)")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        live = False
+    except OSError as exc:  # a full backlog, a timeout: someone is there
+        live = exc.errno not in (errno.ECONNREFUSED, errno.ENOENT)
+    else:
+        live = True
+    finally:
+        probe.close()
+    if live:
+        raise ListenError(f"--listen {path}: another engine is listening there")
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ListenError(f"cannot remove the stale socket {path}: {exc.strerror or exc}") from None
 
 
 def _wait_drained(sub: Any, timeout: float) -> None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+COMPLETED_KEPT = 1000  # completed proofs Scheduler.completed keeps (the newest)
+
 
 class Scheduler:
     """Hands out partitions; tracks proofs in flight and their completion."""
@@ -75,6 +77,8 @@ class Scheduler:
                 wall = (time.monotonic_ns() - self._t_start.pop(proof)) / 1e6
                 proof_ok = not self._failed.pop(proof)
                 self.completed.append((proof, proof_ok))
+                if len(self.completed) > 2 * COMPLETED_KEPT:  # bounded over a long run
+                    del self.completed[:COMPLETED_KEPT]
                 result = (True, proof_ok, wall)
             self._cv.notify_all()
             return result

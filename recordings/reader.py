@@ -14,7 +14,9 @@ jumps around a long recording without reading it all.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import stat
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable
@@ -45,6 +47,7 @@ __all__ = [
     "fold_recording",
     "index_snapshots",
     "open_recording",
+    "open_regular",
     "read_footer",
     "read_state",
     "seek_state",
@@ -235,40 +238,23 @@ def _scan(
         )
     footer = read_footer(f, path, size)
     limit = footer[0] if footer else size
+    # where the file's trailing zero bytes begin (size: none): a frame reaching into them was
+    # never written whole, however it fails (cut header, bad msgpack, schema, wrong kind)
+    zeros = size if footer else _zero_tail_start(f, size)
     f.seek(PREFIX_SIZE)
     try:
         while True:
             offset = f.tell()
             if offset == limit:
                 break
-            frame = _read_frame(f, path, offset, limit, tolerant=footer is None)
-            kind = frame.get("k")
-            if rec.header is None:
-                rec.header = _check_header(frame, path, offset)
-            elif kind == INDEX_KIND and footer is None:
-                rec.index = frame
-                _check_trailer_tail(f, path, offset, size)
+            try:
+                _scan_frame(f, rec, offset, limit, footer is None, sink)
+            except RecordingError:
+                if zeros < size and zeros < max(offset + 1, _frame_end(f, offset, size)):
+                    raise _Truncated(offset, "frames (the tail is zero-filled)") from None
+                raise
+            if rec.index is not None:
                 break
-            elif _is_seek_snapshot(frame):
-                if type(frame.get("t")) is not int or not isinstance(frame["state"], dict):
-                    raise RecordingError(f"{path}: malformed seek snapshot at byte {offset}")
-                rec.snapshots.append(SnapshotRef(frame["t"], offset, rec.event_count))
-            else:
-                event = _validate(frame, path, offset)
-                if rec.hello is None:
-                    if event["k"] != "hello":
-                        raise RecordingError(
-                            f"{path}: expected the hello event at byte {offset}, "
-                            f"found {event['k']!r}"
-                        )
-                    rec.hello = event
-                if sink is None:
-                    rec.events.append(event)
-                    rec.offsets.append(offset)
-                else:
-                    sink(event, offset)
-                rec.event_count += 1
-                rec.last_t = max(rec.last_t, event["t"])
     except _Truncated as cut:
         rec.truncation = Truncation(cut.offset, size, cut.what)
         return
@@ -285,6 +271,68 @@ def _scan(
             )
     elif rec.index is None:
         rec.truncation = Truncation(size, size, "the index and trailer (the writer did not close)")
+
+
+def _scan_frame(
+    f: BinaryIO,
+    rec: Recording,
+    offset: int,
+    limit: int,
+    tolerant: bool,
+    sink: Callable[[dict[str, Any], int], None] | None,
+) -> None:
+    """Read and file the frame at ``offset`` (see :func:`_scan`)."""
+    path, size = rec.path, rec.size
+    frame = _read_frame(f, path, offset, limit, tolerant=tolerant)
+    kind = frame.get("k")
+    if rec.header is None:
+        rec.header = _check_header(frame, path, offset)
+    elif kind == INDEX_KIND and tolerant:
+        _check_trailer_tail(f, path, offset, size)
+        rec.index = frame
+    elif _is_seek_snapshot(frame):
+        if type(frame.get("t")) is not int or not isinstance(frame["state"], dict):
+            raise RecordingError(f"{path}: malformed seek snapshot at byte {offset}")
+        rec.snapshots.append(SnapshotRef(frame["t"], offset, rec.event_count))
+    else:
+        event = _validate(frame, path, offset)
+        if rec.hello is None:
+            if event["k"] != "hello":
+                raise RecordingError(
+                    f"{path}: expected the hello event at byte {offset}, found {event['k']!r}"
+                )
+            rec.hello = event
+        if sink is None:
+            rec.events.append(event)
+            rec.offsets.append(offset)
+        else:
+            sink(event, offset)
+        rec.event_count += 1
+        rec.last_t = max(rec.last_t, event["t"])
+
+
+def _frame_end(f: BinaryIO, offset: int, size: int) -> int:
+    """Where the frame at ``offset`` claims to end (its header as it is on disk)."""
+    f.seek(offset)
+    head = f.read(HEADER_SIZE)
+    if len(head) < HEADER_SIZE:
+        return size
+    return offset + HEADER_SIZE + int.from_bytes(head, "big")
+
+
+def _zero_tail_start(f: BinaryIO, size: int) -> int:
+    """The offset where the file's trailing run of zero bytes begins (``size`` when the last
+    byte is not zero). Reads backwards, so a normal file costs one small read."""
+    end = size
+    while end > 0:
+        start = max(0, end - (1 << 16))
+        f.seek(start)
+        chunk = f.read(end - start)
+        stripped = chunk.rstrip(b"\0")
+        if stripped:
+            return start + len(stripped)
+        end = start
+    return 0
 
 
 def _check_header(frame: dict[str, Any], path: Path, offset: int) -> dict[str, Any]:
@@ -427,16 +475,48 @@ class _open:
         self.path = path
 
     def __enter__(self) -> BinaryIO:
-        try:
-            if self.path.is_dir():
-                raise RecordingError(f"{self.path}: is a directory, not a recording")
-            self.f = open(self.path, "rb")  # noqa: SIM115 (closed in __exit__)
-        except OSError as exc:
-            raise RecordingError(f"cannot read recording {self.path}: {exc.strerror}") from None
+        self.f = open_regular(self.path)
         return self.f
 
     def __exit__(self, *exc: object) -> None:
         self.f.close()
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``open(path, 'rb')`` for a regular file only, refused at once otherwise.
+
+    A FIFO would block the open (and every read) until some writer came, and a device could
+    stream for ever: both are refused from the file's type, checked on the opened descriptor
+    (opened without blocking), so a path swapped after a check cannot slip through."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        raise RecordingError(f"cannot read recording {p}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise RecordingError(f"{p}: is a directory, not a recording")
+        if not stat.S_ISREG(mode):
+            raise RecordingError(f"{p}: is {_file_kind(mode)}, not a recording file")
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
 
 
 def _size(f: BinaryIO, path: Path) -> int:

@@ -25,6 +25,30 @@ from recordings.schema import MEMORY_FIELDS, PHASES
 
 SERIES_FIELDS = tuple(name for name in MEMORY_FIELDS if name != "modeled")
 LOG_LIMIT = 2000  # event-log lines kept; the recording keeps everything
+TRIMMED_KEYS = (
+    "partitions",
+    "partitions_ok",
+    "partitions_failed",
+    "partitions_verified",
+    "proofs_ok",
+    "proofs_failed",
+    "faults",
+    "ooms",
+    "controls",
+    "markers",
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a live engine's state keeps (:meth:`State.trim`); everything else is only in the
+    recording. ``rows``: finished partition rows and attempts, the newest; ``history_ns``:
+    timeline segments and memory samples this recent; ``items``: faults, markers, controls
+    and completed proofs, the newest."""
+
+    rows: int = 1000
+    history_ns: int = 60 * 10**9
+    items: int = 500
 
 
 @dataclass
@@ -127,6 +151,8 @@ class State:
             "retries": 0,
         }
         self.log: deque[LogLine] = deque(maxlen=LOG_LIMIT)
+        # what :meth:`trim` let go of, still counted by :meth:`totals` (zero unless trimmed)
+        self.trimmed: dict[str, int] = dict.fromkeys(TRIMMED_KEYS, 0)
 
     # -- folding ------------------------------------------------------------------------------
 
@@ -326,18 +352,22 @@ class State:
     # -- derived figures ----------------------------------------------------------------------
 
     def totals(self) -> dict[str, Any]:
-        """Run totals as ``summary`` prints them."""
+        """Run totals as ``summary`` prints them (what :meth:`trim` let go of included)."""
         done = [p for p in self.proofs_done if p[2]]
+        gone = self.trimmed
         return {
-            "proofs_done": len(done),
-            "proofs_failed": sum(1 for p in self.proofs_done if not p[2]),
-            "partitions": len(self.partitions),
-            "partitions_ok": sum(1 for r in self.partitions.values() if r.ok),
-            "partitions_failed": sum(1 for r in self.partitions.values() if r.ok is False),
-            "partitions_verified": sum(1 for r in self.partitions.values() if r.verified),
+            "proofs_done": len(done) + gone["proofs_ok"],
+            "proofs_failed": sum(1 for p in self.proofs_done if not p[2]) + gone["proofs_failed"],
+            "partitions": len(self.partitions) + gone["partitions"],
+            "partitions_ok": sum(1 for r in self.partitions.values() if r.ok)
+            + gone["partitions_ok"],
+            "partitions_failed": sum(1 for r in self.partitions.values() if r.ok is False)
+            + gone["partitions_failed"],
+            "partitions_verified": sum(1 for r in self.partitions.values() if r.verified)
+            + gone["partitions_verified"],
             **self.tally,
-            "ooms": sum(1 for f in self.faults if f["kind"] == "oom"),
-            "faults": len(self.faults),
+            "ooms": sum(1 for f in self.faults if f["kind"] == "oom") + gone["ooms"],
+            "faults": len(self.faults) + gone["faults"],
             "s_per_proof": self.s_per_proof(),
         }
 
@@ -347,7 +377,56 @@ class State:
         done = [p for p in self.proofs_done if p[2]]
         if not done or self.first_t is None:
             return None
-        return (done[-1][0] - self.first_t) / 1e9 / len(done)
+        return (done[-1][0] - self.first_t) / 1e9 / (len(done) + self.trimmed["proofs_ok"])
+
+    # -- the live window ----------------------------------------------------------------------
+
+    def trim(self, window: Window) -> None:
+        """Forget what left ``window``, keeping its count in :attr:`trimmed` so the totals stay
+        exact. Only a live engine calls this (its state must not grow with the run); replay,
+        summary and export fold whole recordings and never do. Amortised: rows are sorted
+        only once their number passed the window by a quarter."""
+        gone = self.trimmed
+        finished = len(self.partitions) - sum(1 for r in self.partitions.values() if r.ok is None)
+        if finished > window.rows * 5 // 4:
+            rows = sorted(
+                (r.t_done or 0, key) for key, r in self.partitions.items() if r.ok is not None
+            )
+            for _t, key in rows[: finished - window.rows]:
+                row = self.partitions.pop(key)
+                gone["partitions"] += 1
+                gone["partitions_ok"] += bool(row.ok)
+                gone["partitions_failed"] += row.ok is False
+                gone["partitions_verified"] += bool(row.verified)
+        if len(self.attempts) > window.rows * 5 // 4:
+            del self.attempts[: len(self.attempts) - window.rows]
+        old = self.t - window.history_ns
+        for lane, segs in self.segments.items():
+            if segs and segs[0].end is not None and segs[0].end < old:
+                keep = next((i for i, g in enumerate(segs) if (g.end or 0) >= old), len(segs))
+                self.segments[lane] = segs[keep:]
+        for series in self.series.values():
+            cut = next((i for i, t in enumerate(series.t) if t >= old), len(series.t))
+            if cut:
+                del series.t[:cut]
+                for column in series.columns.values():
+                    del column[:cut]
+        limit = window.items * 5 // 4
+        if len(self.faults) > limit:
+            dropped = self.faults[: len(self.faults) - window.items]
+            gone["faults"] += len(dropped)
+            gone["ooms"] += sum(1 for f in dropped if f["kind"] == "oom")
+            del self.faults[: len(dropped)]
+        if len(self.proofs_done) > limit:
+            dropped_proofs = self.proofs_done[: len(self.proofs_done) - window.items]
+            gone["proofs_ok"] += sum(1 for p in dropped_proofs if p[2])
+            gone["proofs_failed"] += sum(1 for p in dropped_proofs if not p[2])
+            del self.proofs_done[: len(dropped_proofs)]
+        for name in ("controls", "markers"):
+            items = getattr(self, name)
+            if len(items) > limit:
+                gone[name] += len(items) - window.items
+                del items[: len(items) - window.items]
 
     def rolling_s_per_proof(self, last: int = 5) -> float | None:
         """Seconds per proof from the spacing of the last completions (steady-state rate)."""
@@ -401,6 +480,9 @@ class State:
             "counters": self.counters,
             "lagged": self.lagged,
             "tally": self.tally,
+            # only once something was trimmed (a live engine's window), so a whole-run state
+            # snapshots exactly as before
+            **({"trimmed": dict(self.trimmed)} if any(self.trimmed.values()) else {}),
         }
 
     @classmethod
@@ -432,6 +514,9 @@ class State:
         s.counters = dict(snap.get("counters", {}))
         s.lagged = snap.get("lagged", 0)
         s.tally.update(snap.get("tally", {}))
+        trimmed = snap.get("trimmed")
+        if isinstance(trimmed, dict):
+            s.trimmed.update({k: int(trimmed.get(k, 0)) for k in TRIMMED_KEYS})
         return s
 
 

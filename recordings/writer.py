@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,12 @@ class RecordingWriter:
 
     ``write`` is meant for one thread (the recorder); the background flusher is the only other
     thread touching the writer, and it shares only the pending buffer (under a short lock).
-    Errors of the background flusher (disk full) are raised by the next ``write`` or ``close``.
+
+    A write error (disk full) stops the writing for good. It is reported once, at once, to
+    ``on_error(message)`` (from whichever thread met it, usually the flusher); with such a
+    callback later ``write`` calls drop their event quietly, without one, they raise a
+    :class:`RecordingError`. ``close`` raises it too. Each raise is a fresh exception: the same
+    one raised again and again would chain a traceback (and its frames) per event.
     """
 
     def __init__(
@@ -70,8 +76,10 @@ class RecordingWriter:
         background_flush: bool = True,
         writer: str | None = None,
         exclusive: bool = False,
+        on_error: Callable[[str], None] | None = None,
     ) -> None:
         self.path = Path(path)
+        self.on_error: Callable[[str], None] | None = None  # set once the file is open
         self.snapshot_every_ns = int(max(0.0, snapshot_every_s) * 1e9)
         self.flush_every_s = max(0.01, float(flush_every_s))
         self.fsync = fsync
@@ -81,11 +89,12 @@ class RecordingWriter:
         self.events_written = 0
         self.closed = False
         self._write_lock = threading.RLock()  # write(), write_snapshot() and close() exclude
-        self._lock = threading.Lock()  # guards _pending and _error
+        self._lock = threading.Lock()  # guards _pending and error
         self._io_lock = threading.Lock()  # one writer of the file at a time
         self._pending = bytearray()
         self._last_flush = time.monotonic()
-        self._error: RecordingError | None = None
+        self.error: str | None = None  # the first write error, in one line; then no more I/O
+        self.events_dropped = 0  # events not written after that error
         self._last_snapshot_t: int | None = None
         self.reducer_error: str | None = None  # set when an event could not be folded
         # A snapshot holds every partition row, so it grows with the run; the next one waits
@@ -121,7 +130,8 @@ class RecordingWriter:
         }
         self._pending += PREFIX + encode_frame(header)
         self.offset = len(self._pending)  # logical end of file: flushed plus pending bytes
-        self.flush()
+        self.flush()  # an unwritable file fails here, raised to the caller (not reported)
+        self.on_error = on_error
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         if background_flush:
@@ -142,8 +152,11 @@ class RecordingWriter:
     def _write(self, event: dict[str, Any]) -> None:
         if self.closed:
             raise RecordingError(f"recording {self.path} is closed")
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            self.events_dropped += 1
+            if self.on_error is not None:
+                return  # reported once already
+            raise RecordingError(self.error)
         if self.validate_events:
             validate(event)
         if self.events_written == 0 and event.get("k") != "hello":
@@ -159,7 +172,12 @@ class RecordingWriter:
         if self._flusher is None and (
             pending >= SYNC_FLUSH_BYTES or time.monotonic() - self._last_flush >= self.flush_every_s
         ):
-            self.flush()  # no background thread: flush from the caller, on the same cadence
+            try:
+                self.flush()  # no background thread: flush from the caller, on the same cadence
+            except RecordingError:
+                if self.on_error is None:
+                    raise
+                return
         if self.reducer_error is not None:
             return
         try:
@@ -215,8 +233,8 @@ class RecordingWriter:
         this process); with ``fsync=True`` also to the disk."""
         with self._io_lock:
             with self._lock:
-                if self._error is not None:
-                    raise self._error
+                if self.error is not None:
+                    raise RecordingError(self.error)
                 data, self._pending = self._pending, bytearray()
             self._last_flush = time.monotonic()
             if not data:
@@ -229,19 +247,33 @@ class RecordingWriter:
                 if self.fsync:
                     os.fsync(self._file.fileno())
             except (OSError, ValueError) as exc:
-                error = RecordingError(
-                    f"cannot write recording {self.path}: {getattr(exc, 'strerror', None) or exc}"
-                )
-                with self._lock:
-                    self._error = error
-                raise error from None
+                message = self._fail(exc)
+                raise RecordingError(message) from None
+
+    def _fail(self, exc: BaseException) -> str:
+        """Keep the first write error (as a line, not the exception and its frames), tell
+        ``on_error`` once, and return the line."""
+        reason = getattr(exc, "strerror", None) or exc
+        message = f"cannot write recording {self.path}: {reason}"
+        with self._lock:
+            first = self.error is None
+            if first:
+                self.error = message
+                self._pending = bytearray()  # nothing more will reach the file
+            message = self.error
+        if first and self.on_error is not None:
+            try:
+                self.on_error(message)
+            except Exception:  # noqa: BLE001 (a reporting bug must not hide the error)
+                pass
+        return message
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.flush_every_s):
             try:
                 self.flush()
             except RecordingError:
-                return  # kept in self._error; raised by the next write() or close()
+                return  # kept in self.error, reported to on_error; raised by close()
 
     # -- closing ------------------------------------------------------------------------------
 
@@ -259,7 +291,7 @@ class RecordingWriter:
         if self._flusher is not None:
             self._flusher.join()
         try:
-            if self._error is None:
+            if self.error is None:
                 stale = not self.snapshots or self.snapshots[-1][0] != self.state.t
                 if self.events_written and stale:
                     self._write_snapshot()  # a no-op after a reducer error
@@ -274,12 +306,29 @@ class RecordingWriter:
                     self._pending += encode_frame(index) + TRAILER.pack(index_offset, END_MAGIC)
                 self.flush()
                 os.fsync(self._file.fileno())
+        except RecordingError:
+            pass  # kept in self.error, raised below
         except OSError as exc:
-            raise RecordingError(f"cannot write recording {self.path}: {exc}") from None
+            self._fail(exc)
         finally:
             self._file.close()
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            raise RecordingError(self.error)
+
+    def discard(self) -> None:
+        """Close without index or trailer and remove the file: for a run that never started,
+        whose recording must not read back as a complete (empty) run. Idempotent."""
+        with self._write_lock:
+            if not self.closed:
+                self.closed = True
+                self._stop.set()
+                if self._flusher is not None:
+                    self._flusher.join()
+                self._file.close()
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
 
     def __enter__(self) -> RecordingWriter:
         return self

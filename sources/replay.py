@@ -28,7 +28,7 @@ import msgpack
 from recordings.errors import RecordingError
 from recordings.format import PREFIX, PREFIX_SIZE
 from recordings.framing import HEADER_SIZE, UNPACK_LIMITS, FrameError, decode_payload
-from recordings.reader import index_snapshots, read_footer
+from recordings.reader import index_snapshots, open_regular, read_footer
 from recordings.state import PartitionRow, State
 from sources.errors import SourceError
 from sources.replay_memory import ReplaySource, next_point
@@ -53,7 +53,7 @@ class FileReplaySource:
         self._closed = False
         self.label = Path(path).name
         self.truncated = False
-        self._file = open(path, "rb")  # noqa: SIM115 (closed in close())
+        self._file = open_regular(path)  # a FIFO or a device: RecordingError, never a wait
         try:
             size = os.fstat(self._file.fileno()).st_size
             if self._file.read(PREFIX_SIZE) != PREFIX:

@@ -14,6 +14,7 @@ TARGETS: dict[str, str] = {
     "msm": "kernels.bench_msm",
     "pipeline": "engine.bench_pipeline",
     "metrics": "sources.bench_metrics",
+    "soak": "engine.bench_soak",
     "tui": "tui.bench",
 }
 

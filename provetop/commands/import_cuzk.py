@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from provetop.errors import UsageError
+from recordings.errors import RecordingError
 from recordings.writer import RecordingWriter
 from sources.cuzk.convert import MS, Converter
 from sources.cuzk.follow import iter_lines
@@ -32,6 +33,11 @@ def add_parser(sub, name: str, help_text: str) -> None:
         help="directory of saved GET /status bodies (*.json), merged by their uptime_secs",
     )
     parser.add_argument("-o", "--output", metavar="RECORDING", required=True)
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing RECORDING (never the input log itself)",
+    )
     parser.add_argument(
         "--workers-per-device",
         type=int,
@@ -75,6 +81,27 @@ def _wall_anchor(log: str) -> int | None:
     return os.stat(log).st_mtime_ns - last * 1_000_000
 
 
+def _check_output(args: argparse.Namespace) -> str:
+    """Where to write: ``-o`` itself when it does not exist, else (``--force``) a fresh name
+    beside it. Never the input log (a typo must not destroy the only copy of a run), never a
+    directory, never an existing file without ``--force``; each refusal is one line."""
+    out = args.output
+    if os.path.isdir(out):
+        raise UsageError(f"-o {out} is a directory; give the recording's file name")
+    if args.log != "-" and os.path.exists(out):
+        try:
+            same = os.path.samefile(args.log, out)
+        except OSError:
+            same = False
+        if same:
+            raise UsageError(f"-o {out} is the input log; it is never overwritten")
+    if not os.path.lexists(out):
+        return out
+    if not args.force:
+        raise UsageError(f"-o {out} exists; pass --force to replace it")
+    return f"{out}.tmp-{os.getpid()}"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.log != "-" and not os.path.isfile(args.log):
         raise UsageError(f"no such cuzk log: {args.log}")
@@ -93,8 +120,13 @@ def run(args: argparse.Namespace) -> int:
     )
     if snapshots:
         conv.learn_status(snapshots[0][1])
-    writer = RecordingWriter(args.output, background_flush=False)
+    target = _check_output(args)
+    try:  # a new file (O_EXCL); with --force a fresh name, moved over the old one at the end
+        writer = RecordingWriter(target, background_flush=False, exclusive=True)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
     written = 0
+    done = False
     try:
         for message in bad:
             for event in conv.feed_status_error(message):
@@ -116,8 +148,19 @@ def run(args: argparse.Namespace) -> int:
         for event in conv.flush(final=True):
             writer.write(event)
             written += 1
+        done = True
     finally:
-        writer.close()
+        try:
+            writer.close()
+        except RecordingError as exc:
+            done = False
+            raise UsageError(str(exc)) from None
+        finally:
+            if target != args.output:
+                if done:
+                    os.replace(target, args.output)
+                else:
+                    Path(target).unlink(missing_ok=True)
 
     stats = conv.stats
     recognised = sum(stats[k] for k in ("timeline", "timing", "trace", "panic"))

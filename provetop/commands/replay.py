@@ -1,5 +1,10 @@
 """``provetop replay FILE``: the dashboard over a recording, with play, pause, speed, seeks and
-jumps between faults and markers. The dashboard opens the file with ``sources.replay``."""
+jumps between faults and markers. The dashboard opens the file with ``sources.replay``.
+
+Before the terminal is taken over the file goes through the reader ``summary`` uses (every
+frame decoded, checked against the schema and folded), so replay refuses exactly what summary
+refuses, with the same line: the fast indexed opener reads only the index and would play a
+damaged middle or two recordings glued together without a word."""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ import os
 
 from provetop.commands.watch import add_display_arguments
 from provetop.errors import UsageError
-from recordings.format import MAGIC
+from recordings.errors import RecordingError
+from recordings.reader import fold_recording
 from tui.app import ProvetopApp
 
 
@@ -23,17 +29,14 @@ def add_parser(sub, name: str, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not os.path.isfile(args.file):
+    if not os.path.lexists(args.file):
         raise UsageError(f"no such recording: {args.file}")
-    try:
-        with open(args.file, "rb") as f:
-            head = f.read(len(MAGIC))
-    except OSError as exc:
-        raise UsageError(f"cannot read {args.file}: {exc.strerror or exc}") from None
-    if head != MAGIC:
-        raise UsageError(f"{args.file} is not a provetop recording")
     if not 0.25 <= args.speed <= 16:
         raise UsageError(f"--speed must be between 0.25 and 16, got {args.speed:g}")
+    try:
+        fold_recording(args.file)  # summary's verdict (a truncation is shown by the app)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
     app = ProvetopApp(
         replay_path=args.file, autoplay=not args.paused, speed=args.speed, light=args.light
     )

@@ -10,8 +10,10 @@ returns the complete lines appended since the last call. It
 - notices truncation (the file got shorter than what was read): it restarts at the start;
 - waits for a missing file (not there yet, or between rotation steps) instead of failing.
 
-A partial line left when a file is abandoned (rotation, truncation, :meth:`close`) is handed
-out by :meth:`take_partial` so the caller can count it as truncated. ``"-"`` reads standard
+A partial line left when a file is abandoned (rotation, truncation, :meth:`close`), and the
+first :data:`MAX_LINE` bytes of a longer line, are handed out by :meth:`take_partial` so the
+caller can count them as truncated. Reading is linear in the bytes read (each byte is looked
+at once for a newline), and one poll reads at most :data:`POLL_BYTES`. ``"-"`` reads standard
 input through :class:`StreamFollower`, on a thread because a pipe cannot be polled portably.
 """
 
@@ -25,6 +27,13 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 CHUNK = 1 << 16
+# A line longer than this is cut: its first MAX_LINE bytes are handed out as a partial (cut)
+# line and the rest is skipped up to the next newline. Without a cap a 100 MB line with no
+# newline was held (and re-split, quadratically) in memory.
+MAX_LINE = 1 << 20
+# One poll reads at most this much, so a caller's loop (and its quit key) gets control back
+# within milliseconds whatever arrives; the rest is read by the next polls.
+POLL_BYTES = 8 << 20
 
 
 def _decode(raw: bytes) -> str:
@@ -43,7 +52,9 @@ class FileFollower:
         self._file: BinaryIO | None = None
         self._ident: tuple[int, int] | None = None
         self._pos = 0
-        self._buf = b""
+        self._buf = bytearray()
+        self._skipping = False  # inside a line longer than MAX_LINE, already handed out
+        self.long_lines = 0
         self._first_open = True
 
     def poll(self) -> list[str]:
@@ -114,27 +125,59 @@ class FileFollower:
         else:
             self._pos = 0
         self._first_open = False
-        self._buf = b""
+        self._buf = bytearray()
+        self._skipping = False
         return True
 
     def _read_available(self) -> list[str]:
         if self._file is None:
             return []
         out: list[str] = []
-        while True:
-            chunk = self._file.read(CHUNK)
+        budget = POLL_BYTES
+        while budget > 0:
+            chunk = self._file.read(min(CHUNK, budget))
             if not chunk:
                 break
+            budget -= len(chunk)
             self._pos += len(chunk)
-            self._buf += chunk
-            *complete, self._buf = self._buf.split(b"\n")
-            out += [_decode(line) for line in complete]
+            out += self._split(chunk)
         return out
+
+    def _split(self, chunk: bytes) -> list[str]:
+        """Complete lines ending in ``chunk``; the rest waits in the buffer (capped)."""
+        out: list[str] = []
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            if nl < 0:
+                self._append(chunk, start, len(chunk))
+                return out
+            self._append(chunk, start, nl)
+            if self._skipping:  # the end of a line already handed out cut
+                self._skipping = False
+            else:
+                out.append(_decode(bytes(self._buf)))
+            self._buf = bytearray()
+            start = nl + 1
+
+    def _append(self, chunk: bytes, start: int, end: int) -> None:
+        if self._skipping:
+            return
+        room = MAX_LINE - len(self._buf)
+        if end - start <= room:
+            self._buf += chunk[start:end]
+            return
+        self._buf += chunk[start : start + room]
+        self.partials.append(_decode(bytes(self._buf)))
+        self.long_lines += 1
+        self._buf = bytearray()
+        self._skipping = True
 
     def _keep_partial(self) -> None:
         if self._buf:
-            self.partials.append(_decode(self._buf))
-            self._buf = b""
+            self.partials.append(_decode(bytes(self._buf)))
+            self._buf = bytearray()
+        self._skipping = False
 
     def _abandon(self) -> None:
         self._keep_partial()
@@ -158,11 +201,8 @@ class StreamFollower:
 
     def _pump(self) -> None:
         try:
-            for raw in iter(self._stream.readline, b""):
-                if raw.endswith(b"\n"):
-                    self._queue.put((_decode(raw[:-1]), True))
-                else:
-                    self._queue.put((_decode(raw), False))  # end of stream without newline
+            for line, complete in _bounded_lines(self._stream):
+                self._queue.put((line, complete))
         except (OSError, ValueError):
             pass
         self._queue.put(None)
@@ -226,11 +266,28 @@ def iter_lines(path: str) -> Iterator[tuple[str, bool]]:
     newline comes with ``complete`` False."""
     stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     try:
-        for raw in stream:
-            if raw.endswith(b"\n"):
-                yield _decode(raw[:-1]), True
-            else:
-                yield _decode(raw), False
+        yield from _bounded_lines(stream)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+
+
+def _bounded_lines(stream: BinaryIO) -> Iterator[tuple[str, bool]]:
+    """(line, complete) from a binary stream, at most MAX_LINE bytes held: a longer line comes
+    out cut (``complete`` False) and its rest is skipped up to its newline."""
+    skipping = False
+    while True:
+        raw = stream.readline(MAX_LINE + 1)
+        if not raw:
+            return
+        ends = raw.endswith(b"\n")
+        if skipping:
+            skipping = not ends
+            continue
+        if ends:
+            yield _decode(raw[:-1]), True
+        elif len(raw) > MAX_LINE:
+            yield _decode(raw[:MAX_LINE]), False
+            skipping = True
+        else:
+            yield _decode(raw), False  # end of stream without newline

@@ -2,8 +2,11 @@
 ``daemon.status_listen`` in cuzk's config, for example ``127.0.0.1:9821``).
 
 Every poll gives a :class:`StatusResult`: the decoded snapshot, or an error in words (refused,
-timed out, HTTP error, not JSON, JSON that is not an object). Nothing here raises for a bad
-endpoint: a dashboard watching cuzk must keep running while cuzk restarts.
+timed out, HTTP error, not JSON, JSON that is not an object, too large, nested too deep, too
+slow). Nothing here raises for a bad endpoint: a dashboard watching cuzk must keep running
+while cuzk restarts. The whole body must arrive within the poll's timeout (a deadline, not a
+timeout per read: a server trickling its body would otherwise hold the poller, and the
+dashboard's quit, for as long as it liked).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-MAX_BODY = 32 << 20  # a status body is a few KiB; refuse anything absurd
+MAX_BODY = 4 << 20  # a status body is a few KiB; refuse anything absurd
+MAX_DEPTH = 32  # cuzk's status nests 3-4 levels; a deeper body is refused, not walked
+CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -42,9 +47,12 @@ def status_url(url: str) -> str:
 def fetch_status(url: str, timeout: float = 2.0) -> StatusResult:
     """One ``GET``; never raises."""
     now = time.time_ns()
+    deadline = time.monotonic() + timeout
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - operator URL
-            body = resp.read(MAX_BODY + 1)
+            body = _read_body(resp, deadline)
+    except TimeoutError:
+        return StatusResult(False, None, f"no complete response within {timeout:g} s", now)
     except urllib.error.HTTPError as exc:
         return StatusResult(False, None, f"HTTP {exc.code} {exc.reason}", now)
     except urllib.error.URLError as exc:
@@ -55,11 +63,45 @@ def fetch_status(url: str, timeout: float = 2.0) -> StatusResult:
         return StatusResult(False, None, f"body larger than {MAX_BODY} bytes", now)
     try:
         snapshot = json.loads(body.decode("utf-8"))
+    except RecursionError:
+        return StatusResult(False, None, f"JSON nested deeper than {MAX_DEPTH} levels", now)
     except (UnicodeDecodeError, ValueError) as exc:
         return StatusResult(False, None, f"invalid JSON: {exc}", now)
+    if _too_deep(snapshot):
+        return StatusResult(False, None, f"JSON nested deeper than {MAX_DEPTH} levels", now)
     if not isinstance(snapshot, dict):
         return StatusResult(False, None, f"JSON {type(snapshot).__name__}, not an object", now)
     return StatusResult(True, snapshot, None, now)
+
+
+def _read_body(resp: Any, deadline: float) -> bytes:
+    """The body, at most MAX_BODY + 1 bytes, read as it arrives; TimeoutError once the
+    deadline passes (checked after each read, and each read waits at most the timeout)."""
+    body = bytearray()
+    while len(body) <= MAX_BODY:
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        chunk = resp.read1(min(CHUNK, MAX_BODY + 1 - len(body)))
+        if not chunk:
+            break
+        body += chunk
+    if time.monotonic() > deadline:
+        raise TimeoutError
+    return bytes(body)
+
+
+def _too_deep(value: Any) -> bool:
+    """True when ``value`` nests lists and maps deeper than MAX_DEPTH (walked without
+    recursion, and no further than that depth)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_DEPTH:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 class StatusPoller:
@@ -99,4 +141,5 @@ class StatusPoller:
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=self.timeout + 1.0)
+            # a daemon thread: quitting never waits for a slow endpoint longer than this
+            self._thread.join(timeout=0.5)

@@ -1,0 +1,182 @@
+"""``provetop bench soak``: does a long run stay flat, and does a connect/close storm leave it
+alone? The targets of docs/reliability.md (Soak), measured on the real engine.
+
+Why a bench and not a timed test: the targets are about half an hour of running, far longer
+than CI allows; ``--short`` runs the same stages in seconds for the one CI test that keeps
+this script working. The engine runs in this process (``ci`` preset, ``--verify never``, no
+client but the storm), so the RSS read from /proc is the engine's own.
+
+Stages: run quietly; RSS at ``--early`` and at the end of the quiet stage (target: within
+10 %); then ``--cycles`` connect/close cycles on the engine's socket (target: RSS afterwards
+within 50 MB of before, and the median partition time during the storm within 20 % of the
+quiet stage's last minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from engine.config import from_preset
+from engine.runner import Engine
+from provetop.errors import UsageError
+
+RSS_DRIFT = 0.10  # RSS late within 10 % of RSS early
+STORM_RSS_BYTES = 50 << 20  # RSS after the storm within 50 MB of before
+STORM_SLOWDOWN = 0.20  # storm partition time within 20 % of quiet
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--minutes", type=float, default=30.0, help="quiet stage (30)")
+    parser.add_argument("--early", type=float, default=2.0, help="minutes to the first RSS (2)")
+    parser.add_argument("--cycles", type=int, default=1000, help="connect/close cycles (1000)")
+    parser.add_argument(
+        "--short", action="store_true", help="seconds instead of minutes (for CI): 12 s, 100 cycles"
+    )
+    parser.add_argument(
+        "--no-record",
+        action="store_true",
+        help="run without a recording (the engine records by default, and so does the bench)",
+    )
+    parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux /proc)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class PartitionTimes:
+    """(wall time, partition ms) of every partition_done, fed by a bus listener."""
+
+    def __init__(self) -> None:
+        # the newest only (a minute at ~160 partitions/s): the bench must not grow either
+        self.items: deque[tuple[float, float]] = deque(maxlen=10_000)
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if event["k"] == "partition_done" and event.get("ok"):
+            ms = sum(event["phases_ms"].values())
+            with self._lock:
+                self.items.append((time.monotonic(), ms))
+
+    def median(self, start: float, end: float) -> float | None:
+        with self._lock:
+            values = [ms for t, ms in self.items if start <= t < end]
+        return statistics.median(values) if values else None
+
+
+def storm(path: str, cycles: int) -> int:
+    """Connect and close ``cycles`` times; the connections that got through."""
+    done = 0
+    for _ in range(cycles):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+            s.recv(1)
+            done += 1
+        except OSError:
+            pass
+        finally:
+            s.close()
+    return done
+
+
+def run(args: argparse.Namespace) -> int:
+    unit = 1.0 if args.short else 60.0
+    quiet_s = (12.0 if args.short and args.minutes == 30.0 else args.minutes) * unit
+    early_s = (4.0 if args.short and args.early == 2.0 else args.early) * unit
+    cycles = 100 if args.short and args.cycles == 1000 else args.cycles
+    if not 0 < early_s < quiet_s or cycles < 1:
+        raise UsageError("bench soak needs 0 < --early < --minutes and --cycles >= 1")
+    out = sys.stdout
+    with tempfile.TemporaryDirectory(prefix="provetop-soak-") as tmp:
+        cfg = from_preset("ci", proofs=10**9, verify="never")
+        record = None if args.no_record else os.path.join(tmp, "soak.pvtrec")
+        engine = Engine(cfg, listen=f"unix:{os.path.join(tmp, 'e.sock')}", record=record)
+        times = PartitionTimes()
+        engine.bus.add_listener(times)
+        engine.start()
+        path = engine.address[len("unix:") :]
+        t0 = time.monotonic()
+        try:
+            time.sleep(early_s)
+            rss_early = rss_bytes()
+            time.sleep(quiet_s - early_s)
+            rss_late = rss_bytes()
+            quiet_end = time.monotonic()
+            quiet_ms = times.median(quiet_end - min(60.0, quiet_s / 2), quiet_end)
+            storm_start = time.monotonic()
+            served = storm(path, cycles)
+            storm_end = time.monotonic()
+            storm_ms = times.median(storm_start, storm_end)
+            time.sleep(2.0)
+            rss_after = rss_bytes()
+            partitions = engine.state.totals()["partitions_ok"]
+        finally:
+            engine.stop("soak bench done")
+            engine.close()
+    drift = (rss_late - rss_early) / rss_early
+    slowdown = None if not quiet_ms or not storm_ms else storm_ms / quiet_ms - 1
+    rows = [
+        (
+            f"RSS at {quiet_s / unit:g} {'s' if args.short else 'min'} vs "
+            f"{early_s / unit:g}: {rss_late / 2**20:.1f} vs {rss_early / 2**20:.1f} MiB "
+            f"({drift:+.1%}, target within {RSS_DRIFT:.0%})",
+            abs(drift) <= RSS_DRIFT,
+        ),
+        (
+            f"{cycles} connect/close cycles ({served} served, {storm_end - storm_start:.1f} s): "
+            f"RSS {rss_late / 2**20:.1f} -> {rss_after / 2**20:.1f} MiB "
+            f"(target within {STORM_RSS_BYTES >> 20} MB)",
+            abs(rss_after - rss_late) <= STORM_RSS_BYTES,
+        ),
+        (
+            f"partition time quiet {quiet_ms or 0:.2f} ms, during the storm {storm_ms or 0:.2f} ms"
+            + (
+                f" ({slowdown:+.1%}, target within {STORM_SLOWDOWN:.0%})"
+                if slowdown is not None
+                else " (too few partitions to compare)"
+            ),
+            slowdown is not None and slowdown <= STORM_SLOWDOWN,
+        ),
+    ]
+    print(
+        f"soak: ci preset, --verify never, {'no recording' if args.no_record else 'recorded'}, "
+        f"{partitions} partitions in "
+        f"{time.monotonic() - t0:.0f} s",
+        file=out,
+    )
+    for text, ok in rows:
+        print(f"  {'PASS' if ok else 'FAIL'}  {text}", file=out)
+    if args.json:
+        figures = {
+            "quiet_s": quiet_s,
+            "early_s": early_s,
+            "rss_early": rss_early,
+            "rss_late": rss_late,
+            "rss_after_storm": rss_after,
+            "cycles": cycles,
+            "served": served,
+            "quiet_partition_ms": quiet_ms,
+            "storm_partition_ms": storm_ms,
+            "partitions": partitions,
+            "recorded": not args.no_record,
+            "pass": [ok for _, ok in rows],
+        }
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
+    return 0 if all(ok for _, ok in rows) else 1

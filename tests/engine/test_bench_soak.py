@@ -1,0 +1,24 @@
+"""``provetop bench soak --short``: the soak bench's stages run end to end and print every
+target with its verdict (the figures themselves are for the long run: docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+
+from provetop.cli import main
+
+
+def test_the_short_soak_runs_every_stage_and_prints_the_targets(tmp_path, capsys):
+    out = tmp_path / "soak.json"
+    code = main(["bench", "soak", "--short", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert code in (0, 1)
+    lines = [line.strip() for line in text.splitlines()]
+    assert lines[0].startswith("soak: ci preset, --verify never")
+    verdicts = [line.split()[0] for line in lines[1:4]]
+    assert set(verdicts) <= {"PASS", "FAIL"} and len(verdicts) == 3
+    figures = json.loads(out.read_text())
+    assert figures["served"] == figures["cycles"] == 100
+    assert figures["partitions"] > 0 and figures["rss_after_storm"] > 0
+    # what must hold even in seconds on a shared machine: the storm leaves memory alone
+    assert abs(figures["rss_after_storm"] - figures["rss_late"]) < 50 << 20

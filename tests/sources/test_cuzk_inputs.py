@@ -1,0 +1,156 @@
+"""Hostile or careless cuzk inputs: ``import-cuzk -o`` pointed at its own input, at an existing
+recording or at a directory; a ``/status`` endpoint that nests 100,000 deep, sends too much or
+trickles its body; a log line of tens of megabytes without a newline."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import sources.cuzk.follow as follow_mod
+from provetop.cli import main
+from recordings.reader import open_recording
+from sources.cuzk.follow import FileFollower, iter_lines
+from sources.cuzk.status import MAX_BODY, fetch_status
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cuzk"
+
+
+@pytest.fixture
+def log(tmp_path):
+    path = tmp_path / "daemon.log"
+    shutil.copy(FIXTURES / "daemon.log", path)
+    return path
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("provetop: error:"), err
+    return err[0]
+
+
+def test_output_never_overwrites_the_input_log(log, tmp_path, capsys):
+    before = log.read_bytes()
+    assert main(["import-cuzk", str(log), "-o", str(log)]) == 2
+    assert "is the input log" in _one_line_error(capsys)
+    assert main(["import-cuzk", str(log), "-o", str(log), "--force"]) == 2  # not even forced
+    _one_line_error(capsys)
+    link = tmp_path / "link.pvtrec"
+    link.symlink_to(log)
+    assert main(["import-cuzk", str(log), "-o", str(link), "--force"]) == 2
+    _one_line_error(capsys)
+    assert log.read_bytes() == before
+
+
+def test_an_existing_output_needs_force(log, tmp_path, capsys):
+    out = tmp_path / "run.pvtrec"
+    out.write_bytes(b"an older recording")
+    assert main(["import-cuzk", str(log), "-o", str(out)]) == 2
+    assert "--force" in _one_line_error(capsys)
+    assert out.read_bytes() == b"an older recording"
+    assert main(["import-cuzk", str(log), "-o", str(out), "--force"]) == 0
+    assert open_recording(out).complete
+    assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_output_to_a_directory_is_one_line(log, tmp_path, capsys):
+    assert main(["import-cuzk", str(log), "-o", str(tmp_path)]) == 2
+    assert "is a directory" in _one_line_error(capsys)
+
+
+def _within(seconds, fn):
+    out = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"still running after {seconds} s"
+    return out[0]
+
+
+def test_a_huge_line_without_newline_is_read_in_bounded_polls(tmp_path, monkeypatch):
+    monkeypatch.setattr(follow_mod, "POLL_BYTES", 4 << 20)
+    path = tmp_path / "long.log"
+    with open(path, "wb") as f:
+        f.write(b"first line\n")
+        f.write(b"x" * (40 << 20))  # 40 MB, no newline (yet)
+    follower = FileFollower(path)
+    lines, polls, slowest = [], 0, 0.0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20:
+        start = time.monotonic()
+        got = _within(5, follower.poll)
+        slowest = max(slowest, time.monotonic() - start)
+        polls += 1
+        lines += got
+        if follower._pos >= path.stat().st_size:
+            break
+    assert slowest < 0.5, slowest  # a quit key is looked at between polls
+    assert lines == ["first line"] and polls >= 10
+    assert len(follower._buf) == 0 and follower.long_lines == 1
+    (cut,) = follower.take_partial()
+    assert len(cut) == follow_mod.MAX_LINE
+    with open(path, "ab") as f:
+        f.write(b"tail of the long line\nnext\n")
+    assert follower.poll() == ["next"]  # the rest of the long line is skipped
+    follower.close()
+    start = time.monotonic()
+    got = _within(10, lambda: list(iter_lines(str(path))))
+    assert time.monotonic() - start < 5
+    assert [line for line, _ in got] == ["first line", "x" * follow_mod.MAX_LINE, "next"]
+    assert [complete for _, complete in got] == [True, False, True]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    mode = "deep"
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        if self.mode == "deep":
+            body = b"[" * 100_000 + b"]" * 100_000
+        elif self.mode == "large":
+            body = b'{"x": "' + b"a" * (MAX_BODY + 10) + b'"}'
+        else:
+            body = json.dumps({"uptime_secs": 1}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.mode == "trickle":
+            for byte in body:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.2)
+        else:
+            self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize(
+    "mode, message",
+    [
+        ("deep", "nested deeper"),
+        ("large", "larger than"),
+        ("trickle", "no complete response"),
+    ],
+)
+def test_status_bodies_are_bounded_in_depth_size_and_time(mode, message):
+    handler = type("H", (_Handler,), {"mode": mode})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/status"
+        start = time.monotonic()
+        result = _within(10, lambda: fetch_status(url, timeout=1.0))
+        took = time.monotonic() - start
+        assert not result.ok and message in result.error, result
+        assert took < 2.5, took  # the deadline covers the whole body, not each read
+    finally:
+        server.shutdown()
+        server.server_close()
