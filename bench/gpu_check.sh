@@ -9,6 +9,8 @@
 #   bash bench/gpu_check.sh metrics    # NVML samples and /metrics of a running cuda engine
 #                                      # (bench/gpu_metrics_check.py); porep-32g, aware, one
 #                                      # proof at 24 and 40 GiB (points of the memory curve)
+#   bash bench/gpu_check.sh overhead   # GPU tests; porep-32g aware at 80 GiB (1 proof); the
+#                                      # partition times with /metrics scraped every second
 # Carry the sm_90 cubins built here (`python3 -m kernels.cuda.prebuild --arch sm_90`, into
 # kernels/cuda/cubin) for the first step of coldstart. Logs and JSON go to $OUT (at most 8
 # files come back, so they are packed into one tgz); the short table is printed last.
@@ -78,6 +80,18 @@ round(d['gpu_total_ms_median'] or 0), 'ms, s/proof', round(d['s_per_proof'] or 0
 d['partitions_lost'], 'ooms', d['ooms'], 'prestage', d['prestage'], 'busy', \
 round(d['gpu_busy_steady'] or 0, 3))" "$W/pipeline-aware-$mem.json" "$mem" || true
     done
+elif [ "$MODE" = "overhead" ]; then
+    timed gpu-tests 200 python3 -m pytest -q -m gpu tests/kernels tests/engine -p no:cacheprovider
+    grep -E "passed|failed" "$W/gpu-tests.log" | tail -n 2
+    timed pipeline-aware-80GiB 150 $P bench pipeline --preset porep-32g --proofs 1 \
+        --workers-per-device 2 --allocator aware --device-memory 80GiB --json \
+        --out "$W/pipeline-aware-80GiB.json"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('80GiB gpu_total', \
+round(d['gpu_total_ms_median'] or 0), 'ms, s/proof', round(d['s_per_proof'] or 0, 1), 'lost', \
+d['partitions_lost'], 'ooms', d['ooms'], 'prestage', d['prestage'], 'phases', \
+{k: round(v) for k, v in d['phase_ms_median'].items() if v})" "$W/pipeline-aware-80GiB.json" || true
+    timed metrics-overhead 260 python3 bench/metrics_overhead.py --out "$W/overhead"
+    tail -n 4 "$W/metrics-overhead.log"
 fi
 echo "---- summary"
 cat "$SUMMARY"
