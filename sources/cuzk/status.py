@@ -12,6 +12,7 @@ dashboard's quit, for as long as it liked).
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -19,6 +20,8 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 MAX_BODY = 4 << 20  # a status body is a few KiB; refuse anything absurd
 MAX_DEPTH = 32  # cuzk's status nests 3-4 levels; a deeper body is refused, not walked
@@ -61,6 +64,8 @@ def fetch_status(url: str, timeout: float = 2.0) -> StatusResult:
         return StatusResult(False, None, f"unreachable: {exc}", now)
     if len(body) > MAX_BODY:
         return StatusResult(False, None, f"body larger than {MAX_BODY} bytes", now)
+    if _bracket_depth(body) > MAX_DEPTH:  # before json.loads, whose C parser recurses
+        return StatusResult(False, None, f"JSON nested deeper than {MAX_DEPTH} levels", now)
     try:
         snapshot = json.loads(body.decode("utf-8"))
     except RecursionError:
@@ -88,6 +93,23 @@ def _read_body(resp: Any, deadline: float) -> bytes:
     if time.monotonic() > deadline:
         raise TimeoutError
     return bytes(body)
+
+
+_STRING = re.compile(rb'"(?:\\.|[^"\\])*"')
+_OPEN_CLOSE = bytes(range(256)).translate(None, b"[]{}")  # every byte but the brackets
+
+
+def _bracket_depth(body: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` in ``body``, outside string literals, counted without
+    parsing. Why not let ``json.loads`` find out: its C scanner recurses once per level and
+    relies on the interpreter's recursion limit, which a program may have raised; 100,000
+    levels then overflow the thread's C stack and kill the process instead of raising."""
+    brackets = _STRING.sub(b"", body).translate(None, _OPEN_CLOSE)
+    if not brackets:
+        return 0
+    steps = np.frombuffer(brackets, dtype=np.uint8)
+    delta = np.where((steps == ord("[")) | (steps == ord("{")), 1, -1)
+    return int(np.cumsum(delta).max())
 
 
 def _too_deep(value: Any) -> bool:

@@ -154,3 +154,38 @@ def test_status_bodies_are_bounded_in_depth_size_and_time(mode, message):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_deep_nesting_is_refused_before_the_json_parser_recurses():
+    """json.loads recurses once per level in C and stops only at the interpreter's recursion
+    limit; a process that raised the limit (a test framework, a library) then overflowed the C
+    stack on 100,000 levels and died (SIGSEGV). The depth is counted first, without parsing."""
+    import subprocess
+    import sys
+
+    from sources.cuzk.status import MAX_DEPTH, _bracket_depth
+
+    assert _bracket_depth(b'{"a": "[[[[", "b": [1, {"c": [2]}]}') == 4
+    assert _bracket_depth(b'["\\"[[[", {}]') == 2
+    assert _bracket_depth(b"[" * 100_000 + b"]" * 100_000) == 100_000 > MAX_DEPTH
+    code = (
+        "import sys, threading, http.server\n"
+        "sys.setrecursionlimit(10**6)\n"
+        "from sources.cuzk.status import fetch_status\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        body = b'[' * 200000 + b']' * 200000\n"
+        "        self.send_response(200); self.send_header('Content-Length', str(len(body)))\n"
+        "        self.end_headers(); self.wfile.write(body)\n"
+        "    def log_message(self, *a): pass\n"
+        "s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)\n"
+        "threading.Thread(target=s.serve_forever, daemon=True).start()\n"
+        "r = fetch_status(f'http://127.0.0.1:{s.server_address[1]}/status')\n"
+        "print(r.error)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "nested deeper" in done.stdout
