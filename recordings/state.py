@@ -25,6 +25,8 @@ from recordings.schema import MEMORY_FIELDS, PHASES
 
 SERIES_FIELDS = tuple(name for name in MEMORY_FIELDS if name != "modeled")
 LOG_LIMIT = 2000  # event-log lines kept; the recording keeps everything
+GPU_HISTORY = 3600  # ``gpu`` samples kept per device: an hour at the engine's 1 Hz, the
+# timeline's widest window; older samples live in the recording
 
 
 @dataclass
@@ -110,6 +112,7 @@ class State:
         self.memory: dict[int, dict[str, Any]] = {}
         self.series: dict[int, MemorySeries] = {}
         self.gpu: dict[int, dict[str, Any]] = {}  # latest ``gpu`` event per device
+        self.gpu_history: dict[int, deque[dict[str, Any]]] = {}  # bounded, oldest first
         self.faults: list[dict[str, Any]] = []
         self.markers: list[tuple[int, str]] = []
         self.controls: list[dict[str, Any]] = []
@@ -232,6 +235,10 @@ class State:
 
     def _on_gpu(self, e: dict[str, Any]) -> None:
         self.gpu[e["device"]] = e
+        history = self.gpu_history.get(e["device"])
+        if history is None:
+            history = self.gpu_history[e["device"]] = deque(maxlen=GPU_HISTORY)
+        history.append(e)
 
     def _on_partition_done(self, e: dict[str, Any]) -> None:
         key = (e["proof"], e["partition"])
@@ -315,9 +322,11 @@ class State:
     def _on_snapshot(self, e: dict[str, Any]) -> None:
         """Adopt a snapshot's current state; history already folded here is kept."""
         fresh = State.from_snapshot(e["state"])
-        history = (self.segments, self.series, self.log, self.attempts)
+        history = (self.segments, self.series, self.log, self.attempts, self.gpu_history)
+        gpu = self.gpu
         self.__dict__.update(fresh.__dict__)
-        self.segments, self.series, self.log, self.attempts = history
+        self.segments, self.series, self.log, self.attempts, self.gpu_history = history
+        self.gpu = gpu
         self.events += 1
 
     def _on_counters(self, e: dict[str, Any]) -> None:
