@@ -3,11 +3,13 @@ left out of the ``gpu`` event, never an error; the modeled devices send no ``gpu
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 from engine.bus import Bus
 from engine.devices.modeled import ModeledDevice
-from engine.nvml import read_gpu
+from engine.nvml import read_gpu, read_processes
 from engine.sampler import Sampler
 from recordings.schema import GPU_FIELDS, validate
 
@@ -16,7 +18,7 @@ class NotSupported(Exception):
     pass
 
 
-def fake_nvml(fan: bool = True, ecc: bool = True):
+def fake_nvml(fan: bool = True, ecc: bool = True, processes=None):
     def unsupported(*args):
         raise NotSupported("NVML_ERROR_NOT_SUPPORTED")
 
@@ -40,11 +42,14 @@ def fake_nvml(fan: bool = True, ecc: bool = True):
         nvmlDeviceGetFanSpeed=(lambda h: 35) if fan else unsupported,
         nvmlDeviceGetTotalEccErrors=(lambda h, t, c: 3 * t) if ecc else unsupported,
         nvmlDeviceGetRetiredPages=(lambda h, cause: [1, 2][: cause + 1]) if ecc else unsupported,
+        nvmlDeviceGetComputeRunningProcesses=(
+            (lambda h: processes) if processes is not None else unsupported
+        ),
     )
 
 
 def test_every_field_of_a_gpu_that_reports_them():
-    out = read_gpu(fake_nvml(), object())
+    out = read_gpu(fake_nvml(processes=[]), object())
     assert set(out) == set(GPU_FIELDS)
     assert out["power_mw"] == 655_123 and out["pcie_rx_bytes_s"] == 24_000_000 * 1024
     assert out["ecc_uncorrected"] == 3 and out["retired_pages"] == 3
@@ -73,3 +78,38 @@ def test_the_sampler_emits_gpu_only_for_devices_with_nvml():
     gpu = [e for e in sub.drain() if e["k"] == "gpu"]
     bus.close()
     assert [(e["device"], e["temp_c"]) for e in gpu] == [(1, 50)]
+
+
+def _proc(root: Path, pid: int, cmdline: bytes, comm: str = "") -> None:
+    d = root / str(pid)
+    d.mkdir()
+    (d / "cmdline").write_bytes(cmdline)
+    (d / "comm").write_text(comm + "\n")
+
+
+def test_processes_with_user_and_command_from_proc(tmp_path):
+    """A fake pynvml lists three processes: ours (readable in a fake /proc), a kernel-thread
+    style one with an empty cmdline, and one from another PID namespace (not in /proc)."""
+    _proc(tmp_path, 4242, b"python3\0-m\0provetop\0engine\0")
+    _proc(tmp_path, 77, b"", comm="nv-worker")
+    listed = [
+        SimpleNamespace(pid=4242, usedGpuMemory=80 << 30),
+        SimpleNamespace(pid=77, usedGpuMemory=None),  # NVML cannot say (no permission)
+        SimpleNamespace(pid=991, usedGpuMemory=1 << 30),
+    ]
+    out = read_processes(fake_nvml(processes=listed), object(), proc=tmp_path)
+    me = os.getuid()
+    assert out is not None
+    assert out[0]["pid"] == 4242 and out[0]["used"] == 80 << 30
+    assert out[0]["command"] == "python3 -m provetop engine"
+    assert out[0]["user"] and (out[0]["user"] == str(me) or not out[0]["user"].isdigit())
+    assert out[1] == {"pid": 77, "user": out[0]["user"], "command": "nv-worker"}
+    assert out[2] == {"pid": 991, "used": 1 << 30}
+    event = {"k": "gpu", "t": 0, "device": 0, "processes": out}
+    validate(event)
+
+
+def test_processes_absent_when_nvml_cannot_list_them():
+    assert read_processes(fake_nvml(), object()) is None
+    assert "processes" not in read_gpu(fake_nvml(), object())
+    assert read_gpu(fake_nvml(processes=[]), object())["processes"] == []

@@ -43,6 +43,15 @@ def h200_samples(events: list[dict[str, Any]], devices: int = 2) -> list[dict[st
                     "ecc_corrected": 0,
                     "ecc_uncorrected": 0,
                     "retired_pages": 0,
+                    "processes": [
+                        {
+                            "pid": ENGINE_PID,
+                            "used": round((40 + busy * 60) * (1 << 30)),
+                            "user": "prover",
+                            "command": "python3 -m provetop engine --preset porep-32g",
+                        },
+                        {"pid": 31337, "used": 2 << 30},  # another PID namespace: no /proc
+                    ],
                 }
             )
     merged = sorted(events + samples, key=lambda e: e["t"])  # stable: hello stays first

@@ -7,7 +7,7 @@ from recordings.state import State
 from sources.synthetic import generate
 from tests.tui.gpu_samples import H200_POWER_LIMIT_MW, h200_samples
 from tests.tui.helpers import fed, fixed_events, live_app, pilot_test, tap
-from tui.widgets.health import CPU_MESSAGE, HealthPanel, figures, history_rows
+from tui.widgets.health import CPU_MESSAGE, HealthPanel, figures, history_rows, process_rows
 
 
 def _text(app) -> str:
@@ -30,7 +30,7 @@ def test_history_lines_up_with_the_window():
     """A sample at ``t`` describes the second before it: the dip measured at 5 s is drawn over
     4-5 s, columns 16-19 of 40 over a 10 s window; after the last sample the row is blank."""
     samples = [{"t": s * 1_000_000_000, "sm_util_pct": 0 if s == 5 else 100} for s in range(1, 9)]
-    (row,) = history_rows(samples, 0, 10_000_000_000, 40 + 8 + 11)
+    (row,) = history_rows(samples, 0, 10_000_000_000, 40 + 8 + 12)
     cells = row.plain[8 : 8 + 40]
     assert cells[16:20] == "____" and set(cells[:16] + cells[20:32]) == {"█"}
     assert cells[32:].strip() == ""
@@ -52,6 +52,8 @@ async def test_key_5_shows_the_panel_with_h200_figures_at_160x48():
         assert "/ 700 W" in text and "SM 1980 / mem 2619 MHz" in text
         assert "SM util" in text and "PCIe rx" in text and "power" in text
         assert "fan" not in text  # an SXM module reports none: not invented
+        assert "◆   4242 prover" in text and "provetop engine · python3 -m" in text
+        assert "  31337 –" in text
         await tap(pilot, "2")
         await pilot.pause()
         assert app.query_one("#memory-box").display and not app.query_one("#health-box").display
@@ -84,3 +86,14 @@ def test_the_reducer_keeps_a_bounded_history(monkeypatch):
     snap = State.from_snapshot(state.snapshot())
     state.apply({"k": "snapshot", "t": 12, "state": snap.snapshot()})
     assert len(state.gpu_history[0]) == 5 and state.gpu[0]["temp_c"] == 51
+
+
+def test_process_rows_mark_the_engine_and_end_long_commands():
+    procs = [
+        {"pid": 7, "used": 1 << 30, "user": "ops", "command": "x" * 200},
+        {"pid": 4242, "used": 60 << 30, "user": "prover", "command": "python3 -m provetop"},
+    ]
+    rows = [r.plain for r in process_rows(procs, 4242, 60)]
+    assert rows[1].startswith("◆   4242 prover") and "60.00 GiB" in rows[1]
+    assert rows[2].endswith("…") and len(rows[2]) == 60
+    assert process_rows([], 1, 60)[0].plain == "no compute processes"

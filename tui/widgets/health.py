@@ -26,7 +26,7 @@ from tui.widgets.memory import SPARK, flow
 CPU_MESSAGE = "no NVIDIA GPU (cpu backend): nothing to show"
 WAITING_MESSAGE = "no NVML samples yet"
 LABEL_W = 8
-SCALE_W = 11
+SCALE_W = 12  # " 22.00 GiB/s"
 
 # (label, how to read one sample, how to scale a window of values, colour, how to print the top)
 Reader = Callable[[dict[str, Any]], float | None]
@@ -150,6 +150,32 @@ def history_rows(samples: Sequence[dict[str, Any]], start: int, end: int, width:
     return rows
 
 
+def process_rows(
+    processes: Sequence[dict[str, Any]], own_pid: int | None, width: int
+) -> list[Text]:
+    """The compute processes, largest GPU memory first, one row each; the engine's own pid
+    (``hello.pid``) is marked. A command longer than the row is ended with "…"."""
+    if not processes:
+        return [Text("no compute processes", style="dim")]
+    rows = [Text(f"{'pid':>8} {'user':<10} {'GPU mem':>10}  command", style="bold dim")]
+    ordered = sorted(processes, key=lambda p: -int(p.get("used") or 0))
+    for p in ordered:
+        own = own_pid is not None and p.get("pid") == own_pid
+        text = Text()
+        text.append("◆" if own else " ", style="bold #00afff")
+        text.append(f"{p.get('pid', '?'):>7} {str(p.get('user', '–'))[:10]:<10} ")
+        text.append(f"{size(p.get('used')) if p.get('used') is not None else '–':>10}  ")
+        room = max(8, width - text.cell_len)
+        command = str(p.get("command", "–"))
+        if own:
+            command = "provetop engine · " + command
+        if len(command) > room:
+            command = command[: room - 1] + "…"
+        text.append(command, style="bold" if own else "")
+        rows.append(text)
+    return rows
+
+
 class HealthPanel(Widget, can_focus=True):
     """Per-GPU health; the selected device (or every device, up to two) gets the history."""
 
@@ -205,4 +231,7 @@ class HealthPanel(Widget, can_focus=True):
             if d == selected or len(devices) <= 2:
                 samples = state.gpu_history.get(d, ())
                 out.extend(history_rows(samples, *self.window, width))
+                if "processes" in sample:
+                    own = (state.hello or {}).get("pid")
+                    out.extend(process_rows(sample["processes"], own, width))
         return Group(*out)
