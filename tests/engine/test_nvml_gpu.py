@@ -3,14 +3,19 @@ left out of the ``gpu`` event, never an error; the modeled devices send no ``gpu
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from engine.bus import Bus
 from engine.devices.modeled import ModeledDevice
 from engine.nvml import read_gpu, read_processes
+from engine.options import add_engine_arguments, config_from_args
 from engine.sampler import Sampler
+from provetop.errors import UsageError
 from recordings.schema import GPU_FIELDS, validate
 
 
@@ -113,3 +118,45 @@ def test_processes_absent_when_nvml_cannot_list_them():
     assert read_processes(fake_nvml(), object()) is None
     assert "processes" not in read_gpu(fake_nvml(), object())
     assert read_gpu(fake_nvml(processes=[]), object())["processes"] == []
+
+
+class _Ticks:
+    """A stop event whose wait returns at once: ``n`` ticks, then stop."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def wait(self, timeout: float) -> bool:
+        self.n -= 1
+        return self.n < 0
+
+    def set(self) -> None:
+        self.n = 0
+
+
+def test_the_nvml_interval_sets_the_gpu_sampling_rate():
+    bus = Bus()
+    sub = bus.subscribe("t")
+    device = ModeledDevice(0, 1 << 30, 1 << 30)
+    device.nvml = SimpleNamespace(gpu=lambda: {"temp_c": 50})  # type: ignore[attr-defined]
+    sampler = Sampler(bus, [device], hz=10.0, nvml_interval=0.5)
+    assert sampler.gpu_every == 5
+    sampler._stop = _Ticks(20)  # type: ignore[assignment]
+    sampler._run()
+    bus.flush()
+    kinds = [e["k"] for e in sub.drain()]
+    bus.close()
+    assert kinds.count("gpu") == 4 and kinds.count("counters") == 2 and kinds.count("memory") == 20
+    assert Sampler(bus, [], hz=10.0, nvml_interval=0.01).gpu_every == 1  # at most every tick
+
+
+def test_nvml_interval_flag_reaches_the_config_and_is_checked():
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    args = parser.parse_args(["--backend", "cpu", "--nvml-interval", "2.5"])
+    config = config_from_args(args)
+    assert config.nvml_interval == 2.5 and config.to_dict()["nvml_interval"] == 2.5
+    assert config_from_args(parser.parse_args(["--backend", "cpu"])).nvml_interval == 1.0
+    for bad in ("0", "-1", "7200"):
+        with pytest.raises(UsageError, match="--nvml-interval must be above 0"):
+            config_from_args(parser.parse_args(["--backend", "cpu", "--nvml-interval", bad]))

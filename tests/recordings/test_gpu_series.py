@@ -3,6 +3,7 @@ tracks), from a recording written with recorded-style H200 samples (not read fro
 
 from __future__ import annotations
 
+import recordings.state as state_module
 from recordings.export_perfetto import export_perfetto
 from recordings.schema import make
 from recordings.summary import build_summary, format_summary
@@ -48,8 +49,6 @@ def _run(tmp_path, samples: int = 9):
 
 
 def test_summary_has_a_line_of_medians_per_gpu(tmp_path, monkeypatch):
-    import recordings.state as state_module
-
     monkeypatch.setattr(state_module, "GPU_HISTORY", 3)  # the whole file counts, not the last 3
     summary = build_summary(_run(tmp_path))
     gpu0 = summary["gpu"]["0"]

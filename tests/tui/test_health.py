@@ -3,6 +3,7 @@ not read from a card), and the cpu backend's one line."""
 
 from __future__ import annotations
 
+import recordings.state as state_module
 from recordings.state import State
 from sources.synthetic import generate
 from tests.tui.gpu_samples import H200_POWER_LIMIT_MW, h200_samples
@@ -75,8 +76,6 @@ async def test_the_cpu_backend_says_there_is_no_gpu_at_80x24():
 
 
 def test_the_reducer_keeps_a_bounded_history(monkeypatch):
-    import recordings.state as state_module
-
     monkeypatch.setattr(state_module, "GPU_HISTORY", 5)
     state = State()
     for s in range(12):
