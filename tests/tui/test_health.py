@@ -31,8 +31,9 @@ def test_history_lines_up_with_the_window():
     """A sample at ``t`` describes the second before it: the dip measured at 5 s is drawn over
     4-5 s, columns 16-19 of 40 over a 10 s window; after the last sample the row is blank."""
     samples = [{"t": s * 1_000_000_000, "sm_util_pct": 0 if s == 5 else 100} for s in range(1, 9)]
-    (row,) = history_rows(samples, 0, 10_000_000_000, 40 + 8 + 12)
-    cells = row.plain[8 : 8 + 40]
+    (row, scale) = history_rows(samples, 0, 10_000_000_000, 40 + 9)
+    cells = row.plain[9:]
+    assert len(cells) == 40 and scale.plain == "full scale:  utilisation 100 %"
     assert cells[16:20] == "____" and set(cells[:16] + cells[20:32]) == {"█"}
     assert cells[32:].strip() == ""
 

@@ -22,11 +22,10 @@ from textual.widget import Widget
 from recordings.state import State
 from tui.style import FAILURE_COLOUR, size
 from tui.widgets.memory import SPARK, flow
+from tui.widgets.timeline import LABEL_W
 
 CPU_MESSAGE = "no NVIDIA GPU (cpu backend): nothing to show"
 WAITING_MESSAGE = "no NVML samples yet"
-LABEL_W = 8
-SCALE_W = 12  # " 22.00 GiB/s"
 
 # (label, how to read one sample, how to scale a window of values, colour, how to print the top)
 Reader = Callable[[dict[str, Any]], float | None]
@@ -101,43 +100,45 @@ def figures(sample: dict[str, Any]) -> list[Text]:
 
 
 def history_rows(samples: Sequence[dict[str, Any]], start: int, end: int, width: int) -> list[Text]:
-    """Sparkline rows over [start, end), one column per timeline cell: utilisation scaled to
-    100 %, power to the enforced limit, PCIe to its own largest value in the window. A row
-    whose field never appears in the window is left out.
+    """Sparkline rows over [start, end) on the timeline's grid (its label width, one column
+    per timeline cell, so at the same width a dip sits under the stall that caused it), then
+    one line of scales: utilisation is scaled to 100 %, power to the enforced limit, PCIe to
+    its own largest value in the window. A row whose field never appears is left out.
 
     NVML's utilisation at ``t`` describes the sample period before ``t``, so a column shows the
     first sample after its start: the dip drawn under a stall is the one measured during it.
-    A column further than two sample periods from the next sample (the engine stopped, or the
-    live edge) stays blank rather than borrowing a figure from elsewhere."""
-    cols = max(4, width - LABEL_W - SCALE_W)
+    A column more than a sample period (with a tenth of slack for jitter) before the next
+    sample (before the first one, the engine stopped, the live edge) stays blank rather than
+    borrowing a figure measured at another time."""
+    cols = max(4, width - LABEL_W)
     cell = (end - start) / cols
     picks: list[dict[str, Any] | None] = [None] * cols
     n = len(samples)
     if n:
         period = (samples[-1]["t"] - samples[0]["t"]) / (n - 1) if n > 1 else 1e9
-        reach = 2 * max(period, 1.0)
+        reach = 1.1 * max(period, 1.0)
         for c in range(cols):
             col_start = start + c * cell
             j = bisect_right(samples, col_start, key=lambda s: s["t"])
             if j < n and samples[j]["t"] - col_start <= reach:
                 picks[c] = samples[j]
     rows: list[Text] = []
+    scales: list[str] = []
     for label, read, colour in HISTORY:
         values = [None if s is None else read(s) for s in picks]
         if all(v is None for v in values):
             continue
         if label.endswith("util") or label == "mem ctl":
             top: float = 100.0
-            scale = "100 %"
         elif label == "power":
             limits = [s.get("power_limit_mw") for s in picks if s is not None]
             known = [x for x in limits if x]
             top = max(known) / 1000 if known else max(v for v in values if v is not None)
-            scale = f"{top:.0f} W"
+            scales.append(f"power {top:.0f} W")
         else:
             top = max((v for v in values if v is not None), default=0)
-            scale = rate(top) if top else "0"
-        text = Text(f"{label:<{LABEL_W}}", style="bold")
+            scales.append(f"{label} {rate(top) if top else '0'}")
+        text = Text(f"{label:<{LABEL_W - 1}} ", style="bold")
         for value in values:
             if value is None:
                 text.append(" ")
@@ -145,8 +146,12 @@ def history_rows(samples: Sequence[dict[str, Any]], start: int, end: int, width:
                 text.append("_", style="dim")
             else:
                 text.append(SPARK[max(1, min(8, round(value / top * 8)))], style=colour)
-        text.append(f" {scale:>{SCALE_W - 1}}", style="dim")
         rows.append(text)
+    if rows:
+        scales.insert(0, "utilisation 100 %")
+        chunks = [Text("full scale:", style="dim")]
+        chunks += [Text(scale, style="dim") for scale in scales]
+        rows.append(flow(chunks, width))
     return rows
 
 
@@ -177,7 +182,7 @@ def process_rows(
 
 
 class HealthPanel(Widget, can_focus=True):
-    """Per-GPU health; the selected device (or every device, up to two) gets the history."""
+    """Per-GPU health: every device's figures; the selected device's history and processes."""
 
     DEFAULT_CSS = """
     HealthPanel { height: auto; }
@@ -228,7 +233,7 @@ class HealthPanel(Widget, can_focus=True):
                 title.append(f" {name}")
             out.append(title)
             out.append(flow(figures(sample), width))
-            if d == selected or len(devices) <= 2:
+            if d == selected:  # the others' history: select a lane of theirs in the timeline
                 samples = state.gpu_history.get(d, ())
                 out.extend(history_rows(samples, *self.window, width))
                 if "processes" in sample:
