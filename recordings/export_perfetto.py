@@ -57,7 +57,7 @@ def export_perfetto(source: str | os.PathLike[str] | Recording) -> dict[str, Any
     """The Chrome trace (a JSON-able dict) of a recording."""
     if isinstance(source, Recording):
         rec, state = source, source.state()
-        gpu = GpuSeries.of(source.events)
+        gpu: GpuSeries | None = GpuSeries.of(source.events) if source.events_kept else None
     else:
         gpu = GpuSeries()
         rec, state = fold_recording(source, also=gpu)  # streamed: the events are not kept

@@ -42,7 +42,7 @@ def build_summary(source: str | os.PathLike[str] | Recording) -> dict[str, Any]:
     """The summary of a recording as plain JSON-able data (what ``--json`` prints)."""
     if isinstance(source, Recording):
         rec, state = source, source.state()
-        gpu = GpuSeries.of(source.events)
+        gpu: GpuSeries | None = GpuSeries.of(source.events) if source.events_kept else None
     else:
         gpu = GpuSeries()
         rec, state = fold_recording(source, also=gpu)  # streamed: the events are not kept

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import recordings.state as state_module
 from recordings.export_perfetto import export_perfetto
+from recordings.reader import open_recording
 from recordings.schema import make
 from recordings.summary import build_summary, format_summary
 from recordings.writer import RecordingWriter
@@ -86,3 +87,11 @@ def test_perfetto_has_counter_tracks_of_the_samples(tmp_path):
     assert by_track["utilisation (%)"][5]["args"] == {"sm": 0, "memory": 0}
     names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
     assert any(n.startswith("gpu1") for n in names)
+
+
+def test_an_opened_recording_gives_the_same_figures(tmp_path):
+    path = _run(tmp_path)
+    rec = open_recording(path)
+    assert build_summary(rec)["gpu"] == build_summary(path)["gpu"]
+    counters = [e for e in export_perfetto(rec)["traceEvents"] if e["ph"] == "C"]
+    assert len(counters) == len([e for e in export_perfetto(path)["traceEvents"] if e["ph"] == "C"])
