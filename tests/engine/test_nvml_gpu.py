@@ -10,9 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
+import engine.nvml as nvml_module
 from engine.bus import Bus
 from engine.devices.modeled import ModeledDevice
-from engine.nvml import read_gpu, read_processes
+from engine.nvml import NvmlDevice, read_gpu, read_processes
 from engine.options import add_engine_arguments, config_from_args
 from engine.sampler import Sampler
 from provetop.errors import UsageError
@@ -160,3 +161,28 @@ def test_nvml_interval_flag_reaches_the_config_and_is_checked():
     for bad in ("0", "-1", "7200"):
         with pytest.raises(UsageError, match="--nvml-interval must be above 0"):
             config_from_args(parser.parse_args(["--backend", "cpu", "--nvml-interval", bad]))
+
+
+@pytest.mark.gpu
+def test_gpu_reads_a_real_card(cp):
+    """On a GPU machine: the figures of device 0 are in range and this process, holding device
+    memory, is among the compute processes with its user and command (read from /proc)."""
+    if nvml_module._nvml() is None:
+        pytest.skip(f"NVML unavailable: {nvml_module.error()}")
+    held = cp.zeros(64 << 20, dtype=cp.uint8)  # 64 MiB: puts this process on the GPU
+    cp.cuda.Device(0).synchronize()
+    bus_id = cp.cuda.Device(0).pci_bus_id
+    out = NvmlDevice(pci_bus_id=bus_id).gpu()
+    validate({"k": "gpu", "t": 0, "device": 0, **out})
+    assert 0 <= out["sm_util_pct"] <= 100 and 0 <= out["mem_util_pct"] <= 100
+    assert 0 < out["power_mw"] <= out["power_limit_mw"]
+    assert 0 < out["temp_c"] < 100 and out["sm_clock_mhz"] > 0 and out["mem_clock_mhz"] > 0
+    mine = [p for p in out["processes"] if p["pid"] == os.getpid()]
+    if not mine:  # a PID namespace: NVML lists host pids
+        pytest.skip(f"this pid {os.getpid()} is not among NVML's {out['processes']}")
+    assert mine[0]["command"].split()[0].endswith(("python", "python3", "pytest")) or (
+        "pytest" in mine[0]["command"]
+    )
+    print("NVML gpu sample:", {k: v for k, v in out.items() if k != "processes"})
+    print("processes:", out["processes"])
+    del held
