@@ -27,8 +27,7 @@ from tui.widgets.timeline import LABEL_W
 CPU_MESSAGE = "no NVIDIA GPU (cpu backend): nothing to show"
 WAITING_MESSAGE = "no NVML samples yet"
 
-# (label, how to read one sample, how to scale a window of values, colour, how to print the top)
-Reader = Callable[[dict[str, Any]], float | None]
+Reader = Callable[[dict[str, Any]], float | None]  # one figure of a sample, None when absent
 
 
 def _field(name: str) -> Reader:
@@ -40,7 +39,7 @@ def _watts(sample: dict[str, Any]) -> float | None:
     return None if mw is None else mw / 1000
 
 
-HISTORY: tuple[tuple[str, Reader, str], ...] = (
+HISTORY: tuple[tuple[str, Reader, str], ...] = (  # (row label, its figure, colour)
     ("SM util", _field("sm_util_pct"), "#5fd75f"),
     ("mem ctl", _field("mem_util_pct"), "#5f87ff"),
     ("power", _watts, "#d7af00"),
