@@ -33,6 +33,9 @@ class ConfigError(ValueError):
     """A configuration value that cannot run; the message is one line for the CLI."""
 
 
+NVML_INTERVAL_MAX = 3600.0  # seconds: the dashboard keeps an hour of samples
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Everything that decides what a run computes and how it uses the device(s)."""
@@ -53,6 +56,7 @@ class EngineConfig:
     seed: int | None = None
     prestage_margin: int | None = None  # bytes; None: need/24 (cuzk's 512 MiB on 12 GiB)
     sample_hz: float = 10.0
+    nvml_interval: float = 1.0  # seconds between NVML ``gpu`` samples (--nvml-interval)
     # each worker synthesises its next partition while its current one runs (a second
     # witness buffer per worker; on CUDA 2 x 17 GB of pinned host memory at 2^27)
     synthesis_ahead: bool = False
@@ -113,6 +117,11 @@ class EngineConfig:
             raise ConfigError(f"--device-memory is too small: {self.device_memory} bytes")
         if self.sample_hz <= 0:
             raise ConfigError("the memory sampling rate must be positive")
+        if not 0 < self.nvml_interval <= NVML_INTERVAL_MAX:
+            raise ConfigError(
+                f"--nvml-interval must be above 0 and at most {NVML_INTERVAL_MAX:.0f} seconds, "
+                f"got {self.nvml_interval:g}"
+            )
         return self
 
     def to_dict(self) -> dict[str, Any]:

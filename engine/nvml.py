@@ -15,9 +15,12 @@ prints (v1 "used" includes the driver's reservation); per-process usage comes fr
 from __future__ import annotations
 
 import os
+import pwd
 import threading
+from pathlib import Path
 from typing import Any
 
+PROC = Path("/proc")
 _lock = threading.Lock()
 _state: dict[str, Any] = {"init": None, "error": None}
 
@@ -152,7 +155,60 @@ def read_gpu(nv: Any, handle: Any) -> dict[str, int]:
             seen = True
     if seen:
         out["retired_pages"] = pages
+    processes = read_processes(nv, handle)
+    if processes is not None:
+        out["processes"] = processes
     return out
+
+
+def read_processes(nv: Any, handle: Any, proc: Path = PROC) -> list[dict[str, Any]] | None:
+    """The compute processes NVML lists on the device (pid, GPU memory) with their user and
+    command from ``/proc`` where it lets us read them; None when NVML cannot list them.
+
+    Why ``/proc`` and not NVML's process name: NVML gives only the executable, and an operator
+    tells two Python workers apart by their command line. A pid from another PID namespace
+    (a container) is usually not in our ``/proc``: it is listed without user and command."""
+    try:
+        listed = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:
+        return None
+    out: list[dict[str, Any]] = []
+    for p in listed or ():
+        pid = getattr(p, "pid", None)
+        if not isinstance(pid, int):
+            continue
+        entry: dict[str, Any] = {"pid": pid}
+        used = getattr(p, "usedGpuMemory", None)
+        if isinstance(used, int) and used >= 0:  # NVML's "not available" is None or huge
+            if used < 1 << 60:
+                entry["used"] = used
+        entry.update(_proc_info(proc, pid))
+        out.append(entry)
+    return out
+
+
+def _proc_info(proc: Path, pid: int) -> dict[str, str]:
+    """``user`` and ``command`` of a pid from ``/proc``; a key is left out when unreadable."""
+    info: dict[str, str] = {}
+    base = proc / str(pid)
+    try:
+        uid = base.stat().st_uid
+        try:
+            info["user"] = pwd.getpwuid(uid).pw_name
+        except KeyError:  # a uid without a name (containers)
+            info["user"] = str(uid)
+    except OSError:
+        return info
+    try:
+        raw = (base / "cmdline").read_bytes()
+        command = raw.replace(b"\0", b" ").strip().decode(errors="replace")
+        if not command:  # a kernel thread or a zombie: the short name instead
+            command = (base / "comm").read_text(errors="replace").strip()
+        if command:
+            info["command"] = command
+    except OSError:
+        pass
+    return info
 
 
 def process_usage(nv: Any, handle: Any, pid: int) -> int | None:

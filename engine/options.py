@@ -64,6 +64,13 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exit-when-done", action="store_true", help="exit when every proof is done")
     p.add_argument("--seed", type=int, help="seed for reproducible witnesses and SRS")
     p.add_argument(
+        "--nvml-interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between NVML samples of each GPU (utilisation, power...; default 1; "
+        "rounded to the 10 Hz memory sampling's ticks)",
+    )
+    p.add_argument(
         "--inject",
         metavar="SPEC",
         help="inject faults, e.g. alloc:prestage:2,raise:h_step:1 (engine/faults.py; "
@@ -114,6 +121,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             seed=args.seed,
             synthesis_ahead=getattr(args, "synthesis_ahead", None),
             on_record_error=getattr(args, "on_record_error", None),
+            nvml_interval=getattr(args, "nvml_interval", None),
         )
     except ConfigError as exc:
         raise UsageError(str(exc)) from None

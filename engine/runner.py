@@ -123,7 +123,7 @@ class Engine:
         if log is not None:
             self.bus.add_listener(self._log_event)
         self.scheduler = Scheduler(config.proofs, config.partitions, config.concurrency)
-        self.sampler = Sampler(self.bus, self.devices, config.sample_hz)
+        self.sampler = Sampler(self.bus, self.devices, config.sample_hz, config.nvml_interval)
         self.metrics: EngineMetrics | None = None
         self.metrics_url: str | None = None
         if metrics is not None:  # subscribed now, before hello, so the fold sees everything

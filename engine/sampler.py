@@ -1,5 +1,5 @@
 """Memory samples: every device at a steady rate, and on demand at every allocation decision;
-NVML's view of each GPU once a second.
+NVML's view of each GPU every ``--nvml-interval`` seconds (1 by default).
 
 Why both: the steady 10 Hz series draws the pool graphs; the on-demand samples catch what a
 partition does between two ticks (a tiny domain's whole GPU region can fit between them), and
@@ -15,13 +15,17 @@ from engine.devices.base import Device
 
 
 class Sampler:
-    """Emits ``memory`` events through ``bus`` and, once a second, ``gpu`` (NVML's utilisation,
-    power, temperature...) and ``counters``."""
+    """Emits ``memory`` events through ``bus``, ``counters`` once a second and, every
+    ``nvml_interval`` seconds (rounded to whole ticks of the memory sampling, at least one),
+    ``gpu`` (NVML's utilisation, power, temperature...)."""
 
-    def __init__(self, bus, devices: Sequence[Device], hz: float = 10.0) -> None:
+    def __init__(
+        self, bus, devices: Sequence[Device], hz: float = 10.0, nvml_interval: float = 1.0
+    ) -> None:
         self.bus = bus
         self.devices = list(devices)
         self.period = 1.0 / hz
+        self.gpu_every = max(1, round(nvml_interval / self.period))  # ticks between gpu samples
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -58,8 +62,9 @@ class Sampler:
         while not self._stop.wait(self.period):
             self.sample_all()
             ticks += 1
-            if ticks % per_second == 0:
+            if ticks % self.gpu_every == 0:
                 self.sample_gpu()
+            if ticks % per_second == 0:
                 self.bus.emit("counters", **self.bus.counters())
 
     def stop(self) -> None:

@@ -12,6 +12,9 @@ and series the dashboard draws:
   when the recording ends (args: unfinished);
 - ``C`` counter tracks for the memory series per device (sync pool used/cached, stream-ordered
   pool used/reserved, driver free, NVML used), in bytes, labelled "modeled" when they are;
+- ``C`` counter tracks for NVML's ``gpu`` samples per device (utilisation, power, temperature,
+  clocks, PCIe throughput), each from every sample of the recording, a field the GPU did not
+  report left out;
 - ``i`` instants for faults (on the worker's thread when known), markers and control actions.
 
 Timestamps are microseconds since the engine's t = 0.
@@ -25,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from recordings.gpu_series import MISSING, GpuSeries
 from recordings.reader import Recording, fold_recording
 from recordings.schema import PHASES
 from recordings.state import Segment, State
@@ -40,15 +44,24 @@ COUNTERS = (  # track name, {series label: MemorySeries column}
     ("driver free", {"free": "driver_free"}),
     ("NVML used", {"used": "nvml_used"}),
 )
+GPU_COUNTERS = (  # track name, {series label: (GpuSeries field, divisor)}
+    ("utilisation (%)", {"sm": ("sm_util_pct", 1), "memory": ("mem_util_pct", 1)}),
+    ("power (W)", {"draw": ("power_mw", 1000), "limit": ("power_limit_mw", 1000)}),
+    ("temperature (°C)", {"gpu": ("temp_c", 1)}),
+    ("clocks (MHz)", {"sm": ("sm_clock_mhz", 1), "memory": ("mem_clock_mhz", 1)}),
+    ("PCIe (bytes/s)", {"rx": ("pcie_rx_bytes_s", 1), "tx": ("pcie_tx_bytes_s", 1)}),
+)
 
 
 def export_perfetto(source: str | os.PathLike[str] | Recording) -> dict[str, Any]:
     """The Chrome trace (a JSON-able dict) of a recording."""
     if isinstance(source, Recording):
         rec, state = source, source.state()
+        gpu: GpuSeries | None = GpuSeries.of(source.events) if source.events_kept else None
     else:
-        rec, state = fold_recording(source)  # streamed: the events are not kept
-    trace = trace_from_state(state)
+        gpu = GpuSeries()
+        rec, state = fold_recording(source, also=gpu)  # streamed: the events are not kept
+    trace = trace_from_state(state, gpu)
     trace["otherData"].update(
         {
             "recording": str(rec.path),
@@ -59,8 +72,11 @@ def export_perfetto(source: str | os.PathLike[str] | Recording) -> dict[str, Any
     return trace
 
 
-def trace_from_state(state: State) -> dict[str, Any]:
-    """The Chrome trace of a folded state (history included)."""
+def trace_from_state(state: State, gpu: GpuSeries | None = None) -> dict[str, Any]:
+    """The Chrome trace of a folded state (history included); without ``gpu`` the NVML
+    counters cover the reducer's bounded history of samples."""
+    if gpu is None:
+        gpu = GpuSeries.of(e for samples in state.gpu_history.values() for e in samples)
     hello = state.hello or {}
     modeled = bool(hello.get("modeled"))
     events: list[dict[str, Any]] = []
@@ -133,6 +149,9 @@ def trace_from_state(state: State) -> dict[str, Any]:
                             "args": args,
                         }
                     )
+    for device in gpu.devices():
+        devices.add(device)
+        events.extend(_gpu_counters(gpu, device))
     for fault in state.faults:
         device = fault.get("device")
         worker = fault.get("worker")
@@ -177,6 +196,31 @@ def trace_from_state(state: State) -> dict[str, Any]:
             }
         ),
     }
+
+
+def _gpu_counters(gpu: GpuSeries, device: int) -> list[dict[str, Any]]:
+    """The ``C`` events of one device's NVML samples, one track per GPU_COUNTERS entry."""
+    out: list[dict[str, Any]] = []
+    columns = gpu.columns[device]
+    for track, series in GPU_COUNTERS:
+        for i, t in enumerate(gpu.t[device]):
+            args = {
+                label: columns[name][i] / per if per != 1 else columns[name][i]
+                for label, (name, per) in series.items()
+                if columns[name][i] != MISSING
+            }
+            if args:
+                out.append(
+                    {
+                        "ph": "C",
+                        "name": track,
+                        "pid": device + 1,
+                        "tid": 0,
+                        "ts": _us(t),
+                        "args": args,
+                    }
+                )
+    return out
 
 
 def _lane_ids(lane: tuple, state: State | None = None) -> tuple[int | None, int, str]:

@@ -158,6 +158,11 @@ GPU_FIELDS: dict[str, Field] = {
     "ecc_corrected": _opt(INT, "corrected ECC errors since the driver loaded (volatile)"),
     "ecc_uncorrected": _opt(INT, "uncorrected ECC errors since the driver loaded (volatile)"),
     "retired_pages": _opt(INT, "memory pages retired or pending retirement (all causes)"),
+    "processes": _opt(
+        LIST,
+        "compute processes on the GPU: {pid, used (bytes, absent when NVML cannot say), user, "
+        "command (absent when /proc does not say)}; pids as NVML reports them (host pids)",
+    ),
 }
 
 EVENTS: dict[str, dict[str, Field]] = {

@@ -51,6 +51,10 @@ class Window:
     items: int = 500
 
 
+GPU_HISTORY = 3600  # ``gpu`` samples kept per device: an hour at the engine's 1 Hz, the
+# timeline's widest window; older samples live in the recording
+
+
 @dataclass
 class Segment:
     """A span on one timeline lane. ``end`` is None while the phase is still running."""
@@ -134,6 +138,7 @@ class State:
         self.memory: dict[int, dict[str, Any]] = {}
         self.series: dict[int, MemorySeries] = {}
         self.gpu: dict[int, dict[str, Any]] = {}  # latest ``gpu`` event per device
+        self.gpu_history: dict[int, deque[dict[str, Any]]] = {}  # bounded, oldest first
         self.faults: list[dict[str, Any]] = []
         self.markers: list[tuple[int, str]] = []
         self.controls: list[dict[str, Any]] = []
@@ -258,6 +263,10 @@ class State:
 
     def _on_gpu(self, e: dict[str, Any]) -> None:
         self.gpu[e["device"]] = e
+        history = self.gpu_history.get(e["device"])
+        if history is None:
+            history = self.gpu_history[e["device"]] = deque(maxlen=GPU_HISTORY)
+        history.append(e)
 
     def _on_partition_done(self, e: dict[str, Any]) -> None:
         key = (e["proof"], e["partition"])
@@ -341,9 +350,11 @@ class State:
     def _on_snapshot(self, e: dict[str, Any]) -> None:
         """Adopt a snapshot's current state; history already folded here is kept."""
         fresh = State.from_snapshot(e["state"])
-        history = (self.segments, self.series, self.log, self.attempts)
+        history = (self.segments, self.series, self.log, self.attempts, self.gpu_history)
+        gpu = self.gpu
         self.__dict__.update(fresh.__dict__)
-        self.segments, self.series, self.log, self.attempts = history
+        self.segments, self.series, self.log, self.attempts, self.gpu_history = history
+        self.gpu = gpu
         self.events += 1
 
     def _on_counters(self, e: dict[str, Any]) -> None:

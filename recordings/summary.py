@@ -3,7 +3,9 @@
 Every number is read from :class:`recordings.state.State` (the reducer the dashboard draws), so
 ``provetop summary`` and the screen cannot disagree: per-attempt rows come from
 ``State.attempts`` (plus partitions still in flight when the recording stops), run totals from
-``State.totals()``, ``State.s_per_proof()`` and ``State.busy_fraction()``.
+``State.totals()``, ``State.s_per_proof()`` and ``State.busy_fraction()``. The NVML samples'
+medians (a line per GPU) come from every ``gpu`` event of the recording (``GpuSeries``), since
+the reducer keeps only the last hour of them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
+from recordings.gpu_series import GpuSeries
 from recordings.reader import Recording, fold_recording
 from recordings.schema import PHASES
 from recordings.state import PartitionRow, State
@@ -39,13 +42,20 @@ def build_summary(source: str | os.PathLike[str] | Recording) -> dict[str, Any]:
     """The summary of a recording as plain JSON-able data (what ``--json`` prints)."""
     if isinstance(source, Recording):
         rec, state = source, source.state()
+        gpu: GpuSeries | None = GpuSeries.of(source.events) if source.events_kept else None
     else:
-        rec, state = fold_recording(source)  # streamed: the events are not kept
-    return summarize_state(state, rec)
+        gpu = GpuSeries()
+        rec, state = fold_recording(source, also=gpu)  # streamed: the events are not kept
+    return summarize_state(state, rec, gpu)
 
 
-def summarize_state(state: State, rec: Recording | None = None) -> dict[str, Any]:
-    """The summary of an already folded state (a live engine's, for example)."""
+def summarize_state(
+    state: State, rec: Recording | None = None, gpu: GpuSeries | None = None
+) -> dict[str, Any]:
+    """The summary of an already folded state (a live engine's, for example); without
+    ``gpu`` the NVML medians cover the reducer's bounded history."""
+    if gpu is None:
+        gpu = GpuSeries.of(e for samples in state.gpu_history.values() for e in samples)
     rows = [_row(a, "done" if a.ok else "failed") for a in state.attempts]
     rows += [_row(r, "unfinished") for r in state.partitions.values() if r.ok is None]
     rows.sort(key=_order)
@@ -81,6 +91,7 @@ def summarize_state(state: State, rec: Recording | None = None) -> dict[str, Any
         "events": state.events,
         "attempts": rows,
         "totals": totals,
+        "gpu": gpu.medians(),
     }
     return json_safe(out)
 
@@ -211,7 +222,28 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append("no partition attempts recorded")
     lines.append("")
     lines.extend(_totals_lines(summary.get("totals") or {}, bool(summary.get("modeled"))))
+    lines.extend(_gpu_lines(summary.get("gpu") or {}))
     return "\n".join(lines) + "\n"
+
+
+def _gpu_lines(gpu: dict[str, Any]) -> list[str]:
+    """One line per GPU with NVML samples: the medians it reported (none are invented)."""
+    lines = []
+    for d, row in gpu.items():
+        parts = []
+        if isinstance(row.get("sm_util_pct"), int | float):
+            parts.append(f"SM utilisation {row['sm_util_pct']:.0f} %")
+        if isinstance(row.get("mem_util_pct"), int | float):
+            parts.append(f"memory controller {row['mem_util_pct']:.0f} %")
+        if isinstance(row.get("power_w"), int | float):
+            limit = row.get("power_limit_w")
+            of = f" of {limit:.0f} W" if isinstance(limit, int | float) else ""
+            parts.append(f"power {row['power_w']:.0f} W{of}")
+        if isinstance(row.get("temp_c"), int | float):
+            parts.append(f"temperature {row['temp_c']:.0f} °C")
+        figures = ", ".join(parts) if parts else "no figures reported"
+        lines.append(f"gpu{d} NVML, medians of {row.get('samples', 0)} samples: {figures}")
+    return lines
 
 
 def _totals_lines(t: dict[str, Any], modeled: bool) -> list[str]:

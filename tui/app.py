@@ -32,6 +32,7 @@ from tui.commands import DashboardCommands
 from tui.screens import EventScreen, HelpScreen, MarkerPrompt
 from tui.widgets.eventlog import EventLog
 from tui.widgets.header import Header, HeaderInfo
+from tui.widgets.health import HealthPanel
 from tui.widgets.memory import MemoryPanel
 from tui.widgets.partitions import PartitionsTable
 from tui.widgets.replaybar import ReplayBar
@@ -117,6 +118,7 @@ class ProvetopApp(App[int]):
         Binding("2", "focus_panel('memory')", show=False),
         Binding("3", "focus_panel('partitions')", show=False),
         Binding("4", "focus_panel('log')", show=False),
+        Binding("5", "focus_panel('health')", show=False),
     ]
 
     def __init__(
@@ -160,6 +162,7 @@ class ProvetopApp(App[int]):
         self.saved: list[Path] = []
         self._device: int | None = None
         self.compact_panel = "memory-box"
+        self.top_right = "memory-box"  # the wide grid's top-right cell: memory or device health
         self._enabled: tuple = ()
         self._grid_rows: tuple = ()
         self._grid_columns: tuple = ()
@@ -172,6 +175,8 @@ class ProvetopApp(App[int]):
             yield Timeline(id="timeline")
             with VerticalScroll(id="memory-box"):
                 yield MemoryPanel(id="memory")
+            with VerticalScroll(id="health-box"):
+                yield HealthPanel(id="health")
             yield PartitionsTable(id="partitions")
             yield EventLog(id="log")
         yield ReplayBar(id="replaybar")
@@ -181,16 +186,19 @@ class ProvetopApp(App[int]):
         # widgets of the main screen, kept so drawing works while a modal screen is on top
         self.timeline = self.query_one(Timeline)
         self.memory = self.query_one(MemoryPanel)
+        self.health = self.query_one(HealthPanel)
         self.table = self.query_one(PartitionsTable)
         self.eventlog = self.query_one(EventLog)
         self.header = self.query_one(Header)
         self.replaybar = self.query_one(ReplayBar)
         self.grid = self.query_one("#main")
         self.panels = {
-            name: self.query_one(f"#{name}") for name in ("memory-box", "partitions", "log")
+            name: self.query_one(f"#{name}")
+            for name in ("memory-box", "health-box", "partitions", "log")
         }
         self.query_one("#timeline").border_title = "timeline"
         self.query_one("#memory-box").border_title = "memory"
+        self.query_one("#health-box").border_title = "device health"
         self.query_one("#partitions").border_title = "partitions"
         self.query_one("#log").border_title = "events"
         self.replaybar.display = self.mode == "replay"
@@ -238,6 +246,8 @@ class ProvetopApp(App[int]):
         timeline, grid = self.timeline, self.grid
         for name, panel in self.panels.items():
             panel.set_class(self.compact and name != self.compact_panel, "-hidden")
+        for name in ("memory-box", "health-box"):  # one of the two shares the wide grid's cell
+            self.panels[name].set_class(not self.compact and name != self.top_right, "-off")
         if self.compact:
             rows: tuple = ("auto", "1fr")
             if self._grid_columns != ("1fr",):  # inline styles win over the stylesheet's
@@ -252,7 +262,8 @@ class ProvetopApp(App[int]):
                 grid.styles.grid_columns = columns
             want = timeline.get_content_height(size, size, size.width - memory_col - 2)
             # the memory panel beside it shows every figure without scrolling where it can
-            want = max(want, self.memory.get_content_height(size, size, memory_col - 2))
+            beside = self.health if self.top_right == "health-box" else self.memory
+            want = max(want, beside.get_content_height(size, size, memory_col - 2))
             limit = max(10, int(size.height * 0.6))
             rows = (f"{min(limit, max(12, want + 2))}", "1fr")
         if rows != self._grid_rows:  # a style change costs a layout pass: only on change
@@ -401,6 +412,7 @@ class ProvetopApp(App[int]):
         device = timeline.selected_device
         end = timeline.window_end
         self.memory.show(state, device, (end - timeline.span, end))
+        self.health.show(state, device, (end - timeline.span, end))
         self.header.show(self._header_info(view, now))
         self.eventlog.show(state)
         if self._dirty or self._ticks % 2 == 0:
@@ -696,9 +708,11 @@ class ProvetopApp(App[int]):
         screen.maximized = target
 
     def action_focus_panel(self, name: str) -> None:
-        box = "memory-box" if name == "memory" else name
+        box = f"{name}-box" if name in ("memory", "health") else name
         if box != "timeline":
             self.compact_panel = box
+            if box in ("memory-box", "health-box"):
+                self.top_right = box
             self._layout_panels()
         self.query_one(f"#{name}").focus()
 

@@ -24,7 +24,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
             ("?  F1", "this help"),
             ("ctrl+p", "command palette: every action by name"),
             ("tab  shift+tab", "next / previous panel"),
-            ("1 2 3 4", "focus timeline, memory, partitions, event log"),
+            ("1 2 3 4 5", "focus timeline, memory, partitions, event log, device health"),
             ("x", "maximise the focused panel / restore"),
             ("e", "next engine (when watching several)"),
             ("t", "dark / light theme"),

@@ -1,5 +1,6 @@
 """Snapshot tests of the main screen, live and in replay, at 80x24, 120x40, 160x48 and 200x60,
-and after a resize in each direction (the layout must be the one of the new size).
+and after a resize in each direction (the layout must be the one of the new size); the device
+health panel (key 5) with recorded-style H200 samples at 80x24 and 160x48.
 
 The app is fed one fixed synthetic run (tests/tui/helpers.py) with the live clock off, so the
 picture depends only on the events. Update the SVGs after an intended change with
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tui.helpers import fed, fixed_events, live_app, replay_app, until
+from tests.tui.gpu_samples import h200_samples
+from tests.tui.helpers import fed, fixed_events, live_app, replay_app, tap, until
 
 SIZES = [(80, 24), (120, 40), (160, 48), (200, 60)]
 RESIZES = [((160, 48), (80, 24)), ((80, 24), (160, 48))]
@@ -58,3 +60,17 @@ def test_live_main_screen_after_resize(snap_compare, sizes):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=first, run_before=ready)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=_id)
+def test_device_health_panel(snap_compare, size):
+    events = h200_samples(fixed_events(20))
+    app = live_app(events)
+
+    async def ready(pilot):
+        await fed(pilot, app, len(events))
+        await tap(pilot, "5")
+        app.redraw()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=ready)

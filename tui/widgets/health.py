@@ -1,0 +1,241 @@
+"""Device health per GPU, from NVML's ``gpu`` samples: what nvitop shows, beside the pipeline.
+
+Why here and not in the memory panel: memory answers "who holds each byte"; this panel answers
+"is the card working, and how hard" (utilisation, power, temperature, clocks, PCIe, errors). The
+history rows share the timeline's window, so a stall in a worker lane lines up with a dip in
+utilisation directly above or below it. Only what the GPU reported is drawn: a field missing
+from the sample is left out, and the cpu backend (a modeled device, no NVML) gets one line
+saying so, never a number.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.console import Group
+from rich.text import Text
+from textual.geometry import Size
+from textual.widget import Widget
+
+from recordings.state import State
+from tui.style import FAILURE_COLOUR, size
+from tui.widgets.memory import SPARK, flow
+from tui.widgets.timeline import LABEL_W
+
+CPU_MESSAGE = "no NVIDIA GPU (cpu backend): nothing to show"
+WAITING_MESSAGE = "no NVML samples yet"
+
+Reader = Callable[[dict[str, Any]], float | None]  # one figure of a sample, None when absent
+
+
+def _field(name: str) -> Reader:
+    return lambda sample: sample.get(name)
+
+
+def _watts(sample: dict[str, Any]) -> float | None:
+    mw = sample.get("power_mw")
+    return None if mw is None else mw / 1000
+
+
+HISTORY: tuple[tuple[str, Reader, str], ...] = (  # (row label, its figure, colour)
+    ("SM util", _field("sm_util_pct"), "#5fd75f"),
+    ("mem ctl", _field("mem_util_pct"), "#5f87ff"),
+    ("power", _watts, "#d7af00"),
+    ("PCIe rx", _field("pcie_rx_bytes_s"), "#00afaf"),
+    ("PCIe tx", _field("pcie_tx_bytes_s"), "#d75fd7"),
+)
+
+
+def rate(n: float | int | None) -> str:
+    """Bytes per second for humans."""
+    return "–" if n is None else f"{size(n)}/s"
+
+
+def figures(sample: dict[str, Any]) -> list[Text]:
+    """One atomic chunk per figure the sample carries, in a fixed order; absent ones skipped."""
+    chunks: list[Text] = []
+
+    def chunk(label: str, value: str, style: str = "") -> None:
+        text = Text()
+        text.append(label + " ", style="bold")
+        text.append(value, style=style)
+        chunks.append(text)
+
+    if sample.get("sm_util_pct") is not None:
+        chunk("SM", f"{sample['sm_util_pct']} %")
+    if sample.get("mem_util_pct") is not None:
+        chunk("mem ctl", f"{sample['mem_util_pct']} %")
+    power, limit = sample.get("power_mw"), sample.get("power_limit_mw")
+    if power is not None:
+        watts = f"{power / 1000:.0f} W"
+        chunk("power", watts if limit is None else f"{watts} / {limit / 1000:.0f} W")
+    elif limit is not None:
+        chunk("power limit", f"{limit / 1000:.0f} W")
+    if sample.get("temp_c") is not None:
+        chunk("temp", f"{sample['temp_c']} °C", "bold #ff8700" if sample["temp_c"] >= 85 else "")
+    sm, mem = sample.get("sm_clock_mhz"), sample.get("mem_clock_mhz")
+    if sm is not None or mem is not None:
+        clocks = [f"SM {sm}" if sm is not None else "", f"mem {mem}" if mem is not None else ""]
+        chunk("clocks", " / ".join(c for c in clocks if c) + " MHz")
+    rx, tx = sample.get("pcie_rx_bytes_s"), sample.get("pcie_tx_bytes_s")
+    if rx is not None or tx is not None:
+        chunk("PCIe", f"rx {rate(rx)} · tx {rate(tx)}")
+    if sample.get("fan_pct") is not None:
+        chunk("fan", f"{sample['fan_pct']} %")
+    corrected, uncorrected = sample.get("ecc_corrected"), sample.get("ecc_uncorrected")
+    if corrected is not None or uncorrected is not None:
+        bad = bool(uncorrected)
+        counts = [
+            f"{corrected} corrected" if corrected is not None else "",
+            f"{uncorrected} uncorrected" if uncorrected is not None else "",
+        ]
+        chunk("ECC", ", ".join(c for c in counts if c), f"bold {FAILURE_COLOUR}" if bad else "")
+    if sample.get("retired_pages") is not None:
+        pages = sample["retired_pages"]
+        chunk("retired pages", str(pages), f"bold {FAILURE_COLOUR}" if pages else "")
+    return chunks
+
+
+def history_rows(samples: Sequence[dict[str, Any]], start: int, end: int, width: int) -> list[Text]:
+    """Sparkline rows over [start, end) on the timeline's grid (its label width, one column
+    per timeline cell, so at the same width a dip sits under the stall that caused it), then
+    one line of scales: utilisation is scaled to 100 %, power to the enforced limit, PCIe to
+    its own largest value in the window. A row whose field never appears is left out.
+
+    NVML's utilisation at ``t`` describes the sample period before ``t``, so a column shows the
+    first sample after its start: the dip drawn under a stall is the one measured during it.
+    A column more than a sample period (with a tenth of slack for jitter) before the next
+    sample (before the first one, the engine stopped, the live edge) stays blank rather than
+    borrowing a figure measured at another time."""
+    cols = max(4, width - LABEL_W)
+    cell = (end - start) / cols
+    picks: list[dict[str, Any] | None] = [None] * cols
+    n = len(samples)
+    if n:
+        period = (samples[-1]["t"] - samples[0]["t"]) / (n - 1) if n > 1 else 1e9
+        reach = 1.1 * max(period, 1.0)
+        for c in range(cols):
+            col_start = start + c * cell
+            j = bisect_right(samples, col_start, key=lambda s: s["t"])
+            if j < n and samples[j]["t"] - col_start <= reach:
+                picks[c] = samples[j]
+    rows: list[Text] = []
+    scales: list[str] = []
+    for label, read, colour in HISTORY:
+        values = [None if s is None else read(s) for s in picks]
+        if all(v is None for v in values):
+            continue
+        if label.endswith("util") or label == "mem ctl":
+            top: float = 100.0
+        elif label == "power":
+            limits = [s.get("power_limit_mw") for s in picks if s is not None]
+            known = [x for x in limits if x]
+            top = max(known) / 1000 if known else max(v for v in values if v is not None)
+            scales.append(f"power {top:.0f} W")
+        else:
+            top = max((v for v in values if v is not None), default=0)
+            scales.append(f"{label} {rate(top) if top else '0'}")
+        text = Text(f"{label:<{LABEL_W - 1}} ", style="bold")
+        for value in values:
+            if value is None:
+                text.append(" ")
+            elif value <= 0 or top <= 0:
+                text.append("_", style="dim")
+            else:
+                text.append(SPARK[max(1, min(8, round(value / top * 8)))], style=colour)
+        rows.append(text)
+    if rows:
+        scales.insert(0, "utilisation 100 %")
+        chunks = [Text("full scale:", style="dim")]
+        chunks += [Text(scale, style="dim") for scale in scales]
+        rows.append(flow(chunks, width))
+    return rows
+
+
+def process_rows(
+    processes: Sequence[dict[str, Any]], own_pid: int | None, width: int
+) -> list[Text]:
+    """The compute processes, largest GPU memory first, one row each; the engine's own pid
+    (``hello.pid``) is marked. A command longer than the row is ended with "…"."""
+    if not processes:
+        return [Text("no compute processes", style="dim")]
+    rows = [Text(f"{'pid':>8} {'user':<10} {'GPU mem':>10}  command", style="bold dim")]
+    ordered = sorted(processes, key=lambda p: -int(p.get("used") or 0))
+    for p in ordered:
+        own = own_pid is not None and p.get("pid") == own_pid
+        text = Text()
+        text.append("◆" if own else " ", style="bold #00afff")
+        text.append(f"{p.get('pid', '?'):>7} {str(p.get('user', '–'))[:10]:<10} ")
+        text.append(f"{size(p.get('used')) if p.get('used') is not None else '–':>10}  ")
+        room = max(8, width - text.cell_len)
+        command = str(p.get("command", "–"))
+        if own:
+            command = "provetop engine · " + command
+        if len(command) > room:
+            command = command[: room - 1] + "…"
+        text.append(command, style="bold" if own else "")
+        rows.append(text)
+    return rows
+
+
+class HealthPanel(Widget, can_focus=True):
+    """Per-GPU health: every device's figures; the selected device's history and processes."""
+
+    DEFAULT_CSS = """
+    HealthPanel { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.state: State | None = None
+        self.device: int | None = None
+        self.window: tuple[int, int] = (0, 1)
+        self._shape: tuple = ()
+
+    def show(self, state: State, device: int | None, window: tuple[int, int]) -> None:
+        """Draw ``state``'s samples; ``window`` is the timeline's (start, end)."""
+        self.state, self.device, self.window = state, device, window
+        shape = (len(state.gpu), device, self.size.width)
+        self.refresh(layout=shape != self._shape)
+        self._shape = shape
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        content = self._content(width)
+        console = self.app.console
+        return len(console.render_lines(content, console.options.update_width(width), pad=False))
+
+    def render(self) -> Group | Text:
+        return self._content(max(20, self.size.width))
+
+    def _content(self, width: int) -> Group | Text:
+        state = self.state
+        if state is None or not state.gpu:
+            hello = (state.hello if state else None) or {}
+            if hello.get("backend") == "cpu" or hello.get("modeled"):
+                return Text(CPU_MESSAGE, style="dim")
+            return Text(WAITING_MESSAGE, style="dim")
+        width = max(20, width)
+        devices = sorted(state.gpu)
+        selected = self.device if self.device in devices else devices[0]
+        names: dict[int, dict[str, Any]] = {}
+        if state.hello:
+            names = {int(d.get("index", i)): d for i, d in enumerate(state.hello["devices"])}
+        out: list[Text] = []
+        for d in devices:
+            sample = state.gpu[d]
+            title = Text()
+            title.append(f"gpu{d}", style="bold reverse" if d == selected else "bold")
+            name = str(names.get(d, {}).get("name", ""))
+            if name:
+                title.append(f" {name}")
+            out.append(title)
+            out.append(flow(figures(sample), width))
+            if d == selected:  # the others' history: select a lane of theirs in the timeline
+                samples = state.gpu_history.get(d, ())
+                out.extend(history_rows(samples, *self.window, width))
+                if "processes" in sample:
+                    own = (state.hello or {}).get("pid")
+                    out.extend(process_rows(sample["processes"], own, width))
+        return Group(*out)
