@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from recordings.gpu_series import MISSING, GpuSeries
-from recordings.reader import Recording, fold_recording
+from recordings.reader import Recording
 from recordings.schema import PHASES
 from recordings.state import Segment, State
-from recordings.summary import json_safe
+from recordings.summary import fold_with_gpu, json_safe
 
 ENGINE_PID = 0
 GPU_TID = 1000
@@ -55,12 +55,7 @@ GPU_COUNTERS = (  # track name, {series label: (GpuSeries field, divisor)}
 
 def export_perfetto(source: str | os.PathLike[str] | Recording) -> dict[str, Any]:
     """The Chrome trace (a JSON-able dict) of a recording."""
-    if isinstance(source, Recording):
-        rec, state = source, source.state()
-        gpu: GpuSeries | None = GpuSeries.of(source.events) if source.events_kept else None
-    else:
-        gpu = GpuSeries()
-        rec, state = fold_recording(source, also=gpu)  # streamed: the events are not kept
+    rec, state, gpu = fold_with_gpu(source)
     trace = trace_from_state(state, gpu)
     trace["otherData"].update(
         {

@@ -38,14 +38,23 @@ ROW_FIELDS = (
 )
 
 
+def fold_with_gpu(
+    source: str | os.PathLike[str] | Recording,
+) -> tuple[Recording, State, GpuSeries | None]:
+    """A recording, its folded state and every ``gpu`` sample in it (None where an opened
+    recording kept no events). Why the samples apart: the state keeps only the last hour of
+    them, and a summary or a trace covers the whole run."""
+    if isinstance(source, Recording):
+        gpu = GpuSeries.of(source.events) if source.events_kept else None
+        return source, source.state(), gpu
+    series = GpuSeries()
+    rec, state = fold_recording(source, also=series)  # streamed: the events are not kept
+    return rec, state, series
+
+
 def build_summary(source: str | os.PathLike[str] | Recording) -> dict[str, Any]:
     """The summary of a recording as plain JSON-able data (what ``--json`` prints)."""
-    if isinstance(source, Recording):
-        rec, state = source, source.state()
-        gpu: GpuSeries | None = GpuSeries.of(source.events) if source.events_kept else None
-    else:
-        gpu = GpuSeries()
-        rec, state = fold_recording(source, also=gpu)  # streamed: the events are not kept
+    rec, state, gpu = fold_with_gpu(source)
     return summarize_state(state, rec, gpu)
 
 
