@@ -16,11 +16,10 @@ from typing import Any
 
 from rich.console import Group
 from rich.text import Text
-from textual.geometry import Size
-from textual.widget import Widget
 
 from recordings.state import State
 from tui.style import FAILURE_COLOUR, size
+from tui.widgets.device_panel import DevicePanel
 from tui.widgets.memory import SPARK, flow
 from tui.widgets.timeline import LABEL_W
 
@@ -180,34 +179,15 @@ def process_rows(
     return rows
 
 
-class HealthPanel(Widget, can_focus=True):
+class HealthPanel(DevicePanel):
     """Per-GPU health: every device's figures; the selected device's history and processes."""
 
     DEFAULT_CSS = """
     HealthPanel { height: auto; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.state: State | None = None
-        self.device: int | None = None
-        self.window: tuple[int, int] = (0, 1)
-        self._shape: tuple = ()
-
-    def show(self, state: State, device: int | None, window: tuple[int, int]) -> None:
-        """Draw ``state``'s samples; ``window`` is the timeline's (start, end)."""
-        self.state, self.device, self.window = state, device, window
-        shape = (len(state.gpu), device, self.size.width)
-        self.refresh(layout=shape != self._shape)
-        self._shape = shape
-
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        content = self._content(width)
-        console = self.app.console
-        return len(console.render_lines(content, console.options.update_width(width), pad=False))
-
-    def render(self) -> Group | Text:
-        return self._content(max(20, self.size.width))
+    def _device_count(self, state: State) -> int:
+        return len(state.gpu)
 
     def _content(self, width: int) -> Group | Text:
         state = self.state

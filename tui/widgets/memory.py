@@ -13,11 +13,10 @@ from bisect import bisect_left
 
 from rich.console import Group
 from rich.text import Text
-from textual.geometry import Size
-from textual.widget import Widget
 
 from recordings.state import MemorySeries, State, phantom_bytes
 from tui.style import FAILURE_COLOUR, MEMORY_PARTS, size
+from tui.widgets.device_panel import DevicePanel
 
 SPARK = " ▁▂▃▄▅▆▇█"
 HISTORY = (  # (label, how to read the series at index i, colour)
@@ -174,25 +173,15 @@ def flow(chunks: list[Text], width: int, gap: str = "  ") -> Text:
     return out
 
 
-class MemoryPanel(Widget, can_focus=True):
+class MemoryPanel(DevicePanel):
     """Per-device memory; the selected device gets the figures and history, others a bar."""
 
     DEFAULT_CSS = """
     MemoryPanel { height: auto; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.state: State | None = None
-        self.device: int | None = None
-        self.window: tuple[int, int] = (0, 1)
-        self._shape: tuple = ()
-
-    def show(self, state: State, device: int | None, window: tuple[int, int]) -> None:
-        self.state, self.device, self.window = state, device, window
-        shape = (len(state.memory), device, self.size.width)
-        self.refresh(layout=shape != self._shape)  # a layout pass only when the height may change
-        self._shape = shape
+    def _device_count(self, state: State) -> int:
+        return len(state.memory)
 
     def _devices(self) -> list[int]:
         assert self.state is not None
@@ -200,15 +189,6 @@ class MemoryPanel(Widget, can_focus=True):
         if self.state.hello:
             known |= {int(d.get("index", i)) for i, d in enumerate(self.state.hello["devices"])}
         return sorted(known)
-
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        """The rows the panel needs at ``width`` (the app sizes the grid's top row by it)."""
-        content = self._content(width)
-        console = self.app.console
-        return len(console.render_lines(content, console.options.update_width(width), pad=False))
-
-    def render(self) -> Group | Text:
-        return self._content(max(20, self.size.width))
 
     def _content(self, width: int) -> Group | Text:
         if self.state is None or not self.state.memory:
