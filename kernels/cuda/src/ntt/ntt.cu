@@ -85,6 +85,21 @@ extern "C" __global__ void fr_bitrev_permute(fr_t *out, const fr_t *in, int k) {
     fr_store(out + off + i, fr_load(in + off + ntt_brev((uint32_t)i, k)));
 }
 
+// x[i] <-> x[bitrev_k(i)] in place, per vector (gridDim.y = batch): bitrev_k is an involution,
+// so the thread of the smaller index of each pair swaps it and every other thread does nothing.
+// The last step of the H step in one or two slots (kernels/cuda/h_streamed.py), which has no
+// second buffer to gather into.
+extern "C" __global__ void fr_bitrev_swap(fr_t *x, int k) {
+    const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >> k) return;
+    const unsigned long long j = ntt_brev((uint32_t)i, k);
+    if (j <= i) return;
+    const unsigned long long off = (unsigned long long)blockIdx.y << k;
+    const fr_t xi = fr_load(x + off + i), xj = fr_load(x + off + j);
+    fr_store(x + off + i, xj);
+    fr_store(x + off + j, xi);
+}
+
 // Throughput probes: independent chains of `iters` Fr multiplications per thread (fr_mul, the
 // NTT's; MUL picks a variant for the same-run comparison: 0 mont.cuh generic, 1 fr_mul_r,
 // 2 fr_mul_r2).
