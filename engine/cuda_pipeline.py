@@ -39,13 +39,16 @@ from engine.hostmem import (
     refusal,
     witness_pool_bytes,
 )
+from engine.memory_plan import RESIDENT, MemoryPlan, choose_plan
 from engine.partition_cuda import CudaPartition
 from engine.pipeline import PartitionRunner, RunContext
 from engine.residency import G1_AFFINE_BYTES, plan_residency
 from engine.srs import Srs
 from engine.tuning import DEFAULT_SWITCH_INTERVAL_S
+from engine.workload import FR_BYTES
 from kernels.cuda.host_pinned import pinned_empty, take_fallbacks
 from kernels.cuda.msm import scratch_bytes
+from kernels.cuda.ntt import twiddle_bytes
 from kernels.tuning import KernelTuning
 
 
@@ -60,6 +63,10 @@ class BoundBackend:
     def h_step(self, a: Any, b: Any, c: Any, **kw: Any) -> Any:
         args = {**self.device.kernel_args("ntt_scratch"), "overwrite_inputs": True, **kw}
         return self.backend.h_step(a, b, c, **args)
+
+    def h_step_streamed(self, a: Any, b: Any, c: Any, slots: list[Any], **kw: Any) -> Any:
+        args = {**self.device.kernel_args("ntt_scratch"), **kw}
+        return self.backend.h_step_streamed(a, b, c, slots, **args)
 
     def msm(self, points: Any, scalars: Any, **kw: Any) -> Any:
         return self.backend.msm(points, scalars, **{**self.device.kernel_args("msm_scratch"), **kw})
@@ -221,6 +228,7 @@ class CudaRun:
         self._host_available = host_available()  # before this run pins anything
         # queries streamed from host memory by any device so far: the one shared host SRS
         self._host_streamed: dict[str, int] = {}
+        self._scratch_workers = 0  # workers of one-slot devices (a host scratch each)
         # witness pools of workers that have stopped, freed only at close: unpinning 17 GB
         # while a neighbour still runs stalled its launches (the last partition's H step took
         # 1.7-2.2 s instead of 0.32 in every H200 run of 2026-11-30, before e2ae67e)
@@ -248,7 +256,16 @@ class CudaRun:
             ctx.bus.emit(
                 "fault", kind="registration", message=line, site="host_srs", device=device.index
             )
+        fp = cuda_footprint(ctx.footprint, dict(ctx.srs.sizes), streamed, ctx.tuning.kernels)
+        plan = RESIDENT
+        if ctx.policy.name == "aware":  # naive keeps the seed's path: its OOMs are the point
+            free, _total = device.mem_info()
+            z, tables = aux_scalar_bytes(ctx.sizes), twiddle_bytes(ctx.config.domain_log)
+            plan = choose_plan(free, fp, z, tables, device=f"device {device.index}")
+            emit_plan(ctx.bus, device, plan, fp)
         with self._lock:
+            if plan.slots == 1:
+                self._scratch_workers += workers
             self.blocks[device.index] = blocks
             # after every device: a smaller card may stream queries the first one kept, and
             # the shared host SRS holds the union (the witness pools are pinned only later,
@@ -256,10 +273,14 @@ class CudaRun:
             self._host_streamed.update(streamed)
             self._check_host(ctx, self._host_streamed, workers)
         srs = Srs(sigmas=ctx.srs.sigmas, sizes=ctx.srs.sizes, points=points)
-        fp = cuda_footprint(ctx.footprint, dict(ctx.srs.sizes), streamed, ctx.tuning.kernels)
         policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy
         return replace(
-            ctx, backend=BoundBackend(backend, device), srs=srs, footprint=fp, policy=policy
+            ctx,
+            backend=BoundBackend(backend, device),
+            srs=srs,
+            footprint=fp,
+            policy=policy,
+            plan=plan,
         )
 
     def _check_host(self, ctx: RunContext, streamed: dict[str, int], workers: int) -> None:
@@ -271,6 +292,7 @@ class CudaRun:
             host_srs=sum(sizes[q] * G1_AFFINE_BYTES for q in streamed),
             pool=witness_pool_bytes(cfg.domain_log, m),
             pools=len(cfg.devices) * workers * (2 if cfg.synthesis_ahead else 1),
+            scratch=self._scratch_workers * (1 << cfg.domain_log) * FR_BYTES,
         )
         line = refusal(plan, self._host_available, cfg.synthesis_ahead)
         if line is not None:
@@ -298,6 +320,42 @@ class CudaRun:
             close = getattr(d, "close", None)
             if close is not None:
                 close()
+
+
+def aux_scalar_bytes(sizes: Any) -> int:
+    """Device bytes of the aux scalars z (one Fr per row of the largest aux query)."""
+    return max(sizes.l, sizes.a, sizes.b_g1) * FR_BYTES
+
+
+def startup_plan_inputs(
+    base: Footprint, sizes: Any, domain_log: int, host_chunk: int, tuning: KernelTuning
+) -> tuple[Footprint, int, int]:
+    """(footprint, aux scalar bytes, twiddle table bytes) of the smallest CUDA region: every
+    query streamed from the host. The start-up check (``engine.runner``) refuses a device on
+    which no plan fits these, before the SRS is made."""
+    streamed = {q: host_chunk for q in sizes.as_dict()}
+    fp = cuda_footprint(base, sizes.as_dict(), streamed, tuning)
+    return fp, aux_scalar_bytes(sizes), twiddle_bytes(domain_log)
+
+
+def emit_plan(bus: Any, device: Any, plan: MemoryPlan, fp: Footprint) -> None:
+    """The device's plan as an ``alloc`` event of the run (site ``plan``; proof, partition
+    and worker -1, as the SRS placement's), so the dashboard and the recording show it."""
+    bus.emit(
+        "alloc",
+        proof=-1,
+        partition=-1,
+        worker=-1,
+        device=device.index,
+        site="plan",
+        pool="async",
+        requested=plan.need,
+        decision="fallback" if plan.streamed else "ok",
+        reason=f"memory plan {plan.reason}",
+        free=plan.free,
+        margin=fp.margin,
+        pools=device.sample(),
+    )
 
 
 def make_cuda_devices(

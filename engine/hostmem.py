@@ -32,10 +32,11 @@ class PinnedPlan:
     host_srs: int  # the host-resident SRS queries, once for every device
     pool: int  # one witness pool: a, b, c (n rows) and z (m rows)
     pools: int  # how many: devices x workers x (2 with the look-ahead, else 1)
+    scratch: int = 0  # the one-slot memory plan's host scratch, one polynomial per worker
 
     @property
     def total(self) -> int:
-        return self.host_srs + self.pool * self.pools
+        return self.host_srs + self.pool * self.pools + self.scratch
 
 
 def witness_pool_bytes(domain_log: int, m: int) -> int:

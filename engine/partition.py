@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from engine.allocator import Decision
 from engine.devices.base import Block, Device, DeviceOOM
+from engine.memory_plan import MemoryPlan
 from engine.workload import Witness
 
 # The phase of each query's MSM, in pipeline order (``engine.srs.QUERIES``).
@@ -188,9 +189,17 @@ class PartitionOps(Protocol):
         ``msm_h`` and the check."""
         ...
 
+    def h_step_streamed(self, att: Attempt, w: Witness, plan: MemoryPlan) -> tuple[Block, Any]:
+        """The H step of a streamed plan (``engine.memory_plan``: one or two device slots;
+        phase ``h_step``, under the mutex, no pre-stage): a, b, c go up from the witness one at
+        a time. Emits the ``alloc`` event of its slots (site ``h_slots``). Returns (the block
+        holding H, H)."""
+        ...
+
     def msm_scalars(self, att: Attempt, w: Witness, h: Any) -> dict[str, Any]:
-        """Each MSM's scalars as the MSMs read them: H, and prefixes of the aux witness z (a
-        device copy may be started here; :meth:`wait_for_scalars` orders it)."""
+        """Each MSM's scalars as the MSMs read them: H (unless ``h`` is None: a plan that
+        puts the aux scalars up only after H's memory is given back), and prefixes of the aux
+        witness z (a device copy may be started here; :meth:`wait_for_scalars` orders it)."""
         ...
 
     def wait_for_scalars(self, query: str) -> None:
@@ -210,7 +219,13 @@ class PartitionOps(Protocol):
 
     def check_sums(self, att: Attempt, w: Witness, h: Any) -> dict[str, int]:
         """A checked partition's sums after its MSMs, for :meth:`verify`: each query's
-        <scalars, secrets> (phase ``check_sums``; only with ``checks_on_device``)."""
+        <scalars, secrets> (phase ``check_sums``; only with ``checks_on_device``); H's only
+        when ``h`` is not None (else :meth:`check_h` took it)."""
+        ...
+
+    def check_h(self, att: Attempt, h: Any) -> int:
+        """A checked partition's <h, tau^i> taken before H's memory is given back (a plan with
+        the aux scalars after H; phase ``check_sums``; only with ``checks_on_device``)."""
         ...
 
     def free_scalars(self, att: Attempt) -> None:

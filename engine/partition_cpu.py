@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.allocator import Decision
 from engine.devices.base import Block
+from engine.memory_plan import OPERAND_BYTES, MemoryPlan
 from engine.partition import Attempt, PhaseTimer, WorkerScope
 from engine.srs import QUERIES
 from engine.workload import Witness, synthesize
@@ -78,9 +80,30 @@ class CpuPartition:
     def h_step(self, a: Any, b: Any, c: Any) -> Any:
         return self.ctx.backend.h_step(a, b, c)
 
+    def h_step_streamed(self, att: Attempt, w: Witness, plan: MemoryPlan) -> tuple[Block, Any]:
+        """The modeled device's share of a streamed plan: its slots (and the one-slot plan's
+        operand buffer) from the stream-ordered pool, so the model counts what the CUDA plan
+        holds; H itself from the host backend, as on the resident path."""
+        dev, fp, scope = self.device, self.ctx.footprint, self.scope
+        free, _total = dev.mem_info()
+        extra = min(fp.u, OPERAND_BYTES) if plan.slots == 1 else 0
+        reason = f"the H step through {plan.name}, a, b, c one at a time from the host"
+        decision = Decision("fallback", reason, free=free, margin=fp.margin)
+        scope.alloc_event(att, "h_slots", "async", plan.slots * fp.u + extra, decision)
+        blocks = [scope.malloc(att, fp.u, "async", "h_slots") for _ in range(plan.slots)]
+        if extra:
+            blocks.append(scope.malloc(att, extra, "async", "h_slots"))
+        self.ctx.sample(dev)
+        h = self.ctx.backend.h_step(w.a, w.b, w.c)
+        scope.free(att, blocks[1:])
+        return blocks[0], h
+
     def msm_scalars(self, att: Attempt, w: Witness, h: Any) -> dict[str, Any]:
         """The scalars where the witness is."""
-        return host_scalars(self.ctx.sizes, w, h)
+        out = host_scalars(self.ctx.sizes, w, h)
+        if h is None:
+            del out["h"]
+        return out
 
     def wait_for_scalars(self, query: str) -> None:
         """Nothing in flight: the scalars are the witness's own arrays."""
@@ -94,6 +117,9 @@ class CpuPartition:
         return self.ctx.backend.msm(self.ctx.srs.points[query], scalars)
 
     def check_sums(self, att: Attempt, w: Witness, h: Any) -> dict[str, int]:
+        raise NotImplementedError("ops with checks_on_device provide the device sums")
+
+    def check_h(self, att: Attempt, h: Any) -> int:
         raise NotImplementedError("ops with checks_on_device provide the device sums")
 
     def free_scalars(self, att: Attempt) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from engine.allocator import Decision
 from engine.devices.base import Block
+from engine.memory_plan import MemoryPlan
 from engine.partition import MSM_PHASES, Attempt, PhaseTimer, WorkerScope
 from engine.partition_cpu import CpuPartition
 from engine.srs import QUERIES
@@ -35,7 +36,7 @@ from engine.workload import Witness
 from kernels.constants import FR_MODULUS as R
 from kernels.cpu.g1 import GENERATOR, scalar_mul
 from kernels.cuda import check as cuda_check
-from kernels.cuda.host_pinned import take_fallbacks
+from kernels.cuda.host_pinned import pinned_empty, take_fallbacks
 from kernels.layout import g1_from_limbs
 from recordings.schema import PHASES
 
@@ -80,6 +81,7 @@ class CudaPartition:
         self._bufs: list[Any] = []
         self._made = 0
         self._z_ready: Any = None
+        self._scratch: Any = None  # the one-slot plan's pinned host scratch
 
     # -- synthesis ----------------------------------------------------------------------------
 
@@ -124,6 +126,9 @@ class CudaPartition:
         """The worker's pinned witness pools, handed over when it stops (see
         ``CudaRun.retire``); the ops keep none."""
         pools, self._bufs = self._bufs, []
+        if self._scratch is not None:
+            pools.append(self._scratch)
+            self._scratch = None
         return pools
 
     # -- timing and the ledger ----------------------------------------------------------------
@@ -193,6 +198,42 @@ class CudaPartition:
         """In place through the bound backend: H in d_a's memory, d_b/d_c as work buffers."""
         return self.ctx.backend.h_step(a, b, c)
 
+    def h_step_streamed(self, att: Attempt, w: Any, plan: MemoryPlan) -> tuple[Block, Any]:
+        """a, b, c from the worker's pinned pool through ``plan.slots`` stream-ordered blocks
+        (``kernels.cuda.h_streamed``), with a pinned host scratch for one slot. A plan that
+        gives the twiddle table to the MSMs (``plan.release_tables``) drops it afterwards and
+        trims CuPy's pool, where it lived."""
+        if not (self.real and w.pinned):
+            return self.host.h_step_streamed(att, w, plan)
+        dev, fp, scope = self.device, self.ctx.footprint, self.scope
+        n = 1 << self.ctx.config.domain_log
+        free, _total = dev.mem_info()
+        reason = f"the H step through {plan.name}, a, b, c one at a time from the pinned pool"
+        decision = Decision("fallback", reason, free=free, margin=fp.margin)
+        scope.alloc_event(att, "h_slots", "async", plan.slots * fp.u, decision)
+        blocks = [scope.malloc(att, fp.u, "async", "h_slots") for _ in range(plan.slots)]
+        cupy = dev.cupy
+        slots = [cupy.ndarray((n, 4), dtype=cupy.uint64, memptr=b.handle) for b in blocks]
+        scratch = self._host_scratch(n) if plan.slots == 1 else None
+        self.ctx.sample(dev)
+        with dev.dev:
+            h, released = self.ctx.backend.h_step_streamed(
+                w.a, w.b, w.c, slots, scratch, release_twiddles=plan.release_tables
+            )
+        del slots
+        if released:
+            dev.trim(("sync",))
+        scope.free(att, blocks[1:])
+        return blocks[0], h
+
+    def _host_scratch(self, n: int) -> Any:
+        """The one-slot plan's page-locked (n, 4) host scratch, made at the worker's first
+        such partition and kept (handed over by :meth:`detach_pools`)."""
+        if self._scratch is None or self._scratch.shape[0] != n:
+            self._scratch = pinned_empty((n, 4), method=self.ctx.tuning.kernels.pin_method)
+            self._report_pin_fallbacks("h_scratch")
+        return self._scratch
+
     def msm_scalars(self, att: Attempt, w: Any, h: Any) -> dict[str, Any]:
         if not (self.real and w.pinned):
             return self.host.msm_scalars(att, w, h)
@@ -200,7 +241,8 @@ class CudaPartition:
         att.scalars_block = blk
         z, self._z_ready = self.device.upload_async(w.z, blk)
         s = self.ctx.sizes
-        return {"h": h, "l": z[: s.l], "a": z[: s.a], "b_g1": z[: s.b_g1]}
+        out = {"l": z[: s.l], "a": z[: s.a], "b_g1": z[: s.b_g1]}
+        return out if h is None else {"h": h, **out}
 
     def wait_for_scalars(self, query: str) -> None:
         if query != "h" and self._z_ready is not None:  # msm_h overlaps the scalar upload
@@ -217,6 +259,14 @@ class CudaPartition:
     def msm(self, query: str, scalars: Any) -> Any:
         return self.ctx.backend.msm(self.ctx.srs.points[query], scalars)
 
+    def check_h(self, att: Attempt, h: Any) -> int:
+        """<h, tau^i> from H's device copy, before a plan with the aux scalars after H gives
+        H's memory back."""
+        with self.device.dev:
+            kw = self.device.kernel_args("check_sums")
+            kw["tuning"] = self.ctx.tuning.kernels
+            return cuda_check.dot_powers(h, self.ctx.srs.tau, **kw)
+
     def check_sums(self, att: Attempt, w: Any, h: Any) -> dict[str, int]:
         """h(tau) = <h, tau^i> from H's device copy, and the three aux sums <z, s^i> in one
         pass over the *host* z: the scalars as the witness holds them, not the device copy
@@ -228,7 +278,7 @@ class CudaPartition:
         with self.device.dev:
             kw = self.device.kernel_args("check_sums")
             kw["tuning"] = self.ctx.tuning.kernels
-            sums = {"h": cuda_check.dot_powers(h, srs.tau, **kw)}
+            sums = {} if h is None else {"h": cuda_check.dot_powers(h, srs.tau, **kw)}
             sums.update(zip(aux, cuda_check.dot_powers_prefixes(w.z, terms, **kw), strict=True))
         return sums
 

@@ -28,6 +28,7 @@ from engine.allocator import Decision, Footprint
 from engine.config import EngineConfig
 from engine.devices.base import Device, DeviceOOM
 from engine.gate import DeviceGate
+from engine.memory_plan import RESIDENT, MemoryPlan
 from engine.partition import MSM_PHASES, Attempt, PartitionOps, WorkerScope
 from engine.partition_cpu import CpuPartition
 from engine.srs import QUERIES, Srs
@@ -61,6 +62,7 @@ class RunContext:
     sample: Any  # callable(device) -> None: emit a memory sample now
     faults: Any = None  # engine.faults.FaultInjector, or None (no injection)
     tuning: Tuning = field(default_factory=Tuning)  # the run's PROVETOP_* settings
+    plan: MemoryPlan = RESIDENT  # how the device's memory is used (engine.memory_plan)
 
 
 SKIP_WAIT_S = 120.0  # longest a skipped pre-stage waits for its neighbours' pre-stages
@@ -208,12 +210,15 @@ class PartitionRunner:
 
     def _attempt(self, att: Attempt, w: Witness, retry: bool) -> None:
         dev, fp, ops, scope = self.device, self.ctx.footprint, self.ops, self.scope
+        plan = self.ctx.plan
         held = False
         t_acquired = 0
         try:
             with self._phase(att, "prestage"), self.gate.decide:
                 if retry:
                     decision = Decision("fallback", "retry on the fallback path after a failure")
+                elif plan.streamed:  # this device's memory has no room for a, b, c at once
+                    decision = Decision("fallback", f"memory plan {plan.reason}")
                 else:
                     forced = self.ctx.controls.is_forced(dev.index)
                     reserved = self.gate.reserved_by_others(self.worker)
@@ -258,7 +263,7 @@ class PartitionRunner:
                 t_acquired = time.monotonic_ns()
                 att.wait_ns = t_acquired - t0
                 self._mutex_event(att, "acquire", t_acquired)
-            if not prestaged:
+            if not (prestaged or plan.streamed):
                 with self._phase(att, "fallback_upload"):
                     # the pre-stage blocks a neighbour (or this worker) gave back while this
                     # one waited sit in the caching pool, and the CUDA ops' pinned fallback
@@ -269,18 +274,39 @@ class PartitionRunner:
             # (during its upload, after its release) they ran beside another worker's MSMs
             # and stretched them by ~200 ms (H200, docs/performance-notes.md, "Engine on CUDA").
             device_check = ops.checks_on_device and self._verifies(att)
+            host_check = self._verifies(att) and not device_check
             if device_check:
                 with self._phase(att, "check_inputs"):
-                    ops.check_inputs(att, a, b, c)
+                    if plan.streamed:  # from the witness: a, b, c never sit on the device
+                        ops.check_inputs(att, w.a, w.b, w.c)
+                    else:
+                        ops.check_inputs(att, a, b, c)
             with self._phase(att, "h_step"):
-                h = ops.h_step(a, b, c)  # stays on the device for msm_h
-                del b, c
-                scope.free(att, d_bc)
+                if plan.streamed:
+                    d_a, h = ops.h_step_streamed(att, w, plan)
+                    a = None
+                else:
+                    h = ops.h_step(a, b, c)  # stays on the device for msm_h
+                    del b, c
+                    scope.free(att, d_bc)
             if prestaged:
                 self._reclaim_cache(att, ops.region_need(w), "msm_scratch")
             results: dict[str, np.ndarray] = {}
-            scalars = ops.msm_scalars(att, w, h)
+            h_sum: int | None = None
+            h_host: Any = None
+            scalars = ops.msm_scalars(att, w, h if plan.z_with_h else None)
+            if not plan.z_with_h:
+                scalars["h"] = h
             for q in QUERIES:
+                if q not in scalars:  # the aux scalars go up where H was (engine.memory_plan)
+                    if device_check:
+                        with self._phase(att, "check_sums"):
+                            h_sum = ops.check_h(att, h)
+                    elif host_check:
+                        h_host = dev.download(h)
+                    h = a = None
+                    scope.free(att, d_a)
+                    scalars = ops.msm_scalars(att, w, None)
                 ops.wait_for_scalars(q)
                 with self._phase(att, MSM_PHASES[q]):
                     scratch = ops.msm_scratch(att, fp.msm[q])
@@ -290,11 +316,15 @@ class PartitionRunner:
             if device_check:
                 with self._phase(att, "check_sums"):
                     att.device_sums = ops.check_sums(att, w, h)
+                    if h_sum is not None:
+                        att.device_sums["h"] = h_sum
             with self._phase(att, "copy_back"):
                 results = {q: dev.download(r) for q, r in results.items()}
                 # H leaves the device only for a host check: its copy dies with d_a below
-                host_check = self._verifies(att) and not device_check
-                h = dev.download(h) if host_check else None
+                if h is not None:
+                    h = dev.download(h) if host_check else None
+                else:
+                    h = h_host
                 # the last views of d_a and the scalars: a stream-ordered block (fallback path)
                 # goes back to the pool only when no array refers to it, and ``a`` otherwise
                 # kept d_a's 4 GiB (2^27) reserved through verify, outside the mutex

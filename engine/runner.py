@@ -18,6 +18,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,12 @@ from engine.devices.base import Device
 from engine.devices.cuda import CudaDeviceError
 from engine.devices.modeled import ModeledDevice
 from engine.faults import FaultInjector, FaultSpecError
+from engine.memory_plan import PlanError, choose_plan, minimum_capacity, reclaimable
 from engine.metrics import EngineMetrics
 from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, parse_listen, read_token
+from engine.sizes import fmt_size
 from engine.srs import draw_srs, generate_srs
 from engine.tuning import Tuning
 from engine.workers import (
@@ -111,6 +114,8 @@ class Engine:
         self.sizes = query_sizes(config.domain_log)
         self.footprint = footprint(config.domain_log, self.sizes, config.prestage_margin)
         self.devices: list[Device] = self._make_devices()
+        if config.allocator == "aware":
+            self._check_plans()
         if self.faults is not None:
             self.devices = [self.faults.wrap_device(d) for d in self.devices]
             self.faults.ntt_bytes = self.footprint.u
@@ -188,6 +193,29 @@ class Engine:
             capacity = DEFAULT_MODELED_MEMORY
         physical = max(DEFAULT_MODELED_MEMORY, capacity)
         return [ModeledDevice(i, capacity, physical) for i in cfg.devices]
+
+    def _check_plans(self) -> None:
+        """Refuse, before anything is made, a device on which no memory plan fits one
+        partition (``engine.memory_plan``), naming the device memory that would."""
+        cfg = self.config
+        fp, z, tables = self.footprint, 0, 0
+        if cfg.backend == "cuda":  # every query streamed: the smallest footprint
+            host_chunk = int(getattr(self.backend, "host_chunk", 1 << 22))
+            fp, z, tables = cuda_pipeline.startup_plan_inputs(
+                self.footprint, self.sizes, cfg.domain_log, host_chunk, self.tuning.kernels
+            )
+        for d in self.devices:
+            free, total = d.mem_info()
+            # the twiddle table is not built yet (the backend's warm-up makes it)
+            free = reclaimable(free, d.sample()) - tables
+            try:
+                choose_plan(free, fp, z, tables, device=f"device {d.index}")
+            except PlanError as exc:
+                capacity = int(getattr(d, "capacity", None) or total)
+                need = minimum_capacity(capacity, free, fp, z, tables)
+                raise EngineError(
+                    f"{exc}: use a device (or --device-memory) of at least {fmt_size(need)}"
+                ) from None
 
     def hello_fields(self) -> dict[str, Any]:
         cfg = self.config.to_dict()
@@ -378,7 +406,12 @@ class Engine:
         placed on (or streamed to) this device, the backend bound to its streams and pools
         (``engine.cuda_pipeline``)."""
         if self.config.backend != "cuda":
-            return ctx
+            if self.config.allocator != "aware":
+                return ctx
+            free = reclaimable(device.mem_info()[0], device.sample())
+            plan = choose_plan(free, ctx.footprint, device=f"device {device.index}")
+            cuda_pipeline.emit_plan(self.bus, device, plan, ctx.footprint)
+            return replace(ctx, plan=plan)
         if self.cuda_run is None:
             self.cuda_run = cuda_pipeline.CudaRun(self.tuning.switch_interval_s)
         return self.cuda_run.context(ctx, device, self.config.workers_per_device)

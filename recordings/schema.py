@@ -211,7 +211,9 @@ EVENTS: dict[str, dict[str, Field]] = {
     "alloc": {
         **_WHERE,
         "site": _f(
-            STR, "'prestage', 'msm_scratch', 'msm_scalars', 'ntt_scratch', 'srs', 'host_register'"
+            STR,
+            "'prestage', 'h_slots', 'msm_scratch', 'msm_scalars', 'ntt_scratch', 'srs', "
+            "'host_register', 'plan' (the device's memory plan, once per run)",
         ),
         "pool": _f(STR, "'sync', 'async' or 'host'"),
         "requested": _f(INT, "bytes asked for"),

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from kernels.cuda import check, msm, srs
+from kernels.cuda.h_streamed import run_streamed_h_step
 from kernels.cuda.ntt import CudaNtt, log2_size, plan_h_step
 from kernels.cuda.runtime import on_stream, require_cupy, to_device
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
@@ -186,6 +187,34 @@ class CudaBackend:
         bufs = {"a": a, "b": b, "c": c, "out": a, "wb": b, "wc": c}
         self._ntt.run_plan(plans, bufs, 1, s)
         return a[: n - 1]
+
+    def h_step_streamed(
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        c: np.ndarray,
+        slots: list[Any],
+        scratch: np.ndarray | None = None,
+        *,
+        stream: Any = None,
+        allocator: Any = None,
+        release_twiddles: bool = False,
+    ) -> Any:
+        """The H step from host a, b, c (page-locked) through one or two device ``slots``
+        ((n, 4) uint64, the caller's), with ``scratch`` (page-locked (n, 4)) for one slot
+        (``kernels.cuda.h_streamed``). H is a view of ``slots[0]``. With
+        ``release_twiddles`` the twiddle table is dropped afterwards (its bytes: the return's
+        second item) so that a small card can give them to the MSMs."""
+        with on_stream(stream, allocator) as s:
+            q = slots[1] if len(slots) > 1 else None
+            h = run_streamed_h_step(
+                a, b, c, slots[0], q, scratch, ntt=self._ntt, stream=s, allocator=allocator
+            )
+            released = 0
+            if release_twiddles:
+                s.synchronize()  # the passes queued on s still read the table
+                released = self._ntt.release_twiddles()
+            return h, released
 
     def msm(
         self,

@@ -396,6 +396,11 @@ def _device_tables() -> _DeviceTables:
         return st
 
 
+def twiddle_bytes(k: int) -> int:
+    """Device bytes of the twiddle table covering 2^k (:func:`twiddle_split`'s count)."""
+    return ((1 << max(0, k - 1)) + 1) * ELEM_BYTES
+
+
 def log2_size(n: int) -> int:
     """k for n = 2^k, checked (a power of two, at most 2^MAX_LOG_SIZE)."""
     if n < 1 or n & (n - 1):
@@ -445,6 +450,18 @@ class CudaNtt:
                 s.synchronize()
             st.tw, st.tw_log = tw, k
         return st.tw, st.tw_log
+
+    def release_twiddles(self) -> int:
+        """Drop this device's twiddle table (rebuilt by the next transform, ~2 ms at 2^27); the
+        bytes it held, which go back to CuPy's pool until that is trimmed. The H step in one or
+        two slots (``kernels.cuda.h_streamed``) gives its 2 GiB to the MSMs this way on a card
+        of 8 GiB."""
+        st = _device_tables()
+        if st.tw is None:
+            return 0
+        nbytes = int(st.tw.nbytes)
+        st.tw, st.tw_log = None, 0
+        return nbytes
 
     def table(self, kind: str, k: int) -> tuple[Any, Any, int]:
         """The factor table ``kind`` of size 2^k on the current device (built on first need)."""

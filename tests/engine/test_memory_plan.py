@@ -1,0 +1,155 @@
+"""Memory plans (engine/memory_plan.py): the choice by device memory, the start-up refusal, and
+complete runs on modeled devices too small for a, b, c at once.
+
+Why: a card of 8 or 12 GiB lost every partition of a 32 GiB sector (the fallback still put
+a, b, c on the device). The choice is pure arithmetic, checked at porep-32g sizes with the CUDA
+footprint; the runs use the cpu backend on a modeled device whose capacity is computed from
+the partition's own footprint, so each plan is the only one that fits.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.allocator import footprint
+from engine.config import from_preset
+from engine.cuda_pipeline import aux_scalar_bytes, cuda_footprint
+from engine.memory_plan import (
+    OPERAND_BYTES,
+    MemoryPlan,
+    PlanError,
+    choose_plan,
+    minimum_capacity,
+    plan_need,
+    smallest_need,
+)
+from engine.runner import Engine, EngineError
+from engine.workload import query_sizes
+from kernels.cuda.ntt import twiddle_bytes
+from kernels.tuning import DEFAULT_TUNING
+from provetop.cli import main
+from tests.engine.run_helper import run_engine
+
+GiB = 1 << 30
+
+
+def porep_cuda_footprint(host_chunk: int = 1 << 22):
+    """porep-32g's CUDA footprint with every query streamed (as on a card of 8 to 24 GiB)."""
+    sizes = query_sizes(27)
+    base = footprint(27, sizes)
+    streamed = {q: host_chunk for q in sizes.as_dict()}
+    fp = cuda_footprint(base, sizes.as_dict(), streamed, DEFAULT_TUNING)
+    return fp, aux_scalar_bytes(sizes), twiddle_bytes(27)
+
+
+@pytest.mark.parametrize(
+    "free_gib, slots, z_with_h, release",
+    [
+        (15.2, 3, True, False),  # a 16 GiB card: a, b, c fit (the pre-stage or fallback path)
+        (11.0, 2, True, False),  # 12 GiB: two slots, z beside H
+        (9.5, 2, True, True),  # two slots; the twiddle table makes room for z beside H
+        (8.3, 1, True, True),  # too little for two slots: one, z still beside H
+        (5.5, 1, False, True),  # an 8 GiB card once the context and the table are counted:
+        # z goes up only after H's memory is given back
+    ],
+)
+def test_the_fastest_plan_that_fits_is_chosen(free_gib, slots, z_with_h, release):
+    fp, z, tables = porep_cuda_footprint()
+    plan = choose_plan(int(free_gib * GiB), fp, z, tables)
+    assert (plan.slots, plan.z_with_h, plan.release_tables) == (slots, z_with_h, release)
+    assert plan.need <= plan.free and plan.streamed == (slots < 3)
+    assert plan.name in plan.reason
+
+
+def test_too_small_a_device_names_the_memory_it_would_need():
+    fp, z, tables = porep_cuda_footprint()
+    need = smallest_need(fp, z, tables)
+    assert choose_plan(need, fp, z, tables).slots == 1  # the boundary fits
+    with pytest.raises(PlanError, match="smallest plan") as err:
+        choose_plan(need - 1, fp, z, tables, device="device 3")
+    assert str(err.value).startswith("device 3: ")
+    # a card of 6 GiB with 5.5 free would need 0.5 GiB more than its free bytes fall short by
+    assert (
+        minimum_capacity(6 * GiB, int(5.5 * GiB), fp, z, tables) == 6 * GiB - int(5.5 * GiB) + need
+    )
+
+
+def test_one_slot_needs_about_one_polynomial():
+    fp, z, tables = porep_cuda_footprint()
+    one, _ = plan_need(1, fp, z)
+    two, _ = plan_need(2, fp, z)
+    assert fp.u + OPERAND_BYTES + fp.margin <= one < two
+    # the one-slot region at 2^27 fits a card of 8 GiB beside a CUDA context (~0.5 GiB)
+    assert smallest_need(fp, z, tables) < 7 * GiB
+
+
+def _force_plan(monkeypatch, slots: int) -> None:
+    """The cpu ops' footprint is dominated by the reference MSM's scratch (about 9 times a, b
+    and c together), so every plan needs the same memory there and the resident one always
+    wins; the streamed path is then taken by choosing the plan for the run."""
+    from engine import runner
+
+    def choose(free, fp, z=0, tables=0, *, device="device"):
+        need = plan_need(slots, fp, z, tables)[0]
+        reason = f"{'two slots' if slots == 2 else 'one slot'}: chosen by the test"
+        return MemoryPlan(slots, True, need, free, reason)
+
+    monkeypatch.setattr(runner, "choose_plan", choose)
+
+
+@pytest.mark.parametrize("slots", [2, 1])
+def test_a_streamed_plan_completes_every_partition_exactly(monkeypatch, slots):
+    _force_plan(monkeypatch, slots)
+    cfg = from_preset("ci", partitions=3, workers_per_device=2, allocator="aware", verify="always")
+    engine, events = run_engine(cfg)
+    fp = engine.footprint
+    plans = [e for e in events if e["k"] == "alloc" and e["site"] == "plan"]
+    assert len(plans) == 1 and plans[0]["decision"] == "fallback"
+    assert plans[0]["reason"].startswith(f"memory plan {'two slots' if slots == 2 else 'one slot'}")
+    done = [e for e in events if e["k"] == "partition_done"]
+    assert [e["ok"] for e in done] == [True] * 3 and all(e["verified"] for e in done)
+    assert all(e["prestage"] == "fallback" and "memory plan" in e["prestage_reason"] for e in done)
+    assert not [e for e in events if e["k"] == "fault"]
+    slot_allocs = [e for e in events if e["k"] == "alloc" and e["site"] == "h_slots"]
+    assert len(slot_allocs) == 3
+    extra = min(fp.u, OPERAND_BYTES) if slots == 1 else 0
+    assert {e["requested"] for e in slot_allocs} == {slots * fp.u + extra}
+    # no pre-stage and no whole a, b, c on the device: the pre-stage decisions say why
+    decisions = [e for e in events if e["k"] == "alloc" and e["site"] == "prestage"]
+    assert len(decisions) == 3
+    assert all(e["decision"] == "fallback" and "memory plan" in e["reason"] for e in decisions)
+    phases = {e["phase"] for e in events if e["k"] == "phase_end"}
+    assert "fallback_upload" not in phases and "upload" not in phases and "h_step" in phases
+
+
+def test_the_cpu_ops_choose_the_resident_plan_with_room_to_spare():
+    cfg = from_preset("ci", partitions=1, workers_per_device=1, allocator="aware")
+    _engine, events = run_engine(cfg)
+    plans = [e for e in events if e["k"] == "alloc" and e["site"] == "plan"]
+    assert len(plans) == 1 and plans[0]["decision"] == "ok"
+    assert plans[0]["reason"].startswith("memory plan resident")
+
+
+def test_naive_never_plans(monkeypatch):
+    _force_plan(monkeypatch, 1)
+    cfg = from_preset("ci", partitions=1, workers_per_device=1, allocator="naive")
+    _engine, events = run_engine(cfg)
+    assert not [e for e in events if e["k"] == "alloc" and e["site"] in ("plan", "h_slots")]
+
+
+def test_a_device_too_small_for_any_plan_is_refused_at_start():
+    cfg = from_preset("ci", allocator="aware")
+    fp = footprint(cfg.domain_log, query_sizes(cfg.domain_log))
+    small = from_preset("ci", allocator="aware", device_memory=smallest_need(fp) - 64)
+    with pytest.raises(EngineError, match=r"device 0: .* at least"):
+        Engine(small, listen=False)
+
+
+def test_the_cli_refuses_it_with_one_line(capsys):
+    cfg = from_preset("ci", allocator="aware")
+    fp = footprint(cfg.domain_log, query_sizes(cfg.domain_log))
+    size = str(smallest_need(fp) - 64)
+    code = main(["engine", "--preset", "ci", "--allocator", "aware", "--device-memory", size])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("provetop: error:") and "at least" in err[0]
