@@ -19,6 +19,8 @@
 #   bash bench/gpu_engine.sh samples   # GPU tests, the MSM by the sort rule, aware, aware16, naive16
 #   bash bench/gpu_engine.sh pinning   # registered large-page pools: GPU tests, aware
 #   bash bench/gpu_engine.sh pin       # page-locking a witness pool, by method
+#   bash bench/gpu_engine.sh plans     # the H step in one/two slots: GPU tests, aware at
+#                                      # 12 and 8 GiB (memory plans two slots / one slot)
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -179,6 +181,15 @@ multi)  # on nvidia-h200-x2: the 2-GPU test, then a 2-GPU run
     gpu_tests 120 tests/engine/test_cuda.py -k two_devices  # 45 s was too short
     # sampled: the first msm_h on each device took 8.4-11.2 s at c3b2654 (single GPU: 2.8 s)
     SAMPLE=1 bench multi 150 --preset porep-32g --proofs 2 --devices 0,1 --workers-per-device 2
+    ;;
+plans)  # memory plans: the streamed H step's GPU tests, then porep-32g aware at 12 and 8 GiB
+    gpu_tests 150 tests/kernels/test_cuda_h_streamed.py tests/engine/test_cuda.py
+    bench aware12 150 --preset porep-32g --proofs 1 --device-memory 12GiB \
+        --workers-per-device 2 --allocator aware
+    bench aware8 170 --preset porep-32g --proofs 1 --device-memory 8GiB \
+        --workers-per-device 2 --allocator aware
+    for r in aware12 aware8; do grep -E "plan|lost|pre-stage|OOM" "$W/$r.summary.txt" | head -n 8 \
+        | tee -a "$TABLES"; done
     ;;
 prio)  # the stream-priority A/B (measured at c3b2654, 2026-11-29)
     bench prio-synth 62 --preset porep-32g --proofs 1 --workers-per-device 2 --allocator aware

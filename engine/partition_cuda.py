@@ -218,7 +218,7 @@ class CudaPartition:
         self.ctx.sample(dev)
         with dev.dev:
             h, released = self.ctx.backend.h_step_streamed(
-                w.a, w.b, w.c, slots, scratch, release_twiddles=plan.release_tables
+                w.a, w.b, w.c, slots, scratch=scratch, release_twiddles=plan.release_tables
             )
         del slots
         if released:

@@ -93,6 +93,9 @@ class KernelTuning:
     msm_affine_min_pairs: int = NEVER_AFFINE
     msm_sort_group: int = 0
     msm_affine_dense: int = 0
+    # points per chunk of an MSM whose points stream from host memory: 2^22 = 384 MiB per
+    # device buffer (two buffers) plus the chunk's own scratch (~1 GiB at a 2^22 chunk)
+    msm_host_chunk: int = 1 << 22
     cubin_dir: str = ""  # empty: the package's own prebuilt folder
     commit: str = ""  # empty: ``git rev-parse HEAD`` where git is there
 
@@ -160,6 +163,14 @@ SETTINGS: tuple[Setting, ...] = (
         _int_at_least("PROVETOP_MSM_AFFINE_DENSE", 0),
         "passes (default 0)",
         "affine pairing passes over the dense buckets too (96 bytes per entry per pass)",
+    ),
+    Setting(
+        "PROVETOP_MSM_HOST_CHUNK",
+        "msm_host_chunk",
+        _int_at_least("PROVETOP_MSM_HOST_CHUNK", 1 << 10),
+        "points (default 4194304 = 2^22)",
+        "chunk of an MSM whose points stream from host memory (two device buffers of this many "
+        "points, 96 bytes each, plus the chunk's scratch; the memory plan counts them)",
     ),
     Setting(
         "PROVETOP_CUBIN_DIR",

@@ -34,7 +34,7 @@ from kernels.cuda.ntt import CudaNtt, log2_size, plan_h_step
 from kernels.cuda.runtime import on_stream, require_cupy, to_device
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
-DEFAULT_HOST_CHUNK = 1 << 22  # points per streamed chunk: 384 MiB of points per buffer
+DEFAULT_HOST_CHUNK = DEFAULT_TUNING.msm_host_chunk  # points per streamed chunk (kernels.tuning)
 SRS_HOST_CHUNK = 1 << 23  # points generated per device round trip for numpy secrets
 
 
@@ -64,11 +64,13 @@ class CudaBackend:
     name = "cuda"
 
     def __init__(
-        self, host_chunk: int = DEFAULT_HOST_CHUNK, tuning: KernelTuning = DEFAULT_TUNING
+        self, host_chunk: int | None = None, tuning: KernelTuning = DEFAULT_TUNING
     ) -> None:
         self.cupy = require_cupy()
         self.tuning = tuning
         self._ntt = CudaNtt(tuning=tuning)
+        if host_chunk is None:
+            host_chunk = tuning.msm_host_chunk
         if host_chunk < 1:
             raise ValueError(f"host_chunk must be positive, got {host_chunk}")
         self.host_chunk = int(host_chunk)
