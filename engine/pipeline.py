@@ -304,7 +304,9 @@ class PartitionRunner:
                             h_sum = ops.check_h(att, h)
                     elif host_check:
                         h_host = dev.download(h)
-                    h = a = None
+                    # every view of H goes before its block: CuPy frees the memory with the
+                    # last reference, and the aux scalars are to be allocated in its place
+                    scalars = h = a = None
                     scope.free(att, d_a)
                     scalars = ops.msm_scalars(att, w, None)
                 ops.wait_for_scalars(q)
