@@ -153,13 +153,12 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
         ms = _time(
             cp, lambda i, kw=kw: eng.ntt(xs[i], out=out, **kw), args.repeats, args.warmup, rotate
         )
-        plans = cn.plan_ntt(
+        plans = eng.plan(
             k,
             inverse=kw["inverse"],
             coset=kw["coset"],
             input_order="natural",
             output_order=kw.get("output_order", "natural"),
-            max_levels=eng.max_levels,
         )
         row[name] = _bound(ms, *cn.plan_cost(plans), ceil)
     if not args.no_h_step:
@@ -168,7 +167,7 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
         hout = cp.empty((n, 4), dtype=cp.uint64)
         reps = max(3, args.repeats // 3) if k >= 26 else args.repeats
         ms = _time(cp, lambda i: eng.h_step(a, b, c, out=hout), reps, args.warmup)
-        row["h_step"] = _bound(ms, *cn.plan_cost(cn.plan_h_step(k, eng.max_levels)), ceil)
+        row["h_step"] = _bound(ms, *cn.plan_cost(eng.h_plan(k)), ceil)
     # device-to-device copy of the same size, for scale
     ms = _time(cp, lambda i: cp.copyto(out, xs[i]), args.repeats, args.warmup, rotate)
     row["copy_same_size_ms"] = ms

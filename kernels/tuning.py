@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 PIN_METHODS = ("register", "alloc")
+ON_OFF = ("off", "on")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 # The default affine-pairing threshold: 2^40 pairs is more than any MSM here ever has (2^27
 # scalars), so no pass runs unless a run asks for one.
@@ -88,6 +89,7 @@ class KernelTuning:
     """The kernels' settings; the defaults are what the published figures use."""
 
     ntt_defines: tuple[tuple[str, str], ...] = ()
+    ntt_small: str = "off"
     pin_method: str = "register"
     msm_source: str = "msm.cu"
     msm_affine_min_pairs: int = NEVER_AFFINE
@@ -124,6 +126,16 @@ SETTINGS: tuple[Setting, ...] = (
         "`NAME=VALUE,...` (default none)",
         "compile-time defines of the NTT source (e.g. `NTT_MIN_BLOCKS`, `MONT_PORTABLE`); "
         "the NTT module is compiled again for each distinct set",
+    ),
+    Setting(
+        "PROVETOP_NTT_SMALL",
+        "ntt_small",
+        choice("PROVETOP_NTT_SMALL", ON_OFF),
+        "`off` (default), `on`",
+        "the NTT's small plans: a whole transform of up to 2^12 in one block, 2^11-element "
+        "tiles in longer ones (2^21, 2^22 in two passes), full coset and scaling tables up to "
+        "2^22 (one multiplication per element instead of two), and launches resolved once "
+        "per shape instead of on every call",
     ),
     Setting(
         "PROVETOP_PIN_METHOD",

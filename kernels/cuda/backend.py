@@ -30,7 +30,7 @@ import numpy as np
 
 from kernels.cuda import check, msm, srs
 from kernels.cuda.h_streamed import run_streamed_h_step
-from kernels.cuda.ntt import CudaNtt, log2_size, plan_h_step
+from kernels.cuda.ntt import CudaNtt, log2_size
 from kernels.cuda.runtime import on_stream, require_cupy, to_device
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
@@ -104,10 +104,8 @@ class CudaBackend:
         k = int(domain_log)
         self._ntt.twiddles(k)
         self._ntt.consts(k)
-        for p in plan_h_step(k, self._ntt.max_levels):
-            for kind in (p.pre, p.post):
-                if kind:
-                    self._ntt.table(kind, p.k)
+        for p in self._ntt.h_plan(k):
+            self._ntt.pass_tables(p)
         msm.kernels(self.tuning)
         check.module(self.tuning)
         # one tiny MSM: the first one in a process paid 390-800 ms on the H200 (CuPy's own
@@ -185,9 +183,8 @@ class CudaBackend:
         k = log2_size(n)
         if k < 1:
             raise ValueError("the H step needs n >= 2")
-        plans = plan_h_step(k, self._ntt.max_levels)
         bufs = {"a": a, "b": b, "c": c, "out": a, "wb": b, "wc": c}
-        self._ntt.run_plan(plans, bufs, 1, s)
+        self._ntt.run_plan(self._ntt.h_plan(k), bufs, 1, s, self._ntt.h_key(k))
         return a[: n - 1]
 
     def h_step_streamed(

@@ -34,7 +34,14 @@ from kernels.cuda.runtime import KernelModule, load, require_cupy
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 R = FR_MODULUS
-TILE_LOG = 10  # = NTT_MAX_TILE_LOG in ntt.cuh: a tile holds at most 2^10 elements
+TILE_LOG = 10  # a tile holds at most 2^10 elements (32 KiB of shared memory) by default
+# The "small" plans (tuning ntt_small on): passes of up to 2^11-element tiles (64 KiB; three
+# blocks of 256 threads still fit an SM's 228 KiB), a whole transform of up to 2^12 in one block
+# (128 KiB), and full factor tables (one multiplication per element instead of two) up to 2^22.
+SMALL_TILE_LOG = 11
+WHOLE_TILE_LOG = 12
+FULL_TABLE_MAX_LOG = 22
+DEFAULT_SHARED_BYTES = 48 << 10  # above this a kernel needs the opt-in attribute
 BLOCK = 256  # = NTT_BLOCK in ntt.cu
 MAX_LOG_SIZE = 27
 ELEM_BYTES = 32
@@ -44,6 +51,8 @@ F_PRE_TABLE = 2
 F_POST_CONST = 4
 F_POST_TABLE = 8
 F_QUOTIENT = 16
+F_PRE_FULL = 32
+F_POST_FULL = 64
 
 ORDERS = ("natural", "bitrev")
 
@@ -88,11 +97,13 @@ class Pass:
         return ELEM_BYTES << self.tile_log
 
 
-def split_levels(k: int, max_levels: int = TILE_LOG) -> list[int]:
+def split_levels(k: int, max_levels: int = TILE_LOG, whole: int = 0) -> list[int]:
     """k levels in as few passes of at most ``max_levels`` as possible, as even as possible
-    (27 -> [9, 9, 9], 20 -> [10, 10], 11 -> [6, 5])."""
+    (27 -> [9, 9, 9], 20 -> [10, 10], 11 -> [6, 5]); one pass when k <= ``whole``."""
     if k < 1:
         return []
+    if k <= whole:
+        return [k]
     npass = math.ceil(k / max_levels)
     base, extra = divmod(k, npass)
     return [base + 1] * extra + [base] * (npass - extra)
@@ -111,6 +122,7 @@ def plan_transform(
     post_const: bool = False,
     quotient: tuple[str, str] | None = None,
     max_levels: int = TILE_LOG,
+    small: bool = False,
 ) -> list[Pass]:
     """The passes of one transform of size 2^k from buffer ``src`` into ``dst``.
 
@@ -119,28 +131,37 @@ def plan_transform(
     the algorithm wants. ``pre`` multiplies the input by a factor table indexed by coefficient
     index (first pass), ``post``/``post_const``/``quotient`` act on the output (last pass).
     The first pass always writes ``dst`` (out of place unless src == dst), later ones in place.
+
+    ``small`` (tuning ntt_small): passes of up to SMALL_TILE_LOG levels (fewer passes at 2^11
+    and 2^21 .. 2^22), one pass up to WHOLE_TILE_LOG, and full factor tables up to
+    FULL_TABLE_MAX_LOG; a pass of at most TILE_LOG levels keeps its 2^TILE_LOG tile, so the
+    grids of 2^13 .. 2^20 are the default ones.
     """
     if input_order not in ORDERS or output_order not in ORDERS:
         raise ValueError(f"orders must be in {ORDERS}, got {input_order!r}, {output_order!r}")
     dit = output_order == "natural"
     gather = (input_order == "natural") if dit else (input_order == "bitrev")
-    levels = split_levels(k, max_levels)
+    if small:
+        levels = split_levels(k, max(max_levels, SMALL_TILE_LOG), whole=WHOLE_TILE_LOG)
+    else:
+        levels = split_levels(k, max_levels)
+    full = small and k <= FULL_TABLE_MAX_LOG
     passes = []
     done = 0
     for i, L in enumerate(levels):
         s = done + L if dit else k - done
         lowbits = s - L
-        log_c = min(TILE_LOG - L, lowbits)
+        log_c = min(max(TILE_LOG, L) - L, lowbits)
         first, last = i == 0, i == len(levels) - 1
         flags = 0
         if first and gather:
             flags |= F_GATHER
         if first and pre:
-            flags |= F_PRE_TABLE
+            flags |= F_PRE_TABLE | (F_PRE_FULL if full else 0)
         if last and post_const:
             flags |= F_POST_CONST
         if last and post:
-            flags |= F_POST_TABLE
+            flags |= F_POST_TABLE | (F_POST_FULL if full else 0)
         if last and quotient:
             flags |= F_QUOTIENT
         passes.append(
@@ -172,6 +193,7 @@ def plan_ntt(
     input_order: str,
     output_order: str,
     max_levels: int = TILE_LOG,
+    small: bool = False,
 ) -> list[Pass]:
     """Passes for :meth:`CudaNtt.ntt`: buffer "x" (input, never written) into "out".
     The constants array (post_const) is always [n^-1, Z^-1] in Montgomery form."""
@@ -186,10 +208,11 @@ def plan_ntt(
         post="coset_inv" if (coset and inverse) else None,
         post_const=inverse and not coset,
         max_levels=max_levels,
+        small=small,
     )
 
 
-def plan_h_step(k: int, max_levels: int = TILE_LOG) -> list[Pass]:
+def plan_h_step(k: int, max_levels: int = TILE_LOG, small: bool = False) -> list[Pass]:
     """Passes for the H step from "a", "b", "c" (natural evaluations, never written) to "out"
     (natural, canonical coefficients of H; the last one is zero for a satisfied system).
 
@@ -213,6 +236,7 @@ def plan_h_step(k: int, max_levels: int = TILE_LOG) -> list[Pass]:
             dst=work,
             post="hprep",
             max_levels=max_levels,
+            small=small,
         )
     for work in ("out", "wb"):
         plans += plan_transform(
@@ -223,6 +247,7 @@ def plan_h_step(k: int, max_levels: int = TILE_LOG) -> list[Pass]:
             src=work,
             dst=work,
             max_levels=max_levels,
+            small=small,
         )
     plans += plan_transform(
         k,
@@ -233,6 +258,7 @@ def plan_h_step(k: int, max_levels: int = TILE_LOG) -> list[Pass]:
         dst="wc",
         quotient=("out", "wb"),
         max_levels=max_levels,
+        small=small,
     )
     plans += plan_transform(
         k,
@@ -243,6 +269,7 @@ def plan_h_step(k: int, max_levels: int = TILE_LOG) -> list[Pass]:
         dst="out",
         post="h_final",
         max_levels=max_levels,
+        small=small,
     )
     return plans
 
@@ -251,13 +278,15 @@ def plan_cost(plans: list[Pass], batch: int = 1) -> tuple[int, int]:
     """(bytes moved through device memory, Montgomery multiplications) of a plan: each pass
     reads and writes every element once (32 B each way; twiddle and factor-table reads, which
     mostly hit L2, are not counted), a radix-2 level costs n/2 multiplications, a factor table
-    2 per element, a constant 1, the quotient 1 plus 2 extra reads."""
+    2 per element (1 when full), a constant 1, the quotient 1 plus 2 extra reads."""
     nbytes = mults = 0
     for p in plans:
         n = batch << p.k
         nbytes += 2 * n * ELEM_BYTES
         mults += p.L * n // 2
-        mults += n * (2 * bool(p.flags & F_PRE_TABLE) + 2 * bool(p.flags & F_POST_TABLE))
+        for table, full in ((F_PRE_TABLE, F_PRE_FULL), (F_POST_TABLE, F_POST_FULL)):
+            if p.flags & table:
+                mults += n if p.flags & full else 2 * n
         mults += n * bool(p.flags & F_POST_CONST)
         if p.flags & F_QUOTIENT:
             mults += n
@@ -378,8 +407,9 @@ class _DeviceTables:
 
     tw: Any = None
     tw_log: int = 0
-    tables: dict[tuple[str, int], tuple[Any, Any, int]] = field(default_factory=dict)
+    tables: dict[tuple[str, int, bool], tuple[Any, Any, int]] = field(default_factory=dict)
     consts: dict[int, Any] = field(default_factory=dict)
+    generation: int = 0  # bumped when the twiddle table is rebuilt: cached programs go stale
 
 
 _tables: dict[int, _DeviceTables] = {}
@@ -411,6 +441,26 @@ def log2_size(n: int) -> int:
     return k
 
 
+MAX_PROGRAMS = 256  # cached launch programs per CudaNtt (cleared when full)
+
+
+@dataclass
+class _Program:
+    """Resolved launches of one plan (see :meth:`CudaNtt._program`): per pass the kernel, grid,
+    block, shared bytes, the argument list with buffer names in it, and where the names are."""
+
+    generation: int
+    launches: list[tuple[Any, tuple[int, int], tuple[int], int, list[Any], tuple[int, ...]]]
+
+    def launch(self, buffers: dict[str, Any]) -> None:
+        """Launch every pass on the current stream with the named buffers."""
+        for fn, grid, block, shared, args, slots in self.launches:
+            a = list(args)
+            for i in slots:
+                a[i] = buffers[args[i]]
+            fn(grid, block, tuple(a), shared_mem=shared)
+
+
 def _alloc(cupy: Any, shape: tuple[int, ...], allocator: Any) -> Any:
     if allocator is None:
         return cupy.empty(shape, dtype=cupy.uint64)
@@ -426,6 +476,31 @@ class CudaNtt:
     def __init__(self, max_levels: int = TILE_LOG, tuning: KernelTuning = DEFAULT_TUNING) -> None:
         self.max_levels = max_levels
         self.tuning = tuning
+        # tuning ntt_small: the small plans and cached launch programs (see _program)
+        self.small = tuning.ntt_small == "on"
+        self._programs: dict[tuple[Any, ...], _Program] = {}
+
+    def plan(
+        self, k: int, *, inverse: bool, coset: bool, input_order: str, output_order: str
+    ) -> list[Pass]:
+        """The passes :meth:`ntt` runs for these arguments (this instance's options)."""
+        return plan_ntt(
+            k,
+            inverse=inverse,
+            coset=coset,
+            input_order=input_order,
+            output_order=output_order,
+            max_levels=self.max_levels,
+            small=self.small,
+        )
+
+    def h_plan(self, k: int) -> list[Pass]:
+        """The passes :meth:`h_step` runs at 2^k (this instance's options)."""
+        return plan_h_step(k, self.max_levels, small=self.small)
+
+    def h_key(self, k: int) -> tuple[Any, ...]:
+        """The program-cache key of :meth:`h_plan` on the current device."""
+        return ("h_step", require_cupy().cuda.runtime.getDevice(), k)
 
     def module(self) -> KernelModule:
         """ntt.cu with this instance's tuning, on the current device."""
@@ -449,6 +524,7 @@ class CudaNtt:
                 )
                 s.synchronize()
             st.tw, st.tw_log = tw, k
+            st.generation += 1
         return st.tw, st.tw_log
 
     def release_twiddles(self) -> int:
@@ -461,18 +537,38 @@ class CudaNtt:
             return 0
         nbytes = int(st.tw.nbytes)
         st.tw, st.tw_log = None, 0
+        st.generation += 1  # cached programs referring to it are stale
+        self._programs.clear()  # and must not keep its memory alive
         return nbytes
 
-    def table(self, kind: str, k: int) -> tuple[Any, Any, int]:
-        """The factor table ``kind`` of size 2^k on the current device (built on first need)."""
+    def table(self, kind: str, k: int, full: bool = False) -> tuple[Any, Any, int]:
+        """The factor table ``kind`` of size 2^k on the current device (built on first need):
+        split (hi, lo, sb), or with ``full`` (hi, f, k) where f[j] = hi[j >> sb] lo[j & mask]
+        for every j < 2^k, built on the device from the split one (one multiplication per
+        entry, in lo's form: the product of a Montgomery hi and lo keeps lo's form)."""
         cupy = require_cupy()
         st = _device_tables()
-        key = (kind, k)
+        key = (kind, k, full)
         if key not in st.tables:
-            hi, lo, sb = factor_table_values(kind, k)
-            st.tables[key] = (cupy.asarray(hi), cupy.asarray(lo), sb)
+            if full:
+                hi, lo, sb = self.table(kind, k)
+                f = cupy.empty((1 << k, 4), dtype=cupy.uint64)
+                self.module().get_function("fr_build_powers")(
+                    (((1 << k) + 255) // 256,), (256,), (f, hi, lo, np.int32(sb), np.uint64(1 << k))
+                )
+                st.tables[key] = (hi, f, k)
+            else:
+                hi, lo, sb = factor_table_values(kind, k)
+                st.tables[key] = (cupy.asarray(hi), cupy.asarray(lo), sb)
             cupy.cuda.Device().synchronize()
         return st.tables[key]
+
+    def pass_tables(self, p: Pass) -> tuple[tuple[Any, Any, int] | None, ...]:
+        """The (pre, post) factor tables pass ``p`` reads (None where it reads none), built
+        on first need: what a warm-up calls so that no table is built inside a timed run."""
+        pre = self.table(p.pre, p.k, bool(p.flags & F_PRE_FULL)) if p.pre else None
+        post = self.table(p.post, p.k, bool(p.flags & F_POST_FULL)) if p.post else None
+        return pre, post
 
     def consts(self, k: int) -> Any:
         """[n^-1, Z(g)^-1] for n = 2^k on the current device (see :func:`const_values`)."""
@@ -484,9 +580,21 @@ class CudaNtt:
         return st.consts[k]
 
     # --- execution --------------------------------------------------------------------------
-    def run_plan(self, plans: list[Pass], buffers: dict[str, Any], batch: int, stream: Any) -> None:
-        """Launch every pass of ``plans`` on ``stream`` with the named buffers."""
+    def run_plan(
+        self,
+        plans: list[Pass],
+        buffers: dict[str, Any],
+        batch: int,
+        stream: Any,
+        key: tuple[Any, ...] | None = None,
+    ) -> None:
+        """Launch every pass of ``plans`` on ``stream`` with the named buffers. With the small
+        plans, ``key`` (naming ``plans`` and ``batch`` uniquely) caches the resolved launches."""
         if not plans:
+            return
+        if self.small:
+            with stream:
+                self._program(plans, batch, key).launch(buffers)
             return
         mod = self.module()
         k = plans[0].k
@@ -501,17 +609,64 @@ class CudaNtt:
         consts: Any,
     ) -> None:  # fmt: skip
         """One pass; unused table pointers point at ``consts`` (never read)."""
-        pre_hi, pre_lo, pre_sb = self.table(p.pre, p.k) if p.pre else (consts, consts, 0)
-        post_hi, post_lo, post_sb = self.table(p.post, p.k) if p.post else (consts, consts, 0)
+        fn, args = self._pass_args(p, mod, tw, K, consts)
+        args = tuple(buffers[a] if isinstance(a, str) else a for a in args)
+        fn(p.grid(batch), (p.block,), args, shared_mem=p.shared_bytes)
+
+    def _pass_args(
+        self, p: Pass, mod: KernelModule, tw: Any, K: int, consts: Any
+    ) -> tuple[Any, tuple[Any, ...]]:
+        """(kernel, argument tuple) of pass ``p``, with buffer names (str) where the caller's
+        arrays go; unused table pointers point at ``consts`` (never read). A tile above 48 KiB
+        raises the kernel's dynamic shared-memory limit (once per size)."""
+        pre, post = self.pass_tables(p)
+        pre_hi, pre_lo, pre_sb = pre or (consts, consts, 0)
+        post_hi, post_lo, post_sb = post or (consts, consts, 0)
         fn = mod.get_function("ntt_pass_dit" if p.dit else "ntt_pass_dif")
+        if (
+            p.shared_bytes > DEFAULT_SHARED_BYTES
+            and fn.max_dynamic_shared_size_bytes < p.shared_bytes
+        ):
+            fn.max_dynamic_shared_size_bytes = p.shared_bytes
         args = (
-            buffers[p.dst], buffers[p.src], tw,
+            p.dst, p.src, tw,
             np.int32(p.k), np.int32(p.s), np.int32(p.L), np.int32(p.log_c), np.int32(K),
             np.int32(int(p.inverse)), np.int32(p.flags), np.int32(pre_sb),
             np.int32(post_sb), pre_hi, pre_lo, post_hi, post_lo, consts,
-            buffers[p.qa] if p.qa else consts, buffers[p.qb] if p.qb else consts,
+            p.qa or consts, p.qb or consts,
         )  # fmt: skip
-        fn(p.grid(batch), (p.block,), args, shared_mem=p.shared_bytes)
+        return fn, args
+
+    def _program(
+        self, plans: list[Pass], batch: int, key: tuple[Any, ...] | None = None
+    ) -> _Program:
+        """The launches of ``plans`` with everything but the caller's buffers resolved, cached
+        under ``key`` (when given) until the device's twiddle table is rebuilt.
+
+        Why: at 2^16 .. 2^20 a transform's kernels take 0.01 .. 0.25 ms, and the host work
+        before the first launch (planning, table look-ups, building 19 arguments per pass) is
+        on the critical path of every call: the GPU is idle until the first launch arrives."""
+        cupy = require_cupy()
+        st = _device_tables()
+        if key is not None:
+            prog = self._programs.get(key)
+            if prog is not None and prog.generation == st.generation:
+                return prog
+        mod = self.module()
+        k = plans[0].k
+        tw, K = self.twiddles(k, cupy.cuda.get_current_stream())
+        consts = self.consts(k)
+        launches = []
+        for p in plans:
+            fn, args = self._pass_args(p, mod, tw, K, consts)
+            slots = tuple(i for i, a in enumerate(args) if isinstance(a, str))
+            launches.append((fn, p.grid(batch), (p.block,), p.shared_bytes, list(args), slots))
+        prog = _Program(st.generation, launches)
+        if key is not None:
+            if len(self._programs) >= MAX_PROGRAMS:
+                self._programs.clear()
+            self._programs[key] = prog
+        return prog
 
     def ntt(
         self,
@@ -546,13 +701,27 @@ class CudaNtt:
             if k == 0:
                 out[...] = x
                 return out
-            plans = plan_ntt(
+            if self.small:
+                key = (cupy.cuda.runtime.getDevice(), k, inverse, coset, input_order,
+                       output_order, batch)  # fmt: skip
+                prog = self._programs.get(key)
+                if prog is None or prog.generation != _device_tables().generation:
+                    plans = self.plan(
+                        k,
+                        inverse=inverse,
+                        coset=coset,
+                        input_order=input_order,
+                        output_order=output_order,
+                    )
+                    prog = self._program(plans, batch, key)
+                prog.launch({"x": x, "out": out})
+                return out
+            plans = self.plan(
                 k,
                 inverse=inverse,
                 coset=coset,
                 input_order=input_order,
                 output_order=output_order,
-                max_levels=self.max_levels,
             )
             self.run_plan(plans, {"x": x, "out": out}, batch, s)
         return out
@@ -588,10 +757,6 @@ class CudaNtt:
                 raise ValueError(f"out must be a C-contiguous ({n}, 4) uint64 array")
             wb = _alloc(cupy, (n, 4), allocator)
             wc = _alloc(cupy, (n, 4), allocator)
-            self.run_plan(
-                plan_h_step(k, self.max_levels),
-                {"a": a, "b": b, "c": c, "out": out, "wb": wb, "wc": wc},
-                1,
-                s,
-            )
+            bufs = {"a": a, "b": b, "c": c, "out": out, "wb": wb, "wc": wc}
+            self.run_plan(self.h_plan(k), bufs, 1, s, self.h_key(k))
         return out[: n - 1]

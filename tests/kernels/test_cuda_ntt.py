@@ -10,7 +10,11 @@ with 0xFF.. before each run):
   output at 3 random positions against a direct Horner evaluation of the polynomial on the GPU
   (P(g^c w^i), independent of the NTT code);
 - H step: the full output against the reference at k = 10, and the identity
-  (A B - C)(tau) = H(tau) Z(tau) at a random tau for k up to 24, evaluations on the GPU.
+  (A B - C)(tau) = H(tau) Z(tau) at a random tau for k up to 24, evaluations on the GPU;
+- the small plans (tuning ntt_small on): the same checks at k = 1 .. 13 (every combination,
+  each twice so the cached launches run with other buffers), 15, 16 (reference), and at 17, 20,
+  21, 22 bit-equality with the default plans plus round trips and Horner spot checks; their
+  H step against the reference (k = 5, 12) and the identity at tau (k = 1 .. 22).
 """
 
 from __future__ import annotations
@@ -259,3 +263,124 @@ def test_random_fr_continues_one_sequence_across_launches(cp) -> None:
     assert int(whole[:, 3].max()) < 1 << 62
     other = cuda_fr.random_fr((n,), seed=seed ^ 1)
     assert int(cp.count_nonzero(cp.all(other == whole, axis=1))) == 0
+
+
+# --- the small plans (tuning ntt_small on) ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def eng_small(cp):
+    from kernels.cuda.ntt import CudaNtt
+    from kernels.tuning import KernelTuning
+
+    return CudaNtt(tuning=KernelTuning(ntt_small="on"))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 11, 12, 13])
+def test_small_ntt_matches_reference_all_combinations(cp, eng_small, k: int) -> None:
+    """Every combination, twice each with fresh inputs (the second call reuses the cached
+    launches with other buffers), batched, against the CPU reference; outputs poisoned."""
+    from kernels.cpu import ntt as ref
+    from kernels.cuda.ntt import from_words, to_words
+
+    n, batch = 1 << k, 2
+    for inv, coset, io, oo in COMBOS:
+        for _ in range(2):
+            vecs = [_rand(n) for _ in range(batch)]
+            x = cp.asarray(np.stack([to_words(v, True) for v in vecs]))
+            out = _poisoned(cp, x.shape)
+            eng_small.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=out)
+            host = cp.asnumpy(out)
+            for bi in range(batch):
+                want = ref.ntt(_reorder(vecs[bi], io), inverse=inv, coset=coset)
+                got = _reorder(from_words(host[bi], True), oo)
+                assert got == want, (k, inv, coset, io, oo, bi)
+
+
+@pytest.mark.parametrize("k", [15, 16])
+def test_small_ntt_matches_reference_mid_sizes(cp, eng_small, k: int) -> None:
+    from kernels.cpu import ntt as ref
+    from kernels.cuda.ntt import from_words, to_words
+
+    rng = random.Random()
+    for inv in (False, True):
+        for coset in (False, True):
+            io, oo = rng.choice(("natural", "bitrev")), rng.choice(("natural", "bitrev"))
+            vals = _rand(1 << k)
+            x = cp.asarray(to_words(vals, True))
+            out = _poisoned(cp, x.shape)
+            eng_small.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=out)
+            want = ref.ntt(_reorder(vals, io), inverse=inv, coset=coset)
+            got = _reorder(from_words(cp.asnumpy(out), True), oo)
+            assert got == want, (k, inv, coset, io, oo)
+
+
+@pytest.mark.parametrize("k", [17, 20, 21, 22])
+def test_small_ntt_large_sizes(cp, eng, eng_small, k: int) -> None:
+    """Where the Python reference is too slow: every combination equals the default plans'
+    output bit for bit (those are checked against the reference above), the round trip gives
+    the input back, and 2 random outputs equal a direct Horner evaluation on the GPU."""
+    from kernels.cpu.ntt import domain_root
+    from kernels.cuda import fr as cuda_fr
+    from kernels.cuda.ntt import from_words
+
+    n = 1 << k
+    w = domain_root(k)
+    rng = random.Random()
+    for inv, coset, io, oo in COMBOS:
+        x = cuda_fr.random_fr((n,), seed=rng.getrandbits(64))
+        y = _poisoned(cp, x.shape)
+        eng_small.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=y)
+        y_default = _poisoned(cp, x.shape)
+        eng.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=y_default)
+        assert bool(cp.all(y == y_default)), ("small != default", k, inv, coset, io, oo)
+        back = _poisoned(cp, x.shape)
+        eng_small.ntt(y, inverse=not inv, coset=coset, input_order=oo, output_order=io, out=back)
+        assert bool(cp.all(back == x)), ("round trip", k, inv, coset, io, oo)
+        xn, yn = _natural(cp, x, io, k), _natural(cp, y, oo, k)
+        shift = FR_COSET_GENERATOR if coset else 1
+        for _ in range(2):
+            i = rng.randrange(n)
+            point = shift * pow(w, i, R) % R
+            if not inv:  # y[i] = P_x(g^c w^i)
+                assert from_words(cp.asnumpy(yn[i]), True)[0] == cuda_fr.evaluate(xn, point)
+            else:  # x[i] = P_y(g^c w^i)
+                assert from_words(cp.asnumpy(xn[i]), True)[0] == cuda_fr.evaluate(yn, point)
+
+
+@pytest.mark.parametrize("k", [5, 12])
+def test_small_h_step_matches_reference(cp, eng_small, k: int) -> None:
+    from kernels.cpu import ntt as ref
+    from kernels.cuda.ntt import from_words, to_words
+
+    n = 1 << k
+    for _ in range(2):  # the second call runs the cached launches
+        a, b = _rand(n), _rand(n)
+        c = [x * y % R for x, y in zip(a, b, strict=True)]
+        c[1] = (c[1] + 3) % R
+        d = [cp.asarray(to_words(v, True)) for v in (a, b, c)]
+        out = _poisoned(cp, (n, 4))
+        eng_small.h_step(*d, out=out, allocator=PoisonAllocator(cp))
+        want = [int(v) for v in ref.h_step_objects(*(ref._as_objects(v) for v in (a, b, c)))]
+        assert from_words(cp.asnumpy(out), False) == want
+
+
+@pytest.mark.parametrize("k", [1, 3, 13, 21, 22])
+def test_small_h_identity_at_tau(cp, eng_small, k: int) -> None:
+    from kernels.cuda import fr as cuda_fr
+
+    n = 1 << k
+    a = cuda_fr.random_fr((n,))
+    b = cuda_fr.random_fr((n,))
+    c = cuda_fr.elementwise("mul", a, b)
+    out = _poisoned(cp, (n, 4))
+    h = eng_small.h_step(a, b, c, out=out, allocator=PoisonAllocator(cp))
+    assert not bool(cp.any(out[n - 1])), "deg H must be <= n-2"
+    tau = random.Random().randrange(2, R)
+    ev = []
+    for v in (a, b, c):
+        coeffs = _poisoned(cp, (n, 4))
+        eng_small.ntt(v, inverse=True, out=coeffs)
+        ev.append(cuda_fr.evaluate(coeffs, tau))
+    h_tau = cuda_fr.evaluate(cuda_fr.elementwise("to_mont", h), tau)
+    assert (ev[0] * ev[1] - ev[2]) % R == h_tau * ((pow(tau, n, R) - 1) % R) % R

@@ -40,7 +40,7 @@ static inline void __syncthreads() {}
 #define __global__
 #define __shared__
 #define __forceinline__ inline
-uint32_t sm[8 << 10];
+uint32_t sm[32 << 10];  // 2^12 elements of 32 bytes: the largest tile a plan uses
 #include "ntt/ntt.cuh"
 
 extern "C" void emu_pass(int dit, fr_t* dst, const fr_t* src, const fr_t* tw, int k, int s, int L,
@@ -91,14 +91,26 @@ class Emulator:
         self.lib.emu_build_powers(_ptr(out), _ptr(hi), _ptr(lo), sb, ctypes.c_ulonglong(count))
         return out
 
+    def table(self, kind: str, k: int, full: bool) -> tuple[np.ndarray, np.ndarray, int]:
+        """As CudaNtt.table: split, or full (every factor, built from the split table). A full
+        table comes with a poisoned hi, so a pass that ignored the FULL flag would fail."""
+        hi, lo, sb = cn.factor_table_values(kind, k)
+        if not full:
+            return hi, lo, sb
+        f = np.zeros((1 << k, 4), dtype=np.uint64)
+        self.lib.emu_build_powers(_ptr(f), _ptr(hi), _ptr(lo), sb, ctypes.c_ulonglong(1 << k))
+        return np.full_like(hi, np.uint64(0xFFFFFFFFFFFFFFFF)), f, k
+
     def run(self, plans: list[cn.Pass], bufs: dict[str, np.ndarray], batch: int, K: int) -> None:
         k = plans[0].k
         tw = self.twiddles(K)
         consts = cn.const_values(k)
         keep = []
         for p in plans:
-            pre = cn.factor_table_values(p.pre, k) if p.pre else (consts, consts, 0)
-            post = cn.factor_table_values(p.post, k) if p.post else (consts, consts, 0)
+            assert p.tile_log <= cn.WHOLE_TILE_LOG  # the shim's shared array
+            pre_full, post_full = bool(p.flags & cn.F_PRE_FULL), bool(p.flags & cn.F_POST_FULL)
+            pre = self.table(p.pre, k, pre_full) if p.pre else (consts, consts, 0)
+            post = self.table(p.post, k, post_full) if p.post else (consts, consts, 0)
             keep += [pre, post]
             gx, gy = p.grid(batch)
             self.lib.emu_pass(
@@ -123,8 +135,12 @@ def _reorder(vals: list[int], order: str) -> list[int]:
     return [vals[int(i)] for i in idx]
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 11, 12])
-def test_plans_match_reference(emu: ctypes.CDLL, k: int) -> None:
+@pytest.mark.parametrize(
+    "k, small",
+    [(1, False), (2, False), (3, False), (5, False), (8, False), (11, False), (12, False)]
+    + [(1, True), (2, True), (7, True), (11, True), (12, True), (13, True)],
+)
+def test_plans_match_reference(emu: ctypes.CDLL, k: int, small: bool) -> None:
     em = Emulator(emu)
     n = 1 << k
     batch = 2
@@ -138,7 +154,12 @@ def test_plans_match_reference(emu: ctypes.CDLL, k: int) -> None:
                     x = np.stack([cn.to_words(v, True) for v in vecs])
                     out = np.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))  # poisoned
                     plans = cn.plan_ntt(
-                        k, inverse=inverse, coset=coset, input_order=io, output_order=oo
+                        k,
+                        inverse=inverse,
+                        coset=coset,
+                        input_order=io,
+                        output_order=oo,
+                        small=small,
                     )
                     em.run(plans, {"x": x, "out": out}, batch, K)
                     for b in range(batch):
@@ -148,8 +169,10 @@ def test_plans_match_reference(emu: ctypes.CDLL, k: int) -> None:
                         assert _reorder(got, oo) == want, (k, inverse, coset, io, oo, b)
 
 
-@pytest.mark.parametrize("k", [1, 2, 4, 7, 11])
-def test_h_step_plan_matches_reference(emu: ctypes.CDLL, k: int) -> None:
+@pytest.mark.parametrize(
+    "k, small", [(1, False), (2, False), (4, False), (7, False), (11, False), (3, True), (12, True)]
+)
+def test_h_step_plan_matches_reference(emu: ctypes.CDLL, k: int, small: bool) -> None:
     em = Emulator(emu)
     n = 1 << k
     a, b = _rand(n), _rand(n)
@@ -158,7 +181,7 @@ def test_h_step_plan_matches_reference(emu: ctypes.CDLL, k: int) -> None:
     bufs = {name: cn.to_words(v, True) for name, v in (("a", a), ("b", b), ("c", c))}
     for name in ("out", "wb", "wc"):
         bufs[name] = np.full((n, 4), np.uint64(0xFFFFFFFFFFFFFFFF), dtype=np.uint64)
-    em.run(cn.plan_h_step(k), bufs, 1, k)
+    em.run(cn.plan_h_step(k, small=small), bufs, 1, k)
     got = cn.from_words(bufs["out"], False)  # canonical output
     want = [int(v) for v in ref.h_step_objects(*(ref._as_objects(v) for v in (a, b, c)))]
     assert got == want
@@ -171,3 +194,33 @@ def test_split_levels() -> None:
     for k in range(1, 28):
         parts = cn.split_levels(k)
         assert sum(parts) == k and max(parts) <= cn.TILE_LOG
+
+
+def test_small_plans_shape() -> None:
+    """What the small plans promise: one pass up to 2^12, passes of at most 11 levels above,
+    2^10-element tiles wherever a pass has at most 10 levels (the default grids), full tables up
+    to 2^22 and split ones above, and nothing changed with small off."""
+    for k in range(1, 28):
+        plans = cn.plan_ntt(k, inverse=True, coset=True, input_order="natural",
+                            output_order="natural", small=True)  # fmt: skip
+        levels = [p.L for p in plans]
+        assert sum(levels) == k
+        if k <= cn.WHOLE_TILE_LOG:
+            assert levels == [k]
+        else:
+            assert max(levels) <= cn.SMALL_TILE_LOG
+            assert len(plans) == len(cn.split_levels(k, cn.SMALL_TILE_LOG))
+        assert all(p.tile_log <= max(p.L, cn.TILE_LOG) for p in plans)
+        assert bool(plans[-1].flags & cn.F_POST_FULL) == (k <= cn.FULL_TABLE_MAX_LOG)
+        default = cn.plan_ntt(k, inverse=True, coset=True, input_order="natural",
+                              output_order="natural")  # fmt: skip
+        if cn.WHOLE_TILE_LOG < k <= 2 * cn.TILE_LOG:  # the same passes and tiles
+            assert [(p.L, p.log_c) for p in plans] == [(p.L, p.log_c) for p in default]
+        assert all(not p.flags & (cn.F_PRE_FULL | cn.F_POST_FULL) for p in default)
+        assert max(p.tile_log for p in default) <= cn.TILE_LOG
+    assert [p.L for p in cn.plan_ntt(22, inverse=False, coset=False, input_order="natural",
+                                     output_order="natural", small=True)] == [11, 11]  # fmt: skip
+    # one multiplication per element less for each full table (coset forward at 2^20)
+    kw = dict(inverse=False, coset=True, input_order="natural", output_order="natural")
+    small_cost = cn.plan_cost(cn.plan_ntt(20, small=True, **kw))[1]
+    assert cn.plan_cost(cn.plan_ntt(20, **kw))[1] - small_cost == 1 << 20

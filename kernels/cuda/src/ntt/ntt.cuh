@@ -25,9 +25,10 @@
 #include "field/fr_mul.cuh"  // fr_mul: the Fr multiplication of every kernel here
 #include "field/fr_io.cuh"  // fr_load, fr_ldg, fr_store
 
-#ifndef NTT_MAX_TILE_LOG
-#define NTT_MAX_TILE_LOG 10  // a tile holds at most 2^10 elements = 32 KiB of shared memory
-#endif
+// Tile size: chosen per pass by the planner (kernels/cuda/ntt.py): at most 2^10 elements
+// (32 KiB of shared memory) by default; with the "small" plans (ntt_small on) 2^11 in a pass of a
+// longer transform and 2^12 (128 KiB) for a whole transform in one block, through the
+// launch's opt-in dynamic shared memory. The kernel itself takes any tile that fits.
 
 // Flags of one pass (host side: kernels/cuda/ntt.py).
 #define NTT_F_GATHER 1       // read src[bitrev_k(p)] instead of src[p]
@@ -35,6 +36,8 @@
 #define NTT_F_POST_CONST 4   // y *= post_const[0]
 #define NTT_F_POST_TABLE 8   // y *= post_hi[j >> sb] * post_lo[...], j = output's natural index
 #define NTT_F_QUOTIENT 16    // y = qa[p] * qb[p] - y (H-step quotient; 1/Z(g) is in the last table)
+#define NTT_F_PRE_FULL 32    // the pre table is full: factor = pre_lo[j] (one multiplication less)
+#define NTT_F_POST_FULL 64   // the post table is full: factor = post_lo[j]
 
 __device__ __forceinline__ uint32_t ntt_brev(uint32_t p, int k) {
     return k == 0 ? 0u : (__brev(p) >> (32 - k));
@@ -139,7 +142,8 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
         fr_t x = fr_load(src + ((a.flags & NTT_F_GATHER) ? ntt_brev(p, a.k) : p));
         if (a.flags & NTT_F_PRE_TABLE) {
             const uint32_t j = DIT ? ntt_brev(p, a.k) : p;  // coefficient index of x
-            x = fr_mul(x, split_factor(pre_hi, pre_lo, a.pre_sb, j));
+            x = fr_mul(x, (a.flags & NTT_F_PRE_FULL) ? fr_ldg(pre_lo + j)
+                                                     : split_factor(pre_hi, pre_lo, a.pre_sb, j));
         }
         sm_put(sm, ts, e, x);
     }
@@ -219,7 +223,9 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
         if (a.flags & NTT_F_POST_CONST) y = fr_mul(y, fr_ldg(post_const));
         if (a.flags & NTT_F_POST_TABLE) {
             const uint32_t j = DIT ? p : ntt_brev(p, a.k);  // natural index of the output
-            y = fr_mul(y, split_factor(post_hi, post_lo, a.post_sb, j));
+            y = fr_mul(y, (a.flags & NTT_F_POST_FULL)
+                              ? fr_ldg(post_lo + j)
+                              : split_factor(post_hi, post_lo, a.post_sb, j));
         }
         if (a.flags & NTT_F_QUOTIENT) {
             y = fr_mul(fr_load(qa + boff + p), fr_load(qb + boff + p)) - y;
