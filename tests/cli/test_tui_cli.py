@@ -17,8 +17,10 @@ from provetop.cli import main
         (["watch", "tcp://127.0.0.1:7001"], "needs --token-file"),
         (["top", "--interval", "0"], "--interval must be above 0"),
         (["top", "--interval", "nan"], "--interval must be above 0"),
-        (["top", "--cuzk-interval", "-1", "--cuzk-status", "http://127.0.0.1:9"],
-         "--cuzk-interval must be a positive"),  # fmt: skip
+        (
+            ["top", "--cuzk-interval", "-1", "--cuzk-status", "http://127.0.0.1:9"],
+            "--cuzk-interval must be a positive",
+        ),  # fmt: skip
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
