@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "run": "run the engine and watch it in the dashboard",
     "engine": "run the proving engine (headless), serving telemetry on a socket",
     "watch": "attach the dashboard to one or more running engines",
+    "top": "the local GPUs from NVML, like nvitop; attaches engines as they start",
     "replay": "replay a recording in the dashboard",
     "summary": "print the per-partition summary of a recording",
     "export": "convert a recording (for example to a Perfetto trace)",

@@ -118,6 +118,9 @@ METRICS: dict[str, MetricSpec] = {
            "ECC errors since the driver loaded (severity=corrected or uncorrected)", "gpu"),
         _m("gpu_retired_pages", "gauge", DEV, "memory pages retired or pending retirement",
            "gpu"),
+        _m("gpu_xid_errors", "gauge", DEV,
+           "XID critical errors NVML reported since the engine began watching (absent where "
+           "the GPU does not report XID events)", "gpu"),
         # -- per worker
         _m("worker_state", "gauge", ("device", "worker", "state"),
            "1 for the worker's current state (idle, synthesis, prestage, waiting, gpu, "
@@ -417,6 +420,7 @@ def build_families(snap: dict[str, Any]) -> list[Metric]:
         gauge("gpu_ecc_errors", (d, "corrected"), g.get("ecc_corrected"))
         gauge("gpu_ecc_errors", (d, "uncorrected"), g.get("ecc_uncorrected"))
         gauge("gpu_retired_pages", (d,), g.get("retired_pages"))
+        gauge("gpu_xid_errors", (d,), g.get("xid_count"))
 
     for device, worker in snap["workers"]:
         phases = snap["open"].get((device, worker)) or ()

@@ -158,6 +158,14 @@ GPU_FIELDS: dict[str, Field] = {
     "ecc_corrected": _opt(INT, "corrected ECC errors since the driver loaded (volatile)"),
     "ecc_uncorrected": _opt(INT, "uncorrected ECC errors since the driver loaded (volatile)"),
     "retired_pages": _opt(INT, "memory pages retired or pending retirement (all causes)"),
+    "mem_used": _opt(INT, "device memory used, bytes (NVML v2: the nvidia-smi view)"),
+    "mem_total": _opt(INT, "device memory, bytes (NVML v2)"),
+    "xid_count": _opt(
+        INT,
+        "XID critical errors NVML reported since the reader began watching (absent: the GPU "
+        "or driver does not report XID events, shown as n/a)",
+    ),
+    "xid_last": _opt(INT, "the code of the last XID counted (absent until one is seen)"),
     "processes": _opt(
         LIST,
         "compute processes on the GPU: {pid, used (bytes, absent when NVML cannot say), user, "

@@ -14,7 +14,9 @@ import socket
 import stat
 import tempfile
 
-__all__ = ["default_address", "local_engines"]
+__all__ = ["answers", "default_address", "local_engines", "new_engines"]
+
+POLL_S = 2.0  # how often a monitor looks for engines that started after it
 
 
 def local_engines() -> list[str]:
@@ -36,16 +38,27 @@ def local_engines() -> list[str]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
+def answers(path: str) -> bool:
+    """Whether the socket at ``path`` accepts a connection (a crashed engine leaves its socket
+    file behind: that one refuses)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(0.5)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 def default_address() -> str | None:
     """The newest local engine socket that accepts a connection, or None."""
-    for path in local_engines():
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(0.5)
-        try:
-            probe.connect(path)
-        except OSError:
-            continue
-        finally:
-            probe.close()
-        return path
-    return None
+    return next((path for path in local_engines() if answers(path)), None)
+
+
+def new_engines(known: set[str]) -> list[str]:
+    """Local engines not in ``known`` that accept a connection, oldest first: what a monitor
+    (``provetop top``) attaches to when it polls every :data:`POLL_S` seconds. Only unknown
+    sockets are probed, so an engine already watched sees no extra connection."""
+    return [path for path in reversed(local_engines()) if path not in known and answers(path)]

@@ -10,6 +10,11 @@ preset's capacity, two workers each, the memory-aware allocator, so pre-stage sk
 fallbacks show), attaches the dashboard through the engine's socket at 160x48 as ``provetop
 watch`` would, adds a marker, lets it run a few seconds and saves the screen.
 
+With ``--top`` it saves ``provetop top`` instead (docs/screenshot-top.svg): the local GPUs
+monitor, with NVML replaced by the tests' fake ``pynvml`` replaying recorded-style readings of
+two H200s (``tests/fixtures/nvml/``; not read from a card, and the caption says so), then the
+same cpu engine started after it and attached by discovery, the monitor shown again (``e``).
+
 Why a script here and not a module of the product: it is the one place that runs the engine and
 the dashboard in one process. The dashboard may not import the engine (the layers of
 docs/architecture.md, checked by ``lint-imports``), and nothing the product imports needs this.
@@ -19,11 +24,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sys
+import tempfile
 import time
 
 from engine.config import from_preset
 from engine.runner import Engine
 from sources.live import LiveSource
+from sources.nvml import NvmlSource
+from tests.sources.fake_pynvml import FakeNvml
 from tui.app import ProvetopApp
 
 
@@ -53,14 +63,44 @@ async def _shoot(out: str, seconds: float, size: tuple[int, int]) -> None:
         engine.close()
 
 
+async def _shoot_top(out: str, seconds: float, size: tuple[int, int]) -> None:
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="shot-")  # only this engine
+    sys.modules["pynvml"] = FakeNvml()  # recorded-style readings, not a card
+    app = ProvetopApp([NvmlSource(interval=0.5)], discover=True, panel="health")
+    async with app.run_test(size=size) as pilot:
+        deadline = time.monotonic() + 30
+        while len(app.views[0].state.gpu) < 2:
+            if time.monotonic() > deadline:
+                raise SystemExit("the monitor produced no samples")
+            await pilot.pause(0.1)
+        config = from_preset("ci", backend="cpu", proofs=400, workers_per_device=2)
+        engine = Engine(config, listen=None, record=None)
+        engine.start()
+        try:
+            while len(app.views) < 2 or app.views[1].state.hello is None:
+                if time.monotonic() > deadline + 30:
+                    raise SystemExit("the engine was not attached")
+                await pilot.pause(0.1)
+            await pilot.pause(seconds)
+            app.selected = 0  # the monitor again, the engine in the header
+            app.redraw()
+            await pilot.pause(0.3)
+            app.save_screenshot(filename=out)
+        finally:
+            engine.stop("screenshot taken")
+            engine.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", help="the SVG file to write")
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--size", default="160x48", help="terminal size, COLUMNSxROWS")
+    parser.add_argument("--top", action="store_true", help="provetop top (replayed NVML)")
     args = parser.parse_args()
     columns, rows = (int(n) for n in args.size.lower().split("x"))
-    asyncio.run(_shoot(args.out, args.seconds, (columns, rows)))
+    shoot = _shoot_top if args.top else _shoot
+    asyncio.run(shoot(args.out, args.seconds, (columns, rows)))
 
 
 if __name__ == "__main__":

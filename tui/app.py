@@ -24,7 +24,9 @@ from textual.widgets import Footer
 
 from recordings.state import LogLine, State
 from recordings.writer import RecordingWriter, default_recording_dir, default_recording_path
+from sources.discovery import POLL_S, new_engines
 from sources.errors import SourceError
+from sources.live import LiveSource
 from sources.protocol import EventSource
 from sources.replay import open_replay
 from sources.replay_memory import ReplaySource
@@ -135,10 +137,17 @@ class ProvetopApp(App[int]):
         live_clock: bool = True,
         light: bool = False,
         stop: Callable[[], object] | None = None,
+        discover: bool = False,
+        panel: str | None = None,
     ) -> None:
         """``stop``: called in a thread when the operator quits (``provetop run`` stops its
-        engine there); the screen says "stopping…" until it returns."""
+        engine there); the screen says "stopping…" until it returns. ``discover``: look for
+        local engines every ``POLL_S`` seconds and attach each new one (``provetop top``).
+        ``panel``: the panel shown first beside the timeline (``memory`` or ``health``)."""
         super().__init__()
+        self.discover = discover
+        self._known: set[str] = set()  # engine sockets already attached (discovery)
+        self._discovery_stop = threading.Event()
         self.stop = stop
         self.stopping = False
         if light:
@@ -161,8 +170,9 @@ class ProvetopApp(App[int]):
         self._sources_closed = False
         self.saved: list[Path] = []
         self._device: int | None = None
-        self.compact_panel = "memory-box"
-        self.top_right = "memory-box"  # the wide grid's top-right cell: memory or device health
+        first = f"{panel}-box" if panel in ("memory", "health") else "memory-box"
+        self.compact_panel = first
+        self.top_right = first  # the wide grid's top-right cell: memory or device health
         self._enabled: tuple = ()
         self._grid_rows: tuple = ()
         self._grid_columns: tuple = ()
@@ -207,6 +217,8 @@ class ProvetopApp(App[int]):
         self.timeline.focus()
         for view in self.views:
             self._start_source(view)
+        if self.discover:
+            self.run_worker(self._discover_loop, thread=True, name="discovery", exit_on_error=False)
         if self.mode == "replay":
             if self._replay_source is not None:
                 self._replay_loaded(self._replay_source)
@@ -281,6 +293,26 @@ class ProvetopApp(App[int]):
             exit_on_error=False,
         )
 
+    def _discover_loop(self) -> None:
+        """Attach every local engine that starts while the dashboard runs (thread worker)."""
+        while not self._discovery_stop.is_set() and not self._sources_closed:
+            try:
+                found = new_engines(self._known)
+            except OSError:  # the runtime directory went away: look again next time
+                found = []
+            for path in found:
+                self._known.add(path)
+                self._call(self.add_source, LiveSource(path, reconnect=False))
+            self._discovery_stop.wait(POLL_S)
+
+    def add_source(self, source: EventSource) -> EngineView:
+        """Watch one more source in the running app (an engine found after the start)."""
+        view = EngineView(source)
+        self.views.append(view)
+        self._start_source(view)
+        self._dirty = True
+        return view
+
     def _call(self, fn, *args) -> None:
         if self._sources_closed:
             return
@@ -310,6 +342,7 @@ class ProvetopApp(App[int]):
             kind = event.get("k")
             if kind == "hello":
                 view.sessions += 1
+                self._select_new_engine(view)
                 if state.hello is not None or state.events:
                     old = state
                     state = view.state = State()
@@ -320,6 +353,17 @@ class ProvetopApp(App[int]):
                 self._acknowledge(view, event)
         view.last_event_at = time.monotonic()
         self._dirty = True
+
+    def _select_new_engine(self, view: EngineView) -> None:
+        """An engine's first session while the machine's GPU monitor is shown: show the
+        engine (the monitor stays a key ``e`` away)."""
+        current = self.view
+        if view.sessions != 1 or current is None or current is view or self.mode != "live":
+            return
+        if getattr(view.source, "monitor", False) or not getattr(current.source, "monitor", False):
+            return
+        self.selected = self.views.index(view)
+        self.notify(f"attached {view.source.label} (e: next source)", timeout=4, markup=False)
 
     def _acknowledge(self, view: EngineView, event: dict[str, Any]) -> None:
         pending = view.pending.pop(int(event.get("id", -1)), None)
@@ -769,6 +813,7 @@ class ProvetopApp(App[int]):
 
     def close_sources(self) -> None:
         self._sources_closed = True
+        self._discovery_stop.set()
         for view in self.views:
             try:
                 view.source.close()

@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
-from engine.nvml import NvmlDevice
 from kernels.cuda.runtime import require_cupy
+from provetop.nvml import NvmlDevice
 
 # cudaMemPoolAttr values (driver_types.h)
 ATTR_RESERVED_CURRENT, ATTR_RESERVED_HIGH, ATTR_USED_CURRENT, ATTR_USED_HIGH = 5, 6, 7, 8

@@ -1,8 +1,10 @@
 """``provetop watch [ADDRESS ...]``: attach the dashboard to one or more running engines.
 
 Without an address it finds the newest engine running on this machine for this user (the
-private Unix socket ``provetop engine`` prints). Its sources are those of the ``sources``
-package: live engines, a cuzk prover's log and status endpoint.
+private Unix socket ``provetop engine`` prints); where none runs it becomes ``provetop top``:
+the local GPUs from NVML, and every engine that starts later attached as it appears. Its
+sources are those of the ``sources`` package: live engines, a cuzk prover's log and status
+endpoint, the local GPUs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sources.cuzk.source import CuzkSource
 from sources.discovery import default_address
 from sources.headless import run_headless
 from sources.live import LiveSource
+from sources.nvml import NvmlSource
 from tui.app import ProvetopApp
 
 
@@ -30,23 +33,7 @@ def add_parser(sub, name: str, help_text: str) -> None:
         help="unix:PATH, a socket path, or tcp://127.0.0.1:PORT (default: the local engine)",
     )
     p.add_argument("--token-file", metavar="F", help="token for tcp:// engines")
-    p.add_argument(
-        "--cuzk-log",
-        metavar="FILE",
-        help="follow a cuzk prover's log (like tail -F; '-' reads standard input); read-only",
-    )
-    p.add_argument(
-        "--cuzk-status",
-        metavar="URL",
-        help="poll a cuzk prover's GET /status endpoint (with or without --cuzk-log)",
-    )
-    p.add_argument(
-        "--cuzk-interval",
-        type=float,
-        default=1.0,
-        metavar="S",
-        help="seconds between /status polls (default 1)",
-    )
+    add_cuzk_arguments(p)
     p.add_argument(
         "--metrics",
         metavar="HOST:PORT",
@@ -65,6 +52,27 @@ def add_parser(sub, name: str, help_text: str) -> None:
         help="where S saves recordings (default: the recordings directory)",
     )
     add_display_arguments(p)
+
+
+def add_cuzk_arguments(p: argparse.ArgumentParser) -> None:
+    """The cuzk prover's sources, shared by watch and top."""
+    p.add_argument(
+        "--cuzk-log",
+        metavar="FILE",
+        help="follow a cuzk prover's log (like tail -F; '-' reads standard input); read-only",
+    )
+    p.add_argument(
+        "--cuzk-status",
+        metavar="URL",
+        help="poll a cuzk prover's GET /status endpoint (with or without --cuzk-log)",
+    )
+    p.add_argument(
+        "--cuzk-interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between /status polls (default 1)",
+    )
 
 
 def add_display_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,6 +101,31 @@ def _readable_or_pending(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.R_OK)
 
 
+def cuzk_source(args: argparse.Namespace, on_events=None) -> CuzkSource:
+    """The cuzk prover's source from ``--cuzk-log``/``--cuzk-status`` (checked first)."""
+    if args.cuzk_interval <= 0:
+        raise UsageError("--cuzk-interval must be a positive number of seconds")
+    if args.cuzk_log not in (None, "-") and not _readable_or_pending(args.cuzk_log):
+        raise UsageError(f"--cuzk-log {args.cuzk_log}: not a readable file")
+    return CuzkSource(
+        args.cuzk_log, args.cuzk_status, status_interval=args.cuzk_interval, on_events=on_events
+    )
+
+
+def run_monitor(args: argparse.Namespace, sources: list, interval: float) -> int:
+    """``provetop top``: the local GPUs (NVML, every ``interval`` seconds), then ``sources``
+    (a cuzk prover's), and every local engine that starts later, attached as it appears."""
+    monitor = NvmlSource(interval=interval)
+    app = ProvetopApp(
+        [monitor, *sources],
+        save_dir=args.save_dir,
+        light=args.light,
+        discover=True,
+        panel="health",
+    )
+    return int(app.run() or 0)
+
+
 def run(args: argparse.Namespace) -> int:
     addresses = list(args.addresses)
     token = read_token(args.token_file)
@@ -114,23 +147,10 @@ def run(args: argparse.Namespace) -> int:
         except MetricsAddressError as exc:
             raise UsageError(str(exc)) from None
     if cuzk:
-        if args.cuzk_interval <= 0:
-            raise UsageError("--cuzk-interval must be a positive number of seconds")
-        if args.cuzk_log not in (None, "-") and not _readable_or_pending(args.cuzk_log):
-            raise UsageError(f"--cuzk-log {args.cuzk_log}: not a readable file")
-        sources.append(
-            CuzkSource(
-                args.cuzk_log,
-                args.cuzk_status,
-                status_interval=args.cuzk_interval,
-                on_events=fold.fold if fold is not None else None,
-            )
-        )
+        sources.append(cuzk_source(args, fold.fold if fold is not None else None))
     if not addresses and not cuzk:
-        if default_address() is None:
-            raise UsageError(
-                "no local engine found: start one with 'provetop engine' or give its ADDRESS"
-            )
+        if default_address() is None:  # nothing to watch yet: the GPU monitor, until one starts
+            return run_monitor(args, sources, interval=1.0)
         sources.append(LiveSource(None))  # the local engine, found again on reconnect
     for text in addresses:
         try:

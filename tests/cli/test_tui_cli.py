@@ -15,7 +15,12 @@ from provetop.cli import main
         (["watch", "http://127.0.0.1:9"], "unsupported address"),
         (["watch", "tcp://127.0.0.1"], "expected tcp://HOST:PORT"),
         (["watch", "tcp://127.0.0.1:7001"], "needs --token-file"),
-        (["watch"], "no local engine found"),
+        (["top", "--interval", "0"], "--interval must be above 0"),
+        (["top", "--interval", "nan"], "--interval must be above 0"),
+        (
+            ["top", "--cuzk-interval", "-1", "--cuzk-status", "http://127.0.0.1:9"],
+            "--cuzk-interval must be a positive",
+        ),  # fmt: skip
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
@@ -23,6 +28,29 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys, tmp_path, 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_watch_with_no_engine_falls_into_the_gpu_monitor(tmp_path, monkeypatch):
+    """What ``provetop top`` runs: the local GPUs and discovery, on the health panel."""
+    import provetop.commands.watch as watch
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # no engine lives here
+    made = []
+
+    class App:
+        def __init__(self, sources, **kw):
+            made.append((sources, kw))
+
+        def run(self):
+            return 0
+
+    monkeypatch.setattr(watch, "ProvetopApp", App)
+    assert main(["watch"]) == 0
+    assert main(["top", "--interval", "0.5"]) == 0
+    for sources, kw in made:
+        assert [type(s).__name__ for s in sources] == ["NvmlSource"]
+        assert kw["discover"] and kw["panel"] == "health"
+    assert [s[0].interval for s, _ in made] == [1.0, 0.5]
 
 
 def test_replay_refuses_what_is_not_a_recording(tmp_path, capsys):

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-import engine.nvml as nvml_module
+import provetop.nvml as nvml_module
 from engine.bus import Bus
 from engine.devices.modeled import ModeledDevice
-from engine.nvml import NvmlDevice, read_gpu, read_processes
 from engine.options import add_engine_arguments, config_from_args
 from engine.sampler import Sampler
 from provetop.errors import UsageError
+from provetop.nvml import NvmlDevice, read_gpu, read_processes
 from recordings.schema import GPU_FIELDS, validate
 
 
@@ -48,6 +48,7 @@ def fake_nvml(fan: bool = True, ecc: bool = True, processes=None):
         nvmlDeviceGetFanSpeed=(lambda h: 35) if fan else unsupported,
         nvmlDeviceGetTotalEccErrors=(lambda h, t, c: 3 * t) if ecc else unsupported,
         nvmlDeviceGetRetiredPages=(lambda h, cause: [1, 2][: cause + 1]) if ecc else unsupported,
+        nvmlDeviceGetMemoryInfo=lambda h, v=None: SimpleNamespace(used=5, free=7, total=12),
         nvmlDeviceGetComputeRunningProcesses=(
             (lambda h: processes) if processes is not None else unsupported
         ),
@@ -56,7 +57,8 @@ def fake_nvml(fan: bool = True, ecc: bool = True, processes=None):
 
 def test_every_field_of_a_gpu_that_reports_them():
     out = read_gpu(fake_nvml(processes=[]), object())
-    assert set(out) == set(GPU_FIELDS)
+    assert set(out) == set(GPU_FIELDS) - {"xid_count", "xid_last"}  # no XID watch given
+    assert out["mem_used"] == 5 and out["mem_total"] == 12
     assert out["power_mw"] == 655_123 and out["pcie_rx_bytes_s"] == 24_000_000 * 1024
     assert out["ecc_uncorrected"] == 3 and out["retired_pages"] == 3
     validate({"k": "gpu", "t": 0, "device": 0, **out})

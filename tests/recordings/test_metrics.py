@@ -79,6 +79,10 @@ def test_gpu_events_become_gauges_and_missing_fields_stay_absent():
     assert fams["provetop_gpu_power_watts"][0].value == pytest.approx(612.0)
     assert fams["provetop_gpu_temperature_celsius"][0].value == 61
     assert "provetop_gpu_fan_ratio" not in fams and "provetop_gpu_power_limit_watts" not in fams
+    assert "provetop_gpu_xid_errors" not in fams  # XIDs not reported: absent, never 0
+    fold.apply({"k": "gpu", "t": 2, "device": 1, "xid_count": 3, "xid_last": 79})
+    xids = {s.labels["device"]: s.value for s in families(fold.render())["provetop_gpu_xid_errors"]}
+    assert xids == {"1": 3}
 
 
 def test_worker_state_follows_the_open_phases():

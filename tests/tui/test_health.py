@@ -21,8 +21,13 @@ def _text(app) -> str:
 def test_figures_show_only_what_the_gpu_reported():
     sample = {"sm_util_pct": 93, "power_mw": 655_000, "power_limit_mw": H200_POWER_LIMIT_MW}
     plain = [chunk.plain for chunk in figures(sample)]
-    assert plain == ["SM 93 %", "power 655 W / 700 W"]
+    assert plain == ["SM 93 %", "power 655 W / 700 W", "XID n/a"]
     assert figures({}) == []
+    xids = [c.plain for c in figures({"temp_c": 50, "xid_count": 2, "xid_last": 79})]
+    assert xids == ["temp 50 °C", "XID 2 (last 79)"]
+    assert figures({"temp_c": 50, "xid_count": 0})[-1].plain == "XID 0"
+    memory = figures({"mem_used": 3 << 30, "mem_total": 141 << 30})[0].plain
+    assert memory == "memory 3.00 GiB / 141.00 GiB"
     full = " ".join(c.plain for c in figures({"fan_pct": 35, "ecc_uncorrected": 2, "temp_c": 64}))
     assert "fan 35 %" in full and "2 uncorrected" in full and "64 °C" in full
 

@@ -102,6 +102,19 @@ class Header(Widget):
     def _progress(self, info: HeaderInfo) -> list[Text]:
         state = info.state
         sep = Text(" │ ", style="dim")
+        hello = state.hello or {}
+        if hello.get("source") == "nvml":  # the machine's GPUs, not a run: no proofs to count
+            config = hello.get("config") or {}
+            out = [Text(" monitoring ", style=STATE_STYLE["running"])]
+            if config.get("nvml_error"):
+                out.append(sep + Text("no GPU visible to NVML", style="bold #d7af00"))
+            else:
+                out.append(sep + Text(f"{len(hello.get('devices', []))} GPUs", style="bold"))
+                if config.get("driver"):
+                    out.append(sep + Text(f"driver {config['driver']}"))
+                out.append(sep + Text(f"every {config.get('interval_s', 1):g} s"))
+            out.append(Text(" · engines attach as they start", style="dim"))
+            return out
         if info.mode == "replay":
             icon = "▶" if info.playing else "⏸"
             head = Text(f" {icon} replay at {info.speed:g}x ", style="bold reverse #00afff")

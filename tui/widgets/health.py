@@ -25,6 +25,7 @@ from tui.widgets.timeline import LABEL_W
 
 CPU_MESSAGE = "no NVIDIA GPU (cpu backend): nothing to show"
 WAITING_MESSAGE = "no NVML samples yet"
+NO_NVML_MESSAGE = "no NVIDIA GPU visible to NVML on this machine ({why}); waiting for engines"
 
 Reader = Callable[[dict[str, Any]], float | None]  # one figure of a sample, None when absent
 
@@ -66,6 +67,9 @@ def figures(sample: dict[str, Any]) -> list[Text]:
         chunk("SM", f"{sample['sm_util_pct']} %")
     if sample.get("mem_util_pct") is not None:
         chunk("mem ctl", f"{sample['mem_util_pct']} %")
+    used, total = sample.get("mem_used"), sample.get("mem_total")
+    if used is not None:
+        chunk("memory", size(used) if total is None else f"{size(used)} / {size(total)}")
     power, limit = sample.get("power_mw"), sample.get("power_limit_mw")
     if power is not None:
         watts = f"{power / 1000:.0f} W"
@@ -94,6 +98,14 @@ def figures(sample: dict[str, Any]) -> list[Text]:
     if sample.get("retired_pages") is not None:
         pages = sample["retired_pages"]
         chunk("retired pages", str(pages), f"bold {FAILURE_COLOUR}" if pages else "")
+    if chunks:  # XIDs are counted only where NVML delivers the event: say n/a, not 0
+        xids = sample.get("xid_count")
+        if xids is None:
+            chunk("XID", "n/a", "dim")
+        else:
+            last = sample.get("xid_last")
+            value = str(xids) if last is None else f"{xids} (last {last})"
+            chunk("XID", value, f"bold {FAILURE_COLOUR}" if xids else "")
     return chunks
 
 
@@ -195,6 +207,9 @@ class HealthPanel(DevicePanel):
             hello = (state.hello if state else None) or {}
             if hello.get("backend") == "cpu" or hello.get("modeled"):
                 return Text(CPU_MESSAGE, style="dim")
+            why = (hello.get("config") or {}).get("nvml_error")
+            if why:  # the GPU monitor found no NVML: say so, and that it still waits
+                return Text(NO_NVML_MESSAGE.format(why=why), style="bold #d7af00")
             return Text(WAITING_MESSAGE, style="dim")
         width = max(20, width)
         devices = sorted(state.gpu)

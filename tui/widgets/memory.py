@@ -173,6 +173,11 @@ def flow(chunks: list[Text], width: int, gap: str = "  ") -> Text:
     return out
 
 
+def _rows(group: Group) -> int:
+    """The rows a group of texts takes (each is flowed to the width already)."""
+    return sum(r.plain.count("\n") + 1 for r in group.renderables if isinstance(r, Text))
+
+
 class MemoryPanel(DevicePanel):
     """Per-device memory; the selected device gets the figures and history, others a bar."""
 
@@ -190,10 +195,61 @@ class MemoryPanel(DevicePanel):
             known |= {int(d.get("index", i)) for i, d in enumerate(self.state.hello["devices"])}
         return sorted(known)
 
+    def _budget(self) -> int | None:
+        """The rows the panel has in the compact layout (the box below the timeline), None in
+        the wide one, where the app grows the grid's row to the panel's height instead."""
+        box = self.parent
+        if not getattr(self.app, "compact", False) or box is None:
+            return None
+        height = getattr(box, "size", None)
+        return height.height if height is not None and height.height > 0 else None
+
     def _content(self, width: int) -> Group | Text:
         if self.state is None or not self.state.memory:
             return Text("no memory samples yet", style="dim")
         width = max(20, width)
+        full = self._full(width)
+        budget = self._budget()
+        if budget is not None and _rows(full) > budget:
+            compact = self._compact(width)
+            if _rows(compact) < _rows(full):
+                return compact
+        return full
+
+    def _compact(self, width: int) -> Group:
+        """The same figures in fewer rows, for a short box (80x24): the selected device's
+        title and bar on one row, its figures, and only its phantom history row; every other
+        device on one row (bar and phantom); the legend. Every figure of the selected device
+        stays; the others' are a key press away (select their lane in the timeline)."""
+        assert self.state is not None
+        devices = self._devices()
+        selected = self.device if self.device in devices else devices[0]
+        out: list[Text] = []
+        for d in devices:
+            sample = self.state.memory.get(d)
+            if sample is None:
+                out.append(Text(f"gpu{d}: no samples", style="dim"))
+                continue
+            p = parts(sample)
+            phantom = phantom_bytes(sample)
+            title = Text(f"gpu{d}", style="bold reverse" if d == selected else "bold")
+            if d != selected:
+                tail = Text(f" PHANTOM {size(phantom)}", style="bold #d7af00" if phantom else "")
+                bar_w = max(10, width - title.cell_len - tail.cell_len - 1)
+                out.append(title + Text(" ") + bar(sample, bar_w) + tail)
+                continue
+            out.append(title + Text(" ") + bar(sample, max(10, width - title.cell_len - 1)))
+            out.extend(self._figures(sample, p, phantom, width).split("\n"))
+            total = p["total"] or int(sample.get("driver_total", 1))
+            series = self.state.series.get(d)
+            rows = history(series, self.state.faults, d, *self.window, width, total)
+            out.extend(row for row in rows if row.plain.startswith("phantom"))
+        out.append(self._legend(width))
+        return Group(*out)
+
+    def _full(self, width: int) -> Group:
+        """Every device's title, bar and figures; the selected one's history; the legend."""
+        assert self.state is not None
         devices = self._devices()
         selected = self.device if self.device in devices else devices[0]
         names = {}

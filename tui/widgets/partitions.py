@@ -29,6 +29,7 @@ class Column:
     label: str
     width: int
     right: bool = True
+    short: tuple[str, int] | None = None  # (label, width) when the table is short of room
 
 
 COLUMNS = (
@@ -42,19 +43,44 @@ COLUMNS = (
     Column("h", "H step", 7),
     Column("msm", "MSM", 7),
     Column("gpu", "GPU", 7),
-    Column("verified", "verified", 8, right=False),
+    Column("verified", "verified", 8, right=False, short=("vfy", 3)),
 )
+# Where the table is narrower than every column (the wide layout at 120 columns), the columns
+# first take their short form, then these go, first to last, until the pre-stage column has its
+# minimum: the phase times the timeline already draws; the GPU time, the status, the pre-stage
+# decision and the verification stay.
+DROP_ORDER = ("upload", "h", "msm", "wait")
 GREEN, AMBER, ORANGE = "#5fd75f", "#d7af00", "#ff8700"
 PRESTAGE_MIN, PRESTAGE_MAX = 10, 48  # the pre-stage column takes the width the others leave
 
 
 def column_widths(width: int) -> list[int]:
-    """Each column's width for a table ``width`` cells wide: the fixed columns as declared,
-    the pre-stage column (reasons) whatever is left, so the last column is never cut while
-    the panel can hold it. Narrower than the minimum, the table scrolls sideways."""
-    fixed = sum(c.width + 1 for c in COLUMNS if c.key != "prestage") + 1
-    flex = max(PRESTAGE_MIN, min(PRESTAGE_MAX, width - fixed))
-    return [flex if c.key == "prestage" else c.width for c in COLUMNS]
+    """Each column's width for a table ``width`` cells wide (0: the column is left out): the
+    fixed columns as declared, the pre-stage column (reasons) whatever is left, so the last
+    column is never cut. Short of room, the columns take their short form, then those of
+    :data:`DROP_ORDER` go in turn; narrower than what remains, the table scrolls sideways."""
+    widths = {c.key: c.width for c in COLUMNS}
+
+    def fixed() -> int:
+        return sum(w + 1 for k, w in widths.items() if k != "prestage" and w) + 1
+
+    if fixed() + PRESTAGE_MIN > width:
+        for c in COLUMNS:
+            if c.short is not None:
+                widths[c.key] = c.short[1]
+    for key in DROP_ORDER:
+        if fixed() + PRESTAGE_MIN <= width:
+            break
+        widths[key] = 0
+    widths["prestage"] = max(PRESTAGE_MIN, min(PRESTAGE_MAX, width - fixed()))
+    return [widths[c.key] for c in COLUMNS]
+
+
+def label_of(column: Column, width: int) -> str:
+    """The column's header at ``width`` (its short label where it took its short form)."""
+    if column.short is not None and width == column.short[1]:
+        return column.short[0]
+    return column.label
 
 
 def cells(row: PartitionRow) -> list[tuple[str, str]]:
@@ -156,7 +182,7 @@ class PartitionsTable(ScrollView, can_focus=True):
         self.virtual_size = Size(self._table_width(), 1)  # the header row
 
     def _table_width(self) -> int:
-        return sum(w + 1 for w in self.widths)
+        return sum(w + 1 for w in self.widths if w)
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -247,7 +273,10 @@ class PartitionsTable(ScrollView, can_focus=True):
     def _header(self, base: Style) -> Strip:
         segs = []
         for c, width in zip(COLUMNS, self.widths, strict=True):
-            label = c.label + ("▲" if not self.sort_reverse else "▼") * (c.key == self.sort_column)
+            if not width:  # left out at this width
+                continue
+            label = label_of(c, width)
+            label += ("▲" if not self.sort_reverse else "▼") * (c.key == self.sort_column)
             text = label.rjust(width) if c.right else label.ljust(width)
             segs.append(Segment(text[:width] + " ", base + Style(bold=True, underline=True)))
         return Strip(segs)
@@ -255,6 +284,8 @@ class PartitionsTable(ScrollView, can_focus=True):
     def _row_strip(self, row: PartitionRow, base: Style) -> Strip:
         segs = []
         for c, width, (text, style) in zip(COLUMNS, self.widths, cells(row), strict=True):
+            if not width:
+                continue
             if len(text) > width:
                 text = text[: width - 1] + "…"
             text = (text.rjust(width) if c.right else text.ljust(width)) + " "
@@ -276,11 +307,11 @@ class PartitionsTable(ScrollView, can_focus=True):
         self.refresh()
 
     def action_cycle_sort(self) -> None:
-        names = [c.key for c in COLUMNS]
+        names = [c.key for c, w in zip(COLUMNS, self.widths, strict=True) if w]  # those shown
         if self.sort_column is None:
             self.sort_column = names[0]
         else:
-            i = names.index(self.sort_column) + 1
+            i = names.index(self.sort_column) + 1 if self.sort_column in names else len(names)
             self.sort_column = names[i] if i < len(names) else None
         self._resort()
         self.notify(f"partitions sorted by {self.sort_column or 'arrival'}", timeout=1.5)
@@ -306,6 +337,8 @@ class PartitionsTable(ScrollView, can_focus=True):
         if offset.y == 0:  # a header: sort by it (again: reverse)
             x = offset.x + self.scroll_offset.x
             for c, width in zip(COLUMNS, self.widths, strict=True):
+                if not width:
+                    continue
                 if x < width + 1:
                     if self.sort_column == c.key:
                         self.sort_reverse = not self.sort_reverse

@@ -1,5 +1,10 @@
 """NVML, the "nvidia-smi view" of a device, read failure-tolerantly.
 
+Why here, in a leaf module of the ``provetop`` package: two readers need the same reading, the
+engine (its ``gpu`` events beside its own memory samples) and ``provetop top``'s source
+(``sources/nvml.py``), and sources may not import the engine. This module imports nothing of
+ours, so both layers may import it (``docs/architecture.md``).
+
 Why a wrapper: the engine's memory samples carry NVML's figures next to the driver's and the
 pools' (the dashboard shows where the three disagree), but NVML is optional. It may be missing
 (no ``nvidia-ml-py``), refuse to initialise (no driver, a container without the library), or
@@ -46,6 +51,42 @@ def error() -> str | None:
     return _state["error"]
 
 
+def module() -> Any | None:
+    """The initialised ``pynvml`` module, or None when NVML is unavailable (:func:`error` says
+    why): what a reader that enumerates every local GPU starts from."""
+    return _nvml()
+
+
+def local_devices(nv: Any) -> list[dict[str, Any]]:
+    """Every GPU NVML lists, by NVML index: ``index``, ``handle``, ``name``, ``capacity``
+    (bytes) and ``pci_bus_id`` where NVML says; a device whose handle cannot be had is left
+    out (NVML indices ignore ``CUDA_VISIBLE_DEVICES``: this is the machine's view)."""
+    count = _read(nv, "nvmlDeviceGetCount")
+    out: list[dict[str, Any]] = []
+    for index in range(int(count or 0)):
+        handle = _read(nv, "nvmlDeviceGetHandleByIndex", index)
+        if handle is None:
+            continue
+        entry: dict[str, Any] = {"index": index, "handle": handle}
+        name = _read(nv, "nvmlDeviceGetName", handle)
+        entry["name"] = name.decode() if isinstance(name, bytes) else str(name or "NVIDIA GPU")
+        info = _read(nv, "nvmlDeviceGetMemoryInfo", handle)
+        if info is not None:
+            entry["capacity"] = int(info.total)
+        pci = _read(nv, "nvmlDeviceGetPciInfo", handle)
+        bus = getattr(pci, "busId", None)
+        if bus is not None:
+            entry["pci_bus_id"] = bus.decode() if isinstance(bus, bytes) else str(bus)
+        out.append(entry)
+    return out
+
+
+def driver_version(nv: Any) -> str | None:
+    """The driver's version string, or None."""
+    value = _read(nv, "nvmlSystemGetDriverVersion")
+    return value.decode() if isinstance(value, bytes) else (str(value) if value else None)
+
+
 class NvmlDevice:
     """One device's NVML handle; :meth:`memory` never raises."""
 
@@ -89,10 +130,14 @@ class NvmlDevice:
 
     def gpu(self) -> dict[str, int]:
         """The ``gpu`` event's fields (``recordings.schema.GPU_FIELDS``) this GPU reports now;
-        each is read on its own, and one the GPU or driver does not support is left out."""
+        each is read on its own, and one the GPU or driver does not support is left out. The
+        XID counts come from the process's one :class:`XidWatch` (started at the first call)."""
         if self.handle is None:
             return {}
-        return read_gpu(_nvml(), self.handle)
+        nv = _nvml()
+        index = _read(nv, "nvmlDeviceGetIndex", self.handle)
+        xids = shared_xid_watch(nv) if isinstance(index, int) else None
+        return read_gpu(nv, self.handle, xids, index if isinstance(index, int) else None)
 
 
 def _read(nv: Any, name: str, *args: Any) -> Any:
@@ -106,10 +151,13 @@ def _read(nv: Any, name: str, *args: Any) -> Any:
         return None
 
 
-def read_gpu(nv: Any, handle: Any) -> dict[str, int]:
-    """Utilisation, power, temperature, clocks, PCIe throughput, fan, ECC and retired pages of
+def read_gpu(
+    nv: Any, handle: Any, xids: XidWatch | None = None, index: int | None = None
+) -> dict[str, Any]:
+    """Utilisation, memory, power, temperature, clocks, PCIe throughput, fan, ECC, retired
+    pages, XID counts (from ``xids``, for NVML index ``index``) and the compute processes of
     one device, as far as it reports them (see :meth:`NvmlDevice.gpu`)."""
-    out: dict[str, int] = {}
+    out: dict[str, Any] = {}
     if nv is None:
         return out
     util = _read(nv, "nvmlDeviceGetUtilizationRates", handle)
@@ -155,10 +203,120 @@ def read_gpu(nv: Any, handle: Any) -> dict[str, int]:
             seen = True
     if seen:
         out["retired_pages"] = pages
+    memory = _read(nv, "nvmlDeviceGetMemoryInfo", handle, getattr(nv, "nvmlMemory_v2", None))
+    if memory is None:  # an older driver without the v2 structure
+        memory = _read(nv, "nvmlDeviceGetMemoryInfo", handle)
+    if memory is not None:
+        out["mem_used"], out["mem_total"] = int(memory.used), int(memory.total)
+    if xids is not None and index is not None:
+        out.update(xids.fields(index))
     processes = read_processes(nv, handle)
     if processes is not None:
         out["processes"] = processes
     return out
+
+
+class XidWatch:
+    """Counts the XID critical errors NVML reports, per device, on a thread of its own.
+
+    Why a thread: NVML delivers XIDs as events (``nvmlDeviceRegisterEvents`` with
+    ``nvmlEventTypeXidCriticalError``, then ``nvmlEventSetWait``), not as a counter to read;
+    an XID between two samples is otherwise lost. The wait times out every ``wait_ms`` so
+    :meth:`close` is seen. A device NVML refuses to register (a GPU or driver without the
+    event, a container without the permission) has no count: :meth:`fields` gives nothing for
+    it and the reader shows "n/a". The counts start at zero when the watch starts."""
+
+    def __init__(self, nv: Any, handles: dict[int, Any], wait_ms: int = 500) -> None:
+        self.nv = nv
+        self.wait_ms = wait_ms
+        self.counts: dict[int, int] = {}  # NVML index -> XIDs seen (registered devices only)
+        self.last: dict[int, int] = {}  # NVML index -> the last XID code seen
+        self.error: str | None = None
+        self._by_handle: list[tuple[Any, int]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._set: Any = None
+        kind = getattr(nv, "nvmlEventTypeXidCriticalError", None)
+        try:
+            if kind is None:
+                raise RuntimeError("this NVML has no XID event type")
+            self._set = nv.nvmlEventSetCreate()
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            return
+        for index, handle in handles.items():
+            try:
+                nv.nvmlDeviceRegisterEvents(handle, kind, self._set)
+            except Exception as exc:  # NotSupported: this device reports no XID events
+                self.error = f"{type(exc).__name__}: {exc}"
+                continue
+            self.counts[index] = 0
+            self._by_handle.append((handle, index))
+        if self.counts:
+            self._thread = threading.Thread(target=self._run, name="nvml-xid", daemon=True)
+            self._thread.start()
+
+    def _index_of(self, device: Any) -> int | None:
+        for handle, index in self._by_handle:
+            if handle is device:
+                return index
+        found = _read(self.nv, "nvmlDeviceGetIndex", device)
+        return found if isinstance(found, int) else None
+
+    def _run(self) -> None:
+        nv = self.nv
+        wait = getattr(nv, "nvmlEventSetWait_v2", None) or nv.nvmlEventSetWait
+        timeout = getattr(nv, "NVML_ERROR_TIMEOUT", 10)
+        while not self._stop.is_set():
+            try:
+                data = wait(self._set, self.wait_ms)
+            except Exception as exc:
+                if getattr(exc, "value", None) == timeout:
+                    continue
+                self.error = f"{type(exc).__name__}: {exc}"
+                self._stop.wait(self.wait_ms / 1000)  # a broken wait must not spin
+                continue
+            index = self._index_of(getattr(data, "device", None))
+            if index is None or index not in self.counts:
+                continue
+            with self._lock:
+                self.counts[index] += 1
+                code = getattr(data, "eventData", None)
+                if isinstance(code, int):
+                    self.last[index] = code
+
+    def fields(self, index: int) -> dict[str, int]:
+        """``xid_count`` (and ``xid_last`` once one was seen) of a registered device; empty
+        for one NVML would not register (not supported)."""
+        with self._lock:
+            if index not in self.counts:
+                return {}
+            out = {"xid_count": self.counts[index]}
+            if index in self.last:
+                out["xid_last"] = self.last[index]
+            return out
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self.wait_ms / 1000 + 1)
+        if self._set is not None:
+            _read(self.nv, "nvmlEventSetFree", self._set)
+            self._set = None
+
+
+def shared_xid_watch(nv: Any) -> XidWatch | None:
+    """The process's one XID watch over every local GPU (the engine's devices share it);
+    None without NVML."""
+    if nv is None:
+        return None
+    with _lock:
+        watch = _state.get("xids")
+        if watch is None:
+            handles = {d["index"]: d["handle"] for d in local_devices(nv)}
+            watch = _state["xids"] = XidWatch(nv, handles)
+        return watch
 
 
 def read_processes(nv: Any, handle: Any, proc: Path = PROC) -> list[dict[str, Any]] | None:
@@ -226,7 +384,10 @@ def process_usage(nv: Any, handle: Any, pid: int) -> int | None:
 
 
 def reset() -> None:
-    """Forget the initialisation (tests swap the ``pynvml`` module)."""
+    """Forget the initialisation and stop the XID watch (tests swap the ``pynvml`` module)."""
     with _lock:
+        watch = _state.pop("xids", None)
         _state["init"] = None
         _state["error"] = None
+    if watch is not None:
+        watch.close()

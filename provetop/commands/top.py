@@ -1,0 +1,52 @@
+"""``provetop top``: the machine's GPUs the way nvitop shows them, and the engines as they come.
+
+With no engine it draws every local GPU from NVML (utilisation, memory, power, temperature,
+clocks, PCIe, fan, ECC, XIDs, processes, history) through the dashboard's device health panel:
+the same ``gpu`` events, reducer and panel as an engine's. Every two seconds it looks for local
+engines and attaches each new one without a restart; ``--cuzk-log``/``--cuzk-status`` add a
+cuzk prover (a log that does not exist yet is followed until it appears).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from provetop.commands.watch import (
+    add_cuzk_arguments,
+    add_display_arguments,
+    cuzk_source,
+    run_monitor,
+)
+from provetop.errors import UsageError
+
+INTERVAL_MAX = 3600.0
+
+
+def add_parser(sub, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text)
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between NVML samples of the local GPUs (default 1)",
+    )
+    add_cuzk_arguments(p)
+    p.add_argument(
+        "--save-dir",
+        metavar="DIR",
+        help="where S saves recordings of an attached engine (default: the recordings directory)",
+    )
+    add_display_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.interval <= INTERVAL_MAX:
+        raise UsageError(
+            f"--interval must be above 0 and at most {INTERVAL_MAX:.0f} seconds, "
+            f"got {args.interval:g}"
+        )
+    sources = []
+    if args.cuzk_log is not None or args.cuzk_status is not None:
+        sources.append(cuzk_source(args))
+    return run_monitor(args, sources, interval=args.interval)
