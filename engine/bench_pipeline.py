@@ -18,6 +18,9 @@ wall time) over the whole run and in steady state: per device, from the end of t
 partition's GPU region to the start of the last one's, so the SRS set-up, the first
 synthesis and the last partition's drain are left out. The busy fraction counts phase spans,
 so launch gaps inside a phase count as busy (an upper bound on kernel time).
+
+With a list of sizes, ``--device-memory 8GiB,16GiB,uncapped``, the bench runs once per point,
+each in a fresh process (``engine.bench_sweep``: the table, the JSON and the ``--plot``).
 """
 
 from __future__ import annotations
