@@ -105,6 +105,8 @@ def run_sweep(
     for path, flag in ((record, "--record"), (out, "--out"), (plot, "--plot")):
         if path is not None and not Path(path).resolve().parent.is_dir():
             raise UsageError(f"{flag} {path}: no such directory")
+        if path is not None and Path(path).is_dir():
+            raise UsageError(f"{flag} {path} is a directory; it needs a file name")
     if record is not None:
         for p in points:
             if point_path(record, p).exists():
@@ -198,6 +200,8 @@ def _run_point(
             child.join()
         row.update(status="timed out", error=f"ran past --point-timeout {timeout:g} s")
     row["wall_s"] = time.perf_counter() - t0
+    if not Path(rec).exists():  # refused before the engine opened its recording
+        row["recording"] = None
     if row["status"] == "timed out":
         return row
     try:

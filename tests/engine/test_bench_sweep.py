@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from engine.bench_pipeline import sweep_point
 from engine.bench_plot import Series, line_chart, nice_ticks
 from engine.bench_sweep import Point, format_sweep_table, parse_memory_list, run_sweep
 from engine.config import from_preset
@@ -76,6 +77,7 @@ def test_the_sweep_runs_each_point_on_the_cpu_backend(tmp_path, capsys):
     assert [r["device_memory_bytes"] for r in rows.values()] == [KIB, 32 * KIB, 128 * KIB, None]
     refused = rows["1KiB"]
     assert refused["status"] == "refused" and refused["result"] is None
+    assert refused["recording"] is None
     assert "too small" in refused["error"]
     assert not (tmp_path / "run-1KiB.pvtrec").exists()
     assert not (tmp_path / "sweep-1KiB.json").exists()
@@ -149,14 +151,20 @@ def test_a_crashed_or_slow_point_is_a_row_and_the_sweep_goes_on(tmp_path, capsys
     assert "timed out: ran past --point-timeout 0.5 s" in capsys.readouterr().out
 
 
-def test_an_existing_point_recording_is_refused_before_any_point_runs(tmp_path, capsys):
+def test_bad_paths_are_refused_before_any_point_runs(tmp_path, capsys):
     (tmp_path / "run-2MiB.pvtrec").write_text("keep me")
+    (tmp_path / "dir.svg").mkdir()
     rec = tmp_path / "run.pvtrec"
-    args = ["bench", "pipeline", "--backend", "cpu", "--preset", "ci", "--record", str(rec)]
-    rc = main([*args, "--device-memory", "1MiB,2MiB"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "run-2MiB.pvtrec exists" in err and err.count("\n") == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run-2MiB.pvtrec"]
+    args = ["bench", "pipeline", "--backend", "cpu", "--preset", "ci", "--device-memory"]
+    for extra, said in (
+        (["--record", str(rec)], "run-2MiB.pvtrec exists"),
+        (["--plot", str(tmp_path / "dir.svg")], "dir.svg is a directory"),
+        (["--out", str(tmp_path / "no" / "s.json")], "no such directory"),
+    ):
+        rc = main([*args, "1MiB,2MiB", *extra])
+        err = capsys.readouterr().err
+        assert rc == 2 and said in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.svg", "run-2MiB.pvtrec"]
 
 
 def test_nice_ticks_cover_the_top_in_round_steps():
@@ -182,3 +190,13 @@ def test_the_chart_escapes_its_text_and_breaks_lines_at_missing_values():
     assert [len(p.get("points").split()) for p in lines] == [2, 2]
     with pytest.raises(ValueError):
         line_chart("t", "s", "x", ["a", "b"], [Series("t", "ms", [1.0])])
+
+
+def test_a_point_whose_engine_cannot_start_reports_refused(tmp_path):
+    """The child's side: an engine that refuses to start (here its recording cannot be
+    opened: the parent is a file) is written back as refused, with the engine's line."""
+    (tmp_path / "file").write_text("")
+    result = tmp_path / "point.json"
+    sweep_point(from_preset("ci", proofs=1), Tuning(), str(tmp_path / "file" / "r"), str(result))
+    doc = json.loads(result.read_text())
+    assert doc["status"] == "refused" and "cannot write recording" in doc["error"], doc
