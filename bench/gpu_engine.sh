@@ -21,6 +21,7 @@
 #   bash bench/gpu_engine.sh pin       # page-locking a witness pool, by method
 #   bash bench/gpu_engine.sh plans     # the H step in one/two slots: GPU tests, aware at
 #                                      # 12 and 8 GiB (memory plans two slots / one slot)
+#   bash bench/gpu_engine.sh sweep     # porep-32g aware, 1 proof at 8..80 GiB and uncapped
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -176,6 +177,27 @@ trim)
     ;;
 pin)
     timeout 200 python3 bench/pin_probe.py --gib 1,4,17 2>&1 | tee -a "$TABLES"
+    ;;
+sweep)  # the device-memory curve in one command: porep-32g, aware, 1 proof per point, each
+    # point a fresh process (engine/bench_sweep.py). Time (H200, 2026-12-02, one process per
+    # run, 1 proof): 24 GiB 84.6 s, 40 GiB 56.5 s, 80 GiB 41.1 s, uncapped ~28 s; 16 GiB ~72 s
+    # (from its 2-proof runs); 8 and 12 GiB lose every partition and were never timed: each
+    # of their 20 attempts may hold the mutex 3.5 s in the fallback's pauses, ~100 s a point.
+    # A point stops at 110 s (a row says so) and the whole sweep at 530 s; the JSON and the
+    # SVG are rewritten after every point, so a stopped sweep keeps the points that ran.
+    echo "== sweep: provetop bench pipeline --device-memory 8GiB,...,uncapped" | tee -a "$TABLES"
+    timeout 530 $P bench pipeline --backend cuda --preset porep-32g --allocator aware \
+        --workers-per-device 2 --proofs 1 \
+        --device-memory 8GiB,12GiB,16GiB,24GiB,40GiB,80GiB,uncapped --point-timeout 110 \
+        --record "$W/sweep.pvtrec" --out "$W/sweep.json" --plot "$W/sweep.svg" \
+        >"$W/sweep.txt" 2>"$W/sweep.log"
+    echo "rc=$?" >>"$W/sweep.log"
+    cat "$W/sweep.txt" "$W/sweep.log" | tee -a "$TABLES"
+    for f in "$W"/sweep-*.pvtrec; do
+        [ -e "$f" ] && $P summary "$f" >"${f%.pvtrec}.summary.txt" 2>&1
+    done
+    cp "$W/sweep.txt" "$OUT/sweep-table.txt"
+    cp "$W/sweep.json" "$W/sweep.svg" "$OUT/" 2>/dev/null
     ;;
 multi)  # on nvidia-h200-x2: the 2-GPU test, then a 2-GPU run
     gpu_tests 120 tests/engine/test_cuda.py -k two_devices  # 45 s was too short

@@ -18,6 +18,9 @@ wall time) over the whole run and in steady state: per device, from the end of t
 partition's GPU region to the start of the last one's, so the SRS set-up, the first
 synthesis and the last partition's drain are left out. The busy fraction counts phase spans,
 so launch gaps inside a phase count as busy (an upper bound on kernel time).
+
+With a list of sizes, ``--device-memory 8GiB,16GiB,uncapped``, the bench runs once per point,
+each in a fresh process (``engine.bench_sweep``: the table, the JSON and the ``--plot``).
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.bench_sweep import EXAMPLE, parse_memory_list, run_sweep
+from engine.config import ConfigError, EngineConfig, with_changes
 from engine.options import config_from_args, tuning_from_env
 from engine.runner import Engine, EngineError
+from engine.tuning import Tuning
 from kernels.bench_meta import bench_command, gpu_bench_meta
 from provetop.errors import UsageError
 from recordings.reader import fold_recording
@@ -54,7 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--proofs", type=int, default=2, help="proofs to run (2)")
     parser.add_argument("--workers-per-device", type=int, help="workers per device")
     parser.add_argument("--devices", metavar="LIST", help="device indices, e.g. 0,1")
-    parser.add_argument("--device-memory", metavar="SIZE", help="cap each device, e.g. 16GiB")
+    parser.add_argument(
+        "--device-memory",
+        metavar="SIZE[,SIZE...]",
+        help="cap each device, e.g. 16GiB; a list (8GiB,16GiB,uncapped) runs one bench per "
+        "point, each in a fresh process, and prints one table (engine/bench_sweep.py)",
+    )
     parser.add_argument("--allocator", choices=("naive", "aware"), help="allocation policy")
     parser.add_argument("--witness-profile", metavar="Z,O,D", help="aux scalar mix")
     parser.add_argument("--verify", choices=("always", "sampled", "never"), help="exact checks")
@@ -68,6 +79,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", metavar="PATH", help="keep the recording here")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", metavar="FILE", help="also write the JSON result to FILE")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.svg",
+        help="with a --device-memory list: an SVG of median gpu_total and s/proof per point",
+    )
+    parser.add_argument(
+        "--point-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="with a --device-memory list: stop a point that runs longer (a row says so)",
+    )
 
 
 def steady_busy(state: Any, device: int) -> tuple[float | None, float | None]:
@@ -176,6 +198,12 @@ def reduce_recording(path: str | Path) -> dict[str, Any]:
         "steady_window_s": {d: w for d, (_, w) in steady.items()},
         "wall_s": totals.get("wall_s"),
         "modeled": summary.get("modeled"),
+        # what each device had to work with (a --device-memory cap, the card or the model)
+        "device_capacity": [
+            d.get("capacity")
+            for d in (summary.get("engine") or {}).get("devices") or []
+            if isinstance(d, dict)
+        ],
         "rows": [
             {
                 "proof": a.proof,
@@ -261,21 +289,11 @@ def format_table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    # the engine here, not at the top: every command's parser imports this module
-    # (``provetop bench``'s targets), and the engine brings numpy and the kernels
-
-    config = config_from_args(args)
-    tuning = tuning_from_env()
-    record = args.record
-    if record is None:
-        record = str(Path(tempfile.mkdtemp(prefix="provetop-bench-")) / "run.pvtrec")
-    elif Path(record).exists():
-        raise UsageError(f"--record {record}: the path exists; the engine never overwrites")
-    try:
-        engine = Engine(config, listen=False, record=record, tuning=tuning)
-    except EngineError as exc:
-        raise UsageError(str(exc)) from None
+def run_point(config: EngineConfig, tuning: Tuning, record: str) -> dict[str, Any]:
+    """One engine run on ``config``, recorded at ``record``, reduced to the figures (plus the
+    run's configuration and the benchmark's meta). EngineError when the engine cannot
+    start."""
+    engine = Engine(config, listen=False, record=record, tuning=tuning)
     t0 = time.perf_counter()
     with engine:  # starts the engine; closing writes the recording's footer
         engine.wait()
@@ -293,8 +311,61 @@ def run(args: argparse.Namespace) -> int:
         meta = gpu_bench_meta(cupy, bench_command(), tuning.kernels)
     meta["tuning"] = tuning.as_dict()  # the engine's settings with the kernels' (hello too)
     res["meta"] = meta
+    return res
+
+
+def sweep_point(config: EngineConfig, tuning: Tuning, record: str, result: str) -> None:
+    """A sweep's point, in its own process (``engine.bench_sweep``): :func:`run_point`, its
+    outcome written to ``result`` as JSON, since nothing else crosses back to the parent."""
+    try:
+        doc: dict[str, Any] = {"status": "done", "result": run_point(config, tuning, record)}
+    except EngineError as exc:
+        doc = {"status": "refused", "error": str(exc)}
+    except Exception as exc:  # the parent reports it as the point's row and goes on
+        doc = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    Path(result).write_text(json.dumps(doc, default=str))
+
+
+def run(args: argparse.Namespace) -> int:
+    tuning = tuning_from_env()
+    points = parse_memory_list(args.device_memory) if args.device_memory is not None else []
+    if len(points) <= 1 and (args.plot is not None or args.point_timeout is not None):
+        flag = "--plot" if args.plot is not None else "--point-timeout"
+        raise UsageError(f"{flag} needs a --device-memory list, e.g. {EXAMPLE}")
+    if args.point_timeout is not None and not args.point_timeout > 0:
+        raise UsageError(f"--point-timeout must be above 0 seconds, got {args.point_timeout:g}")
+    # the flags without the memory; each point's size goes on top (a single one too, so
+    # "uncapped" means no cap)
+    config = config_from_args(argparse.Namespace(**{**vars(args), "device_memory": None}))
+    if len(points) > 1:
+        return run_sweep(
+            points,
+            config,
+            tuning,
+            sweep_point,
+            record=args.record,
+            out=args.out,
+            plot=args.plot,
+            point_timeout=args.point_timeout,
+            as_json=args.json,
+            command=" ".join(bench_command()),
+        )
+    if points:
+        try:
+            config = with_changes(config, device_memory=points[0].size)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+    record = args.record
+    if record is None:
+        record = str(Path(tempfile.mkdtemp(prefix="provetop-bench-")) / "run.pvtrec")
+    elif Path(record).exists():
+        raise UsageError(f"--record {record}: the path exists; the engine never overwrites")
+    try:
+        res = run_point(config, tuning, record)
+    except EngineError as exc:
+        raise UsageError(str(exc)) from None
     text = json.dumps(res, indent=1, default=str)
     if args.out:
         Path(args.out).write_text(text + "\n")
     print(text if args.json else format_table(res))
-    return 0 if res["partitions_lost"] == 0 and engine.error is None else 1
+    return 0 if res["partitions_lost"] == 0 and res["engine_error"] is None else 1

@@ -147,12 +147,14 @@ class State:
         self.first_t: int | None = None
         self.lagged = 0
         self.counters: dict[str, int] = {}
-        # per-attempt tallies kept incrementally so snapshots stay small
+        # per-attempt tallies kept incrementally so snapshots stay small; the pre-stage
+        # outcomes count every attempt, failed ones included (a run that lost every partition
+        # still decided a pre-stage for each attempt, as its rows and /metrics say)
         self.tally: dict[str, int] = {
             "attempts": 0,
             "fallbacks": 0,
             "prestage_ok": 0,
-            "prestage_skip": 0,  # completed without a pre-stage the policy declined
+            "prestage_skip": 0,  # attempts whose pre-stage the policy declined
             "retries": 0,
         }
         self.log: deque[LogLine] = deque(maxlen=LOG_LIMIT)
@@ -289,7 +291,7 @@ class State:
         self.attempts.append(PartitionRow(**_fields(row)))
         self.tally["attempts"] += 1
         self.tally["retries"] += e["attempt"] > 0
-        if row.ok and row.prestage in ("fallback", "ok", "skip"):
+        if row.prestage in ("fallback", "ok", "skip"):
             key = {"fallback": "fallbacks", "ok": "prestage_ok", "skip": "prestage_skip"}
             self.tally[key[row.prestage]] += 1
         if not row.ok:

@@ -7,11 +7,12 @@ import msgpack
 import pytest
 
 from recordings.export_perfetto import export_perfetto, write_perfetto
+from recordings.metrics import MetricsFold
 from recordings.reader import open_recording
-from recordings.schema import PHASES
+from recordings.schema import PHASES, make
 from recordings.summary import build_summary, format_summary
 from recordings.writer import RecordingWriter
-from tests.recordings.fixtures import make_run
+from tests.recordings.fixtures import MS, hello, make_run
 
 
 def _plain(obj):
@@ -95,9 +96,10 @@ def test_summary_rows_and_totals_match_the_events(case):
     t = s["totals"]
     assert t["ooms"] == sum(1 for e in events if e["k"] == "fault" and e["kind"] == "oom")
     assert t["retries"] == sum(1 for e in done if e["attempt"] > 0)
-    assert t["fallbacks"] == sum(1 for e in done if e["ok"] and e["prestage"] == "fallback")
-    assert t["prestage_skip"] == sum(1 for e in done if e["ok"] and e["prestage"] == "skip")
-    assert t["prestage_ok"] == sum(1 for e in done if e["ok"] and e["prestage"] == "ok")
+    # every attempt's pre-stage outcome, failed attempts included
+    assert t["fallbacks"] == sum(1 for e in done if e["prestage"] == "fallback")
+    assert t["prestage_skip"] == sum(1 for e in done if e["prestage"] == "skip")
+    assert t["prestage_ok"] == sum(1 for e in done if e["prestage"] == "ok")
     last = {}
     for e in done:
         last[(e["proof"], e["partition"])] = e
@@ -257,3 +259,56 @@ def test_overlapping_phases_of_one_worker_go_to_an_overflow_thread(tmp_path):
     assert names[(1, slices["mutex_wait"]["tid"])] == "worker 1 (overlap 1)"
     assert slices["upload"]["tid"] == 1 and slices["upload"]["dur"] == pytest.approx((c - a) / 1000)
     assert slices["mutex_wait"]["ts"] == b / 1000
+
+
+def _lost_run() -> list[dict]:
+    """A run that lost every partition: each first attempt skipped the pre-stage and failed,
+    each retry on the fallback path failed too (what 8 GiB did to porep-32g)."""
+    events = [hello(0)]
+    t = MS
+    for part in range(3):
+        for attempt, prestage in ((0, "skip"), (1, "fallback")):
+            where = {"proof": 0, "partition": part, "worker": part % 2, "device": 0}
+            events.append(make("phase_begin", t, phase="synthesis", **where))
+            events.append(make("phase_end", t + MS, phase="synthesis", ok=False, **where))
+            t += 2 * MS
+            events.append(
+                make(
+                    "partition_done",
+                    t,
+                    **where,
+                    attempt=attempt,
+                    ok=False,
+                    phases_ms={"synthesis": 1.0},
+                    gpu_total_ms=0.0,
+                    mutex_wait_ms=0.0,
+                    prestage=prestage,
+                    prestage_reason="does not fit",
+                    failure="oom in fallback_upload",
+                    will_retry=attempt == 0,
+                )
+            )
+    events.append(make("proof_done", t + MS, proof=0, ok=False, wall_ms=t / MS))
+    return _plain(events)
+
+
+def test_summary_counts_the_prestage_outcome_of_failed_attempts(tmp_path):
+    """Every attempt's pre-stage outcome is counted, failed ones included: a run that lost
+    every partition once printed "pre-stage: 0 ok, 0 skipped, 0 fallbacks" beside rows that
+    all said skip or fallback. /metrics (its own fold of the same events) agrees."""
+    events = _lost_run()
+    path = tmp_path / "lost.pvtrec"
+    with RecordingWriter(path, snapshot_every_s=0.1) as w:
+        for e in events:
+            w.write(e)
+    s = build_summary(path)
+    t = s["totals"]
+    assert (t["prestage_ok"], t["prestage_skip"], t["fallbacks"]) == (0, 3, 3)
+    assert t["partitions_failed"] == 3 and t["attempts"] == 6
+    assert "pre-stage: 0 ok, 3 skipped, 3 fallbacks" in format_summary(s)
+    fold = MetricsFold().fold(events)
+    by_outcome: dict[str, float] = {}
+    for (name, labels), n in fold.counters.items():
+        if name == "prestage_decisions_total":
+            by_outcome[labels[-1]] = by_outcome.get(labels[-1], 0) + n
+    assert by_outcome == {"skip": 3, "fallback": 3}
