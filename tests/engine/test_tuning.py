@@ -29,6 +29,7 @@ def test_every_setting_is_read_into_its_field():
         "PROVETOP_MSM_SOURCE": "msm_lb.cu",
         "PROVETOP_MSM_AFFINE_MIN_PAIRS": "8388608",
         "PROVETOP_MSM_SORT_GROUP": "3",
+        "PROVETOP_MSM_SORT": "radix",
         "PROVETOP_MSM_AFFINE_DENSE": "1",
         "PROVETOP_CUBIN_DIR": "/opt/cubin",
         "PROVETOP_COMMIT": "abc1234",
@@ -43,6 +44,7 @@ def test_every_setting_is_read_into_its_field():
     assert k.ntt_defines == (("NTT_MIN_BLOCKS", "2"), ("MONT_PORTABLE", "1"))
     assert (k.pin_method, k.msm_source) == ("alloc", "msm_lb.cu")
     assert (k.msm_affine_min_pairs, k.msm_sort_group, k.msm_affine_dense) == (8388608, 3, 1)
+    assert k.msm_sort == "radix"
     assert (k.cubin_dir, k.commit) == ("/opt/cubin", "abc1234")
     assert (t.sync_scope, t.priority_to, t.switch_interval_s) == ("device", "compute", 0.005)
     assert t.inject == "kill:worker:0:msm_h"
@@ -59,6 +61,7 @@ def test_every_setting_is_read_into_its_field():
         ("PROVETOP_MSM_SOURCE", "msm_fast.cu"),
         ("PROVETOP_MSM_SORT_GROUP", "-1"),
         ("PROVETOP_MSM_SORT_GROUP", "two"),
+        ("PROVETOP_MSM_SORT", "bitonic"),
         ("PROVETOP_MSM_AFFINE_MIN_PAIRS", "0"),
         ("PROVETOP_MSM_AFFINE_DENSE", "-2"),
         ("PROVETOP_NTT_DEFINES", "1BAD=2"),
