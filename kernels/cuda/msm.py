@@ -24,7 +24,8 @@ Scratch memory is drawn from ``allocator`` (a callable ``nbytes -> cupy.cuda.Mem
 
 Tuning (:class:`kernels.tuning.KernelTuning`, passed down by the caller; the defaults are what
 the published figures use): which source (``msm_source``), the affine pairing threshold and
-dense passes, and the counting sort's windows per launch.
+dense passes, the counting sort's windows per launch, and which sort orders the entries by
+bucket (``msm_sort``: the counting sort's scatter, or the radix partition of :func:`radix_plan`).
 """
 
 from __future__ import annotations

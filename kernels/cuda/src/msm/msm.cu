@@ -7,6 +7,8 @@
 //   2. (host)        offsets = exclusive prefix sum of counts (CuPy cumsum).
 //   3. msm_scatter:  the same digits again; sorted[cursor[key]++] = point index | sign << 31.
 //                    The entries of one bucket are now contiguous: a counting sort by bucket.
+//                    (The radix setting replaces this step by a two-level partition with
+//                    shared-memory ranks: "2-3, radix setting" below.)
 //   4. msm_accumulate0: the sorted list is cut into equal chunks of L entries, one thread each,
 //                    whatever the bucket boundaries: every thread does exactly L mixed additions,
 //                    so a bucket holding half of all points (the 1-scalars of a real witness)
