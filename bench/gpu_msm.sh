@@ -10,6 +10,11 @@
 #   bash bench/gpu_msm.sh sortgroup  # all GPU tests, the full bench with the sort in one
 #                                         # launch and per window (group 1), group 3 at 2^24/2^27,
 #                                         # ones-heavy, host points
+#   bash bench/gpu_msm.sh sort   # all GPU MSM tests, then 2^20, 2^24, 2^27 with the counting
+#                                         # and the radix sort (PROVETOP_MSM_SORT), a ones-heavy
+#                                         # 2^27 with each; a table of medians and sort stages
+#                                         # last (radix stages: count+scan / partition /
+#                                         # bucket-sort); at most 8 minutes
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/msm_out}
@@ -20,7 +25,41 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,m
     --format=csv | tee "$OUT/gpu.txt"
 ls -R kernels/cuda/cubin 2>/dev/null
 B="python3 -m kernels.bench_msm --results-dir $OUT --json"
-if [ "$MODE" = "sortgroup" ]; then
+if [ "$MODE" = "sort" ]; then
+    timeout 180 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
+        2>&1 | tee -a "$OUT/msm.log" | tail -n 30
+    for s in counting radix; do
+        PROVETOP_MSM_SORT=$s timeout 100 $B --log-sizes 20,24,27 --check --tag "sort-$s" 2>&1 \
+            | tee -a "$OUT/msm.log" | tail -n 5
+    done
+    for s in counting radix; do  # the ones bin: one shared counter per tile in the radix sort
+        PROVETOP_MSM_SORT=$s timeout 50 $B --log-sizes 27 --repeats 3 --scalars ones-heavy \
+            --tag "sort-$s" 2>&1 | tee -a "$OUT/msm.log" | tail -n 3
+    done
+    python3 - "$OUT" <<'PY'
+import glob, json, sys
+SORT = ("count+scan", "scatter", "partition", "bucket-sort")
+print("sort A/B, medians in ms (sort = count+scan + scatter, or count+scan + partition + bucket-sort)")
+print(f"{'scalars':>10} {'n':>5} {'counting':>9} {'radix':>8} {'ratio':>6} {'sort cnt':>9} {'sort rdx':>9}  radix stages")
+for kind in ("dense", "ones-heavy"):
+    rows = {}
+    for s in ("counting", "radix"):
+        files = sorted(glob.glob(f"{sys.argv[1]}/msm-{kind}-device-sort-{s}-*.json"))
+        for r in json.load(open(files[-1]))["rows"] if files else []:
+            rows.setdefault(r["log_size"], {})[s] = r
+    for k in sorted(rows):
+        a, b = rows[k].get("counting"), rows[k].get("radix")
+        if not (a and b):
+            print(f"{kind:>10} 2^{k}: missing {'counting' if not a else 'radix'}")
+            continue
+        sa = sum(a["breakdown_ms"].get(x, 0.0) for x in SORT)
+        sb = sum(b["breakdown_ms"].get(x, 0.0) for x in SORT)
+        st = " / ".join(f"{b['breakdown_ms'].get(x, 0.0):.1f}" for x in SORT[::2] + SORT[3:])
+        ck = f"  check {a['check']}/{b['check']}" if "check" in a and "check" in b else ""
+        print(f"{kind:>10} 2^{k:<3} {a['median_ms']:>9.1f} {b['median_ms']:>8.1f} "
+              f"{b['median_ms'] / a['median_ms']:>6.3f} {sa:>9.1f} {sb:>9.1f}  {st}{ck}")
+PY
+elif [ "$MODE" = "sortgroup" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/msm.log" | tail -n 30
     timeout 120 $B --log-sizes 16,20,24,26,27 --srs --check --tag group0 2>&1 \

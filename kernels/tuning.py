@@ -21,6 +21,7 @@ from typing import Any
 PIN_METHODS = ("register", "alloc")
 ON_OFF = ("off", "on")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
+MSM_SORTS = ("counting", "radix")
 # The default affine-pairing threshold: 2^40 pairs is more than any MSM here ever has (2^27
 # scalars), so no pass runs unless a run asks for one.
 NEVER_AFFINE = 1 << 40
@@ -94,6 +95,7 @@ class KernelTuning:
     msm_source: str = "msm.cu"
     msm_affine_min_pairs: int = NEVER_AFFINE
     msm_sort_group: int = 0
+    msm_sort: str = "counting"
     msm_affine_dense: int = 0
     # points per chunk of an MSM whose points stream from host memory: 2^22 = 384 MiB per
     # device buffer (two buffers) plus the chunk's own scratch (~1 GiB at a 2^22 chunk)
@@ -168,6 +170,14 @@ SETTINGS: tuple[Setting, ...] = (
         _int_at_least("PROVETOP_MSM_SORT_GROUP", 0),
         "0 (default: the L2 rule), or windows per launch",
         "how many windows each launch of the MSM's counting sort takes",
+    ),
+    Setting(
+        "PROVETOP_MSM_SORT",
+        "msm_sort",
+        choice("PROVETOP_MSM_SORT", MSM_SORTS),
+        "`counting` (default), `radix`",
+        "how the MSM orders its entries by bucket after counting them: one global atomic per "
+        "entry (`counting`), or a two-level partition with shared-memory ranks (`radix`)",
     ),
     Setting(
         "PROVETOP_MSM_AFFINE_DENSE",

@@ -24,7 +24,8 @@ Scratch memory is drawn from ``allocator`` (a callable ``nbytes -> cupy.cuda.Mem
 
 Tuning (:class:`kernels.tuning.KernelTuning`, passed down by the caller; the defaults are what
 the published figures use): which source (``msm_source``), the affine pairing threshold and
-dense passes, and the counting sort's windows per launch.
+dense passes, the counting sort's windows per launch, and which sort orders the entries by
+bucket (``msm_sort``: the counting sort's scatter, or the radix partition of :func:`radix_plan`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,20 @@ MADD_MULS, BUCKET_MULS = 10, 28
 # e.g. 8388608); the default (2^40, NEVER_AFFINE) never starts a pass.
 AFFINE_THREADS = 1 << 16
 AFFINE_NB_MAX = 512
+# The radix sort (``msm_sort = "radix"``; msm.cu, "2-3, radix setting"): block size of its three
+# kernels; level-1 tiles aimed at (enough blocks for 132 SMs, few enough that the (bin, tile)
+# counts stay small: 4 MiB per 1024 bins); entries per coarse bin aimed at for dense scalars,
+# and the most one level-2 block takes (twice the aim, so that a dense bin is one chunk and
+# needs no global atomic); at most 2^12 buckets per bin and 12288 bins per level-1 launch (48 KiB
+# of shared counters each); and the level-1/2 buffers of one launch (10 bytes per scalar and
+# window: the keys, the entries and their low key bits), which sets the windows per launch.
+RADIX_THREADS = 256
+RADIX_TILES = 1024
+RADIX_BIN_ENTRIES = 1 << 14
+RADIX_CHUNK = 1 << 15
+RADIX_MAX_LOW = 12
+RADIX_MAX_BINS = 12288
+RADIX_GROUP_BYTES = 1 << 30
 # ``msm_sort_group``: windows per launch of both counting-sort kernels, overriding
 # :func:`sort_groups`' rule (0: the rule; for A/B runs). Fewer windows per launch keep the counters
 # they hit (B per window) in L2, at the price of reading the scalars once per launch
@@ -134,6 +149,50 @@ def make_plan(n: int, c: int) -> Plan:
     return Plan(n=n, c=c, W=W, B=B, K=W * B + 1, S=S, G=-(-B // S))
 
 
+@dataclass(frozen=True)
+class RadixPlan:
+    """Shape of the radix sort for one (n, c): coarse bins of 2^s consecutive buckets
+    (``bins`` per window), ``group`` windows per launch, level-1 tiles of ``tile`` scalars."""
+
+    s: int
+    bins: int
+    group: int
+    tile: int
+    tiles: int
+
+
+def radix_plan(n: int, c: int, group: int = 0) -> RadixPlan:
+    """The radix sort's shape for n scalars and window c. Why these numbers: a bin of dense
+    scalars holds about n 2^s / B entries, and RADIX_BIN_ENTRIES of them keep it one level-2
+    chunk; s is capped so that a bin's counters fit a block (2^12) and a window's bins a
+    level-1 launch's shared memory. ``group`` (``msm_sort_group``) > 0 fixes the windows per
+    launch (capped by the shared memory); 0 takes as many as RADIX_GROUP_BYTES of buffers allow."""
+    if group < 0:
+        raise ValueError(f"msm_sort_group={group}: expected 0 (the rule) or more")
+    W, B = num_windows(c), 1 << (c - 1)
+    want = (RADIX_BIN_ENTRIES * B) // max(n, 1)
+    s = min(max(want.bit_length() - 1, 0), c - 1, RADIX_MAX_LOW)
+    s = max(s, c - 1 - ((RADIX_MAX_BINS - 1).bit_length() - 1))
+    bins = B >> s
+    g = group or max(1, RADIX_GROUP_BYTES // (10 * max(n, 1)))
+    g = max(1, min(g, W, (RADIX_MAX_BINS - 1) // bins))
+    per_thread = -(-max(n, 1) // (RADIX_TILES * RADIX_THREADS))
+    tile = RADIX_THREADS * per_thread
+    return RadixPlan(s=s, bins=bins, group=g, tile=tile, tiles=-(-max(n, 1) // tile))
+
+
+def radix_scratch_bytes(n: int, c: int, n_entries: int | None = None, group: int = 0) -> int:
+    """Peak bytes of the radix sort's own buffers (beside the counting sort's counters and the
+    sorted entries): the keys of one launch's windows (4 g n), the entries and low key bits of
+    the largest launch (6 per entry, at most g n of them), the (bin, tile) counts with the scan's
+    output and temporary (3 x 4 bytes each) and the chunk starts. Its cursor per bucket is the
+    counting sort's, which :func:`scratch_bytes` counts already."""
+    rp = radix_plan(n, c, group)
+    m_g = rp.group * n if n_entries is None else min(n_entries, rp.group * n)
+    hist = 3 * 4 * (rp.group * rp.bins + 1) * rp.tiles
+    return 4 * rp.group * n + 6 * m_g + hist + 3 * 4 * (rp.group * rp.bins + 1)
+
+
 def sort_groups(W: int, B: int, l2_bytes: int, group: int = 0) -> tuple[int, int]:
     """Windows per launch of the count and of the scatter kernel, for W windows of B buckets on
     a GPU with ``l2_bytes`` of L2; ``group`` (``msm_sort_group``) > 0 fixes both instead. Each
@@ -201,12 +260,15 @@ def scratch_bytes(
     the affine passes over the ones if larger (:func:`affine_scratch_bytes`, after the levels);
     the bucket-reduction (A, R) pairs and their tree (384 per thread, about 1.07 x W G); the
     window sums (192 (W + 1)); plus the scalar classification (n bytes) and 512-byte rounding
-    of each block. ``tuning``'s affine settings change the terms of the affine passes."""
+    of each block. ``tuning``'s affine settings change the terms of the affine passes. With
+    ``msm_sort = "radix"`` the sort's own buffers (:func:`radix_scratch_bytes`) are alive only
+    before the bucket array exists, so the larger of the two phases counts."""
     c = c or choose_window_bits(n)
     p = make_plan(n, c)
     dense_passes = tuning.msm_affine_dense
     m = n * p.W if n_entries is None else n_entries
-    total = 4 * 4 * (p.K + 1) + 4 * max(m, 1) + 192 * p.K
+    sort = 4 * 4 * (p.K + 1) + 4 * max(m, 1)
+    total = 192 * p.K
     levels = 0
     if m:
         m_acc = affine_worst(m, p.K, dense_passes)
@@ -225,8 +287,11 @@ def scratch_bytes(
         if red <= p.W:
             break
         red = p.W * -(-(red // p.W) // SUM_FANIN)
-    total += 192 * (p.W + 1) + n + 16 * 512
-    return total
+    total += 192 * (p.W + 1)
+    radix = 0
+    if tuning.msm_sort == "radix":
+        radix = radix_scratch_bytes(n, c, m, tuning.msm_sort_group)
+    return sort + max(total, radix) + n + 16 * 512
 
 
 # --- module loading --------------------------------------------------------------------------
@@ -251,6 +316,16 @@ class MsmKernels:
             return
         fn = self.module.get_function(name)
         fn((-(-threads // self.block),), (self.block,), args, stream=stream)
+
+    def launch_blocks(
+        self, name: str, blocks: int, threads: int, args: tuple, shared: int, stream: Any
+    ) -> None:
+        """Kernel ``name`` on ``blocks`` blocks of ``threads`` with ``shared`` bytes of dynamic
+        shared memory (the radix kernels, whose blocks each own a tile or a bin)."""
+        if blocks <= 0:
+            return
+        fn = self.module.get_function(name)
+        fn((blocks,), (threads,), args, shared_mem=shared, stream=stream)
 
 
 def kernels(tuning: KernelTuning = DEFAULT_TUNING) -> MsmKernels:
@@ -397,6 +472,100 @@ def accumulate(
             mark("accumulate" if depth == 0 else f"level{depth}")
 
 
+def _bucket_sort(
+    mod: MsmKernels, scalars: Any, n: int, p: Plan, stream: Any, tuning: KernelTuning, mark: Any
+) -> tuple[Any, Any, int, int]:
+    """Stages 1-3 (msm.cu): the digits counted per bucket, their offsets (K + 1, device), and
+    the entries (point index | sign << 31) grouped by bucket, by the sort ``tuning.msm_sort``
+    names; with the entries before the ones bucket and in all (None, 0, 0 when there are none).
+    The one host sync of the MSM is here: it sizes everything after."""
+    cupy = require_cupy()
+    counts = cupy.zeros(p.K + 1, dtype=np.uint32)
+    g_count, g_scatter = sort_groups(p.W, p.B, _l2_bytes(), tuning.msm_sort_group)
+    for w_lo, w_hi in _window_ranges(p.W, g_count):
+        args = (scalars, _u32(n), _u32(p.c), _u32(p.W), _u32(w_lo), _u32(w_hi), counts)
+        mod.launch("msm_count", n, args, stream)
+    offs = cupy.empty(p.K + 1, dtype=np.uint32)
+    offs[0] = 0
+    offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
+    del counts
+    # the one sync: each window's first offset (offs[W B] is the ones bucket's: the entries
+    # before it) and the total
+    ends = cupy.concatenate([offs[: p.W * p.B + 1 : p.B], offs[p.K :]]).get(stream=stream)
+    starts = [int(v) for v in ends[: p.W + 1]]
+    m_dense, m = starts[p.W], int(ends[p.W + 1])
+    mark("count+scan")
+    if m == 0:
+        return offs, None, 0, 0
+    cursor = offs[: p.K].copy()
+    sorted_e = cupy.empty(m, dtype=np.uint32)
+    if tuning.msm_sort == "radix":
+        _radix_sort(mod, scalars, n, p, offs, starts, cursor, sorted_e, stream, tuning, mark)
+    else:
+        for w_lo, w_hi in _window_ranges(p.W, g_scatter):
+            args = (scalars, _u32(n), _u32(p.c), _u32(p.W), _u32(w_lo), _u32(w_hi))
+            mod.launch("msm_scatter", n, (*args, cursor, sorted_e), stream)
+        mark("scatter")
+    return offs, sorted_e, m_dense, m
+
+
+def _radix_sort(
+    mod: MsmKernels,
+    scalars: Any,
+    n: int,
+    p: Plan,
+    offs: Any,
+    starts: list[int],
+    cursor: Any,
+    sorted_e: Any,
+    stream: Any,
+    tuning: KernelTuning,
+    mark: Any,
+) -> None:
+    """The radix setting's stages 3a-3c (msm.cu) per group of windows, into ``sorted_e``;
+    ``starts[w]`` = offs[w B] on the host. Marks "partition" (3a, 3b and the scan between) and
+    "bucket-sort" (3c) once per group; the breakdown sums them."""
+    cupy = require_cupy()
+    rp = radix_plan(n, p.c, tuning.msm_sort_group)
+    ranges = _window_ranges(p.W, rp.group)
+    sizes = [starts[hi] - starts[lo] for lo, hi in ranges]  # entries of each launch (no ones)
+    kbuf = cupy.empty(rp.group * n, dtype=np.uint32)
+    a_ent = cupy.empty(max(max(sizes), 1), dtype=np.uint32)
+    a_lo = cupy.empty(max(max(sizes), 1), dtype=np.uint16)
+    chunk = RADIX_CHUNK
+    for (w_lo, w_hi), size in zip(ranges, sizes, strict=True):
+        nbin = (w_hi - w_lo) * rp.bins
+        shared = 4 * (nbin + 1)
+        hist = cupy.empty((nbin + 1, rp.tiles), dtype=np.uint32)
+        head = (_u32(n), _u32(p.c), _u32(p.W), _u32(w_lo), _u32(w_hi), _u32(rp.tile))
+        args = (scalars, *head, _u32(rp.s), kbuf, hist)
+        mod.launch_blocks("msm_radix_hist", rp.tiles, RADIX_THREADS, args, shared, stream)
+        # bin j of the launch starts at offs[w_lo B + j 2^s] (relative to the launch's first
+        # entry, in a_ent); the ones bin (last) at offs[W B], its final place in sorted_e
+        first = w_lo * p.B + (cupy.arange(nbin + 1, dtype=np.int64) << rp.s)
+        edges = offs[first]
+        bin_start = cupy.concatenate([edges[:-1] - edges[0], offs[p.K - 1 : p.K]])
+        base = cupy.cumsum(hist, axis=1, dtype=np.uint32)
+        base -= hist
+        base += bin_start[:, None]
+        del hist
+        args = (kbuf, _u32(n), _u32(p.B), _u32(w_hi - w_lo), _u32(rp.tile), _u32(rp.s), base)
+        args = (*args, a_ent, a_lo, sorted_e)
+        mod.launch_blocks("msm_radix_part", rp.tiles, RADIX_THREADS, args, shared, stream)
+        del base
+        mark("partition")
+        if size:
+            bin_sizes = (edges[1:] - edges[:-1]).astype(np.int64)
+            pre = cupy.zeros(nbin + 1, dtype=np.uint32)
+            pre[1:] = cupy.cumsum((bin_sizes + (chunk - 1)) // chunk, dtype=np.uint32)
+            blocks = nbin + size // chunk  # >= sum of ceil(bin size / chunk)
+            args = (a_ent, a_lo, offs, _u32(w_lo * p.B), _u32(nbin), _u32(rp.s), _u32(chunk))
+            args = (*args, pre, cursor, sorted_e)
+            shared_b = 4 << rp.s
+            mod.launch_blocks("msm_radix_bucket", blocks, RADIX_THREADS, args, shared_b, stream)
+        mark("bucket-sort")
+
+
 def window_sums(
     points: Any,
     scalars: Any,
@@ -428,27 +597,9 @@ def window_sums(
     out = cupy.zeros((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
     if n == 0:
         return out
-    counts = cupy.zeros(p.K + 1, dtype=np.uint32)
-    g_count, g_scatter = sort_groups(p.W, p.B, _l2_bytes(), tuning.msm_sort_group)
-    for w_lo, w_hi in _window_ranges(p.W, g_count):
-        args = (scalars, _u32(n), _u32(c), _u32(p.W), _u32(w_lo), _u32(w_hi), counts)
-        mod.launch("msm_count", n, args, stream)
-    offs = cupy.empty(p.K + 1, dtype=np.uint32)
-    offs[0] = 0
-    offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
-    # the one sync: sizes of everything below (entries before the ones bucket, and in all)
-    m_dense, m = (int(v) for v in offs[p.K - 1 :].get(stream=stream))
-    mark("count+scan")
+    offs, sorted_e, m_dense, m = _bucket_sort(mod, scalars, n, p, stream, tuning, mark)
     if m == 0:
         return out
-    cursor = offs[: p.K].copy()
-    del counts
-    sorted_e = cupy.empty(m, dtype=np.uint32)
-    for w_lo, w_hi in _window_ranges(p.W, g_scatter):
-        args = (scalars, _u32(n), _u32(c), _u32(p.W), _u32(w_lo), _u32(w_hi), cursor, sorted_e)
-        mod.launch("msm_scatter", n, args, stream)
-    del cursor
-    mark("scatter")
     buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
     # the ones (key K - 1) go through affine pairing passes when there are enough of them: the
     # batch-addition path; otherwise they are one more bucket of the balanced accumulation
@@ -493,6 +644,32 @@ def window_sums(
     out[p.W] = buckets[p.K - 1]
     mark("bucket-reduce")
     return out
+
+
+def sort_entries(
+    scalars: Any,
+    c: int,
+    *,
+    stream: Any = None,
+    allocator: Any = None,
+    tuning: KernelTuning = DEFAULT_TUNING,
+) -> tuple[Any, Any]:
+    """Stages 1-3 alone, for device ``scalars`` (n, 4) and window ``c``: the bucket offsets
+    (K + 1) and the entries (point index | sign << 31) grouped by bucket, both device uint32
+    arrays. Why public: the two sort settings must give the same buckets, and a test can say
+    so without the point arithmetic after them."""
+    cupy = require_cupy()
+    n = int(scalars.shape[0])
+    p = make_plan(n, c)
+    with on_stream(stream, allocator) as s:
+        offs, sorted_e, _, _ = _bucket_sort(kernels(tuning), scalars, n, p, s, tuning, _no_mark)
+        if sorted_e is None:
+            sorted_e = cupy.empty(0, dtype=np.uint32)
+    return offs, sorted_e
+
+
+def _no_mark(stage: str) -> None:
+    """The stage marker of a call that keeps no breakdown."""
 
 
 def combine_windows(sums: np.ndarray, c: int) -> np.ndarray:
@@ -681,6 +858,7 @@ __all__ = [
     "msm_host_points",
     "num_windows",
     "scratch_bytes",
+    "sort_entries",
     "source",
     "window_cost",
 ]

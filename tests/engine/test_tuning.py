@@ -30,6 +30,7 @@ def test_every_setting_is_read_into_its_field():
         "PROVETOP_MSM_SOURCE": "msm_lb.cu",
         "PROVETOP_MSM_AFFINE_MIN_PAIRS": "8388608",
         "PROVETOP_MSM_SORT_GROUP": "3",
+        "PROVETOP_MSM_SORT": "radix",
         "PROVETOP_MSM_AFFINE_DENSE": "1",
         "PROVETOP_MSM_HOST_CHUNK": "8388608",
         "PROVETOP_CUBIN_DIR": "/opt/cubin",
@@ -47,6 +48,7 @@ def test_every_setting_is_read_into_its_field():
     assert (k.pin_method, k.msm_source) == ("alloc", "msm_lb.cu")
     assert (k.msm_affine_min_pairs, k.msm_sort_group, k.msm_affine_dense) == (8388608, 3, 1)
     assert k.msm_host_chunk == 1 << 23
+    assert k.msm_sort == "radix"
     assert (k.cubin_dir, k.commit) == ("/opt/cubin", "abc1234")
     assert (t.sync_scope, t.priority_to, t.switch_interval_s) == ("device", "compute", 0.005)
     assert t.inject == "kill:worker:0:msm_h"
@@ -63,6 +65,7 @@ def test_every_setting_is_read_into_its_field():
         ("PROVETOP_MSM_SOURCE", "msm_fast.cu"),
         ("PROVETOP_MSM_SORT_GROUP", "-1"),
         ("PROVETOP_MSM_SORT_GROUP", "two"),
+        ("PROVETOP_MSM_SORT", "bitonic"),
         ("PROVETOP_MSM_AFFINE_MIN_PAIRS", "0"),
         ("PROVETOP_MSM_AFFINE_DENSE", "-2"),
         ("PROVETOP_MSM_HOST_CHUNK", "12"),

@@ -184,6 +184,122 @@ def test_sort_groups_rule() -> None:
         cm.sort_groups(W22, 1 << 21, h200_l2, group=-1)
 
 
+SORTS = ("counting", "radix")
+
+
+def edge_scalars(c: int, n: int, rng: random.Random) -> list[int]:
+    """Scalars whose signed digits hit the ends of the bucket range for window c: the largest
+    digit 2^(c-1) (the last bucket of a window) in any window, 2^c - 1 (digit -1 and a carry),
+    r - 1 and r - 2 (every window, the top one included), 2 and 1; a few dense ones."""
+    W = -(-256 // c)
+    pool = [R - 1, R - 2, (1 << c) - 1, 2, 1, (1 << (c - 1)) + 1]
+    pool += [(1 << (c - 1)) << (c * w) for w in range(W - 1)]
+    pool += [((1 << c) - 1) << (c * w) for w in range(W - 1)]
+    pool = [k % R for k in pool]
+    return [rng.choice(pool) if rng.random() < 0.9 else rng.randrange(R) for _ in range(n)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sort", SORTS)
+@pytest.mark.parametrize("n", [1, 31, 257, 1000, 4099])
+def test_sort_settings_match_reference(cp, poison, sort: str, n: int) -> None:
+    """Both sort settings (``msm_sort``) against the CPU reference, fresh scalars each run:
+    sizes off the block and tile sizes, every scalar mix, and the edge digits at a small and a
+    large window (all buffers poisoned)."""
+    rng = random.Random()
+    tuning = KernelTuning(msm_sort=sort)
+    pts_dev, pts = random_points(cp, n)
+    for kind in ("dense", "zeros", "ones", "witness"):
+        ks = scalars_of(kind, n, rng)
+        got = gpu_msm(cp, pts_dev, ks, poison, tuning=tuning)
+        assert got == cmsm.msm_fast(pts, ks), f"{sort}: n={n}, {kind}"
+    for c in (5, 16):
+        ks = edge_scalars(c, n, rng)
+        got = gpu_msm(cp, pts_dev, ks, poison, window_bits=c, tuning=tuning)
+        assert got == cmsm.msm_fast(pts, ks), f"{sort}: n={n}, edge digits, c={c}"
+
+
+def sorted_buckets(cp, ks: list[int], c: int, alloc, tuning: KernelTuning):
+    from kernels.cuda.msm import sort_entries
+
+    sc = cp.asarray(layout.fr_to_limbs(ks, montgomery=False))
+    offs, ent = sort_entries(sc, c, allocator=alloc, tuning=tuning)
+    return offs.get(), ent.get()
+
+
+@pytest.mark.gpu
+def test_radix_sort_groups_the_same_entries(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sort alone: the radix setting's output is a permutation of the counting sort's that
+    keeps every bucket's entries (the same offsets, the same multiset per bucket), with every
+    slot written. Run with the shipped shape, then with tiny bins and chunks and few tiles, so
+    that bins span several level-2 chunks (the global-atomic path) next to one-chunk bins,
+    threads loop over several scalars of a tile, and windows go one per launch."""
+    from kernels.cuda import msm as cm
+
+    rng = random.Random()
+    counting = KernelTuning(msm_sort="counting")
+    shapes = [(1 << 15, 1 << 14, 1024, 0), (48, 32, 3, 0), (48, 32, 3, 1), (5, 64, 7, 3)]
+    for chunk, bin_entries, tiles, group in shapes:
+        monkeypatch.setattr(cm, "RADIX_CHUNK", chunk)
+        monkeypatch.setattr(cm, "RADIX_BIN_ENTRIES", bin_entries)
+        monkeypatch.setattr(cm, "RADIX_TILES", tiles)
+        radix = KernelTuning(msm_sort="radix", msm_sort_group=group)
+        for n, kind, c in [(5000, "dense", 9), (3001, "witness", 13), (777, "edge", 7)]:
+            ks = edge_scalars(c, n, rng) if kind == "edge" else scalars_of(kind, n, rng)
+            ks[: n // 10] = [2] * (n // 10)  # one heavy bucket: a bin of many chunks
+            want_offs, want = sorted_buckets(cp, ks, c, poison, counting)
+            offs, got = sorted_buckets(cp, ks, c, poison, radix)
+            what = f"chunk={chunk} tiles={tiles} group={group}: n={n} {kind} c={c}"
+            assert (offs == want_offs).all(), what
+            assert got.shape == want.shape and len(got) == int(offs[-1]), what
+            for b in range(len(offs) - 1):
+                lo, hi = int(offs[b]), int(offs[b + 1])
+                if hi > lo:
+                    assert sorted(got[lo:hi]) == sorted(want[lo:hi]), f"{what}, bucket {b}"
+
+
+def test_radix_plan_fits_the_kernels() -> None:
+    """Every window and size the MSM accepts gives a radix shape its kernels can run: a bin's
+    counters fit a block (2^s <= 2^12, low keys fit 16 bits), a launch's bins fit 48 KiB of
+    shared memory, the bins tile a window, and tiles cover the scalars; the H200 shapes are the
+    ones docs/performance-notes.md reasons with."""
+    from kernels.cuda import msm as cm
+
+    for c in range(cm.MIN_WINDOW, cm.MAX_WINDOW + 1):
+        W, B = cm.num_windows(c), 1 << (c - 1)
+        for log_n in range(0, 31):
+            n = 1 << log_n
+            if n * W >= 1 << 32:
+                continue
+            for group in (0, 1, 5):
+                rp = cm.radix_plan(n, c, group)
+                assert 0 <= rp.s <= 12 and rp.bins << rp.s == B, (c, n)
+                assert 1 <= rp.group <= W and rp.group * rp.bins + 1 <= cm.RADIX_MAX_BINS
+                assert rp.tile % cm.RADIX_THREADS == 0 and rp.tiles * rp.tile >= n
+                assert (rp.tiles - 1) * rp.tile < n
+    assert cm.radix_plan(1 << 27, 22) == cm.RadixPlan(
+        s=8, bins=8192, group=1, tile=1 << 17, tiles=1024
+    )
+    assert cm.radix_plan(1 << 24, 20) == cm.RadixPlan(
+        s=9, bins=1024, group=6, tile=1 << 14, tiles=1024
+    )
+    assert cm.radix_plan(1 << 20, 16) == cm.RadixPlan(s=9, bins=64, group=16, tile=1024, tiles=1024)
+    with pytest.raises(ValueError, match="msm_sort_group=-1"):
+        cm.radix_plan(1 << 20, 16, -1)
+
+
+def test_scratch_model_counts_the_radix_buffers() -> None:
+    """The radix buffers are alive only before the buckets: the model takes the larger phase,
+    so at 2^27 (buckets and levels larger) it equals the counting model, and at a small n with
+    a forced large window it may exceed it but never by more than the radix buffers."""
+    from kernels.cuda import msm as cm
+
+    for n, c in [(1 << 27, 22), (1 << 24, 20), (1 << 20, 16), (1000, 7), (300, 21)]:
+        counting = cm.scratch_bytes(n, c)
+        radix = cm.scratch_bytes(n, c, tuning=KernelTuning(msm_sort="radix"))
+        assert counting <= radix <= counting + cm.radix_scratch_bytes(n, c), (n, c)
+
+
 @pytest.mark.gpu
 def test_window_sizes_agree(cp, poison) -> None:
     """Every window (small, odd, large) gives the same point: the digits and bucket layout are

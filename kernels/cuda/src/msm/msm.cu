@@ -7,6 +7,8 @@
 //   2. (host)        offsets = exclusive prefix sum of counts (CuPy cumsum).
 //   3. msm_scatter:  the same digits again; sorted[cursor[key]++] = point index | sign << 31.
 //                    The entries of one bucket are now contiguous: a counting sort by bucket.
+//                    (The radix setting replaces this step by a two-level partition with
+//                    shared-memory ranks: "2-3, radix setting" below.)
 //   4. msm_accumulate0: the sorted list is cut into equal chunks of L entries, one thread each,
 //                    whatever the bucket boundaries: every thread does exactly L mixed additions,
 //                    so a bucket holding half of all points (the 1-scalars of a real witness)
@@ -98,6 +100,131 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
             if (key[j] != MSM_NONE) sorted[slot] = i | (neg[j] ? 0x80000000u : 0u);
         }
     }
+}
+
+// ---- 2-3, radix setting: a two-level partition in place of the scatter's global cursors -----
+//
+// msm_count and the scan still give every bucket's offsets (offs). Then, per group of windows:
+//   a. msm_radix_hist: tile t (a block) computes its scalars' keys once, stores them in kbuf
+//      (row w - w_lo, 4 bytes each, key relative to the group | sign << 31) and counts them per
+//      coarse bin (2^s consecutive buckets; the ones are one extra bin) in shared memory:
+//      hist[bin][t]. The host scans each bin's row over the tiles (plus the bin's start).
+//   b. msm_radix_part: tile t places its entries at its bins' offsets, ranked with shared
+//      atomics: entry and low key bits to (a_ent, a_lo), grouped by bin; the ones straight to
+//      their final slots in `sorted` (they are one bucket: nothing left to order).
+//   c. msm_radix_bucket: each block takes one bin's entries (or a chunk of a large bin), counts
+//      their 2^s low keys in shared memory and writes each entry to offs[key] + its rank. A bin
+//      cut into several chunks takes each chunk's range per bucket with one global atomic per
+//      (chunk, non-empty bucket) on cursor (a copy of offs); dense scalars never need that.
+// No global atomic per entry remains, and the order inside a bucket is whatever the shared
+// atomics give: the accumulation sums a bucket in any order. Launch with blockDim.x threads of
+// any count; the shared arrays are dynamic (4 bytes per bin, 4 per bucket of a bin).
+
+extern "C" __global__ void msm_radix_hist(const uint32_t* __restrict__ scalars, uint32_t n,
+                                          uint32_t c, uint32_t W, uint32_t w_lo, uint32_t w_hi,
+                                          uint32_t tile, uint32_t s, uint32_t* __restrict__ kbuf,
+                                          uint32_t* __restrict__ hist) {
+    extern __shared__ uint32_t radix_cnt[];
+    const uint32_t B = 1u << (c - 1), g = w_hi - w_lo;
+    const uint32_t nbin = g * (B >> s) + 1;  // the ones bin last
+    for (uint32_t j = threadIdx.x; j < nbin; j += blockDim.x) radix_cnt[j] = 0;
+    __syncthreads();
+    const uint64_t t0 = (uint64_t)blockIdx.x * tile;
+    const uint32_t end = t0 + tile < n ? (uint32_t)(t0 + tile) : n;
+    for (uint32_t i = (uint32_t)t0 + threadIdx.x; i < end; i += blockDim.x) {
+        uint32_t sc[8];
+        msm_load_scalar(scalars, i, sc);
+        const bool is_zero = msm_scalar_is(sc, 0), is_one = msm_scalar_is(sc, 1);
+        msm_digits dg(c);
+        for (uint32_t w = 0; w < w_hi; w++) {
+            bool neg = false;
+            const uint32_t key = msm_key(sc, w, c, B, W, is_zero, is_one, dg, &neg);
+            if (w < w_lo) continue;  // digit computed for its carry only
+            uint32_t v = MSM_NONE;
+            if (key != MSM_NONE) {
+                const uint32_t local = key == W * B ? g * B : key - w_lo * B;
+                atomicAdd(radix_cnt + (local >> s), 1u);
+                v = local | (neg ? 0x80000000u : 0u);
+            }
+            kbuf[(uint64_t)(w - w_lo) * n + i] = v;
+        }
+    }
+    __syncthreads();
+    for (uint32_t j = threadIdx.x; j < nbin; j += blockDim.x)
+        hist[(uint64_t)j * gridDim.x + blockIdx.x] = radix_cnt[j];
+}
+
+// base[bin][t]: where tile t's first entry of the bin goes (in a_ent for the regular bins, in
+// sorted for the ones bin), as the host's scan of hist left it.
+extern "C" __global__ void msm_radix_part(const uint32_t* __restrict__ kbuf, uint32_t n,
+                                          uint32_t B, uint32_t g, uint32_t tile, uint32_t s,
+                                          const uint32_t* __restrict__ base,
+                                          uint32_t* __restrict__ a_ent,
+                                          uint16_t* __restrict__ a_lo,
+                                          uint32_t* __restrict__ sorted) {
+    extern __shared__ uint32_t radix_cur[];
+    const uint32_t nbin = g * (B >> s) + 1, ones = nbin - 1, low = (1u << s) - 1u;
+    for (uint32_t j = threadIdx.x; j < nbin; j += blockDim.x)
+        radix_cur[j] = base[(uint64_t)j * gridDim.x + blockIdx.x];
+    __syncthreads();
+    const uint64_t t0 = (uint64_t)blockIdx.x * tile;
+    const uint32_t end = t0 + tile < n ? (uint32_t)(t0 + tile) : n;
+    for (uint32_t w = 0; w < g; w++) {
+        const uint32_t* row = kbuf + (uint64_t)w * n;
+        for (uint32_t i = (uint32_t)t0 + threadIdx.x; i < end; i += blockDim.x) {
+            const uint32_t v = row[i];
+            if (v == MSM_NONE) continue;
+            const uint32_t local = v & 0x7fffffffu, bin = local >> s;
+            const uint32_t e = i | (v & 0x80000000u);
+            const uint32_t pos = atomicAdd(radix_cur + bin, 1u);
+            if (bin == ones) {
+                sorted[pos] = e;
+            } else {
+                a_ent[pos] = e;
+                a_lo[pos] = (uint16_t)(local & low);
+            }
+        }
+    }
+}
+
+// Bins j in [0, nbin) of the group whose first key is key0: bin j holds keys
+// [key0 + j 2^s, key0 + (j + 1) 2^s), at [offs[first] - offs[key0], offs[last + 1] - offs[key0])
+// of a_ent / a_lo. pre[j] (nbin + 1 values): the first block of bin j, each bin taking
+// ceil(size / chunk) blocks; blocks from pre[nbin] on have nothing to do.
+extern "C" __global__ void msm_radix_bucket(const uint32_t* __restrict__ a_ent,
+                                            const uint16_t* __restrict__ a_lo,
+                                            const uint32_t* __restrict__ offs, uint32_t key0,
+                                            uint32_t nbin, uint32_t s, uint32_t chunk,
+                                            const uint32_t* __restrict__ pre,
+                                            uint32_t* __restrict__ cursor,
+                                            uint32_t* __restrict__ sorted) {
+    extern __shared__ uint32_t radix_slot[];
+    const uint32_t q = blockIdx.x;
+    if (q >= pre[nbin]) return;  // the same for every thread of the block, before any barrier
+    // the bin of block q: the largest j with pre[j] <= q (then pre[j + 1] > q)
+    uint32_t lo = 0, hi = nbin - 1;
+    while (lo < hi) {
+        const uint32_t mid = (lo + hi + 1) >> 1;
+        if (pre[mid] <= q) lo = mid;
+        else hi = mid - 1;
+    }
+    const uint32_t j = lo, nb = 1u << s;
+    const uint32_t kb = key0 + (j << s), g0 = offs[key0];
+    const uint32_t start = offs[kb] - g0 + (q - pre[j]) * chunk;
+    const uint32_t b_end = offs[kb + nb] - g0;
+    const uint32_t end = b_end - start > chunk ? start + chunk : b_end;
+    const bool multi = pre[j + 1] - pre[j] > 1;
+    for (uint32_t k = threadIdx.x; k < nb; k += blockDim.x) radix_slot[k] = 0;
+    __syncthreads();
+    for (uint32_t i = start + threadIdx.x; i < end; i += blockDim.x) atomicAdd(radix_slot + a_lo[i], 1u);
+    __syncthreads();
+    for (uint32_t k = threadIdx.x; k < nb; k += blockDim.x) {
+        const uint32_t cnt = radix_slot[k];
+        radix_slot[k] = multi ? (cnt ? atomicAdd(cursor + kb + k, cnt) : 0u) : offs[kb + k];
+    }
+    __syncthreads();
+    for (uint32_t i = start + threadIdx.x; i < end; i += blockDim.x)
+        sorted[atomicAdd(radix_slot + a_lo[i], 1u)] = a_ent[i];
 }
 
 // ---- 4-7: thin wrappers over the per-thread bodies in msm.cuh ---------------------------------
