@@ -33,9 +33,11 @@ from recordings.framing import HEADER_SIZE, FrameDecoder, FrameError, encode_fra
 # The whole TCP handshake (connect to a valid auth frame) must fit in this many seconds, however
 # the bytes trickle in: a deadline, not a timeout per recv, so a slot cannot be held for long.
 AUTH_TIMEOUT_S = 10.0
-# A failed TCP authentication holds the server's auth lock this long before the connection is
-# closed, so guesses are serialised at one per AUTH_FAIL_DELAY_S over all connections.
+# A connection that failed TCP authentication is closed this long after its failure (or at once
+# when a new connection evicts it): a guesser on one connection gets one answer a second. It
+# holds no lock meanwhile, so a right token on another connection is never delayed.
 AUTH_FAIL_DELAY_S = 1.0
+AUTH_REPORT_S = 1.0  # failed authentications are recorded as at most one event per this long
 # Client frames are commands of a few hundred bytes. Decoded msgpack can take ~64x its size in
 # Python objects, so the engine reads client frames with this limit, not the 16 MiB of the
 # event stream: at most ~4 MiB of objects per connection, authenticated or not.
@@ -136,7 +138,9 @@ class TelemetryServer:
         # slow client fall behind, and see ``lag``, after a few events instead of megabytes.
         self.send_buffer: int | None = None
         self.faults: Any = None  # engine.faults.FaultInjector (drop:client:K), or None
-        self._auth_lock = threading.Lock()
+        self._auth_lock = threading.Lock()  # the failure counters
+        self._auth_unreported = 0
+        self._auth_reported_at = float("-inf")
         self._cache: OrderedDict[int, tuple[dict[str, Any], bytes]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._cache_bytes = 0
@@ -369,8 +373,9 @@ class TelemetryServer:
         """The first frame on TCP must be {"k": "auth", "token": ...} with the right token.
 
         A wrong token, a malformed or oversized first frame, or silence for AUTH_TIMEOUT_S
-        fails; each failure is recorded (a refused ``control`` event) and holds the auth lock
-        for AUTH_FAIL_DELAY_S, so no number of connections guesses faster than that."""
+        fails: counted (and recorded, at most once a second), and the connection is closed
+        AUTH_FAIL_DELAY_S later. A failure costs microseconds of engine time and delays no
+        other connection, so a right token gets in at once during a flood of wrong ones."""
         deadline = time.monotonic() + AUTH_TIMEOUT_S
         frame: Any = None
         try:
@@ -394,20 +399,37 @@ class TelemetryServer:
             except OSError:
                 pass
         token = frame.get("token") if frame is not None and frame.get("k") == "auth" else None
-        with self._auth_lock:
-            ok = (
-                isinstance(token, str)
-                and self.token is not None
-                and hmac.compare_digest(token.encode(), self.token.encode())
-            )
-            if not ok:
-                self.auth_failures += 1
-                self.on_bad_frame("authentication failed (wrong, missing or late token)", name)
-                time.sleep(AUTH_FAIL_DELAY_S)
+        ok = (
+            isinstance(token, str)
+            and self.token is not None
+            and hmac.compare_digest(token.encode(), self.token.encode())
+        )
         if ok:
             with self._lock:
                 self._handshaking.pop(conn, None)
-        return ok
+            return True
+        self._auth_failed(name)
+        # The penalty holds only this connection, still an evictable handshake: a right token
+        # on another connection is never queued behind it (it was, behind a lock held 1 s per
+        # failure: a flood of wrong tokens kept the operator out for as long as it lasted).
+        # Waiting on the socket, not sleeping, so an eviction ends the wait at once.
+        _wait_closed(conn, AUTH_FAIL_DELAY_S)
+        return False
+
+    def _auth_failed(self, name: str) -> None:
+        """Count a failed authentication; record the first of each AUTH_REPORT_S window as a
+        refused ``control`` event, with the number since the last one, so a flood of guesses
+        costs the recording one event a second, not one per guess."""
+        now = time.monotonic()
+        with self._auth_lock:
+            self.auth_failures += 1
+            self._auth_unreported += 1
+            if now - self._auth_reported_at < AUTH_REPORT_S:
+                return
+            self._auth_reported_at = now
+            count, self._auth_unreported = self._auth_unreported, 0
+        more = f"; {count} failures since the last report" if count > 1 else ""
+        self.on_bad_frame(f"authentication failed (wrong, missing or late token){more}", name)
 
     def _encode(self, event: dict[str, Any]) -> bytes:
         """One encoding per event for all clients (they share the event objects); the cache
@@ -488,6 +510,19 @@ def _clear_stale_socket(path: str) -> None:
         pass
     except OSError as exc:
         raise ListenError(f"cannot remove the stale socket {path}: {exc.strerror or exc}") from None
+
+
+def _wait_closed(conn: socket.socket, timeout: float) -> None:
+    """Wait up to ``timeout`` for the peer (or an eviction's shutdown) to end ``conn``;
+    whatever it sends meanwhile is discarded."""
+    deadline = time.monotonic() + timeout
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            conn.settimeout(left)
+            if not conn.recv(4096):
+                return
+    except OSError:  # the timeout, or a reset
+        return
 
 
 def _wait_drained(sub: Any, timeout: float) -> None:
