@@ -212,9 +212,7 @@ def test_token_is_compared_in_constant_time_and_a_failure_is_delayed(tmp_path, m
     assert TOKEN not in str(rec.events) and wrong not in str(rec.events)
 
 
-def test_parallel_guesses_each_wait_the_delay_without_holding_up_each_other(
-    tmp_path, monkeypatch
-):
+def test_parallel_guesses_each_wait_the_delay_without_holding_up_each_other(tmp_path, monkeypatch):
     """Every wrong guess is answered (closed) only after the delay, and the delay is its own:
     a lock held through it serialised the guesses and, with them, a right token behind them."""
     monkeypatch.setattr(server_mod, "AUTH_FAIL_DELAY_S", 0.5)
