@@ -130,6 +130,20 @@ class Subscription:
             initial = len(self._initial) - self._ipos
             return initial + len(self._q) + (1 if self._held is not None else 0)
 
+    def take_initial(self, most: int) -> tuple[dict[str, Any], ...]:
+        """Up to ``most`` of the initial events (hello, snapshot, retained history) in one
+        step: a joining client's writer takes its thousands of them in slices, not one
+        ``get`` (and one lock round) each, which in a connect/close storm was GIL time taken
+        from the workers."""
+        with self._cv:
+            if self._held is not None or self._ipos >= len(self._initial):
+                return ()
+            part = self._initial[self._ipos : self._ipos + most]
+            self._ipos += len(part)
+            if self._ipos == len(self._initial):
+                self._initial, self._ipos = (), 0
+            return part
+
     def initial_pending(self) -> int:
         """Initial events (hello, snapshot, retained history) not yet taken."""
         with self._cv:

@@ -56,8 +56,17 @@ ACCEPT_BACKOFF_MAX_S = 1.0
 MAX_COMMANDS_PER_S = 100
 WRITE_BATCH_BYTES = 256 << 10  # events sent to a client in one write, at most about this much
 WRITE_COALESCE_S = 0.01  # a client's writer waits this long between writes
-ENCODE_CACHE = 4096  # encoded events kept for the other clients
+# Encoded events kept for the other clients: enough for the bus's retained history (20,000
+# events) and its join snapshot, which every joining client is sent; with 4,096 a client
+# joining re-encoded most of its history, and a connect/close storm spent the workers' GIL on it
+ENCODE_CACHE = 32768
 ENCODE_CACHE_BYTES = 16 << 20  # and at most this many bytes of them (snapshots are large)
+INITIAL_SLICE = 1024  # initial events a writer takes from its subscription at once
+# Encoded slices of initial events kept: clients joining from the same join snapshot are sent
+# the same slices (the retained history only grows at its end between two turns), so a storm
+# of connections costs one dict lookup per slice, not one per event
+CHUNK_CACHE = 64
+CHUNK_CACHE_BYTES = 32 << 20
 
 
 class ListenError(ValueError):
@@ -144,6 +153,8 @@ class TelemetryServer:
         self._cache: OrderedDict[int, tuple[dict[str, Any], bytes]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._cache_bytes = 0
+        self._chunks: OrderedDict[tuple[int, int, int], tuple[Any, Any, bytes]] = OrderedDict()
+        self._chunk_bytes = 0
         self.auth_failures = 0
         self.refused_clients = 0  # connections closed at accept (over MAX_CLIENTS)
         self.evicted_handshakes = 0  # unauthenticated connections closed to make room
@@ -434,32 +445,68 @@ class TelemetryServer:
     def _encode(self, event: dict[str, Any]) -> bytes:
         """One encoding per event for all clients (they share the event objects); the cache
         holds the event itself, so its id cannot be reused while the entry lives."""
-        key = id(event)
+        return self._encode_many((event,))[0]
+
+    def _encode_many(self, events: tuple[dict[str, Any], ...]) -> list[bytes]:
+        """:meth:`_encode` of several events with one lock round for the cache hits."""
+        cache = self._cache
         with self._cache_lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] is event:
-                return hit[1]
-        frame = encode_frame(event)
+            frames: list[bytes | None] = []
+            for event in events:
+                hit = cache.get(id(event))
+                frames.append(hit[1] if hit is not None and hit[0] is event else None)
+        if None not in frames:
+            return frames  # type: ignore[return-value]
+        missing = [(i, encode_frame(events[i])) for i, f in enumerate(frames) if f is None]
         with self._cache_lock:
-            if key in self._cache:
-                self._cache_bytes -= len(self._cache.pop(key)[1])
-            self._cache[key] = (event, frame)
-            self._cache_bytes += len(frame)
-            while self._cache and (
-                len(self._cache) > ENCODE_CACHE or self._cache_bytes > ENCODE_CACHE_BYTES
+            for i, frame in missing:
+                frames[i] = frame
+                event = events[i]
+                key = id(event)
+                if key in cache:
+                    self._cache_bytes -= len(cache.pop(key)[1])
+                cache[key] = (event, frame)
+                self._cache_bytes += len(frame)
+            while cache and (len(cache) > ENCODE_CACHE or self._cache_bytes > ENCODE_CACHE_BYTES):
+                self._cache_bytes -= len(cache.popitem(last=False)[1][1])
+        return frames  # type: ignore[return-value]
+
+    def _encode_chunk(self, events: tuple[dict[str, Any], ...]) -> bytes:
+        """The frames of a slice of initial events, joined, once for every client sent the
+        same slice. A slice of the bus's event sequence is named by its first and last
+        events and its length (the entry keeps both alive, so their ids stay theirs)."""
+        first, last = events[0], events[-1]
+        key = (id(first), id(last), len(events))
+        with self._cache_lock:
+            hit = self._chunks.get(key)
+            if hit is not None and hit[0] is first and hit[1] is last:
+                self._chunks.move_to_end(key)
+                return hit[2]
+        data = b"".join(self._encode_many(events))
+        with self._cache_lock:
+            if key not in self._chunks:
+                self._chunks[key] = (first, last, data)
+                self._chunk_bytes += len(data)
+            while self._chunks and (
+                len(self._chunks) > CHUNK_CACHE or self._chunk_bytes > CHUNK_CACHE_BYTES
             ):
-                self._cache_bytes -= len(self._cache.popitem(last=False)[1][1])
-        return frame
+                self._chunk_bytes -= len(self._chunks.popitem(last=False)[1][2])
+        return data
 
     def _write_loop(self, conn: socket.socket, sub: Any) -> None:
         """Send what is queued in batches, then pause WRITE_COALESCE_S: a client costs the
         engine at most ~1/WRITE_COALESCE_S wake-ups and sends a second, whatever the event
-        rate, and each event is encoded once for every client."""
+        rate, and each event is encoded once for every client. The initial events (thousands
+        for a client joining a long run) are taken and encoded in slices."""
         while not self._closed.is_set() and not sub.closed:
-            event = sub.get(timeout=0.5)
-            if event is None:
-                continue
             try:
+                initial = sub.take_initial(INITIAL_SLICE)
+                if initial:
+                    conn.sendall(self._encode_chunk(initial))
+                    continue
+                event = sub.get(timeout=0.5)
+                if event is None:
+                    continue
                 frames = [self._encode(event)]
                 size = len(frames[0])
                 while size < WRITE_BATCH_BYTES and sub.pending():
