@@ -58,9 +58,10 @@ class Subscription:
     overflow ``maxlen`` the oldest live event is dropped and the one after it carries the count,
     so the client receives one ``lag`` event exactly where the gap is."""
 
-    def __init__(self, bus: Bus, maxlen: int, name: str) -> None:
+    def __init__(self, bus: Bus, maxlen: int, name: str, counted: bool = True) -> None:
         self.bus = bus
         self.name = name
+        self.counted = counted  # a client in ``counters`` (the engine's own metrics fold: no)
         self.maxlen = maxlen
         self._q: deque[list] = deque()  # live events: [event, missed just before it]
         self._protected = 0  # (kept for the overflow arithmetic; initial events live apart)
@@ -249,9 +250,13 @@ class Bus:
 
     # -- consuming ----------------------------------------------------------------------------
 
-    def subscribe(self, name: str = "client", maxlen: int | None = None) -> Subscription:
-        """A new subscriber; its queue starts with hello, a snapshot and the retained events."""
-        sub = Subscription(self, maxlen or self.client_queue, name)
+    def subscribe(
+        self, name: str = "client", maxlen: int | None = None, *, counted: bool = True
+    ) -> Subscription:
+        """A new subscriber; its queue starts with hello, a snapshot and the retained events.
+        ``counted=False``: the engine's own consumer (the metrics fold), not a client, so
+        ``counters`` and ``/metrics`` do not count it."""
+        sub = Subscription(self, maxlen or self.client_queue, name, counted)
         with self._lock:
             head: tuple[dict[str, Any], ...] = () if self._hello is None else (self._hello,)
             sub._put_initial((*head, self._join_snap, *self._retained))
@@ -265,8 +270,9 @@ class Bus:
 
     @property
     def clients(self) -> int:
+        """Subscribers that are clients (the engine's own metrics fold is not one)."""
         with self._lock:
-            return len(self._subs)
+            return sum(1 for sub in self._subs if sub.counted)
 
     def missed_by_client(self) -> dict[str, int]:
         """Events each connected subscriber was skipped past so far, by name."""
