@@ -71,6 +71,8 @@ class Subscription:
         self._ipos = 0
         self._cv = threading.Condition()
         self._held: dict[str, Any] | None = None  # event to deliver after its lag event
+        # set by a socket writer once the initial events are on the wire (not just taken)
+        self.initial_sent = threading.Event()
         self.missed = 0
         self.closed = False
 
@@ -144,11 +146,6 @@ class Subscription:
             if self._ipos == len(self._initial):
                 self._initial, self._ipos = (), 0
             return part
-
-    def initial_pending(self) -> int:
-        """Initial events (hello, snapshot, retained history) not yet taken."""
-        with self._cv:
-            return len(self._initial) - self._ipos
 
     def drain(self) -> list[dict[str, Any]]:
         """Everything queued now, without waiting."""

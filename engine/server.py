@@ -366,12 +366,12 @@ class TelemetryServer:
     def _drop(self, sub: Any, name: str) -> None:
         """Injected fault (drop:client:K): let the initial events go out, then disconnect.
 
-        Waits for the initial events only: live events keep arriving, so waiting for an empty
-        queue could outlast a short run and the client would never be dropped."""
-        deadline = time.monotonic() + 2.0
-        while sub.initial_pending() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.05)  # the writer sends what it took
+        Waits until the writer has *sent* them (``initial_sent``, set after its ``sendall``).
+        It used to wait until they were taken from the queue and then sleep 50 ms for the send:
+        on a loaded machine the send came later, the client got nothing (not even ``hello``),
+        about one run in fourteen. Live events keep arriving, so an empty queue is never
+        waited for: a short run would end before the client is dropped."""
+        sub.initial_sent.wait(10.0)
         self.bus.dropped_clients += 1
         self.bus.emit(
             "fault",
@@ -504,6 +504,8 @@ class TelemetryServer:
                 if initial:
                     conn.sendall(self._encode_chunk(initial))
                     continue
+                if not sub.initial_sent.is_set():
+                    sub.initial_sent.set()
                 event = sub.get(timeout=0.5)
                 if event is None:
                     continue
