@@ -5,9 +5,10 @@ never drops). ``write`` only validates, encodes, folds the event into the writer
 :class:`~recordings.state.State` and appends to an in-memory buffer; a background thread moves
 the buffer to the file every ``flush_every_s`` seconds, so a SIGKILL loses at most that much.
 Every ``snapshot_every_s`` seconds of recorded time the writer adds a *seek snapshot* (the
-reducer's current state), and :meth:`RecordingWriter.close` appends an index of the snapshots and
-a fixed trailer so a reader can find them without scanning. The layout is in
-``docs/recordings.md`` and :mod:`recordings.format`.
+reducer's current state, trimmed to the live engine's window plus running totals, so the
+writer's memory does not grow with the run), and :meth:`RecordingWriter.close` appends an
+index of the snapshots and a fixed trailer so a reader can find them without scanning. The
+layout is in ``docs/recordings.md`` and :mod:`recordings.format`.
 """
 
 from __future__ import annotations
