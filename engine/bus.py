@@ -58,9 +58,10 @@ class Subscription:
     overflow ``maxlen`` the oldest live event is dropped and the one after it carries the count,
     so the client receives one ``lag`` event exactly where the gap is."""
 
-    def __init__(self, bus: Bus, maxlen: int, name: str) -> None:
+    def __init__(self, bus: Bus, maxlen: int, name: str, counted: bool = True) -> None:
         self.bus = bus
         self.name = name
+        self.counted = counted  # a client in ``counters`` (the engine's own metrics fold: no)
         self.maxlen = maxlen
         self._q: deque[list] = deque()  # live events: [event, missed just before it]
         self._protected = 0  # (kept for the overflow arithmetic; initial events live apart)
@@ -70,6 +71,8 @@ class Subscription:
         self._ipos = 0
         self._cv = threading.Condition()
         self._held: dict[str, Any] | None = None  # event to deliver after its lag event
+        # set by a socket writer once the initial events are on the wire (not just taken)
+        self.initial_sent = threading.Event()
         self.missed = 0
         self.closed = False
 
@@ -130,10 +133,19 @@ class Subscription:
             initial = len(self._initial) - self._ipos
             return initial + len(self._q) + (1 if self._held is not None else 0)
 
-    def initial_pending(self) -> int:
-        """Initial events (hello, snapshot, retained history) not yet taken."""
+    def take_initial(self, most: int) -> tuple[dict[str, Any], ...]:
+        """Up to ``most`` of the initial events (hello, snapshot, retained history) in one
+        step: a joining client's writer takes its thousands of them in slices, not one
+        ``get`` (and one lock round) each, which in a connect/close storm was GIL time taken
+        from the workers."""
         with self._cv:
-            return len(self._initial) - self._ipos
+            if self._held is not None or self._ipos >= len(self._initial):
+                return ()
+            part = self._initial[self._ipos : self._ipos + most]
+            self._ipos += len(part)
+            if self._ipos == len(self._initial):
+                self._initial, self._ipos = (), 0
+            return part
 
     def drain(self) -> list[dict[str, Any]]:
         """Everything queued now, without waiting."""
@@ -235,9 +247,13 @@ class Bus:
 
     # -- consuming ----------------------------------------------------------------------------
 
-    def subscribe(self, name: str = "client", maxlen: int | None = None) -> Subscription:
-        """A new subscriber; its queue starts with hello, a snapshot and the retained events."""
-        sub = Subscription(self, maxlen or self.client_queue, name)
+    def subscribe(
+        self, name: str = "client", maxlen: int | None = None, *, counted: bool = True
+    ) -> Subscription:
+        """A new subscriber; its queue starts with hello, a snapshot and the retained events.
+        ``counted=False``: the engine's own consumer (the metrics fold), not a client, so
+        ``counters`` and ``/metrics`` do not count it."""
+        sub = Subscription(self, maxlen or self.client_queue, name, counted)
         with self._lock:
             head: tuple[dict[str, Any], ...] = () if self._hello is None else (self._hello,)
             sub._put_initial((*head, self._join_snap, *self._retained))
@@ -251,8 +267,9 @@ class Bus:
 
     @property
     def clients(self) -> int:
+        """Subscribers that are clients (the engine's own metrics fold is not one)."""
         with self._lock:
-            return len(self._subs)
+            return sum(1 for sub in self._subs if sub.counted)
 
     def missed_by_client(self) -> dict[str, int]:
         """Events each connected subscriber was skipped past so far, by name."""

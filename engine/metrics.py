@@ -23,7 +23,7 @@ class EngineMetrics:
     def __init__(self, bus: Bus, address: str) -> None:
         self.fold = MetricsFold()
         self.server = MetricsServer(self.fold.render, address)
-        self._sub: Subscription = bus.subscribe("metrics", QUEUE)
+        self._sub: Subscription = bus.subscribe("metrics", QUEUE, counted=False)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics-fold", daemon=True)
 

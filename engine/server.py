@@ -33,9 +33,11 @@ from recordings.framing import HEADER_SIZE, FrameDecoder, FrameError, encode_fra
 # The whole TCP handshake (connect to a valid auth frame) must fit in this many seconds, however
 # the bytes trickle in: a deadline, not a timeout per recv, so a slot cannot be held for long.
 AUTH_TIMEOUT_S = 10.0
-# A failed TCP authentication holds the server's auth lock this long before the connection is
-# closed, so guesses are serialised at one per AUTH_FAIL_DELAY_S over all connections.
+# A connection that failed TCP authentication is closed this long after its failure (or at once
+# when a new connection evicts it): a guesser on one connection gets one answer a second. It
+# holds no lock meanwhile, so a right token on another connection is never delayed.
 AUTH_FAIL_DELAY_S = 1.0
+AUTH_REPORT_S = 1.0  # failed authentications are recorded as at most one event per this long
 # Client frames are commands of a few hundred bytes. Decoded msgpack can take ~64x its size in
 # Python objects, so the engine reads client frames with this limit, not the 16 MiB of the
 # event stream: at most ~4 MiB of objects per connection, authenticated or not.
@@ -54,8 +56,17 @@ ACCEPT_BACKOFF_MAX_S = 1.0
 MAX_COMMANDS_PER_S = 100
 WRITE_BATCH_BYTES = 256 << 10  # events sent to a client in one write, at most about this much
 WRITE_COALESCE_S = 0.01  # a client's writer waits this long between writes
-ENCODE_CACHE = 4096  # encoded events kept for the other clients
+# Encoded events kept for the other clients: enough for the bus's retained history (20,000
+# events) and its join snapshot, which every joining client is sent; with 4,096 a client
+# joining re-encoded most of its history, and a connect/close storm spent the workers' GIL on it
+ENCODE_CACHE = 32768
 ENCODE_CACHE_BYTES = 16 << 20  # and at most this many bytes of them (snapshots are large)
+INITIAL_SLICE = 1024  # initial events a writer takes from its subscription at once
+# Encoded slices of initial events kept: clients joining from the same join snapshot are sent
+# the same slices (the retained history only grows at its end between two turns), so a storm
+# of connections costs one dict lookup per slice, not one per event
+CHUNK_CACHE = 64
+CHUNK_CACHE_BYTES = 32 << 20
 
 
 class ListenError(ValueError):
@@ -136,10 +147,14 @@ class TelemetryServer:
         # slow client fall behind, and see ``lag``, after a few events instead of megabytes.
         self.send_buffer: int | None = None
         self.faults: Any = None  # engine.faults.FaultInjector (drop:client:K), or None
-        self._auth_lock = threading.Lock()
+        self._auth_lock = threading.Lock()  # the failure counters
+        self._auth_unreported = 0
+        self._auth_reported_at = float("-inf")
         self._cache: OrderedDict[int, tuple[dict[str, Any], bytes]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._cache_bytes = 0
+        self._chunks: OrderedDict[tuple[int, int, int], tuple[Any, Any, bytes]] = OrderedDict()
+        self._chunk_bytes = 0
         self.auth_failures = 0
         self.refused_clients = 0  # connections closed at accept (over MAX_CLIENTS)
         self.evicted_handshakes = 0  # unauthenticated connections closed to make room
@@ -351,12 +366,12 @@ class TelemetryServer:
     def _drop(self, sub: Any, name: str) -> None:
         """Injected fault (drop:client:K): let the initial events go out, then disconnect.
 
-        Waits for the initial events only: live events keep arriving, so waiting for an empty
-        queue could outlast a short run and the client would never be dropped."""
-        deadline = time.monotonic() + 2.0
-        while sub.initial_pending() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.05)  # the writer sends what it took
+        Waits until the writer has *sent* them (``initial_sent``, set after its ``sendall``).
+        It used to wait until they were taken from the queue and then sleep 50 ms for the send:
+        on a loaded machine the send came later, the client got nothing (not even ``hello``),
+        about one run in fourteen. Live events keep arriving, so an empty queue is never
+        waited for: a short run would end before the client is dropped."""
+        sub.initial_sent.wait(10.0)
         self.bus.dropped_clients += 1
         self.bus.emit(
             "fault",
@@ -369,8 +384,9 @@ class TelemetryServer:
         """The first frame on TCP must be {"k": "auth", "token": ...} with the right token.
 
         A wrong token, a malformed or oversized first frame, or silence for AUTH_TIMEOUT_S
-        fails; each failure is recorded (a refused ``control`` event) and holds the auth lock
-        for AUTH_FAIL_DELAY_S, so no number of connections guesses faster than that."""
+        fails: counted (and recorded, at most once a second), and the connection is closed
+        AUTH_FAIL_DELAY_S later. A failure costs microseconds of engine time and delays no
+        other connection, so a right token gets in at once during a flood of wrong ones."""
         deadline = time.monotonic() + AUTH_TIMEOUT_S
         frame: Any = None
         try:
@@ -394,50 +410,105 @@ class TelemetryServer:
             except OSError:
                 pass
         token = frame.get("token") if frame is not None and frame.get("k") == "auth" else None
-        with self._auth_lock:
-            ok = (
-                isinstance(token, str)
-                and self.token is not None
-                and hmac.compare_digest(token.encode(), self.token.encode())
-            )
-            if not ok:
-                self.auth_failures += 1
-                self.on_bad_frame("authentication failed (wrong, missing or late token)", name)
-                time.sleep(AUTH_FAIL_DELAY_S)
+        ok = (
+            isinstance(token, str)
+            and self.token is not None
+            and hmac.compare_digest(token.encode(), self.token.encode())
+        )
         if ok:
             with self._lock:
                 self._handshaking.pop(conn, None)
-        return ok
+            return True
+        self._auth_failed(name)
+        # The penalty holds only this connection, still an evictable handshake: a right token
+        # on another connection is never queued behind it (it was, behind a lock held 1 s per
+        # failure: a flood of wrong tokens kept the operator out for as long as it lasted).
+        # Waiting on the socket, not sleeping, so an eviction ends the wait at once.
+        _wait_closed(conn, AUTH_FAIL_DELAY_S)
+        return False
+
+    def _auth_failed(self, name: str) -> None:
+        """Count a failed authentication; record the first of each AUTH_REPORT_S window as a
+        refused ``control`` event, with the number since the last one, so a flood of guesses
+        costs the recording one event a second, not one per guess."""
+        now = time.monotonic()
+        with self._auth_lock:
+            self.auth_failures += 1
+            self._auth_unreported += 1
+            if now - self._auth_reported_at < AUTH_REPORT_S:
+                return
+            self._auth_reported_at = now
+            count, self._auth_unreported = self._auth_unreported, 0
+        more = f"; {count} failures since the last report" if count > 1 else ""
+        self.on_bad_frame(f"authentication failed (wrong, missing or late token){more}", name)
 
     def _encode(self, event: dict[str, Any]) -> bytes:
         """One encoding per event for all clients (they share the event objects); the cache
         holds the event itself, so its id cannot be reused while the entry lives."""
-        key = id(event)
+        return self._encode_many((event,))[0]
+
+    def _encode_many(self, events: tuple[dict[str, Any], ...]) -> list[bytes]:
+        """:meth:`_encode` of several events with one lock round for the cache hits."""
+        cache = self._cache
         with self._cache_lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] is event:
-                return hit[1]
-        frame = encode_frame(event)
+            frames: list[bytes | None] = []
+            for event in events:
+                hit = cache.get(id(event))
+                frames.append(hit[1] if hit is not None and hit[0] is event else None)
+        if None not in frames:
+            return frames  # type: ignore[return-value]
+        missing = [(i, encode_frame(events[i])) for i, f in enumerate(frames) if f is None]
         with self._cache_lock:
-            if key in self._cache:
-                self._cache_bytes -= len(self._cache.pop(key)[1])
-            self._cache[key] = (event, frame)
-            self._cache_bytes += len(frame)
-            while self._cache and (
-                len(self._cache) > ENCODE_CACHE or self._cache_bytes > ENCODE_CACHE_BYTES
+            for i, frame in missing:
+                frames[i] = frame
+                event = events[i]
+                key = id(event)
+                if key in cache:
+                    self._cache_bytes -= len(cache.pop(key)[1])
+                cache[key] = (event, frame)
+                self._cache_bytes += len(frame)
+            while cache and (len(cache) > ENCODE_CACHE or self._cache_bytes > ENCODE_CACHE_BYTES):
+                self._cache_bytes -= len(cache.popitem(last=False)[1][1])
+        return frames  # type: ignore[return-value]
+
+    def _encode_chunk(self, events: tuple[dict[str, Any], ...]) -> bytes:
+        """The frames of a slice of initial events, joined, once for every client sent the
+        same slice. A slice of the bus's event sequence is named by its first and last
+        events and its length (the entry keeps both alive, so their ids stay theirs)."""
+        first, last = events[0], events[-1]
+        key = (id(first), id(last), len(events))
+        with self._cache_lock:
+            hit = self._chunks.get(key)
+            if hit is not None and hit[0] is first and hit[1] is last:
+                self._chunks.move_to_end(key)
+                return hit[2]
+        data = b"".join(self._encode_many(events))
+        with self._cache_lock:
+            if key not in self._chunks:
+                self._chunks[key] = (first, last, data)
+                self._chunk_bytes += len(data)
+            while self._chunks and (
+                len(self._chunks) > CHUNK_CACHE or self._chunk_bytes > CHUNK_CACHE_BYTES
             ):
-                self._cache_bytes -= len(self._cache.popitem(last=False)[1][1])
-        return frame
+                self._chunk_bytes -= len(self._chunks.popitem(last=False)[1][2])
+        return data
 
     def _write_loop(self, conn: socket.socket, sub: Any) -> None:
         """Send what is queued in batches, then pause WRITE_COALESCE_S: a client costs the
         engine at most ~1/WRITE_COALESCE_S wake-ups and sends a second, whatever the event
-        rate, and each event is encoded once for every client."""
+        rate, and each event is encoded once for every client. The initial events (thousands
+        for a client joining a long run) are taken and encoded in slices."""
         while not self._closed.is_set() and not sub.closed:
-            event = sub.get(timeout=0.5)
-            if event is None:
-                continue
             try:
+                initial = sub.take_initial(INITIAL_SLICE)
+                if initial:
+                    conn.sendall(self._encode_chunk(initial))
+                    continue
+                if not sub.initial_sent.is_set():
+                    sub.initial_sent.set()
+                event = sub.get(timeout=0.5)
+                if event is None:
+                    continue
                 frames = [self._encode(event)]
                 size = len(frames[0])
                 while size < WRITE_BATCH_BYTES and sub.pending():
@@ -488,6 +559,19 @@ def _clear_stale_socket(path: str) -> None:
         pass
     except OSError as exc:
         raise ListenError(f"cannot remove the stale socket {path}: {exc.strerror or exc}") from None
+
+
+def _wait_closed(conn: socket.socket, timeout: float) -> None:
+    """Wait up to ``timeout`` for the peer (or an eviction's shutdown) to end ``conn``;
+    whatever it sends meanwhile is discarded."""
+    deadline = time.monotonic() + timeout
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            conn.settimeout(left)
+            if not conn.recv(4096):
+                return
+    except OSError:  # the timeout, or a reset
+        return
 
 
 def _wait_drained(sub: Any, timeout: float) -> None:

@@ -369,6 +369,16 @@ class Converter:
                 self.stats["clamped"] += 1
             self._last_t = event["t"]
             out.append(event)
+        for event in out:
+            wide = _clamp_wide_ints(event)
+            if wide:
+                # msgpack (the recording, the wire) has no integers wider than 64 bits: such a
+                # value (a garbled log number) is clamped and counted, never the end of a run
+                self.stats["malformed"] += 1
+                self.unknown_samples.append(
+                    f"malformed value: integer wider than 64 bits in {event['k']} "
+                    f"({', '.join(wide)}), clamped"
+                )
         self.stats["events"] += len(out)
         return out
 
@@ -989,6 +999,24 @@ def _timing_slot(rec: TimingLine) -> str | None:
     if "gpu_total_ms" in rec.fields:
         return "tail_msm_ms"
     return None
+
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _clamp_wide_ints(obj: dict[str, Any] | list[Any], path: str = "") -> list[str]:
+    """Clamp, in place, every integer of ``obj`` (nested dicts and lists) that does not fit in
+    64 bits to the int64 range; the dotted paths of those clamped."""
+    wide: list[str] = []
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+    for key, value in list(items):
+        where = f"{path}.{key}" if path else str(key)
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            obj[key] = INT64_MAX if value > 0 else INT64_MIN  # type: ignore[index]
+            wide.append(where)
+        elif isinstance(value, dict | list):
+            wide += _clamp_wide_ints(value, where)
+    return wide
 
 
 def _is_int(v: object) -> bool:

@@ -29,6 +29,7 @@ Value = int | float | str | None
 TIMING_TAG = "CUZK_TIMING:"
 TIMELINE_TAG = "TIMELINE,"
 
+MAX_OFFSET_MS = ((1 << 63) - 1) // 1_000_000  # a TIMELINE offset whose ns fit in an int64
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _EVENT = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _KEY = re.compile(r"^[A-Za-z_][\w.]*$")
@@ -189,6 +190,8 @@ def _timeline(body: str) -> Parsed:
         offset_ms = int(offset)
     except ValueError:
         return Malformed("timeline", f"offset {offset!r} is not an integer")
+    if offset_ms > MAX_OFFSET_MS:  # as a time in ns it would not fit in 64 bits
+        return Malformed("timeline", f"offset {offset_ms} ms is out of range")
     if offset_ms < 0 or not _EVENT.match(event) or not job_id.strip():
         return Malformed("timeline", f"bad event {event!r} or job id {job_id!r}")
     detail: dict[str, str] = {}

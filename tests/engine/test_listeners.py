@@ -11,6 +11,7 @@ import contextlib
 import os
 import resource
 import socket
+import threading
 import time
 
 import engine.server as server_mod
@@ -113,6 +114,52 @@ def test_a_crowd_of_unauthenticated_connections_cannot_keep_the_token_out(tmp_pa
         for sock in crowd:
             sock.close()
         engine.close()
+
+
+def test_a_right_token_gets_in_within_a_second_while_wrong_tokens_flood(tmp_path):
+    """Each failure held a server-wide lock for 1 s: a queue of wrong tokens delayed a right
+    one by a second per failure ahead of it. Now a failure delays only its own connection."""
+    engine = _tcp_engine(tmp_path)
+    engine.start()
+    stop = threading.Event()
+    sent = [0]
+    wrong = encode_frame({"k": "auth", "token": "x" * len(TOKEN)})
+
+    def flood():
+        while not stop.is_set():
+            try:
+                sock = _raw(engine)
+                sock.sendall(wrong)
+                sent[0] += 1
+                sock.close()  # the engine's answer is not awaited: as fast as it takes them
+            except OSError:
+                time.sleep(0.001)
+
+    threads = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        waits = []
+        for _ in range(5):
+            t0 = time.monotonic()
+            with EngineClient(engine.address, token=TOKEN) as client:
+                assert client.next_event(timeout=5)["k"] == "hello"
+            waits.append(time.monotonic() - t0)
+            time.sleep(0.2)
+        stop.set()
+        for t in threads:
+            t.join(10)
+        assert max(waits) < 1.0, waits
+        assert engine.server.auth_failures >= 20, (engine.server.auth_failures, sent)
+        _finish(engine)
+    finally:
+        stop.set()
+        engine.close()
+    refused = [e for e in open_recording(tmp_path / "l.pvtrec").events if e["k"] == "control"]
+    # recorded at most once a second however many guesses (a few seconds of flood)
+    assert 1 <= len(refused) <= 10, len(refused)
+    assert sum(1 for e in refused if "failures since the last report" in e["error"]) >= 1
 
 
 def test_a_command_in_the_same_write_as_the_auth_frame_is_answered(tmp_path):

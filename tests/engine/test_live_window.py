@@ -81,6 +81,44 @@ def test_late_join_snapshots_are_shared_and_built_outside_subscribe():
         bus.close()
 
 
+def test_joining_clients_share_the_encoded_initial_chunks(monkeypatch):
+    """Clients joining from the same snapshot are sent the same slices of initial events,
+    each encoded once: with a per-event cache smaller than the retained history, every
+    connection of a storm re-encoded most of it."""
+    encoded = []
+    real = server_mod.encode_frame
+
+    def counting(event):
+        encoded.append(id(event))
+        return real(event)
+
+    monkeypatch.setattr(server_mod, "encode_frame", counting)
+    monkeypatch.setattr(server_mod, "INITIAL_SLICE", 64)
+    bus = Bus(retain=1000)
+    server = server_mod.TelemetryServer(bus, lambda *a: None, lambda *a: None)
+    try:
+        for e in make_run(partitions=30, workers=2, proofs=3, seed=5):
+            bus.publish(e)
+        assert bus.flush(10)
+        streams = []
+        for name in ("a", "b", "c"):
+            sub = bus.subscribe(name)
+            chunks = []
+            while part := sub.take_initial(server_mod.INITIAL_SLICE):
+                chunks.append(server._encode_chunk(part))
+            assert sub.get(0) is None  # every initial event went out in the chunks
+            streams.append(chunks)
+            sub.close()
+        assert len(streams[0]) > 2
+        assert all(x is y for x, y in zip(streams[0], streams[1], strict=True))
+        assert all(x is y for x, y in zip(streams[0], streams[2], strict=True))
+        assert len(encoded) == len(set(encoded))  # each event encoded once for all three
+        frames = b"".join(streams[0])
+        assert frames == b"".join(real(e) for e in bus.subscribe("d").drain())
+    finally:
+        bus.close()
+
+
 def test_server_threads_stay_within_the_connection_cap_during_a_storm(monkeypatch):
     monkeypatch.setattr(server_mod, "MAX_CLIENTS", 4)
     engine = Engine(from_preset("ci", proofs=1000, verify="never"), record=None)

@@ -146,3 +146,21 @@ def test_the_endpoint_answers_while_a_client_floods_the_socket_and_bad_clients_h
             t.join(5)
         engine.stop("test over")
         engine.close()
+
+
+def test_the_metrics_fold_is_not_counted_as_a_client(tmp_path):
+    """The fold is the engine's own bus subscriber: with no client connected, ``counters``
+    (and the clients gauge scraped from it) said 1."""
+    record = tmp_path / "run.pvtrec"
+    engine = Engine(from_preset("ci"), listen=False, record=record, metrics="127.0.0.1:0")
+    engine.start()
+    try:
+        assert engine.wait(120)
+        assert engine.bus.clients == 0
+        sub = engine.subscribe()  # an in-process client is one
+        assert engine.bus.clients == 1
+        sub.close()
+    finally:
+        engine.close()
+    counters = [e for e in open_recording(record).events if e["k"] == "counters"]
+    assert counters and all(e["clients"] == 0 for e in counters)

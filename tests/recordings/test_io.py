@@ -16,7 +16,7 @@ from recordings.format import END_MAGIC, PREFIX, TRAILER_SIZE
 from recordings.framing import encode_frame
 from recordings.reader import RecordingError, open_recording, read_state, seek_state
 from recordings.schema import SchemaError
-from recordings.state import State
+from recordings.state import State, Window
 from recordings.writer import RecordingWriter, default_recording_dir, default_recording_path
 from tests.recordings.fixtures import hello, make_run
 
@@ -521,3 +521,34 @@ def test_exclusive_writer_never_truncates_an_existing_path(tmp_path):
     fresh = tmp_path / "fresh.pvtrec"
     RecordingWriter(fresh, exclusive=True, background_flush=False).close()
     assert fresh.stat().st_size > 0
+
+
+def test_seek_snapshots_carry_the_window_and_totals_and_the_writer_stays_bounded(tmp_path):
+    """The writer trims its reducer to a window at each seek snapshot (without it, it kept
+    every partition row of the run, ~1.7 KB each): a seek then shows the window's newest rows,
+    exactly as the full fold has them, and the run's totals; summary still folds everything."""
+    events = _plain(make_run(partitions=30, workers=2, devices=1, proofs=3, seed=7))
+    window = Window(rows=4, history_ns=10**9, items=1)
+    path = tmp_path / "w.pvtrec"
+    most = 0
+    with RecordingWriter(path, snapshot_every_s=0.0, window=window) as w:
+        for e in events:
+            w.write(e)
+            most = max(most, len(w.state.partitions))
+    assert len(w.snapshots) >= 5
+    full = State().fold(events)
+    assert len(full.partitions) == 90 and most < 40  # bounded: never every row
+    assert len(w.state.partitions) <= window.rows
+    rec = open_recording(path)
+    assert _plain(read_state(path).totals()) == _plain(full.totals())  # summary: whole run
+    for ref in rec.snapshots:
+        for seeked in (rec.state_at(ref.t), seek_state(path, ref.t)):
+            prefix = State().fold(_prefix_until(events, ref.t))
+            assert _plain(seeked.totals()) == _plain(prefix.totals()), ref.t
+            assert seeked.partitions.keys() <= prefix.partitions.keys()
+            for key, row in seeked.partitions.items():
+                assert _plain(vars(row)) == _plain(vars(prefix.partitions[key]))
+            newest = sorted(
+                (r.t_done, k) for k, r in prefix.partitions.items() if r.ok is not None
+            )[-window.rows :]
+            assert {k for _, k in newest} <= seeked.partitions.keys()

@@ -15,7 +15,9 @@ import pytest
 
 import sources.cuzk.follow as follow_mod
 from provetop.cli import main
+from recordings.framing import encode_frame
 from recordings.reader import open_recording
+from sources.cuzk.convert import Converter
 from sources.cuzk.follow import FileFollower, iter_lines
 from sources.cuzk.status import MAX_BODY, fetch_status
 
@@ -189,3 +191,34 @@ def test_deep_nesting_is_refused_before_the_json_parser_recurses():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "nested deeper" in done.stdout
+
+
+WIDE = 123456789012345678901234567890  # wider than 64 bits: msgpack cannot carry it
+
+
+def test_integers_wider_than_64_bits_are_counted_as_malformed_never_fatal(log, tmp_path, capsys):
+    """Such a number ended ``import-cuzk`` with a FrameError (the recording's msgpack has no
+    wider integers): now the value is clamped (or the line refused) and counted."""
+    with log.open("a") as f:
+        f.write(f"\nTIMELINE,{WIDE},SYNTH_START,28398f9f-4ba7-4ab7-ac05-04a56cc6be18,partition=4\n")
+    out = tmp_path / "run.pvtrec"
+    assert main(["import-cuzk", str(log), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "out of range" in err, err
+    assert open_recording(out).complete
+
+    converter = Converter()
+    events = []
+    for line in (
+        f"TIMELINE,10,SYNTH_START,job,partition={WIDE}",
+        f"TIMELINE,20,SYNTH_END,job,partition={WIDE},synth_ms=5",
+        f"TIMELINE,22,GPU_START,job,worker={WIDE},partition={WIDE}",
+        f"CUZK_TIMING: ntt_ms={WIDE} msm_ms=3",
+        f"TIMELINE,40,GPU_END,job,worker={WIDE},partition={WIDE}",
+    ):
+        events += converter.feed_line(line)
+    events += converter.flush()
+    for event in events:
+        encode_frame(event)  # raised FrameError before
+    assert converter.stats["malformed"] >= 3
+    assert any("wider than 64 bits" in s for s in converter.unknown_samples)
