@@ -225,6 +225,8 @@ def _scan(
     """Read every frame into ``rec``; events go to ``sink(event, offset)`` when given (then
     ``rec.events`` stays empty), else into ``rec.events``."""
     path, size = rec.path, rec.size
+    if size == 0:  # nothing to read, not even a cut header: a file given by mistake
+        raise RecordingError(f"{path}: empty file (0 bytes), not a provetop recording")
     prefix = f.read(PREFIX_SIZE)
     if prefix[: len(MAGIC)] != MAGIC[: len(prefix)]:
         raise RecordingError(f"{path}: not a provetop recording (bad magic bytes at byte 0)")

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provetop.errors import UsageError
 from sources.live import LiveSource
 from sources.replay import open_replay
 from sources.synthetic import serve_synthetic, write_synthetic_recording
@@ -50,7 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the dashboard side of "live"
 
 
+POSITIVE = ("rate", "seconds", "keys", "hours", "devices", "seeks")
+
+
 def run(args: argparse.Namespace) -> int:
+    for name in POSITIVE:  # a zero or negative figure would never end (or measure nothing)
+        value = getattr(args, name)
+        if not value > 0 or value != value or value == float("inf"):
+            raise UsageError(f"--{name} must be a positive number, got {value}")
     if args.child:
         return _live_child(args)
     results: dict[str, Any] = {"targets": TARGETS}
