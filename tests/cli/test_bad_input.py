@@ -43,14 +43,17 @@ FOREIGN = ("missing", "empty", "png", "text", "dir")
 
 # (case id, argv with {name} for a file of the fixture, what the line must say)
 CASES: list[tuple[str, list[str], str]] = [
-    *[(f"summary-{f}", ["summary", "{%s}" % f], "") for f in FOREIGN],
-    *[(f"summary-json-{f}", ["summary", "--json", "{%s}" % f], "") for f in FOREIGN],
+    *[(f"summary-{f}", ["summary", "{" + f + "}"], "") for f in FOREIGN],
+    *[(f"summary-json-{f}", ["summary", "--json", "{" + f + "}"], "") for f in FOREIGN],
     *[
-        (f"export-{f}", ["export", "{%s}" % f, "--format", "perfetto", "-o", "{out}.json"], "")
+        (f"export-{f}", ["export", "{" + f + "}", "--format", "perfetto", "-o", "{out}.json"], "")
         for f in FOREIGN
     ],
-    *[(f"replay-{f}", ["replay", "{%s}" % f], "") for f in FOREIGN],
-    *[(f"import-cuzk-{f}", ["import-cuzk", "{%s}" % f, "-o", "{out}.pvtrec"], "") for f in FOREIGN],
+    *[(f"replay-{f}", ["replay", "{" + f + "}"], "") for f in FOREIGN],
+    *[
+        (f"import-cuzk-{f}", ["import-cuzk", "{" + f + "}", "-o", "{out}.pvtrec"], "")
+        for f in FOREIGN
+    ],
     ("export-format", ["export", str(SAMPLE), "--format", "png", "-o", "{out}.json"], "format"),
     ("export-out-dir", ["export", str(SAMPLE), "-o", "/nonexistent/dir/o.json"], "cannot write"),
     ("replay-speed", ["replay", str(SAMPLE), "--speed", "-2"], "speed"),
