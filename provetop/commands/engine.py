@@ -22,6 +22,7 @@ from recordings.writer import default_recording_path
 
 PROGRESS_PREFIX = "progress: "  # the stderr lines of a long start-up step (run skips them)
 PROGRESS_LINE_S = 1.0  # at most one line a second per step on stderr, and always its last
+PROGRESS_AFTER_S = 2.0  # a step shorter than this writes nothing (the event log has its line)
 
 __all__ = ["add_engine_arguments", "add_parser", "build_engine", "config_from_args", "run"]
 
@@ -69,13 +70,14 @@ def build_engine(args: argparse.Namespace, log=None):
 def progress_printer(
     err: TextIO, interval: float = PROGRESS_LINE_S, clock: Callable[[], float] = time.monotonic
 ) -> Callable[[dict[str, Any]], None]:
-    """A bus listener that writes ``progress`` events to ``err``: one line per step at most
-    every ``interval`` seconds (the events come twice a second), and the line that says the
-    step is done. Why stderr: stdout carries the address ``provetop run`` reads."""
+    """A bus listener that writes ``progress`` events to ``err`` once a step has run
+    :data:`PROGRESS_AFTER_S`: one line per step at most every ``interval`` seconds (the events
+    come twice a second), and the line that says the step is done. Why stderr: stdout carries
+    the address ``provetop run`` reads."""
     last: dict[tuple, float] = {}
 
     def on_event(e: dict[str, Any]) -> None:
-        if e.get("k") != "progress":
+        if e.get("k") != "progress" or float(e.get("elapsed_s") or 0.0) < PROGRESS_AFTER_S:
             return
         key = (e["task"], e.get("device"), e.get("worker"))
         now = clock()
