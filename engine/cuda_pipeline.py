@@ -25,6 +25,7 @@ sets up once per device or once per run, before and after its partitions:
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -42,6 +43,7 @@ from engine.hostmem import (
 from engine.memory_plan import RESIDENT, MemoryPlan, choose_plan
 from engine.partition_cuda import CudaPartition
 from engine.pipeline import PartitionRunner, RunContext
+from engine.progress import Progress
 from engine.residency import G1_AFFINE_BYTES, plan_residency
 from engine.srs import Srs
 from engine.tuning import DEFAULT_SWITCH_INTERVAL_S
@@ -133,18 +135,26 @@ class HostSrs:
         self.pin_method = pin_method
         self._lock = threading.Lock()
 
-    def get(self, query: str, device: Any) -> Any:
-        """The query's pinned host points, made on ``device`` by the first caller."""
+    def get(self, query: str, device: Any, progress: Progress | None = None) -> Any:
+        """The query's pinned host points, made on ``device`` by the first caller (counted in
+        ``progress``; a later caller counts them at once, already made)."""
         with self._lock:
             pts = self.srs.points.get(query)
+            m = self.srs.sizes[query]
             if pts is None:
-                m = self.srs.sizes[query]
                 pts = pinned_empty((m, 12), method=self.pin_method)
                 with device.dev:
                     self.backend.srs_powers(
-                        self.srs.sigmas[query], m, pts, chunk=SRS_CHUNK, **_srs_args(device)
+                        self.srs.sigmas[query],
+                        m,
+                        pts,
+                        chunk=SRS_CHUNK,
+                        progress=None if progress is None else progress.advance,
+                        **_srs_args(device),
                     )
                 self.srs.points[query] = pts
+            elif progress is not None:
+                progress.advance(m)
             return pts
 
 
@@ -158,12 +168,20 @@ def _srs_args(device: Any) -> dict[str, Any]:
 
 
 def place_device_srs(
-    device: Any, srs: Srs, fp: Footprint, workers: int, host_chunk: int, bus: Any, host: HostSrs
+    device: Any,
+    srs: Srs,
+    fp: Footprint,
+    workers: int,
+    host_chunk: int,
+    bus: Any,
+    host: HostSrs,
+    stopping: Callable[[], bool] | None = None,
 ) -> tuple[dict[str, Any], list[Block], dict[str, int]]:
     """Decide where each query lives on ``device``, make it there (device queries straight
     into a ``raw`` block; host ones from the shared pinned copy) and emit one ``alloc`` event
     per query. Returns (points by query, device blocks to free at the end, streamed queries ->
-    chunk points)."""
+    chunk points). The points made are counted in one ``progress`` step per device; between
+    two chunks ``stopping()`` ends the generation (``engine.progress.Stopped``)."""
     cupy = device.cupy
     sizes = dict(srs.sizes)
     device.synchronize()
@@ -173,35 +191,59 @@ def place_device_srs(
     plan = plan_residency(sizes, free, fp, workers, chunk_bytes)
     points: dict[str, Any] = {}
     blocks: list[Block] = []
-    for p in plan:
-        m = sizes[p.query]
-        if p.where == "device":
-            blk = device.malloc(p.nbytes, "raw", "srs")
-            blocks.append(blk)
-            arr = cupy.ndarray((m, 12), dtype=cupy.uint64, memptr=blk.handle)
-            with device.dev:
-                host.backend.srs_powers(
-                    srs.sigmas[p.query], m, arr, chunk=SRS_CHUNK, **_srs_args(device)
-                )
-            points[p.query] = arr
-        else:
-            points[p.query] = host.get(p.query, device)
-            device.pin(p.nbytes)
-        bus.emit(
-            "alloc",
-            proof=-1,
-            partition=-1,
-            worker=-1,
-            device=device.index,
-            site="srs",
-            pool="raw" if p.where == "device" else "host",
-            requested=p.nbytes,
-            decision="ok" if p.where == "device" else "fallback",
-            reason=f"{p.query}: {p.reason}",
-            free=p.free,
-            margin=p.need,
-            pools=device.sample(),
-        )
+    progress = Progress(
+        bus.emit,
+        "device_srs",
+        f"SRS on device {device.index}",
+        sum(sizes[p.query] for p in plan),
+        "points",
+        stop=stopping,
+        device=device.index,
+    )
+    try:
+        for p in plan:
+            m = sizes[p.query]
+            if p.where == "device":
+                blk = device.malloc(p.nbytes, "raw", "srs")
+                blocks.append(blk)
+                arr = cupy.ndarray((m, 12), dtype=cupy.uint64, memptr=blk.handle)
+                with device.dev:
+                    host.backend.srs_powers(
+                        srs.sigmas[p.query],
+                        m,
+                        arr,
+                        chunk=SRS_CHUNK,
+                        progress=progress.advance,
+                        **_srs_args(device),
+                    )
+                points[p.query] = arr
+            else:
+                points[p.query] = host.get(p.query, device, progress)
+                device.pin(p.nbytes)
+            bus.emit(
+                "alloc",
+                proof=-1,
+                partition=-1,
+                worker=-1,
+                device=device.index,
+                site="srs",
+                pool="raw" if p.where == "device" else "host",
+                requested=p.nbytes,
+                decision="ok" if p.where == "device" else "fallback",
+                reason=f"{p.query}: {p.reason}",
+                free=p.free,
+                margin=p.need,
+                pools=device.sample(),
+            )
+    except BaseException:  # stopped (or failed) part-way: the blocks made so far go back now
+        try:
+            device.synchronize()  # nothing still writes into them
+        except Exception:
+            pass
+        for blk in blocks:
+            device.free(blk)
+        raise
+    progress.finish()
     device.synchronize()
     device.trim()  # the generation scratch goes back before the first pre-stage decision
     streamed = {p.query: host_chunk for p in plan if p.where == "host"}
@@ -249,7 +291,14 @@ class CudaRun:
             if self.host_srs is None:
                 self.host_srs = HostSrs(ctx.srs, backend, ctx.tuning.kernels.pin_method)
         points, blocks, streamed = place_device_srs(
-            device, ctx.srs, ctx.footprint, workers, host_chunk, ctx.bus, self.host_srs
+            device,
+            ctx.srs,
+            ctx.footprint,
+            workers,
+            host_chunk,
+            ctx.bus,
+            self.host_srs,
+            ctx.stopping,
         )
 
         for line in take_fallbacks():  # the host SRS, pinned on this thread

@@ -24,7 +24,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
         choices=("cpu", "cuda"),
         help="kernel backend (default: cuda when a GPU is usable, else cpu)",
     )
-    p.add_argument("--preset", help="porep-32g, small, ci or phantom")
+    p.add_argument("--preset", help="demo, porep-32g, small, ci or phantom")
     p.add_argument("--domain-log", type=int, metavar="K", help="domain size n = 2^K (1..28)")
     p.add_argument("--partitions", type=int, help="partitions per proof")
     p.add_argument("--proofs", type=int, help="proofs to run")

@@ -27,9 +27,11 @@ from typing import Any
 
 from engine.allocator import Decision
 from engine.devices.base import Block
+from engine.hostmem import witness_pool_bytes
 from engine.memory_plan import MemoryPlan
 from engine.partition import MSM_PHASES, Attempt, PhaseTimer, WorkerScope
 from engine.partition_cpu import CpuPartition
+from engine.progress import Progress
 from engine.srs import QUERIES
 from engine.witness_gpu import CHUNK, PinnedBuffers, synthesize_on_gpu
 from engine.workload import Witness
@@ -93,7 +95,16 @@ class CudaPartition:
         kw = self.device.kernel_args("synthesis")  # first: makes the device current here
         depth = 2 if cfg.synthesis_ahead else 1
         if len(self._bufs) < depth:
-            self._bufs.append(PinnedBuffers(n, m, self.ctx.tuning.kernels.pin_method))
+            progress = Progress(
+                self.bus.emit,
+                "pin_witness",
+                f"pinning the witness pool of worker {self.worker} on device {self.device.index}",
+                witness_pool_bytes(cfg.domain_log, m),
+                "bytes",
+                device=self.device.index,
+                worker=self.worker,
+            )
+            self._bufs.append(PinnedBuffers(n, m, self.ctx.tuning.kernels.pin_method, progress))
             self._report_pin_fallbacks("witness_pool")
         bufs = self._bufs[self._made % depth]
         self._made += 1

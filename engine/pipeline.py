@@ -63,6 +63,8 @@ class RunContext:
     faults: Any = None  # engine.faults.FaultInjector, or None (no injection)
     tuning: Tuning = field(default_factory=Tuning)  # the run's PROVETOP_* settings
     plan: MemoryPlan = RESIDENT  # how the device's memory is used (engine.memory_plan)
+    # True once the run is stopping: the start-up steps (the SRS on CUDA) end between chunks
+    stopping: Callable[[], bool] = lambda: False
 
 
 SKIP_WAIT_S = 120.0  # longest a skipped pre-stage waits for its neighbours' pre-stages

@@ -41,6 +41,7 @@ from engine.faults import FaultInjector, FaultSpecError
 from engine.memory_plan import PlanError, choose_plan, minimum_capacity, reclaimable
 from engine.metrics import EngineMetrics
 from engine.pipeline import DeviceGate, PartitionRunner, RunContext
+from engine.progress import Progress, Stopped
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, parse_listen, read_token
 from engine.sizes import fmt_size
@@ -317,7 +318,11 @@ class Engine:
             if self.config.backend == "cuda":  # points made per device (engine.cuda_pipeline)
                 srs = draw_srs(self.sizes, rng)
             else:
-                srs = generate_srs(self.backend, self.sizes, rng)
+                total = sum(self.sizes.as_dict().values())
+                progress = Progress(
+                    self.bus.emit, "srs", "SRS", total, "points", stop=self.stopping
+                )
+                srs = generate_srs(self.backend, self.sizes, rng, progress)
             ctx = RunContext(
                 config=self.config,
                 backend=self.backend,
@@ -330,6 +335,7 @@ class Engine:
                 sample=self.sampler.sample,
                 faults=self.faults,
                 tuning=self.tuning,
+                stopping=self.stopping,
             )
             self.sampler.start()
             if not self.scheduler.paused:
@@ -347,6 +353,8 @@ class Engine:
                     target = self._worker_target(dctx, device, w, mutex, gate)
                     supervisor.add(f"worker-d{device.index}-w{w}", device.index, w, target)
             supervisor.run()  # replaces a worker thread that dies; its partition runs again
+        except Stopped:  # stopped during a start-up step: no worker ever started
+            pass
         except Exception as exc:  # the run cannot continue: say so, end cleanly
             self.error = f"{type(exc).__name__}: {exc}"
             self.bus.emit("fault", kind="exception", message=f"engine run failed: {self.error}")
@@ -485,6 +493,10 @@ class Engine:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every worker has finished; False on timeout."""
         return self._done.wait(timeout)
+
+    def stopping(self) -> bool:
+        """True once a stop was asked for (the start-up steps check it between chunks)."""
+        return self._stop_requested.is_set()
 
     def wait_for_stop(self, timeout: float | None = None) -> bool:
         """Block until a ``stop`` (command or :meth:`stop`); False on timeout."""

@@ -12,7 +12,9 @@ GPU makes any range of secrets on demand (``kernels.cuda.check.powers``) and a c
 stored secrets (<k, s> is the value at sigma of the polynomial with coefficients k). The
 structure is invisible to the MSM, which only sees points.
 
-Where the points are made: on the CPU backend, all on the host at once (:func:`generate_srs`).
+Where the points are made: on the CPU backend, all on the host (:func:`generate_srs`), in
+chunks of :data:`HOST_CHUNK` points, each counted by the run's ``engine.progress.Progress``
+(which also ends the generation between two chunks when the run is stopped).
 On CUDA, each device makes the queries its residency plan keeps on the device directly in
 device memory, and the queries streamed from the host are made once into pinned host memory
 shared by every device (``engine.cuda_pipeline``).
@@ -30,6 +32,9 @@ from kernels.cpu.srs import powers
 from kernels.layout import fr_to_limbs, random_fr
 
 QUERIES = ("h", "l", "a", "b_g1")
+# points per backend.srs call on the host: ~0.07 s with arkworks on one core, so a stop during
+# the SRS waits at most that long (plain Python, without arkworks: ~1 s)
+HOST_CHUNK = 1024
 
 
 @dataclass
@@ -62,15 +67,29 @@ def draw_srs(sizes: QuerySizes, rng: Any) -> Srs:
     return Srs(sigmas=sigmas, sizes=dict(sizes.as_dict()))
 
 
-def make_host_points(backend: Any, srs: Srs, query: str) -> np.ndarray:
-    """One query's points on the host with the backend's ``srs`` kernel (CPU path)."""
+def make_host_points(
+    backend: Any, srs: Srs, query: str, progress: Any = None, chunk: int = HOST_CHUNK
+) -> np.ndarray:
+    """One query's points on the host with the backend's ``srs`` kernel (CPU path), ``chunk``
+    points per call; ``progress.advance(points)`` after each (it raises
+    ``engine.progress.Stopped`` when the run is stopping)."""
 
-    return np.asarray(backend.srs(fr_to_limbs(srs.secrets(query), montgomery=False)))
+    secrets = srs.secrets(query)
+    parts = []
+    for lo in range(0, len(secrets), chunk):
+        part = secrets[lo : lo + chunk]
+        parts.append(np.asarray(backend.srs(fr_to_limbs(part, montgomery=False))))
+        if progress is not None:
+            progress.advance(len(part))
+    return np.concatenate(parts) if parts else np.empty((0, 12), dtype=np.uint64)
 
 
-def generate_srs(backend: Any, sizes: QuerySizes, rng: Any) -> Srs:
-    """Draw the secrets and make every query's points on the host."""
+def generate_srs(backend: Any, sizes: QuerySizes, rng: Any, progress: Any = None) -> Srs:
+    """Draw the secrets and make every query's points on the host (``progress``: an
+    ``engine.progress.Progress`` over all the queries' points, or None)."""
     srs = draw_srs(sizes, rng)
     for q in QUERIES:
-        srs.points[q] = make_host_points(backend, srs, q)
+        srs.points[q] = make_host_points(backend, srs, q, progress)
+    if progress is not None:
+        progress.finish()
     return srs

@@ -31,9 +31,13 @@ class PinnedBuffers:
     the worker's first partition and reused for every later one (the worker runs one
     partition at a time, and a witness is dropped before the next is made)."""
 
-    def __init__(self, n: int, m: int, pin_method: str) -> None:
-        self.abc = pinned_empty((3, n, 4), method=pin_method)
-        self.z = pinned_empty((m, 4), method=pin_method)
+    def __init__(self, n: int, m: int, pin_method: str, progress: Any = None) -> None:
+        """``progress``: an ``engine.progress.Progress`` over both arrays' bytes, or None."""
+        step = None if progress is None else progress.advance
+        self.abc = pinned_empty((3, n, 4), method=pin_method, progress=step)
+        self.z = pinned_empty((m, 4), method=pin_method, progress=step)
+        if progress is not None:
+            progress.finish()
 
     @property
     def nbytes(self) -> int:

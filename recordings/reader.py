@@ -225,6 +225,8 @@ def _scan(
     """Read every frame into ``rec``; events go to ``sink(event, offset)`` when given (then
     ``rec.events`` stays empty), else into ``rec.events``."""
     path, size = rec.path, rec.size
+    if size == 0:  # nothing to read, not even a cut header: a file given by mistake
+        raise RecordingError(f"{path}: empty file (0 bytes), not a provetop recording")
     prefix = f.read(PREFIX_SIZE)
     if prefix[: len(MAGIC)] != MAGIC[: len(prefix)]:
         raise RecordingError(f"{path}: not a provetop recording (bad magic bytes at byte 0)")
@@ -291,7 +293,7 @@ def _scan_frame(
         _check_trailer_tail(f, path, offset, size)
         rec.index = frame
     elif _is_seek_snapshot(frame):
-        if type(frame.get("t")) is not int or not isinstance(frame["state"], dict):
+        if type(frame.get("t")) is not int or not isinstance(frame.get("state"), dict):
             raise RecordingError(f"{path}: malformed seek snapshot at byte {offset}")
         rec.snapshots.append(SnapshotRef(frame["t"], offset, rec.event_count))
     else:

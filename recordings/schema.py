@@ -272,6 +272,18 @@ EVENTS: dict[str, dict[str, Field]] = {
         "error": _opt(STR, "why it was refused"),
         "client": _opt(STR, "who sent it"),
     },
+    "progress": {
+        "task": _f(STR, "the step: 'srs', 'host_srs', 'device_srs' or 'pin_witness'"),
+        "label": _f(STR, "the step in words, as the engine's stderr and the header show it"),
+        "done": _f(INT, "units done so far (at most total; never decreases within a step)"),
+        "total": _f(INT, "units in the whole step"),
+        "unit": _f(STR, "'points' or 'bytes'"),
+        "elapsed_s": _f(NUM, "seconds since the step began"),
+        "rate": _opt(NUM, "units per second over the step so far"),
+        "eta_s": _opt(NUM, "seconds left at that rate"),
+        "device": _opt(INT, "device index, for a step on one device"),
+        "worker": _opt(INT, "worker index, for a step of one worker"),
+    },
     "marker": {"name": _f(STR, "the marker's label")},
     "lag": {"missed": _f(INT, "events this client missed because it read too slowly")},
     "snapshot": {

@@ -21,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from recordings.progress import progress_line
 from recordings.schema import MEMORY_FIELDS, PHASES
 
 SERIES_FIELDS = tuple(name for name in MEMORY_FIELDS if name != "modeled")
@@ -147,6 +148,9 @@ class State:
         self.first_t: int | None = None
         self.lagged = 0
         self.counters: dict[str, int] = {}
+        # running start-up steps (``progress`` events), by (task, device, worker): the latest
+        # event of each, dropped when the step ends or the engine is done
+        self.progress: dict[tuple, dict[str, Any]] = {}
         # per-attempt tallies kept incrementally so snapshots stay small; the pre-stage
         # outcomes count every attempt, failed ones included (a run that lost every partition
         # still decided a pre-stage for each attempt, as its rows and /metrics say)
@@ -188,6 +192,8 @@ class State:
 
     def _on_engine_state(self, e: dict[str, Any]) -> None:
         self.engine_state = e["state"]
+        if e["state"] == "done":  # a step stopped part-way never sends its last event
+            self.progress.clear()
         reason = f" ({e['reason']})" if e.get("reason") else ""
         self.log.append(LogLine(e["t"], "info", f"engine {e['state']}{reason}"))
 
@@ -341,6 +347,14 @@ class State:
         outcome = "ok" if e["ok"] else f"refused: {e.get('error')}"
         self.log.append(LogLine(e["t"], "info", f"control {e['cmd']} {e['args']} {outcome}"))
 
+    def _on_progress(self, e: dict[str, Any]) -> None:
+        key = (e["task"], e.get("device"), e.get("worker"))
+        if e["done"] >= e["total"]:  # the step ended: one log line, not one per report
+            self.progress.pop(key, None)
+            self.log.append(LogLine(e["t"], "info", progress_line(e)))
+        else:
+            self.progress[key] = e
+
     def _on_marker(self, e: dict[str, Any]) -> None:
         self.markers.append((e["t"], e["name"]))
         self.log.append(LogLine(e["t"], "info", f"marker: {e['name']}"))
@@ -493,6 +507,8 @@ class State:
             "counters": self.counters,
             "lagged": self.lagged,
             "tally": self.tally,
+            # only while a step runs, so a state with none snapshots exactly as before
+            **({"progress": list(self.progress.values())} if self.progress else {}),
             # only once something was trimmed (a live engine's window), so a whole-run state
             # snapshots exactly as before
             **({"trimmed": dict(self.trimmed)} if any(self.trimmed.values()) else {}),
@@ -524,6 +540,8 @@ class State:
         s.controls = list(snap.get("controls", []))
         s.forced_fallback = {d: on for d, on in snap.get("forced_fallback", [])}
         s.proofs_done = [tuple(p) for p in snap.get("proofs_done", [])]
+        for e in snap.get("progress", []):
+            s.progress[(e["task"], e.get("device"), e.get("worker"))] = e
         s.counters = dict(snap.get("counters", {}))
         s.lagged = snap.get("lagged", 0)
         s.tally.update(snap.get("tally", {}))

@@ -173,7 +173,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         for d in engine.get("devices") or []:
             if isinstance(d, dict):
                 cap = d.get("capacity")
-                size = f"{cap / (1 << 30):.1f} GiB" if isinstance(cap, (int, float)) else "?"
+                size = "?"
+                if isinstance(cap, (int, float)):  # a modeled device can be below 1 GiB
+                    size = (
+                        f"{cap / (1 << 30):.1f} GiB" if cap >= 1 << 30 else f"{cap / 1024:.0f} KiB"
+                    )
                 tag = " (modeled)" if d.get("modeled") else ""
                 lines.append(f"  device {d.get('index')}: {d.get('name')}, {size}{tag}")
     else:

@@ -341,12 +341,40 @@ def _memory_samples(
 # a synthetic engine on a socket, a synthetic recording on disk (the dashboard's benchmark)
 
 
-def serve_synthetic(path: str, rate: float, ready: Any) -> None:
-    """Serve a looping synthetic 8-GPU run at ``rate`` events/s to every client of a Unix
-    socket at ``path``, in the engine's wire format; ``ready.set()`` once it listens. Runs
-    until its process ends (``provetop bench tui`` starts it in a process of its own, so the
-    dashboard's CPU time does not count it)."""
-    events = generate(devices=8, duration_s=60, seed=11, time_scale=0.5)
+GPU_SAMPLE_S = 1.0  # NVML's period in the engine (--nvml-interval's default)
+
+
+def synthetic_gpu(t: int, device: int, phase: float) -> dict[str, Any]:
+    """One NVML ``gpu`` sample of a synthetic H200 (labelled: its only process is named
+    "synthetic"); ``phase`` in [0, 1) moves the figures so that the graphs change."""
+    busy = 0.5 + 0.45 * (1 if (device + int(phase * 10)) % 2 else -1) * phase
+    return {
+        "k": "gpu",
+        "t": t,
+        "device": device,
+        "sm_util_pct": round(busy * 100),
+        "mem_util_pct": round(busy * 45),
+        "power_mw": 110_000 + round(busy * 560_000),
+        "power_limit_mw": 700_000,
+        "temp_c": 38 + round(busy * 26),
+        "sm_clock_mhz": 1980,
+        "mem_clock_mhz": 2619,
+        "pcie_rx_bytes_s": round(busy * 40e9),
+        "pcie_tx_bytes_s": round(busy * 4e9),
+        "ecc_corrected": 0,
+        "ecc_uncorrected": 0,
+        "retired_pages": 0,
+        "processes": [{"pid": 4242, "used": 60 << 30, "user": "bench", "command": "synthetic"}],
+    }
+
+
+def serve_synthetic(path: str, rate: float, ready: Any, devices: int = 8) -> None:
+    """Serve a looping synthetic run of ``devices`` GPUs at ``rate`` events/s to every client
+    of a Unix socket at ``path``, in the engine's wire format, plus one NVML ``gpu`` sample per
+    GPU every :data:`GPU_SAMPLE_S` (as the engine's sampler sends them on the cuda backend);
+    ``ready.set()`` once it listens. Runs until its process ends (``provetop bench tui`` starts
+    it in a process of its own, so the dashboard's CPU time does not count it)."""
+    events = generate(devices=devices, duration_s=60, seed=11, time_scale=0.5, backend="cuda")
     hello, body = events[0], events[1:]
     span = body[-1]["t"] + 1
     server = socket.socket(socket.AF_UNIX)
@@ -358,6 +386,7 @@ def serve_synthetic(path: str, rate: float, ready: Any) -> None:
         try:
             conn.sendall(encode_frame(hello))
             start, sent, loop = time.monotonic(), 0, 0
+            last_gpu = start - GPU_SAMPLE_S
             while True:
                 due = int((time.monotonic() - start) * rate)
                 chunk = bytearray()
@@ -370,6 +399,13 @@ def serve_synthetic(path: str, rate: float, ready: Any) -> None:
                         event = {**event, "t": event["t"] + loop * span}
                     chunk += encode_frame(event)
                     sent += 1
+                now = time.monotonic()
+                if now - last_gpu >= GPU_SAMPLE_S:  # every GPU's NVML sample, once a second
+                    last_gpu = now
+                    t = int(body[(sent - 1) % len(body)]["t"] + loop * span) if sent else 0
+                    phase = (now - start) / 10 % 1.0
+                    for d in range(devices):
+                        chunk += encode_frame(synthetic_gpu(t, d, phase))
                 if chunk:
                     conn.sendall(chunk)
                 time.sleep(0.01)

@@ -3,8 +3,9 @@
 Measures the dashboard's targets (docs/dashboard.md), the way an operator meets them:
 
 - **live**: a producer process serves 2,000 events/s (a synthetic 8-GPU run, looped) on a Unix
-  socket in the engine's wire format; the dashboard (``LiveSource``, the real Textual driver,
-  writing to a pseudo-terminal of 160x48) watches it. We record the process's CPU time over a
+  socket in the engine's wire format, and one synthetic NVML ``gpu`` sample per GPU a second;
+  the dashboard (``LiveSource``, the real Textual driver, writing to a pseudo-terminal of
+  160x48) watches it. We record the process's CPU time over a
   window (the producer runs in another process, so it is not counted), then press keys and time
   each from the key event to the first frame drawn with its effect.
 - **replay**: a one-hour recording of 8 GPUs (synthetic, written once with RecordingWriter) is
@@ -28,9 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provetop.errors import UsageError
 from sources.live import LiveSource
 from sources.replay import open_replay
-from sources.synthetic import serve_synthetic, write_synthetic_recording
+from sources.synthetic import GPU_SAMPLE_S, serve_synthetic, write_synthetic_recording
 from tui.app import ProvetopApp
 
 TARGETS = {"key_ms": 100.0, "cpu_cores": 0.5, "open_s": 2.0, "seek_ms": 200.0}
@@ -50,7 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the dashboard side of "live"
 
 
+POSITIVE = ("rate", "seconds", "keys", "hours", "devices", "seeks")
+
+
 def run(args: argparse.Namespace) -> int:
+    for name in POSITIVE:  # a zero or negative figure would never end (or measure nothing)
+        value = getattr(args, name)
+        if not value > 0 or value != value or value == float("inf"):
+            raise UsageError(f"--{name} must be a positive number, got {value}")
     if args.child:
         return _live_child(args)
     results: dict[str, Any] = {"targets": TARGETS}
@@ -63,11 +72,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(results, indent=2))
     else:
         _print(results)
+    out = sys.stderr if args.json else sys.stdout  # with --json, stdout is the JSON alone
     for name, figure, target, met in results["verdicts"]:
-        print(f"{'MET   ' if met else 'MISSED'} {name}: {figure} (target {target})")
+        print(f"{'MET   ' if met else 'MISSED'} {name}: {figure} (target {target})", file=out)
     missed = [v[0] for v in results["verdicts"] if not v[3]]
     if missed:
-        print(f"provetop: bench tui missed {len(missed)} target(s): {', '.join(missed)}")
+        print(f"provetop: bench tui missed {len(missed)} target(s): {', '.join(missed)}", file=out)
         return 1
     return 0
 
@@ -155,6 +165,7 @@ def bench_live(args: argparse.Namespace) -> dict[str, Any]:
             raise RuntimeError(f"the dashboard child failed (exit {child.returncode})")
         result = json.loads(Path(out).read_text())
         result["terminal_bytes_per_s"] = round(drained / max(1e-9, result.pop("wall_s")))
+        result["gpu_samples"] = f"8 GPUs every {GPU_SAMPLE_S:g} s (synthetic NVML samples)"
         return result
 
 
@@ -310,7 +321,7 @@ def _print(results: dict[str, Any]) -> None:
             f"live   {live['events_per_s']} events/s: key latency median {live['key_ms_median']} "
             f"ms, p95 {live['key_ms_p95']} ms, max {live['key_ms_max']} ms "
             f"(target < {TARGETS['key_ms']:.0f}); CPU {live['cpu_cores']:.2f} cores "
-            f"(target < {TARGETS['cpu_cores']})"
+            f"(target < {TARGETS['cpu_cores']}); with {live['gpu_samples']}"
         )
     if replay:
         print(

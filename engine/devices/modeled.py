@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
+from engine.sizes import fmt_size
 
 
 class ModeledDevice(Device):
@@ -39,7 +40,9 @@ class ModeledDevice(Device):
         self.physical = int(max(physical or capacity, capacity))
         self.ballast = self.physical - self.capacity
         self.modeled = True
-        self.name = f"modeled device {index} ({self.capacity / (1 << 30):.2f} GiB, cpu backend)"
+        # the capacity in the unit that shows it (the phantom preset's is below 1 MiB) and the
+        # word "modeled" twice: the name is what every screen shows of the device
+        self.name = f"modeled device {index} ({fmt_size(self.capacity)} modeled, cpu backend)"
         self._lock = threading.RLock()
         self.raw_used = 0
         self.sync_used = 0

@@ -24,6 +24,7 @@ numpy-in calls (nothing is left in CuPy's caching pool) and CuPy's current alloc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -267,11 +268,14 @@ class CudaBackend:
         stream: Any = None,
         allocator: Any = None,
         chunk: int = SRS_HOST_CHUNK,
+        progress: Callable[[int], None] | None = None,
     ) -> Any:
         """Fill ``out`` ``(count, 12)`` with [sigma^i]G, i < count: an SRS query made without
         its secrets ever existing outside the device (``engine.srs``). ``out`` on the device
         is written in place; a host ``out`` (pinned memory for full copy speed) receives
-        device round trips of ``chunk`` points."""
+        device round trips of ``chunk`` points. ``progress(points)``: called after each chunk
+        is complete (the stream synchronised, so the count is of points made, not queued);
+        what it raises ends the generation there (the engine's stop)."""
         if tuple(out.shape) != (count, 12):
             raise ValueError(f"out must be ({count}, 12), got {tuple(out.shape)}")
         host = is_host(out)
@@ -287,6 +291,9 @@ class CudaBackend:
                 else:
                     srs.srs(sec, stream=s, allocator=alloc, out=out[lo:hi], tuning=self.tuning)
                 del sec
+                if progress is not None:
+                    s.synchronize()
+                    progress(hi - lo)
             s.synchronize()
         return out
 

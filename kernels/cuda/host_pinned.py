@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,8 +50,15 @@ class _Registration:
             pass
 
 
-def _registered(nbytes: int, runtime: Any) -> tuple[Any, int]:
-    """A buffer object over a touched, registered large-page mapping, and its address."""
+TOUCH_CHUNK = 1 << 30  # bytes faulted in per step: the unit of the caller's progress
+
+
+def _registered(
+    nbytes: int, runtime: Any, progress: Callable[[int], None] | None = None
+) -> tuple[Any, int]:
+    """A buffer object over a touched, registered large-page mapping, and its address;
+    ``progress(bytes)`` after each :data:`TOUCH_CHUNK` faulted in (the registration that
+    follows is one call)."""
     mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mapping, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
         try:  # a hint: without it (a kernel built without THP), 4 KiB pages, still correct
@@ -58,7 +66,13 @@ def _registered(nbytes: int, runtime: Any) -> tuple[Any, int]:
         except OSError:
             pass
     buf = (ctypes.c_uint8 * nbytes).from_buffer(mapping)
-    np.frombuffer(buf, np.uint8, nbytes)[:] = 0  # fault every page in before pinning
+    view = np.frombuffer(buf, np.uint8, nbytes)
+    for lo in range(0, nbytes, TOUCH_CHUNK):  # fault every page in before pinning
+        hi = min(nbytes, lo + TOUCH_CHUNK)
+        view[lo:hi] = 0
+        if progress is not None:
+            progress(hi - lo)
+    del view
     ptr = ctypes.addressof(buf)
     runtime.hostRegister(ptr, nbytes, PORTABLE)
     buf.registration = _Registration(runtime, mapping, ptr)
@@ -71,13 +85,18 @@ def _allocated(nbytes: int, cupy: Any) -> Any:
 
 
 def pinned_empty(
-    shape: tuple[int, ...], dtype: Any = np.uint64, *, method: str = "register"
+    shape: tuple[int, ...],
+    dtype: Any = np.uint64,
+    *,
+    method: str = "register",
+    progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """A numpy array in page-locked host memory: the only kind a host-to-device copy can
     overlap with kernels. Not CuPy's pinned pool, which rounds each block up to a power of two
     and keeps it after use (a 12 GiB witness a, b, c took 16 GiB there). ``method``
     (``KernelTuning.pin_method``): ``register`` (a large-page mapping, registered) or
-    ``alloc`` (cudaHostAlloc)."""
+    ``alloc`` (cudaHostAlloc). ``progress(bytes)``: called as the mapping is faulted in
+    (``register`` only; cudaHostAlloc is one call)."""
     if method not in METHODS:
         raise ValueError(f"pin method {method!r}: expected one of {', '.join(METHODS)}")
     cupy = require_cupy()
@@ -86,7 +105,7 @@ def pinned_empty(
     buf: Any = None
     if method == "register":
         try:
-            buf, _ptr = _registered(nbytes, cupy.cuda.runtime)
+            buf, _ptr = _registered(nbytes, cupy.cuda.runtime, progress)
         except (OSError, ValueError, cupy.cuda.runtime.CUDARuntimeError) as exc:
             _fallbacks().append(
                 f"cudaHostRegister of {nbytes / 1e9:.2f} GB failed "

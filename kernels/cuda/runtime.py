@@ -45,6 +45,14 @@ SLOW_COMPILE_S = 10.0
 Log = Callable[[str], None]
 
 
+# What to install where CuPy is missing: the extras of pyproject.toml's optional-dependencies
+# (tests/kernels/test_cuda_runtime.py checks they are there) and the drivers each one needs.
+INSTALL_HINT = (
+    "install the CuPy extra for this machine's NVIDIA driver: "
+    "pip install 'provetop[cuda12]' (driver >= 525) or 'provetop[cuda13]' (driver >= 580)"
+)
+
+
 class CudaUnavailable(RuntimeError):
     """CuPy is not installed, or it sees no CUDA device: the CUDA backend cannot run here."""
 
@@ -54,7 +62,10 @@ def require_cupy() -> Any:
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import
-        raise CudaUnavailable(f"CuPy is not importable ({exc.__class__.__name__}: {exc})") from exc
+        hint = f"; {INSTALL_HINT}" if isinstance(exc, ImportError) else ""
+        raise CudaUnavailable(
+            f"CuPy is not importable ({exc.__class__.__name__}: {exc}){hint}"
+        ) from exc
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:

@@ -9,12 +9,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from engine.options import add_engine_arguments, backend_note, config_from_args, tuning_from_env
 from engine.runner import Engine, EngineError
 from engine.sizes import fmt_size
 from provetop.errors import UsageError
+from recordings.progress import progress_line
 from recordings.writer import default_recording_path
+
+PROGRESS_PREFIX = "progress: "  # the stderr lines of a long start-up step (run skips them)
+PROGRESS_LINE_S = 1.0  # at most one line a second per step on stderr, and always its last
+PROGRESS_AFTER_S = 2.0  # a step shorter than this writes nothing (the event log has its line)
 
 __all__ = ["add_engine_arguments", "add_parser", "build_engine", "config_from_args", "run"]
 
@@ -59,6 +67,31 @@ def build_engine(args: argparse.Namespace, log=None):
         raise UsageError(str(exc)) from None
 
 
+def progress_printer(
+    err: TextIO, interval: float = PROGRESS_LINE_S, clock: Callable[[], float] = time.monotonic
+) -> Callable[[dict[str, Any]], None]:
+    """A bus listener that writes ``progress`` events to ``err`` once a step has run
+    :data:`PROGRESS_AFTER_S`: one line per step at most every ``interval`` seconds (the events
+    come twice a second), and the line that says the step is done. Why stderr: stdout carries
+    the address ``provetop run`` reads."""
+    last: dict[tuple, float] = {}
+
+    def on_event(e: dict[str, Any]) -> None:
+        if e.get("k") != "progress" or float(e.get("elapsed_s") or 0.0) < PROGRESS_AFTER_S:
+            return
+        key = (e["task"], e.get("device"), e.get("worker"))
+        now = clock()
+        if e["done"] < e["total"] and key in last and now - last[key] < interval:
+            return
+        last[key] = now
+        try:
+            print(PROGRESS_PREFIX + progress_line(e), file=err, flush=True)
+        except (OSError, ValueError):  # stderr closed: the run goes on
+            pass
+
+    return on_event
+
+
 def _sigterm_as_interrupt() -> None:
     """SIGTERM ends the run like Ctrl-C: intake stops, running partitions finish, the
     recording gets its footer and the socket is removed."""
@@ -87,6 +120,7 @@ def _ignore_signals() -> None:
 
 def run(args: argparse.Namespace) -> int:
     engine = build_engine(args)
+    engine.bus.add_listener(progress_printer(sys.stderr))
     out = sys.stdout
     _sigterm_as_interrupt()
     cfg = engine.config

@@ -1,6 +1,8 @@
 """``provetop import-cuzk LOG [--status-snapshots DIR] -o RECORDING``: a cuzk daemon's log (and
 optionally saved ``/status`` bodies) as a provetop recording, so ``replay``, ``summary`` and
-``export`` work on a cuzk run. Lines that are not cuzk's are counted and reported, never fatal.
+``export`` work on a cuzk run. Lines that are not cuzk's are counted and reported, never fatal,
+as long as some line is cuzk's: an empty file, a binary one or a text without a single cuzk line
+is refused in one line (exit 2), with no recording written, because it was given by mistake.
 """
 
 from __future__ import annotations
@@ -102,9 +104,36 @@ def _check_output(args: argparse.Namespace) -> str:
     return f"{out}.tmp-{os.getpid()}"
 
 
+SNIFF_BYTES = 8192  # how much of the log is looked at to tell a binary file from a text
+
+
+def _check_log(log: str) -> None:
+    """Refuse a log that cannot be a cuzk log: missing, empty or binary (one line each)."""
+    if log == "-":
+        return
+    if not os.path.isfile(log):
+        raise UsageError(f"no such cuzk log: {log}")
+    try:
+        with open(log, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError as exc:
+        raise UsageError(f"cannot read cuzk log {log}: {exc.strerror or exc}") from None
+    if not head:
+        raise UsageError(f"{log}: empty file, not a cuzk log")
+    if _binary(head):
+        raise UsageError(f"{log}: a binary file, not a cuzk log (a cuzk log is text)")
+
+
+def _binary(head: bytes) -> bool:
+    """More than a tenth of the characters undecodable or control characters (a log with a
+    stray binary line stays a log: the converter counts that line as unknown)."""
+    text = head.decode("utf-8", errors="replace")
+    odd = sum(1 for c in text if c == "\ufffd" or (c < " " and c not in "\t\n\r") or c == "\x7f")
+    return odd * 10 > len(text)
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.log != "-" and not os.path.isfile(args.log):
-        raise UsageError(f"no such cuzk log: {args.log}")
+    _check_log(args.log)
     if args.status_snapshots and not os.path.isdir(args.status_snapshots):
         raise UsageError(f"--status-snapshots is not a directory: {args.status_snapshots}")
     if args.workers_per_device < 1:
@@ -127,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     written = 0
     done = False
+    foreign = False  # not one cuzk line nor status: refused, and nothing is left behind
     try:
         for message in bad:
             for event in conv.feed_status_error(message):
@@ -148,7 +178,10 @@ def run(args: argparse.Namespace) -> int:
         for event in conv.flush(final=True):
             writer.write(event)
             written += 1
-        done = True
+        stats = conv.stats
+        recognised = sum(stats[k] for k in ("timeline", "timing", "trace", "panic"))
+        foreign = recognised == 0 and not snapshots
+        done = not foreign
     finally:
         try:
             writer.close()
@@ -161,9 +194,14 @@ def run(args: argparse.Namespace) -> int:
                     os.replace(target, args.output)
                 else:
                     Path(target).unlink(missing_ok=True)
+            elif foreign:  # our own new file (O_EXCL): a foreign import is not kept
+                Path(target).unlink(missing_ok=True)
+    if foreign:
+        raise UsageError(
+            f"{args.log}: no cuzk line in {stats['lines']} lines (no TIMELINE, CUZK_TIMING or "
+            "tracing line); is this a cuzk daemon log?"
+        )
 
-    stats = conv.stats
-    recognised = sum(stats[k] for k in ("timeline", "timing", "trace", "panic"))
     out = sys.stderr
     out.write(
         f"import-cuzk: {stats['lines']} lines ({stats['timeline']} TIMELINE, "
@@ -185,6 +223,6 @@ def run(args: argparse.Namespace) -> int:
             f"import-cuzk: {stats['timing_unattributed']} CUZK_TIMING lines had no GPU call "
             "to belong to (log started mid-call?)\n"
         )
-    if recognised == 0:
+    if recognised == 0:  # status snapshots only
         out.write("import-cuzk: warning: no cuzk line found; is this a cuzk daemon log?\n")
     return 0

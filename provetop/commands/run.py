@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 
-from provetop.commands.engine import add_engine_arguments, config_from_args
+from provetop.commands.engine import PROGRESS_PREFIX, add_engine_arguments, config_from_args
 from provetop.commands.watch import add_display_arguments, read_token
 from provetop.errors import UsageError
 from recordings.writer import default_recording_path
@@ -159,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"recording: {record}")
     if engine_code != 0:
         child.err.seek(0)  # type: ignore[attr-defined]
-        tail = child.err.read().strip().splitlines()[-3:]  # type: ignore[attr-defined]
+        lines = child.err.read().strip().splitlines()  # type: ignore[attr-defined]
+        tail = [line for line in lines if not line.startswith(PROGRESS_PREFIX)][-3:]
         for line in tail:
             print(line, file=sys.stderr)
         print(f"provetop: the engine exited with {engine_code}", file=sys.stderr)

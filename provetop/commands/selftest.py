@@ -60,9 +60,8 @@ def run(args: argparse.Namespace) -> int:
     except BackendUnavailable as exc:
         if args.json:
             print(json.dumps([{"name": "backend", "status": "ERROR", "detail": str(exc)}]))
-        else:
-            sys.stderr.write(f"provetop: error: {exc}\n")
-        return 1
+        sys.stderr.write(f"provetop: error: {exc}\n")
+        return 2  # the machine cannot run this backend: a bad argument here, as for engine
     failed = [r for r in results if not r.ok]
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))

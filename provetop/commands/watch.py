@@ -159,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         if address.kind == "tcp" and token is None:
             raise UsageError(f"{text}: a tcp:// engine needs --token-file")
+        if address.kind == "unix" and address.path and not os.path.exists(address.path):
+            # said before the screen opens (a socket that appears later is not waited for:
+            # the dashboard would quit on it at once, with the screen's escapes on stderr)
+            raise UsageError(f"cannot reach {address}: no such socket (is the engine running?)")
         sources.append(LiveSource(address, token=token))
     if server is not None:
         try:

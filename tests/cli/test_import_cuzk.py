@@ -98,7 +98,7 @@ def test_bad_arguments_and_bad_snapshots(tmp_path, capsys):
     assert main(["import-cuzk", str(tmp_path / "nope.log"), "-o", str(tmp_path / "x")]) == 2
     assert "no such cuzk log" in capsys.readouterr().err
     log = tmp_path / "daemon.log"
-    log.write_text("nothing from cuzk here\n")
+    log.write_text("nothing from cuzk here\nTIMELINE,10,GPU_PICKUP,j,worker=3,partition=0\n")
     snaps = tmp_path / "status"
     snaps.mkdir()
     (snaps / "a.json").write_text("{not json")
@@ -106,7 +106,7 @@ def test_bad_arguments_and_bad_snapshots(tmp_path, capsys):
     out = tmp_path / "x.pvtrec"
     assert main(["import-cuzk", str(log), "--status-snapshots", str(snaps), "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "2 unreadable status snapshots" in err and "no cuzk line found" in err
+    assert "2 unreadable status snapshots" in err and "1 unknown" in err
     state = read_state(out)
     assert [f["kind"] for f in state.faults] == ["source"]
 

@@ -1012,6 +1012,76 @@ POISON = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("where", ["device", "host"])
+def test_gpu_srs_powers_report_each_chunk_and_stop_on_a_raise(cp, backend, where):
+    from kernels.cuda.host_pinned import pinned_empty
+    from kernels.layout import random_fr
+
+    m = 101
+    sigma = random_fr(1)[0]
+    out = cp.empty((m, 12), dtype=cp.uint64) if where == "device" else pinned_empty((m, 12))
+    seen: list[int] = []
+    backend.srs_powers(sigma, m, out, chunk=37, progress=seen.append)
+    assert seen == [37, 37, 27]
+
+    class Halt(Exception):
+        pass
+
+    def halt(points: int) -> None:
+        seen.append(points)
+        raise Halt
+
+    seen.clear()
+    with pytest.raises(Halt):
+        backend.srs_powers(sigma, m, out, chunk=37, progress=halt)
+    assert seen == [37]  # ended after the first chunk
+
+
+@pytest.mark.gpu
+def test_gpu_pinning_reports_the_bytes_it_touched(cp):
+    from kernels.cuda import host_pinned
+
+    seen: list[int] = []
+    arr = host_pinned.pinned_empty((1000, 4), method="register", progress=seen.append)
+    if not host_pinned.take_fallbacks():  # registered: the touch was counted
+        assert sum(seen) == arr.nbytes
+
+
+@pytest.mark.gpu
+def test_gpu_engine_stops_within_2_s_during_the_srs(cp):
+    """2^26 on the GPU: ~0.3 G SRS points in chunks of 4 M (engine.cuda_pipeline.SRS_CHUNK)."""
+    import time
+
+    from engine.config import EngineConfig
+    from engine.runner import Engine
+
+    engine = Engine(EngineConfig(backend="cuda", domain_log=26, partitions=1, seed=1), listen=False)
+    sub = engine.subscribe("test")
+    events: list[dict] = []
+    engine.start()
+    try:
+        deadline = time.monotonic() + 300
+        while not any(e["k"] == "progress" and e["done"] > 0 for e in events):
+            assert time.monotonic() < deadline, "no SRS progress reported"
+            assert not engine.done, engine.error
+            events += sub.drain()
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        engine.stop("test")
+        assert engine.wait(2.0), "the engine did not stop within 2 s during the SRS"
+        took = time.monotonic() - t0
+    finally:
+        engine.close()
+    events += sub.drain()
+    progress = [e for e in events if e["k"] == "progress" and e["task"] == "device_srs"]
+    dones = [e["done"] for e in progress]
+    assert dones == sorted(dones) and all(e["done"] <= e["total"] for e in progress)
+    assert dones[-1] < progress[-1]["total"], "the SRS was finished, not stopped"
+    assert engine.error is None
+    print(f"stopped {took:.2f} s after the stop, at {dones[-1]} of {progress[-1]['total']}")
+
+
+@pytest.mark.gpu
 def test_gpu_witness_is_valid_and_reproducible(cp, device):
     from engine.witness_gpu import PinnedBuffers, synthesize_on_gpu
     from engine.workload import query_sizes

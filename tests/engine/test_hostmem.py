@@ -95,7 +95,7 @@ def test_the_host_check_counts_every_devices_streamed_queries(monkeypatch):
     by_device = {0: {"h": 1 << 22}, 1: {"h": 1 << 22, "l": 1 << 22}}
     seen = []
 
-    def place(device, srs, fp, workers, host_chunk, bus, host):
+    def place(device, srs, fp, workers, host_chunk, bus, host, stopping):
         return {}, [], dict(by_device[device.index])
 
     monkeypatch.setattr(cuda_pipeline, "place_device_srs", place)
@@ -115,6 +115,7 @@ def test_the_host_check_counts_every_devices_streamed_queries(monkeypatch):
         bus=None,
         policy=SimpleNamespace(name="naive"),
         tuning=Tuning(),
+        stopping=lambda: False,
     )
     run = CudaRun()
     try:

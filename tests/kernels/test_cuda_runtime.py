@@ -261,3 +261,15 @@ def test_no_product_module_imports_the_self_test() -> None:
         if "selftest" in path.parts:
             continue
         assert "kernels.selftest" not in path.read_text(), path
+
+
+def test_the_install_hint_names_the_extras_of_pyproject():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from kernels.cuda.runtime import INSTALL_HINT
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    extras = {k for k in meta["project"]["optional-dependencies"] if k.startswith("cuda")}
+    assert extras and set(re.findall(r"provetop\[(\w+)\]", INSTALL_HINT)) == extras

@@ -168,10 +168,18 @@ def test_file_cut_inside_the_header(tmp_path, recorded):
     path, _ = recorded
     data = path.read_bytes()
     target = tmp_path / "h.pvtrec"
-    for cut in range(0, 40):
+    for cut in range(1, 40):
         target.write_bytes(data[:cut])
         rec = open_recording(target)
         assert rec.truncated and rec.events == [] and rec.hello is None
+
+
+def test_an_empty_file_is_not_a_recording(tmp_path):
+    """Zero bytes hold not even a cut magic: a file given by mistake, refused in one line."""
+    target = tmp_path / "empty.pvtrec"
+    target.write_bytes(b"")
+    with pytest.raises(RecordingError, match="empty file"):
+        open_recording(target)
 
 
 def test_zero_filled_tail_is_a_truncation(run, recorded, tmp_path):

@@ -275,3 +275,27 @@ async def test_replay_zoom_out_brings_the_history_in_view():
         first = min(s.start for s in app.view.state.segments[lane])
         left_edge = max(0, app.replay.position - app.timeline.span)
         assert first <= left_edge + int(2e9)  # segments from the window's left edge on
+
+
+def test_the_header_shows_a_running_start_up_step():
+    from recordings.schema import make
+    from recordings.state import State
+    from tui.widgets.header import HeaderInfo
+
+    state = State()
+    state.apply(
+        make(
+            "progress",
+            1,
+            task="srs",
+            label="SRS",
+            done=23_600,
+            total=104_300,
+            unit="points",
+            elapsed_s=1.0,
+            rate=23_200.0,
+            eta_s=3.5,
+        )  # fmt: skip
+    )
+    line = "".join(t.plain for t in Header()._progress(HeaderInfo(state, "live", [])))
+    assert "SRS: 23.6 k/104.3 k points (23 %), 23.2 k points/s, ETA 3.5 s" in line

@@ -1,8 +1,9 @@
 """The header: what is being watched and how it is doing, in two lines.
 
 Title, engine(s) and host, GPU names, backend (cpu is marked modeled), allocator policy, state
-(running, paused, replay at N x), proofs done, rolling s/proof, elapsed time and the connection
-state of every source."""
+(running, paused, replay at N x), the start-up steps still running (the SRS, pinning: done/total,
+rate, ETA), proofs done, rolling s/proof, elapsed time and the connection state of every
+source."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widget import Widget
 
+from recordings.progress import progress_line
 from recordings.state import State
 from tui.style import FAILURE_COLOUR, clock
 
@@ -124,13 +126,14 @@ class Header(Widget):
             head = Text(
                 f" {state.engine_state} ", style=STATE_STYLE.get(state.engine_state, "bold")
             )
+        steps = [sep + Text(progress_line(e), style="#00afaf") for e in state.progress.values()]
         totals = state.totals()
         proofs = sep + Text(f"proofs {totals['proofs_done']}", style="bold")
         if totals["proofs_failed"]:
             proofs.append(f" ({totals['proofs_failed']} failed)", style=FAILURE_COLOUR)
         rolling = state.rolling_s_per_proof()
         rate = sep + Text(f"{rolling:.2f} s/proof" if rolling else "– s/proof", style="bold")
-        out = [head, proofs, rate, sep + Text(f"elapsed {clock(info.elapsed_ns)}")]
+        out = [head, *steps, proofs, rate, sep + Text(f"elapsed {clock(info.elapsed_ns)}")]
         out.append(Text(f" · partitions {totals['partitions_ok']}/{totals['partitions']}"))
         if totals["ooms"]:
             out.append(sep + Text(f"OOM {totals['ooms']}", style=f"bold {FAILURE_COLOUR}"))
