@@ -151,6 +151,8 @@ class State:
         # running start-up steps (``progress`` events), by (task, device, worker): the latest
         # event of each, dropped when the step ends or the engine is done
         self.progress: dict[tuple, dict[str, Any]] = {}
+        # each device's memory plan (the ``alloc`` event with site ``plan``): its reason
+        self.plans: dict[int, str] = {}
         # per-attempt tallies kept incrementally so snapshots stay small; the pre-stage
         # outcomes count every attempt, failed ones included (a run that lost every partition
         # still decided a pre-stage for each attempt, as its rows and /metrics say)
@@ -249,6 +251,10 @@ class State:
                         self.segments.setdefault(lane_key, []).append(lane_seg)
 
     def _on_alloc(self, e: dict[str, Any]) -> None:
+        if e["site"] == "plan":  # once per device and run: a fact of the run, not a warning
+            self.plans[e["device"]] = str(e.get("reason") or "")
+            self.log.append(LogLine(e["t"], "info", f"gpu{e['device']} {self.plans[e['device']]}"))
+            return
         if e["decision"] in ("skip", "fallback", "trim"):
             level = "info" if e["decision"] == "trim" else "warn"
             why = f": {e['reason']}" if e.get("reason") else ""
@@ -396,6 +402,8 @@ class State:
             "ooms": sum(1 for f in self.faults if f["kind"] == "oom") + gone["ooms"],
             "faults": len(self.faults) + gone["faults"],
             "s_per_proof": self.s_per_proof(),
+            # only where a device had a plan (aware), so other totals read exactly as before
+            **({"memory_plans": {str(d): r for d, r in self.plans.items()}} if self.plans else {}),
         }
 
     def s_per_proof(self) -> float | None:
@@ -509,6 +517,7 @@ class State:
             "tally": self.tally,
             # only while a step runs, so a state with none snapshots exactly as before
             **({"progress": list(self.progress.values())} if self.progress else {}),
+            **({"plans": [[d, r] for d, r in self.plans.items()]} if self.plans else {}),
             # only once something was trimmed (a live engine's window), so a whole-run state
             # snapshots exactly as before
             **({"trimmed": dict(self.trimmed)} if any(self.trimmed.values()) else {}),
@@ -542,6 +551,7 @@ class State:
         s.proofs_done = [tuple(p) for p in snap.get("proofs_done", [])]
         for e in snap.get("progress", []):
             s.progress[(e["task"], e.get("device"), e.get("worker"))] = e
+        s.plans = {d: r for d, r in snap.get("plans", [])}
         s.counters = dict(snap.get("counters", {}))
         s.lagged = snap.get("lagged", 0)
         s.tally.update(snap.get("tally", {}))

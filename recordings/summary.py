@@ -277,6 +277,7 @@ def _totals_lines(t: dict[str, Any], modeled: bool) -> list[str]:
         f"OOMs: {oom}; faults: {t.get('faults', 0)}",
         f"GPU busy: {f'{busy:.1%}' if isinstance(busy, (int, float)) else '-'}"
         + (f" ({per})" if per else ""),
+        *(f"gpu{d} {reason}" for d, reason in (t.get("memory_plans") or {}).items()),
     ]
 
 
