@@ -25,7 +25,7 @@ def test_defaults_from_an_empty_environment():
 def test_every_setting_is_read_into_its_field():
     env = {
         "PROVETOP_NTT_DEFINES": "NTT_MIN_BLOCKS=2, MONT_PORTABLE",
-        "PROVETOP_NTT_SMALL": "on",
+        "PROVETOP_NTT_SMALL": "off",
         "PROVETOP_PIN_METHOD": "alloc",
         "PROVETOP_MSM_SOURCE": "msm_lb.cu",
         "PROVETOP_MSM_AFFINE_MIN_PAIRS": "8388608",
@@ -44,7 +44,7 @@ def test_every_setting_is_read_into_its_field():
     t = Tuning.from_env(env)
     k = t.kernels
     assert k.ntt_defines == (("NTT_MIN_BLOCKS", "2"), ("MONT_PORTABLE", "1"))
-    assert k.ntt_small == "on"
+    assert k.ntt_small == "off"
     assert (k.pin_method, k.msm_source) == ("alloc", "msm_lb.cu")
     assert (k.msm_affine_min_pairs, k.msm_sort_group, k.msm_affine_dense) == (8388608, 3, 1)
     assert k.msm_host_chunk == 1 << 23

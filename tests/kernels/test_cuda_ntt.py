@@ -41,9 +41,12 @@ COMBOS = [
 
 @pytest.fixture(scope="module")
 def eng(cp):
+    """The plans before the small ones (tuning ntt_small off), which the small ones are
+    checked against at the sizes the reference is too slow for."""
     from kernels.cuda.ntt import CudaNtt
+    from kernels.tuning import KernelTuning
 
-    return CudaNtt()
+    return CudaNtt(tuning=KernelTuning(ntt_small="off"))
 
 
 def _rand(n: int) -> list[int]:

@@ -131,6 +131,6 @@ def test_reads_a_real_gpu():
             validate(e)
             assert 0 <= e["sm_util_pct"] <= 100 and 0 <= e["mem_util_pct"] <= 100
             assert 0 < e["power_mw"] <= e["power_limit_mw"]
-            assert 0 < e["mem_used"] <= e["mem_total"]
+            assert 0 <= e["mem_used"] <= e["mem_total"]  # an idle H200 reports 0 MiB used
     last = _gpu(sink, 0)[-1]
     print("top source, gpu0:", {k: v for k, v in last.items() if k != "processes"})
