@@ -186,9 +186,10 @@ sweep)  # the device-memory curve in one command: porep-32g, aware, 1 proof per 
     # A point stops at 110 s (a row says so) and the whole sweep at 530 s; the JSON and the
     # SVG are rewritten after every point, so a stopped sweep keeps the points that ran.
     echo "== sweep: provetop bench pipeline --device-memory 8GiB,...,uncapped" | tee -a "$TABLES"
-    timeout 530 $P bench pipeline --backend cuda --preset porep-32g --allocator aware \
-        --workers-per-device 2 --proofs 1 \
-        --device-memory 8GiB,12GiB,16GiB,24GiB,40GiB,80GiB,uncapped --point-timeout 110 \
+    timeout "${SWEEP_LIMIT:-530}" $P bench pipeline --backend cuda --preset porep-32g \
+        --allocator aware --workers-per-device 2 --proofs 1 \
+        --device-memory 8GiB,12GiB,16GiB,24GiB,40GiB,80GiB,uncapped \
+        --point-timeout "${POINT_LIMIT:-110}" \
         --record "$W/sweep.pvtrec" --out "$W/sweep.json" --plot "$W/sweep.svg" \
         >"$W/sweep.txt" 2>"$W/sweep.log"
     echo "rc=$?" >>"$W/sweep.log"
