@@ -218,7 +218,7 @@ class CudaPartition:
             return self.host.h_step_streamed(att, w, plan)
         dev, fp, scope = self.device, self.ctx.footprint, self.scope
         n = 1 << self.ctx.config.domain_log
-        free, _total = dev.mem_info()
+        free = self._room(plan.slots * fp.u + fp.margin)
         reason = f"the H step through {plan.name}, a, b, c one at a time from the pinned pool"
         decision = Decision("fallback", reason, free=free, margin=fp.margin)
         scope.alloc_event(att, "h_slots", "async", plan.slots * fp.u, decision)
@@ -237,6 +237,18 @@ class CudaPartition:
         scope.free(att, blocks[1:])
         return blocks[0], h
 
+    def _room(self, need: int) -> int:
+        """Free device bytes, after giving the pools' unused reserves back to the driver when
+        fewer than ``need`` are free: the stream-ordered pool keeps what the last partition
+        freed (its release threshold is unlimited), in blocks of the last partition's sizes,
+        and a small card has no other memory for this partition's first block."""
+        free, _total = self.device.mem_info()
+        if free < need:
+            self.device.synchronize()
+            self.device.trim()
+            free, _total = self.device.mem_info()
+        return free
+
     def _host_scratch(self, n: int) -> Any:
         """The one-slot plan's page-locked (n, 4) host scratch, made at the worker's first
         such partition and kept (handed over by :meth:`detach_pools`)."""
@@ -248,6 +260,8 @@ class CudaPartition:
     def msm_scalars(self, att: Attempt, w: Any, h: Any) -> dict[str, Any]:
         if not (self.real and w.pinned):
             return self.host.msm_scalars(att, w, h)
+        if h is None:  # after H's block went back (a small card's plan): make room for z
+            self._room(int(w.z.nbytes) + self.ctx.footprint.margin)
         blk = self.scope.malloc(att, int(w.z.nbytes), "async", "msm_scalars")
         att.scalars_block = blk
         z, self._z_ready = self.device.upload_async(w.z, blk)

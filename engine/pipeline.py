@@ -296,9 +296,10 @@ class PartitionRunner:
             results: dict[str, np.ndarray] = {}
             h_sum: int | None = None
             h_host: Any = None
-            scalars = ops.msm_scalars(att, w, h if plan.z_with_h else None)
-            if not plan.z_with_h:
-                scalars["h"] = h
+            if plan.z_with_h:
+                scalars = ops.msm_scalars(att, w, h)
+            else:  # the aux scalars go up only once H's block is free (below, before msm_l)
+                scalars = {"h": h}
             for q in QUERIES:
                 if q not in scalars:  # the aux scalars go up where H was (engine.memory_plan)
                     if device_check:

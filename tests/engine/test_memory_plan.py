@@ -83,7 +83,7 @@ def test_one_slot_needs_about_one_polynomial():
     assert smallest_need(fp, z, tables) < 7 * GiB
 
 
-def _force_plan(monkeypatch, slots: int) -> None:
+def _force_plan(monkeypatch, slots: int, z_with_h: bool = True) -> None:
     """The cpu ops' footprint is dominated by the reference MSM's scratch (about 9 times a, b
     and c together), so every plan needs the same memory there and the resident one always
     wins; the streamed path is then taken by choosing the plan for the run."""
@@ -92,7 +92,7 @@ def _force_plan(monkeypatch, slots: int) -> None:
     def choose(free, fp, z=0, tables=0, *, device="device"):
         need = plan_need(slots, fp, z, tables)[0]
         reason = f"{'two slots' if slots == 2 else 'one slot'}: chosen by the test"
-        return MemoryPlan(slots, True, need, free, reason)
+        return MemoryPlan(slots, z_with_h, need, free, reason)
 
     monkeypatch.setattr(runner, "choose_plan", choose)
 
@@ -153,3 +153,33 @@ def test_the_cli_refuses_it_with_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("provetop: error:") and "at least" in err[0]
+
+
+def test_aux_scalars_after_h_go_up_only_once_h_is_freed(monkeypatch):
+    """A plan with the aux scalars after H (a card of 8 GiB at 2^27) asks for them once per
+    attempt, after msm_h and after H's block went back: asked for first, beside H, they were
+    refused on the H200 at 8 GiB and every partition was lost."""
+    from engine.partition_cpu import CpuPartition
+
+    _force_plan(monkeypatch, 1, z_with_h=False)
+    calls = []
+    real_scalars, real_free = CpuPartition.msm_scalars, CpuPartition.h_step_streamed
+    slots: dict[int, object] = {}
+
+    def h_step_streamed(self, att, w, plan):
+        blk, h = real_free(self, att, w, plan)
+        slots[id(att)] = blk
+        return blk, h
+
+    def msm_scalars(self, att, w, h):
+        blk = slots.get(id(att))
+        calls.append((h is None, "msm_h" in att.phases_ms, blk is not None and blk.freed))
+        return real_scalars(self, att, w, h)
+
+    monkeypatch.setattr(CpuPartition, "h_step_streamed", h_step_streamed)
+    monkeypatch.setattr(CpuPartition, "msm_scalars", msm_scalars)
+    cfg = from_preset("ci", partitions=2, workers_per_device=1, allocator="aware", verify="always")
+    _engine, events = run_engine(cfg)
+    done = [e for e in events if e["k"] == "partition_done"]
+    assert [e["ok"] for e in done] == [True, True] and all(e["verified"] for e in done)
+    assert calls == [(True, True, True)] * 2
