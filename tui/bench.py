@@ -194,6 +194,9 @@ def _drain(fd: int, timeout: float) -> int:
     return n
 
 
+KEY_WAIT_S = 5.0  # longest a key's redraw is waited for; a key past it counts as 5,000 ms
+
+
 def _live_child(args: argparse.Namespace) -> int:
     """Inside the pseudo-terminal: run the dashboard on the producer's socket and measure."""
     import asyncio
@@ -228,8 +231,12 @@ def _live_child(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             app.simulate_key(key)
             while timeline.builds == before or timeline.built_at < t0:
+                if time.perf_counter() - t0 > KEY_WAIT_S:  # counted, never waited out forever
+                    break
                 await asyncio.sleep(0.001)
-            latencies.append((timeline.built_at - t0) * 1000)
+            latencies.append((max(timeline.built_at, t0) - t0) * 1000)
+            if time.perf_counter() - t0 > KEY_WAIT_S:
+                latencies[-1] = KEY_WAIT_S * 1000
             await asyncio.sleep(0.15 + random.random() * 0.1)
         result.update(
             key_ms_median=round(statistics.median(latencies), 1),
@@ -241,8 +248,18 @@ def _live_child(args: argparse.Namespace) -> int:
         Path(args.recording).write_text(json.dumps(result))
         app.exit(0)
 
+    parent = os.getppid()
+
+    async def orphaned() -> None:
+        """The child runs in a session of its own: if its parent dies without killing it (a
+        timeout's SIGKILL), nothing else would, and it kept a core busy for an hour once."""
+        while os.getppid() == parent:
+            await asyncio.sleep(1.0)
+        app.exit(1)
+
     async def start() -> None:
         app.run_worker(measure(), name="bench")
+        app.run_worker(orphaned(), name="orphan-watch")
 
     app.call_later(start)
     app.run()
