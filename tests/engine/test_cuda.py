@@ -635,7 +635,7 @@ def _fake_pynvml(fail_init=False, procs=None, v2_fails=False):
 
 @pytest.fixture
 def fake_nvml(monkeypatch):
-    from engine import nvml
+    from provetop import nvml
 
     def install(**kw):
         monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(**kw))
