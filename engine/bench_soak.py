@@ -33,6 +33,7 @@ from provetop.errors import UsageError
 RSS_DRIFT = 0.10  # RSS late within 10 % of RSS early
 STORM_RSS_BYTES = 50 << 20  # RSS after the storm within 50 MB of before
 STORM_SLOWDOWN = 0.20  # storm partition time within 20 % of quiet
+RSS_EVERY_S = 30.0  # RSS sampled this often into the JSON's ``rss_series`` (growth, not 2 points)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +80,34 @@ class PartitionTimes:
         return statistics.median(values) if values else None
 
 
+class RssSeries:
+    """RSS every ``every`` seconds on a thread of its own: ``[seconds since start, bytes]``
+    pairs, so a slow climb shows as a slope (two points cannot tell a filling window from a
+    leak). One pair per sample: 60 for half an hour at 30 s."""
+
+    def __init__(self, every: float = RSS_EVERY_S) -> None:
+        self.every = every
+        self.samples: list[list[float]] = []
+        self._t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-rss", daemon=True)
+
+    def start(self) -> RssSeries:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append([round(time.monotonic() - self._t0, 1), rss_bytes()])
+            if self._stop.wait(self.every):
+                return
+
+    def stop(self) -> list[list[float]]:
+        self._stop.set()
+        self._thread.join(5.0)
+        return self.samples
+
+
 def storm(path: str, cycles: int) -> int:
     """Connect and close ``cycles`` times; the connections that got through."""
     done = 0
@@ -112,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         engine.start()
         path = engine.address[len("unix:") :]
         t0 = time.monotonic()
+        series = RssSeries(1.0 if args.short else RSS_EVERY_S).start()
         try:
             time.sleep(early_s)
             rss_early = rss_bytes()
@@ -127,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
             rss_after = rss_bytes()
             partitions = engine.state.totals()["partitions_ok"]
         finally:
+            rss_series = series.stop()
             engine.stop("soak bench done")
             engine.close()
     drift = (rss_late - rss_early) / rss_early
@@ -169,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
             "rss_early": rss_early,
             "rss_late": rss_late,
             "rss_after_storm": rss_after,
+            "rss_every_s": series.every,
+            "rss_series": rss_series,  # [seconds since the engine started, RSS bytes]
             "cycles": cycles,
             "served": served,
             "quiet_partition_ms": quiet_ms,

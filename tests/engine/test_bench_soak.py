@@ -20,5 +20,9 @@ def test_the_short_soak_runs_every_stage_and_prints_the_targets(tmp_path, capsys
     figures = json.loads(out.read_text())
     assert figures["served"] == figures["cycles"] == 100
     assert figures["partitions"] > 0 and figures["rss_after_storm"] > 0
+    # RSS over time, not only two points: a sample a second in --short (every 30 s otherwise)
+    series = figures["rss_series"]
+    assert len(series) >= 10 and all(rss > 0 for _, rss in series)
+    assert [t for t, _ in series] == sorted(t for t, _ in series)
     # what must hold even in seconds on a shared machine: the storm leaves memory alone
     assert abs(figures["rss_after_storm"] - figures["rss_late"]) < 50 << 20
