@@ -154,5 +154,6 @@ def test_server_threads_stay_within_the_connection_cap_during_a_storm(monkeypatc
         sampler.join()
         engine.stop()
         engine.close()
-    # each served connection holds a reader and a writer thread, the sampler is one more
-    assert peak[0] - base <= 2 * 4 + 1 + 2, (base, peak[0])
+    # each served connection holds one thread (its reader; one thread writes for all of them),
+    # the sampler is one more
+    assert peak[0] - base <= 4 + 1 + 2, (base, peak[0])
