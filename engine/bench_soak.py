@@ -156,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(2.0)
             rss_after = rss_bytes()
             partitions = engine.state.totals()["partitions_ok"]
+            heap = engine.heap
         finally:
             rss_series = series.stop()
             engine.stop("soak bench done")
@@ -207,6 +208,10 @@ def run(args: argparse.Namespace) -> int:
             "quiet_partition_ms": quiet_ms,
             "storm_partition_ms": storm_ms,
             "partitions": partitions,
+            # engine.heap: malloc_trim every heap_trim_every_s (0: off, PROVETOP_HEAP_TRIM_S)
+            "heap_trim_every_s": heap.every if heap.active else 0,
+            "heap_trims": heap.trims,
+            "heap_trim_longest_ms": round(heap.longest_ms, 3),
             "recorded": not args.no_record,
             "pass": [ok for _, ok in rows],
         }
