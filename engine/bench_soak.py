@@ -15,6 +15,8 @@ quiet stage's last minute).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import json
 import os
 import socket
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from collections import deque
 from typing import Any
 
@@ -49,6 +52,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run without a recording (the engine records by default, and so does the bench)",
     )
     parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="diagnostic: trace Python allocations (slow) and print the 15 sites that grew most "
+        "from --early to the end of the quiet stage",
+    )
+
+
+def malloc_bytes() -> tuple[int, int] | None:
+    """(in use, free but kept) bytes of glibc's malloc over all its arenas (``mallinfo2``),
+    or None elsewhere: RSS that grows while "in use" stays flat is the allocator's."""
+    fn = _mallinfo2()
+    if fn is None:
+        return None
+    info = fn()
+    return info.uordblks, info.fordblks
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+        )
+    ]
+
+
+@functools.cache
+def _mallinfo2() -> Any:
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    return fn
 
 
 def rss_bytes() -> int:
@@ -81,9 +119,10 @@ class PartitionTimes:
 
 
 class RssSeries:
-    """RSS every ``every`` seconds on a thread of its own: ``[seconds since start, bytes]``
-    pairs, so a slow climb shows as a slope (two points cannot tell a filling window from a
-    leak). One pair per sample: 60 for half an hour at 30 s."""
+    """RSS every ``every`` seconds on a thread of its own: ``[seconds since start, RSS bytes,
+    malloc in use, malloc free]`` (the last two None without glibc), so a slow climb shows as
+    a slope (two points cannot tell a filling window from a leak) and the allocator's share
+    of it is visible. 60 samples for half an hour at 30 s."""
 
     def __init__(self, every: float = RSS_EVERY_S) -> None:
         self.every = every
@@ -98,7 +137,8 @@ class RssSeries:
 
     def _run(self) -> None:
         while True:
-            self.samples.append([round(time.monotonic() - self._t0, 1), rss_bytes()])
+            used, free = malloc_bytes() or (None, None)
+            self.samples.append([round(time.monotonic() - self._t0, 1), rss_bytes(), used, free])
             if self._stop.wait(self.every):
                 return
 
@@ -135,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="provetop-soak-") as tmp:
         cfg = from_preset("ci", proofs=10**9, verify="never")
         record = None if args.no_record else os.path.join(tmp, "soak.pvtrec")
+        if args.tracemalloc:
+            tracemalloc.start()
         engine = Engine(cfg, listen=f"unix:{os.path.join(tmp, 'e.sock')}", record=record)
         times = PartitionTimes()
         engine.bus.add_listener(times)
@@ -145,8 +187,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             time.sleep(early_s)
             rss_early = rss_bytes()
+            traced = tracemalloc.take_snapshot() if args.tracemalloc else None
             time.sleep(quiet_s - early_s)
             rss_late = rss_bytes()
+            if traced is not None:
+                grown = tracemalloc.take_snapshot().compare_to(traced, "lineno")[:15]
+                tracemalloc.stop()
             quiet_end = time.monotonic()
             quiet_ms = times.median(quiet_end - min(60.0, quiet_s / 2), quiet_end)
             storm_start = time.monotonic()
@@ -194,6 +240,10 @@ def run(args: argparse.Namespace) -> int:
     )
     for text, ok in rows:
         print(f"  {'PASS' if ok else 'FAIL'}  {text}", file=out)
+    if traced is not None:
+        print("  tracemalloc, the sites that grew most during the quiet stage:", file=out)
+        for stat in grown:
+            print(f"    {stat}", file=out)
     if args.json:
         figures = {
             "quiet_s": quiet_s,
@@ -202,7 +252,8 @@ def run(args: argparse.Namespace) -> int:
             "rss_late": rss_late,
             "rss_after_storm": rss_after,
             "rss_every_s": series.every,
-            "rss_series": rss_series,  # [seconds since the engine started, RSS bytes]
+            # [seconds since the engine started, RSS, malloc in use, malloc free] (bytes)
+            "rss_series": rss_series,
             "cycles": cycles,
             "served": served,
             "quiet_partition_ms": quiet_ms,
