@@ -31,6 +31,8 @@ from typing import Any
 
 from engine.config import from_preset
 from engine.runner import Engine
+from engine.tuning import Tuning
+from kernels.tuning import SettingError
 from provetop.errors import UsageError
 
 RSS_DRIFT = 0.10  # RSS late within 10 % of RSS early
@@ -177,7 +179,13 @@ def run(args: argparse.Namespace) -> int:
         record = None if args.no_record else os.path.join(tmp, "soak.pvtrec")
         if args.tracemalloc:
             tracemalloc.start()
-        engine = Engine(cfg, listen=f"unix:{os.path.join(tmp, 'e.sock')}", record=record)
+        try:  # PROVETOP_HEAP_TRIM_S and the rest, as `provetop engine` reads them
+            tuning = Tuning.from_env()
+        except SettingError as exc:
+            raise UsageError(str(exc)) from None
+        engine = Engine(
+            cfg, tuning=tuning, listen=f"unix:{os.path.join(tmp, 'e.sock')}", record=record
+        )
         times = PartitionTimes()
         engine.bus.add_listener(times)
         engine.start()

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import threading
 import time
 from collections.abc import Callable
 
-HEAP_TRIM_EVERY_S = 30.0  # PROVETOP_HEAP_TRIM_S overrides it; 0 turns the trimming off
+HEAP_TRIM_EVERY_S = 30.0  # the default of PROVETOP_HEAP_TRIM_S (engine.tuning); 0: off
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -35,22 +34,11 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return fn
 
 
-def trim_interval() -> float:
-    """Seconds between two trims: ``PROVETOP_HEAP_TRIM_S`` when set to a number >= 0 (0: off),
-    else :data:`HEAP_TRIM_EVERY_S`. A value that is not a number is ignored (the default)."""
-    raw = os.environ.get("PROVETOP_HEAP_TRIM_S", "")
-    try:
-        value = float(raw)
-    except ValueError:
-        return HEAP_TRIM_EVERY_S
-    return value if value >= 0 else HEAP_TRIM_EVERY_S
-
-
 class HeapTrimmer:
     """A daemon thread calling ``malloc_trim(0)`` every ``every`` seconds until stopped."""
 
-    def __init__(self, every: float | None = None) -> None:
-        self.every = trim_interval() if every is None else every
+    def __init__(self, every: float = HEAP_TRIM_EVERY_S) -> None:
+        self.every = every
         self.trims = 0
         self.released = 0  # trims that gave memory back
         self.longest_ms = 0.0

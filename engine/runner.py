@@ -130,7 +130,7 @@ class Engine:
             self.bus.add_listener(self._log_event)
         self.scheduler = Scheduler(config.proofs, config.partitions, config.concurrency)
         self.sampler = Sampler(self.bus, self.devices, config.sample_hz, config.nvml_interval)
-        self.heap = HeapTrimmer()  # RSS bounded over a long run (engine.heap says why)
+        self.heap = HeapTrimmer(self.tuning.heap_trim_s)  # RSS flat over a long run
         self.metrics: EngineMetrics | None = None
         self.metrics_url: str | None = None
         if metrics is not None:  # subscribed now, before hello, so the fold sees everything

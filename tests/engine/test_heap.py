@@ -9,7 +9,9 @@ import time
 import pytest
 
 from engine.bench_soak import rss_bytes
-from engine.heap import HEAP_TRIM_EVERY_S, HeapTrimmer, _malloc_trim, trim_interval
+from engine.heap import HEAP_TRIM_EVERY_S, HeapTrimmer, _malloc_trim
+from engine.tuning import Tuning
+from kernels.tuning import SettingError
 
 needs_glibc = pytest.mark.skipif(_malloc_trim() is None, reason="no glibc malloc_trim")
 
@@ -52,13 +54,13 @@ def test_the_thread_trims_on_its_interval_and_stops():
     assert trimmer.trims == n  # stopped
 
 
-def test_the_interval_comes_from_the_environment(monkeypatch):
-    monkeypatch.delenv("PROVETOP_HEAP_TRIM_S", raising=False)
-    assert trim_interval() == HEAP_TRIM_EVERY_S
-    monkeypatch.setenv("PROVETOP_HEAP_TRIM_S", "0")
-    assert trim_interval() == 0 and not HeapTrimmer().active
-    monkeypatch.setenv("PROVETOP_HEAP_TRIM_S", "5")
-    assert trim_interval() == 5.0
-    for bad in ("soon", "-1", ""):
-        monkeypatch.setenv("PROVETOP_HEAP_TRIM_S", bad)
-        assert trim_interval() == HEAP_TRIM_EVERY_S
+def test_the_interval_comes_from_the_tuning_record():
+    """``PROVETOP_HEAP_TRIM_S`` through the run's tuning record (0 turns the trimming off; a
+    bad value is refused, naming the variable)."""
+    assert Tuning.from_env({}).heap_trim_s == HEAP_TRIM_EVERY_S == HeapTrimmer().every
+    assert Tuning.from_env({"PROVETOP_HEAP_TRIM_S": "5"}).heap_trim_s == 5.0
+    off = Tuning.from_env({"PROVETOP_HEAP_TRIM_S": "0"})
+    assert not HeapTrimmer(off.heap_trim_s).active
+    for bad in ("soon", "-1", "nan", "7200"):
+        with pytest.raises(SettingError, match="PROVETOP_HEAP_TRIM_S"):
+            Tuning.from_env({"PROVETOP_HEAP_TRIM_S": bad})
