@@ -160,7 +160,10 @@ class TelemetryServer:
         self._chunk_bytes = 0
         self._outs: dict[socket.socket, _Out] = {}  # connections the writer thread serves
         self._outs_lock = threading.Lock()
-        self._wake = threading.Event()  # a new connection: the writer starts on it at once
+        # a pipe the writer thread polls beside its joining clients' sockets: a new connection
+        # is served at once, not after the round's pause (made in start(), closed by the writer)
+        self._wake_r = self._wake_w = -1
+        self._wake_lock = threading.Lock()  # no write to the pipe once it is being closed
         self.auth_failures = 0
         self.refused_clients = 0  # connections closed at accept (over MAX_CLIENTS)
         self.evicted_handshakes = 0  # unauthenticated connections closed to make room
@@ -208,13 +211,16 @@ class TelemetryServer:
         sock.listen(16)
         self._sock = sock
         threading.Thread(target=self._accept_loop, name="telemetry-accept", daemon=True).start()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         threading.Thread(target=self._write_loop, name="telemetry-writer", daemon=True).start()
         return self.address
 
     def close(self) -> None:
         """Stop accepting, close every connection, remove the socket and its directory."""
         self._closed.set()
-        self._wake.set()
+        self._wake()
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -329,7 +335,7 @@ class TelemetryServer:
             sub = self.bus.subscribe(name)
             with self._outs_lock:
                 self._outs[conn] = _Out(conn, sub)
-            self._wake.set()
+            self._wake()
             if drop:
                 self._drop(sub, name)
                 return
@@ -508,25 +514,41 @@ class TelemetryServer:
         whatever the event rate, and each event is encoded once for every client. A client's
         initial events (thousands for one joining a long run) go in encoded slices, as fast
         as its socket takes them; a client that stops reading only stops its own writes."""
-        while not self._closed.is_set():
-            with self._outs_lock:
-                outs = list(self._outs.values())
-            if not outs:
-                self._wake.wait(0.5)
-                self._wake.clear()
-                continue
-            self._wake.clear()
-            joining = [out.conn for out in outs if self._serve_out(out)]
-            if joining:  # wait for room in a joining client's socket, or the next round
+        try:
+            while not self._closed.is_set():
+                with self._outs_lock:
+                    outs = list(self._outs.values())
+                # the next round comes after the pause, a new connection, or room in the
+                # socket of a client whose initial events are still going out
                 poller = select.poll()
-                for conn in joining:
-                    try:
-                        poller.register(conn, select.POLLOUT)
-                    except (OSError, ValueError):  # closed meanwhile: next round
-                        pass
-                poller.poll(WRITE_COALESCE_S * 1000)
-            else:
-                self._wake.wait(WRITE_COALESCE_S)
+                poller.register(self._wake_r, select.POLLIN)
+                for out in outs:
+                    if self._serve_out(out):
+                        try:
+                            poller.register(out.conn, select.POLLOUT)
+                        except (OSError, ValueError):  # closed meanwhile: next round
+                            pass
+                poller.poll((WRITE_COALESCE_S if outs else 0.5) * 1000)
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
+        finally:
+            with self._wake_lock:
+                fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
+            for fd in fds:
+                os.close(fd)
+
+    def _wake(self) -> None:
+        """The writer thread starts its next round now (a connection came or the server
+        is closing)."""
+        with self._wake_lock:
+            if self._wake_w < 0:  # not started, or the writer has stopped
+                return
+            try:
+                os.write(self._wake_w, b"\0")
+            except BlockingIOError:  # full: a round is due anyway
+                pass
 
     def _serve_out(self, out: _Out) -> bool:
         """Send what ``out`` may send now; True while its initial events are still going out
