@@ -15,6 +15,8 @@ quiet stage's last minute).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import json
 import os
 import socket
@@ -23,16 +25,20 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from collections import deque
 from typing import Any
 
 from engine.config import from_preset
 from engine.runner import Engine
+from engine.tuning import Tuning
+from kernels.tuning import SettingError
 from provetop.errors import UsageError
 
 RSS_DRIFT = 0.10  # RSS late within 10 % of RSS early
 STORM_RSS_BYTES = 50 << 20  # RSS after the storm within 50 MB of before
 STORM_SLOWDOWN = 0.20  # storm partition time within 20 % of quiet
+RSS_EVERY_S = 30.0  # RSS sampled this often into the JSON's ``rss_series`` (growth, not 2 points)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +54,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run without a recording (the engine records by default, and so does the bench)",
     )
     parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="diagnostic: trace Python allocations (slow) and print the 15 sites that grew most "
+        "from --early to the end of the quiet stage",
+    )
+
+
+def malloc_bytes() -> tuple[int, int] | None:
+    """(in use, free but kept) bytes of glibc's malloc over all its arenas (``mallinfo2``),
+    or None elsewhere: RSS that grows while "in use" stays flat is the allocator's."""
+    fn = _mallinfo2()
+    if fn is None:
+        return None
+    info = fn()
+    return info.uordblks, info.fordblks
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+        )
+    ]
+
+
+@functools.cache
+def _mallinfo2() -> Any:
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    return fn
 
 
 def rss_bytes() -> int:
@@ -79,6 +120,36 @@ class PartitionTimes:
         return statistics.median(values) if values else None
 
 
+class RssSeries:
+    """RSS every ``every`` seconds on a thread of its own: ``[seconds since start, RSS bytes,
+    malloc in use, malloc free]`` (the last two None without glibc), so a slow climb shows as
+    a slope (two points cannot tell a filling window from a leak) and the allocator's share
+    of it is visible. 60 samples for half an hour at 30 s."""
+
+    def __init__(self, every: float = RSS_EVERY_S) -> None:
+        self.every = every
+        self.samples: list[list[float]] = []
+        self._t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-rss", daemon=True)
+
+    def start(self) -> RssSeries:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while True:
+            used, free = malloc_bytes() or (None, None)
+            self.samples.append([round(time.monotonic() - self._t0, 1), rss_bytes(), used, free])
+            if self._stop.wait(self.every):
+                return
+
+    def stop(self) -> list[list[float]]:
+        self._stop.set()
+        self._thread.join(5.0)
+        return self.samples
+
+
 def storm(path: str, cycles: int) -> int:
     """Connect and close ``cycles`` times; the connections that got through."""
     done = 0
@@ -106,17 +177,30 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="provetop-soak-") as tmp:
         cfg = from_preset("ci", proofs=10**9, verify="never")
         record = None if args.no_record else os.path.join(tmp, "soak.pvtrec")
-        engine = Engine(cfg, listen=f"unix:{os.path.join(tmp, 'e.sock')}", record=record)
+        if args.tracemalloc:
+            tracemalloc.start()
+        try:  # PROVETOP_HEAP_TRIM_S and the rest, as `provetop engine` reads them
+            tuning = Tuning.from_env()
+        except SettingError as exc:
+            raise UsageError(str(exc)) from None
+        engine = Engine(
+            cfg, tuning=tuning, listen=f"unix:{os.path.join(tmp, 'e.sock')}", record=record
+        )
         times = PartitionTimes()
         engine.bus.add_listener(times)
         engine.start()
         path = engine.address[len("unix:") :]
         t0 = time.monotonic()
+        series = RssSeries(1.0 if args.short else RSS_EVERY_S).start()
         try:
             time.sleep(early_s)
             rss_early = rss_bytes()
+            traced = tracemalloc.take_snapshot() if args.tracemalloc else None
             time.sleep(quiet_s - early_s)
             rss_late = rss_bytes()
+            if traced is not None:
+                grown = tracemalloc.take_snapshot().compare_to(traced, "lineno")[:15]
+                tracemalloc.stop()
             quiet_end = time.monotonic()
             quiet_ms = times.median(quiet_end - min(60.0, quiet_s / 2), quiet_end)
             storm_start = time.monotonic()
@@ -126,7 +210,9 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(2.0)
             rss_after = rss_bytes()
             partitions = engine.state.totals()["partitions_ok"]
+            heap = engine.heap
         finally:
+            rss_series = series.stop()
             engine.stop("soak bench done")
             engine.close()
     drift = (rss_late - rss_early) / rss_early
@@ -162,6 +248,10 @@ def run(args: argparse.Namespace) -> int:
     )
     for text, ok in rows:
         print(f"  {'PASS' if ok else 'FAIL'}  {text}", file=out)
+    if traced is not None:
+        print("  tracemalloc, the sites that grew most during the quiet stage:", file=out)
+        for stat in grown:
+            print(f"    {stat}", file=out)
     if args.json:
         figures = {
             "quiet_s": quiet_s,
@@ -169,11 +259,18 @@ def run(args: argparse.Namespace) -> int:
             "rss_early": rss_early,
             "rss_late": rss_late,
             "rss_after_storm": rss_after,
+            "rss_every_s": series.every,
+            # [seconds since the engine started, RSS, malloc in use, malloc free] (bytes)
+            "rss_series": rss_series,
             "cycles": cycles,
             "served": served,
             "quiet_partition_ms": quiet_ms,
             "storm_partition_ms": storm_ms,
             "partitions": partitions,
+            # engine.heap: malloc_trim every heap_trim_every_s (0: off, PROVETOP_HEAP_TRIM_S)
+            "heap_trim_every_s": heap.every if heap.active else 0,
+            "heap_trims": heap.trims,
+            "heap_trim_longest_ms": round(heap.longest_ms, 3),
             "recorded": not args.no_record,
             "pass": [ok for _, ok in rows],
         }

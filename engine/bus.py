@@ -16,8 +16,10 @@ dispatcher thread then, in order:
    takes a snapshot of the live state (outside the bus lock: it is the state's only writer)
    and drops the events before the previous one, so a client joining late gets ``hello``, the
    previous snapshot and the events since (between ``retain // 2`` and ``retain``), and ends
-   with exactly the live state. The snapshot is one shared object for every client: a connect
-   costs a tuple copy, whatever the run's length;
+   with exactly the live state. The snapshot is one shared object for every client, and the
+   retained events are kept in immutable chunks (:data:`RETAIN_CHUNK`) that every joining
+   client shares: a connect copies references to ~20 chunks and the unfinished one, not the
+   history, so the bus lock is held for microseconds whatever the run's length;
 4. puts it on each subscriber's bounded queue; a subscriber that falls behind loses the oldest
    queued events and is sent one ``lag`` event counting them before the next event it gets.
 """
@@ -38,6 +40,10 @@ from recordings.state import State, Window
 _STOP = object()
 LIVE_WINDOW = Window()  # see recordings.state.Window and docs/reliability.md
 TRIM_EVERY = 1000  # events between two trims of the live state (amortised)
+# Retained events are kept in immutable chunks of this many: a joining client gets references
+# to them (and the chunks' encodings are cached by the server for every client) instead of a
+# copy of the whole history under the bus lock
+RETAIN_CHUNK = 1024
 
 
 class Clock:
@@ -65,9 +71,10 @@ class Subscription:
         self.maxlen = maxlen
         self._q: deque[list] = deque()  # live events: [event, missed just before it]
         self._protected = 0  # (kept for the overflow arithmetic; initial events live apart)
-        # hello, snapshot and the retained history: one C-level tuple copy, served by index
-        # before the live queue, never dropped (a connect costs O(1) Python work, not O(history))
-        self._initial: tuple[dict[str, Any], ...] = ()
+        # hello, snapshot and the retained history, served before the live queue and never
+        # dropped: the bus's own immutable chunks of it (shared by every client, not copied),
+        # taken in order; ``_ipos`` is the position in the first one
+        self._initial: deque[tuple[dict[str, Any], ...]] = deque()
         self._ipos = 0
         self._cv = threading.Condition()
         self._held: dict[str, Any] | None = None  # event to deliver after its lag event
@@ -93,11 +100,28 @@ class Subscription:
             self._q.append([event, carried])
             self._cv.notify()
 
-    def _put_initial(self, events: tuple[dict[str, Any], ...]) -> None:
+    def _put_initial(self, parts: list[tuple[dict[str, Any], ...]]) -> None:
         with self._cv:
-            self._initial = tuple(events)
+            self._initial = deque(part for part in parts if part)
             self._ipos = 0
             self._cv.notify()
+
+    def _next_initial(self, most: int) -> tuple[dict[str, Any], ...]:
+        """(Under ``_cv``) up to ``most`` initial events, never across two chunks: a whole
+        chunk is returned as the bus's own tuple, so the server's encoded-chunk cache finds
+        it for every client."""
+        if not self._initial:
+            return ()
+        first = self._initial[0]
+        if self._ipos == 0 and len(first) <= most:
+            part = first
+        else:
+            part = first[self._ipos : self._ipos + most]
+        self._ipos += len(part)
+        if self._ipos >= len(first):
+            self._initial.popleft()
+            self._ipos = 0
+        return part
 
     def get(self, timeout: float | None = None) -> dict[str, Any] | None:
         """The next event (a ``lag`` event where some were skipped), or None on timeout or
@@ -106,17 +130,12 @@ class Subscription:
             if self._held is not None:
                 event, self._held = self._held, None
                 return event
-            if self._ipos < len(self._initial):
-                event = self._initial[self._ipos]
-                self._ipos += 1
-                if self._ipos == len(self._initial):
-                    self._initial, self._ipos = (), 0
-                return event
+            if self._initial:
+                return self._next_initial(1)[0]
             if not self._q and not self.closed:
                 self._cv.wait(timeout)
-            if self._ipos < len(self._initial):  # (only set before the first get)
-                self._ipos += 1
-                return self._initial[self._ipos - 1]
+            if self._initial:  # (only set before the first get)
+                return self._next_initial(1)[0]
             if not self._q:
                 return None
             event, missed = self._q.popleft()
@@ -130,22 +149,18 @@ class Subscription:
     def pending(self) -> int:
         """Events queued and not yet taken."""
         with self._cv:
-            initial = len(self._initial) - self._ipos
+            initial = sum(len(part) for part in self._initial) - self._ipos
             return initial + len(self._q) + (1 if self._held is not None else 0)
 
     def take_initial(self, most: int) -> tuple[dict[str, Any], ...]:
         """Up to ``most`` of the initial events (hello, snapshot, retained history) in one
         step: a joining client's writer takes its thousands of them in slices, not one
         ``get`` (and one lock round) each, which in a connect/close storm was GIL time taken
-        from the workers."""
+        from the workers. A slice never spans two of the bus's chunks."""
         with self._cv:
-            if self._held is not None or self._ipos >= len(self._initial):
+            if self._held is not None:
                 return ()
-            part = self._initial[self._ipos : self._ipos + most]
-            self._ipos += len(part)
-            if self._ipos == len(self._initial):
-                self._initial, self._ipos = (), 0
-            return part
+            return self._next_initial(most)
 
     def drain(self) -> list[dict[str, Any]]:
         """Everything queued now, without waiting."""
@@ -185,8 +200,13 @@ class Bus:
         # and every event since; the newest snapshot becomes it at the next turn
         self._join_snap = make("snapshot", 0, state=self.state.snapshot())
         self._next_snap: dict[str, Any] | None = None
-        self._next_at = 0  # events in _retained before the newest snapshot was taken
-        self._retained: deque[dict[str, Any]] = deque()
+        self._next_at = 0  # chunks of _chunks before the newest snapshot was taken
+        # the retained events, oldest first: immutable chunks (shared by every joining client,
+        # never copied) and the newest few still being filled (copied on subscribe)
+        self._chunks: deque[tuple[dict[str, Any], ...]] = deque()
+        self._tail: list[dict[str, Any]] = []
+        self._retained_n = 0  # events in _chunks and _tail
+        self._since_snap = 0  # retained events after the newest snapshot
         self._since_trim = 0
         self._hello: dict[str, Any] | None = None
         self._subs: list[Subscription] = []
@@ -256,9 +276,17 @@ class Bus:
         sub = Subscription(self, maxlen or self.client_queue, name, counted)
         with self._lock:
             head: tuple[dict[str, Any], ...] = () if self._hello is None else (self._hello,)
-            sub._put_initial((*head, self._join_snap, *self._retained))
+            # references to the shared chunks plus a copy of at most RETAIN_CHUNK events:
+            # microseconds under the lock, whatever the retained history's length
+            sub._put_initial([(*head, self._join_snap), *self._chunks, tuple(self._tail)])
             self._subs.append(sub)
         return sub
+
+    @property
+    def retained(self) -> int:
+        """Events a joining client is sent after hello and the snapshot."""
+        with self._lock:
+            return self._retained_n
 
     def _unsubscribe(self, sub: Subscription) -> None:
         with self._lock:
@@ -320,12 +348,20 @@ class Bus:
     def _turn(self, snap: dict[str, Any]) -> None:
         """(Under the lock) ``snap`` is the state after every retained event: the previous
         newest snapshot becomes the one clients join from, and the events before it go."""
+        self._freeze()  # the snapshot's boundary is a chunk boundary: whole chunks go
         if self._next_snap is not None:
             self._join_snap = self._next_snap
             for _ in range(self._next_at):
-                self._retained.popleft()
+                self._retained_n -= len(self._chunks.popleft())
         self._next_snap = snap
-        self._next_at = len(self._retained)
+        self._next_at = len(self._chunks)
+        self._since_snap = 0
+
+    def _freeze(self) -> None:
+        """(Under the lock) the tail becomes an immutable chunk."""
+        if self._tail:
+            self._chunks.append(tuple(self._tail))
+            self._tail = []
 
     def _dispatch(self, event: dict[str, Any]) -> None:
         # the state's only writer is this thread: fold, trim and snapshot outside the lock
@@ -337,7 +373,7 @@ class Bus:
         snap = None
         if event["k"] == "hello":  # clients joining before the first turn start from here
             self._join_snap = make("snapshot", self.state.t, state=_detached(self.state))
-        elif len(self._retained) + 1 - self._next_at >= max(1, self.retain // 2):
+        elif self._since_snap + 1 >= max(1, self.retain // 2):
             self.state.trim(self.window)  # the snapshot holds the window, not the run
             snap = make("snapshot", self.state.t, state=_detached(self.state))
         with self._lock:
@@ -345,7 +381,11 @@ class Bus:
             if event["k"] == "hello":
                 self._hello = event
             else:
-                self._retained.append(event)
+                self._tail.append(event)
+                self._retained_n += 1
+                self._since_snap += 1
+                if len(self._tail) >= RETAIN_CHUNK:
+                    self._freeze()
             if snap is not None:
                 self._turn(snap)
             for fn in self._listeners:

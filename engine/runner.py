@@ -38,6 +38,7 @@ from engine.devices.base import Device
 from engine.devices.cuda import CudaDeviceError
 from engine.devices.modeled import ModeledDevice
 from engine.faults import FaultInjector, FaultSpecError
+from engine.heap import HeapTrimmer
 from engine.memory_plan import PlanError, choose_plan, minimum_capacity, reclaimable
 from engine.metrics import EngineMetrics
 from engine.pipeline import DeviceGate, PartitionRunner, RunContext
@@ -130,6 +131,7 @@ class Engine:
             self.bus.add_listener(self._log_event)
         self.scheduler = Scheduler(config.proofs, config.partitions, config.concurrency)
         self.sampler = Sampler(self.bus, self.devices, config.sample_hz, config.nvml_interval)
+        self.heap = HeapTrimmer(self.tuning.heap_trim_s)  # RSS flat over a long run
         self.metrics: EngineMetrics | None = None
         self.metrics_url: str | None = None
         if metrics is not None:  # subscribed now, before hello, so the fold sees everything
@@ -273,6 +275,7 @@ class Engine:
                 raise EngineError(str(exc)) from None
         self.bus.emit("engine_state", state="starting", reason="generating the SRS")
         self.sampler.sample_all()
+        self.heap.start()
         self._run_thread = threading.Thread(target=self._run, name="engine-run", daemon=True)
         self._run_thread.start()
         return self
@@ -520,6 +523,7 @@ class Engine:
         self.stop("engine closing")
         if self._run_thread is not None:
             self._run_thread.join(timeout)
+        self.heap.stop()
         self.bus.flush(10.0)
         if self.server is not None:
             self.server.close()

@@ -6,9 +6,11 @@ default it is a Unix socket in a fresh directory only the user can enter (0700, 
 only: loopback addresses, and a token (from a file, never the command line) that must come in
 the first frame, compared in constant time.
 
-Per connection: one thread writes the subscription's events (``hello``, ``snapshot``, retained
-events, live; ``lag`` when the client fell behind), one reads framed commands and hands them to
-the engine. Bad framing closes only that connection; the engine keeps running.
+Per connection: one thread reads framed commands and hands them to the engine. One thread for
+every connection writes the subscriptions' events (``hello``, ``snapshot``, retained events,
+live; ``lag`` when the client fell behind), without blocking on any one client: a connection
+costs one thread start, not two, and the workers (GIL-bound) feel a connect/close storm less.
+Bad framing closes only that connection; the engine keeps running.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import errno
 import hmac
 import ipaddress
 import os
+import select
 import socket
 import stat
 import tempfile
@@ -55,13 +58,13 @@ ACCEPT_BACKOFF_MAX_S = 1.0
 # in one second is cut (with one refusal), so no client can flood the recording or the others.
 MAX_COMMANDS_PER_S = 100
 WRITE_BATCH_BYTES = 256 << 10  # events sent to a client in one write, at most about this much
-WRITE_COALESCE_S = 0.01  # a client's writer waits this long between writes
+WRITE_COALESCE_S = 0.01  # the writer thread's pause between two rounds of every client's writes
 # Encoded events kept for the other clients: enough for the bus's retained history (20,000
 # events) and its join snapshot, which every joining client is sent; with 4,096 a client
 # joining re-encoded most of its history, and a connect/close storm spent the workers' GIL on it
 ENCODE_CACHE = 32768
 ENCODE_CACHE_BYTES = 16 << 20  # and at most this many bytes of them (snapshots are large)
-INITIAL_SLICE = 1024  # initial events a writer takes from its subscription at once
+INITIAL_SLICE = 1024  # initial events the writer takes from a subscription at once
 # Encoded slices of initial events kept: clients joining from the same join snapshot are sent
 # the same slices (the retained history only grows at its end between two turns), so a storm
 # of connections costs one dict lookup per slice, not one per event
@@ -155,6 +158,12 @@ class TelemetryServer:
         self._cache_bytes = 0
         self._chunks: OrderedDict[tuple[int, int, int], tuple[Any, Any, bytes]] = OrderedDict()
         self._chunk_bytes = 0
+        self._outs: dict[socket.socket, _Out] = {}  # connections the writer thread serves
+        self._outs_lock = threading.Lock()
+        # a pipe the writer thread polls beside its joining clients' sockets: a new connection
+        # is served at once, not after the round's pause (made in start(), closed by the writer)
+        self._wake_r = self._wake_w = -1
+        self._wake_lock = threading.Lock()  # no write to the pipe once it is being closed
         self.auth_failures = 0
         self.refused_clients = 0  # connections closed at accept (over MAX_CLIENTS)
         self.evicted_handshakes = 0  # unauthenticated connections closed to make room
@@ -202,11 +211,16 @@ class TelemetryServer:
         sock.listen(16)
         self._sock = sock
         threading.Thread(target=self._accept_loop, name="telemetry-accept", daemon=True).start()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        threading.Thread(target=self._write_loop, name="telemetry-writer", daemon=True).start()
         return self.address
 
     def close(self) -> None:
         """Stop accepting, close every connection, remove the socket and its directory."""
         self._closed.set()
+        self._wake()
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -315,15 +329,13 @@ class TelemetryServer:
             max_buffer=CLIENT_MAX_FRAME + HEADER_SIZE + RECV_BYTES, max_frame=CLIENT_MAX_FRAME
         )
         sub = None
-        writer = None
         try:
             if self.kind == "tcp" and not self._authenticate(conn, decoder, name):
                 return
             sub = self.bus.subscribe(name)
-            writer = threading.Thread(
-                target=self._write_loop, args=(conn, sub), name=f"{name}-writer", daemon=True
-            )
-            writer.start()
+            with self._outs_lock:
+                self._outs[conn] = _Out(conn, sub)
+            self._wake()
             if drop:
                 self._drop(sub, name)
                 return
@@ -356,9 +368,12 @@ class TelemetryServer:
         finally:
             if sub is not None:
                 sub.close()
+            with self._outs_lock:
+                out = self._outs.pop(conn, None)
+            if out is not None:
+                with out.lock:  # the writer is not inside a send on it: the fd can be closed
+                    out.gone = True
             _shutdown(conn)
-            if writer is not None:  # the slot is free only once both threads are gone, so
-                writer.join(5.0)  # threads stay bounded by the cap during any storm
             with self._lock:
                 self._conns.discard(conn)
                 self._handshaking.pop(conn, None)
@@ -366,7 +381,7 @@ class TelemetryServer:
     def _drop(self, sub: Any, name: str) -> None:
         """Injected fault (drop:client:K): let the initial events go out, then disconnect.
 
-        Waits until the writer has *sent* them (``initial_sent``, set after its ``sendall``).
+        Waits until the writer has *sent* them (``initial_sent``, set once the kernel has them).
         It used to wait until they were taken from the queue and then sleep 50 ms for the send:
         on a loaded machine the send came later, the client got nothing (not even ``hello``),
         about one run in fourteen. Live events keep arriving, so an empty queue is never
@@ -493,35 +508,108 @@ class TelemetryServer:
                 self._chunk_bytes -= len(self._chunks.popitem(last=False)[1][2])
         return data
 
-    def _write_loop(self, conn: socket.socket, sub: Any) -> None:
-        """Send what is queued in batches, then pause WRITE_COALESCE_S: a client costs the
-        engine at most ~1/WRITE_COALESCE_S wake-ups and sends a second, whatever the event
-        rate, and each event is encoded once for every client. The initial events (thousands
-        for a client joining a long run) are taken and encoded in slices."""
-        while not self._closed.is_set() and not sub.closed:
-            try:
-                initial = sub.take_initial(INITIAL_SLICE)
-                if initial:
-                    conn.sendall(self._encode_chunk(initial))
-                    continue
-                if not sub.initial_sent.is_set():
-                    sub.initial_sent.set()
-                event = sub.get(timeout=0.5)
-                if event is None:
-                    continue
-                frames = [self._encode(event)]
-                size = len(frames[0])
-                while size < WRITE_BATCH_BYTES and sub.pending():
-                    event = sub.get(0)
-                    if event is None:
-                        break
-                    frames.append(self._encode(event))
-                    size += len(frames[-1])
-                conn.sendall(b"".join(frames))
-            except (OSError, FrameError):
-                _shutdown(conn)
+    def _write_loop(self) -> None:
+        """Every WRITE_COALESCE_S, one batch for every connection, sent without blocking: a
+        client costs the engine no thread and at most ~1/WRITE_COALESCE_S sends a second,
+        whatever the event rate, and each event is encoded once for every client. A client's
+        initial events (thousands for one joining a long run) go in encoded slices, as fast
+        as its socket takes them; a client that stops reading only stops its own writes."""
+        try:
+            while not self._closed.is_set():
+                with self._outs_lock:
+                    outs = list(self._outs.values())
+                # the next round comes after the pause, a new connection, or room in the
+                # socket of a client whose initial events are still going out
+                poller = select.poll()
+                poller.register(self._wake_r, select.POLLIN)
+                for out in outs:
+                    if self._serve_out(out):
+                        try:
+                            poller.register(out.conn, select.POLLOUT)
+                        except (OSError, ValueError):  # closed meanwhile: next round
+                            pass
+                poller.poll((WRITE_COALESCE_S if outs else 0.5) * 1000)
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
+        finally:
+            with self._wake_lock:
+                fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
+            for fd in fds:
+                os.close(fd)
+
+    def _wake(self) -> None:
+        """The writer thread starts its next round now (a connection came or the server
+        is closing)."""
+        with self._wake_lock:
+            if self._wake_w < 0:  # not started, or the writer has stopped
                 return
-            time.sleep(WRITE_COALESCE_S)
+            try:
+                os.write(self._wake_w, b"\0")
+            except BlockingIOError:  # full: a round is due anyway
+                pass
+
+    def _serve_out(self, out: _Out) -> bool:
+        """Send what ``out`` may send now; True while its initial events are still going out
+        (the loop then waits for its socket rather than a full pause)."""
+        with out.lock:
+            if out.gone:
+                return False
+            sub = out.sub
+            try:
+                while True:
+                    if out.buf:
+                        n = out.conn.send(out.buf, socket.MSG_DONTWAIT)
+                        out.buf = out.buf[n:]
+                        if out.buf:
+                            return not sub.initial_sent.is_set()
+                    initial = sub.take_initial(INITIAL_SLICE)
+                    if initial:
+                        out.buf = memoryview(self._encode_chunk(initial))
+                        continue
+                    if not sub.initial_sent.is_set():
+                        sub.initial_sent.set()
+                    if out.sent_live:  # one live batch per client per round
+                        out.sent_live = False
+                        return False
+                    frames, size = [], 0
+                    while size < WRITE_BATCH_BYTES:
+                        event = sub.get(0)
+                        if event is None:
+                            break
+                        frames.append(self._encode(event))
+                        size += len(frames[-1])
+                    if not frames:
+                        return False
+                    out.buf = memoryview(b"".join(frames))
+                    out.sent_live = True
+            except (BlockingIOError, InterruptedError):
+                return not sub.initial_sent.is_set()
+            except (OSError, FrameError):
+                out.gone = True
+                try:  # the reader's recv returns: it closes the connection and frees the slot
+                    out.conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                return False
+
+
+class _Out:
+    """One connection as the writer thread sees it: its subscription and the bytes taken from
+    it that the socket has not accepted yet. ``lock`` is held while the writer sends, so the
+    reader closes the socket only between two sends (its descriptor is never reused under
+    a send in progress)."""
+
+    __slots__ = ("conn", "sub", "buf", "sent_live", "gone", "lock")
+
+    def __init__(self, conn: socket.socket, sub: Any) -> None:
+        self.conn = conn
+        self.sub = sub
+        self.buf: memoryview | None = None
+        self.sent_live = False
+        self.gone = False
+        self.lock = threading.Lock()
 
 
 def _clear_stale_socket(path: str) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.heap import HEAP_TRIM_EVERY_S
 from kernels.tuning import SETTINGS as KERNEL_SETTINGS
 from kernels.tuning import KernelTuning, Setting, SettingError, choice, read
 from kernels.tuning import markdown_table as _markdown_table
@@ -32,6 +33,16 @@ def _seconds_in_unit_interval(raw: str) -> float:
         value = float("nan")
     if not 0 < value <= 1:  # also false for nan
         raise SettingError(f"PROVETOP_SWITCH_INTERVAL must be seconds in (0, 1], got {raw!r}")
+    return value
+
+
+def _seconds_or_off(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 3600:  # also false for nan
+        raise SettingError(f"PROVETOP_HEAP_TRIM_S must be seconds in [0, 3600], got {raw!r}")
     return value
 
 
@@ -65,6 +76,14 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
         "the GIL soon",
     ),
     Setting(
+        "PROVETOP_HEAP_TRIM_S",
+        "heap_trim_s",
+        _seconds_or_off,
+        f"seconds in [0, 3600] (default {HEAP_TRIM_EVERY_S:g}; 0: off)",
+        "how often the engine gives the C heap's free pages back (`malloc_trim`, glibc): "
+        "RSS stays flat over a long run (`engine/heap.py`)",
+    ),
+    Setting(
         "PROVETOP_INJECT",
         "inject",
         _optional_text,
@@ -84,6 +103,7 @@ class Tuning:
     sync_scope: str = "worker"
     priority_to: str = "synthesis"
     switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S
+    heap_trim_s: float = HEAP_TRIM_EVERY_S
     inject: str | None = None
 
     @classmethod
@@ -100,6 +120,7 @@ class Tuning:
             "sync_scope": self.sync_scope,
             "priority_to": self.priority_to,
             "switch_interval_s": self.switch_interval_s,
+            "heap_trim_s": self.heap_trim_s,
             "inject": self.inject,
         }
 

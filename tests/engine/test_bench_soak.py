@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from engine.bench_soak import malloc_bytes
 from provetop.cli import main
 
 
@@ -20,5 +21,12 @@ def test_the_short_soak_runs_every_stage_and_prints_the_targets(tmp_path, capsys
     figures = json.loads(out.read_text())
     assert figures["served"] == figures["cycles"] == 100
     assert figures["partitions"] > 0 and figures["rss_after_storm"] > 0
+    # RSS over time, not only two points: a sample a second in --short (every 30 s otherwise)
+    series = figures["rss_series"]
+    assert len(series) >= 10 and all(rss > 0 for _, rss, *_ in series)
+    assert [t for t, *_ in series] == sorted(t for t, *_ in series)
+    if malloc_bytes() is not None:  # glibc: the allocator's in-use and kept-free bytes too
+        assert all(used > 0 and free >= 0 for _, _, used, free in series)
+    assert figures["heap_trim_every_s"] in (0, 30.0) and figures["heap_trims"] >= 0
     # what must hold even in seconds on a shared machine: the storm leaves memory alone
     assert abs(figures["rss_after_storm"] - figures["rss_late"]) < 50 << 20

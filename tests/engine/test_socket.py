@@ -289,3 +289,35 @@ def test_a_slow_socket_client_is_told_what_it_missed_and_the_recording_has_every
     assert state.lagged == sum(e["missed"] for e in lags)
     rec = open_recording(tmp_path / "r.pvtrec")
     assert rec.complete and rec.state().totals()["partitions_verified"] == 6
+
+
+def test_a_client_that_never_reads_holds_back_no_other_client():
+    """One thread writes for every connection: a socket that is full must cost only its own
+    writes (sent without blocking), never another client's stream."""
+    engine = _engine(proofs=10**6, verify="never")
+    engine.server.send_buffer = 4096
+    stuck = reader = None
+    engine.start()
+    try:
+        stuck = EngineClient(engine.address)  # connected, never reads
+        time.sleep(1.0)  # its socket is full by now: its initial events alone are far more
+        reader = EngineClient(engine.address)
+        start = time.monotonic()
+        first = _read_until(reader, lambda e: e["k"] == "snapshot", timeout=10)
+        done = _read_until(reader, lambda e: e["k"] == "partition_done", timeout=10)
+        assert first[0]["k"] == "hello" and done
+        # live events keep coming to the reader while the stuck client is still connected
+        seen = {e["k"] for e in _read_until(reader, lambda e: e["k"] == "memory", timeout=10)}
+        assert time.monotonic() - start < 10 and seen
+        assert engine.server._outs[stuck_conn(engine)].buf  # the stuck one has bytes waiting
+    finally:
+        for c in (stuck, reader):
+            if c is not None:
+                c.close()
+        engine.stop()
+        engine.close()
+
+
+def stuck_conn(engine):
+    """The oldest connection the writer serves (the client that never reads)."""
+    return next(iter(engine.server._outs))

@@ -38,6 +38,7 @@ def test_every_setting_is_read_into_its_field():
         "PROVETOP_SYNC_SCOPE": "device",
         "PROVETOP_PRIORITY_TO": "compute",
         "PROVETOP_SWITCH_INTERVAL": "0.005",
+        "PROVETOP_HEAP_TRIM_S": "12.5",
         "PROVETOP_INJECT": "kill:worker:0:msm_h",
     }
     assert sorted(env) == sorted(s.env for s in SETTINGS)  # the test covers every variable
@@ -52,6 +53,7 @@ def test_every_setting_is_read_into_its_field():
     assert (k.cubin_dir, k.commit) == ("/opt/cubin", "abc1234")
     assert (t.sync_scope, t.priority_to, t.switch_interval_s) == ("device", "compute", 0.005)
     assert t.inject == "kill:worker:0:msm_h"
+    assert t.heap_trim_s == 12.5
     # what a run records: plain values that survive the wire and JSON
     d = t.as_dict()
     assert msgpack.unpackb(msgpack.packb(d)) == d

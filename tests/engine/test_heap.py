@@ -1,0 +1,66 @@
+"""The heap trimmer gives freed C-heap pages back to the kernel (RSS bounded over a long run),
+and its interval can be set or turned off from the environment."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import pytest
+
+from engine.bench_soak import rss_bytes
+from engine.heap import HEAP_TRIM_EVERY_S, HeapTrimmer, _malloc_trim
+from engine.tuning import Tuning
+from kernels.tuning import SettingError
+
+needs_glibc = pytest.mark.skipif(_malloc_trim() is None, reason="no glibc malloc_trim")
+
+
+@needs_glibc
+def test_a_trim_returns_the_pages_freed_inside_the_heap():
+    """64 MiB in 4 KiB blocks, freed below a block still in use: malloc keeps them (RSS stays
+    up) until the trim gives them back."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    blocks = []
+    for _ in range(64 * 256):
+        p = libc.malloc(4096)
+        ctypes.memset(p, 1, 4096)  # resident
+        blocks.append(p)
+    pin = libc.malloc(64)  # above the freed blocks: the heap's top cannot shrink past it
+    before = rss_bytes()
+    for p in blocks:
+        libc.free(p)
+    freed = rss_bytes()
+    trimmer = HeapTrimmer(every=0)
+    assert trimmer.trim()
+    after = rss_bytes()
+    libc.free(pin)
+    assert before - freed < 16 << 20  # free() alone kept (most of) them
+    assert freed - after > 32 << 20, (before >> 20, freed >> 20, after >> 20)
+    assert trimmer.trims == 1 and trimmer.longest_ms > 0
+
+
+@needs_glibc
+def test_the_thread_trims_on_its_interval_and_stops():
+    trimmer = HeapTrimmer(every=0.05).start()
+    time.sleep(0.5)
+    trimmer.stop()
+    assert 3 <= trimmer.trims <= 12
+    n = trimmer.trims
+    time.sleep(0.2)
+    assert trimmer.trims == n  # stopped
+
+
+def test_the_interval_comes_from_the_tuning_record():
+    """``PROVETOP_HEAP_TRIM_S`` through the run's tuning record (0 turns the trimming off; a
+    bad value is refused, naming the variable)."""
+    assert Tuning.from_env({}).heap_trim_s == HEAP_TRIM_EVERY_S == HeapTrimmer().every
+    assert Tuning.from_env({"PROVETOP_HEAP_TRIM_S": "5"}).heap_trim_s == 5.0
+    off = Tuning.from_env({"PROVETOP_HEAP_TRIM_S": "0"})
+    assert not HeapTrimmer(off.heap_trim_s).active
+    for bad in ("soon", "-1", "nan", "7200"):
+        with pytest.raises(SettingError, match="PROVETOP_HEAP_TRIM_S"):
+            Tuning.from_env({"PROVETOP_HEAP_TRIM_S": bad})
