@@ -21,22 +21,12 @@ from kernels.cuda import fr as cuda_fr
 from kernels.cuda.h_streamed import run_streamed_h_step
 from kernels.cuda.host_pinned import pinned_empty
 from kernels.cuda.ntt import CudaNtt, from_words, to_words
+from tests.kernels.test_cuda_ntt import PoisonAllocator
 
 pytestmark = pytest.mark.gpu
 
 R = FR_MODULUS
 POISON = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-class PoisonAllocator:
-    def __init__(self, cp) -> None:
-        self.cp = cp
-        self.keep: list = []
-
-    def __call__(self, nbytes: int):
-        buf = self.cp.full((nbytes + 7) // 8, POISON, dtype=self.cp.uint64)
-        self.keep.append(buf)
-        return buf.data
 
 
 def _pinned(values: np.ndarray) -> np.ndarray:
