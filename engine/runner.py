@@ -190,11 +190,15 @@ class Engine:
             except CudaDeviceError as exc:
                 raise EngineError(str(exc)) from None
         capacity = cfg.device_memory
+        physical = None
         if capacity is None and cfg.extra.get("phantom"):
-            capacity = phantom_capacity(self.footprint, ModeledDevice(0, 1 << 30))
+            # the phantom's card is modeled at exactly this size, with no ballast: on a 16 GiB
+            # card capped to it, its bar was ballast and the phantom a sliver no one could see
+            capacity = physical = phantom_capacity(self.footprint, ModeledDevice(0, 1 << 30))
         if capacity is None:
             capacity = DEFAULT_MODELED_MEMORY
-        physical = max(DEFAULT_MODELED_MEMORY, capacity)
+        if physical is None:
+            physical = max(DEFAULT_MODELED_MEMORY, capacity)
         return [ModeledDevice(i, capacity, physical) for i in cfg.devices]
 
     def _check_plans(self) -> None:
