@@ -136,8 +136,9 @@ def plan_need(slots: int, fp: Footprint, z: int = 0, tables: int = 0) -> tuple[i
 
 
 def smallest_need(fp: Footprint, z: int = 0, tables: int = 0) -> int:
-    """Free device bytes the cheapest plan needs."""
-    return min(need for *_, need in _options(fp, z, tables))
+    """Free device bytes the cheapest plan needs: one slot's (every other plan holds at least
+    as much at once)."""
+    return plan_need(1, fp, z, tables)[0]
 
 
 def minimum_capacity(capacity: int, free: int, fp: Footprint, z: int = 0, tables: int = 0) -> int:
