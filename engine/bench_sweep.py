@@ -33,9 +33,10 @@ from typing import Any
 
 from engine.bench_plot import Series, line_chart
 from engine.config import ConfigError, EngineConfig, with_changes
-from engine.sizes import fmt_size, parse_size
+from engine.sizes import parse_size
 from engine.tuning import Tuning
 from provetop.errors import UsageError
+from provetop.units import fmt_bytes
 
 UNCAPPED = "uncapped"  # the list item for "no cap": the whole card (the model's default on cpu)
 # the phases the sweep's table shows, medians per point (B in G2 is not a GPU phase here)
@@ -225,7 +226,7 @@ def _capacity(res: dict[str, Any]) -> str:
     caps = res.get("device_capacity") or []
     if not caps:
         return "-"
-    return fmt_size(caps[0]) + ("*" if res.get("modeled") else "")
+    return fmt_bytes(caps[0]) + ("*" if res.get("modeled") else "")
 
 
 def format_sweep_table(sweep: dict[str, Any]) -> str:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.allocator import Footprint
-from engine.sizes import fmt_size
+from provetop.units import fmt_bytes
 
 # The one-slot plan's device buffer for the host operand of its product and difference:
 # kernels.cuda.h_streamed.OPERAND_CHUNK rows of 32 bytes (128 MiB)
@@ -111,13 +111,13 @@ def choose_plan(
             where = "beside H" if z_with_h else "after H"
             extra = "; the twiddle table dropped after the H step" if release else ""
             reason = (
-                f"{SLOT_NAMES[slots]}: needs {fmt_size(need)} of {fmt_size(free)} free "
+                f"{SLOT_NAMES[slots]}: needs {fmt_bytes(need)} of {fmt_bytes(free)} free "
                 f"(aux scalars {where}{extra})"
             )
             return MemoryPlan(slots, z_with_h, need, free, reason, release)
     raise PlanError(
-        f"{device}: {fmt_size(free)} free, but the smallest plan (the H step one polynomial at "
-        f"a time) needs {fmt_size(smallest_need(fp, z, tables))} for a partition of this size"
+        f"{device}: {fmt_bytes(free)} free, but the smallest plan (the H step one polynomial at "
+        f"a time) needs {fmt_bytes(smallest_need(fp, z, tables))} for a partition of this size"
     )
 
 

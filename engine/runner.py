@@ -45,7 +45,6 @@ from engine.pipeline import DeviceGate, PartitionRunner, RunContext
 from engine.progress import Progress, Stopped
 from engine.sampler import Sampler
 from engine.server import ListenError, TelemetryServer, parse_listen, read_token
-from engine.sizes import fmt_size
 from engine.srs import draw_srs, generate_srs
 from engine.tuning import Tuning
 from engine.workers import (
@@ -58,6 +57,7 @@ from engine.workers import (
 )
 from engine.workload import query_sizes
 from kernels.backends import BackendUnavailable, get_backend
+from provetop.units import fmt_bytes
 from provetop.version import __version__
 from recordings.errors import RecordingError
 from recordings.metrics_http import MetricsAddressError
@@ -162,6 +162,7 @@ class Engine:
             self.server = None
         if self.server is not None:
             self.server.faults = self.faults
+            self.server.accept_rate = self.tuning.accept_rate
         self.recorder = None
         self.address: str | None = None
         self._run_thread: threading.Thread | None = None
@@ -221,7 +222,7 @@ class Engine:
                 capacity = int(getattr(d, "capacity", None) or total)
                 need = minimum_capacity(capacity, free, fp, z, tables)
                 raise EngineError(
-                    f"{exc}: use a device (or --device-memory) of at least {fmt_size(need)}"
+                    f"{exc}: use a device (or --device-memory) of at least {fmt_bytes(need)}"
                 ) from None
 
     def hello_fields(self) -> dict[str, Any]:

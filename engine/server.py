@@ -54,6 +54,14 @@ AUTH_RESERVE = 16
 # accept() failures (EMFILE, ENFILE, ENOBUFS, ...) are waited out, doubling up to this pause; the
 # first of a run of them, and the recovery, are reported as ``fault`` events.
 ACCEPT_BACKOFF_MAX_S = 1.0
+# New connections are accepted at most ACCEPT_RATE a second once a burst of ACCEPT_BURST is
+# spent; the rest wait in the kernel's backlog (their connect() waits). Each connection costs
+# the engine ~0.3 ms of CPU and several GIL hand-offs on threads the workers share the GIL
+# with, so an unpaced connect/close storm from one process took 20-50 % off the workers'
+# speed on a 2-core machine (docs/reliability.md, "Soak"). An operator's clients (a dashboard
+# or two, ``provetop top``, a reconnect after a restart) stay far inside either figure.
+ACCEPT_RATE = 100.0
+ACCEPT_BURST = 32
 # Every command, refused or not, is a recorded event; a connection sending more than this many
 # in one second is cut (with one refusal), so no client can flood the recording or the others.
 MAX_COMMANDS_PER_S = 100
@@ -168,6 +176,10 @@ class TelemetryServer:
         self.refused_clients = 0  # connections closed at accept (over MAX_CLIENTS)
         self.evicted_handshakes = 0  # unauthenticated connections closed to make room
         self.accept_errors = 0
+        self.accept_rate = ACCEPT_RATE  # PROVETOP_ACCEPT_RATE (0: unpaced)
+        self.paced_accepts = 0  # accepts that waited for the pace
+        self._tokens = float(ACCEPT_BURST)
+        self._tokens_at = time.monotonic()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -249,6 +261,8 @@ class TelemetryServer:
         assert self._sock is not None
         backoff = 0.0
         while not self._closed.is_set():
+            if not self._pace():
+                return
             try:
                 conn, _addr = self._sock.accept()
             except OSError as exc:
@@ -263,6 +277,22 @@ class TelemetryServer:
                     "failed accept() calls"
                 )
             self._admit(conn)
+
+    def _pace(self) -> bool:
+        """Wait until the next accept is within the pace (a token bucket of ACCEPT_BURST
+        refilled at ``accept_rate`` a second) and take its token; False once closed."""
+        if self.accept_rate <= 0:
+            return True
+        now = time.monotonic()
+        self._tokens = min(ACCEPT_BURST, self._tokens + (now - self._tokens_at) * self.accept_rate)
+        self._tokens_at = now
+        if self._tokens < 1:
+            self.paced_accepts += 1
+            if self._closed.wait((1 - self._tokens) / self.accept_rate):
+                return False
+            self._tokens, self._tokens_at = 1.0, time.monotonic()
+        self._tokens -= 1
+        return True
 
     def _accept_failed(self, exc: OSError, backoff: float) -> float:
         """Count, report the first failure of a run, wait, and return the next pause."""

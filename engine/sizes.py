@@ -34,14 +34,3 @@ def parse_size(text: str) -> int:
     if value < 1:
         raise ValueError(f"size must be at least one byte: {text!r}")
     return int(value)
-
-
-def fmt_size(n: int | float | None) -> str:
-    """A short human form (binary units), for start-up lines and tables only."""
-    if n is None:
-        return "?"
-    n = float(n)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"

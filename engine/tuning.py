@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.heap import HEAP_TRIM_EVERY_S
+from engine.server import ACCEPT_BURST, ACCEPT_RATE
 from kernels.tuning import SETTINGS as KERNEL_SETTINGS
 from kernels.tuning import KernelTuning, Setting, SettingError, choice, read
 from kernels.tuning import markdown_table as _markdown_table
@@ -43,6 +44,18 @@ def _seconds_or_off(raw: str) -> float:
         value = float("nan")
     if not 0 <= value <= 3600:  # also false for nan
         raise SettingError(f"PROVETOP_HEAP_TRIM_S must be seconds in [0, 3600], got {raw!r}")
+    return value
+
+
+def _rate_or_off(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 100_000:  # also false for nan
+        raise SettingError(
+            f"PROVETOP_ACCEPT_RATE must be connections a second in [0, 100000], got {raw!r}"
+        )
     return value
 
 
@@ -84,6 +97,15 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
         "RSS stays flat over a long run (`engine/heap.py`)",
     ),
     Setting(
+        "PROVETOP_ACCEPT_RATE",
+        "accept_rate",
+        _rate_or_off,
+        f"connections a second in [0, 100000] (default {ACCEPT_RATE:g}; 0: unpaced)",
+        f"how fast the telemetry listener accepts new connections after a burst of "
+        f"{ACCEPT_BURST}; the rest wait in the kernel's backlog, so a connect/close storm "
+        "cannot take the workers' time (`engine/server.py`)",
+    ),
+    Setting(
         "PROVETOP_INJECT",
         "inject",
         _optional_text,
@@ -104,6 +126,7 @@ class Tuning:
     priority_to: str = "synthesis"
     switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S
     heap_trim_s: float = HEAP_TRIM_EVERY_S
+    accept_rate: float = ACCEPT_RATE
     inject: str | None = None
 
     @classmethod
@@ -121,6 +144,7 @@ class Tuning:
             "priority_to": self.priority_to,
             "switch_interval_s": self.switch_interval_s,
             "heap_trim_s": self.heap_trim_s,
+            "accept_rate": self.accept_rate,
             "inject": self.inject,
         }
 

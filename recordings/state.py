@@ -21,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from provetop.units import fmt_bytes
 from recordings.progress import progress_line
 from recordings.schema import MEMORY_FIELDS, PHASES
 
@@ -263,7 +264,7 @@ class State:
                     e["t"],
                     level,
                     f"gpu{e['device']} w{e['worker']} {e['site']} {e['decision']} "
-                    f"({_gib(e['requested'])} requested){why}",
+                    f"({fmt_bytes(e['requested'])} requested){why}",
                 )
             )
 
@@ -334,12 +335,12 @@ class State:
         where = ""
         if e.get("proof") is not None:
             where = f" proof {e['proof']} partition {e.get('partition')}"
-        size = f", {_gib(e['requested'])} requested" if e.get("requested") else ""
+        size = f", {fmt_bytes(e['requested'])} requested" if e.get("requested") else ""
         pools = e.get("pools") or {}
         state = ""
         if pools:
-            free = _gib(pools.get("driver_free", 0))
-            state = f"; phantom {_gib(phantom_bytes(pools))}, driver free {free}"
+            free = fmt_bytes(pools.get("driver_free", 0))
+            state = f"; phantom {fmt_bytes(phantom_bytes(pools))}, driver free {free}"
         self.log.append(
             LogLine(e["t"], "error", f"{e['kind']}{where}: {e['message']}{size}{state}")
         )
@@ -573,12 +574,3 @@ def phantom_bytes(pools: dict[str, Any]) -> int:
     pool's reserved-but-unused bytes plus the synchronous pool's cache."""
     async_free = max(0, int(pools.get("async_reserved", 0)) - int(pools.get("async_used", 0)))
     return async_free + max(0, int(pools.get("sync_cached", 0)))
-
-
-def _gib(n: int | float | None) -> str:
-    if n is None:
-        return "?"
-    n = float(n)
-    if abs(n) >= 1 << 30:
-        return f"{n / (1 << 30):.2f} GiB"
-    return f"{n / (1 << 20):.1f} MiB"

@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
+from provetop.units import fmt_bytes
 from recordings.gpu_series import GpuSeries
 from recordings.reader import Recording, fold_recording
 from recordings.schema import PHASES
@@ -173,11 +174,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         for d in engine.get("devices") or []:
             if isinstance(d, dict):
                 cap = d.get("capacity")
-                size = "?"
-                if isinstance(cap, (int, float)):  # a modeled device can be below 1 GiB
-                    size = (
-                        f"{cap / (1 << 30):.1f} GiB" if cap >= 1 << 30 else f"{cap / 1024:.0f} KiB"
-                    )
+                size = fmt_bytes(cap) if isinstance(cap, (int, float)) else "?"
                 tag = " (modeled)" if d.get("modeled") else ""
                 lines.append(f"  device {d.get('index')}: {d.get('name')}, {size}{tag}")
     else:

@@ -7,6 +7,7 @@ GiB only at the edges").
 
 from __future__ import annotations
 
+from provetop.units import fmt_bytes
 from recordings.schema import PHASES
 
 # phase group -> (legend label, colour). Colours chosen to read on dark and light backgrounds.
@@ -50,15 +51,9 @@ def group_colour(group: str) -> str:
 
 
 def size(n: float | int | None, unit: bool = True) -> str:
-    """Bytes for humans: GiB with two decimals, MiB, KiB or bytes below that."""
-    if n is None or n < 0:
-        return "–"
-    n = float(n)
-    for shift, name, fmt in ((30, "GiB", "{:.2f}"), (20, "MiB", "{:.1f}"), (10, "KiB", "{:.1f}")):
-        if abs(n) >= 1 << shift:
-            text = fmt.format(n / (1 << shift))
-            return f"{text} {name}" if unit else text
-    return f"{n:.0f} B" if unit else f"{n:.0f}"
+    """Bytes as the rest of the product writes them (:func:`provetop.units.fmt_bytes`), with
+    the dashboard's dash for a size not known."""
+    return fmt_bytes(n, unit=unit, unknown="–")
 
 
 def duration_ns(ns: int | float | None) -> str:

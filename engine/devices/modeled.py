@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
-from engine.sizes import fmt_size
+from provetop.units import fmt_bytes
 
 
 class ModeledDevice(Device):
@@ -42,7 +42,7 @@ class ModeledDevice(Device):
         self.modeled = True
         # the capacity in the unit that shows it (the phantom preset's is below 1 MiB) and the
         # word "modeled" twice: the name is what every screen shows of the device
-        self.name = f"modeled device {index} ({fmt_size(self.capacity)} modeled, cpu backend)"
+        self.name = f"modeled device {index} ({fmt_bytes(self.capacity)} modeled, cpu backend)"
         self._lock = threading.RLock()
         self.raw_used = 0
         self.sync_used = 0

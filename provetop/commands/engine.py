@@ -15,8 +15,8 @@ from typing import Any, TextIO
 
 from engine.options import add_engine_arguments, backend_note, config_from_args, tuning_from_env
 from engine.runner import Engine, EngineError
-from engine.sizes import fmt_size
 from provetop.errors import UsageError
+from provetop.units import fmt_bytes
 from recordings.progress import progress_line
 from recordings.writer import default_recording_path
 
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         )
         print(
             f"  devices: {', '.join(str(d.index) for d in engine.devices)} "
-            f"({fmt_size(dev.capacity)} each{', modeled' if dev.modeled else ''})",
+            f"({fmt_bytes(dev.capacity)} each{', modeled' if dev.modeled else ''})",
             file=out,
         )
         if cfg.backend == "cpu" and cfg.domain_log > 16:

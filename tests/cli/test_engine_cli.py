@@ -44,7 +44,8 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
 
 
 def test_sizes_parse_and_print():
-    from engine.sizes import fmt_size, parse_size
+    from engine.sizes import parse_size
+    from provetop.units import fmt_bytes
 
     assert parse_size("16GiB") == 16 << 30
     assert parse_size("512 MiB") == 512 << 20
@@ -54,7 +55,13 @@ def test_sizes_parse_and_print():
     for bad in ("", "GiB", "-1GiB", "12 parsecs", "0"):
         with pytest.raises(ValueError):
             parse_size(bad)
-    assert fmt_size(3 << 30) == "3.00 GiB"
+    assert fmt_bytes(3 << 30) == "3.00 GiB"
+    # one formatter for every size the product prints: the units, the rounding, unknowns
+    assert fmt_bytes(1536 << 20) == "1.50 GiB"
+    assert fmt_bytes(5 << 20) == "5.0 MiB" and fmt_bytes(1536) == "1.5 KiB"
+    assert fmt_bytes(512) == "512 B" and fmt_bytes(0) == "0 B"
+    assert fmt_bytes(None) == "?" and fmt_bytes(-1, unknown="–") == "–"
+    assert fmt_bytes(16 << 30, unit=False) == "16.00"
 
 
 def test_a_run_prints_its_socket_and_exits_0(tmp_path, capsys):

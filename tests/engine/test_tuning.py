@@ -39,6 +39,7 @@ def test_every_setting_is_read_into_its_field():
         "PROVETOP_PRIORITY_TO": "compute",
         "PROVETOP_SWITCH_INTERVAL": "0.005",
         "PROVETOP_HEAP_TRIM_S": "12.5",
+        "PROVETOP_ACCEPT_RATE": "250",
         "PROVETOP_INJECT": "kill:worker:0:msm_h",
     }
     assert sorted(env) == sorted(s.env for s in SETTINGS)  # the test covers every variable
@@ -54,6 +55,7 @@ def test_every_setting_is_read_into_its_field():
     assert (t.sync_scope, t.priority_to, t.switch_interval_s) == ("device", "compute", 0.005)
     assert t.inject == "kill:worker:0:msm_h"
     assert t.heap_trim_s == 12.5
+    assert t.accept_rate == 250.0
     # what a run records: plain values that survive the wire and JSON
     d = t.as_dict()
     assert msgpack.unpackb(msgpack.packb(d)) == d
@@ -73,6 +75,8 @@ def test_every_setting_is_read_into_its_field():
         ("PROVETOP_MSM_HOST_CHUNK", "12"),
         ("PROVETOP_NTT_DEFINES", "1BAD=2"),
         ("PROVETOP_NTT_SMALL", "yes"),
+        ("PROVETOP_ACCEPT_RATE", "-1"),
+        ("PROVETOP_ACCEPT_RATE", "fast"),
         ("PROVETOP_NTT_SMALL", "yes"),
         ("PROVETOP_SYNC_SCOPE", "host"),
         ("PROVETOP_PRIORITY_TO", "both"),
