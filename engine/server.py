@@ -19,6 +19,7 @@ import errno
 import hmac
 import ipaddress
 import os
+import queue
 import select
 import socket
 import stat
@@ -78,6 +79,11 @@ INITIAL_SLICE = 1024  # initial events the writer takes from a subscription at o
 # of connections costs one dict lookup per slice, not one per event
 CHUNK_CACHE = 64
 CHUNK_CACHE_BYTES = 32 << 20
+# A connection's reader thread waits this long for the next connection before it ends: a
+# thread started per connection cost a clone and a GIL hand-over with the accept thread
+# (Thread.start waits for the new thread to run), taken from the workers in a storm. At most
+# MAX_CLIENTS readers exist, idle ones included.
+READER_IDLE_S = 30.0
 
 
 class ListenError(ValueError):
@@ -180,6 +186,7 @@ class TelemetryServer:
         self.paced_accepts = 0  # accepts that waited for the pace
         self._tokens = float(ACCEPT_BURST)
         self._tokens_at = time.monotonic()
+        self._readers = _Readers(self._serve, READER_IDLE_S, self._report)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -233,6 +240,7 @@ class TelemetryServer:
         """Stop accepting, close every connection, remove the socket and its directory."""
         self._closed.set()
         self._wake()
+        self._readers.close()
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -347,12 +355,7 @@ class TelemetryServer:
         # decided here, in accept order, so "the K-th client" is the one named #K (the
         # handler threads reach any later point in whatever order the scheduler picks)
         drop = self.faults is not None and self.faults.drop_client()
-        threading.Thread(
-            target=self._serve,
-            args=(conn, name, drop),
-            name=f"telemetry-{name}",
-            daemon=True,
-        ).start()
+        self._readers.run((conn, name, drop))
 
     def _serve(self, conn: socket.socket, name: str, drop: bool = False) -> None:
         decoder = FrameDecoder(
@@ -640,6 +643,73 @@ class _Out:
         self.sent_live = False
         self.gone = False
         self.lock = threading.Lock()
+
+
+class _Readers:
+    """Threads that each serve one connection at a time and then wait for the next, so a
+    connection usually starts no thread. Never more threads than connections served at once
+    plus the idle ones, and idle ones end after ``idle_s``."""
+
+    def __init__(
+        self, serve: Callable[..., None], idle_s: float, on_error: Callable[[str], None]
+    ) -> None:
+        self._serve = serve
+        self._idle_s = idle_s
+        self._on_error = on_error
+        self._closed = False
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # readers waiting on _jobs
+        self.started = 0  # threads started over the server's life
+        self.alive = 0  # threads not ended yet, busy or idle
+
+    def run(self, job: tuple[Any, ...]) -> None:
+        """Serve ``job`` on an idle reader, or on a new one when none waits."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._jobs.put(job)
+                return
+            self.started += 1
+            self.alive += 1
+            n = self.started
+        threading.Thread(
+            target=self._loop, args=(job,), name=f"telemetry-reader-{n}", daemon=True
+        ).start()
+
+    def close(self) -> None:
+        """Idle readers end now (busy ones end with their connection, which close() shuts)."""
+        with self._lock:
+            idle, self._idle, self._closed = self._idle, 0, True
+        for _ in range(idle):
+            self._jobs.put(None)
+
+    def _loop(self, job: tuple[Any, ...] | None) -> None:
+        try:
+            self._serve_until_idle(job)
+        finally:
+            with self._lock:
+                self.alive -= 1
+
+    def _serve_until_idle(self, job: tuple[Any, ...] | None) -> None:
+        while job is not None:
+            try:
+                self._serve(*job)
+            except Exception as exc:  # noqa: BLE001 (a fault event; the engine keeps serving)
+                self._on_error(f"telemetry connection handler failed: {exc!r}")
+            with self._lock:
+                if self._closed:
+                    return
+                self._idle += 1
+            while True:
+                try:
+                    job = self._jobs.get(timeout=self._idle_s)
+                    break
+                except queue.Empty:
+                    with self._lock:  # a job put under the lock is taken, never stranded
+                        if self._jobs.empty():
+                            self._idle -= 1
+                            return
 
 
 def _clear_stale_socket(path: str) -> None:

@@ -1,6 +1,7 @@
-"""The listener accepts at most ``accept_rate`` new connections a second after a burst: a
-connect/close storm waits in the kernel's backlog instead of taking the workers' time, and
-every connection is still served (none refused for the pace)."""
+"""What a connect/close storm costs the engine: the listener accepts at most ``accept_rate``
+new connections a second after a burst (the storm waits in the kernel's backlog instead of
+taking the workers' time; every connection is still served, none refused for the pace), and
+connections are served by reader threads that are kept, not one new thread each."""
 
 from __future__ import annotations
 
@@ -64,3 +65,40 @@ def test_the_engine_takes_its_pace_from_the_tuning_record(tmp_path):
         assert engine.server is not None and engine.server.accept_rate == 7.0
     finally:
         engine.close()
+
+
+def test_connections_one_after_another_reuse_their_reader_thread():
+    bus = Bus(retain=100)
+    server = server_mod.TelemetryServer(bus, lambda *a: None, lambda *a: None)
+    server.accept_rate = 0
+    try:
+        path = server.start()[len("unix:") :]
+        for _ in range(40):
+            assert _connect_and_read(path)
+            time.sleep(0.01)  # its reader sees the close and waits for the next one
+        assert server._readers.started <= 4, server._readers.started
+    finally:
+        server.close()
+        bus.close()
+
+
+def test_idle_readers_end_and_a_closed_server_keeps_none():
+    bus = Bus(retain=100)
+    server = server_mod.TelemetryServer(bus, lambda *a: None, lambda *a: None)
+    server._readers._idle_s = 0.2
+    try:
+        path = server.start()[len("unix:") :]
+        assert _connect_and_read(path)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and server._readers.alive:
+            time.sleep(0.05)
+        assert server._readers.alive == 0  # the idle reader ended on its own
+        assert _connect_and_read(path)  # and the next connection starts another
+        assert server._readers.started == 2
+    finally:
+        server.close()
+        bus.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and server._readers.alive:
+        time.sleep(0.05)
+    assert server._readers.alive == 0
