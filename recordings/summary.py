@@ -199,8 +199,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         if r.get("forced"):
             prestage += "*"
         note = r.get("failure") or ""
-        if r.get("prestage_reason") and r.get("prestage") != "ok":
-            note = f"{note}; {r['prestage_reason']}" if note else str(r["prestage_reason"])
+        reason = r.get("prestage_reason")
+        if reason and r.get("prestage") != "ok":
+            if str(reason).startswith("memory plan "):  # one line per device below, not per row
+                reason = f"gpu{r.get('device')} memory plan (below)"
+            note = f"{note}; {reason}" if note else str(reason)
         table.append(
             [
                 _s(r.get("proof")),
