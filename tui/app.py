@@ -65,6 +65,12 @@ def _conn_text(view: EngineView) -> str:
     return view.conn
 
 
+# An engine attached by discovery stays listed this long after it ended, for a last look
+# (or ``S`` to save what the dashboard received), then goes off the list.
+ENDED_KEEP_S = 60.0
+_ENDED = ("disconnected", "closed", "unreachable")  # a discovered source's last states
+
+
 @dataclass
 class EngineView:
     """One watched engine: its source, its reduced state and its connection."""
@@ -75,6 +81,7 @@ class EngineView:
     last_event_at: float = 0.0  # time.monotonic() of the last batch
     pending: dict[int, tuple[str, dict]] = field(default_factory=dict)
     sessions: int = 0
+    discovered: str | None = None  # the socket path, for an engine attached by discovery
 
 
 @dataclass
@@ -302,8 +309,30 @@ class ProvetopApp(App[int]):
                 found = []
             for path in found:
                 self._known.add(path)
-                self._call(self.add_source, LiveSource(path, reconnect=False))
+                self._call(self._add_discovered, path)
             self._discovery_stop.wait(POLL_S)
+
+    def _add_discovered(self, path: str) -> None:
+        self.add_source(LiveSource(path, reconnect=False)).discovered = path
+
+    def _forget_ended(self, view: EngineView) -> None:
+        """Take an engine found by discovery off the list once it has ended (as a monitor
+        drops a process that exited): the list shows what runs on this machine, and its
+        events are in its recording. Its path is forgotten too, so an engine started again
+        there is attached again."""
+        if view not in self.views or view.conn not in _ENDED or len(self.views) == 1:
+            return
+        index = self.views.index(view)
+        self.views.remove(view)
+        if self.selected > index or self.selected >= len(self.views):
+            self.selected = max(0, self.selected - 1)
+        self._known.discard(view.discovered or "")
+        self.notify(
+            f"{view.source.label} ended: off the list (its recording has the run)",
+            timeout=4,
+            markup=False,
+        )
+        self._dirty = True
 
     def add_source(self, source: EventSource) -> EngineView:
         """Watch one more source in the running app (an engine found after the start)."""
@@ -398,6 +427,15 @@ class ProvetopApp(App[int]):
             self._dirty = True
             return
         view.state.log.append(LogLine(view.state.t, level, f"{source.label}: {text}"))
+        if conn in _ENDED and view.discovered:  # discovered sources do not reconnect
+            view.state.log.append(
+                LogLine(
+                    view.state.t,
+                    "info",
+                    f"{source.label}: off the list in {ENDED_KEEP_S:g} s (S saves it first)",
+                )
+            )
+            self.set_timer(ENDED_KEEP_S, lambda: self._forget_ended(view))
         self._dirty = True
 
     # -- drawing ------------------------------------------------------------------------------

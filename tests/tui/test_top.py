@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import provetop.nvml as nvml_module
+import tui.app as app_module
 from sources.nvml import NvmlSource
 from tests.engine.run_helper import serving_engine
 from tests.sources.fake_pynvml import FakeNvml, MissingNvml
@@ -37,6 +38,7 @@ def _top() -> ProvetopApp:
 @pilot_test
 async def test_top_shows_the_local_gpus_then_attaches_an_engine_started_later(monkeypatch):
     FakeNvml().install(monkeypatch)
+    monkeypatch.setattr(app_module, "ENDED_KEEP_S", 0.5)
     app = _top()
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: len(app.views[0].state.gpu) == 2)
@@ -59,6 +61,13 @@ async def test_top_shows_the_local_gpus_then_attaches_an_engine_started_later(mo
             assert app.view is app.views[0]
             await pilot.pause(2.5)  # another discovery round: the engine is not added twice
             assert len(app.views) == 2
+            await pilot.press("e")
+            assert app.view is view
+        # the engine has ended: it goes off the list after ENDED_KEEP_S, the GPUs are shown
+        await until(pilot, lambda: view.conn == "disconnected", timeout=30)
+        assert any("off the list in" in line.text for line in view.state.log)
+        await until(pilot, lambda: len(app.views) == 1, timeout=10)
+        assert app.selected == 0 and app.view is app.views[0]
 
 
 @pilot_test
