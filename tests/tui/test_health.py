@@ -102,3 +102,48 @@ def test_process_rows_mark_the_engine_and_end_long_commands():
     assert rows[1].startswith("◆   4242 prover") and "60.00 GiB" in rows[1]
     assert rows[2].endswith("…") and len(rows[2]) == 60
     assert process_rows([], 1, 60)[0].plain == "no compute processes"
+
+
+def test_a_device_not_selected_fits_one_row_in_the_brief_form():
+    from rich.text import Text
+
+    from tui.widgets.health import one_row
+
+    sample = {
+        "sm_util_pct": 97,
+        "mem_used": 80 << 30,
+        "mem_total": 141 << 30,
+        "power_mw": 655_000,
+        "power_limit_mw": H200_POWER_LIMIT_MW,
+        "temp_c": 61,
+        "sm_clock_mhz": 1980,
+        "xid_count": 0,
+    }
+    row = one_row(Text("gpu1 NVIDIA H200"), sample, 200)
+    assert row.plain == (
+        "gpu1 NVIDIA H200  SM 97 % · memory 80.00 GiB / 141.00 GiB · power 655 W / 700 W"
+        " · temp 61 °C"
+    )  # no clocks, and no XID while there is none
+    assert "XID 3" in one_row(Text("gpu1"), {**sample, "xid_count": 3}, 200).plain
+    cut = one_row(Text("gpu1 NVIDIA H200"), sample, 40)
+    assert cut.cell_len == 40 and cut.plain.endswith("…")
+
+
+@pilot_test
+async def test_two_gpus_at_80x24_fit_the_box_without_scrolling():
+    events = h200_samples(fixed_events())
+    app = live_app(events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await fed(pilot, app, len(events))
+        await tap(pilot, "5")
+        app.redraw()
+        await pilot.pause()
+        box = app.query_one("#health-box")
+        assert box.display
+        text = _text(app)
+        lines = text.splitlines()
+        other = [line for line in lines if line.startswith("gpu1")]
+        assert len(other) == 1 and "SM " in other[0] and "power" in other[0]
+        assert "SM util" in text  # the selected device keeps its history
+        assert "2 processes  ◆4242 " in text  # the processes on one row
+        assert box.max_scroll_y == 0, (box.max_scroll_y, text)

@@ -16,6 +16,11 @@ from textual.widget import Widget
 from recordings.state import State
 
 
+def rows_of(group: Group) -> int:
+    """The rows a group of texts takes (each is flowed to the width already)."""
+    return sum(r.plain.count("\n") + 1 for r in group.renderables if isinstance(r, Text))
+
+
 class DevicePanel(Widget, can_focus=True):
     """A panel of per-device figures; subclasses draw them."""
 
@@ -45,6 +50,15 @@ class DevicePanel(Widget, can_focus=True):
     def _device_count(self, state: State) -> int:
         """How many devices the panel draws (a change may change its height)."""
         raise NotImplementedError
+
+    def _budget(self) -> int | None:
+        """The rows the panel has in the compact layout (the box below the timeline), None in
+        the wide one, where the app grows the grid's row to the panel's height instead."""
+        box = self.parent
+        if not getattr(self.app, "compact", False) or box is None:
+            return None
+        height = getattr(box, "size", None)
+        return height.height if height is not None and height.height > 0 else None
 
     def _content(self, width: int) -> Group | Text:
         raise NotImplementedError

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from recordings.state import State
 from tui.style import FAILURE_COLOUR, size
-from tui.widgets.device_panel import DevicePanel
+from tui.widgets.device_panel import DevicePanel, rows_of
 from tui.widgets.memory import SPARK, flow
 from tui.widgets.timeline import LABEL_W
 
@@ -109,6 +109,23 @@ def figures(sample: dict[str, Any]) -> list[Text]:
     return chunks
 
 
+BRIEF = ("SM", "memory", "power", "temp", "XID")  # the figures of a device on one row
+
+
+def one_row(title: Text, sample: dict[str, Any], width: int) -> Text:
+    """A device not selected, on one row: its title and the figures of :data:`BRIEF` it
+    reported (an XID count only when not zero), cut with "…" at ``width``."""
+    row = title.copy()
+    for chunk in figures(sample):
+        label = chunk.plain.split(" ")[0]
+        if label not in BRIEF or chunk.plain in ("XID 0", "XID n/a"):
+            continue
+        row.append(" · " if row.cell_len > title.cell_len else "  ")
+        row.append_text(chunk)
+    row.truncate(width, overflow="ellipsis")
+    return row
+
+
 def history_rows(samples: Sequence[dict[str, Any]], start: int, end: int, width: int) -> list[Text]:
     """Sparkline rows over [start, end) on the timeline's grid (its label width, one column
     per timeline cell, so at the same width a dip sits under the stall that caused it), then
@@ -191,6 +208,23 @@ def process_rows(
     return rows
 
 
+def processes_row(processes: Sequence[dict[str, Any]], own_pid: int | None, width: int) -> Text:
+    """The compute processes on one row, largest GPU memory first: pid and memory each, the
+    engine's own marked (the full table is in the wide layout)."""
+    if not processes:
+        return Text("no compute processes", style="dim")
+    row = Text(f"{len(processes)} processes", style="bold")
+    for i, p in enumerate(sorted(processes, key=lambda p: -int(p.get("used") or 0))):
+        own = own_pid is not None and p.get("pid") == own_pid
+        row.append(" · " if i else "  ")
+        if own:
+            row.append("◆", style="bold #00afff")
+        used = p.get("used")
+        row.append(f"{p.get('pid', '?')} {size(used) if used is not None else '–'}")
+    row.truncate(width, overflow="ellipsis")
+    return row
+
+
 class HealthPanel(DevicePanel):
     """Per-GPU health: every device's figures; the selected device's history and processes."""
 
@@ -217,6 +251,26 @@ class HealthPanel(DevicePanel):
         names: dict[int, dict[str, Any]] = {}
         if state.hello:
             names = {int(d.get("index", i)): d for i, d in enumerate(state.hello["devices"])}
+        full = self._devices(devices, selected, names, width, brief=False)
+        budget = self._budget()
+        if budget is not None and len(devices) > 1 and rows_of(full) > budget:
+            return self._devices(devices, selected, names, width, brief=True)
+        return full
+
+    def _devices(
+        self,
+        devices: list[int],
+        selected: int,
+        names: dict[int, dict[str, Any]],
+        width: int,
+        *,
+        brief: bool,
+    ) -> Group:
+        """Every device's title and figures, the selected one's history and processes.
+        ``brief`` (a short box, 80x24): every other device on one row of its main figures;
+        the rest of them is a key away (select one of its lanes in the timeline)."""
+        state = self.state
+        assert state is not None
         out: list[Text] = []
         for d in devices:
             sample = state.gpu[d]
@@ -225,12 +279,22 @@ class HealthPanel(DevicePanel):
             name = str(names.get(d, {}).get("name", ""))
             if name:
                 title.append(f" {name}")
+            if brief and d != selected:
+                out.append(one_row(title, sample, width))
+                continue
             out.append(title)
             out.append(flow(figures(sample), width))
-            if d == selected:  # the others' history: select a lane of theirs in the timeline
-                samples = state.gpu_history.get(d, ())
-                out.extend(history_rows(samples, *self.window, width))
+            if d != selected:  # the others' history: select a lane of theirs in the timeline
+                continue
+            samples = state.gpu_history.get(d, ())
+            rows = history_rows(samples, *self.window, width)
+            own = (state.hello or {}).get("pid")
+            if brief:  # utilisation only, and the processes on one row
+                out.extend(row for row in rows if row.plain.startswith("SM util"))
                 if "processes" in sample:
-                    own = (state.hello or {}).get("pid")
-                    out.extend(process_rows(sample["processes"], own, width))
+                    out.append(processes_row(sample["processes"], own, width))
+                continue
+            out.extend(rows)
+            if "processes" in sample:
+                out.extend(process_rows(sample["processes"], own, width))
         return Group(*out)

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from recordings.state import MemorySeries, State, phantom_bytes
 from tui.style import FAILURE_COLOUR, MEMORY_PARTS, size
-from tui.widgets.device_panel import DevicePanel
+from tui.widgets.device_panel import DevicePanel, rows_of
 
 SPARK = " ▁▂▃▄▅▆▇█"
 HISTORY = (  # (label, how to read the series at index i, colour)
@@ -173,11 +173,6 @@ def flow(chunks: list[Text], width: int, gap: str = "  ") -> Text:
     return out
 
 
-def _rows(group: Group) -> int:
-    """The rows a group of texts takes (each is flowed to the width already)."""
-    return sum(r.plain.count("\n") + 1 for r in group.renderables if isinstance(r, Text))
-
-
 class MemoryPanel(DevicePanel):
     """Per-device memory; the selected device gets the figures and history, others a bar."""
 
@@ -195,24 +190,15 @@ class MemoryPanel(DevicePanel):
             known |= {int(d.get("index", i)) for i, d in enumerate(self.state.hello["devices"])}
         return sorted(known)
 
-    def _budget(self) -> int | None:
-        """The rows the panel has in the compact layout (the box below the timeline), None in
-        the wide one, where the app grows the grid's row to the panel's height instead."""
-        box = self.parent
-        if not getattr(self.app, "compact", False) or box is None:
-            return None
-        height = getattr(box, "size", None)
-        return height.height if height is not None and height.height > 0 else None
-
     def _content(self, width: int) -> Group | Text:
         if self.state is None or not self.state.memory:
             return Text("no memory samples yet", style="dim")
         width = max(20, width)
         full = self._full(width)
         budget = self._budget()
-        if budget is not None and _rows(full) > budget:
+        if budget is not None and rows_of(full) > budget:
             compact = self._compact(width)
-            if _rows(compact) < _rows(full):
+            if rows_of(compact) < rows_of(full):
                 return compact
         return full
 
