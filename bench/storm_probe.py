@@ -32,6 +32,11 @@ from engine.config import from_preset
 from engine.runner import Engine
 from engine.tuning import Tuning
 
+# After ``pause`` the partitions in flight finish and the recorder catches up: the idle rate
+# taken out of the paused figure is read once that is over (2 s was too short on a 2-core VM:
+# 0.115 core, against 0.01 at rest).
+PAUSE_SETTLE_S = 8.0
+
 
 def thread_ticks() -> dict[str, int]:
     """CPU ticks (user + system) of this process's threads, summed by name prefix."""
@@ -95,9 +100,9 @@ def main() -> int:
                     if before or storm:
                         print(f"  {g:28s} {before:7.1f} {storm:7.1f}")
             engine.command("pause")
-            time.sleep(2.0)
+            time.sleep(PAUSE_SETTLE_S)
             c0, w0 = _cpu_s(), time.monotonic()
-            time.sleep(2.0)
+            time.sleep(3.0)
             idle = (_cpu_s() - c0) / (time.monotonic() - w0)
             c1, w1 = _cpu_s(), time.monotonic()
             storm_in_child(path, args.cycles)
