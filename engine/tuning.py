@@ -27,36 +27,22 @@ PRIORITY_TO = ("synthesis", "compute")
 DEFAULT_SWITCH_INTERVAL_S = 0.0005
 
 
-def _seconds_in_unit_interval(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1:  # also false for nan
-        raise SettingError(f"PROVETOP_SWITCH_INTERVAL must be seconds in (0, 1], got {raw!r}")
-    return value
+def _number_in(env: str, what: str, lo: float, hi: float, *, open_low: bool = False):
+    """A parser of ``env``'s value: a number in [lo, hi] ((lo, hi] with ``open_low``), or a
+    :class:`SettingError` naming the variable (nan is refused too)."""
+    interval = f"{'(' if open_low else '['}{lo:g}, {hi:g}]"
 
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = float("nan")
+        low_ok = value > lo if open_low else value >= lo
+        if not (low_ok and value <= hi):  # also false for nan
+            raise SettingError(f"{env} must be {what} in {interval}, got {raw!r}")
+        return value
 
-def _seconds_or_off(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value <= 3600:  # also false for nan
-        raise SettingError(f"PROVETOP_HEAP_TRIM_S must be seconds in [0, 3600], got {raw!r}")
-    return value
-
-
-def _rate_or_off(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value <= 100_000:  # also false for nan
-        raise SettingError(
-            f"PROVETOP_ACCEPT_RATE must be connections a second in [0, 100000], got {raw!r}"
-        )
-    return value
+    return parse
 
 
 def _optional_text(raw: str) -> str | None:
@@ -82,7 +68,7 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_SWITCH_INTERVAL",
         "switch_interval_s",
-        _seconds_in_unit_interval,
+        _number_in("PROVETOP_SWITCH_INTERVAL", "seconds", 0, 1, open_low=True),
         "seconds in (0, 1] (default 0.0005)",
         "the interpreter's thread switch interval during a CUDA run "
         "(`sys.setswitchinterval`): short, so a worker waiting to launch its next kernel gets "
@@ -91,7 +77,7 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_HEAP_TRIM_S",
         "heap_trim_s",
-        _seconds_or_off,
+        _number_in("PROVETOP_HEAP_TRIM_S", "seconds", 0, 3600),
         f"seconds in [0, 3600] (default {HEAP_TRIM_EVERY_S:g}; 0: off)",
         "how often the engine gives the C heap's free pages back (`malloc_trim`, glibc): "
         "RSS stays flat over a long run (`engine/heap.py`)",
@@ -99,7 +85,7 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_ACCEPT_RATE",
         "accept_rate",
-        _rate_or_off,
+        _number_in("PROVETOP_ACCEPT_RATE", "connections a second", 0, 100_000),
         f"connections a second in [0, 100000] (default {ACCEPT_RATE:g}; 0: unpaced)",
         f"how fast the telemetry listener accepts new connections after a burst of "
         f"{ACCEPT_BURST}; the rest wait in the kernel's backlog, so a connect/close storm "
