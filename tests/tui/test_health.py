@@ -43,16 +43,21 @@ def test_history_lines_up_with_the_window():
     assert cells[32:].strip() == ""
 
 
+async def _show_health(pilot, app, events) -> None:
+    """Feed the events, then key 5 (the health panel) and one redraw."""
+    await fed(pilot, app, len(events))
+    assert not app.query_one("#health-box").display
+    await tap(pilot, "5")
+    app.redraw()
+    await pilot.pause()
+
+
 @pilot_test
 async def test_key_5_shows_the_panel_with_h200_figures_at_160x48():
     events = h200_samples(fixed_events())
     app = live_app(events)
     async with app.run_test(size=(160, 48)) as pilot:
-        await fed(pilot, app, len(events))
-        assert not app.query_one("#health-box").display
-        await tap(pilot, "5")
-        app.redraw()
-        await pilot.pause()
+        await _show_health(pilot, app, events)
         assert app.query_one("#health-box").display and not app.query_one("#memory-box").display
         text = _text(app)
         assert "gpu0 NVIDIA H200" in text and "gpu1 NVIDIA H200" in text
@@ -134,10 +139,7 @@ async def test_two_gpus_at_80x24_fit_the_box_without_scrolling():
     events = h200_samples(fixed_events())
     app = live_app(events)
     async with app.run_test(size=(80, 24)) as pilot:
-        await fed(pilot, app, len(events))
-        await tap(pilot, "5")
-        app.redraw()
-        await pilot.pause()
+        await _show_health(pilot, app, events)
         box = app.query_one("#health-box")
         assert box.display
         text = _text(app)
