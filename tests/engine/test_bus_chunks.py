@@ -9,13 +9,19 @@ from recordings.state import State
 from tests.recordings.fixtures import make_run
 
 
+def _filled(monkeypatch, *, chunk: int, retain: int, partitions: int, proofs: int, seed: int):
+    """A bus with chunks of ``chunk`` events that has dispatched a whole fixture run."""
+    monkeypatch.setattr(bus_mod, "RETAIN_CHUNK", chunk)
+    bus = Bus(retain=retain)
+    for e in make_run(partitions=partitions, workers=2, proofs=proofs, seed=seed):
+        bus.publish(e)
+    assert bus.flush(10)
+    return bus
+
+
 def test_a_join_copies_at_most_one_chunk_and_shares_the_rest(monkeypatch):
-    monkeypatch.setattr(bus_mod, "RETAIN_CHUNK", 16)
-    bus = Bus(retain=400)
+    bus = _filled(monkeypatch, chunk=16, retain=400, partitions=30, proofs=3, seed=5)
     try:
-        for e in make_run(partitions=30, workers=2, proofs=3, seed=5):
-            bus.publish(e)
-        assert bus.flush(10)
         assert bus.retained > 3 * 16  # several chunks to share
         a, b = bus.subscribe("a"), bus.subscribe("b")
         parts_a, parts_b = list(a._initial), list(b._initial)
@@ -52,12 +58,8 @@ def test_late_joiners_end_with_the_live_state_at_every_chunk_boundary(monkeypatc
 
 
 def test_initial_slices_never_span_two_chunks(monkeypatch):
-    monkeypatch.setattr(bus_mod, "RETAIN_CHUNK", 10)
-    bus = Bus(retain=1000)
+    bus = _filled(monkeypatch, chunk=10, retain=1000, partitions=20, proofs=2, seed=3)
     try:
-        for e in make_run(partitions=20, workers=2, proofs=2, seed=3):
-            bus.publish(e)
-        assert bus.flush(10)
         sub = bus.subscribe("s")
         chunks = list(sub._initial)
         slices = []
