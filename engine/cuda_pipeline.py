@@ -40,7 +40,7 @@ from engine.hostmem import (
     refusal,
     witness_pool_bytes,
 )
-from engine.memory_plan import RESIDENT, MemoryPlan, choose_plan
+from engine.memory_plan import RESIDENT, MemoryPlan, PlanError, choose_plan
 from engine.partition_cuda import CudaPartition
 from engine.pipeline import PartitionRunner, RunContext
 from engine.progress import Progress
@@ -49,7 +49,12 @@ from engine.srs import Srs
 from engine.tuning import DEFAULT_SWITCH_INTERVAL_S
 from engine.workload import FR_BYTES
 from kernels.cuda.host_pinned import pinned_empty, take_fallbacks
-from kernels.cuda.msm import scratch_bytes
+from kernels.cuda.msm import (
+    choose_window_bits,
+    host_scratch_bytes,
+    scratch_bytes,
+    stream_window_bits,
+)
 from kernels.cuda.ntt import twiddle_bytes
 from kernels.tuning import KernelTuning
 
@@ -57,10 +62,11 @@ from kernels.tuning import KernelTuning
 class BoundBackend:
     """``backend`` with ``device.kernel_args()`` (this thread's stream, the async pool)."""
 
-    def __init__(self, backend: Any, device: Any) -> None:
+    def __init__(self, backend: Any, device: Any, window_max: int | None = None) -> None:
         self.backend = backend
         self.device = device
         self.name = backend.name
+        self.window_max = window_max  # the streamed MSMs' window cap (:func:`plan_with_window`)
 
     def h_step(self, a: Any, b: Any, c: Any, **kw: Any) -> Any:
         args = {**self.device.kernel_args("ntt_scratch"), "overwrite_inputs": True, **kw}
@@ -71,7 +77,8 @@ class BoundBackend:
         return self.backend.h_step_streamed(a, b, c, slots, **args)
 
     def msm(self, points: Any, scalars: Any, **kw: Any) -> Any:
-        return self.backend.msm(points, scalars, **{**self.device.kernel_args("msm_scratch"), **kw})
+        args = {**self.device.kernel_args("msm_scratch"), "window_max": self.window_max, **kw}
+        return self.backend.msm(points, scalars, **args)
 
     def ntt(self, x: Any, **kw: Any) -> Any:
         return self.backend.ntt(x, **{**self.device.kernel_args("ntt_scratch"), **kw})
@@ -107,22 +114,74 @@ class LazyAwarePolicy(AwarePolicy):
 
 
 def cuda_footprint(
-    fp: Footprint, sizes: dict[str, int], streamed: dict[str, int], tuning: KernelTuning
+    fp: Footprint,
+    sizes: dict[str, int],
+    streamed: dict[str, int],
+    tuning: KernelTuning,
+    window_max: int | None = None,
 ) -> Footprint:
     """``fp`` with each MSM's scratch from the GPU MSM's own formula (which depends on the
-    kernels' settings), plus two chunk buffers for a query whose points are streamed from host
-    (``streamed``: query -> chunk points)."""
+    kernels' settings); a query whose points are streamed from host (``streamed``: query ->
+    chunk points) counts its two chunk buffers and its buckets at a window of at most
+    ``window_max`` (default: the whole query's, uncapped)."""
 
     msm = {}
     for q, m in sizes.items():
         chunk = streamed.get(q)
         if chunk:
-            msm[q] = (
-                scratch_bytes(min(m, chunk), tuning=tuning) + 2 * min(m, chunk) * G1_AFFINE_BYTES
-            )
+            c = stream_window_bits(m, window_max, -(-m // chunk))
+            msm[q] = host_scratch_bytes(m, chunk, c, tuning=tuning)
         else:
             msm[q] = scratch_bytes(m, tuning=tuning)
     return Footprint(u=fp.u, msm=msm, margin=fp.margin)
+
+
+def window_floor(streamed: dict[str, int]) -> int:
+    """The smallest window cap a streamed MSM is given: the window of one chunk of dense
+    scalars (what a chunk summed on its own would take), so that no plan is refused for the
+    sake of a larger bucket array."""
+    return choose_window_bits(max(streamed.values(), default=1))
+
+
+def plan_with_window(
+    free: int,
+    base: Footprint,
+    sizes: dict[str, int],
+    streamed: dict[str, int],
+    tuning: KernelTuning,
+    z: int,
+    tables: int,
+    device: str = "device",
+) -> tuple[Footprint, MemoryPlan, int | None]:
+    """(footprint, plan, window cap) for a device with ``free`` bytes: the largest cap on the
+    streamed MSMs' window whose bucket arrays still leave the plan as fast as at the floor
+    (:func:`window_floor`; the same slots, the aux scalars where they were, the twiddle table
+    kept if it was). Why: a larger window is fewer windows of additions per point (12 at
+    c = 22 against 15 at 18 for 2^27 points), but its buckets (192 bytes each, W 2^(c-1) of
+    them: 4.5 GiB at c = 22) must not push the H step onto a slower plan. No streamed query:
+    cap None. :class:`engine.memory_plan.PlanError` when no plan fits even at the floor."""
+    if not streamed:
+        fp = cuda_footprint(base, sizes, streamed, tuning)
+        return fp, choose_plan(free, fp, z, tables, device=device), None
+    floor = window_floor(streamed)
+    top = max(stream_window_bits(sizes[q], None, -(-sizes[q] // streamed[q])) for q in streamed)
+    fp = cuda_footprint(base, sizes, streamed, tuning, floor)
+    plan = choose_plan(free, fp, z, tables, device=device)
+    best = (fp, plan, floor)
+
+    def rank(p: MemoryPlan) -> tuple[int, bool, bool]:
+        return (p.slots, p.z_with_h, not p.release_tables)
+
+    for cap in range(floor + 1, top + 1):
+        fp_c = cuda_footprint(base, sizes, streamed, tuning, cap)
+        try:
+            plan_c = choose_plan(free, fp_c, z, tables, device=device)
+        except PlanError:
+            break
+        if rank(plan_c) < rank(plan):
+            break
+        best = (fp_c, plan_c, cap)
+    return best
 
 
 class HostSrs:
@@ -305,13 +364,19 @@ class CudaRun:
             ctx.bus.emit(
                 "fault", kind="registration", message=line, site="host_srs", device=device.index
             )
-        fp = cuda_footprint(ctx.footprint, dict(ctx.srs.sizes), streamed, ctx.tuning.kernels)
+        sizes, kt = dict(ctx.srs.sizes), ctx.tuning.kernels
         plan = RESIDENT
         if ctx.policy.name == "aware":  # naive keeps the seed's path: its OOMs are the point
             free, _total = device.mem_info()
             z, tables = aux_scalar_bytes(ctx.sizes), twiddle_bytes(ctx.config.domain_log)
-            plan = choose_plan(free, fp, z, tables, device=f"device {device.index}")
-            emit_plan(ctx.bus, device, plan, fp)
+            where = f"device {device.index}"
+            fp, plan, window_max = plan_with_window(
+                free, ctx.footprint, sizes, streamed, kt, z, tables, where
+            )
+            emit_plan(ctx.bus, device, plan, fp, window_max)
+        else:  # naive: the floor's window, the smallest bucket arrays
+            window_max = window_floor(streamed) if streamed else None
+            fp = cuda_footprint(ctx.footprint, sizes, streamed, kt, window_max)
         with self._lock:
             if plan.slots == 1:
                 self._scratch_workers += workers
@@ -325,7 +390,7 @@ class CudaRun:
         policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy
         return replace(
             ctx,
-            backend=BoundBackend(backend, device),
+            backend=BoundBackend(backend, device, window_max),
             srs=srs,
             footprint=fp,
             policy=policy,
@@ -383,13 +448,19 @@ def startup_plan_inputs(
     query streamed from the host. The start-up check (``engine.runner``) refuses a device on
     which no plan fits these, before the SRS is made."""
     streamed = {q: host_chunk for q in sizes.as_dict()}
-    fp = cuda_footprint(base, sizes.as_dict(), streamed, tuning)
+    fp = cuda_footprint(base, sizes.as_dict(), streamed, tuning, window_floor(streamed))
     return fp, aux_scalar_bytes(sizes), twiddle_bytes(domain_log)
 
 
-def emit_plan(bus: Any, device: Any, plan: MemoryPlan, fp: Footprint) -> None:
+def emit_plan(
+    bus: Any, device: Any, plan: MemoryPlan, fp: Footprint, window_max: int | None = None
+) -> None:
     """The device's plan as an ``alloc`` event of the run (site ``plan``; proof, partition
-    and worker -1, as the SRS placement's), so the dashboard and the recording show it."""
+    and worker -1, as the SRS placement's), so the dashboard and the recording show it, with
+    the streamed MSMs' window cap where any query is streamed."""
+    reason = f"memory plan {plan.reason}"
+    if window_max:
+        reason += f"; streamed MSMs at a window of at most {window_max} bits"
     bus.emit(
         "alloc",
         proof=-1,
@@ -400,7 +471,7 @@ def emit_plan(bus: Any, device: Any, plan: MemoryPlan, fp: Footprint) -> None:
         pool="async",
         requested=plan.need,
         decision="fallback" if plan.streamed else "ok",
-        reason=f"memory plan {plan.reason}",
+        reason=reason,
         free=plan.free,
         margin=fp.margin,
         pools=device.sample(),

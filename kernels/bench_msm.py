@@ -179,16 +179,18 @@ def _bench_size(
         del pts
         chunk = 1 << args.chunk_log
         row["chunk"] = chunk
-        c = args.window or cm.choose_window_bits(min(n, chunk))
-        row["window_bits"] = c
+        if tuning.msm_host_buckets == "chunk":  # each chunk its own MSM, its own window
+            c = args.window or cm.choose_window_bits(min(n, chunk))
+        else:  # one bucket array for the whole query: what msm_host_points itself picks
+            c = args.window or cm.stream_window_bits(n_tail, None, -(-n // chunk))
+        row.update(window_bits=c, host_buckets=tuning.msm_host_buckets)
 
         def call(marks=None):
             return cm.msm_host_points(
                 host, scalars, chunk=chunk, allocator=tracker, window_bits=c, tuning=tuning
             )
 
-        m = min(n, chunk)
-        row["scratch_bytes_model"] = cm.scratch_bytes(m, c, tuning=tuning) + 2 * m * 96
+        row["scratch_bytes_model"] = cm.host_scratch_bytes(n, chunk, c, tuning=tuning)
     else:
 
         def call(marks=None):

@@ -22,6 +22,7 @@ PIN_METHODS = ("register", "alloc")
 ON_OFF = ("off", "on")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 MSM_SORTS = ("counting", "radix")
+MSM_HOST_BUCKETS = ("query", "chunk")
 # The default affine-pairing threshold: 2^40 pairs is more than any MSM here ever has (2^27
 # scalars), so no pass runs unless a run asks for one.
 NEVER_AFFINE = 1 << 40
@@ -100,6 +101,7 @@ class KernelTuning:
     # points per chunk of an MSM whose points stream from host memory: 2^22 = 384 MiB per
     # device buffer (two buffers) plus the chunk's own scratch (~1 GiB at a 2^22 chunk)
     msm_host_chunk: int = 1 << 22
+    msm_host_buckets: str = "query"
     cubin_dir: str = ""  # empty: the package's own prebuilt folder
     commit: str = ""  # empty: ``git rev-parse HEAD`` where git is there
 
@@ -193,6 +195,15 @@ SETTINGS: tuple[Setting, ...] = (
         "points (default 4194304 = 2^22)",
         "chunk of an MSM whose points stream from host memory (two device buffers of this many "
         "points, 96 bytes each, plus the chunk's scratch; the memory plan counts them)",
+    ),
+    Setting(
+        "PROVETOP_MSM_HOST_BUCKETS",
+        "msm_host_buckets",
+        choice("PROVETOP_MSM_HOST_BUCKETS", MSM_HOST_BUCKETS),
+        "`query` (default), `chunk`",
+        "how an MSM whose points stream from host memory sums its chunks: into one bucket "
+        "array of the whole query with the query's window, reduced once (`query`), or each "
+        "chunk as an MSM of its own with the chunk's window (`chunk`)",
     ),
     Setting(
         "PROVETOP_CUBIN_DIR",

@@ -223,17 +223,25 @@ class CudaBackend:
         *,
         stream: Any = None,
         allocator: Any = None,
+        window_max: int | None = None,
     ) -> np.ndarray:
         """sum_i scalars[i] points[i] as a numpy affine ``(12,)``. Device points are summed in
         place; host points are streamed in chunks of :attr:`host_chunk` (pinned host memory
-        overlaps the copies with the sums)."""
+        overlaps the copies with the sums), at a window of at most ``window_max`` (the
+        engine's cap from its memory plan; None: the query's own)."""
         alloc = self._host_default(allocator, points, scalars)
         with on_stream(stream, alloc) as s:
             sc = self._device(scalars, "msm scalars")
             if is_host(points):
                 pts = points if points.dtype == np.uint64 else np.asarray(points, np.uint64)
                 return msm.msm_host_points(
-                    pts, sc, chunk=self.host_chunk, stream=s, allocator=alloc, tuning=self.tuning
+                    pts,
+                    sc,
+                    chunk=self.host_chunk,
+                    stream=s,
+                    allocator=alloc,
+                    window_max=window_max,
+                    tuning=self.tuning,
                 )
             pts = self._device(points, "msm points")
             return msm.msm(pts, sc, stream=s, allocator=alloc, tuning=self.tuning)

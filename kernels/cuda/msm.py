@@ -30,6 +30,7 @@ bucket (``msm_sort``: the counting sort's scatter, or the radix partition of :fu
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,15 @@ MIN_WINDOW, MAX_WINDOW = 4, 23
 # Relative cost of one mixed addition (8M + 2S) and of one bucket in the reduction (two full
 # additions, 2 x (12M + 2S)), in field multiplications: the window rule below weighs them.
 MADD_MULS, BUCKET_MULS = 10, 28
+# A streamed MSM's chunk adds its sum of a bucket into the kept one: one XYZZ + XYZZ addition
+# (12M + 2S).
+MERGE_MULS = 14
+# The smallest window a streamed MSM takes. Its chunk's scratch is sized for dense scalars (W
+# entries per point, W = ceil(256 / c)) at every window the scalars may pick, and below c = 12
+# that worst case grows past what the larger windows need (2^22 points: 0.72 GiB at c = 12,
+# 0.96 at 18, 2.0 at 4); a query with few non-trivial scalars loses nothing measurable at 12
+# (21 windows of 2^11 buckets to reduce once).
+STREAM_MIN_WINDOW = 12
 # Affine pairing passes (msm.cuh, 4a): each output costs ~6M + (one inversion) / NB, and one Fermat
 # inversion is ~575M (384 squarings, ~190 products), so NB = 512 elements per batch leave ~1.1M per
 # addition against 10M for an XYZZ mixed addition. A pass can pay only with enough pairs to give
@@ -451,10 +461,13 @@ def accumulate(
     buckets: Any,
     stream: Any,
     mark: Any,
+    into: bool = False,
 ) -> None:
     """Stages 4-5 (msm.cu): the balanced accumulation of m entries in K buckets into
     ``buckets`` (K rows), then the segmented levels until one chunk remains; the first chunk
-    length follows ``m_max`` so that scratch is known in advance."""
+    length follows ``m_max`` so that scratch is known in advance. ``into``: ``buckets``
+    already holds sums (earlier chunks of a streamed MSM), so complete buckets are added to,
+    not written (zeroed buckets need no ``into``: every level past the first adds anyway)."""
     cupy = require_cupy()
     vals = keys = None
     for depth, (size, L, T) in enumerate(_level_sizes(m, m_max)):
@@ -463,7 +476,7 @@ def accumulate(
         if depth == 0:
             ix = _NULL if idx is None else idx
             args = (points, ix, offs, _u32(K), _u32(m), _u32(L), _u32(T), buckets, pv, pk)
-            mod.launch("msm_accumulate0", T, args, stream)
+            mod.launch("msm_accumulate0", T, (*args, _u32(1 if into else 0)), stream)
         else:
             args = (vals, keys, _u32(size), _u32(L), _u32(T), buckets, pv, pk)
             mod.launch("msm_accumulate_n", T, args, stream)
@@ -582,25 +595,59 @@ def window_sums(
     mod = kernels(tuning)
     n = int(points.shape[0])
     p = make_plan(n, c)
+    mark = _marker(cupy, stream, marks)
+    mark("start")
+    buckets = accumulate_buckets(mod, points, scalars, p, None, stream, tuning, mark)
+    if buckets is None:
+        return cupy.zeros((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
+    return reduce_buckets(mod, buckets, p, stream, mark)
+
+
+def _marker(cupy: Any, stream: Any, marks: list | None) -> Any:
+    """The stage marker: records an event per stage into ``marks`` (None: marks nothing)."""
+    if marks is None:
+        return _no_mark
+
+    def mark(stage: str) -> None:
+        ev = cupy.cuda.Event()
+        ev.record(stream)
+        marks.append((stage, ev))
+
+    return mark
+
+
+def accumulate_buckets(
+    mod: MsmKernels,
+    points: Any,
+    scalars: Any,
+    p: Plan,
+    buckets: Any,
+    stream: Any,
+    tuning: KernelTuning,
+    mark: Any = None,
+) -> Any:
+    """Stages 1-5 for device ``points`` and ``scalars`` (n rows each, n = ``p.n`` or fewer,
+    window ``p.c``): their sums added into ``buckets`` ``(K, 24)``, or, when ``buckets`` is
+    None, written into a new zeroed array made after the sort (so the sort's own buffers and
+    the buckets are never alive together). Returns the bucket array: None when none was given
+    and every scalar is 0 (nothing to add). Why ``buckets`` may be given: a
+    streamed MSM adds each chunk of points into one array of the whole query's buckets and
+    reduces it once, with the window of the whole query (:func:`msm_host_points`)."""
+    cupy = require_cupy()
+    mark = mark or _no_mark
+    n = int(points.shape[0])
     if n * p.W >= 1 << 32:
         raise ValueError(
             f"n * W = {n * p.W} entries do not fit 32-bit offsets: use a larger window"
         )
-
-    def mark(stage: str) -> None:
-        if marks is not None:
-            ev = cupy.cuda.Event()
-            ev.record(stream)
-            marks.append((stage, ev))
-
-    mark("start")
-    out = cupy.zeros((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
     if n == 0:
-        return out
+        return buckets
     offs, sorted_e, m_dense, m = _bucket_sort(mod, scalars, n, p, stream, tuning, mark)
     if m == 0:
-        return out
-    buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
+        return buckets
+    into = buckets is not None
+    if not into:
+        buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
     # the ones (key K - 1) go through affine pairing passes when there are enough of them: the
     # batch-addition path; otherwise they are one more bucket of the balanced accumulation
     ones_passes = affine_pass_count(m - m_dense, 1, tuning.msm_affine_min_pairs)
@@ -615,7 +662,7 @@ def window_sums(
             )
             mark("affine-dense")
         m_max = affine_worst(n * p.W, k_main, dense_passes)
-        accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark)
+        accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark, into)
     if ones_passes:
         one_offs = offs[p.K - 1 :] - offs[p.K - 1]  # [0, ones], on this stream (no H2D copy)
         pts, idx, o, mm = affine_passes(
@@ -623,9 +670,16 @@ def window_sums(
         )
         mark("affine-ones")
         m_max = affine_worst(n, 1, ones_passes)
-        accumulate(mod, pts, idx, o, 1, mm, m_max, buckets[p.K - 1 :], stream, None)
+        accumulate(mod, pts, idx, o, 1, mm, m_max, buckets[p.K - 1 :], stream, None, into)
         mark("ones")
-    del sorted_e, offs
+    return buckets
+
+
+def reduce_buckets(mod: MsmKernels, buckets: Any, p: Plan, stream: Any, mark: Any = None) -> Any:
+    """Stages 6-7: the ``(W + 1, 24)`` device array of window sums sum_b (b+1) bucket[w][b]
+    followed by the ones bucket."""
+    cupy = require_cupy()
+    out = cupy.empty((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
     red_a = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
     red_r = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
     args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), red_a, red_r)
@@ -639,10 +693,9 @@ def window_sums(
         mod.launch("xyzz_sum_weighted", p.W * out_len, (*args, _u32(log_span), na, nr), stream)
         red_a, red_r, length = na, nr, out_len
         log_span += SUM_FANIN.bit_length() - 1
-    red = red_a
-    out[: p.W] = red
+    out[: p.W] = red_a
     out[p.W] = buckets[p.K - 1]
-    mark("bucket-reduce")
+    (mark or _no_mark)("bucket-reduce")
     return out
 
 
@@ -738,14 +791,67 @@ def msm(
     return combine_windows(sums, c)
 
 
+def stream_cost(n: int, c: int, chunks: int = 1) -> float:
+    """Modelled work of a streamed MSM over ``n`` non-trivial scalars in ``chunks`` chunks
+    that keeps one bucket array for the whole query, in field multiplications: the
+    :func:`window_cost` terms, plus, from the second chunk on, one XYZZ addition
+    (MERGE_MULS) per bucket that the chunk's entries reach (a bucket of B receives about
+    n / (chunks B) of them, so it is reached with probability 1 - exp(-that))."""
+    W, B = num_windows(c), 1 << (c - 1)
+    merges = 0.0
+    if chunks > 1:
+        merges = (chunks - 1) * W * B * -math.expm1(-n / (chunks * B))
+    return W * (MADD_MULS * n + BUCKET_MULS * B) + MERGE_MULS * merges
+
+
+def stream_window_bits(n: int, window_max: int | None = None, chunks: int = 1) -> int:
+    """The window of a streamed MSM over ``n`` scalars that are neither 0 nor 1, cut into
+    ``chunks`` chunks: the c in [4, window_max] minimising :func:`stream_cost` (ties to the
+    smaller). Why not the window of the whole query (:func:`choose_window_bits`): every chunk
+    adds its sums into buckets that already hold the earlier chunks', and with many buckets
+    per chunk those additions cost more than the windows saved (2^27 dense points in chunks
+    of 2^22, per the model: c = 19 is 22 % over a resident MSM at c = 22, and c = 22 would be
+    28 % over c = 19). ``window_max`` is the engine's cap from its memory plan."""
+    top = max(min(MAX_WINDOW, window_max or MAX_WINDOW), MIN_WINDOW)
+    rng = range(min(STREAM_MIN_WINDOW, top), top + 1)
+    return min(rng, key=lambda c: (stream_cost(n, c, chunks), c))
+
+
 def host_scratch_bytes(
-    n: int, chunk: int = 1 << 25, c: int | None = None, *, tuning: KernelTuning = DEFAULT_TUNING
+    n: int,
+    chunk: int = 1 << 25,
+    c: int | None = None,
+    *,
+    tuning: KernelTuning = DEFAULT_TUNING,
 ) -> int:
-    """Peak device bytes of :func:`msm_host_points`: two point buffers of ``chunk`` rows, the
-    accumulated window sums, and :func:`scratch_bytes` of one chunk."""
+    """Peak device bytes of :func:`msm_host_points` with window at most ``c`` (default: the
+    window of ``n`` dense scalars, :func:`stream_window_bits`): two point buffers of ``chunk``
+    rows, and the largest over the windows it may take (fewer non-trivial scalars choose a
+    smaller one). With buckets kept for the whole query (``msm_host_buckets = "query"``): the
+    query's bucket array, alive throughout, beside one chunk's :func:`scratch_bytes` without
+    its own; per chunk: a chunk's :func:`scratch_bytes` and the accumulated window sums."""
     m = max(1, min(n, chunk))
-    c = c or choose_window_bits(m)
-    return 2 * m * 96 + 2 * 192 * (num_windows(c) + 1) + scratch_bytes(m, c, tuning=tuning)
+    if tuning.msm_host_buckets == "chunk":
+        c = c or choose_window_bits(m)
+        return 2 * m * 96 + 2 * 192 * (num_windows(c) + 1) + scratch_bytes(m, c, tuning=tuning)
+    chunks = -(-max(n, 1) // m)
+    c = c or stream_window_bits(n, None, chunks)
+    # whatever window the scalars pick (at least STREAM_MIN_WINDOW, at most c), with every
+    # scalar of the chunk dense (W entries each)
+    lo = min(STREAM_MIN_WINDOW, c)
+    peak = max(_query_scratch(m, w, tuning) for w in range(lo, c + 1))
+    return 2 * m * 96 + peak
+
+
+def _query_scratch(m: int, c: int, tuning: KernelTuning) -> int:
+    """Device bytes of one chunk of ``m`` points of a streamed MSM that keeps the whole
+    query's buckets: :func:`scratch_bytes` counts one bucket array already, and with the
+    radix sort that array is alive during the sort too (its buffers come before the
+    buckets in a one-shot MSM, beside them here), so it is added to the sort's phase."""
+    total = scratch_bytes(m, c, tuning=tuning)
+    if tuning.msm_sort == "radix":
+        total += 192 * make_plan(m, c).K
+    return total
 
 
 class _StreamingKit:
@@ -787,21 +893,34 @@ def msm_host_points(
     stream: Any = None,
     allocator: Any = None,
     window_bits: int | None = None,
+    window_max: int | None = None,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> np.ndarray:
     """The same sum with ``points`` in host memory (pinned, see
-    :func:`kernels.cuda.host_pinned.pinned_empty`, for the
-    overlap) and ``scalars`` on the device: for a card smaller than the SRS. Points go up in
-    chunks through two device buffers on a copy stream; chunk k+1 uploads while chunk k is
-    summed, and the per-chunk window sums accumulate on the device. Device memory: two chunks
-    of points plus :func:`scratch_bytes` (chunk)."""
+    :func:`kernels.cuda.host_pinned.pinned_empty`, for the overlap) and ``scalars`` on the
+    device: for a card smaller than the SRS. Points go up in chunks through two device buffers
+    on a copy stream; chunk k+1 uploads while chunk k is summed.
+
+    How the chunks are summed (``tuning.msm_host_buckets``): ``"query"`` (default) adds every
+    chunk into one bucket array of the whole query, with the window of the whole query's
+    non-trivial scalars (:func:`stream_window_bits`, at most ``window_max``), and reduces it
+    once; ``"chunk"`` sums each chunk as an MSM of its own (window of the chunk, a bucket
+    reduction per chunk) and adds the window sums: what streamed MSMs did before, kept for A/B
+    runs. Device memory: :func:`host_scratch_bytes`."""
     cupy = require_cupy()
     n = _check_inputs(points, scalars)
     mod = kernels(tuning)
     chunk = max(1, min(chunk, n or 1))
-    c = window_bits or choose_window_bits(chunk)
-    W = num_windows(c)
+    per_chunk = tuning.msm_host_buckets == "chunk"
     with on_stream(stream, allocator) as s:
+        if window_bits:
+            c = window_bits
+        elif per_chunk:
+            c = choose_window_bits(chunk)
+        else:
+            chunks = -(-n // chunk) if n else 1
+            c = stream_window_bits(tail_count(scalars) if n else 0, window_max, chunks)
+        p = make_plan(chunk, c)
         kit = _streaming_kit(cupy)
         copy_stream = kit.copy_stream
         bufs = [cupy.empty((chunk, 12), dtype=np.uint64) for _ in range(min(2, -(-n // chunk)))]
@@ -812,7 +931,10 @@ def msm_host_points(
         allocated.record(s)
         copy_stream.wait_event(allocated)
         uploaded, consumed = kit.uploaded, kit.consumed
-        acc = cupy.zeros((W + 1, XYZZ_WORDS), dtype=np.uint64)
+        if per_chunk:
+            acc = cupy.zeros((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
+        else:
+            acc = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)  # the query's buckets
         starts = list(range(0, n, chunk))
 
         def upload(k: int) -> None:
@@ -832,11 +954,16 @@ def msm_host_points(
                 hi = min(lo + chunk, n)
                 j = k % len(bufs)
                 s.wait_event(uploaded[j])
-                part = window_sums(bufs[j][: hi - lo], scalars[lo:hi], c, s, tuning=tuning)
-                consumed[j].record(s)
-                both = cupy.stack([acc, part], axis=1)  # (W+1, 2, 24): [acc_w, part_w]
-                args = (both, _u32(W + 1), _u32(2), _u32(2), _u32(1), acc)
-                mod.launch("xyzz_sum_groups", W + 1, args, s)
+                pts, sc = bufs[j][: hi - lo], scalars[lo:hi]
+                if per_chunk:
+                    part = window_sums(pts, sc, c, s, tuning=tuning)
+                    consumed[j].record(s)
+                    both = cupy.stack([acc, part], axis=1)  # (W+1, 2, 24): [acc_w, part_w]
+                    args = (both, _u32(p.W + 1), _u32(2), _u32(2), _u32(1), acc)
+                    mod.launch("xyzz_sum_groups", p.W + 1, args, s)
+                else:
+                    accumulate_buckets(mod, pts, sc, p, acc, s, tuning)
+                    consumed[j].record(s)
         finally:
             # The buffers are freed in the compute stream's order as this block ends. After an
             # error part-way, a copy may still be queued into one of them on the copy stream,
@@ -844,6 +971,9 @@ def msm_host_points(
             drained = kit.drained
             drained.record(copy_stream)
             s.wait_event(drained)
+        bufs.clear()  # the chunk buffers go back before the reduction allocates
+        if not per_chunk:
+            acc = reduce_buckets(mod, acc, p, s)
         sums = acc.get(stream=s)
     return combine_windows(sums, c)
 
@@ -860,5 +990,7 @@ __all__ = [
     "scratch_bytes",
     "sort_entries",
     "source",
+    "stream_cost",
+    "stream_window_bits",
     "window_cost",
 ]

@@ -436,7 +436,7 @@ def test_lazy_aware_policy_trims_only_when_short():
 
 def test_cuda_footprint_uses_the_gpu_msm_scratch():
     from engine.cuda_pipeline import cuda_footprint
-    from kernels.cuda.msm import scratch_bytes
+    from kernels.cuda.msm import host_scratch_bytes, scratch_bytes, stream_window_bits
 
     sizes = query_sizes(20)
     fp = footprint(20, sizes)
@@ -444,7 +444,12 @@ def test_cuda_footprint_uses_the_gpu_msm_scratch():
     got = cuda_footprint(fp, sizes.as_dict(), {"h": chunk}, KernelTuning())
     assert got.u == fp.u and got.margin == fp.margin
     assert got.msm["l"] == scratch_bytes(sizes.l)
-    assert got.msm["h"] == scratch_bytes(chunk) + 2 * chunk * G1_AFFINE_BYTES
+    c = stream_window_bits(sizes.h, None, -(-sizes.h // chunk))
+    assert got.msm["h"] == host_scratch_bytes(sizes.h, chunk, c)
+    assert got.msm["h"] >= 2 * chunk * G1_AFFINE_BYTES + 192 * (1 << (c - 1))  # + one window
+    capped = cuda_footprint(fp, sizes.as_dict(), {"h": chunk}, KernelTuning(), window_max=c - 3)
+    assert capped.msm["h"] == host_scratch_bytes(sizes.h, chunk, c - 3) < got.msm["h"]
+    assert capped.msm["l"] == got.msm["l"]  # a query on the device is not capped
 
 
 def test_bound_backend_injects_stream_allocator_and_in_place():
@@ -470,9 +475,11 @@ def test_bound_backend_injects_stream_allocator_and_in_place():
     bb = BoundBackend(Recorder(), Dev())
     bb.h_step(1, 2, 3)
     bb.msm(1, 2)
+    BoundBackend(Recorder(), Dev(), window_max=20).msm(1, 2)
     me = f"s-{threading.get_ident()}"
     assert calls[0] == ("h", {"stream": me, "allocator": "ntt_scratch", "overwrite_inputs": True})
-    assert calls[1] == ("msm", {"stream": me, "allocator": "msm_scratch"})
+    assert calls[1] == ("msm", {"stream": me, "allocator": "msm_scratch", "window_max": None})
+    assert calls[2] == ("msm", {"stream": me, "allocator": "msm_scratch", "window_max": 20})
 
 
 @pytest.mark.parametrize(

@@ -100,7 +100,9 @@ def test_the_host_check_counts_every_devices_streamed_queries(monkeypatch):
 
     monkeypatch.setattr(cuda_pipeline, "place_device_srs", place)
     monkeypatch.setattr(cuda_pipeline, "HostSrs", lambda srs, backend, pin_method: None)
-    monkeypatch.setattr(cuda_pipeline, "cuda_footprint", lambda fp, sizes, streamed, tuning: fp)
+    monkeypatch.setattr(
+        cuda_pipeline, "cuda_footprint", lambda fp, sizes, streamed, tuning, window_max=None: fp
+    )
     monkeypatch.setattr(cuda_pipeline, "replace", lambda ctx, **changes: changes)
     monkeypatch.setattr(
         CudaRun, "_check_host", lambda self, ctx, streamed, workers: seen.append(dict(streamed))

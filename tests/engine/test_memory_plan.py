@@ -13,7 +13,7 @@ import pytest
 
 from engine.allocator import footprint
 from engine.config import from_preset
-from engine.cuda_pipeline import aux_scalar_bytes, cuda_footprint
+from engine.cuda_pipeline import aux_scalar_bytes, cuda_footprint, plan_with_window, window_floor
 from engine.memory_plan import (
     OPERAND_BYTES,
     MemoryPlan,
@@ -25,6 +25,7 @@ from engine.memory_plan import (
 )
 from engine.runner import Engine, EngineError
 from engine.workload import query_sizes
+from kernels.cuda.msm import stream_window_bits
 from kernels.cuda.ntt import twiddle_bytes
 from kernels.tuning import DEFAULT_TUNING
 from provetop.cli import main
@@ -34,11 +35,12 @@ GiB = 1 << 30
 
 
 def porep_cuda_footprint(host_chunk: int = 1 << 22):
-    """porep-32g's CUDA footprint with every query streamed (as on a card of 8 to 24 GiB)."""
+    """porep-32g's CUDA footprint with every query streamed (as on a card of 8 to 24 GiB), the
+    streamed MSMs at the floor's window (the smallest bucket arrays)."""
     sizes = query_sizes(27)
     base = footprint(27, sizes)
     streamed = {q: host_chunk for q in sizes.as_dict()}
-    fp = cuda_footprint(base, sizes.as_dict(), streamed, DEFAULT_TUNING)
+    fp = cuda_footprint(base, sizes.as_dict(), streamed, DEFAULT_TUNING, window_floor(streamed))
     return fp, aux_scalar_bytes(sizes), twiddle_bytes(27)
 
 
@@ -59,6 +61,47 @@ def test_the_fastest_plan_that_fits_is_chosen(free_gib, slots, z_with_h, release
     assert (plan.slots, plan.z_with_h, plan.release_tables) == (slots, z_with_h, release)
     assert plan.need <= plan.free and plan.streamed == (slots < 3)
     assert plan.name in plan.reason
+
+
+@pytest.mark.parametrize("free_gib", [5.5, 8.3, 9.5, 11.0, 13.0, 15.2, 17.0, 20.0, 40.0])
+def test_the_window_cap_grows_with_memory_but_never_slows_the_plan(free_gib):
+    """The streamed MSMs' window cap: the largest whose buckets leave the plan of the floor's
+    window unchanged; more memory never gives a smaller cap."""
+    sizes = query_sizes(27)
+    base = footprint(27, sizes)
+    streamed = {q: 1 << 22 for q in sizes.as_dict()}
+    z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
+    free = int(free_gib * GiB)
+    fp, plan, cap = plan_with_window(
+        free, base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables
+    )
+    floor_fp = cuda_footprint(
+        base, sizes.as_dict(), streamed, DEFAULT_TUNING, window_floor(streamed)
+    )
+    at_floor = choose_plan(free, floor_fp, z, tables)
+    assert (plan.slots, plan.z_with_h, plan.release_tables) == (
+        at_floor.slots,
+        at_floor.z_with_h,
+        at_floor.release_tables,
+    )
+    top = stream_window_bits(sizes.h, None, -(-sizes.h // (1 << 22)))  # what the rule wants
+    assert plan.need <= free and window_floor(streamed) <= cap <= top
+    assert fp.msm["h"] >= floor_fp.msm["h"]
+    more = plan_with_window(
+        free + 4 * GiB, base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables
+    )
+    assert more[2] >= cap
+    if cap < top:  # one more bit would have slowed the plan, or not fitted at all
+        up = cuda_footprint(base, sizes.as_dict(), streamed, DEFAULT_TUNING, cap + 1)
+        try:
+            p_up = choose_plan(free, up, z, tables)
+        except PlanError:
+            return
+        assert (p_up.slots, p_up.z_with_h, not p_up.release_tables) < (
+            plan.slots,
+            plan.z_with_h,
+            not plan.release_tables,
+        )
 
 
 def test_too_small_a_device_names_the_memory_it_would_need():

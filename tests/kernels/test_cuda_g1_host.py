@@ -54,10 +54,12 @@ static g1_jacobian rd_jac(std::istream& in) {
 }
 
 // The GPU pipeline of kernels/cuda/msm.py run sequentially on the host with the very per-thread
-// bodies the kernels call: "msm n c L0 L S F" then n points and n scalars (64 hex digits).
+// bodies the kernels call: "msm n c L0 L S F parts" then n points and n scalars (64 hex digits).
+// parts > 1: the points are cut into that many contiguous chunks, each sorted on its own and
+// accumulated into the same buckets (into = true from the second), as msm_host_points streams.
 static void run_msm(std::istream& in) {
-    uint32_t n, c, L0, L, S, F;
-    in >> n >> c >> L0 >> L >> S >> F;
+    uint32_t n, c, L0, L, S, F, parts;
+    in >> n >> c >> L0 >> L >> S >> F >> parts;
     std::vector<g1_affine> pts(n);
     std::vector<uint32_t> sc(8 * n);
     for (uint32_t i = 0; i < n; i++) pts[i] = rd_aff(in);
@@ -67,46 +69,52 @@ static void run_msm(std::istream& in) {
             sc[8 * i + 7 - w] = (uint32_t)std::stoul(hex.substr(8 * w, 8), nullptr, 16);
     }
     const uint32_t W = (256 + c - 1) / c, B = 1u << (c - 1), K = W * B + 1;
-    std::vector<uint32_t> counts(K + 1, 0), offs(K + 1, 0), sorted;
-    for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t i = 0; i < n; i++) {
-            const uint32_t* s = &sc[8 * i];
-            msm_digits dg(c);
-            for (uint32_t w = 0; w < W; w++) {
-                bool neg = false;
-                const bool z = msm_scalar_is(s, 0), one = msm_scalar_is(s, 1);
-                uint32_t key = msm_key(s, w, c, B, W, z, one, dg, &neg);
-                if (key == MSM_NONE) continue;
-                if (pass == 0) counts[key]++;
-                else sorted[offs[key] + counts[key]++] = i | (neg ? 0x80000000u : 0u);
+    std::vector<g1_xyzz> buckets(K, g1_xyzz::inf()), vals, pv;
+    uint32_t levels = 0;
+    for (uint32_t part = 0; part < parts; part++) {
+        const uint32_t lo = (uint64_t)n * part / parts, hi = (uint64_t)n * (part + 1) / parts;
+        std::vector<uint32_t> counts(K + 1, 0), offs(K + 1, 0), sorted;
+        for (int pass = 0; pass < 2; pass++) {
+            for (uint32_t i = lo; i < hi; i++) {
+                const uint32_t* s = &sc[8 * i];
+                msm_digits dg(c);
+                for (uint32_t w = 0; w < W; w++) {
+                    bool neg = false;
+                    const bool z = msm_scalar_is(s, 0), one = msm_scalar_is(s, 1);
+                    uint32_t key = msm_key(s, w, c, B, W, z, one, dg, &neg);
+                    if (key == MSM_NONE) continue;
+                    const uint32_t e = (i - lo) | (neg ? 0x80000000u : 0u);  // chunk-local
+                    if (pass == 0) counts[key]++;
+                    else sorted[offs[key] + counts[key]++] = e;
+                }
+            }
+            if (pass == 0) {
+                for (uint32_t k = 0; k < K; k++) offs[k + 1] = offs[k] + counts[k];
+                sorted.assign(offs[K], 0);
+                std::fill(counts.begin(), counts.end(), 0);
             }
         }
-        if (pass == 0) {
-            for (uint32_t k = 0; k < K; k++) offs[k + 1] = offs[k] + counts[k];
-            sorted.assign(offs[K], 0);
-            std::fill(counts.begin(), counts.end(), 0);
+        const uint32_t M = offs[K];
+        std::vector<uint32_t> keys, pk;
+        uint32_t size = M, chunk = L0, depth = 0;
+        while (M > 0) {
+            const uint32_t T = (size + chunk - 1) / chunk;
+            pv.assign(2 * T, g1_xyzz::inf());
+            pk.assign(2 * T, 0);
+            for (uint32_t t = 0; t < T; t++) {
+                if (depth == 0)
+                    msm_accumulate0_thread(t, pts.data() + lo, sorted.data(), offs.data(), K, M,
+                                           chunk, buckets.data(), pv.data(), pk.data(), part > 0);
+                else
+                    msm_accumulate_n_thread(t, vals.data(), keys.data(), size, chunk,
+                                            buckets.data(), pv.data(), pk.data());
+            }
+            depth++;
+            if (T == 1) break;
+            vals.swap(pv), keys.swap(pk);
+            size = 2 * T, chunk = L;
         }
-    }
-    const uint32_t M = offs[K];
-    std::vector<g1_xyzz> buckets(K, g1_xyzz::inf()), vals, pv;
-    std::vector<uint32_t> keys, pk;
-    uint32_t size = M, chunk = L0, levels = 0;
-    while (M > 0) {
-        const uint32_t T = (size + chunk - 1) / chunk;
-        pv.assign(2 * T, g1_xyzz::inf());
-        pk.assign(2 * T, 0);
-        for (uint32_t t = 0; t < T; t++) {
-            if (levels == 0)
-                msm_accumulate0_thread(t, pts.data(), sorted.data(), offs.data(), K, M, chunk,
-                                       buckets.data(), pv.data(), pk.data());
-            else
-                msm_accumulate_n_thread(t, vals.data(), keys.data(), size, chunk, buckets.data(),
-                                        pv.data(), pk.data());
-        }
-        levels++;
-        if (T == 1) break;
-        vals.swap(pv), keys.swap(pk);
-        size = 2 * T, chunk = L;
+        levels = depth > levels ? depth : levels;
     }
     const uint32_t G = (B + S - 1) / S;
     std::vector<g1_xyzz> ra(W * G), rr(W * G), na, nr;
@@ -299,10 +307,13 @@ def rand_points(rng: random.Random, k: int) -> list[tuple[int, int]]:
     "case",
     ["dense", "ones-heavy", "zeros", "ones", "repeats", "one-bucket", "infinity"],
 )
-def test_msm_pipeline_on_host(driver: Path, case: str) -> None:
+@pytest.mark.parametrize("parts", [1, 3])
+def test_msm_pipeline_on_host(driver: Path, case: str, parts: int) -> None:
     """The whole GPU pipeline (digits, counting sort, balanced multi-level accumulation, bucket
     reduction, tree sums) run on the host with small windows and chunks, so that buckets cross
-    many chunk boundaries and several reduction levels run; against the reference MSM."""
+    many chunk boundaries and several reduction levels run; against the reference MSM. With
+    ``parts`` > 1 the points go through in chunks accumulated into the same buckets, as a
+    streamed MSM's do."""
     from kernels.cpu.msm import pippenger
 
     rng = random.Random()
@@ -332,10 +343,12 @@ def test_msm_pipeline_on_host(driver: Path, case: str) -> None:
         rng.choice([1, 2, 4]),
         rng.choice([2, 4]),
     )
-    lines = [f"msm {n} {c} {L0} {L} {S} {F}"]
+    lines = [f"msm {n} {c} {L0} {L} {S} {F} {parts}"]
     tail = " ".join(aff(p) for p in pts) + " " + " ".join(f"{k:064x}" for k in ks)
     got = run(driver, [lines[0] + " " + tail])[0].split(" ", 1)
     want = pippenger(pts, ks)
-    assert parse(got[1]) == want, f"host MSM pipeline mismatch ({case}, c={c}, L0={L0}, L={L})"
+    assert parse(got[1]) == want, (
+        f"host MSM pipeline mismatch ({case}, c={c}, L0={L0}, L={L}, parts={parts})"
+    )
     if case not in ("zeros",):
         assert int(got[0]) >= 1

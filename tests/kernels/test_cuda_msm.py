@@ -338,6 +338,43 @@ def test_host_streamed_points(cp, poison) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("buckets", ["query", "chunk"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {},
+        {"msm_affine_min_pairs": 8},  # the ones through affine passes into the kept bucket
+        {"msm_affine_min_pairs": 8, "msm_affine_dense": 1},  # and the dense buckets too
+        {"msm_sort": "radix"},
+    ],
+)
+def test_host_streamed_buckets_kept_across_chunks(cp, poison, buckets: str, setting: dict) -> None:
+    """Points streamed in chunks, each chunk's sums added into one bucket array of the whole
+    query (``query``) or each chunk summed alone (``chunk``): exact against the reference
+    for witness-like scalars (zeros, ones, dense), a short last chunk, a window cap, and every
+    accumulation path (affine passes over the ones or the dense buckets, the radix sort)."""
+    from kernels.cuda import msm as cuda_msm
+    from kernels.cuda.host_pinned import pinned_empty
+
+    rng = random.Random()
+    n = rng.randrange(4000, 6000)
+    pts_dev, pts = random_points(cp, n)
+    host = pinned_empty((n, 12))
+    host[:] = pts_dev.get()
+    ks = scalars_of("witness", n, rng)
+    for i in rng.sample(range(n), n // 3):
+        ks[i] = rng.randrange(R)
+    sc = cp.asarray(layout.fr_to_limbs(ks, montgomery=False))
+    tuning = KernelTuning(msm_host_buckets=buckets, **setting)
+    want = cmsm.msm_fast(pts, ks)
+    for chunk, cap in ((1100, None), (n // 2 + 1, 13), (n, None)):
+        got = cuda_msm.msm_host_points(
+            host, sc, chunk=chunk, allocator=poison, window_max=cap, tuning=tuning
+        )
+        assert layout.g1_from_limbs(got)[0] == want, f"chunk {chunk}, cap {cap}"
+
+
+@pytest.mark.gpu
 def test_host_streamed_calls_in_a_row_reuse_one_copy_stream_and_stay_exact(cp, poison) -> None:
     """Each thread makes its copy stream and events once (creating events waited for the
     running kernel on the H200); back-to-back calls with other chunkings, one of them

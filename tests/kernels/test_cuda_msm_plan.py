@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kernels.cuda import msm as cm
+from kernels.tuning import DEFAULT_TUNING
 
 
 def test_window_rule_is_the_cost_argmin_and_grows_with_n() -> None:
@@ -48,9 +49,45 @@ def test_plan_and_scratch_model() -> None:
 
 
 def test_host_scratch_model() -> None:
-    n, chunk = 1 << 27, 1 << 25
+    """Per chunk: two point buffers, a chunk's MSM and the window sums. Whole-query buckets:
+    two point buffers and the chunk's scratch for the largest of the windows the query may
+    take (fewer non-trivial scalars pick smaller ones, with more windows), so a cap on the
+    window caps the bytes, and the bound holds whatever window the scalars choose."""
+    from dataclasses import replace
+
+    n, chunk = 1 << 27, 1 << 22
+    per_chunk = replace(DEFAULT_TUNING, msm_host_buckets="chunk")
     c = cm.choose_window_bits(chunk)
-    assert cm.host_scratch_bytes(n, chunk, c) == (
+    assert cm.host_scratch_bytes(n, chunk, c, tuning=per_chunk) == (
         2 * chunk * 96 + 2 * 192 * (cm.num_windows(c) + 1) + cm.scratch_bytes(chunk, c)
     )
     assert cm.host_scratch_bytes(1000, chunk) < cm.host_scratch_bytes(n, chunk)
+    assert cm.stream_window_bits(n) == cm.choose_window_bits(n)
+    assert cm.stream_window_bits(n, 20) == 20 and cm.stream_window_bits(1000, 20) < 20
+    caps = [cm.host_scratch_bytes(n, chunk, w) for w in range(16, 23)]
+    assert caps == sorted(caps)  # a smaller cap never needs more
+    for w in range(16, 23):
+        bound = cm.host_scratch_bytes(n, chunk, w)
+        p = cm.make_plan(chunk, w)  # dense scalars at the cap: the query's buckets and entries
+        assert bound >= 2 * chunk * 96 + 192 * p.K + 4 * chunk * p.W
+        assert bound >= 2 * chunk * 96 + cm.scratch_bytes(chunk, w)
+    # the resident rule is monotone in n, so a query's scalars never pick more than its size
+    ws = [cm.choose_window_bits(1 << k) for k in range(1, 28)]
+    assert ws == sorted(ws)
+    for chunks in (1, 2, 8, 32, 1000):  # never below the streamed floor, never above a cap
+        for x in (0, 1, 1000, 1 << 20, 1 << 27):
+            assert cm.STREAM_MIN_WINDOW <= cm.stream_window_bits(x, None, chunks) <= 23
+            assert cm.stream_window_bits(x, 14, chunks) <= 14
+
+
+def test_streamed_window_weighs_the_additions_into_kept_buckets() -> None:
+    """One chunk: the resident rule. Many chunks: a smaller window than the query's own (each
+    chunk adds its sum into every bucket it reaches), and never above a cap."""
+    n = 1 << 27
+    assert cm.stream_window_bits(n, None, 1) == cm.choose_window_bits(n) == 22
+    c32 = cm.stream_window_bits(n, None, 32)
+    assert c32 < 22 and cm.stream_cost(n, c32, 32) < cm.stream_cost(n, 22, 32)
+    assert cm.stream_cost(n, 22, 1) == cm.window_cost(n, 22)
+    assert cm.stream_window_bits(n, 17, 32) <= 17
+    # more chunks never favour more buckets
+    assert cm.stream_window_bits(n, None, 16) >= c32

@@ -13,7 +13,8 @@
 //                    whatever the bucket boundaries: every thread does exactly L mixed additions,
 //                    so a bucket holding half of all points (the 1-scalars of a real witness)
 //                    costs the same time as uniform ones. A bucket that lies wholly inside one
-//                    chunk is written out; a bucket cut by a chunk boundary leaves partial sums
+//                    chunk is written out (or added to it, for the later chunks of a streamed MSM);
+//                    a bucket cut by a chunk boundary leaves partial sums
 //                    in two slots per chunk (first and last segment), with their keys.
 //   5. msm_accumulate_n: the same segmented reduction over the (key, XYZZ) slots, repeated until
 //                    one chunk holds everything; each level shrinks the slots by L/2. Finished
@@ -235,8 +236,10 @@ extern "C" __global__ void MSM_BOUNDS msm_accumulate0(const g1_affine* __restric
                                            const uint32_t* __restrict__ sorted,
                                            const uint32_t* __restrict__ offs, uint32_t K, uint32_t M,
                                            uint32_t L, uint32_t T, g1_xyzz* __restrict__ buckets,
-                                           g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys) {
-    if (MSM_TID < T) msm_accumulate0_thread(MSM_TID, points, sorted, offs, K, M, L, buckets, pvals, pkeys);
+                                           g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys,
+                                           uint32_t into) {
+    if (MSM_TID < T)
+        msm_accumulate0_thread(MSM_TID, points, sorted, offs, K, M, L, buckets, pvals, pkeys, into != 0);
 }
 
 extern "C" __global__ void MSM_BOUNDS msm_affine_pass(

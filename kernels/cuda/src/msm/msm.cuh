@@ -77,7 +77,8 @@ MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ po
                                     const uint32_t* __restrict__ sorted,
                                     const uint32_t* __restrict__ offs, uint32_t K, uint32_t M,
                                     uint32_t L, g1_xyzz* __restrict__ buckets,
-                                    g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys) {
+                                    g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys,
+                                    bool into) {
     const uint32_t start = t * L;
     const uint32_t end = start + L < M ? start + L : M;
     // the bucket holding entry `start`: the largest b with offs[b] <= start (offs[K] = M > start)
@@ -96,7 +97,9 @@ MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ po
             // finish bucket b over [seg_start, i)
             const bool complete = offs[b] >= start && next <= end;
             if (complete) {
-                if (!acc.is_inf()) g1_store(buckets + b, acc);
+                // into: the buckets already hold the sums of earlier chunks of the same MSM
+                // (points streamed from the host), so a complete bucket is added, not stored
+                if (!acc.is_inf()) g1_store(buckets + b, into ? g1_load(buckets + b).add(acc) : acc);
             } else if (seg_start == start) {
                 slot0 = acc;
             } else {
