@@ -50,10 +50,10 @@ from engine.tuning import DEFAULT_SWITCH_INTERVAL_S
 from engine.workload import FR_BYTES
 from kernels.cuda.host_pinned import pinned_empty, take_fallbacks
 from kernels.cuda.msm import (
-    choose_window_bits,
     host_scratch_bytes,
     scratch_bytes,
     stream_window_bits,
+    stream_window_floor,
 )
 from kernels.cuda.ntt import twiddle_bytes
 from kernels.tuning import KernelTuning
@@ -136,11 +136,11 @@ def cuda_footprint(
     return Footprint(u=fp.u, msm=msm, margin=fp.margin)
 
 
-def window_floor(streamed: dict[str, int]) -> int:
-    """The smallest window cap a streamed MSM is given: the window of one chunk of dense
-    scalars (what a chunk summed on its own would take), so that no plan is refused for the
-    sake of a larger bucket array."""
-    return choose_window_bits(max(streamed.values(), default=1))
+def window_floor(streamed: dict[str, int], tuning: KernelTuning) -> int:
+    """The smallest window cap a streamed MSM is given
+    (:func:`kernels.cuda.msm.stream_window_floor` of the largest chunk): no plan needs more
+    memory with the buckets kept per query than with a bucket array per chunk."""
+    return stream_window_floor(max(streamed.values(), default=1), tuning)
 
 
 def plan_with_window(
@@ -163,7 +163,7 @@ def plan_with_window(
     if not streamed:
         fp = cuda_footprint(base, sizes, streamed, tuning)
         return fp, choose_plan(free, fp, z, tables, device=device), None
-    floor = window_floor(streamed)
+    floor = window_floor(streamed, tuning)
     top = max(stream_window_bits(sizes[q], None, -(-sizes[q] // streamed[q])) for q in streamed)
     fp = cuda_footprint(base, sizes, streamed, tuning, floor)
     plan = choose_plan(free, fp, z, tables, device=device)
@@ -375,7 +375,7 @@ class CudaRun:
             )
             emit_plan(ctx.bus, device, plan, fp, window_max)
         else:  # naive: the floor's window, the smallest bucket arrays
-            window_max = window_floor(streamed) if streamed else None
+            window_max = window_floor(streamed, kt) if streamed else None
             fp = cuda_footprint(ctx.footprint, sizes, streamed, kt, window_max)
         with self._lock:
             if plan.slots == 1:
@@ -448,7 +448,7 @@ def startup_plan_inputs(
     query streamed from the host. The start-up check (``engine.runner``) refuses a device on
     which no plan fits these, before the SRS is made."""
     streamed = {q: host_chunk for q in sizes.as_dict()}
-    fp = cuda_footprint(base, sizes.as_dict(), streamed, tuning, window_floor(streamed))
+    fp = cuda_footprint(base, sizes.as_dict(), streamed, tuning, window_floor(streamed, tuning))
     return fp, aux_scalar_bytes(sizes), twiddle_bytes(domain_log)
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -461,13 +461,10 @@ def accumulate(
     buckets: Any,
     stream: Any,
     mark: Any,
-    into: bool = False,
 ) -> None:
     """Stages 4-5 (msm.cu): the balanced accumulation of m entries in K buckets into
     ``buckets`` (K rows), then the segmented levels until one chunk remains; the first chunk
-    length follows ``m_max`` so that scratch is known in advance. ``into``: ``buckets``
-    already holds sums (earlier chunks of a streamed MSM), so complete buckets are added to,
-    not written (zeroed buckets need no ``into``: every level past the first adds anyway)."""
+    length follows ``m_max`` so that scratch is known in advance."""
     cupy = require_cupy()
     vals = keys = None
     for depth, (size, L, T) in enumerate(_level_sizes(m, m_max)):
@@ -476,7 +473,7 @@ def accumulate(
         if depth == 0:
             ix = _NULL if idx is None else idx
             args = (points, ix, offs, _u32(K), _u32(m), _u32(L), _u32(T), buckets, pv, pk)
-            mod.launch("msm_accumulate0", T, (*args, _u32(1 if into else 0)), stream)
+            mod.launch("msm_accumulate0", T, args, stream)
         else:
             args = (vals, keys, _u32(size), _u32(L), _u32(T), buckets, pv, pk)
             mod.launch("msm_accumulate_n", T, args, stream)
@@ -626,13 +623,13 @@ def accumulate_buckets(
     tuning: KernelTuning,
     mark: Any = None,
 ) -> Any:
-    """Stages 1-5 for device ``points`` and ``scalars`` (n rows each, n = ``p.n`` or fewer,
-    window ``p.c``): their sums added into ``buckets`` ``(K, 24)``, or, when ``buckets`` is
-    None, written into a new zeroed array made after the sort (so the sort's own buffers and
-    the buckets are never alive together). Returns the bucket array: None when none was given
-    and every scalar is 0 (nothing to add). Why ``buckets`` may be given: a
-    streamed MSM adds each chunk of points into one array of the whole query's buckets and
-    reduces it once, with the window of the whole query (:func:`msm_host_points`)."""
+    """Stages 1-5 for device ``points`` and ``scalars`` (n rows each, window ``p.c``): their
+    bucket sums written into ``buckets`` ``(K, 24)``, which must be all infinity (zeros), or,
+    when ``buckets`` is None, into a new zeroed array made after the sort (so the sort's own
+    buffers and the buckets are never alive together). Returns the bucket array: None when
+    none was given and every scalar is 0 (nothing to add). Why ``buckets`` may be given: a
+    streamed MSM sums each chunk into one array it keeps zeroed between chunks
+    (:func:`msm_host_points`)."""
     cupy = require_cupy()
     mark = mark or _no_mark
     n = int(points.shape[0])
@@ -645,8 +642,7 @@ def accumulate_buckets(
     offs, sorted_e, m_dense, m = _bucket_sort(mod, scalars, n, p, stream, tuning, mark)
     if m == 0:
         return buckets
-    into = buckets is not None
-    if not into:
+    if buckets is None:
         buckets = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
     # the ones (key K - 1) go through affine pairing passes when there are enough of them: the
     # batch-addition path; otherwise they are one more bucket of the balanced accumulation
@@ -662,7 +658,7 @@ def accumulate_buckets(
             )
             mark("affine-dense")
         m_max = affine_worst(n * p.W, k_main, dense_passes)
-        accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark, into)
+        accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark)
     if ones_passes:
         one_offs = offs[p.K - 1 :] - offs[p.K - 1]  # [0, ones], on this stream (no H2D copy)
         pts, idx, o, mm = affine_passes(
@@ -670,7 +666,7 @@ def accumulate_buckets(
         )
         mark("affine-ones")
         m_max = affine_worst(n, 1, ones_passes)
-        accumulate(mod, pts, idx, o, 1, mm, m_max, buckets[p.K - 1 :], stream, None, into)
+        accumulate(mod, pts, idx, o, 1, mm, m_max, buckets[p.K - 1 :], stream, None)
         mark("ones")
     return buckets
 
@@ -817,6 +813,25 @@ def stream_window_bits(n: int, window_max: int | None = None, chunks: int = 1) -
     return min(rng, key=lambda c: (stream_cost(n, c, chunks), c))
 
 
+def stream_window_floor(chunk: int, tuning: KernelTuning = DEFAULT_TUNING) -> int:
+    """The largest window at which a streamed MSM with buckets kept per query needs no more
+    device memory (:func:`host_scratch_bytes`) than a chunk summed as an MSM of its own at the
+    chunk's window: the engine's cap never goes below it, so keeping the buckets never makes
+    a plan need more memory than streaming per chunk did (2^22-point chunks: c = 17 against
+    18, since the kept array and the chunk's own are two). Where no window does (chunks of a
+    few thousand points), the chunk's own window."""
+    own = choose_window_bits(chunk)
+    if tuning.msm_host_buckets == "chunk":
+        return own
+    per_chunk = host_scratch_bytes(
+        chunk, chunk, own, tuning=replace(tuning, msm_host_buckets="chunk")
+    )
+    for c in range(own, MIN_WINDOW - 1, -1):
+        if host_scratch_bytes(2 * chunk, chunk, c, tuning=tuning) <= per_chunk:
+            return c
+    return own  # none (chunks of a few thousand points, a few MB either way): the chunk's own
+
+
 def host_scratch_bytes(
     n: int,
     chunk: int = 1 << 25,
@@ -828,8 +843,9 @@ def host_scratch_bytes(
     window of ``n`` dense scalars, :func:`stream_window_bits`): two point buffers of ``chunk``
     rows, and the largest over the windows it may take (fewer non-trivial scalars choose a
     smaller one). With buckets kept for the whole query (``msm_host_buckets = "query"``): the
-    query's bucket array, alive throughout, beside one chunk's :func:`scratch_bytes` without
-    its own; per chunk: a chunk's :func:`scratch_bytes` and the accumulated window sums."""
+    query's bucket array, alive throughout, beside one chunk's :func:`scratch_bytes` (whose
+    bucket array is the chunk's own); per chunk: a chunk's :func:`scratch_bytes` and the
+    accumulated window sums."""
     m = max(1, min(n, chunk))
     if tuning.msm_host_buckets == "chunk":
         c = c or choose_window_bits(m)
@@ -845,12 +861,13 @@ def host_scratch_bytes(
 
 def _query_scratch(m: int, c: int, tuning: KernelTuning) -> int:
     """Device bytes of one chunk of ``m`` points of a streamed MSM that keeps the whole
-    query's buckets: :func:`scratch_bytes` counts one bucket array already, and with the
-    radix sort that array is alive during the sort too (its buffers come before the
-    buckets in a one-shot MSM, beside them here), so it is added to the sort's phase."""
-    total = scratch_bytes(m, c, tuning=tuning)
+    query's buckets: :func:`scratch_bytes` counts the chunk's bucket array, and the kept one
+    is one more; with the radix sort both are alive during the sort too (its buffers come
+    before the buckets in a one-shot MSM, beside them here)."""
+    buckets = 192 * make_plan(m, c).K
+    total = scratch_bytes(m, c, tuning=tuning) + buckets
     if tuning.msm_sort == "radix":
-        total += 192 * make_plan(m, c).K
+        total += buckets
     return total
 
 
@@ -901,12 +918,13 @@ def msm_host_points(
     device: for a card smaller than the SRS. Points go up in chunks through two device buffers
     on a copy stream; chunk k+1 uploads while chunk k is summed.
 
-    How the chunks are summed (``tuning.msm_host_buckets``): ``"query"`` (default) adds every
-    chunk into one bucket array of the whole query, with the window of the whole query's
-    non-trivial scalars (:func:`stream_window_bits`, at most ``window_max``), and reduces it
-    once; ``"chunk"`` sums each chunk as an MSM of its own (window of the chunk, a bucket
-    reduction per chunk) and adds the window sums: what streamed MSMs did before, kept for A/B
-    runs. Device memory: :func:`host_scratch_bytes`."""
+    How the chunks are summed (``tuning.msm_host_buckets``): ``"query"`` (default) keeps one
+    bucket array for the whole query (window: :func:`stream_window_bits` of the query's
+    non-trivial scalars, at most ``window_max``): the first chunk is summed into it, each later
+    one into a second array that a merge kernel adds in (and zeroes again), and the buckets are
+    reduced once at the end; ``"chunk"`` sums each chunk as an MSM of its own (window of the
+    chunk, a bucket reduction per chunk) and adds the window sums: what streamed MSMs did
+    before, kept for A/B runs. Device memory: :func:`host_scratch_bytes`."""
     cupy = require_cupy()
     n = _check_inputs(points, scalars)
     mod = kernels(tuning)
@@ -933,8 +951,10 @@ def msm_host_points(
         uploaded, consumed = kit.uploaded, kit.consumed
         if per_chunk:
             acc = cupy.zeros((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
-        else:
-            acc = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)  # the query's buckets
+        part = None
+        if not per_chunk:  # the query's buckets; the later chunks' own, merged into them
+            acc = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
+            part = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64) if n > chunk else None
         starts = list(range(0, n, chunk))
 
         def upload(k: int) -> None:
@@ -961,9 +981,13 @@ def msm_host_points(
                     both = cupy.stack([acc, part], axis=1)  # (W+1, 2, 24): [acc_w, part_w]
                     args = (both, _u32(p.W + 1), _u32(2), _u32(2), _u32(1), acc)
                     mod.launch("xyzz_sum_groups", p.W + 1, args, s)
-                else:
+                elif k == 0:
                     accumulate_buckets(mod, pts, sc, p, acc, s, tuning)
                     consumed[j].record(s)
+                else:
+                    accumulate_buckets(mod, pts, sc, p, part, s, tuning)
+                    consumed[j].record(s)
+                    mod.launch("xyzz_merge", p.K, (acc, part, _u32(p.K)), s)
         finally:
             # The buffers are freed in the compute stream's order as this block ends. After an
             # error part-way, a copy may still be queued into one of them on the copy stream,
@@ -972,6 +996,7 @@ def msm_host_points(
             drained.record(copy_stream)
             s.wait_event(drained)
         bufs.clear()  # the chunk buffers go back before the reduction allocates
+        part = None
         if not per_chunk:
             acc = reduce_buckets(mod, acc, p, s)
         sums = acc.get(stream=s)
@@ -991,6 +1016,7 @@ __all__ = [
     "sort_entries",
     "source",
     "stream_cost",
+    "stream_window_floor",
     "stream_window_bits",
     "window_cost",
 ]

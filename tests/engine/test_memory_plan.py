@@ -40,7 +40,9 @@ def porep_cuda_footprint(host_chunk: int = 1 << 22):
     sizes = query_sizes(27)
     base = footprint(27, sizes)
     streamed = {q: host_chunk for q in sizes.as_dict()}
-    fp = cuda_footprint(base, sizes.as_dict(), streamed, DEFAULT_TUNING, window_floor(streamed))
+    fp = cuda_footprint(
+        base, sizes.as_dict(), streamed, DEFAULT_TUNING, window_floor(streamed, DEFAULT_TUNING)
+    )
     return fp, aux_scalar_bytes(sizes), twiddle_bytes(27)
 
 
@@ -76,7 +78,7 @@ def test_the_window_cap_grows_with_memory_but_never_slows_the_plan(free_gib):
         free, base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables
     )
     floor_fp = cuda_footprint(
-        base, sizes.as_dict(), streamed, DEFAULT_TUNING, window_floor(streamed)
+        base, sizes.as_dict(), streamed, DEFAULT_TUNING, window_floor(streamed, DEFAULT_TUNING)
     )
     at_floor = choose_plan(free, floor_fp, z, tables)
     assert (plan.slots, plan.z_with_h, plan.release_tables) == (
@@ -85,7 +87,7 @@ def test_the_window_cap_grows_with_memory_but_never_slows_the_plan(free_gib):
         at_floor.release_tables,
     )
     top = stream_window_bits(sizes.h, None, -(-sizes.h // (1 << 22)))  # what the rule wants
-    assert plan.need <= free and window_floor(streamed) <= cap <= top
+    assert plan.need <= free and window_floor(streamed, DEFAULT_TUNING) <= cap <= top
     assert fp.msm["h"] >= floor_fp.msm["h"]
     more = plan_with_window(
         free + 4 * GiB, base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables

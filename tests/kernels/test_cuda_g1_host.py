@@ -55,8 +55,9 @@ static g1_jacobian rd_jac(std::istream& in) {
 
 // The GPU pipeline of kernels/cuda/msm.py run sequentially on the host with the very per-thread
 // bodies the kernels call: "msm n c L0 L S F parts" then n points and n scalars (64 hex digits).
-// parts > 1: the points are cut into that many contiguous chunks, each sorted on its own and
-// accumulated into the same buckets (into = true from the second), as msm_host_points streams.
+// parts > 1: the points are cut into that many contiguous chunks, each sorted and accumulated
+// on its own, the later ones into a second bucket array merged into the first (xyzz_merge),
+// as msm_host_points streams them.
 static void run_msm(std::istream& in) {
     uint32_t n, c, L0, L, S, F, parts;
     in >> n >> c >> L0 >> L >> S >> F >> parts;
@@ -69,10 +70,11 @@ static void run_msm(std::istream& in) {
             sc[8 * i + 7 - w] = (uint32_t)std::stoul(hex.substr(8 * w, 8), nullptr, 16);
     }
     const uint32_t W = (256 + c - 1) / c, B = 1u << (c - 1), K = W * B + 1;
-    std::vector<g1_xyzz> buckets(K, g1_xyzz::inf()), vals, pv;
+    std::vector<g1_xyzz> buckets(K, g1_xyzz::inf()), part(K, g1_xyzz::inf()), vals, pv;
     uint32_t levels = 0;
-    for (uint32_t part = 0; part < parts; part++) {
-        const uint32_t lo = (uint64_t)n * part / parts, hi = (uint64_t)n * (part + 1) / parts;
+    for (uint32_t part_i = 0; part_i < parts; part_i++) {
+        const uint32_t lo = (uint64_t)n * part_i / parts;
+        const uint32_t hi = (uint64_t)n * (part_i + 1) / parts;
         std::vector<uint32_t> counts(K + 1, 0), offs(K + 1, 0), sorted;
         for (int pass = 0; pass < 2; pass++) {
             for (uint32_t i = lo; i < hi; i++) {
@@ -95,6 +97,7 @@ static void run_msm(std::istream& in) {
             }
         }
         const uint32_t M = offs[K];
+        g1_xyzz* into = part_i > 0 ? part.data() : buckets.data();  // chunk 0: the kept array
         std::vector<uint32_t> keys, pk;
         uint32_t size = M, chunk = L0, depth = 0;
         while (M > 0) {
@@ -104,10 +107,10 @@ static void run_msm(std::istream& in) {
             for (uint32_t t = 0; t < T; t++) {
                 if (depth == 0)
                     msm_accumulate0_thread(t, pts.data() + lo, sorted.data(), offs.data(), K, M,
-                                           chunk, buckets.data(), pv.data(), pk.data(), part > 0);
+                                           chunk, into, pv.data(), pk.data());
                 else
-                    msm_accumulate_n_thread(t, vals.data(), keys.data(), size, chunk,
-                                            buckets.data(), pv.data(), pk.data());
+                    msm_accumulate_n_thread(t, vals.data(), keys.data(), size, chunk, into,
+                                            pv.data(), pk.data());
             }
             depth++;
             if (T == 1) break;
@@ -115,7 +118,11 @@ static void run_msm(std::istream& in) {
             size = 2 * T, chunk = L;
         }
         levels = depth > levels ? depth : levels;
+        if (part_i > 0)
+            for (uint32_t b = 0; b < K; b++) xyzz_merge_thread(b, buckets.data(), part.data());
     }
+    for (uint32_t b = 0; b < K; b++)  // the merges leave the second array at infinity
+        if (!part[b].is_inf()) { printf("part not cleared\n"); return; }
     const uint32_t G = (B + S - 1) / S;
     std::vector<g1_xyzz> ra(W * G), rr(W * G), na, nr;
     for (uint32_t t = 0; t < W * G; t++)

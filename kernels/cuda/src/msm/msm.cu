@@ -13,8 +13,7 @@
 //                    whatever the bucket boundaries: every thread does exactly L mixed additions,
 //                    so a bucket holding half of all points (the 1-scalars of a real witness)
 //                    costs the same time as uniform ones. A bucket that lies wholly inside one
-//                    chunk is written out (or added to it, for the later chunks of a streamed MSM);
-//                    a bucket cut by a chunk boundary leaves partial sums
+//                    chunk is written out; a bucket cut by a chunk boundary leaves partial sums
 //                    in two slots per chunk (first and last segment), with their keys.
 //   5. msm_accumulate_n: the same segmented reduction over the (key, XYZZ) slots, repeated until
 //                    one chunk holds everything; each level shrinks the slots by L/2. Finished
@@ -236,10 +235,8 @@ extern "C" __global__ void MSM_BOUNDS msm_accumulate0(const g1_affine* __restric
                                            const uint32_t* __restrict__ sorted,
                                            const uint32_t* __restrict__ offs, uint32_t K, uint32_t M,
                                            uint32_t L, uint32_t T, g1_xyzz* __restrict__ buckets,
-                                           g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys,
-                                           uint32_t into) {
-    if (MSM_TID < T)
-        msm_accumulate0_thread(MSM_TID, points, sorted, offs, K, M, L, buckets, pvals, pkeys, into != 0);
+                                           g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys) {
+    if (MSM_TID < T) msm_accumulate0_thread(MSM_TID, points, sorted, offs, K, M, L, buckets, pvals, pkeys);
 }
 
 extern "C" __global__ void MSM_BOUNDS msm_affine_pass(
@@ -276,4 +273,9 @@ extern "C" __global__ void MSM_BOUNDS xyzz_sum_groups(const g1_xyzz* __restrict_
                                            uint32_t len_in, uint32_t F, uint32_t len_out,
                                            g1_xyzz* __restrict__ out) {
     if (MSM_TID < nseg * len_out) xyzz_sum_groups_thread(MSM_TID, in, len_in, F, len_out, out);
+}
+
+extern "C" __global__ void MSM_BOUNDS xyzz_merge(g1_xyzz* __restrict__ kept,
+                                                 g1_xyzz* __restrict__ part, uint32_t K) {
+    if (MSM_TID < K) xyzz_merge_thread(MSM_TID, kept, part);
 }
