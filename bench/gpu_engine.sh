@@ -22,9 +22,9 @@
 #   bash bench/gpu_engine.sh plans     # the H step in one/two slots: GPU tests, aware at
 #                                      # 12 and 8 GiB (memory plans two slots / one slot)
 #   bash bench/gpu_engine.sh sweep     # porep-32g aware, 1 proof at 8..80 GiB and uncapped
-#   bash bench/gpu_engine.sh stream    # streamed MSMs, buckets kept per query against per
-#                                      # chunk: GPU tests, 2^27 host-point MSM A/B, aware at
-#                                      # 16 GiB (chunks of 2^22 and 2^23) and 8 GiB
+#   bash bench/gpu_engine.sh stream    # streamed MSMs: buckets per query / per chunk, one
+#                                      # interleaved pass / in turn: GPU tests, 2^27 host-point
+#                                      # MSM A/B, aware16 three ways, naive16
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -181,14 +181,15 @@ trim)
 pin)
     timeout 200 python3 bench/pin_probe.py --gib 1,4,17 2>&1 | tee -a "$TABLES"
     ;;
-stream)  # the streamed MSM with one bucket array per query (PROVETOP_MSM_HOST_BUCKETS=query,
-    # the default) against a bucket reduction per chunk (=chunk), in the same call: its GPU
-    # tests and the engine's, the 2^27 dense MSM from host points at chunks of 2^22 and 2^23,
-    # then porep-32g aware at 16 GiB (both chunk sizes) and at 8 GiB (the smallest plan)
+stream)  # the streamed MSMs: one bucket array per query (PROVETOP_MSM_HOST_BUCKETS=query, the
+    # default) against a bucket reduction per chunk (=chunk); the four queries in one
+    # interleaved pass (PROVETOP_MSM_HOST_INTERLEAVE=on, the default where the plan has room)
+    # against one after the other; all in the same call: the GPU tests, the 2^27 dense MSM from
+    # host points, porep-32g aware at 16 GiB (interleaved, not, chunks of 2^23) and naive16
     gpu_tests 100 tests/kernels/test_cuda_msm.py -k "host_streamed or window or selftest"
     gpu_tests 100 tests/engine/test_cuda.py
     mkdir -p "$W/msm"
-    for v in query-22 chunk-22 query-23 chunk-23; do
+    for v in query-22 chunk-22; do
         echo "== msm host points 2^27 dense, buckets ${v%-*}, chunk 2^${v#*-}" | tee -a "$TABLES"
         PROVETOP_MSM_HOST_BUCKETS=${v%-*} timeout 90 python3 -m kernels.bench_msm \
             --log-sizes 27 --points host --chunk-log "${v#*-}" --repeats 3 --json \
@@ -196,12 +197,14 @@ stream)  # the streamed MSM with one bucket array per query (PROVETOP_MSM_HOST_B
         echo "rc=$?" >>"$W/msm-$v.log"
         tail -n 3 "$W/msm-$v.log" | tee -a "$TABLES"
     done
-    bench aware16 110 --preset porep-32g --proofs 1 --device-memory 16GiB \
+    bench aware16 100 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
-    PROVETOP_MSM_HOST_CHUNK=8388608 bench aware16-chunk23 110 --preset porep-32g --proofs 1 \
+    PROVETOP_MSM_HOST_INTERLEAVE=off bench aware16-inturn 100 --preset porep-32g --proofs 1 \
         --device-memory 16GiB --workers-per-device 2 --allocator aware
-    bench aware8 120 --preset porep-32g --proofs 1 --device-memory 8GiB \
-        --workers-per-device 2 --allocator aware
+    PROVETOP_MSM_HOST_CHUNK=8388608 bench aware16-chunk23 100 --preset porep-32g --proofs 1 \
+        --device-memory 16GiB --workers-per-device 2 --allocator aware
+    bench naive16 110 --preset porep-32g --proofs 1 --device-memory 16GiB \
+        --workers-per-device 2 --allocator naive
     ;;
 sweep)  # the device-memory curve in one command: porep-32g, aware, 1 proof per point, each
     # point a fresh process (engine/bench_sweep.py). Time (H200, 2026-12-02, one process per

@@ -44,7 +44,15 @@ from recordings.reader import fold_recording
 from recordings.schema import PHASES
 from recordings.summary import summarize_state
 
-GPU_MS_PHASES = ("h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1", "copy_back")
+GPU_MS_PHASES = (
+    "h_step",
+    "msm_h",
+    "msm_l",
+    "msm_a",
+    "msm_b_g1",
+    "msm_interleaved",
+    "copy_back",
+)
 HOST_PHASES = ("synthesis", "prestage", "upload", "fallback_upload", "verify")
 # a checked partition's device sums, inside its own region (CUDA runner)
 CHECK_PHASES = ("check_inputs", "check_sums")

@@ -40,7 +40,7 @@ from provetop.units import fmt_bytes
 
 UNCAPPED = "uncapped"  # the list item for "no cap": the whole card (the model's default on cpu)
 # the phases the sweep's table shows, medians per point (B in G2 is not a GPU phase here)
-SWEEP_PHASES = ("h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1")
+SWEEP_PHASES = ("h_step", "msm_h", "msm_l", "msm_a", "msm_b_g1", "msm_interleaved")
 EXAMPLE = "8GiB,16GiB,uncapped"
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.allocator import AwarePolicy, Decision, Footprint
@@ -40,7 +40,7 @@ from engine.hostmem import (
     refusal,
     witness_pool_bytes,
 )
-from engine.memory_plan import RESIDENT, MemoryPlan, PlanError, choose_plan
+from engine.memory_plan import RESIDENT, TOGETHER, MemoryPlan, PlanError, choose_plan
 from engine.partition_cuda import CudaPartition
 from engine.pipeline import PartitionRunner, RunContext
 from engine.progress import Progress
@@ -50,7 +50,10 @@ from engine.tuning import DEFAULT_SWITCH_INTERVAL_S
 from engine.workload import FR_BYTES
 from kernels.cuda.host_pinned import pinned_empty, take_fallbacks
 from kernels.cuda.msm import (
+    COMPANION_WINDOW_MAX,
+    INTERLEAVE_BUFFERS,
     host_scratch_bytes,
+    many_scratch_bytes,
     scratch_bytes,
     stream_window_bits,
     stream_window_floor,
@@ -62,11 +65,18 @@ from kernels.tuning import KernelTuning
 class BoundBackend:
     """``backend`` with ``device.kernel_args()`` (this thread's stream, the async pool)."""
 
-    def __init__(self, backend: Any, device: Any, window_max: int | None = None) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        device: Any,
+        window_max: int | None = None,
+        together: list[str] | None = None,
+    ) -> None:
         self.backend = backend
         self.device = device
         self.name = backend.name
         self.window_max = window_max  # the streamed MSMs' window cap (:func:`plan_with_window`)
+        self.together = together  # the queries streamed in one pass (H first), or None
 
     def h_step(self, a: Any, b: Any, c: Any, **kw: Any) -> Any:
         args = {**self.device.kernel_args("ntt_scratch"), "overwrite_inputs": True, **kw}
@@ -79,6 +89,13 @@ class BoundBackend:
     def msm(self, points: Any, scalars: Any, **kw: Any) -> Any:
         args = {**self.device.kernel_args("msm_scratch"), "window_max": self.window_max, **kw}
         return self.backend.msm(points, scalars, **args)
+
+    def msm_many(self, points: list[Any], scalars: list[Any], **kw: Any) -> Any:
+        caps = [self.window_max] + [
+            min(self.window_max or COMPANION_WINDOW_MAX, COMPANION_WINDOW_MAX)
+        ] * (len(points) - 1)
+        args = {**self.device.kernel_args("msm_scratch"), "windows_max": caps, **kw}
+        return self.backend.msm_many(points, scalars, buffers=INTERLEAVE_BUFFERS, **args)
 
     def ntt(self, x: Any, **kw: Any) -> Any:
         return self.backend.ntt(x, **{**self.device.kernel_args("ntt_scratch"), **kw})
@@ -119,11 +136,13 @@ def cuda_footprint(
     streamed: dict[str, int],
     tuning: KernelTuning,
     window_max: int | None = None,
+    together: bool = False,
 ) -> Footprint:
     """``fp`` with each MSM's scratch from the GPU MSM's own formula (which depends on the
     kernels' settings); a query whose points are streamed from host (``streamed``: query ->
     chunk points) counts its two chunk buffers and its buckets at a window of at most
-    ``window_max`` (default: the whole query's, uncapped)."""
+    ``window_max`` (default: the whole query's, uncapped). ``together``: the streamed queries'
+    MSMs run in one pass (:func:`interleaved_bytes`), under the key ``"together"``."""
 
     msm = {}
     for q, m in sizes.items():
@@ -133,7 +152,47 @@ def cuda_footprint(
             msm[q] = host_scratch_bytes(m, chunk, c, tuning=tuning)
         else:
             msm[q] = scratch_bytes(m, tuning=tuning)
+    if together:
+        msm[TOGETHER] = interleaved_bytes(sizes, streamed, tuning, window_max)
     return Footprint(u=fp.u, msm=msm, margin=fp.margin)
+
+
+def can_interleave(streamed: dict[str, int], tuning: KernelTuning) -> bool:
+    """Whether the streamed MSMs may run in one pass: H among them with at least one other
+    (the point is to hide the copy-bound queries' copies under H's sums), buckets kept per
+    query, and not switched off (``PROVETOP_MSM_HOST_INTERLEAVE``)."""
+    return (
+        "h" in streamed
+        and len(streamed) >= 2
+        and tuning.msm_host_buckets == "query"
+        and tuning.msm_host_interleave == "on"
+    )
+
+
+def interleaved_order(streamed: dict[str, int]) -> list[str]:
+    """The streamed queries of a joint pass, H first, then the others in pipeline order."""
+    return ["h", *(q for q in streamed if q != "h")]
+
+
+def interleaved_bytes(
+    sizes: dict[str, int], streamed: dict[str, int], tuning: KernelTuning, window_max: int | None
+) -> int:
+    """Device bytes of the joint pass (:func:`kernels.cuda.msm.many_scratch_bytes`): H at a
+    window of at most ``window_max``, the others at most COMPANION_WINDOW_MAX, with
+    INTERLEAVE_BUFFERS chunk buffers."""
+    qs = interleaved_order(streamed)
+    chunk = max(streamed.values())
+    windows = []
+    for q in qs:
+        cap = (
+            window_max
+            if q == "h"
+            else min(window_max or COMPANION_WINDOW_MAX, COMPANION_WINDOW_MAX)
+        )
+        windows.append(stream_window_bits(sizes[q], cap, -(-sizes[q] // chunk)))
+    return many_scratch_bytes(
+        [sizes[q] for q in qs], chunk, windows, INTERLEAVE_BUFFERS, tuning=tuning
+    )
 
 
 def window_floor(streamed: dict[str, int], tuning: KernelTuning) -> int:
@@ -141,6 +200,17 @@ def window_floor(streamed: dict[str, int], tuning: KernelTuning) -> int:
     (:func:`kernels.cuda.msm.stream_window_floor` of the largest chunk): no plan needs more
     memory with the buckets kept per query than with a bucket array per chunk."""
     return stream_window_floor(max(streamed.values(), default=1), tuning)
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """A device's memory plan with how its streamed MSMs run: ``window_max`` caps their window
+    (None: no query is streamed), ``together``: in one interleaved pass."""
+
+    footprint: Footprint
+    plan: MemoryPlan
+    window_max: int | None = None
+    together: bool = False
 
 
 def plan_with_window(
@@ -152,36 +222,41 @@ def plan_with_window(
     z: int,
     tables: int,
     device: str = "device",
-) -> tuple[Footprint, MemoryPlan, int | None]:
-    """(footprint, plan, window cap) for a device with ``free`` bytes: the largest cap on the
-    streamed MSMs' window whose bucket arrays still leave the plan as fast as at the floor
-    (:func:`window_floor`; the same slots, the aux scalars where they were, the twiddle table
-    kept if it was). Why: a larger window is fewer windows of additions per point (12 at
-    c = 22 against 15 at 18 for 2^27 points), but its buckets (192 bytes each, W 2^(c-1) of
-    them: 4.5 GiB at c = 22) must not push the H step onto a slower plan. No streamed query:
-    cap None. :class:`engine.memory_plan.PlanError` when no plan fits even at the floor."""
+) -> StreamPlan:
+    """The memory plan for a device with ``free`` bytes, and how its streamed MSMs run: the
+    plan of the floor's window (:func:`window_floor`) run one query after the other is the
+    reference; among the variants whose plan is as fast (the same slots, the aux scalars where
+    they were, the twiddle table kept if it was), the first of: all streamed MSMs in one
+    interleaved pass at the largest cap, then one after the other at the largest cap. Why
+    this order: measured on the H200 (docs/performance-notes.md, 2026-12-02), the copy-bound
+    queries' ~700 ms of copies hide under H's sums only when they run together, which is
+    worth more than a bit of window (~7 % of H's sums); and a larger window is fewer windows
+    of additions per point, but its buckets (192 bytes each, W 2^(c-1) of them) must not push
+    the H step onto a slower plan. :class:`engine.memory_plan.PlanError` when no plan fits
+    even at the floor."""
     if not streamed:
         fp = cuda_footprint(base, sizes, streamed, tuning)
-        return fp, choose_plan(free, fp, z, tables, device=device), None
+        return StreamPlan(fp, choose_plan(free, fp, z, tables, device=device))
     floor = window_floor(streamed, tuning)
     top = max(stream_window_bits(sizes[q], None, -(-sizes[q] // streamed[q])) for q in streamed)
     fp = cuda_footprint(base, sizes, streamed, tuning, floor)
-    plan = choose_plan(free, fp, z, tables, device=device)
-    best = (fp, plan, floor)
+    reference = choose_plan(free, fp, z, tables, device=device)
 
     def rank(p: MemoryPlan) -> tuple[int, bool, bool]:
         return (p.slots, p.z_with_h, not p.release_tables)
 
-    for cap in range(floor + 1, top + 1):
-        fp_c = cuda_footprint(base, sizes, streamed, tuning, cap)
-        try:
-            plan_c = choose_plan(free, fp_c, z, tables, device=device)
-        except PlanError:
-            break
-        if rank(plan_c) < rank(plan):
-            break
-        best = (fp_c, plan_c, cap)
-    return best
+    modes = (True, False) if can_interleave(streamed, tuning) else (False,)
+    for together in modes:
+        for cap in range(top, floor - 1, -1):
+            fp_c = cuda_footprint(base, sizes, streamed, tuning, cap, together)
+            try:
+                plan_c = choose_plan(free, fp_c, z, tables, device=device)
+            except PlanError:
+                continue
+            if rank(plan_c) < rank(reference) or (together and not plan_c.z_with_h):
+                continue
+            return StreamPlan(fp_c, plan_c, cap, together)
+    return StreamPlan(fp, reference, floor)
 
 
 class HostSrs:
@@ -370,12 +445,13 @@ class CudaRun:
             free, _total = device.mem_info()
             z, tables = aux_scalar_bytes(ctx.sizes), twiddle_bytes(ctx.config.domain_log)
             where = f"device {device.index}"
-            fp, plan, window_max = plan_with_window(
-                free, ctx.footprint, sizes, streamed, kt, z, tables, where
-            )
-            emit_plan(ctx.bus, device, plan, fp, window_max)
-        else:  # naive: the floor's window, the smallest bucket arrays
+            chosen = plan_with_window(free, ctx.footprint, sizes, streamed, kt, z, tables, where)
+            fp, plan = chosen.footprint, chosen.plan
+            window_max, together = chosen.window_max, chosen.together
+            emit_plan(ctx.bus, device, plan, fp, window_max, together)
+        else:  # naive: the floor's window, the smallest bucket arrays, one query at a time
             window_max = window_floor(streamed, kt) if streamed else None
+            together = False
             fp = cuda_footprint(ctx.footprint, sizes, streamed, kt, window_max)
         with self._lock:
             if plan.slots == 1:
@@ -390,7 +466,9 @@ class CudaRun:
         policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy
         return replace(
             ctx,
-            backend=BoundBackend(backend, device, window_max),
+            backend=BoundBackend(
+                backend, device, window_max, interleaved_order(streamed) if together else None
+            ),
             srs=srs,
             footprint=fp,
             policy=policy,
@@ -453,14 +531,21 @@ def startup_plan_inputs(
 
 
 def emit_plan(
-    bus: Any, device: Any, plan: MemoryPlan, fp: Footprint, window_max: int | None = None
+    bus: Any,
+    device: Any,
+    plan: MemoryPlan,
+    fp: Footprint,
+    window_max: int | None = None,
+    together: bool = False,
 ) -> None:
     """The device's plan as an ``alloc`` event of the run (site ``plan``; proof, partition
     and worker -1, as the SRS placement's), so the dashboard and the recording show it, with
-    the streamed MSMs' window cap where any query is streamed."""
+    the streamed MSMs' window cap where any query is streamed, and whether they run in one
+    interleaved pass."""
     reason = f"memory plan {plan.reason}"
     if window_max:
-        reason += f"; streamed MSMs at a window of at most {window_max} bits"
+        how = "in one interleaved pass" if together else "one after the other"
+        reason += f"; streamed MSMs {how}, at a window of at most {window_max} bits"
     bus.emit(
         "alloc",
         proof=-1,

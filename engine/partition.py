@@ -202,6 +202,15 @@ class PartitionOps(Protocol):
         witness z (a device copy may be started here; :meth:`wait_for_scalars` orders it)."""
         ...
 
+    def msm_together(self) -> list[str]:
+        """The queries whose MSMs run in one interleaved pass (H first; phase
+        ``msm_interleaved``), or none: each in its own phase."""
+        ...
+
+    def msm_many(self, queries: list[str], scalars: dict[str, Any]) -> dict[str, Any]:
+        """The MSMs of ``queries`` in one pass (:meth:`msm_together`), results by query."""
+        ...
+
     def wait_for_scalars(self, query: str) -> None:
         """Called before each MSM's phase begins: the MSM of ``query`` may only start once
         its scalars are on the device."""

@@ -116,6 +116,13 @@ class CpuPartition:
     def msm(self, query: str, scalars: Any) -> Any:
         return self.ctx.backend.msm(self.ctx.srs.points[query], scalars)
 
+    def msm_together(self) -> list[str]:
+        """None: the reference MSMs have no copies to hide."""
+        return []
+
+    def msm_many(self, queries: list[str], scalars: dict[str, Any]) -> dict[str, Any]:
+        return {q: self.msm(q, scalars[q]) for q in queries}
+
     def check_sums(self, att: Attempt, w: Witness, h: Any) -> dict[str, int]:
         raise NotImplementedError("ops with checks_on_device provide the device sums")
 

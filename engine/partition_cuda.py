@@ -42,7 +42,9 @@ from kernels.cuda.host_pinned import pinned_empty, take_fallbacks
 from kernels.layout import g1_from_limbs
 from recordings.schema import PHASES
 
-GPU_PHASES = frozenset({"check_inputs", "h_step", *MSM_PHASES.values(), "check_sums"})
+GPU_PHASES = frozenset(
+    {"check_inputs", "h_step", *MSM_PHASES.values(), "msm_interleaved", "check_sums"}
+)
 # copies host -> device: their gpu_ms is the copies' own time from upload-stream events (the
 # phases also allocate and wait for the compute stream)
 COPY_PHASES = frozenset(p.name for p in PHASES.values() if p.upload)
@@ -283,6 +285,23 @@ class CudaPartition:
 
     def msm(self, query: str, scalars: Any) -> Any:
         return self.ctx.backend.msm(self.ctx.srs.points[query], scalars)
+
+    def msm_together(self) -> list[str]:
+        """The streamed queries, H first, where the device's plan runs them in one pass
+        (``engine.cuda_pipeline.plan_with_window``)."""
+        together = getattr(self.ctx.backend, "together", None)
+        return list(together) if (self.real and together) else []
+
+    def msm_many(self, queries: list[str], scalars: dict[str, Any]) -> dict[str, Any]:
+        """One interleaved pass; the queries other than H wait for the aux scalars' upload
+        only before their own first chunk, so H's first chunks run under that upload."""
+        z_ready = self._z_ready
+        ready = [None if q == "h" else z_ready for q in queries]
+        points = [self.ctx.srs.points[q] for q in queries]
+        out = self.ctx.backend.msm_many(points, [scalars[q] for q in queries], ready=ready)
+        if any(q != "h" for q in queries):
+            self._z_ready = None  # the compute stream has waited for it
+        return dict(zip(queries, out, strict=True))
 
     def check_h(self, att: Attempt, h: Any) -> int:
         """<h, tau^i> from H's device copy, before a plan with the aux scalars after H gives

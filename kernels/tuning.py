@@ -102,6 +102,7 @@ class KernelTuning:
     # device buffer (two buffers) plus the chunk's own scratch (~1 GiB at a 2^22 chunk)
     msm_host_chunk: int = 1 << 22
     msm_host_buckets: str = "query"
+    msm_host_interleave: str = "on"
     cubin_dir: str = ""  # empty: the package's own prebuilt folder
     commit: str = ""  # empty: ``git rev-parse HEAD`` where git is there
 
@@ -204,6 +205,15 @@ SETTINGS: tuple[Setting, ...] = (
         "how an MSM whose points stream from host memory sums its chunks: into one bucket "
         "array of the whole query with the query's window, reduced once (`query`), or each "
         "chunk as an MSM of its own with the chunk's window (`chunk`)",
+    ),
+    Setting(
+        "PROVETOP_MSM_HOST_INTERLEAVE",
+        "msm_host_interleave",
+        choice("PROVETOP_MSM_HOST_INTERLEAVE", ON_OFF),
+        "`on` (default), `off`",
+        "whether the engine streams the MSMs of every host-resident query in one pass, their "
+        "chunks interleaved (where the memory plan has room for all their buckets at once), "
+        "or one query after the other",
     ),
     Setting(
         "PROVETOP_CUBIN_DIR",

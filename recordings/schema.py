@@ -54,6 +54,9 @@ PHASES: dict[str, Phase] = {
         Phase("msm_l", "msm", gpu=True),
         Phase("msm_a", "msm", gpu=True),
         Phase("msm_b_g1", "msm", gpu=True),
+        # the streamed queries' MSMs in one pass, their chunks interleaved (H's sums hide the
+        # copies of the others): replaces their msm_* phases where the memory plan allows it
+        Phase("msm_interleaved", "msm", gpu=True),
         Phase("check_sums", "check", gpu=True),
         Phase("copy_back", "copy_back", gpu=True),
         Phase("verify", "host"),

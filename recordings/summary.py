@@ -148,6 +148,7 @@ _SHORT = {
     "msm_l": "msm_l",
     "msm_a": "msm_a",
     "msm_b_g1": "msm_bg1",
+    "msm_interleaved": "msm_il",
     "check_sums": "chk_sum",
     "copy_back": "copy",
     "verify": "verify",

@@ -246,6 +246,43 @@ class CudaBackend:
             pts = self._device(points, "msm points")
             return msm.msm(pts, sc, stream=s, allocator=alloc, tuning=self.tuning)
 
+    def msm_many(
+        self,
+        points: list[Any],
+        scalars: list[Any],
+        *,
+        stream: Any = None,
+        allocator: Any = None,
+        windows_max: list[int | None] | None = None,
+        ready: list[Any] | None = None,
+        buffers: int = 4,
+    ) -> list[np.ndarray]:
+        """Several MSMs whose points are all in (pinned) host memory, streamed together
+        (:func:`kernels.cuda.msm.msm_host_points_many`: their chunks interleaved through
+        ``buffers`` device buffers, so that the copies of the copy-bound queries run under
+        the sums of the compute-bound one). ``windows_max``: each query's window cap;
+        ``ready``: per query, an event its scalars' upload records, or None."""
+        k = len(points)
+        caps = windows_max or [None] * k
+        events = ready or [None] * k
+        alloc = self._host_default(allocator, *points, *scalars)
+        with on_stream(stream, alloc) as s:
+            jobs = []
+            for pts, sc, cap, ev in zip(points, scalars, caps, events, strict=True):
+                if not is_host(pts):
+                    raise ValueError("msm_many streams host points only")
+                pts = pts if pts.dtype == np.uint64 else np.asarray(pts, np.uint64)
+                dsc = self._device(sc, "msm scalars")
+                jobs.append(msm.StreamedQuery(pts, dsc, window_max=cap, ready=ev))
+            return msm.msm_host_points_many(
+                jobs,
+                chunk=self.host_chunk,
+                stream=s,
+                allocator=alloc,
+                buffers=buffers,
+                tuning=self.tuning,
+            )
+
     def srs(self, secrets: Any, *, stream: Any = None, allocator: Any = None) -> Any:
         """P_i = [s_i]G. Host secrets give host points, generated in device round trips of
         at most :data:`SRS_HOST_CHUNK` points (the device never holds a whole 2^27 query)."""

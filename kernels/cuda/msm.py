@@ -63,6 +63,16 @@ MERGE_MULS = 14
 # 0.96 at 18, 2.0 at 4); a query with few non-trivial scalars loses nothing measurable at 12
 # (21 windows of 2^11 buckets to reduce once).
 STREAM_MIN_WINDOW = 12
+# The window cap of the copy-bound queries streamed together with H (msm_host_points_many):
+# their bucket arrays are alive beside H's, so they are kept small. A 4 %-dense witness query
+# (5.2 M non-trivial scalars of 130 M in 31 chunks) picks c = 14 by the model anyway; a dense
+# one would lose ~19 % of its (copy-hidden) sums at 16 against its best window (19), and its
+# two arrays take 192 MiB at 16 against 720 at 18.
+COMPANION_WINDOW_MAX = 16
+# Chunk buffers of a joint streamed MSM: H's chunk (~40 ms of sums at 2^22 points) is followed
+# by about two copy-bound chunks (~7 ms of copy each, 3 ms of sums), so the copy stream must run
+# three chunks ahead of the sums to stay busy under H's: four buffers.
+INTERLEAVE_BUFFERS = 4
 # Affine pairing passes (msm.cuh, 4a): each output costs ~6M + (one inversion) / NB, and one Fermat
 # inversion is ~575M (384 squarings, ~190 products), so NB = 512 elements per batch leave ~1.1M per
 # addition against 10M for an XYZZ mixed addition. A pass can pay only with enough pairs to give
@@ -882,10 +892,18 @@ class _StreamingKit:
         def event() -> Any:
             return cupy.cuda.Event(disable_timing=True)
 
+        self._event = event
         self.copy_stream = cupy.cuda.Stream(non_blocking=True)
         self.allocated, self.drained = event(), event()
-        self.uploaded = [event(), event()]  # one per chunk buffer
-        self.consumed = [event(), event()]
+        self.uploaded: list[Any] = []  # one per chunk buffer
+        self.consumed: list[Any] = []
+        self.buffers(2)
+
+    def buffers(self, count: int) -> None:
+        """Make sure there are events for ``count`` chunk buffers (made once, then kept)."""
+        while len(self.uploaded) < count:
+            self.uploaded.append(self._event())
+            self.consumed.append(self._event())
 
 
 _kits = threading.local()
@@ -925,36 +943,178 @@ def msm_host_points(
     reduced once at the end; ``"chunk"`` sums each chunk as an MSM of its own (window of the
     chunk, a bucket reduction per chunk) and adds the window sums: what streamed MSMs did
     before, kept for A/B runs. Device memory: :func:`host_scratch_bytes`."""
+    if tuning.msm_host_buckets == "chunk":
+        return _msm_host_points_per_chunk(
+            points, scalars, chunk, stream, allocator, window_bits, tuning
+        )
+    job = StreamedQuery(points, scalars, window_bits=window_bits, window_max=window_max)
+    return msm_host_points_many(
+        [job], chunk=chunk, stream=stream, allocator=allocator, buffers=2, tuning=tuning
+    )[0]
+
+
+@dataclass
+class StreamedQuery:
+    """One MSM of :func:`msm_host_points_many`: host ``points``, device ``scalars``, its
+    window (``window_bits``) or the cap on it (``window_max``), and ``ready``: a CUDA event
+    its scalars' upload records (the compute stream waits for it before the query's first
+    chunk, not before the whole call)."""
+
+    points: np.ndarray
+    scalars: Any
+    window_bits: int | None = None
+    window_max: int | None = None
+    ready: Any = None
+
+
+def interleave_order(chunks: list[int]) -> list[tuple[int, int]]:
+    """(query, chunk) in the order a joint streamed MSM takes them: each query's chunks spread
+    evenly over the run (chunk k of a query of K chunks at (k + 1/2) / K; ties in query order).
+    Why: the dense H query is compute-bound (~40 ms of sums per 2^22-point chunk against ~7 ms
+    of copy) and the ones-heavy L, A, B-G1 are copy-bound (~3 ms of sums), so putting the
+    copy-bound chunks between H's lets their copies run under H's sums."""
+    keys = [((k + 0.5) / n, q, k) for q, n in enumerate(chunks) for k in range(n)]
+    return [(q, k) for _, q, k in sorted(keys)]
+
+
+def many_scratch_bytes(
+    sizes: list[int],
+    chunk: int,
+    windows: list[int],
+    buffers: int = 2,
+    *,
+    tuning: KernelTuning = DEFAULT_TUNING,
+) -> int:
+    """Peak device bytes of :func:`msm_host_points_many` for queries of ``sizes`` points at
+    windows of at most ``windows``: ``buffers`` point buffers of ``chunk`` rows, each query's
+    bucket arrays (the kept one, and the one its later chunks are summed into), and one
+    chunk's :func:`scratch_bytes` at the largest window any query may take (which counts a
+    bucket array more than needed: the bound errs on the safe side)."""
+    m = max(1, min(max(sizes, default=1), chunk))
+    lo = min(STREAM_MIN_WINDOW, *windows) if windows else STREAM_MIN_WINDOW
+    top = max(windows, default=lo)
+    arrays = sum(
+        192 * make_plan(m, w).K * (2 if n > chunk else 1)
+        for n, w in zip(sizes, windows, strict=True)
+    )
+    sort = max(scratch_bytes(m, w, tuning=tuning) for w in range(lo, top + 1))
+    return buffers * m * 96 + arrays + sort
+
+
+def msm_host_points_many(
+    jobs: list[StreamedQuery],
+    *,
+    chunk: int = 1 << 22,
+    stream: Any = None,
+    allocator: Any = None,
+    buffers: int = 2,
+    tuning: KernelTuning = DEFAULT_TUNING,
+) -> list[np.ndarray]:
+    """Several streamed MSMs in one pass (the results in ``jobs`` order): every query keeps its
+    bucket arrays (:func:`msm_host_points`, ``"query"``), and their chunks go up through
+    ``buffers`` device buffers on one copy stream in :func:`interleave_order`, the copy stream
+    running up to ``buffers`` - 1 chunks ahead of the sums. With one query and two buffers this
+    is :func:`msm_host_points`. Device memory: :func:`many_scratch_bytes`."""
+    cupy = require_cupy()
+    ns = [_check_inputs(j.points, j.scalars) for j in jobs]
+    mod = kernels(tuning)
+    chunk = max(1, min(chunk, max(ns, default=1) or 1))
+    with on_stream(stream, allocator) as s:
+        windows, plans, kept, parts = [], [], [], []
+        for j, n in zip(jobs, ns, strict=True):
+            chunks = -(-n // chunk) if n else 1
+            c = j.window_bits or stream_window_bits(
+                tail_count(j.scalars) if n else 0, j.window_max, chunks
+            )
+            p = make_plan(chunk, c)
+            windows.append(c)
+            plans.append(p)
+            kept.append(cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64))
+            parts.append(cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64) if n > chunk else None)
+        order = interleave_order([-(-n // chunk) for n in ns])
+        kit = _streaming_kit(cupy)
+        nb = max(1, min(buffers, len(order)))
+        kit.buffers(nb)
+        copy_stream = kit.copy_stream
+        bufs = [cupy.empty((chunk, 12), dtype=np.uint64) for _ in range(nb)]
+        # The buffers come from the allocator in the order of the compute stream; with a
+        # stream-ordered pool they may be memory a kernel still queued there has just freed.
+        # The copy stream must not write them before that work is done.
+        kit.allocated.record(s)
+        copy_stream.wait_event(kit.allocated)
+        uploaded, consumed = kit.uploaded, kit.consumed
+
+        def upload(i: int) -> None:
+            q, k = order[i]
+            lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
+            b = i % nb
+            if i >= nb:
+                copy_stream.wait_event(consumed[b])  # the sums of chunk i - nb are done with it
+            bufs[b][: hi - lo].set(jobs[q].points[lo:hi], stream=copy_stream)
+            uploaded[b].record(copy_stream)
+
+        started = [False] * len(jobs)
+        try:
+            for i in range(min(nb - 1, len(order))):
+                upload(i)
+            for i, (q, k) in enumerate(order):
+                if i + nb - 1 < len(order):
+                    upload(i + nb - 1)
+                b = i % nb
+                if not started[q]:
+                    started[q] = True
+                    if jobs[q].ready is not None:
+                        s.wait_event(jobs[q].ready)
+                s.wait_event(uploaded[b])
+                lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
+                pts, sc = bufs[b][: hi - lo], jobs[q].scalars[lo:hi]
+                p = plans[q]
+                target = kept[q] if k == 0 else parts[q]
+                accumulate_buckets(mod, pts, sc, p, target, s, tuning)
+                consumed[b].record(s)
+                if k > 0:
+                    mod.launch("xyzz_merge", p.K, (kept[q], parts[q], _u32(p.K)), s)
+        finally:
+            # The buffers are freed in the compute stream's order as this block ends. After an
+            # error part-way, a copy may still be queued into one of them on the copy stream,
+            # which nothing else waits for: the compute stream waits for it here.
+            kit.drained.record(copy_stream)
+            s.wait_event(kit.drained)
+        bufs.clear()  # the chunk buffers go back before the reductions allocate
+        parts.clear()
+        sums = []
+        for q in range(len(jobs)):
+            sums.append(reduce_buckets(mod, kept[q], plans[q], s))
+            kept[q] = None
+        host = [x.get(stream=s) for x in sums]
+    return [combine_windows(h, c) for h, c in zip(host, windows, strict=True)]
+
+
+def _msm_host_points_per_chunk(
+    points: np.ndarray,
+    scalars: Any,
+    chunk: int,
+    stream: Any,
+    allocator: Any,
+    window_bits: int | None,
+    tuning: KernelTuning,
+) -> np.ndarray:
+    """:func:`msm_host_points` with ``msm_host_buckets = "chunk"``: each chunk an MSM of its
+    own at the chunk's window, the window sums added up."""
     cupy = require_cupy()
     n = _check_inputs(points, scalars)
     mod = kernels(tuning)
     chunk = max(1, min(chunk, n or 1))
-    per_chunk = tuning.msm_host_buckets == "chunk"
     with on_stream(stream, allocator) as s:
-        if window_bits:
-            c = window_bits
-        elif per_chunk:
-            c = choose_window_bits(chunk)
-        else:
-            chunks = -(-n // chunk) if n else 1
-            c = stream_window_bits(tail_count(scalars) if n else 0, window_max, chunks)
-        p = make_plan(chunk, c)
+        c = window_bits or choose_window_bits(chunk)
+        W = num_windows(c)
         kit = _streaming_kit(cupy)
         copy_stream = kit.copy_stream
         bufs = [cupy.empty((chunk, 12), dtype=np.uint64) for _ in range(min(2, -(-n // chunk)))]
-        # The buffers come from the allocator in the order of the compute stream; with a
-        # stream-ordered pool they may be memory a kernel still queued there has just freed.
-        # The copy stream must not write them before that work is done.
-        allocated = kit.allocated
-        allocated.record(s)
-        copy_stream.wait_event(allocated)
+        kit.allocated.record(s)  # see msm_host_points_many
+        copy_stream.wait_event(kit.allocated)
         uploaded, consumed = kit.uploaded, kit.consumed
-        if per_chunk:
-            acc = cupy.zeros((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
-        part = None
-        if not per_chunk:  # the query's buckets; the later chunks' own, merged into them
-            acc = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
-            part = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64) if n > chunk else None
+        acc = cupy.zeros((W + 1, XYZZ_WORDS), dtype=np.uint64)
         starts = list(range(0, n, chunk))
 
         def upload(k: int) -> None:
@@ -974,31 +1134,14 @@ def msm_host_points(
                 hi = min(lo + chunk, n)
                 j = k % len(bufs)
                 s.wait_event(uploaded[j])
-                pts, sc = bufs[j][: hi - lo], scalars[lo:hi]
-                if per_chunk:
-                    part = window_sums(pts, sc, c, s, tuning=tuning)
-                    consumed[j].record(s)
-                    both = cupy.stack([acc, part], axis=1)  # (W+1, 2, 24): [acc_w, part_w]
-                    args = (both, _u32(p.W + 1), _u32(2), _u32(2), _u32(1), acc)
-                    mod.launch("xyzz_sum_groups", p.W + 1, args, s)
-                elif k == 0:
-                    accumulate_buckets(mod, pts, sc, p, acc, s, tuning)
-                    consumed[j].record(s)
-                else:
-                    accumulate_buckets(mod, pts, sc, p, part, s, tuning)
-                    consumed[j].record(s)
-                    mod.launch("xyzz_merge", p.K, (acc, part, _u32(p.K)), s)
+                part = window_sums(bufs[j][: hi - lo], scalars[lo:hi], c, s, tuning=tuning)
+                consumed[j].record(s)
+                both = cupy.stack([acc, part], axis=1)  # (W+1, 2, 24): [acc_w, part_w]
+                args = (both, _u32(W + 1), _u32(2), _u32(2), _u32(1), acc)
+                mod.launch("xyzz_sum_groups", W + 1, args, s)
         finally:
-            # The buffers are freed in the compute stream's order as this block ends. After an
-            # error part-way, a copy may still be queued into one of them on the copy stream,
-            # which nothing else waits for: the compute stream waits for it here.
-            drained = kit.drained
-            drained.record(copy_stream)
-            s.wait_event(drained)
-        bufs.clear()  # the chunk buffers go back before the reduction allocates
-        part = None
-        if not per_chunk:
-            acc = reduce_buckets(mod, acc, p, s)
+            kit.drained.record(copy_stream)
+            s.wait_event(kit.drained)
         sums = acc.get(stream=s)
     return combine_windows(sums, c)
 
@@ -1010,7 +1153,13 @@ __all__ = [
     "kernels",
     "make_plan",
     "msm",
+    "COMPANION_WINDOW_MAX",
+    "INTERLEAVE_BUFFERS",
+    "StreamedQuery",
+    "interleave_order",
+    "many_scratch_bytes",
     "msm_host_points",
+    "msm_host_points_many",
     "num_windows",
     "scratch_bytes",
     "sort_entries",

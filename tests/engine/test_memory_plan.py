@@ -9,6 +9,8 @@ the partition's own footprint, so each plan is the only one that fits.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from engine.allocator import footprint
@@ -16,6 +18,7 @@ from engine.config import from_preset
 from engine.cuda_pipeline import aux_scalar_bytes, cuda_footprint, plan_with_window, window_floor
 from engine.memory_plan import (
     OPERAND_BYTES,
+    TOGETHER,
     MemoryPlan,
     PlanError,
     choose_plan,
@@ -65,45 +68,66 @@ def test_the_fastest_plan_that_fits_is_chosen(free_gib, slots, z_with_h, release
     assert plan.name in plan.reason
 
 
-@pytest.mark.parametrize("free_gib", [5.5, 8.3, 9.5, 11.0, 13.0, 15.2, 17.0, 20.0, 40.0])
-def test_the_window_cap_grows_with_memory_but_never_slows_the_plan(free_gib):
-    """The streamed MSMs' window cap: the largest whose buckets leave the plan of the floor's
-    window unchanged; more memory never gives a smaller cap."""
+@pytest.mark.parametrize("free_gib", [5.5, 8.3, 9.5, 11.0, 13.0, 13.35, 15.2, 17.0, 20.0, 40.0])
+@pytest.mark.parametrize("interleave", ["on", "off"])
+def test_the_streamed_msms_never_slow_the_plan(free_gib, interleave):
+    """How the streamed MSMs run is chosen only among variants whose plan is as fast as the
+    floor's window run one query at a time; more memory never gives a smaller cap in the same
+    mode; one interleaved pass only beside H's aux scalars, with its bytes in the footprint;
+    and where the cap stops short of what the rule wants, one more bit would slow the plan."""
+    tuning = replace(DEFAULT_TUNING, msm_host_interleave=interleave)
     sizes = query_sizes(27)
     base = footprint(27, sizes)
     streamed = {q: 1 << 22 for q in sizes.as_dict()}
     z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
     free = int(free_gib * GiB)
-    fp, plan, cap = plan_with_window(
-        free, base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables
+    chosen = plan_with_window(free, base, sizes.as_dict(), streamed, tuning, z, tables)
+    fp, plan, cap = chosen.footprint, chosen.plan, chosen.window_max
+    floor = window_floor(streamed, tuning)
+    at_floor = choose_plan(
+        free, cuda_footprint(base, sizes.as_dict(), streamed, tuning, floor), z, tables
     )
-    floor_fp = cuda_footprint(
-        base, sizes.as_dict(), streamed, DEFAULT_TUNING, window_floor(streamed, DEFAULT_TUNING)
-    )
-    at_floor = choose_plan(free, floor_fp, z, tables)
-    assert (plan.slots, plan.z_with_h, plan.release_tables) == (
-        at_floor.slots,
-        at_floor.z_with_h,
-        at_floor.release_tables,
-    )
+
+    def rank(p):
+        return (p.slots, p.z_with_h, not p.release_tables)
+
+    assert rank(plan) == rank(at_floor)
     top = stream_window_bits(sizes.h, None, -(-sizes.h // (1 << 22)))  # what the rule wants
-    assert plan.need <= free and window_floor(streamed, DEFAULT_TUNING) <= cap <= top
-    assert fp.msm["h"] >= floor_fp.msm["h"]
-    more = plan_with_window(
-        free + 4 * GiB, base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables
-    )
-    assert more[2] >= cap
+    assert plan.need <= free and floor <= cap <= top
+    assert (TOGETHER in fp.msm) == chosen.together
+    if chosen.together:
+        assert interleave == "on" and plan.z_with_h
+    else:  # with the same cap, one pass would have slowed the plan (or off, or no room)
+        if interleave == "on" and at_floor.z_with_h:
+            for c in range(floor, top + 1):
+                fp_t = cuda_footprint(base, sizes.as_dict(), streamed, tuning, c, True)
+                try:
+                    assert rank(choose_plan(free, fp_t, z, tables)) < rank(at_floor)
+                except PlanError:
+                    pass
+        more = plan_with_window(free + 4 * GiB, base, sizes.as_dict(), streamed, tuning, z, tables)
+        assert more.together or more.window_max >= cap
     if cap < top:  # one more bit would have slowed the plan, or not fitted at all
-        up = cuda_footprint(base, sizes.as_dict(), streamed, DEFAULT_TUNING, cap + 1)
+        up = cuda_footprint(base, sizes.as_dict(), streamed, tuning, cap + 1, chosen.together)
         try:
-            p_up = choose_plan(free, up, z, tables)
+            assert rank(choose_plan(free, up, z, tables)) < rank(plan)
         except PlanError:
-            return
-        assert (p_up.slots, p_up.z_with_h, not p_up.release_tables) < (
-            plan.slots,
-            plan.z_with_h,
-            not plan.release_tables,
-        )
+            pass
+
+
+def test_a_16gib_card_runs_the_streamed_msms_in_one_pass_and_an_8gib_one_in_turn():
+    """The H200's free bytes under --device-memory 16GiB and 8GiB (from the plans recorded on
+    2026-12-02): 16 GiB runs the four streamed MSMs in one pass; 8 GiB (the aux scalars after H)
+    one at a time."""
+    sizes = query_sizes(27)
+    base = footprint(27, sizes)
+    streamed = {q: 1 << 22 for q in sizes.as_dict()}
+    z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
+    args = (base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables)
+    at16 = plan_with_window(int(13.35 * GiB), *args)
+    assert at16.together and at16.plan.slots == 3 and at16.window_max >= 19
+    at8 = plan_with_window(int(5.5 * GiB), *args)
+    assert not at8.together and not at8.plan.z_with_h
 
 
 def test_too_small_a_device_names_the_memory_it_would_need():
@@ -228,3 +252,22 @@ def test_aux_scalars_after_h_go_up_only_once_h_is_freed(monkeypatch):
     done = [e for e in events if e["k"] == "partition_done"]
     assert [e["ok"] for e in done] == [True, True] and all(e["verified"] for e in done)
     assert calls == [(True, True, True)] * 2
+
+
+def test_msms_in_one_pass_complete_every_partition_exactly(monkeypatch):
+    """The driver's one-pass branch (phase ``msm_interleaved`` in place of the four msm_*
+    phases), run on the cpu ops told to take it: every partition verified, the phase
+    recorded, and the summary reads it."""
+    from engine.partition_cpu import CpuPartition
+    from recordings.state import State
+    from recordings.summary import format_summary, summarize_state
+
+    monkeypatch.setattr(CpuPartition, "msm_together", lambda self: ["h", "l", "a", "b_g1"])
+    cfg = from_preset("ci", partitions=3, workers_per_device=2, allocator="aware", verify="always")
+    engine, events = run_engine(cfg)
+    done = [e for e in events if e["k"] == "partition_done"]
+    assert [e["ok"] for e in done] == [True] * 3 and all(e["verified"] for e in done)
+    phases = {e["phase"] for e in events if e["k"] == "phase_end"}
+    assert "msm_interleaved" in phases and not phases & {"msm_h", "msm_l", "msm_a", "msm_b_g1"}
+    text = format_summary(summarize_state(State().fold(events)))
+    assert "msm_il" in text

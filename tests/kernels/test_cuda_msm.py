@@ -375,6 +375,41 @@ def test_host_streamed_buckets_kept_across_chunks(cp, poison, buckets: str, sett
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("buffers", [1, 2, 4])
+def test_host_streamed_queries_in_one_pass(cp, poison, buffers: int) -> None:
+    """Several streamed MSMs in one pass, their chunks interleaved through ``buffers`` device
+    buffers: each exact against the reference, whatever its size (one chunk, several, a short
+    last one), its scalars (dense, witness-like), its window cap, and an upload its first chunk
+    must wait for (scalars copied on another stream just before the call)."""
+    from kernels.cuda import msm as cuda_msm
+    from kernels.cuda.host_pinned import pinned_empty
+
+    rng = random.Random()
+    sizes = [rng.randrange(5000, 7000), rng.randrange(2000, 3000), 900]
+    pts_dev, pts = random_points(cp, max(sizes))
+    host = pinned_empty((max(sizes), 12))
+    host[:] = pts_dev.get()
+    side = cp.cuda.Stream(non_blocking=True)
+    jobs, wants = [], []
+    for q, n in enumerate(sizes):
+        ks = layout.random_fr(n, rng) if q == 0 else scalars_of("witness", n, rng)
+        limbs = np.ascontiguousarray(layout.fr_to_limbs(ks, montgomery=False))
+        sc = cp.empty(limbs.shape, dtype=cp.uint64)
+        ready = None
+        if q:  # uploaded on a side stream: the pass must wait before this query's first chunk
+            sc.set(limbs, stream=side)
+            ready = cp.cuda.Event(disable_timing=True)
+            ready.record(side)
+        else:
+            sc.set(limbs)
+        cap = (None, 13, 12)[q]
+        jobs.append(cuda_msm.StreamedQuery(host[:n], sc, window_max=cap, ready=ready))
+        wants.append(cmsm.msm_fast(pts[:n], ks))
+    got = cuda_msm.msm_host_points_many(jobs, chunk=1500, allocator=poison, buffers=buffers)
+    assert [layout.g1_from_limbs(g)[0] for g in got] == wants
+
+
+@pytest.mark.gpu
 def test_host_streamed_calls_in_a_row_reuse_one_copy_stream_and_stay_exact(cp, poison) -> None:
     """Each thread makes its copy stream and events once (creating events waited for the
     running kernel on the H200); back-to-back calls with other chunkings, one of them

@@ -91,3 +91,28 @@ def test_streamed_window_weighs_the_additions_into_kept_buckets() -> None:
     assert cm.stream_window_bits(n, 17, 32) <= 17
     # more chunks never favour more buckets
     assert cm.stream_window_bits(n, None, 16) >= c32
+
+
+def test_interleave_order_takes_every_chunk_once_in_order_and_spread() -> None:
+    chunks = [32, 31, 31, 8]
+    order = cm.interleave_order(chunks)
+    assert sorted(order) == [(q, k) for q, n in enumerate(chunks) for k in range(n)]
+    for q, n in enumerate(chunks):  # each query's chunks in their own order
+        assert [k for qq, k in order if qq == q] == list(range(n))
+    # spread: no two chunks of the big query with more than 4 others between them
+    pos = [i for i, (q, _) in enumerate(order) if q == 0]
+    assert max(b - a for a, b in zip(pos, pos[1:], strict=False)) <= 5
+    assert cm.interleave_order([1]) == [(0, 0)] and cm.interleave_order([]) == []
+
+
+def test_one_pass_scratch_counts_every_query_buckets_and_the_buffers() -> None:
+    chunk = 1 << 22
+    sizes, windows = [1 << 27, 130_000_000, 33_000_000], [19, 16, 16]
+    one = cm.many_scratch_bytes(sizes, chunk, windows, 4)
+    assert one - cm.many_scratch_bytes(sizes, chunk, windows, 2) == 2 * chunk * 96
+    arrays = sum(2 * 192 * cm.make_plan(chunk, w).K for w in windows)
+    assert one >= 4 * chunk * 96 + arrays + cm.scratch_bytes(chunk, 19)
+    # a single query in one pass never needs less than msm_host_points' own bound
+    assert cm.many_scratch_bytes([1 << 27], chunk, [19]) >= cm.host_scratch_bytes(
+        1 << 27, chunk, 19
+    )
