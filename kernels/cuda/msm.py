@@ -967,13 +967,22 @@ class StreamedQuery:
     ready: Any = None
 
 
-def interleave_order(chunks: list[int]) -> list[tuple[int, int]]:
+def interleave_order(chunks: list[int], lead: int = 0) -> list[tuple[int, int]]:
     """(query, chunk) in the order a joint streamed MSM takes them: each query's chunks spread
-    evenly over the run (chunk k of a query of K chunks at (k + 1/2) / K; ties in query order).
-    Why: the dense H query is compute-bound (~40 ms of sums per 2^22-point chunk against ~7 ms
-    of copy) and the ones-heavy L, A, B-G1 are copy-bound (~3 ms of sums), so putting the
-    copy-bound chunks between H's lets their copies run under H's sums."""
-    keys = [((k + 0.5) / n, q, k) for q, n in enumerate(chunks) for k in range(n)]
+    evenly over the run (chunk k of a query of K chunks at (k + 1/2) / K; ties in query order),
+    the queries after the first starting only after its first ``lead`` chunks. Why: the dense
+    H query is compute-bound (~40 ms of sums per 2^22-point chunk against ~7 ms of copy) and
+    the ones-heavy L, A, B-G1 are copy-bound (~3 ms of sums), so putting the copy-bound chunks
+    between H's lets their copies run under H's sums; and a lead lets H's first chunks run
+    while the others' scalars are still going up (in the engine, 4.2 GB of them)."""
+    first = chunks[0] if chunks else 1
+    lead_at = min(lead, first) / first
+
+    def at(q: int, k: int, n: int) -> float:
+        x = (k + 0.5) / n
+        return x if q == 0 else lead_at + x * (1 - lead_at)
+
+    keys = [(at(q, k, n), q, k) for q, n in enumerate(chunks) for k in range(n)]
     return [(q, k) for _, q, k in sorted(keys)]
 
 
@@ -1008,13 +1017,19 @@ def msm_host_points_many(
     stream: Any = None,
     allocator: Any = None,
     buffers: int = 2,
+    lead: int = 0,
+    chunk_events: list | None = None,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> list[np.ndarray]:
     """Several streamed MSMs in one pass (the results in ``jobs`` order): every query keeps its
     bucket arrays (:func:`msm_host_points`, ``"query"``), and their chunks go up through
-    ``buffers`` device buffers on one copy stream in :func:`interleave_order`, the copy stream
-    running up to ``buffers`` - 1 chunks ahead of the sums. With one query and two buffers this
-    is :func:`msm_host_points`. Device memory: :func:`many_scratch_bytes`."""
+    ``buffers`` device buffers on one copy stream in :func:`interleave_order` (``lead``), the
+    copy stream running up to ``buffers`` - 1 chunks ahead of the sums. With one query and two
+    buffers this is :func:`msm_host_points`. Device memory: :func:`many_scratch_bytes`.
+    ``chunk_events``: for a probe, (start, end) CUDA event pairs made beforehand (making an
+    event can wait for the running kernel), one per chunk in the order taken; each chunk's
+    sums are recorded between them, after its waits, and the list gets (query, chunk, start,
+    end) rows in their place."""
     cupy = require_cupy()
     ns = [_check_inputs(j.points, j.scalars) for j in jobs]
     mod = kernels(tuning)
@@ -1031,7 +1046,10 @@ def msm_host_points_many(
             plans.append(p)
             kept.append(cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64))
             parts.append(cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64) if n > chunk else None)
-        order = interleave_order([-(-n // chunk) for n in ns])
+        order = interleave_order([-(-n // chunk) for n in ns], lead)
+        pairs = list(chunk_events) if chunk_events is not None else None
+        if pairs is not None:
+            chunk_events.clear()
         kit = _streaming_kit(cupy)
         nb = max(1, min(buffers, len(order)))
         kit.buffers(nb)
@@ -1069,11 +1087,16 @@ def msm_host_points_many(
                 lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
                 pts, sc = bufs[b][: hi - lo], jobs[q].scalars[lo:hi]
                 p = plans[q]
+                if pairs is not None:
+                    pairs[i][0].record(s)
                 target = kept[q] if k == 0 else parts[q]
                 accumulate_buckets(mod, pts, sc, p, target, s, tuning)
                 consumed[b].record(s)
                 if k > 0:
                     mod.launch("xyzz_merge", p.K, (kept[q], parts[q], _u32(p.K)), s)
+                if pairs is not None:
+                    pairs[i][1].record(s)
+                    chunk_events.append((q, k, *pairs[i]))
         finally:
             # The buffers are freed in the compute stream's order as this block ends. After an
             # error part-way, a copy may still be queued into one of them on the copy stream,

@@ -375,8 +375,8 @@ def test_host_streamed_buckets_kept_across_chunks(cp, poison, buckets: str, sett
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("buffers", [1, 2, 4])
-def test_host_streamed_queries_in_one_pass(cp, poison, buffers: int) -> None:
+@pytest.mark.parametrize(("buffers", "lead"), [(1, 0), (2, 0), (4, 0), (4, 2), (3, 99)])
+def test_host_streamed_queries_in_one_pass(cp, poison, buffers: int, lead: int) -> None:
     """Several streamed MSMs in one pass, their chunks interleaved through ``buffers`` device
     buffers: each exact against the reference, whatever its size (one chunk, several, a short
     last one), its scalars (dense, witness-like), its window cap, and an upload its first chunk
@@ -405,8 +405,17 @@ def test_host_streamed_queries_in_one_pass(cp, poison, buffers: int) -> None:
         cap = (None, 13, 12)[q]
         jobs.append(cuda_msm.StreamedQuery(host[:n], sc, window_max=cap, ready=ready))
         wants.append(cmsm.msm_fast(pts[:n], ks))
-    got = cuda_msm.msm_host_points_many(jobs, chunk=1500, allocator=poison, buffers=buffers)
+    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(sum(-(-n // 1500) for n in sizes))]
+    rows = list(events)
+    got = cuda_msm.msm_host_points_many(
+        jobs, chunk=1500, allocator=poison, buffers=buffers, lead=lead, chunk_events=rows
+    )
     assert [layout.g1_from_limbs(g)[0] for g in got] == wants
+    # every chunk once, each query's in order, in the pairs made beforehand
+    assert sorted((q, k) for q, k, _, _ in rows) == [
+        (q, k) for q, n in enumerate(sizes) for k in range(-(-n // 1500))
+    ]
+    assert [(a, b) for _, _, a, b in rows] == events
 
 
 @pytest.mark.gpu

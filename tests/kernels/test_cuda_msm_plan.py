@@ -103,6 +103,10 @@ def test_interleave_order_takes_every_chunk_once_in_order_and_spread() -> None:
     pos = [i for i, (q, _) in enumerate(order) if q == 0]
     assert max(b - a for a, b in zip(pos, pos[1:], strict=False)) <= 5
     assert cm.interleave_order([1]) == [(0, 0)] and cm.interleave_order([]) == []
+    # a lead: the first query's first chunks before any other's, every chunk still once
+    led = cm.interleave_order(chunks, lead=2)
+    assert led[:2] == [(0, 0), (0, 1)] and sorted(led) == sorted(order)
+    assert sorted(cm.interleave_order(chunks, lead=99)) == sorted(order)
 
 
 def test_one_pass_scratch_counts_every_query_buckets_and_the_buffers() -> None:
