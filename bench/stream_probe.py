@@ -14,7 +14,9 @@ after H waiting for it before their first chunk. The points are 2^22 real G1 poi
 the GPU and repeated through each query (the sums are not checked here: the GPU tests do that).
 
 Rows: each query on its own, in turn (what the engine runs where the plan has no room for the
-pass), then the pass for every ``--leads`` x ``--buffers``. Medians of ``--repeats``.
+pass), then the pass for every ``--leads`` x ``--buffers``, with z uploaded beside it on a
+side stream (``pass``) or by the pass itself after H's first chunks (``prelude``, what the
+engine does). Medians of ``--repeats``.
 
     PYTHONPATH=. python3 bench/stream_probe.py --log 27 --repeats 3 --out probe.json
 """
@@ -83,16 +85,18 @@ def run_once(cp: Any, ctx: dict, mode: str, lead: int, buffers: int) -> dict[str
         z = cp.empty(z_host.shape, dtype=cp.uint64)
         cp.cuda.Device().synchronize()
         t0.record(stream)
-        z.set(z_host, stream=side)  # the engine's msm_scalars: z up beside the MSMs
-        ready = cp.cuda.Event(disable_timing=True)
-        ready.record(side)
+        ready = None
+        if mode != "prelude":  # the engine's msm_scalars: z up beside the MSMs
+            z.set(z_host, stream=side)
+            ready = cp.cuda.Event(disable_timing=True)
+            ready.record(side)
         jobs = []
         for q in QUERIES:
             sc = h_sc if q == "h" else z[: sizes[q]]
             ev = None if q == "h" else ready
             jobs.append(cm.StreamedQuery(pts[q], sc, window_max=ctx["caps"][q], ready=ev))
         rows: list = []
-        if mode == "pass":
+        if mode in ("pass", "prelude"):
             rows = list(pairs)
             cm.msm_host_points_many(
                 jobs,
@@ -100,6 +104,7 @@ def run_once(cp: Any, ctx: dict, mode: str, lead: int, buffers: int) -> dict[str
                 stream=stream,
                 buffers=buffers,
                 lead=lead,
+                prelude=[(z_host, z)] if mode == "prelude" else None,
                 chunk_events=rows,
                 tuning=tuning,
             )
@@ -140,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", type=int, default=27, help="domain 2^K (porep-32g: 27)")
     ap.add_argument("--chunk-log", type=int, default=22, help="points per chunk: 2^K")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--leads", default="0,2", help="H chunks before the others start")
-    ap.add_argument("--buffers", default="4,6", help="chunk buffers of the pass")
+    ap.add_argument("--leads", default="0,3,5", help="H chunks before the others start")
+    ap.add_argument("--buffers", default="4", help="chunk buffers of the pass")
     ap.add_argument("--window", type=int, default=19, help="H's window cap (the 16 GiB plan)")
     ap.add_argument("--out", default="", help="write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -171,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"set-up {time.perf_counter() - t:.1f} s: sizes {sizes}", file=sys.stderr)
     variants = [("in turn", 0, 2)]
-    for lead in (int(x) for x in args.leads.split(",")):
-        for nb in (int(x) for x in args.buffers.split(",")):
-            variants.append(("pass", lead, nb))
-    run_once(cp, ctx, "pass", 0, 4)  # warm-up: modules, pools
+    for mode in ("pass", "prelude"):
+        for lead in (int(x) for x in args.leads.split(",")):
+            for nb in (int(x) for x in args.buffers.split(",")):
+                variants.append((mode, lead, nb))
+    run_once(cp, ctx, "prelude", 3, 4)  # warm-up: modules, pools
     results = []
     for mode, lead, nb in variants:
         runs = [run_once(cp, ctx, mode, lead, nb) for _ in range(args.repeats)]
@@ -199,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     head += "".join(f"{q:>8}" for q in QUERIES)
     print(head)
     for r in results:
-        name = r["mode"] if r["mode"] != "pass" else f"pass lead {r['lead']} buf {r['buffers']}"
+        name = r["mode"]
+        if name != "in turn":
+            name = f"{name} lead {r['lead']} buf {r['buffers']}"
         line = f"{name:<22}{r['total_ms']:>9.1f}{r['chunk_sums_ms']:>9.1f}"
         line += (
             f"{r['before_first_ms']:>9.1f}{r['between_chunks_ms']:>9.1f}{r['after_last_ms']:>8.1f}"

@@ -52,6 +52,7 @@ from kernels.cuda.host_pinned import pinned_empty, take_fallbacks
 from kernels.cuda.msm import (
     COMPANION_WINDOW_MAX,
     INTERLEAVE_BUFFERS,
+    INTERLEAVE_LEAD,
     host_scratch_bytes,
     many_scratch_bytes,
     scratch_bytes,
@@ -95,7 +96,9 @@ class BoundBackend:
             min(self.window_max or COMPANION_WINDOW_MAX, COMPANION_WINDOW_MAX)
         ] * (len(points) - 1)
         args = {**self.device.kernel_args("msm_scratch"), "windows_max": caps, **kw}
-        return self.backend.msm_many(points, scalars, buffers=INTERLEAVE_BUFFERS, **args)
+        args.setdefault("buffers", INTERLEAVE_BUFFERS)
+        args.setdefault("lead", INTERLEAVE_LEAD)
+        return self.backend.msm_many(points, scalars, **args)
 
     def ntt(self, x: Any, **kw: Any) -> Any:
         return self.backend.ntt(x, **{**self.device.kernel_args("ntt_scratch"), **kw})

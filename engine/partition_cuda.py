@@ -85,6 +85,7 @@ class CudaPartition:
         self._bufs: list[Any] = []
         self._made = 0
         self._z_ready: Any = None
+        self._z_pending: Any = None  # (host z, its device array) for the one pass to copy
         self._scratch: Any = None  # the one-slot plan's pinned host scratch
 
     # -- synthesis ----------------------------------------------------------------------------
@@ -266,7 +267,13 @@ class CudaPartition:
             self._room(int(w.z.nbytes) + self.ctx.footprint.margin)
         blk = self.scope.malloc(att, int(w.z.nbytes), "async", "msm_scalars")
         att.scalars_block = blk
-        z, self._z_ready = self.device.upload_async(w.z, blk)
+        if h is not None and self.msm_together():
+            # the one pass copies z itself, after H's first chunks (msm_many's prelude), so
+            # that H's first chunks do not share the link with 4.2 GB of scalars
+            z = self.device.cupy.ndarray(w.z.shape, dtype=w.z.dtype, memptr=blk.handle)
+            self._z_pending = (w.z, z)
+        else:
+            z, self._z_ready = self.device.upload_async(w.z, blk)
         s = self.ctx.sizes
         out = {"l": z[: s.l], "a": z[: s.a], "b_g1": z[: s.b_g1]}
         return out if h is None else {"h": h, **out}
@@ -293,12 +300,17 @@ class CudaPartition:
         return list(together) if (self.real and together) else []
 
     def msm_many(self, queries: list[str], scalars: dict[str, Any]) -> dict[str, Any]:
-        """One interleaved pass; the queries other than H wait for the aux scalars' upload
-        only before their own first chunk, so H's first chunks run under that upload."""
-        z_ready = self._z_ready
+        """One interleaved pass. The aux scalars go up inside it, on its copy stream after
+        H's first chunks (``msm_scalars`` left them to it), and only the queries other than H
+        wait for them, before their own first chunk."""
+        z_ready, pending = self._z_ready, self._z_pending
+        self._z_pending = None
         ready = [None if q == "h" else z_ready for q in queries]
         points = [self.ctx.srs.points[q] for q in queries]
-        out = self.ctx.backend.msm_many(points, [scalars[q] for q in queries], ready=ready)
+        prelude = [pending] if pending is not None else None
+        out = self.ctx.backend.msm_many(
+            points, [scalars[q] for q in queries], ready=ready, prelude=prelude
+        )
         if any(q != "h" for q in queries):
             self._z_ready = None  # the compute stream has waited for it
         return dict(zip(queries, out, strict=True))
@@ -357,6 +369,7 @@ class CudaPartition:
         still be writing the scalars block, which the driver frees in stream order on the
         compute stream; without this wait the pool could hand the block out (to this worker
         or, once the free completes, to the other) mid-copy."""
+        self._z_pending = None  # a one pass that never ran: nothing was copied
         if self._z_ready is not None:
             z_ready, self._z_ready = self._z_ready, None
             self.device.streams().compute.wait_event(z_ready)

@@ -256,12 +256,16 @@ class CudaBackend:
         windows_max: list[int | None] | None = None,
         ready: list[Any] | None = None,
         buffers: int = 4,
+        lead: int = 0,
+        prelude: list[tuple[np.ndarray, Any]] | None = None,
     ) -> list[np.ndarray]:
         """Several MSMs whose points are all in (pinned) host memory, streamed together
         (:func:`kernels.cuda.msm.msm_host_points_many`: their chunks interleaved through
         ``buffers`` device buffers, so that the copies of the copy-bound queries run under
         the sums of the compute-bound one). ``windows_max``: each query's window cap;
-        ``ready``: per query, an event its scalars' upload records, or None."""
+        ``ready``: per query, an event its scalars' upload records, or None; ``lead`` and
+        ``prelude`` (host-to-device copies the later queries need, made on the pass's copy
+        stream after the first query's first chunks): as ``msm_host_points_many`` takes them."""
         k = len(points)
         caps = windows_max or [None] * k
         events = ready or [None] * k
@@ -280,6 +284,8 @@ class CudaBackend:
                 stream=s,
                 allocator=alloc,
                 buffers=buffers,
+                lead=lead,
+                prelude=prelude,
                 tuning=self.tuning,
             )
 

@@ -73,6 +73,12 @@ COMPANION_WINDOW_MAX = 16
 # by about two copy-bound chunks (~7 ms of copy each, 3 ms of sums), so the copy stream must run
 # three chunks ahead of the sums to stay busy under H's: four buffers.
 INTERLEAVE_BUFFERS = 4
+# H's chunks a joint pass takes before any other query's (``interleave_order``'s lead): the
+# aux scalars (4.2 GB at 2^27, ~76 ms at the link's 55 GB/s) go up on the pass's copy stream
+# right after H's first chunks, and the other queries' first count waits for them, so H's
+# sums must cover those ~76 ms: three chunks of ~37 ms (2^22 points, c = 19) and the copy of
+# the first (~7 ms).
+INTERLEAVE_LEAD = 3
 # Affine pairing passes (msm.cuh, 4a): each output costs ~6M + (one inversion) / NB, and one Fermat
 # inversion is ~575M (384 squarings, ~190 products), so NB = 512 elements per batch leave ~1.1M per
 # addition against 10M for an XYZZ mixed addition. A pass can pay only with enough pairs to give
@@ -389,6 +395,7 @@ def tail_count(scalars: Any) -> int:
 
 
 _NULL = np.uint64(0)  # a null pointer kernel argument
+D2H = 2  # cudaMemcpyDeviceToHost
 
 
 def affine_pass_count(m: int, buckets: int, min_pairs: int = NEVER_AFFINE) -> int:
@@ -492,16 +499,43 @@ def accumulate(
             mark("accumulate" if depth == 0 else f"level{depth}")
 
 
-def _bucket_sort(
-    mod: MsmKernels, scalars: Any, n: int, p: Plan, stream: Any, tuning: KernelTuning, mark: Any
-) -> tuple[Any, Any, int, int]:
-    """Stages 1-3 (msm.cu): the digits counted per bucket, their offsets (K + 1, device), and
-    the entries (point index | sign << 31) grouped by bucket, by the sort ``tuning.msm_sort``
-    names; with the entries before the ones bucket and in all (None, 0, 0 when there are none).
-    The one host sync of the MSM is here: it sizes everything after."""
+@dataclass
+class Counted:
+    """A chunk's count stage (stages 1-2): the bucket offsets on the device, and each
+    window's first offset plus the total on their way to the host (``ends``, page-locked,
+    valid once ``done`` has completed). Why apart from the scatter: a streamed MSM queues the
+    next chunk's count stage before the current chunk's accumulation, so that reading these
+    few numbers back never leaves the GPU idle while the host waits."""
+
+    offs: Any
+    ends: Any
+    done: Any  # None: ``ends`` was read back at once
+
+    def sizes(self, p: Plan) -> tuple[list[int], int, int]:
+        """(each window's first entry, the entries before the ones bucket, all entries),
+        waiting for the read-back if it is still under way."""
+        if self.done is not None:
+            self.done.synchronize()
+        starts = [int(v) for v in self.ends[: p.W + 1]]
+        return starts, starts[p.W], int(self.ends[p.W + 1])
+
+
+def count_stage(
+    mod: MsmKernels,
+    scalars: Any,
+    n: int,
+    p: Plan,
+    stream: Any,
+    tuning: KernelTuning,
+    done: Any = None,
+) -> Counted:
+    """Stages 1-2 (msm.cu): the digits counted per bucket and their offsets (K + 1, device),
+    with each window's first offset (offs[W B] is the ones bucket's: the entries before it) and
+    the total copied to the host: into page-locked memory on ``stream``, not waited for, when
+    ``done`` (a CUDA event, recorded after the copy) is given; else at once (one sync)."""
     cupy = require_cupy()
     counts = cupy.zeros(p.K + 1, dtype=np.uint32)
-    g_count, g_scatter = sort_groups(p.W, p.B, _l2_bytes(), tuning.msm_sort_group)
+    g_count, _ = sort_groups(p.W, p.B, _l2_bytes(), tuning.msm_sort_group)
     for w_lo, w_hi in _window_ranges(p.W, g_count):
         args = (scalars, _u32(n), _u32(p.c), _u32(p.W), _u32(w_lo), _u32(w_hi), counts)
         mod.launch("msm_count", n, args, stream)
@@ -509,11 +543,42 @@ def _bucket_sort(
     offs[0] = 0
     offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
     del counts
-    # the one sync: each window's first offset (offs[W B] is the ones bucket's: the entries
-    # before it) and the total
-    ends = cupy.concatenate([offs[: p.W * p.B + 1 : p.B], offs[p.K :]]).get(stream=stream)
-    starts = [int(v) for v in ends[: p.W + 1]]
-    m_dense, m = starts[p.W], int(ends[p.W + 1])
+    ends_dev = cupy.concatenate([offs[: p.W * p.B + 1 : p.B], offs[p.K :]])
+    if done is None:
+        return Counted(offs, ends_dev.get(stream=stream), None)
+    ends = _pinned_u32(p.W + 2)
+    cupy.cuda.runtime.memcpyAsync(ends.ctypes.data, ends_dev.data.ptr, ends.nbytes, D2H, stream.ptr)
+    done.record(stream)
+    return Counted(offs, ends, done)
+
+
+def _pinned_u32(count: int) -> np.ndarray:
+    """A page-locked uint32 array from CuPy's pinned pool (cached: cheap after the first)."""
+    cupy = require_cupy()
+    mem = cupy.cuda.alloc_pinned_memory(4 * count)
+    return np.frombuffer(mem, np.uint32, count)
+
+
+def _bucket_sort(
+    mod: MsmKernels,
+    scalars: Any,
+    n: int,
+    p: Plan,
+    stream: Any,
+    tuning: KernelTuning,
+    mark: Any,
+    counted: Counted | None = None,
+) -> tuple[Any, Any, int, int]:
+    """Stages 1-3 (msm.cu): the digits counted per bucket, their offsets (K + 1, device), and
+    the entries (point index | sign << 31) grouped by bucket, by the sort ``tuning.msm_sort``
+    names; with the entries before the ones bucket and in all (None, 0, 0 when there are none).
+    The one host sync of the MSM is here: it sizes everything after. ``counted``: stages 1-2
+    already queued (:func:`count_stage`), so only the read-back is waited for."""
+    cupy = require_cupy()
+    if counted is None:
+        counted = count_stage(mod, scalars, n, p, stream, tuning)
+    offs = counted.offs
+    starts, m_dense, m = counted.sizes(p)
     mark("count+scan")
     if m == 0:
         return offs, None, 0, 0
@@ -522,6 +587,7 @@ def _bucket_sort(
     if tuning.msm_sort == "radix":
         _radix_sort(mod, scalars, n, p, offs, starts, cursor, sorted_e, stream, tuning, mark)
     else:
+        _, g_scatter = sort_groups(p.W, p.B, _l2_bytes(), tuning.msm_sort_group)
         for w_lo, w_hi in _window_ranges(p.W, g_scatter):
             args = (scalars, _u32(n), _u32(p.c), _u32(p.W), _u32(w_lo), _u32(w_hi))
             mod.launch("msm_scatter", n, (*args, cursor, sorted_e), stream)
@@ -632,8 +698,10 @@ def accumulate_buckets(
     stream: Any,
     tuning: KernelTuning,
     mark: Any = None,
+    counted: Counted | None = None,
 ) -> Any:
-    """Stages 1-5 for device ``points`` and ``scalars`` (n rows each, window ``p.c``): their
+    """Stages 1-5 for device ``points`` and ``scalars`` (n rows each, window ``p.c``; stages
+    1-2 already queued when ``counted`` is given, :func:`count_stage`): their
     bucket sums written into ``buckets`` ``(K, 24)``, which must be all infinity (zeros), or,
     when ``buckets`` is None, into a new zeroed array made after the sort (so the sort's own
     buffers and the buckets are never alive together). Returns the bucket array: None when
@@ -649,7 +717,7 @@ def accumulate_buckets(
         )
     if n == 0:
         return buckets
-    offs, sorted_e, m_dense, m = _bucket_sort(mod, scalars, n, p, stream, tuning, mark)
+    offs, sorted_e, m_dense, m = _bucket_sort(mod, scalars, n, p, stream, tuning, mark, counted)
     if m == 0:
         return buckets
     if buckets is None:
@@ -898,6 +966,9 @@ class _StreamingKit:
         self.uploaded: list[Any] = []  # one per chunk buffer
         self.consumed: list[Any] = []
         self.buffers(2)
+        # a joint pass: the prelude's copies done; the count stages' read-backs, in turn
+        self.prelude = event()
+        self.counted = [event(), event()]
 
     def buffers(self, count: int) -> None:
         """Make sure there are events for ``count`` chunk buffers (made once, then kept)."""
@@ -1018,6 +1089,7 @@ def msm_host_points_many(
     allocator: Any = None,
     buffers: int = 2,
     lead: int = 0,
+    prelude: list[tuple[np.ndarray, Any]] | None = None,
     chunk_events: list | None = None,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> list[np.ndarray]:
@@ -1026,6 +1098,14 @@ def msm_host_points_many(
     ``buffers`` device buffers on one copy stream in :func:`interleave_order` (``lead``), the
     copy stream running up to ``buffers`` - 1 chunks ahead of the sums. With one query and two
     buffers this is :func:`msm_host_points`. Device memory: :func:`many_scratch_bytes`.
+
+    ``prelude``: (host, device) copies the queries after the first need (the engine's aux
+    scalars), made on the copy stream just before the first of their chunks, so that they do
+    not share the link with the first query's first chunks; those queries' sums wait for them.
+    Each chunk's count stage (:func:`count_stage`) is queued before the previous chunk's
+    accumulation, so the host reads its sizes back while the GPU still has work. A query's
+    window (from its scalars: one host sync) and buckets are made at its first chunk.
+
     ``chunk_events``: for a probe, (start, end) CUDA event pairs made beforehand (making an
     event can wait for the running kernel), one per chunk in the order taken; each chunk's
     sums are recorded between them, after its waits, and the list gets (query, chunk, start,
@@ -1035,17 +1115,11 @@ def msm_host_points_many(
     mod = kernels(tuning)
     chunk = max(1, min(chunk, max(ns, default=1) or 1))
     with on_stream(stream, allocator) as s:
-        windows, plans, kept, parts = [], [], [], []
-        for j, n in zip(jobs, ns, strict=True):
-            chunks = -(-n // chunk) if n else 1
-            c = j.window_bits or stream_window_bits(
-                tail_count(j.scalars) if n else 0, j.window_max, chunks
-            )
-            p = make_plan(chunk, c)
-            windows.append(c)
-            plans.append(p)
-            kept.append(cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64))
-            parts.append(cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64) if n > chunk else None)
+        nq = len(jobs)
+        windows: list[int] = [0] * nq
+        plans: list[Any] = [None] * nq
+        kept: list[Any] = [None] * nq
+        parts: list[Any] = [None] * nq
         order = interleave_order([-(-n // chunk) for n in ns], lead)
         pairs = list(chunk_events) if chunk_events is not None else None
         if pairs is not None:
@@ -1061,9 +1135,20 @@ def msm_host_points_many(
         kit.allocated.record(s)
         copy_stream.wait_event(kit.allocated)
         uploaded, consumed = kit.uploaded, kit.consumed
+        pre = {"sent": not prelude}
+
+        def send_prelude() -> None:
+            if pre["sent"]:
+                return
+            pre["sent"] = True
+            for host, dev in prelude or []:
+                dev.set(host, stream=copy_stream)
+            kit.prelude.record(copy_stream)
 
         def upload(i: int) -> None:
             q, k = order[i]
+            if q > 0:
+                send_prelude()
             lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
             b = i % nb
             if i >= nb:
@@ -1071,18 +1156,44 @@ def msm_host_points_many(
             bufs[b][: hi - lo].set(jobs[q].points[lo:hi], stream=copy_stream)
             uploaded[b].record(copy_stream)
 
-        started = [False] * len(jobs)
+        def begin(q: int) -> None:
+            """A query's first chunk: its inputs' waits, its window, its bucket arrays."""
+            j, n = jobs[q], ns[q]
+            if j.ready is not None:
+                s.wait_event(j.ready)
+            if q > 0 and prelude:
+                send_prelude()
+                s.wait_event(kit.prelude)
+            c = j.window_bits or stream_window_bits(
+                tail_count(j.scalars) if n else 0, j.window_max, -(-n // chunk) if n else 1
+            )
+            p = make_plan(chunk, c)
+            windows[q], plans[q] = c, p
+            kept[q] = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
+            parts[q] = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64) if n > chunk else None
+
+        def count(i: int) -> Counted | None:
+            """Chunk i's count stage, queued now (None for a chunk of no points)."""
+            q, k = order[i]
+            if plans[q] is None:
+                begin(q)
+            lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
+            if hi <= lo:
+                return None
+            done = kit.counted[i % 2]
+            return count_stage(mod, jobs[q].scalars[lo:hi], hi - lo, plans[q], s, tuning, done)
+
         try:
             for i in range(min(nb - 1, len(order))):
                 upload(i)
+            counted = count(0) if order else None
             for i, (q, k) in enumerate(order):
                 if i + nb - 1 < len(order):
                     upload(i + nb - 1)
+                # the next chunk's count stage goes ahead of this chunk's accumulation: its
+                # read-back is then complete (or nearly) when the host needs it
+                following = count(i + 1) if i + 1 < len(order) else None
                 b = i % nb
-                if not started[q]:
-                    started[q] = True
-                    if jobs[q].ready is not None:
-                        s.wait_event(jobs[q].ready)
                 s.wait_event(uploaded[b])
                 lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
                 pts, sc = bufs[b][: hi - lo], jobs[q].scalars[lo:hi]
@@ -1090,23 +1201,28 @@ def msm_host_points_many(
                 if pairs is not None:
                     pairs[i][0].record(s)
                 target = kept[q] if k == 0 else parts[q]
-                accumulate_buckets(mod, pts, sc, p, target, s, tuning)
+                if counted is not None:
+                    accumulate_buckets(mod, pts, sc, p, target, s, tuning, counted=counted)
                 consumed[b].record(s)
                 if k > 0:
                     mod.launch("xyzz_merge", p.K, (kept[q], parts[q], _u32(p.K)), s)
                 if pairs is not None:
                     pairs[i][1].record(s)
                     chunk_events.append((q, k, *pairs[i]))
+                counted = following
         finally:
             # The buffers are freed in the compute stream's order as this block ends. After an
             # error part-way, a copy may still be queued into one of them on the copy stream,
             # which nothing else waits for: the compute stream waits for it here.
+            send_prelude()  # (its device arrays must not be read before it lands)
             kit.drained.record(copy_stream)
             s.wait_event(kit.drained)
         bufs.clear()  # the chunk buffers go back before the reductions allocate
-        parts.clear()
+        parts[:] = [None] * nq
         sums = []
-        for q in range(len(jobs)):
+        for q in range(nq):
+            if plans[q] is None:  # a query of no points (never begun): the zero sums
+                begin(q)
             sums.append(reduce_buckets(mod, kept[q], plans[q], s))
             kept[q] = None
         host = [x.get(stream=s) for x in sums]
@@ -1178,6 +1294,7 @@ __all__ = [
     "msm",
     "COMPANION_WINDOW_MAX",
     "INTERLEAVE_BUFFERS",
+    "INTERLEAVE_LEAD",
     "StreamedQuery",
     "interleave_order",
     "many_scratch_bytes",

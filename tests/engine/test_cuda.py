@@ -484,6 +484,31 @@ def test_bound_backend_injects_stream_allocator_and_in_place():
     assert calls[2] == ("msm", {"stream": me, "allocator": "msm_scratch", "window_max": 20})
 
 
+def test_bound_backend_runs_the_one_pass_with_caps_lead_and_buffers():
+    from engine.cuda_pipeline import BoundBackend
+    from kernels.cuda.msm import COMPANION_WINDOW_MAX, INTERLEAVE_BUFFERS, INTERLEAVE_LEAD
+
+    calls = []
+
+    class Recorder:
+        name = "rec"
+
+        def msm_many(self, points, scalars, **kw):
+            calls.append(kw)
+            return [None] * len(points)
+
+    class Dev:
+        def kernel_args(self, site):
+            return {"stream": "s", "allocator": site}
+
+    bb = BoundBackend(Recorder(), Dev(), window_max=19, together=["h", "l", "a"])
+    bb.msm_many([1, 2, 3], [4, 5, 6], prelude=["z"])
+    kw = calls[0]
+    assert kw["windows_max"] == [19, COMPANION_WINDOW_MAX, COMPANION_WINDOW_MAX]
+    assert (kw["buffers"], kw["lead"]) == (INTERLEAVE_BUFFERS, INTERLEAVE_LEAD)
+    assert (kw["stream"], kw["allocator"], kw["prelude"]) == ("s", "msm_scratch", ["z"])
+
+
 @pytest.mark.parametrize(
     ("priority_to", "want"),
     [
@@ -911,6 +936,35 @@ def _run_engine(cfg, **kw):
     assert engine.wait(300)
     engine.close()
     return engine, sub.drain()
+
+
+@pytest.mark.gpu
+def test_gpu_engine_streams_every_query_in_one_pass_and_verifies(cp, monkeypatch):
+    """Every query's points in pinned host memory (the residency decision forced to the host,
+    as on a 16 GiB card), chunks of 128 points: the aware plan runs the four MSMs in one pass
+    (phase ``msm_interleaved``, the aux scalars copied by the pass itself), and every
+    partition verifies exactly on the GPU."""
+    from dataclasses import replace
+
+    from engine import cuda_pipeline
+    from engine.config import from_preset
+    from engine.residency import plan_residency
+    from kernels.cuda.backend import CudaBackend
+
+    def all_host(sizes, free, fp, workers, chunk_bytes):
+        placed = plan_residency(sizes, free, fp, workers, chunk_bytes)
+        return [replace(p, where="host", reason="pinned host (the test's choice)") for p in placed]
+
+    monkeypatch.setattr(cuda_pipeline, "plan_residency", all_host)
+    cfg = from_preset("small", backend="cuda", proofs=1, verify="always", allocator="aware")
+    engine, events = _run_engine(cfg, backend=CudaBackend(host_chunk=1 << 7))
+    assert engine.ok, engine.error
+    done = [e for e in events if e["k"] == "partition_done"]
+    assert done and all(e["ok"] and e["verified"] for e in done)
+    plan = next(e for e in events if e["k"] == "alloc" and e["site"] == "plan")
+    assert "one interleaved pass" in plan["reason"]
+    phases = {e["phase"] for e in events if e["k"] == "phase_end"}
+    assert "msm_interleaved" in phases and "msm_h" not in phases
 
 
 @pytest.mark.gpu

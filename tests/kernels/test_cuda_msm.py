@@ -375,8 +375,13 @@ def test_host_streamed_buckets_kept_across_chunks(cp, poison, buckets: str, sett
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("buffers", "lead"), [(1, 0), (2, 0), (4, 0), (4, 2), (3, 99)])
-def test_host_streamed_queries_in_one_pass(cp, poison, buffers: int, lead: int) -> None:
+@pytest.mark.parametrize(
+    ("buffers", "lead", "prelude"),
+    [(1, 0, False), (2, 0, False), (4, 0, False), (4, 2, True), (3, 99, True), (1, 1, True)],
+)
+def test_host_streamed_queries_in_one_pass(
+    cp, poison, buffers: int, lead: int, prelude: bool
+) -> None:
     """Several streamed MSMs in one pass, their chunks interleaved through ``buffers`` device
     buffers: each exact against the reference, whatever its size (one chunk, several, a short
     last one), its scalars (dense, witness-like), its window cap, and an upload its first chunk
@@ -390,13 +395,17 @@ def test_host_streamed_queries_in_one_pass(cp, poison, buffers: int, lead: int) 
     host = pinned_empty((max(sizes), 12))
     host[:] = pts_dev.get()
     side = cp.cuda.Stream(non_blocking=True)
-    jobs, wants = [], []
+    jobs, wants, copies = [], [], []
     for q, n in enumerate(sizes):
         ks = layout.random_fr(n, rng) if q == 0 else scalars_of("witness", n, rng)
         limbs = np.ascontiguousarray(layout.fr_to_limbs(ks, montgomery=False))
         sc = cp.empty(limbs.shape, dtype=cp.uint64)
         ready = None
-        if q:  # uploaded on a side stream: the pass must wait before this query's first chunk
+        if q and prelude:  # copied by the pass itself, before this query's first chunk
+            host_sc = pinned_empty(limbs.shape)
+            host_sc[:] = limbs
+            copies.append((host_sc, sc))
+        elif q:  # uploaded on a side stream: the pass must wait before this query's first chunk
             sc.set(limbs, stream=side)
             ready = cp.cuda.Event(disable_timing=True)
             ready.record(side)
@@ -408,7 +417,13 @@ def test_host_streamed_queries_in_one_pass(cp, poison, buffers: int, lead: int) 
     events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(sum(-(-n // 1500) for n in sizes))]
     rows = list(events)
     got = cuda_msm.msm_host_points_many(
-        jobs, chunk=1500, allocator=poison, buffers=buffers, lead=lead, chunk_events=rows
+        jobs,
+        chunk=1500,
+        allocator=poison,
+        buffers=buffers,
+        lead=lead,
+        prelude=copies or None,
+        chunk_events=rows,
     )
     assert [layout.g1_from_limbs(g)[0] for g in got] == wants
     # every chunk once, each query's in order, in the pairs made beforehand
