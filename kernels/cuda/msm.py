@@ -75,10 +75,12 @@ COMPANION_WINDOW_MAX = 16
 INTERLEAVE_BUFFERS = 4
 # H's chunks a joint pass takes before any other query's (``interleave_order``'s lead): the
 # aux scalars (4.2 GB at 2^27, ~76 ms at the link's 55 GB/s) go up on the pass's copy stream
-# right after H's first chunks, and the other queries' first count waits for them, so H's
-# sums must cover those ~76 ms: three chunks of ~37 ms (2^22 points, c = 19) and the copy of
-# the first (~7 ms).
-INTERLEAVE_LEAD = 3
+# right after H's first chunks, and the other queries' first count stage (queued one chunk
+# ahead) waits for them, so H's sums must cover those ~76 ms plus a chunk: at least three
+# chunks of ~37 ms (2^22 points, c = 19). Measured with bench/stream_probe.py on the H200
+# (2026-12-02, f1f88a5; docs/performance-notes.md): the pass took 1,633 ms at lead 0, 1,575 at
+# 3, 1,555 at 5.
+INTERLEAVE_LEAD = 5
 # Affine pairing passes (msm.cuh, 4a): each output costs ~6M + (one inversion) / NB, and one Fermat
 # inversion is ~575M (384 squarings, ~190 products), so NB = 512 elements per batch leave ~1.1M per
 # addition against 10M for an XYZZ mixed addition. A pass can pay only with enough pairs to give
