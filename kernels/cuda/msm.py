@@ -942,10 +942,13 @@ def host_scratch_bytes(
 def _query_scratch(m: int, c: int, tuning: KernelTuning) -> int:
     """Device bytes of one chunk of ``m`` points of a streamed MSM that keeps the whole
     query's buckets: :func:`scratch_bytes` counts the chunk's bucket array, and the kept one
-    is one more; with the radix sort both are alive during the sort too (its buffers come
-    before the buckets in a one-shot MSM, beside them here)."""
-    buckets = 192 * make_plan(m, c).K
-    total = scratch_bytes(m, c, tuning=tuning) + buckets
+    is one more, as are the next chunk's offsets; with the radix sort both bucket arrays are
+    alive during the sort too (its buffers come before the buckets in a one-shot MSM, beside
+    them here)."""
+    K = make_plan(m, c).K
+    buckets = 192 * K
+    # + the next chunk's offsets: its count stage runs one chunk ahead (msm_host_points_many)
+    total = scratch_bytes(m, c, tuning=tuning) + buckets + 4 * (K + 1)
     if tuning.msm_sort == "radix":
         total += buckets
     return total
@@ -1069,9 +1072,10 @@ def many_scratch_bytes(
 ) -> int:
     """Peak device bytes of :func:`msm_host_points_many` for queries of ``sizes`` points at
     windows of at most ``windows``: ``buffers`` point buffers of ``chunk`` rows, each query's
-    bucket arrays (the kept one, and the one its later chunks are summed into), and one
-    chunk's :func:`scratch_bytes` at the largest window any query may take (which counts a
-    bucket array more than needed: the bound errs on the safe side)."""
+    bucket arrays (the kept one, and the one its later chunks are summed into), one chunk's
+    :func:`scratch_bytes` at the largest window any query may take (which counts a bucket
+    array more than needed: the bound errs on the safe side), and the next chunk's offsets
+    (its count stage runs one chunk ahead)."""
     m = max(1, min(max(sizes, default=1), chunk))
     lo = min(STREAM_MIN_WINDOW, *windows) if windows else STREAM_MIN_WINDOW
     top = max(windows, default=lo)
@@ -1080,7 +1084,8 @@ def many_scratch_bytes(
         for n, w in zip(sizes, windows, strict=True)
     )
     sort = max(scratch_bytes(m, w, tuning=tuning) for w in range(lo, top + 1))
-    return buffers * m * 96 + arrays + sort
+    ahead = 4 * (make_plan(m, top).K + 1)  # the next chunk's offsets, counted one chunk ahead
+    return buffers * m * 96 + arrays + sort + ahead
 
 
 def msm_host_points_many(
