@@ -218,6 +218,8 @@ class Bus:
         self.events = 0
         self.lagged_events = 0
         self.dropped_clients = 0
+        # more figures for the ``counters`` event (the telemetry listener's), by their owners
+        self._counter_sources: list[Callable[[], dict[str, int]]] = []
         self._idle = threading.Event()
         self._idle.set()
         self._pending = 0
@@ -311,13 +313,24 @@ class Bus:
             return False
         return all(rec.flush(max(0.0, deadline - time.monotonic())) for rec in self._recorders)
 
+    def add_counters(self, source: Callable[[], dict[str, int]]) -> None:
+        """Fold ``source()`` into every ``counters`` event: a part of the engine that the bus
+        does not know (the telemetry listener) reports its own figures this way."""
+        with self._lock:
+            self._counter_sources.append(source)
+
     def counters(self) -> dict[str, int]:
-        return {
+        out = {
             "events": self.events,
             "clients": self.clients,
             "dropped_clients": self.dropped_clients,
             "lagged_events": self.lagged_events,
         }
+        with self._lock:
+            sources = list(self._counter_sources)
+        for source in sources:
+            out.update(source())
+        return out
 
     def close(self) -> None:
         """Dispatch what is queued, then stop the dispatcher and close the subscribers."""

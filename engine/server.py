@@ -187,6 +187,21 @@ class TelemetryServer:
         self._tokens = float(ACCEPT_BURST)
         self._tokens_at = time.monotonic()
         self._readers = _Readers(self._serve, READER_IDLE_S, self._report)
+        add_counters = getattr(bus, "add_counters", None)
+        if add_counters is not None:  # (a test's stand-in bus may have none)
+            add_counters(self.listener_counters)
+
+    def listener_counters(self) -> dict[str, int]:
+        """The listener's own figures, carried by every ``counters`` event to the dashboard,
+        the recording and /metrics: a storm of connections or of bad tokens shows there."""
+        return {
+            "refused_clients": self.refused_clients,
+            "evicted_handshakes": self.evicted_handshakes,
+            "auth_failures": self.auth_failures,
+            "accept_errors": self.accept_errors,
+            "paced_accepts": self.paced_accepts,
+            "reader_threads": self._readers.alive,
+        }
 
     # -- lifecycle ----------------------------------------------------------------------------
 

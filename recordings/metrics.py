@@ -147,8 +147,39 @@ METRICS: dict[str, MetricSpec] = {
            "wall span from the first phase to the last completed proof, over proofs completed",
            "phase_begin, proof_done"),
         _m("faults_total", "counter", ("kind",), "faults by kind", "fault"),
+        # -- the engine's telemetry bus and listener (absent for a producer that reports none)
+        _m("telemetry_clients", "gauge", (), "clients attached to the telemetry stream",
+           "counters"),
+        _m("telemetry_dropped_clients_total", "counter", (),
+           "clients dropped for lagging too far", "counters"),
+        _m("telemetry_lagged_events_total", "counter", (),
+           "events skipped for slow clients, all clients together", "counters"),
+        _m("telemetry_refused_connections_total", "counter", (),
+           "connections closed at accept because too many clients were attached", "counters"),
+        _m("telemetry_evicted_handshakes_total", "counter", (),
+           "unauthenticated connections closed to make room for new ones", "counters"),
+        _m("telemetry_auth_failures_total", "counter", (),
+           "connections that failed the token handshake", "counters"),
+        _m("telemetry_accept_errors_total", "counter", (), "accept() calls that failed",
+           "counters"),
+        _m("telemetry_paced_accepts_total", "counter", (),
+           "accepts that waited for the listener's pace (a connection storm)", "counters"),
+        _m("telemetry_reader_threads", "gauge", (), "threads serving telemetry connections",
+           "counters"),
     )
 }  # fmt: skip
+# the counters event's field behind each telemetry_* metric
+_COUNTERS = {
+    "telemetry_clients": "clients",
+    "telemetry_dropped_clients_total": "dropped_clients",
+    "telemetry_lagged_events_total": "lagged_events",
+    "telemetry_refused_connections_total": "refused_clients",
+    "telemetry_evicted_handshakes_total": "evicted_handshakes",
+    "telemetry_auth_failures_total": "auth_failures",
+    "telemetry_accept_errors_total": "accept_errors",
+    "telemetry_paced_accepts_total": "paced_accepts",
+    "telemetry_reader_threads": "reader_threads",
+}
 
 _STATE_OF_GROUP = {
     "host": "finishing",
@@ -209,6 +240,7 @@ class MetricsFold:
         self.counters: dict[tuple[str, tuple], float] = {}
         self.hists: dict[tuple[str, tuple], _Histogram] = {}
         self.first_t: int | None = None
+        self.listener: dict[str, Any] = {}  # the latest counters event
         self.last_ok_t: int | None = None
         self.proofs_ok = 0
         self._synth_base: int | None = None
@@ -306,6 +338,9 @@ class MetricsFold:
                 "ooms_total", (str(d if d is not None else ""), str(w if w is not None else ""))
             )
 
+    def _on_counters(self, e: dict[str, Any]) -> None:
+        self.listener = e  # cumulative figures: the latest event holds them all
+
     def _on_lag(self, e: dict[str, Any]) -> None:
         self.missed += int(e.get("missed") or 0)
 
@@ -337,6 +372,7 @@ class MetricsFold:
                 "workers": sorted(self.workers),
                 "open": {k: tuple(v) for k, v in self.open.items()},
                 "counters": dict(self.counters),
+                "listener": dict(self.listener),
                 "hists": {k: h.copy() for k, h in self.hists.items()},
                 "s_per_proof": s_per_proof,
             }
@@ -439,6 +475,8 @@ def build_families(snap: dict[str, Any]) -> list[Metric]:
             buckets.append((bound, running))
         fams[name].add_metric(list(labels), buckets, total)
     gauge("seconds_per_proof", (), snap["s_per_proof"])
+    for name, field in _COUNTERS.items():
+        gauge(name, (), snap.get("listener", {}).get(field))
     return [fam for fam in fams.values() if fam.samples]  # an absent figure, no empty family
 
 

@@ -297,6 +297,13 @@ EVENTS: dict[str, dict[str, Field]] = {
         "clients": _f(INT, "clients attached"),
         "dropped_clients": _f(INT, "clients dropped for lagging too far"),
         "lagged_events": _f(INT, "events skipped for slow clients, all clients together"),
+        # the telemetry listener's (absent where the engine listens on nothing)
+        "refused_clients": _opt(INT, "connections closed at accept: too many clients"),
+        "evicted_handshakes": _opt(INT, "unauthenticated connections closed to make room"),
+        "auth_failures": _opt(INT, "connections that failed the token handshake"),
+        "accept_errors": _opt(INT, "accept() calls that failed (file descriptors exhausted...)"),
+        "paced_accepts": _opt(INT, "accepts that waited for the accept pace"),
+        "reader_threads": _opt(INT, "threads serving connections, busy or idle"),
     },
 }
 

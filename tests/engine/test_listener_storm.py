@@ -47,6 +47,30 @@ def test_a_storm_is_accepted_at_the_pace_after_the_burst():
     assert took >= 20 / rate * 0.8, took  # 20 past the burst at 40/s: ~0.5 s at least
 
 
+def test_the_listener_counters_ride_the_counters_event_to_metrics():
+    """What the listener counted (paced accepts, reader threads) is in every ``counters``
+    event the bus makes, and so on /metrics (the fold of those events)."""
+    from recordings.metrics import MetricsFold
+
+    bus = Bus(retain=100)
+    server = server_mod.TelemetryServer(bus, lambda *a: None, lambda *a: None)
+    server.accept_rate = 40.0
+    try:
+        path = server.start()[len("unix:") :]
+        assert all(_connect_and_read(path) for _ in range(server_mod.ACCEPT_BURST + 5))
+        counters = bus.counters()
+        assert counters["paced_accepts"] == server.paced_accepts >= 3
+        assert counters["reader_threads"] >= 1 and counters["refused_clients"] == 0
+        fold = MetricsFold()
+        fold.apply({"k": "counters", "t": 1, **counters})
+        text = fold.render().decode()
+        assert f"provetop_telemetry_paced_accepts_total {float(counters['paced_accepts'])}" in text
+        assert "provetop_telemetry_reader_threads " in text
+    finally:
+        server.close()
+        bus.close()
+
+
 def test_the_burst_is_not_paced_and_zero_turns_the_pace_off():
     took, paced, got = _serve(40.0, server_mod.ACCEPT_BURST - 2)
     assert all(got) and paced == 0

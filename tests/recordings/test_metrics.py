@@ -85,6 +85,21 @@ def test_gpu_events_become_gauges_and_missing_fields_stay_absent():
     assert xids == {"1": 3}
 
 
+def test_counters_events_become_the_telemetry_metrics_and_the_latest_wins():
+    fold = MetricsFold()
+    assert not any(n.startswith("provetop_telemetry_") for n in families(fold.render()))
+    fold.apply({"k": "counters", "t": 1, "events": 10, "clients": 2, "dropped_clients": 0,
+                "lagged_events": 5})  # fmt: skip
+    fold.apply({"k": "counters", "t": 2, "events": 20, "clients": 1, "dropped_clients": 1,
+                "lagged_events": 7, "paced_accepts": 40, "auth_failures": 3})  # fmt: skip
+    fams = families(fold.render())
+    assert fams["provetop_telemetry_clients"][0].value == 1
+    assert fams["provetop_telemetry_lagged_events"][0].value == 7
+    assert fams["provetop_telemetry_paced_accepts"][0].value == 40
+    assert fams["provetop_telemetry_auth_failures"][0].value == 3
+    assert "provetop_telemetry_refused_connections" not in fams  # not reported: absent
+
+
 def test_worker_state_follows_the_open_phases():
     assert worker_state("msm_l") == "gpu" and worker_state("mutex_wait") == "waiting"
     assert worker_state("upload") == "prestage" and worker_state("verify") == "finishing"
