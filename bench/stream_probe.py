@@ -214,9 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         line += "".join(f"{r['sums_ms'][q]:>8.1f}" for q in QUERIES)
         print(line)
-    print("ms, medians; sums: the chunks' own event spans; before / between / after: the compute")
-    print("stream waiting (copies, the aux scalars, Python) before the first chunk, between")
-    print("chunks, and for the reductions and the results after the last")
+    print("ms, medians; sums: the chunks' own event spans (from the upload's arrival to the")
+    print("merge); before: until the first chunk starts; between: the gaps between spans (the")
+    print("next chunk's count stage runs there, plus any wait); after: the reductions, results")
     if args.out:
         meta = gpu_bench_meta(cp, sys.argv, tuning)
         with open(args.out, "w") as f:
