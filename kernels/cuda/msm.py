@@ -512,12 +512,14 @@ class Counted:
     offs: Any
     ends: Any
     done: Any  # None: ``ends`` was read back at once
+    source: Any = None  # the device copy being read back, kept alive until ``done``
 
     def sizes(self, p: Plan) -> tuple[list[int], int, int]:
         """(each window's first entry, the entries before the ones bucket, all entries),
         waiting for the read-back if it is still under way."""
         if self.done is not None:
             self.done.synchronize()
+            self.source = None
         starts = [int(v) for v in self.ends[: p.W + 1]]
         return starts, starts[p.W], int(self.ends[p.W + 1])
 
@@ -551,7 +553,7 @@ def count_stage(
     ends = _pinned_u32(p.W + 2)
     cupy.cuda.runtime.memcpyAsync(ends.ctypes.data, ends_dev.data.ptr, ends.nbytes, D2H, stream.ptr)
     done.record(stream)
-    return Counted(offs, ends, done)
+    return Counted(offs, ends, done, ends_dev)
 
 
 def _pinned_u32(count: int) -> np.ndarray:
