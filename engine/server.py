@@ -707,11 +707,17 @@ class _Readers:
                 self.alive -= 1
 
     def _serve_until_idle(self, job: tuple[Any, ...] | None) -> None:
+        me = threading.current_thread()
+        base = me.name
         while job is not None:
+            # named after the client it serves (a stack dump or py-spy then says whose
+            # connection a reader is blocked on), back to its own name when idle
+            me.name = f"{base}:{job[1]}" if len(job) > 1 else base
             try:
                 self._serve(*job)
             except Exception as exc:  # noqa: BLE001 (a fault event; the engine keeps serving)
                 self._on_error(f"telemetry connection handler failed: {exc!r}")
+            me.name = base
             with self._lock:
                 if self._closed:
                     return

@@ -126,3 +126,21 @@ def test_idle_readers_end_and_a_closed_server_keeps_none():
     while time.monotonic() < deadline and server._readers.alive:
         time.sleep(0.05)
     assert server._readers.alive == 0
+
+
+def test_a_reader_is_named_after_the_client_it_serves():
+    """A stack dump names whose connection a reader thread is serving."""
+    import threading
+
+    seen: list[str] = []
+    gate = threading.Event()
+
+    def serve(conn, name, drop=False):
+        seen.append(threading.current_thread().name)
+        gate.set()
+
+    readers = server_mod._Readers(serve, 5.0, lambda msg: None)
+    readers.run((None, "client-7"))
+    assert gate.wait(5)
+    readers.close()
+    assert seen == ["telemetry-reader-1:client-7"]
