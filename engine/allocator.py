@@ -52,6 +52,8 @@ class Footprint:
     u: int  # one of a, b, c
     msm: dict[str, int]  # query -> scratch bytes
     margin: int
+    # the streamed queries' MSMs run in one pass (engine.cuda_pipeline), 0 where they do not
+    together: int = 0
 
     @property
     def prestage(self) -> int:
@@ -59,7 +61,7 @@ class Footprint:
 
     @property
     def msm_max(self) -> int:
-        return max(self.msm.values())
+        return max(max(self.msm.values()), self.together)
 
     def gpu_extra(self, prestaged: bool) -> int:
         """Bytes a partition may still take inside the GPU region beyond what it holds when

@@ -40,7 +40,7 @@ from engine.hostmem import (
     refusal,
     witness_pool_bytes,
 )
-from engine.memory_plan import RESIDENT, TOGETHER, MemoryPlan, PlanError, choose_plan
+from engine.memory_plan import RESIDENT, MemoryPlan, PlanError, choose_plan
 from engine.partition_cuda import CudaPartition
 from engine.pipeline import PartitionRunner, RunContext
 from engine.progress import Progress
@@ -50,9 +50,9 @@ from engine.tuning import DEFAULT_SWITCH_INTERVAL_S
 from engine.workload import FR_BYTES
 from kernels.cuda.host_pinned import pinned_empty, take_fallbacks
 from kernels.cuda.msm import (
-    COMPANION_WINDOW_MAX,
     INTERLEAVE_BUFFERS,
     INTERLEAVE_LEAD,
+    companion_window_cap,
     host_scratch_bytes,
     many_scratch_bytes,
     scratch_bytes,
@@ -92,9 +92,7 @@ class BoundBackend:
         return self.backend.msm(points, scalars, **args)
 
     def msm_many(self, points: list[Any], scalars: list[Any], **kw: Any) -> Any:
-        caps = [self.window_max] + [
-            min(self.window_max or COMPANION_WINDOW_MAX, COMPANION_WINDOW_MAX)
-        ] * (len(points) - 1)
+        caps = [self.window_max] + [companion_window_cap(self.window_max)] * (len(points) - 1)
         args = {**self.device.kernel_args("msm_scratch"), "windows_max": caps, **kw}
         args.setdefault("buffers", INTERLEAVE_BUFFERS)
         args.setdefault("lead", INTERLEAVE_LEAD)
@@ -145,7 +143,7 @@ def cuda_footprint(
     kernels' settings); a query whose points are streamed from host (``streamed``: query ->
     chunk points) counts its two chunk buffers and its buckets at a window of at most
     ``window_max`` (default: the whole query's, uncapped). ``together``: the streamed queries'
-    MSMs run in one pass (:func:`interleaved_bytes`), under the key ``"together"``."""
+    MSMs run in one pass (:func:`interleaved_bytes`), as the footprint's ``together``."""
 
     msm = {}
     for q, m in sizes.items():
@@ -155,9 +153,8 @@ def cuda_footprint(
             msm[q] = host_scratch_bytes(m, chunk, c, tuning=tuning)
         else:
             msm[q] = scratch_bytes(m, tuning=tuning)
-    if together:
-        msm[TOGETHER] = interleaved_bytes(sizes, streamed, tuning, window_max)
-    return Footprint(u=fp.u, msm=msm, margin=fp.margin)
+    both = interleaved_bytes(sizes, streamed, tuning, window_max) if together else 0
+    return Footprint(u=fp.u, msm=msm, margin=fp.margin, together=both)
 
 
 def can_interleave(streamed: dict[str, int], tuning: KernelTuning) -> bool:
@@ -187,11 +184,7 @@ def interleaved_bytes(
     chunk = max(streamed.values())
     windows = []
     for q in qs:
-        cap = (
-            window_max
-            if q == "h"
-            else min(window_max or COMPANION_WINDOW_MAX, COMPANION_WINDOW_MAX)
-        )
+        cap = window_max if q == "h" else companion_window_cap(window_max)
         windows.append(stream_window_bits(sizes[q], cap, -(-sizes[q] // chunk)))
     return many_scratch_bytes(
         [sizes[q] for q in qs], chunk, windows, INTERLEAVE_BUFFERS, tuning=tuning

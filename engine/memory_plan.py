@@ -25,8 +25,9 @@ buffers when its points are streamed; ``margin`` = the allocator's margin):
 - H step: resident ``3u`` (pre-staged or uploaded whole), two slots ``2u``, one slot
   ``u + OPERAND``;
 - MSMs with z beside H: ``u + z + max(msm)`` (H stays until the region ends: its check sum
-  is taken last; ``msm`` may hold the streamed queries run in one pass, key ``together``);
-  with z after H: ``max(u + msm[h], z + max(msm of l, a, b_g1))``.
+  is taken last; ``max(msm)`` counts the streamed queries run in one pass, ``together``,
+  which only a plan with z beside H uses); with z after H: ``max(u + msm[h], z + max(msm of
+  l, a, b_g1))``.
 """
 
 from __future__ import annotations
@@ -40,9 +41,6 @@ from provetop.units import fmt_bytes
 # kernels.cuda.h_streamed.OPERAND_CHUNK rows of 32 bytes (128 MiB)
 OPERAND_BYTES = (1 << 22) * 32
 SLOT_NAMES = {3: "resident", 2: "two slots", 1: "one slot"}
-# The footprint's MSM entry of the streamed queries run in one pass (beside H's aux scalars
-# only: a plan with them after H runs the queries one at a time)
-TOGETHER = "together"
 
 
 class PlanError(ValueError):
@@ -83,7 +81,7 @@ def _h_step_bytes(slots: int, fp: Footprint) -> int:
 
 def _msm_bytes(fp: Footprint, z: int) -> tuple[int, int]:
     """(bytes with z beside H, bytes with z after H)."""
-    aux = max((v for q, v in fp.msm.items() if q not in ("h", TOGETHER)), default=0)
+    aux = max((v for q, v in fp.msm.items() if q != "h"), default=0)
     beside = fp.u + z + fp.msm_max
     after = max(fp.u + fp.msm.get("h", 0), z + aux)
     return beside, after

@@ -28,7 +28,7 @@ from engine.allocator import Decision, Footprint
 from engine.config import EngineConfig
 from engine.devices.base import Device, DeviceOOM
 from engine.gate import DeviceGate
-from engine.memory_plan import RESIDENT, TOGETHER, MemoryPlan
+from engine.memory_plan import RESIDENT, MemoryPlan
 from engine.partition import MSM_PHASES, Attempt, PartitionOps, WorkerScope
 from engine.partition_cpu import CpuPartition
 from engine.srs import QUERIES, Srs
@@ -303,7 +303,7 @@ class PartitionRunner:
             together = ops.msm_together() if plan.z_with_h else []
             if together:  # the streamed MSMs in one pass: copies hidden under H's sums
                 with self._phase(att, "msm_interleaved"):
-                    scratch = ops.msm_scratch(att, fp.msm.get(TOGETHER, fp.msm_max))
+                    scratch = ops.msm_scratch(att, fp.together or fp.msm_max)
                     results.update(ops.msm_many(together, scalars))
                     scope.free(att, scratch)
             for q in QUERIES:

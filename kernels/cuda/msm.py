@@ -73,6 +73,13 @@ COMPANION_WINDOW_MAX = 16
 # by about two copy-bound chunks (~7 ms of copy each, 3 ms of sums), so the copy stream must run
 # three chunks ahead of the sums to stay busy under H's: four buffers.
 INTERLEAVE_BUFFERS = 4
+
+
+def companion_window_cap(window_max: int | None) -> int:
+    """The window cap of a query streamed beside H: H's cap, at most COMPANION_WINDOW_MAX."""
+    return min(window_max or COMPANION_WINDOW_MAX, COMPANION_WINDOW_MAX)
+
+
 # H's chunks a joint pass takes before any other query's (``interleave_order``'s lead): the
 # aux scalars (4.2 GB at 2^27, ~76 ms at the link's 55 GB/s) go up on the pass's copy stream
 # right after H's first chunks, and the other queries' first count stage (queued one chunk
@@ -397,7 +404,6 @@ def tail_count(scalars: Any) -> int:
 
 
 _NULL = np.uint64(0)  # a null pointer kernel argument
-D2H = 2  # cudaMemcpyDeviceToHost
 
 
 def affine_pass_count(m: int, buckets: int, min_pairs: int = NEVER_AFFINE) -> int:
@@ -551,7 +557,13 @@ def count_stage(
     if done is None:
         return Counted(offs, ends_dev.get(stream=stream), None)
     ends = _pinned_u32(p.W + 2)
-    cupy.cuda.runtime.memcpyAsync(ends.ctypes.data, ends_dev.data.ptr, ends.nbytes, D2H, stream.ptr)
+    cupy.cuda.runtime.memcpyAsync(
+        ends.ctypes.data,
+        ends_dev.data.ptr,
+        ends.nbytes,
+        cupy.cuda.runtime.memcpyDeviceToHost,
+        stream.ptr,
+    )
     done.record(stream)
     return Counted(offs, ends, done, ends_dev)
 
@@ -884,9 +896,10 @@ def stream_cost(n: int, c: int, chunks: int = 1) -> float:
 
 def stream_window_bits(n: int, window_max: int | None = None, chunks: int = 1) -> int:
     """The window of a streamed MSM over ``n`` scalars that are neither 0 nor 1, cut into
-    ``chunks`` chunks: the c in [4, window_max] minimising :func:`stream_cost` (ties to the
-    smaller). Why not the window of the whole query (:func:`choose_window_bits`): every chunk
-    adds its sums into buckets that already hold the earlier chunks', and with many buckets
+    ``chunks`` chunks: the c in [STREAM_MIN_WINDOW, window_max] minimising
+    :func:`stream_cost` (ties to the smaller; a cap below STREAM_MIN_WINDOW is the window).
+    Why not the window of the whole query (:func:`choose_window_bits`): every chunk adds its
+    sums into buckets that already hold the earlier chunks', and with many buckets
     per chunk those additions cost more than the windows saved (2^27 dense points in chunks
     of 2^22, per the model: c = 19 is 22 % over a resident MSM at c = 22, and c = 22 would be
     28 % over c = 19). ``window_max`` is the engine's cap from its memory plan."""
@@ -1144,12 +1157,13 @@ def msm_host_points_many(
         kit.allocated.record(s)
         copy_stream.wait_event(kit.allocated)
         uploaded, consumed = kit.uploaded, kit.consumed
-        pre = {"sent": not prelude}
+        prelude_sent = not prelude
 
         def send_prelude() -> None:
-            if pre["sent"]:
+            nonlocal prelude_sent
+            if prelude_sent:
                 return
-            pre["sent"] = True
+            prelude_sent = True
             for host, dev in prelude or []:
                 dev.set(host, stream=copy_stream)
             kit.prelude.record(copy_stream)
@@ -1181,21 +1195,19 @@ def msm_host_points_many(
             kept[q] = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
             parts[q] = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64) if n > chunk else None
 
-        def count(i: int) -> Counted | None:
-            """Chunk i's count stage, queued now (None for a chunk of no points)."""
+        def count(i: int) -> Counted:
+            """Chunk i's count stage, queued now (every chunk holds at least one point)."""
             q, k = order[i]
             if plans[q] is None:
                 begin(q)
             lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
-            if hi <= lo:
-                return None
             done = kit.counted[i % 2]
             return count_stage(mod, jobs[q].scalars[lo:hi], hi - lo, plans[q], s, tuning, done)
 
         try:
             for i in range(min(nb - 1, len(order))):
                 upload(i)
-            counted = count(0) if order else None
+            counted = count(0) if order else None  # (no chunk at all: the loop never runs)
             for i, (q, k) in enumerate(order):
                 if i + nb - 1 < len(order):
                     upload(i + nb - 1)
@@ -1210,8 +1222,7 @@ def msm_host_points_many(
                 if pairs is not None:
                     pairs[i][0].record(s)
                 target = kept[q] if k == 0 else parts[q]
-                if counted is not None:
-                    accumulate_buckets(mod, pts, sc, p, target, s, tuning, counted=counted)
+                accumulate_buckets(mod, pts, sc, p, target, s, tuning, counted=counted)
                 consumed[b].record(s)
                 if k > 0:
                     mod.launch("xyzz_merge", p.K, (kept[q], parts[q], _u32(p.K)), s)
@@ -1302,6 +1313,7 @@ __all__ = [
     "make_plan",
     "msm",
     "COMPANION_WINDOW_MAX",
+    "companion_window_cap",
     "INTERLEAVE_BUFFERS",
     "INTERLEAVE_LEAD",
     "StreamedQuery",

@@ -18,7 +18,6 @@ from engine.config import from_preset
 from engine.cuda_pipeline import aux_scalar_bytes, cuda_footprint, plan_with_window, window_floor
 from engine.memory_plan import (
     OPERAND_BYTES,
-    TOGETHER,
     MemoryPlan,
     PlanError,
     choose_plan,
@@ -94,7 +93,7 @@ def test_the_streamed_msms_never_slow_the_plan(free_gib, interleave):
     assert rank(plan) == rank(at_floor)
     top = stream_window_bits(sizes.h, None, -(-sizes.h // (1 << 22)))  # what the rule wants
     assert plan.need <= free and floor <= cap <= top
-    assert (TOGETHER in fp.msm) == chosen.together
+    assert (fp.together > 0) == chosen.together
     if chosen.together:
         assert interleave == "on" and plan.z_with_h
     else:  # with the same cap, one pass would have slowed the plan (or off, or no room)
