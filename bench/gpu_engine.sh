@@ -25,6 +25,8 @@
 #   bash bench/gpu_engine.sh stream    # streamed MSMs: buckets per query / per chunk, one
 #                                      # interleaved pass / in turn: GPU tests, 2^27 host-point
 #                                      # MSM A/B, aware16 three ways, naive16
+#   bash bench/gpu_engine.sh aware16   # porep-32g aware at 16 GiB: one interleaved pass, then
+#                                      # in turn (PROVETOP_MSM_HOST_INTERLEAVE=off); no tests
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -205,6 +207,12 @@ stream)  # the streamed MSMs: one bucket array per query (PROVETOP_MSM_HOST_BUCK
         --device-memory 16GiB --workers-per-device 2 --allocator aware
     bench naive16 110 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
+    ;;
+aware16)  # the 16 GiB point alone, the one pass against the queries in turn, same call
+    bench aware16 100 --preset porep-32g --proofs 1 --device-memory 16GiB \
+        --workers-per-device 2 --allocator aware
+    PROVETOP_MSM_HOST_INTERLEAVE=off bench aware16-inturn 100 --preset porep-32g --proofs 1 \
+        --device-memory 16GiB --workers-per-device 2 --allocator aware
     ;;
 sweep)  # the device-memory curve in one command: porep-32g, aware, 1 proof per point, each
     # point a fresh process (engine/bench_sweep.py). Time (H200, 2026-12-02, one process per

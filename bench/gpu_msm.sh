@@ -15,6 +15,10 @@
 #                                         # 2^27 with each; a table of medians and sort stages
 #                                         # last (radix stages: count+scan / partition /
 #                                         # bucket-sort); at most 8 minutes
+#   bash bench/gpu_msm.sh mul    # the Fp multiplication variants: the chain micro-benchmark
+#                                         # (bench/fp64_mul), the GPU MSM tests with the
+#                                         # Karatsuba product, then 2^20, 2^24, 2^27 with each
+#                                         # PROVETOP_MSM_DEFINES set in turn; table last
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/msm_out}
@@ -58,6 +62,55 @@ for kind in ("dense", "ones-heavy"):
         ck = f"  check {a['check']}/{b['check']}" if "check" in a and "check" in b else ""
         print(f"{kind:>10} 2^{k:<3} {a['median_ms']:>9.1f} {b['median_ms']:>8.1f} "
               f"{b['median_ms'] / a['median_ms']:>6.3f} {sa:>9.1f} {sb:>9.1f}  {st}{ck}")
+PY
+elif [ "$MODE" = "mul" ]; then
+    timeout 150 python3 bench/fp64_mul/run.py --out "$OUT" \
+        --variants fp_generic,fp_kara,fr_r2,fr_generic,fr_kara,fr_kr 2>&1 | tee -a "$OUT/msm.log" | tail -n 8
+    PROVETOP_MSM_DEFINES=MONT_MUL_KARATSUBA,MONT_SQR_SOS timeout 150 python3 -m pytest -q -m gpu \
+        tests/kernels/test_cuda_msm.py -p no:cacheprovider \
+        -k "matches_reference or repeated or window_sizes or one_pass or selftest or srs_edges" \
+        2>&1 | tee -a "$OUT/msm.log" | tail -n 4
+    # the NTT with fr_mul_kr (FR_MUL_VARIANT=3) against fr_mul_r2: tests, then both in turn
+    PROVETOP_NTT_DEFINES=FR_MUL_VARIANT=3 timeout 120 python3 -m pytest -q -m gpu \
+        tests/kernels/test_cuda_ntt.py -p no:cacheprovider -k "not slow" 2>&1 \
+        | tee -a "$OUT/msm.log" | tail -n 3
+    for v in 2 3 2 3; do
+        d=""; [ "$v" = 3 ] && d=FR_MUL_VARIANT=3  # 2 is the default: the prebuilt cubin
+        PROVETOP_NTT_DEFINES=$d timeout 60 python3 -m provetop bench ntt \
+            --log-sizes 20,24,27 --repeats 9 --json --results-dir "$OUT/ntt-v$v" 2>&1 \
+            | tee -a "$OUT/msm.log" | tail -n 4
+    done
+    # variants in turn, twice over, so that drift shows as a difference between the rounds
+    for round in 1 2; do
+        for v in base MONT_MUL_KARATSUBA MONT_SQR_SOS MONT_MUL_KARATSUBA,MONT_SQR_SOS; do
+            d=$v; [ "$v" = base ] && d=""
+            PROVETOP_MSM_DEFINES=$d timeout 80 $B --log-sizes 20,24,27 --check \
+                --tag "mul-${v//,/+}-r$round" 2>&1 | tee -a "$OUT/msm.log" | tail -n 1
+        done
+    done
+    python3 - "$OUT" <<'PY'
+import glob, json, sys, statistics
+out = sys.argv[1]
+print("MSM dense, device points: medians (ms) per variant, two rounds; accumulate stage")
+variants = ("base", "MONT_MUL_KARATSUBA", "MONT_SQR_SOS", "MONT_MUL_KARATSUBA+MONT_SQR_SOS")
+for v in variants:
+    cells = {}
+    for r in (1, 2):
+        for f in sorted(glob.glob(f"{out}/msm-dense-device-mul-{v}-r{r}-*.json"))[-1:]:
+            for row in json.load(open(f))["rows"]:
+                cells.setdefault(row["log_size"], []).append(
+                    (row["median_ms"], row.get("breakdown_ms", {}).get("accumulate", 0.0), row.get("check")))
+    line = " | ".join(
+        f"2^{k}: " + " / ".join(f"{m:.2f} (acc {a:.1f}{'' if c in (None, True) else ' CHECK ' + str(c)})" for m, a, c in cells[k])
+        for k in sorted(cells))
+    print(f"{v:>34}: {line}")
+print("NTT forward / H step medians (ms), fr_mul_r2 (2) against fr_mul_kr (3), two runs each")
+for v in ("2", "3"):
+    for f in sorted(glob.glob(f"{out}/ntt-v{v}/ntt-*.json")):
+        sizes = json.load(open(f))["sizes"]
+        print(f"  variant {v}: " + "; ".join(
+            f"2^{r['log_size']} fwd {r['forward']['ms']:.4f} h {r.get('h_step', {}).get('ms', float('nan')):.3f}"
+            for r in sizes))
 PY
 elif [ "$MODE" = "sortgroup" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \

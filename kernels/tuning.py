@@ -68,18 +68,26 @@ def _int_at_least(env: str, low: int) -> Callable[[str], int]:
     return parse
 
 
-def _defines(raw: str) -> tuple[tuple[str, str], ...]:
-    """``"A=1,B"`` -> ``(("A", "1"), ("B", "1"))``: compile-time defines of the NTT source."""
-    out: list[tuple[str, str]] = []
-    for item in raw.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, _, value = item.partition("=")
-        if not key.isidentifier():
-            raise SettingError(f"PROVETOP_NTT_DEFINES: {key!r} is not a C identifier")
-        out.append((key, value or "1"))
-    return tuple(out)
+def _defines_of(env: str) -> Callable[[str], tuple[tuple[str, str], ...]]:
+    """A parser of ``"A=1,B"`` -> ``(("A", "1"), ("B", "1"))``: compile-time defines of one
+    kernel source, read from ``env`` (named in its errors)."""
+
+    def parse(raw: str) -> tuple[tuple[str, str], ...]:
+        out: list[tuple[str, str]] = []
+        for item in raw.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            key, _, value = item.partition("=")
+            if not key.isidentifier():
+                raise SettingError(f"{env}: {key!r} is not a C identifier")
+            out.append((key, value or "1"))
+        return tuple(out)
+
+    return parse
+
+
+_defines = _defines_of("PROVETOP_NTT_DEFINES")
 
 
 def _text(raw: str) -> str:
@@ -94,6 +102,7 @@ class KernelTuning:
     ntt_small: str = "on"  # measured on the H200, 2026-12-02: faster or equal at every size
     pin_method: str = "register"
     msm_source: str = "msm.cu"
+    msm_defines: tuple[tuple[str, str], ...] = ()
     msm_affine_min_pairs: int = NEVER_AFFINE
     msm_sort_group: int = 0
     msm_sort: str = "counting"
@@ -116,6 +125,7 @@ class KernelTuning:
         """The record as plain values (msgpack and JSON safe), for ``hello`` and bench meta."""
         out = dataclasses.asdict(self)
         out["ntt_defines"] = {k: v for k, v in self.ntt_defines}
+        out["msm_defines"] = {k: v for k, v in self.msm_defines}
         return out
 
 
@@ -158,6 +168,14 @@ SETTINGS: tuple[Setting, ...] = (
         "`msm.cu` (default), `msm_lb.cu`",
         "the MSM kernel source: the compiler's choice of registers, or capped at 168 for "
         "occupancy with blocks of at most 128 threads",
+    ),
+    Setting(
+        "PROVETOP_MSM_DEFINES",
+        "msm_defines",
+        _defines_of("PROVETOP_MSM_DEFINES"),
+        "`NAME=VALUE,...` (default none)",
+        "compile-time defines of the MSM source (e.g. `MONT_MUL_KARATSUBA`, `MONT_SQR_SOS`); "
+        "the MSM module is compiled again for each distinct set",
     ),
     Setting(
         "PROVETOP_MSM_AFFINE_MIN_PAIRS",

@@ -42,6 +42,17 @@ struct v_fp_generic {
     __device__ static void store_raw(const T& x, uint64_t* w) { store(x, w); }
     __device__ static T mul(const T& a, const T& b) { return a * b; }
 };
+// One level of Karatsuba for the product (3 half products instead of 4), the same Montgomery
+// reduction rows (mont.cuh, mul_karatsuba): same inputs and output as the generic ones.
+struct v_fp_kara : v_fp_generic {
+    __device__ static T mul(const T& a, const T& b) { return fp_t::mul_karatsuba(a, b); }
+};
+struct v_fr_kara : v_fr_generic {
+    __device__ static T mul(const T& a, const T& b) { return fr_t::mul_karatsuba(a, b); }
+};
+struct v_fr_kr : v_fr_generic {  // Karatsuba product + fr_mul_r2's reduction rows (fr_mul.cuh)
+    __device__ static T mul(const T& a, const T& b) { return fr_mul_kr(a, b); }
+};
 template <class P, int SPLIT, bool LAZY = false>
 struct v_f64 {
     typedef fp64m::f64x<P::N> T;
@@ -122,6 +133,9 @@ __device__ __forceinline__ void map1(uint64_t* out, const uint64_t* a, const uin
 FP64B_KERNELS(fr_r2, v_fr_r2)
 FP64B_KERNELS(fr_generic, v_fr_generic)
 FP64B_KERNELS(fp_generic, v_fp_generic)
+FP64B_KERNELS(fp_kara, v_fp_kara)
+FP64B_KERNELS(fr_kara, v_fr_kara)
+FP64B_KERNELS(fr_kr, v_fr_kr)
 
 typedef v_f64<fr52_params, 0> v_fr_f64;
 typedef v_f64<fr52_params, 0, true> v_fr_f64_lazy;

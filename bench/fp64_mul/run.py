@@ -53,6 +53,9 @@ VARIANTS: dict[str, tuple[str, int | None, bool, bool]] = {
     "fr_f64_s5": ("fr", 260, False, True),
     "fr_mix": ("fr", None, False, False),
     "fp_generic": ("fp", 384, False, False),
+    "fp_kara": ("fp", 384, False, False),
+    "fr_kara": ("fr", 256, False, False),
+    "fr_kr": ("fr", 256, False, False),
     "fp_f64": ("fp", 416, False, True),
     "fp_f64_lazy": ("fp", 416, True, False),
     "fp_f64_s8": ("fp", 416, False, True),
@@ -78,6 +81,9 @@ DESCRIPTION = {
     "fr_f64_s5": "FP64 + reduction lo halves on IMAD",
     "fr_mix": "2 chains fr_mul_r2 + 2 chains fr_f64",
     "fp_generic": "mont.cuh generic CIOS (IMAD, g1.cuh's)",
+    "fp_kara": "mont.cuh Karatsuba product + REDC rows (IMAD)",
+    "fr_kara": "mont.cuh Karatsuba product + REDC rows (IMAD)",
+    "fr_kr": "fr_mul.cuh fr_mul_kr: Karatsuba product + fr_mul_r2's reduction",
     "fp_f64": "FP64, 8 x 52-bit limbs, all products DFMA",
     "fp_f64_lazy": "as fp_f64, output < 2p",
     "fp_f64_s8": "FP64 + reduction lo halves on IMAD",
@@ -136,7 +142,8 @@ class Bench:
         # CuPy adds -arch for the device (sm_90 on the H200). Its on-disk cache keys on the
         # source text only: a digest of the included headers goes into the text.
         opts = ("-std=c++17", f"-I{REPO / 'kernels' / 'cuda' / 'src'}", f"-I{HERE}")
-        headers = [HERE / "fp64_mont.cuh"] + sorted((REPO / "kernels" / "cuda").glob("*.cuh"))
+        src_dir = REPO / "kernels" / "cuda" / "src"
+        headers = [HERE / "fp64_mont.cuh"] + sorted(src_dir.rglob("*.cuh"))
         digest = hashlib.sha256(b"".join(h.read_bytes() for h in headers)).hexdigest()
         src = f"// headers {digest}\n" + (HERE / "fp64_bench.cu").read_text()
         t0 = time.time()

@@ -228,6 +228,10 @@ def radix_scratch_bytes(n: int, c: int, n_entries: int | None = None, group: int
     return 4 * rp.group * n + 6 * m_g + hist + 3 * 4 * (rp.group * rp.bins + 1)
 
 
+# The scatter's counters take at most this fraction of the L2 per launch (sort_groups).
+SCATTER_L2_SHARE = 24
+
+
 def sort_groups(W: int, B: int, l2_bytes: int, group: int = 0) -> tuple[int, int]:
     """Windows per launch of the count and of the scatter kernel, for W windows of B buckets on
     a GPU with ``l2_bytes`` of L2; ``group`` (``msm_sort_group``) > 0 fixes both instead. Each
@@ -235,9 +239,12 @@ def sort_groups(W: int, B: int, l2_bytes: int, group: int = 0) -> tuple[int, int
     Measured on the H200 (50 MiB L2) at 2^27, c = 22 (8 MiB of counters per window;
     docs/performance-notes.md, "MSM and SRS", 2026-11-30, a30e5a8): the count is fastest with ~half
     the L2 in counters (3 windows: 28.8 ms, against 62.4 in one launch), the scatter with one window
-    (108.7 ms against 181.8), since its writes of the sorted entries share the L2 too: hence L2 / 2
-    and L2 / 6 per launch. When every window's counters fit in half the L2 (small c, as for the
-    sparse L and A queries), one launch each: re-reading the scalars would only cost."""
+    (108.7 ms against 181.8), since its writes of the sorted entries share the L2 too. At 2^24,
+    c = 20 (2 MiB per window) the scatter was fastest with one window as well (11.2 ms, against
+    12.3 / 12.8 with 2 / 3 and 18.8 with all 13), which L2 / 6 did not pick (4 windows): hence
+    L2 / 2 for the count and L2 / 24 for the scatter, one window at both sizes. When every
+    window's counters fit in half the L2 (small c, as for the sparse L and A queries), one
+    launch each: re-reading the scalars would only cost."""
     if group < 0:  # no window would be sorted, and the sums would be silently wrong
         raise ValueError(f"msm_sort_group={group}: expected 0 (the rule) or more")
     if group:
@@ -246,7 +253,7 @@ def sort_groups(W: int, B: int, l2_bytes: int, group: int = 0) -> tuple[int, int
     if W * per_window <= l2_bytes // 2:
         return W, W
     count = max(1, min(W, (l2_bytes // 2) // per_window))
-    scatter = max(1, min(W, (l2_bytes // 6) // per_window))
+    scatter = max(1, min(W, (l2_bytes // SCATTER_L2_SHARE) // per_window))
     return count, scatter
 
 
@@ -366,7 +373,7 @@ class MsmKernels:
 def kernels(tuning: KernelTuning = DEFAULT_TUNING) -> MsmKernels:
     """The MSM kernels ``tuning`` selects, on the current device (through
     :func:`kernels.cuda.runtime.load`: a prebuilt cubin when one matches, else NVRTC)."""
-    module = load(source(tuning), cubin_dir=tuning.cubin_dir)
+    module = load(source(tuning), defines=tuning.msm_defines, cubin_dir=tuning.cubin_dir)
     return MsmKernels(module, BLOCKS[tuning.msm_source])
 
 

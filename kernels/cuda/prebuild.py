@@ -23,12 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kernels.cuda import cubins
-from kernels.cuda.sources import SOURCES, Defines
+from kernels.cuda.sources import SOURCES, Defines, normalize_defines
 
 
-def _build_one(name: str, arch: str, folder: Path, nvcc: str, force: bool) -> str:
+def _build_one(
+    name: str, arch: str, folder: Path, nvcc: str, force: bool, defines: Defines = ()
+) -> str:
     """Build one cubin; the line that reports it."""
-    defines: Defines = ()
     path = cubins.cubin_path(name, defines, arch, folder)
     if path.is_file() and not force:
         return f"present  {name} for {arch}: {path}"
@@ -37,7 +38,8 @@ def _build_one(name: str, arch: str, folder: Path, nvcc: str, force: bool) -> st
         cubins.build(name, arch, folder, defines, nvcc=nvcc)
     except subprocess.CalledProcessError as exc:
         raise RuntimeError(f"nvcc failed on {name} for {arch}:\n{exc.stdout}{exc.stderr}") from exc
-    return f"built    {name} for {arch} in {time.perf_counter() - t0:.1f} s: {path}"
+    tag = f" with {' '.join(f'{k}={v}' for k, v in defines)}" if defines else ""
+    return f"built    {name}{tag} for {arch} in {time.perf_counter() - t0:.1f} s: {path}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc runs")
     parser.add_argument("--nvcc", default="nvcc", help="the nvcc to run")
     parser.add_argument("--force", action="store_true", help="rebuild cubins already present")
+    parser.add_argument(
+        "--define",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="a compile-time define for the named --source(s) (repeatable): the cubin a run "
+        "with the same PROVETOP_NTT_DEFINES / PROVETOP_MSM_DEFINES loads",
+    )
     args = parser.parse_args(argv)
     nvcc = shutil.which(args.nvcc)
     if nvcc is None:
@@ -69,13 +79,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
+    if args.define and not args.source:
+        parser.error("--define needs --source (the defines belong to one kernel source)")
+    # NAME alone means NAME=1, as PROVETOP_*_DEFINES read it, so that the cache keys agree
+    defines = normalize_defines(
+        tuple((d.partition("=")[0], d.partition("=")[2] or "1") for d in args.define)
+    )
     jobs = [(name, arch) for name in (args.source or SOURCES) for arch in archs]
     folder = Path(args.out)
     failures = 0
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [
-            pool.submit(_build_one, name, arch, folder, nvcc, args.force) for name, arch in jobs
+            pool.submit(_build_one, name, arch, folder, nvcc, args.force, defines)
+            for name, arch in jobs
         ]
         for fut in futures:
             try:

@@ -40,14 +40,18 @@ class Warmed:
 
 
 def builds(tuning: KernelTuning = DEFAULT_TUNING) -> list[tuple[str, Defines]]:
-    """Every source a run under ``tuning`` loads, with its defines (only the NTT source takes
-    defines; of the two MSM sources, the one the record selects)."""
+    """Every source a run under ``tuning`` loads, with its defines (the NTT and MSM sources take
+    them; of the two MSM sources, the one the record selects)."""
     msm = f"msm/{tuning.msm_source}"
-    return [
-        (src, normalize_defines(tuning.ntt_defines) if src == "ntt/ntt.cu" else ())
-        for src in SOURCES
-        if not src.startswith("msm/") or src == msm
-    ]
+
+    def defines(src: str) -> Defines:
+        if src == "ntt/ntt.cu":
+            return normalize_defines(tuning.ntt_defines)
+        if src == msm:
+            return normalize_defines(tuning.msm_defines)
+        return ()
+
+    return [(src, defines(src)) for src in SOURCES if not src.startswith("msm/") or src == msm]
 
 
 @dataclass(frozen=True)

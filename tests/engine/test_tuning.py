@@ -28,6 +28,7 @@ def test_every_setting_is_read_into_its_field():
         "PROVETOP_NTT_SMALL": "off",
         "PROVETOP_PIN_METHOD": "alloc",
         "PROVETOP_MSM_SOURCE": "msm_lb.cu",
+        "PROVETOP_MSM_DEFINES": "MONT_MUL_KARATSUBA",
         "PROVETOP_MSM_AFFINE_MIN_PAIRS": "8388608",
         "PROVETOP_MSM_SORT_GROUP": "3",
         "PROVETOP_MSM_SORT": "radix",
@@ -48,6 +49,7 @@ def test_every_setting_is_read_into_its_field():
     t = Tuning.from_env(env)
     k = t.kernels
     assert k.ntt_defines == (("NTT_MIN_BLOCKS", "2"), ("MONT_PORTABLE", "1"))
+    assert k.msm_defines == (("MONT_MUL_KARATSUBA", "1"),)
     assert k.ntt_small == "off"
     assert (k.pin_method, k.msm_source) == ("alloc", "msm_lb.cu")
     assert (k.msm_affine_min_pairs, k.msm_sort_group, k.msm_affine_dense) == (8388608, 3, 1)

@@ -5,7 +5,8 @@ emulation of the PTX instructions the GPU runs (explicit carry flag instead of t
 one), so CI without a GPU checks the very instruction sequences of the device multiplication,
 addition and subtraction, for both fields and every multiplication variant. The device build
 itself is checked on the GPU in tests/kernels/test_cuda_ntt.py. Inputs are fresh random values
-on every run, plus the edge values 0, 1, 2, m-1, m-2 and R mod m.
+on every run, plus the edge values 0, 1, 2, m-1, m-2, R mod m and those of the Karatsuba
+split (equal halves, all-ones halves, all-ones words).
 """
 
 from __future__ import annotations
@@ -79,16 +80,26 @@ MUL_VARIANTS = [
     "-DMONT_MUL_SPLIT",
     "-DMONT_MUL_EVENODD_FIXED",
     "-DMONT_SQR_SOS",
+    "-DMONT_MUL_KARATSUBA",
+    "-DMONT_MUL_KARATSUBA -DMONT_SQR_SOS",
 ]
 
 
 @pytest.fixture(
     scope="module",
     params=MUL_VARIANTS,
-    ids=["evenodd", "portable", "split", "evenodd-fixed", "sqr-sos"],
+    ids=[
+        "evenodd",
+        "portable",
+        "split",
+        "evenodd-fixed",
+        "sqr-sos",
+        "karatsuba",
+        "karatsuba-sqr-sos",
+    ],
 )
 def harness(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    flags = ("-O1", *WARNINGS, *((request.param,) if request.param else ()))
+    flags = ("-O1", *WARNINGS, *request.param.split())
     return build_driver(tmp_path_factory.mktemp("mont_host"), "harness", HARNESS, flags)
 
 
@@ -134,12 +145,26 @@ def _run(exe: Path, cases: list[tuple[str, str, int, int]]) -> list[str]:
     return out.stdout.split()
 
 
+def _half_edges(m: int, rbits: int) -> list[int]:
+    """Values whose low and high halves (the Karatsuba split) are equal, differ by one either
+    way, or are all ones against zero, plus all-ones 32-bit words: the signs and carries of
+    the half differences and the middle term at their extremes."""
+    half = rbits // 2
+    ones = (1 << half) - 1
+    out = []
+    for lo, hi in ((ones, ones), (ones, 0), (0, ones), (5, 4), (4, 5), (ones, ones - 1)):
+        out.append(((hi << half) | lo) % m)
+    out += [((1 << (32 * k)) - 1) % m for k in range(1, rbits // 32 + 1)]
+    out += [m - (1 << half), m - 1 - ones]
+    return sorted(set(out))
+
+
 @pytest.mark.parametrize("field", ["r", "p"])
 def test_arithmetic_matches_python_ints(harness: Path, field: str) -> None:
     m, rbits = FIELDS[field]
     rng = random.Random()
     ops = ["mul", "sqr", "add", "sub", "neg", "tomont", "frommont", "eq", "iszero"]
-    edges = [0, 1, 2, m - 1, m - 2, (1 << rbits) % m]
+    edges = [0, 1, 2, m - 1, m - 2, (1 << rbits) % m] + _half_edges(m, rbits)
     cases = []
     for op in ops:
         for _ in range(200):

@@ -262,6 +262,125 @@ struct mont_t {
         pe[N] = po[N] = 0;
     }
 
+    // ---- Karatsuba (MONT_MUL_KARATSUBA) -------------------------------------------------
+    // Half product for the Karatsuba multiplication: a * b of H-word operands added into two
+    // 2H-word accumulators that start at zero: word products a_i b_j with i + j even go to the
+    // pair (i+j, i+j+1) of E, odd ones to O. Each row i is then one carry chain per
+    // accumulator over adjacent pairs at fixed register pairs (as in sqr()). Bounds: after row
+    // i either accumulator holds part of sum_{r <= i} a b_r 2^(32 r) < 2^(32 (i + H + 1)), so a
+    // chain's carry goes at most into word i + H, where the row's last addc puts it.
+    template <int H>
+    MONT_HD static void half_product(const uint32_t* a, const uint32_t* b, uint32_t* E,
+                                     uint32_t* O) {
+        using namespace mont_detail;
+        uint32_t cc = 0;
+        MONT_UNROLL for (int i = 0; i < H; i++) {
+            MONT_UNROLL for (int parity = 0; parity < 2; parity++) {
+                uint32_t* acc = parity == 0 ? E : O;
+                const int j0 = ((i & 1) == parity) ? 0 : 1;  // i + j0 has this parity
+                int top = -1;
+                MONT_UNROLL for (int j = j0; j < H; j += 2) {
+                    acc[i + j] = j == j0 ? mad_lo_cc(a[j], b[i], acc[i + j], cc)
+                                         : madc_lo_cc(a[j], b[i], acc[i + j], cc);
+                    if (i + j + 1 == i + H) {
+                        acc[i + j + 1] = madc_hi(a[j], b[i], acc[i + j + 1], cc);
+                    } else {
+                        acc[i + j + 1] = madc_hi_cc(a[j], b[i], acc[i + j + 1], cc);
+                    }
+                    top = i + j + 1;
+                }
+                if (top >= 0 && top < i + H) acc[i + H] = addc(acc[i + H], 0, cc);
+            }
+        }
+    }
+
+    // |x_lo - x_hi| of the two H-word halves of x, and the mask 0xffffffff when x_lo < x_hi.
+    template <int H>
+    MONT_HD static uint32_t half_difference(const uint32_t* x, uint32_t* d) {
+        using namespace mont_detail;
+        uint32_t cc = 0;
+        d[0] = sub_cc(x[0], x[H], cc);
+        MONT_UNROLL for (int k = 1; k < H; k++) d[k] = subc_cc(x[k], x[H + k], cc);
+        const uint32_t neg = subc(0, 0, cc);
+        // two's complement negation when negative: (d ^ neg) + (neg & 1)
+        d[0] = add_cc(d[0] ^ neg, neg & 1u, cc);
+        MONT_UNROLL for (int k = 1; k < H - 1; k++) d[k] = addc_cc(d[k] ^ neg, 0, cc);
+        d[H - 1] = addc(d[H - 1] ^ neg, 0, cc);
+        return neg;
+    }
+
+    // One level of (subtractive) Karatsuba for the product T = a b (2N words): with a = a0 +
+    // a1 2^(32H), b likewise (H = N/2), z0 = a0 b0, z2 = a1 b1 and z1 = |a0 - a1| |b0 - b1|,
+    // a0 b1 + a1 b0 = z0 + z2 - s z1 where s is the sign of (a0 - a1)(b0 - b1). Three H x H
+    // products: 3 N^2 / 4 word products instead of N^2 (108 against 144 for Fp, 48 against 64
+    // for Fr), each still one wide multiply-add; the price is ~5 N extra additions on the ALU
+    // pipe, which the IMAD-bound multiplication leaves mostly idle (docs/performance-notes.md,
+    // "Field multiplication"). Any a, b < 2^(32N) (the bound T < 2^(64N) is all it needs).
+    MONT_HD static void karatsuba_product(const mont_t& a, const mont_t& b, uint32_t* T) {
+        static_assert(N % 4 == 0, "the Karatsuba product needs N divisible by 4");
+        using namespace mont_detail;
+        constexpr int H = N / 2;
+        uint32_t E[2 * N], O[2 * N], E1[N], O1[N], da[H], db[H], cc = 0;
+        MONT_UNROLL for (int k = 0; k < 2 * N; k++) E[k] = O[k] = 0;
+        MONT_UNROLL for (int k = 0; k < N; k++) E1[k] = O1[k] = 0;
+        half_product<H>(a.v, b.v, E, O);                  // z0 at words 0 .. N-1
+        half_product<H>(a.v + H, b.v + H, E + N, O + N);  // z2 at words N .. 2N-1
+        const uint32_t sa = half_difference<H>(a.v, da);
+        const uint32_t sb = half_difference<H>(b.v, db);
+        half_product<H>(da, db, E1, O1);  // z1
+        // T = z0 + z2 2^(32N) (disjoint words), z1 = E1 + O1
+        uint32_t z1[N];
+        T[0] = add_cc(E[0], O[0], cc);
+        MONT_UNROLL for (int k = 1; k < 2 * N - 1; k++) T[k] = addc_cc(E[k], O[k], cc);
+        T[2 * N - 1] = addc(E[2 * N - 1], O[2 * N - 1], cc);
+        z1[0] = add_cc(E1[0], O1[0], cc);
+        MONT_UNROLL for (int k = 1; k < N - 1; k++) z1[k] = addc_cc(E1[k], O1[k], cc);
+        z1[N - 1] = addc(E1[N - 1], O1[N - 1], cc);
+        // u = z0 + z2 (N words and a top bit)
+        uint32_t u[N + 1];
+        u[0] = add_cc(T[0], T[N], cc);
+        MONT_UNROLL for (int k = 1; k < N; k++) u[k] = addc_cc(T[k], T[N + k], cc);
+        u[N] = addc(0, 0, cc);
+        // mid = u - z1 when the differences have the same sign, else u + z1: with sub = all
+        // ones to subtract, u + (z1 ^ sub) + (sub & 1), the top word adding sub. mid = a0 b1 +
+        // a1 b0 < 2^(32N + 1): N words and a top bit.
+        const uint32_t sub = ~(sa ^ sb);
+        uint32_t mid[N + 1];
+        (void)add_cc(sub & 1u, 0xffffffffu, cc);  // carry flag := the + 1 of the negation
+        MONT_UNROLL for (int k = 0; k < N; k++) mid[k] = addc_cc(u[k], z1[k] ^ sub, cc);
+        mid[N] = addc(u[N], sub, cc);
+        // T += mid 2^(32H); T = a b < 2^(64N), so no carry leaves word 2N-1
+        T[H] = add_cc(T[H], mid[0], cc);
+        MONT_UNROLL for (int k = 1; k <= N; k++) T[H + k] = addc_cc(T[H + k], mid[k], cc);
+        MONT_UNROLL for (int k = H + N + 1; k < 2 * N - 1; k++) T[k] = addc_cc(T[k], 0, cc);
+        T[2 * N - 1] = addc(T[2 * N - 1], 0, cc);
+    }
+
+    // The Karatsuba product, then Montgomery reduction as in sqr(): REDC(T_lo) + T_hi, one
+    // conditional subtraction (T < m^2, so T_hi < m - 1 and the sum is < 2m).
+    MONT_HD static mont_t mul_karatsuba(const mont_t& a, const mont_t& b) {
+        using namespace mont_detail;
+        uint32_t T[2 * N], cc = 0;
+        karatsuba_product(a, b, T);
+        // REDC(T_lo) + T_hi
+        uint32_t x[N + 1], y[N + 1], c0 = 0, tmp;
+        MONT_UNROLL for (int j = 0; j < N; j++) x[j] = T[j], y[j] = 0;
+        x[N] = y[N] = 0;
+        MONT_UNROLL for (int i = 0; i < N; i += 2) {
+            redc_row(x, y, c0);
+            redc_row(y, x, c0);
+        }
+        uint32_t t[N];
+        tmp = add_cc(c0, 0xffffffffu, cc);
+        (void)tmp;
+        MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x[j], y[j], cc);
+        uint32_t top = addc(0, 0, cc);
+        t[0] = add_cc(t[0], T[N], cc);
+        MONT_UNROLL for (int j = 1; j < N; j++) t[j] = addc_cc(t[j], T[N + j], cc);
+        top = addc(top, 0, cc);
+        return reduce_once(t, top);
+    }
+
     // Default: CIOS over 32-bit words with the row products split into an even-pair and an
     // odd-pair accumulator (both aligned at word 0). The products a[j]*b_i for even j occupy
     // disjoint word pairs (j, j+1) of Pe, those for odd j disjoint pairs of Po, so each row is
@@ -277,7 +396,9 @@ struct mont_t {
     // MONT_MUL_SPLIT: the first version (separate lo and hi chains), kept for comparison.
     // MONT_MUL_EVENODD_FIXED: the even/odd version without the role swap, for comparison.
     MONT_HD friend mont_t operator*(const mont_t& a, const mont_t& b) {
-#if defined(MONT_PORTABLE)
+#if defined(MONT_MUL_KARATSUBA) && !defined(MONT_PORTABLE)
+        return mul_karatsuba(a, b);
+#elif defined(MONT_PORTABLE)
         uint32_t t[N + 1];
         MONT_UNROLL for (int j = 0; j <= N; j++) t[j] = 0;
         MONT_UNROLL for (int i = 0; i < N; i++) {
