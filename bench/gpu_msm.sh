@@ -64,31 +64,38 @@ for kind in ("dense", "ones-heavy"):
               f"{b['median_ms'] / a['median_ms']:>6.3f} {sa:>9.1f} {sb:>9.1f}  {st}{ck}")
 PY
 elif [ "$MODE" = "mul" ]; then
-    timeout 150 python3 bench/fp64_mul/run.py --out "$OUT" \
-        --variants fp_generic,fp_kara,fr_r2,fr_generic,fr_kara,fr_kr 2>&1 | tee -a "$OUT/msm.log" | tail -n 8
+    # everything under $M, packed into $OUT/msm-mul.tgz at the end (the device tool brings back
+    # at most 8 files); the order puts the first round of each A/B before the slower parts
+    M=/tmp/msm-mul
+    mkdir -p "$M"
+    trap 'tar czf "$OUT/msm-mul.tgz" -C /tmp msm-mul' EXIT
+    BM="python3 -m kernels.bench_msm --results-dir $M --json"
+    msm_round() {  # the four MSM variants in turn, 2^20, 2^24, 2^27
+        for v in base MONT_MUL_KARATSUBA MONT_SQR_SOS MONT_MUL_KARATSUBA,MONT_SQR_SOS; do
+            d=$v; [ "$v" = base ] && d=""
+            PROVETOP_MSM_DEFINES=$d timeout 80 $BM --log-sizes 20,24,27 --check \
+                --tag "mul-${v//,/+}-r$1" 2>&1 | tee -a "$M/msm.log" | tail -n 1
+        done
+    }
+    timeout 150 python3 bench/fp64_mul/run.py --out "$M" \
+        --variants fp_generic,fp_kara,fr_r2,fr_generic,fr_kara,fr_kr 2>&1 | tee -a "$M/msm.log" | tail -n 8
     PROVETOP_MSM_DEFINES=MONT_MUL_KARATSUBA,MONT_SQR_SOS timeout 150 python3 -m pytest -q -m gpu \
         tests/kernels/test_cuda_msm.py -p no:cacheprovider \
         -k "matches_reference or repeated or window_sizes or one_pass or selftest or srs_edges" \
-        2>&1 | tee -a "$OUT/msm.log" | tail -n 4
+        2>&1 | tee -a "$M/msm.log" | tail -n 4
+    msm_round 1
     # the NTT with fr_mul_kr (FR_MUL_VARIANT=3) against fr_mul_r2: tests, then both in turn
     PROVETOP_NTT_DEFINES=FR_MUL_VARIANT=3 timeout 120 python3 -m pytest -q -m gpu \
         tests/kernels/test_cuda_ntt.py -p no:cacheprovider -k "not slow" 2>&1 \
-        | tee -a "$OUT/msm.log" | tail -n 3
+        | tee -a "$M/msm.log" | tail -n 3
     for v in 2 3 2 3; do
         d=""; [ "$v" = 3 ] && d=FR_MUL_VARIANT=3  # 2 is the default: the prebuilt cubin
         PROVETOP_NTT_DEFINES=$d timeout 60 python3 -m provetop bench ntt \
-            --log-sizes 20,24,27 --repeats 9 --json --results-dir "$OUT/ntt-v$v" 2>&1 \
-            | tee -a "$OUT/msm.log" | tail -n 4
+            --log-sizes 20,24,27 --repeats 9 --json --results-dir "$M/ntt-v$v" 2>&1 \
+            | tee -a "$M/msm.log" | tail -n 4
     done
-    # variants in turn, twice over, so that drift shows as a difference between the rounds
-    for round in 1 2; do
-        for v in base MONT_MUL_KARATSUBA MONT_SQR_SOS MONT_MUL_KARATSUBA,MONT_SQR_SOS; do
-            d=$v; [ "$v" = base ] && d=""
-            PROVETOP_MSM_DEFINES=$d timeout 80 $B --log-sizes 20,24,27 --check \
-                --tag "mul-${v//,/+}-r$round" 2>&1 | tee -a "$OUT/msm.log" | tail -n 1
-        done
-    done
-    python3 - "$OUT" <<'PY'
+    msm_round 2
+    python3 - "$M" <<'PY'
 import glob, json, sys, statistics
 out = sys.argv[1]
 print("MSM dense, device points: medians (ms) per variant, two rounds; accumulate stage")
