@@ -27,6 +27,8 @@
 #                                      # MSM A/B, aware16 three ways, naive16
 #   bash bench/gpu_engine.sh aware16   # porep-32g aware at 16 GiB: one interleaved pass, then
 #                                      # in turn (PROVETOP_MSM_HOST_INTERLEAVE=off); no tests
+#   bash bench/gpu_engine.sh overlap   # b and c copied under the H step (PROVETOP_ABC_OVERLAP):
+#                                      # its GPU tests, then aware16 off / on, aware at 24 GiB on
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -213,6 +215,16 @@ aware16)  # the 16 GiB point alone, the one pass against the queries in turn, sa
         --workers-per-device 2 --allocator aware
     PROVETOP_MSM_HOST_INTERLEAVE=off bench aware16-inturn 100 --preset porep-32g --proofs 1 \
         --device-memory 16GiB --workers-per-device 2 --allocator aware
+    ;;
+overlap)  # the fallback's b and c copies under the H step's transforms of a, A/B at 16 GiB
+    gpu_tests 150 tests/engine/test_cuda.py -k "h_step or fallback_path or one_pass"
+    gpu_tests 100 tests/kernels/test_cuda_ntt.py -k "h_step"
+    PROVETOP_ABC_OVERLAP=off bench aware16-off 100 --preset porep-32g --proofs 1 \
+        --device-memory 16GiB --workers-per-device 2 --allocator aware
+    PROVETOP_ABC_OVERLAP=on bench aware16-on 100 --preset porep-32g --proofs 1 \
+        --device-memory 16GiB --workers-per-device 2 --allocator aware
+    PROVETOP_ABC_OVERLAP=on bench aware24-on 100 --preset porep-32g --proofs 1 \
+        --device-memory 24GiB --workers-per-device 2 --allocator aware
     ;;
 sweep)  # the device-memory curve in one command: porep-32g, aware, 1 proof per point, each
     # point a fresh process (engine/bench_sweep.py). Time (H200, 2026-12-02, one process per

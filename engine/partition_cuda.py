@@ -86,6 +86,8 @@ class CudaPartition:
         self._made = 0
         self._z_ready: Any = None
         self._z_pending: Any = None  # (host z, its device array) for the one pass to copy
+        # the fallback's b and c copies still in flight under the H step: {"b": event, ...}
+        self._abc_ready: dict[str, Any] = {}
         self._scratch: Any = None  # the one-slot plan's pinned host scratch
 
     # -- synthesis ----------------------------------------------------------------------------
@@ -185,16 +187,32 @@ class CudaPartition:
             return self.host.fallback_upload(att, w)
         dev, fp = self.device, self.ctx.footprint
         free, _total = dev.mem_info()
+        overlap = self.ctx.tuning.abc_overlap == "on"
         reason = "a, b, c from the worker's pinned pool into the stream-ordered pool, whole"
+        if overlap:
+            reason += "; b and c go up under the H step's transforms of a"
         decision = Decision("fallback", reason, free=free, margin=fp.margin)
         self.scope.alloc_event(att, "prestage", "async", 3 * fp.u, decision)
         blocks = [self.scope.malloc(att, fp.u, "async", "prestage") for _ in range(3)]
         self.ctx.sample(dev)
-        a, b, c = (
-            dev.upload(src, blk, pinned=True)
-            for src, blk in zip((w.a, w.b, w.c), blocks, strict=True)
-        )
+        a = dev.upload(w.a, blocks[0], pinned=True)
+        if overlap:
+            # the phase times a's copy; b's and c's run on the upload stream, and the H step
+            # waits for each just before its own transforms (kernels.cuda.ntt.run_h_step)
+            b, self._abc_ready["b"] = dev.upload_async(w.b, blocks[1], event="abc.b")
+            c, self._abc_ready["c"] = dev.upload_async(w.c, blocks[2], event="abc.c")
+        else:
+            b = dev.upload(w.b, blocks[1], pinned=True)
+            c = dev.upload(w.c, blocks[2], pinned=True)
         return blocks[0], blocks[1:], a, b, c
+
+    def _wait_for_abc(self) -> None:
+        """The compute stream waits for the b and c copies still in flight (a check that
+        reads them, or an attempt that ends before the H step: its blocks go back in stream
+        order on the compute stream, and the pool must not hand them out mid-copy)."""
+        ready, self._abc_ready = self._abc_ready, {}
+        for event in ready.values():
+            self.device.streams().compute.wait_event(event)
 
     # -- the GPU region -----------------------------------------------------------------------
 
@@ -203,14 +221,19 @@ class CudaPartition:
         (no second upload of 12 GiB for the check). A wrong upload still fails the check:
         a*b - c would then not vanish on the domain, and no H satisfies the identity."""
 
+        self._wait_for_abc()  # the check reads b and c whole
         with self.device.dev:
             kw = self.device.kernel_args("check_inputs")  # an OOM names the phase as its site
             kw["tuning"] = self.ctx.tuning.kernels
             att.abc_at_tau = cuda_check.interpolants_at(a, b, c, self.ctx.srs.tau, **kw)
 
     def h_step(self, a: Any, b: Any, c: Any) -> Any:
-        """In place through the bound backend: H in d_a's memory, d_b/d_c as work buffers."""
-        return self.ctx.backend.h_step(a, b, c)
+        """In place through the bound backend: H in d_a's memory, d_b/d_c as work buffers;
+        with b and c still going up, the step waits for each before its transforms."""
+        if not self._abc_ready:
+            return self.ctx.backend.h_step(a, b, c)
+        ready, self._abc_ready = self._abc_ready, {}
+        return self.ctx.backend.h_step(a, b, c, ready=ready)
 
     def h_step_streamed(self, att: Attempt, w: Any, plan: MemoryPlan) -> tuple[Block, Any]:
         """a, b, c from the worker's pinned pool through ``plan.slots`` stream-ordered blocks
@@ -370,6 +393,7 @@ class CudaPartition:
         compute stream; without this wait the pool could hand the block out (to this worker
         or, once the free completes, to the other) mid-copy."""
         self._z_pending = None  # a one pass that never ran: nothing was copied
+        self._wait_for_abc()  # b and c copies of a fallback that never reached the H step
         if self._z_ready is not None:
             z_ready, self._z_ready = self._z_ready, None
             self.device.streams().compute.wait_event(z_ready)

@@ -22,6 +22,7 @@ from kernels.tuning import markdown_table as _markdown_table
 
 SYNC_SCOPES = ("worker", "device")
 PRIORITY_TO = ("synthesis", "compute")
+ON_OFF = ("on", "off")
 # A short switch interval lets a worker waiting to launch its next kernel get the GIL soon:
 # 0.5 ms, against the interpreter's 5 ms default (docs/architecture.md, "GIL").
 DEFAULT_SWITCH_INTERVAL_S = 0.0005
@@ -64,6 +65,15 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
         choice("PROVETOP_PRIORITY_TO", PRIORITY_TO),
         "`synthesis` (default), `compute`",
         "which worker stream gets the device's greatest priority",
+    ),
+    Setting(
+        "PROVETOP_ABC_OVERLAP",
+        "abc_overlap",
+        choice("PROVETOP_ABC_OVERLAP", ON_OFF),
+        "`off` (default), `on`",
+        "the fallback path's copies of a, b, c (pinned witness, CUDA): `off` copies all three "
+        "before the H step; `on` copies a, then starts b and c on the upload stream and "
+        "begins the H step on a while they go up (each input's transforms wait for its copy)",
     ),
     Setting(
         "PROVETOP_SWITCH_INTERVAL",
@@ -110,6 +120,7 @@ class Tuning:
     kernels: KernelTuning = field(default_factory=KernelTuning)
     sync_scope: str = "worker"
     priority_to: str = "synthesis"
+    abc_overlap: str = "off"
     switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S
     heap_trim_s: float = HEAP_TRIM_EVERY_S
     accept_rate: float = ACCEPT_RATE
@@ -128,6 +139,7 @@ class Tuning:
             "kernels": self.kernels.as_dict(),
             "sync_scope": self.sync_scope,
             "priority_to": self.priority_to,
+            "abc_overlap": self.abc_overlap,
             "switch_interval_s": self.switch_interval_s,
             "heap_trim_s": self.heap_trim_s,
             "accept_rate": self.accept_rate,

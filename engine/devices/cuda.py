@@ -523,11 +523,14 @@ class CudaDevice(Device):
         st.compute.wait_event(done)
         return dst
 
-    def upload_async(self, host: np.ndarray, block: Block) -> tuple[Any, Any]:
+    def upload_async(
+        self, host: np.ndarray, block: Block, event: str = "upload_async.done"
+    ) -> tuple[Any, Any]:
         """Start copying page-locked ``host`` into ``block`` on this worker's upload stream and
         return (the device array, an event recorded after the copy) at once: the caller makes
         the compute stream wait for the event when it needs the data, so kernels launched
-        before that overlap the copy."""
+        before that overlap the copy. Copies in flight together need distinct ``event``
+        names (each name is one event per thread, re-recorded by the next call)."""
         cupy = self.cupy
         host = np.ascontiguousarray(host)
         nbytes = int(host.nbytes)
@@ -544,7 +547,7 @@ class CudaDevice(Device):
             self.rt.memcpyAsync(dst.data.ptr, host.ctypes.data, nbytes, H2D, st.upload.ptr)
         # the caller waits on it before this thread's next upload_async re-records it (the
         # runner: msm_l's wait, or the release's after a failure)
-        done = self._event("upload_async.done")
+        done = self._event(event)
         done.record(st.upload)
         return dst, done
 

@@ -24,7 +24,7 @@ numpy-in calls (nothing is left in CuPy's caching pool) and CuPy's current alloc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -153,9 +153,13 @@ class CudaBackend:
         stream: Any = None,
         allocator: Any = None,
         overwrite_inputs: bool | None = None,
+        ready: Mapping[str, Any] | None = None,
     ) -> Any:
         """H's n-1 canonical coefficients ``(n - 1, 4)``; scratch and output from
         ``allocator``. The result is a view of an n-row device array (row n-1 is scratch).
+        ``ready``: CUDA events by input name ("b", "c", ...) that the step waits for, on its
+        stream, just before the part that first reads that input (device inputs still being
+        copied: the transforms of a run under the copies of b and c).
 
         ``overwrite_inputs`` (default :attr:`h_in_place`): for device inputs, run the H step
         in place, H in ``a``'s memory and ``b``, ``c`` used as the work buffers, so the step
@@ -169,12 +173,14 @@ class CudaBackend:
         with on_stream(stream, alloc) as s:
             da, db, dc = (self._device(v, "h_step") for v in (a, b, c))
             if in_place and not host:
-                h = self._h_step_in_place(da, db, dc, s)
+                h = self._h_step_in_place(da, db, dc, s, ready)
             else:
-                h = self._ntt.h_step(da, db, dc, stream=s, allocator=alloc)
+                h = self._ntt.h_step(da, db, dc, stream=s, allocator=alloc, ready=ready)
             return h.get(stream=s) if host else h
 
-    def _h_step_in_place(self, a: Any, b: Any, c: Any, s: Any) -> Any:
+    def _h_step_in_place(
+        self, a: Any, b: Any, c: Any, s: Any, ready: Mapping[str, Any] | None = None
+    ) -> Any:
         n = a.shape[0]
         for v in (a, b, c):
             if v.shape != (n, 4) or not v.flags.c_contiguous:
@@ -185,7 +191,7 @@ class CudaBackend:
         if k < 1:
             raise ValueError("the H step needs n >= 2")
         bufs = {"a": a, "b": b, "c": c, "out": a, "wb": b, "wc": c}
-        self._ntt.run_plan(self._ntt.h_plan(k), bufs, 1, s, self._ntt.h_key(k))
+        self._ntt.run_h_step(k, bufs, s, ready)
         return a[: n - 1]
 
     def h_step_streamed(

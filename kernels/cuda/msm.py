@@ -229,7 +229,7 @@ def radix_scratch_bytes(n: int, c: int, n_entries: int | None = None, group: int
 
 
 # The scatter's counters take at most this fraction of the L2 per launch (sort_groups).
-SCATTER_L2_SHARE = 24
+SCATTER_L2_SHARE = 6
 
 
 def sort_groups(W: int, B: int, l2_bytes: int, group: int = 0) -> tuple[int, int]:
@@ -239,11 +239,11 @@ def sort_groups(W: int, B: int, l2_bytes: int, group: int = 0) -> tuple[int, int
     Measured on the H200 (50 MiB L2) at 2^27, c = 22 (8 MiB of counters per window;
     docs/performance-notes.md, "MSM and SRS", 2026-11-30, a30e5a8): the count is fastest with ~half
     the L2 in counters (3 windows: 28.8 ms, against 62.4 in one launch), the scatter with one window
-    (108.7 ms against 181.8), since its writes of the sorted entries share the L2 too. At 2^24,
-    c = 20 (2 MiB per window) the scatter was fastest with one window as well (11.2 ms, against
-    12.3 / 12.8 with 2 / 3 and 18.8 with all 13), which L2 / 6 did not pick (4 windows): hence
-    L2 / 2 for the count and L2 / 24 for the scatter, one window at both sizes. When every
-    window's counters fit in half the L2 (small c, as for the sparse L and A queries), one
+    (108.7 ms against 181.8), since its writes of the sorted entries share the L2 too: hence L2 / 2
+    and L2 / 6 per launch. (At 2^24, c = 20, one window per scatter launch with the count as
+    the rule has it measured the same as L2 / 6's four: 18.7 against 18.5 ms, 2026-12-02; the
+    11.2 ms of the 2026-11-30 table came with the count per window too, unexplained.) When
+    every window's counters fit in half the L2 (small c, as for the sparse L and A queries), one
     launch each: re-reading the scalars would only cost."""
     if group < 0:  # no window would be sorted, and the sums would be silently wrong
         raise ValueError(f"msm_sort_group={group}: expected 0 (the rule) or more")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,22 +213,25 @@ def plan_ntt(
     )
 
 
-def plan_h_step(k: int, max_levels: int = TILE_LOG, small: bool = False) -> list[Pass]:
-    """Passes for the H step from "a", "b", "c" (natural evaluations, never written) to "out"
-    (natural, canonical coefficients of H; the last one is zero for a satisfied system).
+def plan_h_step_parts(
+    k: int, max_levels: int = TILE_LOG, small: bool = False
+) -> list[tuple[str, list[Pass]]]:
+    """The H step's passes as three parts, each named after the input it is the first to
+    read: ("a", ...), ("b", ...), ("c", ...). A caller whose b and c are still on their way
+    to the device (the engine's fallback copies them under the H step) makes the stream wait
+    for each input just before its part: a's transforms run while b and c go up.
 
     Per input: inverse DIF to bit-reversed coefficients, with the 1/n scaling and the coset
-    shift g^j folded into its last pass ("hprep"); coset forward DIT back to natural order on
-    the coset (plain butterflies). The last DIT (of c) computes (A*B - C) / Z(g) in its store
-    phase, without the constant 1/Z(g): that factor is folded into the table of the final
-    scaling, which costs the same (one multiplication per element less). Finally the coset
-    inverse DIT gathers the natural quotient through bitrev, scales by n^-1 Z(g)^-1 g^-j and
-    leaves canonical form ("h_final"). Work buffers: "out" doubles as a's,
-    "wb" and "wc" are scratch.
-    """
-    plans: list[Pass] = []
-    for src, work in (("a", "out"), ("b", "wb"), ("c", "wc")):
-        plans += plan_transform(
+    shift g^j folded into its last pass ("hprep"), then coset forward DIT back to natural order
+    on the coset (plain butterflies); a's and b's parts touch only their own buffers. c's
+    forward DIT computes (A*B - C) / Z(g) in its store phase, without the constant 1/Z(g):
+    that factor is folded into the table of the final scaling, which costs the same (one
+    multiplication per element less). Finally the coset inverse DIT gathers the natural
+    quotient through bitrev, scales by n^-1 Z(g)^-1 g^-j and leaves canonical form
+    ("h_final"). Work buffers: "out" doubles as a's, "wb" and "wc" are scratch."""
+
+    def inverse(src: str, work: str) -> list[Pass]:
+        return plan_transform(
             k,
             inverse=True,
             input_order="natural",
@@ -238,29 +242,21 @@ def plan_h_step(k: int, max_levels: int = TILE_LOG, small: bool = False) -> list
             max_levels=max_levels,
             small=small,
         )
-    for work in ("out", "wb"):
-        plans += plan_transform(
+
+    def forward(work: str, quotient: tuple[str, str] | None = None) -> list[Pass]:
+        return plan_transform(
             k,
             inverse=False,
             input_order="bitrev",
             output_order="natural",
             src=work,
             dst=work,
+            quotient=quotient,
             max_levels=max_levels,
             small=small,
         )
-    plans += plan_transform(
-        k,
-        inverse=False,
-        input_order="bitrev",
-        output_order="natural",
-        src="wc",
-        dst="wc",
-        quotient=("out", "wb"),
-        max_levels=max_levels,
-        small=small,
-    )
-    plans += plan_transform(
+
+    final = plan_transform(
         k,
         inverse=True,
         input_order="natural",
@@ -271,7 +267,19 @@ def plan_h_step(k: int, max_levels: int = TILE_LOG, small: bool = False) -> list
         max_levels=max_levels,
         small=small,
     )
-    return plans
+    return [
+        ("a", inverse("a", "out") + forward("out")),
+        ("b", inverse("b", "wb") + forward("wb")),
+        ("c", inverse("c", "wc") + forward("wc", quotient=("out", "wb")) + final),
+    ]
+
+
+def plan_h_step(k: int, max_levels: int = TILE_LOG, small: bool = False) -> list[Pass]:
+    """Passes for the H step from "a", "b", "c" (natural evaluations, never written) to "out"
+    (natural, canonical coefficients of H; the last one is zero for a satisfied system): the
+    parts of :func:`plan_h_step_parts`, in order (a's, b's, then c's with the quotient and the
+    final inverse)."""
+    return [p for _, part in plan_h_step_parts(k, max_levels, small) for p in part]
 
 
 def plan_cost(plans: list[Pass], batch: int = 1) -> tuple[int, int]:
@@ -501,6 +509,27 @@ class CudaNtt:
     def h_key(self, k: int) -> tuple[Any, ...]:
         """The program-cache key of :meth:`h_plan` on the current device."""
         return ("h_step", require_cupy().cuda.runtime.getDevice(), k)
+
+    def run_h_step(
+        self,
+        k: int,
+        buffers: dict[str, Any],
+        stream: Any,
+        ready: Mapping[str, Any] | None = None,
+    ) -> None:
+        """The H step's passes on ``stream`` with the named buffers, part by part
+        (:func:`plan_h_step_parts`); before the part that first reads input "a", "b" or "c"
+        the stream waits for ``ready[name]`` (a CUDA event, e.g. the end of that input's
+        copy) where one is given. Without events: one cached program of the whole plan."""
+        waits = {name: ev for name, ev in (ready or {}).items() if ev is not None}
+        if not waits:
+            self.run_plan(self.h_plan(k), buffers, 1, stream, self.h_key(k))
+            return
+        parts = plan_h_step_parts(k, self.max_levels, small=self.small)
+        for name, plans in parts:
+            if name in waits:
+                stream.wait_event(waits[name])
+            self.run_plan(plans, buffers, 1, stream, (*self.h_key(k), name))
 
     def module(self) -> KernelModule:
         """ntt.cu with this instance's tuning, on the current device."""
@@ -735,11 +764,13 @@ class CudaNtt:
         stream: Any = None,
         allocator: Any = None,
         out: Any = None,
+        ready: Mapping[str, Any] | None = None,
     ) -> Any:
         """H = (A B - C) / Z from natural evaluations a, b, c ((n, 4) Montgomery): the n-1
         coefficients h_0..h_{n-2}, canonical, natural order, as a ``(n - 1, 4)`` view of an
         n-row array (``out`` if given, (n, 4) C-contiguous). Scratch (2 n rows) comes from
-        ``allocator``."""
+        ``allocator``. ``ready``: CUDA events by input name that ``stream`` waits for before
+        that input's part (:meth:`run_h_step`)."""
         cupy = require_cupy()
         n = a.shape[0]
         for v in (a, b, c):
@@ -758,5 +789,5 @@ class CudaNtt:
             wb = _alloc(cupy, (n, 4), allocator)
             wc = _alloc(cupy, (n, 4), allocator)
             bufs = {"a": a, "b": b, "c": c, "out": out, "wb": wb, "wc": wc}
-            self.run_plan(self.h_plan(k), bufs, 1, s, self.h_key(k))
+            self.run_h_step(k, bufs, s, ready)
         return out[: n - 1]

@@ -740,6 +740,41 @@ def test_gpu_h_step_host_and_in_place_match_the_cpu_reference(cp, backend, k):
 
 
 @pytest.mark.gpu
+def test_gpu_h_step_waits_for_inputs_still_being_copied(cp, backend):
+    """b and c reach their device buffers late, on another stream, behind ~GBs of unrelated
+    copies; the in-place H step given their events must equal the one from inputs already
+    there. The buffers hold poison until the copies land, so a step that read them early
+    (no wait, or a wait in the wrong place) differs."""
+    k = 16
+    n = 1 << k
+    from kernels.cuda.fr import elementwise
+
+    a, b = _fr_rows(n), _fr_rows(n)
+    c = elementwise("mul", cp.asarray(a), cp.asarray(b)).get()
+    want = backend.h_step(*(cp.asarray(v) for v in (a, b, c)), overwrite_inputs=False).get()
+    side = cp.cuda.Stream(non_blocking=True)
+    filler = cp.empty(1 << 28, dtype=cp.uint8)  # 256 MiB copied back and forth: a delay
+    filler2 = cp.empty_like(filler)
+    da = cp.asarray(a)
+    db = cp.full((n, 4), 0xA5A5A5A5A5A5A5A5, dtype=cp.uint64)
+    dc = cp.full((n, 4), 0xA5A5A5A5A5A5A5A5, dtype=cp.uint64)
+    hb, hc = cp.cuda.alloc_pinned_memory(b.nbytes), cp.cuda.alloc_pinned_memory(c.nbytes)
+    np.frombuffer(hb, np.uint64, b.size)[:] = b.ravel()
+    np.frombuffer(hc, np.uint64, c.size)[:] = c.ravel()
+    cp.cuda.Device().synchronize()
+    events = {}
+    with side:
+        for name, dst, host in (("b", db, hb), ("c", dc, hc)):
+            for _ in range(8):
+                filler2.data.copy_from_device_async(filler.data, filler.nbytes, side)
+            dst.data.copy_from_host_async(host, dst.nbytes, side)
+            events[name] = cp.cuda.Event()
+            events[name].record(side)
+    got = backend.h_step(da, db, dc, overwrite_inputs=True, ready=events)
+    assert np.array_equal(got.get(), want)
+
+
+@pytest.mark.gpu
 def test_gpu_msm_device_and_streamed_host_points_agree(cp, backend):
     from kernels.cpu import srs as csrs
     from kernels.layout import fr_to_limbs, g1_from_limbs, random_fr
@@ -1246,14 +1281,18 @@ def test_gpu_engine_checks_catch_a_wrong_result(cp, what):
 
 
 @pytest.mark.gpu
-def test_gpu_fallback_path_uploads_the_pinned_witness_and_verifies(cp):
+@pytest.mark.parametrize("overlap", ["off", "on"])
+def test_gpu_fallback_path_uploads_the_pinned_witness_and_verifies(cp, overlap):
     """An injected pre-stage OOM sends the partition to the fallback path: a, b, c go whole
     from the worker's pinned pool into the stream-ordered pool (no staging block), and the
-    retried partition still verifies on the GPU."""
+    retried partition still verifies on the GPU; with ``PROVETOP_ABC_OVERLAP=on`` b and c go
+    up under the H step, which waits for each."""
     from engine.config import from_preset
+    from engine.tuning import Tuning
 
     cfg = from_preset("small", backend="cuda", proofs=1, partitions=2, verify="always")
-    engine, events = _run_engine(cfg, inject="alloc:prestage:1")
+    tuning = Tuning(abc_overlap=overlap)
+    engine, events = _run_engine(cfg, inject="alloc:prestage:1", tuning=tuning)
     assert engine.ok, engine.error
     done = [e for e in events if e["k"] == "partition_done" and e["ok"]]
     assert len(done) == 2 and all(e["verified"] for e in done)
@@ -1262,3 +1301,4 @@ def test_gpu_fallback_path_uploads_the_pinned_witness_and_verifies(cp):
     prestage_allocs = [e for e in events if e["k"] == "alloc" and e["site"] == "prestage"]
     whole = [e for e in prestage_allocs if "pinned pool" in (e.get("reason") or "")]
     assert whole and whole[0]["pool"] == "async"
+    assert ("under the H step" in whole[0]["reason"]) is (overlap == "on")

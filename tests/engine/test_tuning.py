@@ -40,6 +40,7 @@ def test_every_setting_is_read_into_its_field():
         "PROVETOP_COMMIT": "abc1234",
         "PROVETOP_SYNC_SCOPE": "device",
         "PROVETOP_PRIORITY_TO": "compute",
+        "PROVETOP_ABC_OVERLAP": "on",
         "PROVETOP_SWITCH_INTERVAL": "0.005",
         "PROVETOP_HEAP_TRIM_S": "12.5",
         "PROVETOP_ACCEPT_RATE": "250",
@@ -58,6 +59,7 @@ def test_every_setting_is_read_into_its_field():
     assert k.msm_sort == "radix"
     assert (k.cubin_dir, k.commit) == ("/opt/cubin", "abc1234")
     assert (t.sync_scope, t.priority_to, t.switch_interval_s) == ("device", "compute", 0.005)
+    assert t.abc_overlap == "on"
     assert t.inject == "kill:worker:0:msm_h"
     assert t.heap_trim_s == 12.5
     assert t.accept_rate == 250.0

@@ -176,7 +176,7 @@ def test_sort_groups_rule() -> None:
     W22, W18 = cm.num_windows(22), cm.num_windows(18)
     assert cm.sort_groups(W22, 1 << 21, h200_l2) == (3, 1)  # 8 MiB of counters per window
     assert cm.sort_groups(W18, 1 << 17, h200_l2) == (W18, W18)  # 0.5 MiB: all in L2
-    assert cm.sort_groups(cm.num_windows(20), 1 << 19, h200_l2) == (12, 1)  # 2 MiB: scatter 1
+    assert cm.sort_groups(cm.num_windows(20), 1 << 19, h200_l2) == (12, 4)
     assert cm.sort_groups(W22, 1 << 21, 1 << 20) == (1, 1)  # never below one window
     assert cm.sort_groups(W22, 1 << 21, h200_l2, group=5) == (5, 5)
     assert cm.sort_groups(3, 1 << 21, h200_l2, group=5) == (3, 3)

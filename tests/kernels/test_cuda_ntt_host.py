@@ -187,6 +187,29 @@ def test_h_step_plan_matches_reference(emu: ctypes.CDLL, k: int, small: bool) ->
     assert got == want
 
 
+@pytest.mark.parametrize("k, small", [(2, False), (11, False), (20, True), (27, False)])
+def test_h_step_parts_read_their_input_only_from_their_part_on(k: int, small: bool) -> None:
+    """The parts a caller waits between (an input's copy still in flight): nothing before
+    part "b" touches b or its work buffer, nothing before part "c" touches c or wc, and the
+    parts in order are exactly the H step's plan (so the emulated plan above checks them)."""
+    parts = cn.plan_h_step_parts(k, small=small)
+    assert [name for name, _ in parts] == ["a", "b", "c"]
+    assert [p for _, part in parts for p in part] == cn.plan_h_step(k, small=small)
+    touched: set[str] = set()
+    for name, plans in parts:
+        assert name not in touched and plans[0].src == name
+        for p in plans:
+            touched |= {p.src, p.dst} | ({p.qa, p.qb} - {None})
+    own = {"a": {"a", "out"}, "b": {"b", "wb"}}
+    seen: set[str] = set()
+    for name, plans in parts:
+        here = set().union(*({p.src, p.dst} | ({p.qa, p.qb} - {None}) for p in plans))
+        if name in own:
+            assert here == own[name]
+        assert not (here - seen - {name, "out", "wb", "wc"})
+        seen |= here
+
+
 def test_split_levels() -> None:
     assert cn.split_levels(27) == [9, 9, 9]
     assert cn.split_levels(20) == [10, 10]
