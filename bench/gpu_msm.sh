@@ -18,7 +18,9 @@
 #   bash bench/gpu_msm.sh mul    # the Fp multiplication variants: the chain micro-benchmark
 #                                         # (bench/fp64_mul), the GPU MSM tests with the
 #                                         # Karatsuba product, then 2^20, 2^24, 2^27 with each
-#                                         # PROVETOP_MSM_DEFINES set in turn; table last
+#                                         # PROVETOP_MSM_DEFINES set in turn; table last.
+#                                         # MSM_VARIANTS="base G1_COLD_DBL" MUL_PARTS="" for
+#                                         # another A/B of MSM defines alone
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/msm_out}
@@ -65,41 +67,50 @@ for kind in ("dense", "ones-heavy"):
 PY
 elif [ "$MODE" = "mul" ]; then
     # everything under $M, packed into $OUT/msm-mul.tgz at the end (the device tool brings back
-    # at most 8 files); the order puts the first round of each A/B before the slower parts
+    # at most 8 files); the order puts the first round of each A/B before the slower parts.
+    # MSM_VARIANTS: the PROVETOP_MSM_DEFINES sets to compare ("base" = none; the GPU tests run
+    # with the last one); MUL_PARTS: "chain" (bench/fp64_mul) and "ntt" (fr_mul_kr A/B) or none
     M=/tmp/msm-mul
     mkdir -p "$M"
     trap 'tar czf "$OUT/msm-mul.tgz" -C /tmp msm-mul' EXIT
     BM="python3 -m kernels.bench_msm --results-dir $M --json"
-    msm_round() {  # the four MSM variants in turn, 2^20, 2^24, 2^27
-        for v in base MONT_MUL_KARATSUBA MONT_SQR_SOS MONT_MUL_KARATSUBA,MONT_SQR_SOS; do
+    VARIANTS=${MSM_VARIANTS:-base MONT_MUL_KARATSUBA MONT_SQR_SOS MONT_MUL_KARATSUBA,MONT_SQR_SOS}
+    PARTS=${MUL_PARTS-chain ntt}
+    msm_round() {  # the MSM variants in turn, 2^20, 2^24, 2^27
+        for v in $VARIANTS; do
             d=$v; [ "$v" = base ] && d=""
             PROVETOP_MSM_DEFINES=$d timeout 80 $BM --log-sizes 20,24,27 --check \
                 --tag "mul-${v//,/+}-r$1" 2>&1 | tee -a "$M/msm.log" | tail -n 1
         done
     }
-    timeout 150 python3 bench/fp64_mul/run.py --out "$M" \
-        --variants fp_generic,fp_kara,fr_r2,fr_generic,fr_kara,fr_kr 2>&1 | tee -a "$M/msm.log" | tail -n 8
-    PROVETOP_MSM_DEFINES=MONT_MUL_KARATSUBA,MONT_SQR_SOS timeout 150 python3 -m pytest -q -m gpu \
+    if [[ " $PARTS " == *" chain "* ]]; then
+        timeout 150 python3 bench/fp64_mul/run.py --out "$M" \
+            --variants fp_generic,fp_kara,fr_r2,fr_generic,fr_kara,fr_kr 2>&1 | tee -a "$M/msm.log" | tail -n 8
+    fi
+    last=${VARIANTS##* }; [ "$last" = base ] && last=""
+    PROVETOP_MSM_DEFINES=$last timeout 150 python3 -m pytest -q -m gpu \
         tests/kernels/test_cuda_msm.py -p no:cacheprovider \
         -k "matches_reference or repeated or window_sizes or one_pass or selftest or srs_edges" \
         2>&1 | tee -a "$M/msm.log" | tail -n 4
     msm_round 1
-    # the NTT with fr_mul_kr (FR_MUL_VARIANT=3) against fr_mul_r2: tests, then both in turn
-    PROVETOP_NTT_DEFINES=FR_MUL_VARIANT=3 timeout 120 python3 -m pytest -q -m gpu \
-        tests/kernels/test_cuda_ntt.py -p no:cacheprovider -k "not slow" 2>&1 \
-        | tee -a "$M/msm.log" | tail -n 3
-    for v in 2 3 2 3; do
-        d=""; [ "$v" = 3 ] && d=FR_MUL_VARIANT=3  # 2 is the default: the prebuilt cubin
-        PROVETOP_NTT_DEFINES=$d timeout 60 python3 -m provetop bench ntt \
-            --log-sizes 20,24,27 --repeats 9 --json --results-dir "$M/ntt-v$v" 2>&1 \
-            | tee -a "$M/msm.log" | tail -n 4
-    done
+    if [[ " $PARTS " == *" ntt "* ]]; then
+        # the NTT with fr_mul_kr (FR_MUL_VARIANT=3) against fr_mul_r2: tests, then both in turn
+        PROVETOP_NTT_DEFINES=FR_MUL_VARIANT=3 timeout 120 python3 -m pytest -q -m gpu \
+            tests/kernels/test_cuda_ntt.py -p no:cacheprovider -k "not slow" 2>&1 \
+            | tee -a "$M/msm.log" | tail -n 3
+        for v in 2 3 2 3; do
+            d=""; [ "$v" = 3 ] && d=FR_MUL_VARIANT=3  # 2 is the default: the prebuilt cubin
+            PROVETOP_NTT_DEFINES=$d timeout 60 python3 -m provetop bench ntt \
+                --log-sizes 20,24,27 --repeats 9 --json --results-dir "$M/ntt-v$v" 2>&1 \
+                | tee -a "$M/msm.log" | tail -n 4
+        done
+    fi
     msm_round 2
-    python3 - "$M" <<'PY'
+    python3 - "$M" ${VARIANTS//,/+} <<'PY'
 import glob, json, sys, statistics
 out = sys.argv[1]
 print("MSM dense, device points: medians (ms) per variant, two rounds; accumulate stage")
-variants = ("base", "MONT_MUL_KARATSUBA", "MONT_SQR_SOS", "MONT_MUL_KARATSUBA+MONT_SQR_SOS")
+variants = sys.argv[2:]
 for v in variants:
     cells = {}
     for r in (1, 2):

@@ -767,7 +767,7 @@ def test_gpu_h_step_waits_for_inputs_still_being_copied(cp, backend):
         for name, dst, host in (("b", db, hb), ("c", dc, hc)):
             for _ in range(8):
                 filler2.data.copy_from_device_async(filler.data, filler.nbytes, side)
-            dst.data.copy_from_host_async(host, dst.nbytes, side)
+            dst.data.copy_from_host_async(host.ptr, dst.nbytes, side)
             events[name] = cp.cuda.Event()
             events[name].record(side)
     got = backend.h_step(da, db, dc, overwrite_inputs=True, ready=events)
