@@ -33,7 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda.ntt import TILE_LOG, CudaNtt, Pass, log2_size, plan_transform
+from kernels.cuda.ntt import (
+    TILE_LOG,
+    CudaNtt,
+    Pass,
+    log2_size,
+    plan_coset_evaluations,
+    plan_transform,
+)
 from kernels.cuda.runtime import require_cupy
 
 HOST_BUFFERS = frozenset({"a", "b", "c", "S"})
@@ -57,26 +64,9 @@ class Step:
 
 
 def _coset_evaluations(k: int, buf: str, max_levels: int) -> Step:
-    """Natural evaluations on the domain -> natural evaluations on the coset, in place."""
-    passes = plan_transform(
-        k,
-        inverse=True,
-        input_order="natural",
-        output_order="bitrev",
-        src=buf,
-        dst=buf,
-        post="hprep",
-        max_levels=max_levels,
-    ) + plan_transform(
-        k,
-        inverse=False,
-        input_order="bitrev",
-        output_order="natural",
-        src=buf,
-        dst=buf,
-        max_levels=max_levels,
-    )
-    return Step("passes", buf, passes=tuple(passes))
+    """Natural evaluations on the domain -> natural evaluations on the coset, in place (the
+    resident H step's recipe, ``kernels.cuda.ntt.plan_coset_evaluations``)."""
+    return Step("passes", buf, passes=tuple(plan_coset_evaluations(k, buf, buf, max_levels)))
 
 
 def plan_streamed_h_step(k: int, slots: int, max_levels: int = TILE_LOG) -> list[Step]:

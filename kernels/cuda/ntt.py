@@ -213,6 +213,43 @@ def plan_ntt(
     )
 
 
+def plan_coset_evaluations(
+    k: int,
+    src: str,
+    dst: str,
+    max_levels: int = TILE_LOG,
+    small: bool = False,
+    quotient: tuple[str, str] | None = None,
+) -> list[Pass]:
+    """Natural evaluations on the domain (``src``) -> natural evaluations on the coset
+    (``dst``, may be ``src``): the H step's per-input recipe, shared by the resident and the
+    streamed H step. An inverse DIF to bit-reversed coefficients with the 1/n scaling and the
+    coset shift g^j folded into its last pass ("hprep"), then a forward DIT back to natural
+    order (plain butterflies), which with ``quotient`` = (A's buffer, B's buffer) computes
+    (A*B - C) / Z(g) in its store phase instead (C being this input)."""
+    return plan_transform(
+        k,
+        inverse=True,
+        input_order="natural",
+        output_order="bitrev",
+        src=src,
+        dst=dst,
+        post="hprep",
+        max_levels=max_levels,
+        small=small,
+    ) + plan_transform(
+        k,
+        inverse=False,
+        input_order="bitrev",
+        output_order="natural",
+        src=dst,
+        dst=dst,
+        quotient=quotient,
+        max_levels=max_levels,
+        small=small,
+    )
+
+
 def plan_h_step_parts(
     k: int, max_levels: int = TILE_LOG, small: bool = False
 ) -> list[tuple[str, list[Pass]]]:
@@ -230,32 +267,6 @@ def plan_h_step_parts(
     quotient through bitrev, scales by n^-1 Z(g)^-1 g^-j and leaves canonical form
     ("h_final"). Work buffers: "out" doubles as a's, "wb" and "wc" are scratch."""
 
-    def inverse(src: str, work: str) -> list[Pass]:
-        return plan_transform(
-            k,
-            inverse=True,
-            input_order="natural",
-            output_order="bitrev",
-            src=src,
-            dst=work,
-            post="hprep",
-            max_levels=max_levels,
-            small=small,
-        )
-
-    def forward(work: str, quotient: tuple[str, str] | None = None) -> list[Pass]:
-        return plan_transform(
-            k,
-            inverse=False,
-            input_order="bitrev",
-            output_order="natural",
-            src=work,
-            dst=work,
-            quotient=quotient,
-            max_levels=max_levels,
-            small=small,
-        )
-
     final = plan_transform(
         k,
         inverse=True,
@@ -267,10 +278,14 @@ def plan_h_step_parts(
         max_levels=max_levels,
         small=small,
     )
+
+    def coset(src: str, work: str, quotient: tuple[str, str] | None = None) -> list[Pass]:
+        return plan_coset_evaluations(k, src, work, max_levels, small, quotient)
+
     return [
-        ("a", inverse("a", "out") + forward("out")),
-        ("b", inverse("b", "wb") + forward("wb")),
-        ("c", inverse("c", "wc") + forward("wc", quotient=("out", "wb")) + final),
+        ("a", coset("a", "out")),
+        ("b", coset("b", "wb")),
+        ("c", coset("c", "wc", quotient=("out", "wb")) + final),
     ]
 
 
