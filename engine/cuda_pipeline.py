@@ -415,8 +415,21 @@ class CudaRun:
         host_chunk = int(getattr(backend, "host_chunk", 1 << 22))
         warm_up = getattr(backend, "warm_up", None)
         if warm_up is not None:  # tables outside the trimmed pool; compile before partitions
+            steps = getattr(backend, "WARM_UP_STEPS", ())
+            progress = Progress(
+                ctx.bus.emit,
+                "warmup",
+                f"CUDA warm-up on device {device.index}",
+                max(1, len(steps)),
+                "steps",
+                device=device.index,
+            )
             with device.dev:
-                warm_up(ctx.config.domain_log)
+                if steps:
+                    warm_up(ctx.config.domain_log, step=lambda name: progress.advance(1))
+                else:
+                    warm_up(ctx.config.domain_log)
+            progress.finish()
         with self._lock:
             if self.host_srs is None:
                 self.host_srs = HostSrs(ctx.srs, backend, ctx.tuning.kernels.pin_method)

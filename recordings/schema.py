@@ -276,7 +276,7 @@ EVENTS: dict[str, dict[str, Field]] = {
         "client": _opt(STR, "who sent it"),
     },
     "progress": {
-        "task": _f(STR, "the step: 'srs', 'host_srs', 'device_srs' or 'pin_witness'"),
+        "task": _f(STR, "the step: 'srs', 'host_srs', 'device_srs', 'warmup' or 'pin_witness'"),
         "label": _f(STR, "the step in words, as the engine's stderr and the header show it"),
         "done": _f(INT, "units done so far (at most total; never decreases within a step)"),
         "total": _f(INT, "units in the whole step"),

@@ -97,18 +97,27 @@ class CudaBackend:
             return uncached_allocator(self.cupy)
         return allocator
 
-    def warm_up(self, domain_log: int) -> None:
+    # what warm_up does, in order: one step each for a caller's progress counter
+    WARM_UP_STEPS = ("NTT tables", "MSM module", "check module", "first MSM")
+
+    def warm_up(self, domain_log: int, step: Callable[[str], None] | None = None) -> None:
         """Compile the modules and build every table a partition of 2^domain_log uses (NTT
         twiddles, H-step factor tables, MSM module), on the current device with CuPy's default
         allocator: tables live for the process, so they must not land in the stream-ordered
-        pool the engine trims, and the first partition must not pay for compilation."""
+        pool the engine trims, and the first partition must not pay for compilation.
+        ``step(name)`` is called after each of :attr:`WARM_UP_STEPS` (a module compiled with
+        NVRTC on a new machine takes minutes: the caller can say how far it got)."""
+        done = step or (lambda name: None)
         k = int(domain_log)
         self._ntt.twiddles(k)
         self._ntt.consts(k)
         for p in self._ntt.h_plan(k):
             self._ntt.pass_tables(p)
+        done("NTT tables")
         msm.kernels(self.tuning)
+        done("MSM module")
         check.module(self.tuning)
+        done("check module")
         # one tiny MSM: the first one in a process paid 390-800 ms on the H200 (CuPy's own
         # kernels for the scan and the scalar classification load on first use)
         cupy = self.cupy
@@ -116,6 +125,7 @@ class CudaBackend:
         pts = srs.srs(secrets, tuning=self.tuning)
         msm.msm(pts, secrets, tuning=self.tuning)
         cupy.cuda.Device().synchronize()
+        done("first MSM")
 
     # -- KernelBackend -----------------------------------------------------------------------
 

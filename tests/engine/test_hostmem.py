@@ -162,3 +162,54 @@ def test_stopped_workers_pools_are_freed_only_at_close() -> None:
         run.close([])
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_cuda_warm_up_reports_its_steps_as_progress(monkeypatch):
+    """The CUDA warm-up (minutes of NVRTC on a new machine) is a ``progress`` step of its own:
+    one advance per backend step, the last event at done == total, named for its device."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from engine import cuda_pipeline
+    from engine.config import from_preset
+    from engine.cuda_pipeline import CudaRun
+
+    sizes = query_sizes(27)
+    srs_sizes = {"h": sizes.h, "l": sizes.l, "a": sizes.a, "b_g1": sizes.b_g1}
+    events: list[tuple[str, dict]] = []
+    calls: list[int] = []
+
+    def warm_up(domain_log, step=None):
+        calls.append(domain_log)
+        for name in ("one", "two", "three"):
+            step(name)
+
+    monkeypatch.setattr(cuda_pipeline, "place_device_srs", lambda *a: ({}, [], {}))
+    monkeypatch.setattr(cuda_pipeline, "HostSrs", lambda srs, backend, pin_method: None)
+    monkeypatch.setattr(
+        cuda_pipeline, "cuda_footprint", lambda fp, sizes, streamed, tuning, window_max=None: fp
+    )
+    monkeypatch.setattr(cuda_pipeline, "replace", lambda ctx, **changes: changes)
+    monkeypatch.setattr(CudaRun, "_check_host", lambda self, ctx, streamed, workers: None)
+    cfg = from_preset("porep-32g", backend="cuda")
+    backend = SimpleNamespace(name="cuda", WARM_UP_STEPS=("one", "two", "three"), warm_up=warm_up)
+    ctx = SimpleNamespace(
+        config=cfg,
+        sizes=sizes,
+        srs=SimpleNamespace(sizes=srs_sizes, sigmas={}),
+        backend=backend,
+        footprint=None,
+        bus=SimpleNamespace(emit=lambda kind, **fields: events.append((kind, fields))),
+        policy=SimpleNamespace(name="naive"),
+        tuning=Tuning(),
+        stopping=lambda: False,
+    )
+    run = CudaRun()
+    try:
+        run.context(ctx, SimpleNamespace(index=3, dev=contextlib.nullcontext()), workers=2)
+    finally:
+        run.close([])
+    assert calls == [cfg.domain_log]
+    warm = [f for kind, f in events if kind == "progress" and f["task"] == "warmup"]
+    assert warm and warm[-1]["done"] == warm[-1]["total"] == 3
+    assert warm[-1]["device"] == 3 and "device 3" in warm[-1]["label"]
