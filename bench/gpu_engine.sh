@@ -29,6 +29,8 @@
 #                                      # in turn (PROVETOP_MSM_HOST_INTERLEAVE=off); no tests
 #   bash bench/gpu_engine.sh overlap   # b and c copied under the H step (PROVETOP_ABC_OVERLAP):
 #                                      # its GPU tests, then aware16 off / on, aware at 24 GiB on
+#   bash bench/gpu_engine.sh workers   # GPU tests (engine, streamed H step), then aware16 with
+#                                      # one worker, alone and with --synthesis-ahead
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -225,6 +227,14 @@ overlap)  # the fallback's b and c copies under the H step's transforms of a, A/
         --device-memory 16GiB --workers-per-device 2 --allocator aware
     PROVETOP_ABC_OVERLAP=on bench aware24-on 100 --preset porep-32g --proofs 1 \
         --device-memory 24GiB --workers-per-device 2 --allocator aware
+    ;;
+workers)  # one worker with deep pipelining against two sharing the mutex, at 16 GiB (the
+    # two-worker run is the sweep's and the overlap call's 16 GiB point)
+    gpu_tests 240 tests/engine/test_cuda.py tests/kernels/test_cuda_h_streamed.py
+    bench aware16-w1 100 --preset porep-32g --proofs 1 --device-memory 16GiB \
+        --workers-per-device 1 --allocator aware
+    bench aware16-w1-ahead 100 --preset porep-32g --proofs 1 --device-memory 16GiB \
+        --workers-per-device 1 --allocator aware --synthesis-ahead
     ;;
 sweep)  # the device-memory curve in one command: porep-32g, aware, 1 proof per point, each
     # point a fresh process (engine/bench_sweep.py). Time (H200, 2026-12-02, one process per
