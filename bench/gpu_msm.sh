@@ -69,13 +69,14 @@ elif [ "$MODE" = "mul" ]; then
     # everything under $M, packed into $OUT/msm-mul.tgz at the end (the device tool brings back
     # at most 8 files); the order puts the first round of each A/B before the slower parts.
     # MSM_VARIANTS: the PROVETOP_MSM_DEFINES sets to compare ("base" = none; the GPU tests run
-    # with the last one); MUL_PARTS: "chain" (bench/fp64_mul) and "ntt" (fr_mul_kr A/B) or none
+    # with the last one); MUL_PARTS: "chain" (bench/fp64_mul) or none. (The Fr Karatsuba A/B in
+    # the NTT ran here at ce2c0b1, where fr_mul_kr still was.)
     M=/tmp/msm-mul
     mkdir -p "$M"
     trap 'tar czf "$OUT/msm-mul.tgz" -C /tmp msm-mul' EXIT
     BM="python3 -m kernels.bench_msm --results-dir $M --json"
     VARIANTS=${MSM_VARIANTS:-base MONT_MUL_KARATSUBA MONT_SQR_SOS MONT_MUL_KARATSUBA,MONT_SQR_SOS}
-    PARTS=${MUL_PARTS-chain ntt}
+    PARTS=${MUL_PARTS-chain}
     msm_round() {  # the MSM variants in turn, 2^20, 2^24, 2^27
         for v in $VARIANTS; do
             d=$v; [ "$v" = base ] && d=""
@@ -85,7 +86,7 @@ elif [ "$MODE" = "mul" ]; then
     }
     if [[ " $PARTS " == *" chain "* ]]; then
         timeout 150 python3 bench/fp64_mul/run.py --out "$M" \
-            --variants fp_generic,fp_kara,fr_r2,fr_generic,fr_kara,fr_kr 2>&1 | tee -a "$M/msm.log" | tail -n 8
+            --variants fp_generic,fp_kara,fr_r2,fr_generic,fr_kara 2>&1 | tee -a "$M/msm.log" | tail -n 8
     fi
     last=${VARIANTS##* }; [ "$last" = base ] && last=""
     PROVETOP_MSM_DEFINES=$last timeout 150 python3 -m pytest -q -m gpu \
@@ -93,18 +94,6 @@ elif [ "$MODE" = "mul" ]; then
         -k "matches_reference or repeated or window_sizes or one_pass or selftest or srs_edges" \
         2>&1 | tee -a "$M/msm.log" | tail -n 4
     msm_round 1
-    if [[ " $PARTS " == *" ntt "* ]]; then
-        # the NTT with fr_mul_kr (FR_MUL_VARIANT=3) against fr_mul_r2: tests, then both in turn
-        PROVETOP_NTT_DEFINES=FR_MUL_VARIANT=3 timeout 120 python3 -m pytest -q -m gpu \
-            tests/kernels/test_cuda_ntt.py -p no:cacheprovider -k "not slow" 2>&1 \
-            | tee -a "$M/msm.log" | tail -n 3
-        for v in 2 3 2 3; do
-            d=""; [ "$v" = 3 ] && d=FR_MUL_VARIANT=3  # 2 is the default: the prebuilt cubin
-            PROVETOP_NTT_DEFINES=$d timeout 60 python3 -m provetop bench ntt \
-                --log-sizes 20,24,27 --repeats 9 --json --results-dir "$M/ntt-v$v" 2>&1 \
-                | tee -a "$M/msm.log" | tail -n 4
-        done
-    fi
     msm_round 2
     python3 - "$M" ${VARIANTS//,/+} <<'PY'
 import glob, json, sys, statistics
@@ -122,13 +111,6 @@ for v in variants:
         f"2^{k}: " + " / ".join(f"{m:.2f} (acc {a:.1f}{'' if c in (None, True) else ' CHECK ' + str(c)})" for m, a, c in cells[k])
         for k in sorted(cells))
     print(f"{v:>34}: {line}")
-print("NTT forward / H step medians (ms), fr_mul_r2 (2) against fr_mul_kr (3), two runs each")
-for v in ("2", "3"):
-    for f in sorted(glob.glob(f"{out}/ntt-v{v}/ntt-*.json")):
-        sizes = json.load(open(f))["sizes"]
-        print(f"  variant {v}: " + "; ".join(
-            f"2^{r['log_size']} fwd {r['forward']['ms']:.4f} h {r.get('h_step', {}).get('ms', float('nan')):.3f}"
-            for r in sizes))
 PY
 elif [ "$MODE" = "sortgroup" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \

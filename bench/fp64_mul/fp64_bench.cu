@@ -50,9 +50,6 @@ struct v_fp_kara : v_fp_generic {
 struct v_fr_kara : v_fr_generic {
     __device__ static T mul(const T& a, const T& b) { return fr_t::mul_karatsuba(a, b); }
 };
-struct v_fr_kr : v_fr_generic {  // Karatsuba product + fr_mul_r2's reduction rows (fr_mul.cuh)
-    __device__ static T mul(const T& a, const T& b) { return fr_mul_kr(a, b); }
-};
 template <class P, int SPLIT, bool LAZY = false>
 struct v_f64 {
     typedef fp64m::f64x<P::N> T;
@@ -135,7 +132,6 @@ FP64B_KERNELS(fr_generic, v_fr_generic)
 FP64B_KERNELS(fp_generic, v_fp_generic)
 FP64B_KERNELS(fp_kara, v_fp_kara)
 FP64B_KERNELS(fr_kara, v_fr_kara)
-FP64B_KERNELS(fr_kr, v_fr_kr)
 
 typedef v_f64<fr52_params, 0> v_fr_f64;
 typedef v_f64<fr52_params, 0, true> v_fr_f64_lazy;

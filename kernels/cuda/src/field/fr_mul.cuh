@@ -230,91 +230,11 @@ MONT_HD fr_t fr_mul_r2(const fr_t& a, const fr_t& b) {
     return fr_t::reduce_once(t, top);
 }
 
-// Karatsuba product (mont.cuh, karatsuba_product: 3 x 16 = 48 word products instead of 64),
-// then the reduction rows of fr_mul_r2 alone: T = a b in 16 words, REDC(T_lo) by four double
-// rows (m r with r_0, r_1 as additions: 12 IMAD.WIDE per double row, 48 in all), then + T_hi and
-// one conditional subtraction. 96 wide products against fr_mul_r2's 112.
-// Bounds: the double rows start from pe = T_lo < 2^256, po = 0; each adds m r < 2^64 r, so the
-// total before a division stays < 2^256 + 2^64 r < 2^320 (10 words, no carry out of word 9) and
-// every term is non-negative, so each accumulator stays below it. After four rows the total is
-// REDC(T_lo) = (T_lo + M r) / 2^256 < 1 + r, i.e. <= r; T_hi <= (r - 1)^2 / 2^256 < r - 1; the
-// sum is < 2r and one conditional subtraction finishes (the same argument as mont.cuh's sqr()).
-MONT_HD fr_t fr_mul_kr(const fr_t& a, const fr_t& b) {
-    using namespace mont_detail;
-    constexpr int N = 8;
-    uint32_t T[2 * N], pe[N + 2], po[N + 2], cc = 0, cw = 0;
-    fr_t::karatsuba_product(a, b, T);
-    MONT_UNROLL for (int j = 0; j < N; j++) pe[j] = T[j], po[j] = 0;
-    pe[N] = pe[N + 1] = po[N] = po[N + 1] = 0;
-    MONT_UNROLL for (int i = 0; i < N; i += 2) {
-        // m = -(T + T 2^32) mod 2^64 with T the low 64 bits of pe + po + cw (the carry of the
-        // last division enters at word 0, here and in chain A: no product chain takes it)
-        uint32_t t0 = add_cc(pe[0], po[0], cc);
-        uint32_t t1 = addc(pe[1], po[1], cc);
-        t0 = add_cc(t0, cw, cc);
-        t1 = addc(t1, 0u, cc);
-        const uint32_t m_lo = sub_cc(0u, t0, cc);
-        const uint32_t m_hi = subc(0u, t0 + t1, cc);
-        const uint32_t y_lo = sub_cc(0u, m_lo, cc);
-        const uint32_t y_hi = subc(m_lo, 0u, cc);
-        const uint32_t x_lo = sub_cc(0u, m_hi, cc);
-        const uint32_t x_hi = subc(m_hi, 0u, cc);
-        // chain A: pe += cw + m (words 0-1: m_lo r_0, m_hi r_0) + m_lo r_{2,4,6}; pe[8], pe[9]
-        // are 0 here, so the carry out of word 7 ends in pe[8]
-        (void)add_cc(cw, 0xffffffffu, cc);  // carry flag := (cw != 0)
-        pe[0] = addc_cc(pe[0], m_lo, cc);
-        pe[1] = addc_cc(pe[1], m_hi, cc);
-        MONT_UNROLL for (int j = 2; j < N; j += 2) {
-            pe[j] = madc_lo_cc(m_lo, FR_MOD(j), pe[j], cc);
-            pe[j + 1] = madc_hi_cc(m_lo, FR_MOD(j), pe[j + 1], cc);
-        }
-        pe[N] = addc(pe[N], 0u, cc);
-        // chain B: pe += m_hi r_1 (words 2-3) + m_hi r_{3,5,7} (words 4..9)
-        pe[2] = add_cc(pe[2], x_lo, cc);
-        pe[3] = addc_cc(pe[3], x_hi, cc);
-        MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
-            pe[j + 1] = madc_lo_cc(m_hi, FR_MOD(j), pe[j + 1], cc);
-            pe[j + 2] = madc_hi_cc(m_hi, FR_MOD(j), pe[j + 2], cc);
-        }
-        pe[N] = madc_lo_cc(m_hi, FR_MOD(N - 1), pe[N], cc);
-        pe[N + 1] = madc_hi(m_hi, FR_MOD(N - 1), pe[N + 1], cc);
-        // chain C: po += m_lo r_1 (words 1-2) + m_lo r_{3,5,7} (words 3..8)
-        po[1] = add_cc(po[1], y_lo, cc);
-        po[2] = addc_cc(po[2], y_hi, cc);
-        MONT_UNROLL for (int j = 3; j < N; j += 2) {
-            po[j] = madc_lo_cc(m_lo, FR_MOD(j), po[j], cc);
-            po[j + 1] = madc_hi_cc(m_lo, FR_MOD(j), po[j + 1], cc);
-        }
-        po[N + 1] = addc(po[N + 1], 0, cc);
-        // chain D: po += m_hi r_{2,4,6} (words 3..8)
-        po[3] = mad_lo_cc(m_hi, FR_MOD(2), po[3], cc);
-        po[4] = madc_hi_cc(m_hi, FR_MOD(2), po[4], cc);
-        MONT_UNROLL for (int j = 4; j < N; j += 2) {
-            po[j + 1] = madc_lo_cc(m_hi, FR_MOD(j), po[j + 1], cc);
-            po[j + 2] = madc_hi_cc(m_hi, FR_MOD(j), po[j + 2], cc);
-        }
-        po[N + 1] = addc(po[N + 1], 0u, cc);
-        // divide by 2^64: pe + po is 0 mod 2^64 there, the carry out is (pe's low words != 0)
-        cw = (pe[0] | pe[1]) != 0;
-        MONT_UNROLL for (int j = 0; j < N; j++) {
-            pe[j] = pe[j + 2];
-            po[j] = po[j + 2];
-        }
-        pe[N] = pe[N + 1] = po[N] = po[N + 1] = 0;
-    }
-    uint32_t t[N];
-    (void)add_cc(cw, 0xffffffffu, cc);
-    MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(pe[j], po[j], cc);
-    uint32_t top = addc(0, 0, cc);
-    t[0] = add_cc(t[0], T[N], cc);
-    MONT_UNROLL for (int j = 1; j < N; j++) t[j] = addc_cc(t[j], T[N + j], cc);
-    top = addc(top, 0, cc);
-    return fr_t::reduce_once(t, top);
-}
-
 // The Fr multiplication of the NTT kernels: FR_MUL_VARIANT 0 = mont.cuh's generic CIOS,
-// 1 = fr_mul_r, 2 (default) = fr_mul_r2, 3 = fr_mul_kr. Every variant returns the same fully
-// reduced value.
+// 1 = fr_mul_r, 2 (default) = fr_mul_r2. Every variant returns the same fully reduced value.
+// (A Karatsuba product with fr_mul_r2's reduction rows, 96 wide products against 112, measured
+// 0.68x in the chain and 0.69x in the NTT on the H200: docs/performance-notes.md, ce2c0b1, where
+// its code is; removed after that measurement.)
 #ifndef FR_MUL_VARIANT
 #define FR_MUL_VARIANT 2
 #endif
@@ -323,8 +243,6 @@ MONT_HD fr_t fr_mul(const fr_t& a, const fr_t& b) {
     return a * b;
 #elif FR_MUL_VARIANT == 1
     return fr_mul_r(a, b);
-#elif FR_MUL_VARIANT == 3
-    return fr_mul_kr(a, b);
 #else
     return fr_mul_r2(a, b);
 #endif

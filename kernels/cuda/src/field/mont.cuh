@@ -356,15 +356,22 @@ struct mont_t {
         T[2 * N - 1] = addc(T[2 * N - 1], 0, cc);
     }
 
-    // The Karatsuba product, then Montgomery reduction as in sqr(): REDC(T_lo) + T_hi, one
-    // conditional subtraction (T < m^2, so T_hi < m - 1 and the sum is < 2m).
+    // The Karatsuba product, then its Montgomery reduction (redc_wide).
     MONT_HD static mont_t mul_karatsuba(const mont_t& a, const mont_t& b) {
-        using namespace mont_detail;
-        uint32_t T[2 * N], cc = 0;
+        uint32_t T[2 * N];
         karatsuba_product(a, b, T);
-        // REDC(T_lo) + T_hi
-        uint32_t x[N + 1], y[N + 1], c0 = 0, tmp;
-        MONT_UNROLL for (int j = 0; j < N; j++) x[j] = T[j], y[j] = 0;
+        return redc_wide(T);
+    }
+
+    // Montgomery reduction of a full product D < m^2 (2N words): REDC(D) = REDC(D_lo) + D_hi
+    // (mod m) with D = D_lo + D_hi R. D_lo goes into the even accumulator and N reduction-only
+    // rows divide it by R (roles swapped per row, as in the multiplication); REDC(D_lo) <= m
+    // (D_lo < R) and D_hi < m - 1 (D < m^2), so the sum is < 2m and one conditional
+    // subtraction finishes. Shared by the SOS squaring and the Karatsuba multiplication.
+    MONT_HD static mont_t redc_wide(const uint32_t* D) {
+        using namespace mont_detail;
+        uint32_t x[N + 1], y[N + 1], c0 = 0, cc = 0, tmp;
+        MONT_UNROLL for (int j = 0; j < N; j++) x[j] = D[j], y[j] = 0;
         x[N] = y[N] = 0;
         MONT_UNROLL for (int i = 0; i < N; i += 2) {
             redc_row(x, y, c0);
@@ -375,8 +382,8 @@ struct mont_t {
         (void)tmp;
         MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x[j], y[j], cc);
         uint32_t top = addc(0, 0, cc);
-        t[0] = add_cc(t[0], T[N], cc);
-        MONT_UNROLL for (int j = 1; j < N; j++) t[j] = addc_cc(t[j], T[N + j], cc);
+        t[0] = add_cc(t[0], D[N], cc);
+        MONT_UNROLL for (int j = 1; j < N; j++) t[j] = addc_cc(t[j], D[N + j], cc);
         top = addc(top, 0, cc);
         return reduce_once(t, top);
     }
@@ -584,24 +591,7 @@ struct mont_t {
         }
         D[2 * N - 2] = madc_lo_cc(a[N - 1], a[N - 1], D[2 * N - 2], cc);
         D[2 * N - 1] = madc_hi(a[N - 1], a[N - 1], D[2 * N - 1], cc);
-        // REDC(D_lo): D_lo in the even accumulator, N reduction rows (roles swapped per row)
-        uint32_t x[N + 1], y[N + 1], c0 = 0, tmp;
-        MONT_UNROLL for (int j = 0; j < N; j++) x[j] = D[j], y[j] = 0;
-        x[N] = y[N] = 0;
-        MONT_UNROLL for (int i = 0; i < N; i += 2) {
-            redc_row(x, y, c0);
-            redc_row(y, x, c0);
-        }
-        // + D_hi, then one conditional subtraction
-        uint32_t t[N];
-        tmp = add_cc(c0, 0xffffffffu, cc);
-        (void)tmp;
-        MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x[j], y[j], cc);
-        uint32_t top = addc(0, 0, cc);
-        t[0] = add_cc(t[0], D[N], cc);
-        MONT_UNROLL for (int j = 1; j < N; j++) t[j] = addc_cc(t[j], D[N + j], cc);
-        top = addc(top, 0, cc);
-        return reduce_once(t, top);
+        return redc_wide(D);
 #endif
     }
 
