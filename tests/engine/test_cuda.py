@@ -358,6 +358,46 @@ def test_failed_attempt_orders_the_scalars_free_after_their_upload():
     log.clear()
     runner._release(att)  # nothing pending: no wait
     assert log == []
+    # the fallback's b and c copies, still in flight when the attempt ends before its H step
+    runner.ops._abc_ready = {"b": "b-uploaded", "c": "c-uploaded"}
+    att.blocks.append(Block(pool="async", size=64, requested=64, site="prestage"))
+    runner._release(att)
+    assert log == [("wait", "b-uploaded"), ("wait", "c-uploaded"), ("free", "prestage")]
+    assert runner.ops._abc_ready == {}
+
+
+def test_cuda_ops_hand_the_copies_in_flight_to_the_h_step_or_the_check():
+    """With b and c still going up, the H step gets their events (it waits for each before
+    its part) and the next H step gets none; a checked partition's input check makes the
+    compute stream wait for both before it reads them, and the H step then waits for none."""
+    import threading
+
+    from engine.partition_cuda import CudaPartition
+    from engine.pipeline import PartitionRunner
+
+    waits, calls = [], []
+
+    class Stream:
+        def wait_event(self, ev):
+            waits.append(ev)
+
+    class Dev:
+        index = 0
+
+        def streams(self):
+            return types.SimpleNamespace(compute=Stream())
+
+    backend = types.SimpleNamespace(h_step=lambda a, b, c, **kw: calls.append(kw) or "h")
+    ctx = types.SimpleNamespace(bus=None, backend=backend)
+    ops = PartitionRunner(ctx, Dev(), 0, threading.Lock(), ops=CudaPartition).ops
+    ops._abc_ready = {"b": "eb", "c": "ec"}
+    assert ops.h_step("a", "b", "c") == "h"
+    assert calls == [{"ready": {"b": "eb", "c": "ec"}}] and ops._abc_ready == {}
+    ops.h_step("a", "b", "c")
+    assert calls[-1] == {} and waits == []
+    ops._abc_ready = {"b": "eb", "c": "ec"}
+    ops._wait_for_abc()  # what check_inputs does first
+    assert waits == ["eb", "ec"] and ops._abc_ready == {}
 
 
 def test_cuda_ops_reserve_their_scalars_block_for_the_gpu_region():
