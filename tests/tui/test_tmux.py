@@ -60,8 +60,12 @@ def test_provetop_run_in_a_real_terminal(tmp_path):
         timeout=10,
     )
     try:
-        # partitions arrive: the header counts them and the table lists them
-        screen = _wait_for(session, lambda s: "partitions" in s and " ok " in s)
+        # partitions arrive: the header counts them and the table lists them. The header's
+        # repaint can land a frame after the table's (seen: ~0.2 s on a loaded 2-core machine),
+        # so the wait is for both, not for the table alone.
+        screen = _wait_for(
+            session, lambda s: "partitions" in s and " ok " in s and "[connected]" in s
+        )
         assert "provetop" in screen and "[connected]" in screen
         assert "gpu0 w0" in screen and "gpu0 GPU" in screen
         assert "modeled" in screen
