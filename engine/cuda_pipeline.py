@@ -415,20 +415,16 @@ class CudaRun:
         host_chunk = int(getattr(backend, "host_chunk", 1 << 22))
         warm_up = getattr(backend, "warm_up", None)
         if warm_up is not None:  # tables outside the trimmed pool; compile before partitions
-            steps = getattr(backend, "WARM_UP_STEPS", ())
             progress = Progress(
                 ctx.bus.emit,
                 "warmup",
                 f"CUDA warm-up on device {device.index}",
-                max(1, len(steps)),
+                len(backend.WARM_UP_STEPS),  # warm_up calls step() after each of them
                 "steps",
                 device=device.index,
             )
             with device.dev:
-                if steps:
-                    warm_up(ctx.config.domain_log, step=lambda name: progress.advance(1))
-                else:
-                    warm_up(ctx.config.domain_log)
+                warm_up(ctx.config.domain_log, step=lambda name: progress.advance(1))
             progress.finish()
         with self._lock:
             if self.host_srs is None:

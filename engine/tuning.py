@@ -16,13 +16,12 @@ from typing import Any
 
 from engine.heap import HEAP_TRIM_EVERY_S
 from engine.server import ACCEPT_BURST, ACCEPT_RATE
+from kernels.tuning import ON_OFF, KernelTuning, Setting, SettingError, choice, read
 from kernels.tuning import SETTINGS as KERNEL_SETTINGS
-from kernels.tuning import KernelTuning, Setting, SettingError, choice, read
 from kernels.tuning import markdown_table as _markdown_table
 
 SYNC_SCOPES = ("worker", "device")
 PRIORITY_TO = ("synthesis", "compute")
-ON_OFF = ("on", "off")
 # A short switch interval lets a worker waiting to launch its next kernel get the GIL soon:
 # 0.5 ms, against the interpreter's 5 ms default (docs/architecture.md, "GIL").
 DEFAULT_SWITCH_INTERVAL_S = 0.0005

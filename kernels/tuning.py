@@ -68,26 +68,25 @@ def _int_at_least(env: str, low: int) -> Callable[[str], int]:
     return parse
 
 
+def parse_defines(raw: str, source: str) -> tuple[tuple[str, str], ...]:
+    """``"A=1,B"`` -> ``(("A", "1"), ("B", "1"))``: compile-time defines of one kernel source
+    (NAME alone is NAME=1), as ``PROVETOP_*_DEFINES`` and ``prebuild --define`` read them, so
+    that both name the same cubin. ``source`` (a variable or a flag) is named in the error."""
+    out: list[tuple[str, str]] = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, _, value = item.partition("=")
+        if not key.isidentifier():
+            raise SettingError(f"{source}: {key!r} is not a C identifier")
+        out.append((key, value or "1"))
+    return tuple(out)
+
+
 def _defines_of(env: str) -> Callable[[str], tuple[tuple[str, str], ...]]:
-    """A parser of ``"A=1,B"`` -> ``(("A", "1"), ("B", "1"))``: compile-time defines of one
-    kernel source, read from ``env`` (named in its errors)."""
-
-    def parse(raw: str) -> tuple[tuple[str, str], ...]:
-        out: list[tuple[str, str]] = []
-        for item in raw.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            key, _, value = item.partition("=")
-            if not key.isidentifier():
-                raise SettingError(f"{env}: {key!r} is not a C identifier")
-            out.append((key, value or "1"))
-        return tuple(out)
-
-    return parse
-
-
-_defines = _defines_of("PROVETOP_NTT_DEFINES")
+    """The setting parser of ``env``'s defines (:func:`parse_defines`)."""
+    return lambda raw: parse_defines(raw, env)
 
 
 def _text(raw: str) -> str:
@@ -137,7 +136,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_NTT_DEFINES",
         "ntt_defines",
-        _defines,
+        _defines_of("PROVETOP_NTT_DEFINES"),
         "`NAME=VALUE,...` (default none)",
         "compile-time defines of the NTT source (e.g. `NTT_MIN_BLOCKS`, `MONT_PORTABLE`); "
         "the NTT module is compiled again for each distinct set",

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kernels.cuda import cubins
 from kernels.cuda.sources import SOURCES, Defines, normalize_defines
+from kernels.tuning import SettingError, parse_defines
 
 
 def _build_one(
@@ -81,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
     if args.define and not args.source:
         parser.error("--define needs --source (the defines belong to one kernel source)")
-    # NAME alone means NAME=1, as PROVETOP_*_DEFINES read it, so that the cache keys agree
-    defines = normalize_defines(
-        tuple((d.partition("=")[0], d.partition("=")[2] or "1") for d in args.define)
-    )
+    try:  # read as PROVETOP_*_DEFINES read them, so that the cache keys agree
+        defines = normalize_defines(parse_defines(",".join(args.define), "--define"))
+    except SettingError as exc:
+        parser.error(str(exc))
     jobs = [(name, arch) for name in (args.source or SOURCES) for arch in archs]
     folder = Path(args.out)
     failures = 0

@@ -208,3 +208,17 @@ def test_the_cuda_run_takes_its_switch_interval_from_the_record():
     finally:
         run.close([])
     assert sys.getswitchinterval() == before
+
+
+def test_defines_read_alike_from_settings_and_prebuild():
+    """PROVETOP_*_DEFINES and `prebuild --define` go through one parser, so a prebuilt cubin
+    and a run name the same defines (NAME alone is NAME=1); a bad name is one clear error."""
+    from kernels.tuning import parse_defines
+
+    env = {"PROVETOP_MSM_DEFINES": "MONT_SQR_SOS, G1_COLD_DBL=1"}
+    from_env = Tuning.from_env(env).kernels.msm_defines
+    flags = ["MONT_SQR_SOS", "G1_COLD_DBL=1"]  # as `--define X --define Y=1` collects them
+    assert parse_defines(",".join(flags), "--define") == from_env
+    assert from_env == (("MONT_SQR_SOS", "1"), ("G1_COLD_DBL", "1"))
+    with pytest.raises(SettingError, match="--define: '1BAD' is not a C identifier"):
+        parse_defines("1BAD", "--define")
