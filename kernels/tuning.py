@@ -23,6 +23,7 @@ ON_OFF = ("off", "on")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 MSM_SORTS = ("counting", "radix")
 MSM_HOST_BUCKETS = ("query", "chunk")
+MSM_REDUCES = ("span", "scaled")
 # The default affine-pairing threshold: 2^40 pairs is more than any MSM here ever has (2^27
 # scalars), so no pass runs unless a run asks for one.
 NEVER_AFFINE = 1 << 40
@@ -84,6 +85,16 @@ def parse_defines(raw: str, source: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _power_of_two_at_least(env: str, low: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        value = _int_at_least(env, low)(raw)
+        if value & (value - 1):
+            raise SettingError(f"{env}={raw!r}: must be a power of two")
+        return value
+
+    return parse
+
+
 def _defines_of(env: str) -> Callable[[str], tuple[tuple[str, str], ...]]:
     """The setting parser of ``env``'s defines (:func:`parse_defines`)."""
     return lambda raw: parse_defines(raw, env)
@@ -106,6 +117,8 @@ class KernelTuning:
     msm_sort_group: int = 0
     msm_sort: str = "counting"
     msm_affine_dense: int = 0
+    msm_reduce: str = "span"
+    msm_reduce_fanin: int = 8
     # points per chunk of an MSM whose points stream from host memory: 2^22 = 384 MiB per
     # device buffer (two buffers) plus the chunk's own scratch (~1 GiB at a 2^22 chunk)
     msm_host_chunk: int = 1 << 22
@@ -205,6 +218,23 @@ SETTINGS: tuple[Setting, ...] = (
         _int_at_least("PROVETOP_MSM_AFFINE_DENSE", 0),
         "passes (default 0)",
         "affine pairing passes over the dense buckets too (96 bytes per entry per pass)",
+    ),
+    Setting(
+        "PROVETOP_MSM_REDUCE",
+        "msm_reduce",
+        choice("PROVETOP_MSM_REDUCE", MSM_REDUCES),
+        "`span` (default), `scaled`",
+        "how the bucket reduction's tree weighs each child's bucket sum by the buckets before "
+        "it: doublings at every node by the node's whole span (`span`: more doublings at each "
+        "level up), or sums carried pre-multiplied by their span (`scaled`: log2 of the fan-in "
+        "doublings per level)",
+    ),
+    Setting(
+        "PROVETOP_MSM_REDUCE_FANIN",
+        "msm_reduce_fanin",
+        _power_of_two_at_least("PROVETOP_MSM_REDUCE_FANIN", 2),
+        "a power of two (default 8)",
+        "children per node of the bucket reduction's tree (fewer: more levels, each shorter)",
     ),
     Setting(
         "PROVETOP_MSM_HOST_CHUNK",

@@ -42,6 +42,11 @@ from kernels.cuda.runtime import KernelModule, load, on_stream, require_cupy, to
 from kernels.layout import g1_to_limbs, g1_xyzz_from_limbs
 from kernels.tuning import DEFAULT_TUNING, NEVER_AFFINE, KernelTuning
 
+try:  # the host window combination's ~256 doublings run ~2.8x faster on gmpy2's integers
+    from gmpy2 import mpz as _mpz
+except ImportError:  # pragma: no cover - plain ints where gmpy2 is not installed
+    _mpz = int
+
 # Threads per block of each kernel source (``KernelTuning.msm_source``): msm.cu (compiler's
 # choice of registers) or msm_lb.cu (capped at 168 for occupancy, blocks of at most 128
 # threads); docs/performance-notes.md, "MSM and SRS" has the A/B (msm.cu won).
@@ -49,7 +54,6 @@ BLOCKS = {"msm.cu": 256, "msm_lb.cu": 128}
 BLOCK = BLOCKS["msm.cu"]  # the default source's
 XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
 LEVEL_L = 8  # chunk length of the reduction levels past the first (latency ~ L serial adds)
-SUM_FANIN = 8  # fan-in of the weighted tree over per-thread bucket-reduction results
 MIN_WINDOW, MAX_WINDOW = 4, 23
 # Relative cost of one mixed addition (8M + 2S) and of one bucket in the reduction (two full
 # additions, 2 x (12M + 2S)), in field multiplications: the window rule below weighs them.
@@ -328,7 +332,7 @@ def scratch_bytes(
         total += 2 * 192 * red
         if red <= p.W:
             break
-        red = p.W * -(-(red // p.W) // SUM_FANIN)
+        red = p.W * -(-(red // p.W) // tuning.msm_reduce_fanin)
     total += 192 * (p.W + 1)
     radix = 0
     if tuning.msm_sort == "radix":
@@ -696,7 +700,7 @@ def window_sums(
     buckets = accumulate_buckets(mod, points, scalars, p, None, stream, tuning, mark)
     if buckets is None:
         return cupy.zeros((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
-    return reduce_buckets(mod, buckets, p, stream, mark)
+    return reduce_buckets(mod, buckets, p, stream, mark, tuning)
 
 
 def _marker(cupy: Any, stream: Any, marks: list | None) -> Any:
@@ -772,24 +776,41 @@ def accumulate_buckets(
     return buckets
 
 
-def reduce_buckets(mod: MsmKernels, buckets: Any, p: Plan, stream: Any, mark: Any = None) -> Any:
+def reduce_buckets(
+    mod: MsmKernels,
+    buckets: Any,
+    p: Plan,
+    stream: Any,
+    mark: Any = None,
+    tuning: KernelTuning = DEFAULT_TUNING,
+) -> Any:
     """Stages 6-7: the ``(W + 1, 24)`` device array of window sums sum_b (b+1) bucket[w][b]
-    followed by the ones bucket."""
+    followed by the ones bucket. ``tuning.msm_reduce`` says where the tree's doublings go
+    (msm.cuh, xyzz_sum_weighted_thread), ``tuning.msm_reduce_fanin`` its fan-in."""
     cupy = require_cupy()
+    fanin = tuning.msm_reduce_fanin
+    log_f = fanin.bit_length() - 1
+    scaled = tuning.msm_reduce == "scaled"
     out = cupy.empty((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
     red_a = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
     red_r = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
-    args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), red_a, red_r)
-    mod.launch("msm_bucket_reduce", p.W * p.G, args, stream)
-    length, log_span = p.G, p.S.bit_length() - 1
+    log_s = p.S.bit_length() - 1
+    args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), _u32(log_s if scaled else 0))
+    mod.launch("msm_bucket_reduce", p.W * p.G, (*args, red_a, red_r), stream)
+    length, log_span = p.G, log_s
     while length > 1:
-        out_len = -(-length // SUM_FANIN)
+        out_len = -(-length // fanin)
         na = cupy.empty((p.W * out_len, XYZZ_WORDS), dtype=np.uint64)
         nr = cupy.empty((p.W * out_len, XYZZ_WORDS), dtype=np.uint64)
-        args = (red_a, red_r, _u32(p.W), _u32(length), _u32(SUM_FANIN), _u32(out_len))
-        mod.launch("xyzz_sum_weighted", p.W * out_len, (*args, _u32(log_span), na, nr), stream)
+        if scaled:  # the root's R is never read: no doublings for it
+            dbl_t, dbl_r = 0, (log_f if out_len > 1 else 0)
+        else:
+            dbl_t, dbl_r = log_span, 0
+        args = (red_a, red_r, _u32(p.W), _u32(length), _u32(fanin), _u32(out_len))
+        args = (*args, _u32(dbl_t), _u32(dbl_r), na, nr)
+        mod.launch("xyzz_sum_weighted", p.W * out_len, args, stream)
         red_a, red_r, length = na, nr, out_len
-        log_span += SUM_FANIN.bit_length() - 1
+        log_span += log_f
     out[: p.W] = red_a
     out[p.W] = buckets[p.K - 1]
     (mark or _no_mark)("bucket-reduce")
@@ -829,10 +850,12 @@ def combine_windows(sums: np.ndarray, c: int) -> np.ndarray:
     with one batched inversion, so each window is a mixed Jacobian + affine addition, and the
     doublings (dbl-2009-l, 2M + 5S, against 6M + 3S for XYZZ) are inlined: ~20% less time than
     the XYZZ chain through kernels.cpu.g1 (2.31 -> 1.87 ms at c = 16 on the build machine's CPU,
-    min of 75 calls; not yet timed on the GPU machine)."""
-    P = g1.P
+    min of 75 calls). On gmpy2's integers (a dependency of the package; the GPU image used for
+    the benchmarks lacks it unless carried) the whole call takes 0.60 ms instead of 1.35 at c =
+    16 on the build machine's CPU (min of 30 calls, 2026-12-02)."""
+    P = _mpz(g1.P)
     pts = [p if p[2] else g1.XYZZ_INFINITY for p in g1_xyzz_from_limbs(sums)]
-    aff = g1.batch_xyzz_to_affine(pts)
+    aff = [None if a is None else (_mpz(a[0]), _mpz(a[1])) for a in g1.batch_xyzz_to_affine(pts)]
     X, Y, Z = g1.JAC_INFINITY
     for w in range(len(aff) - 2, -1, -1):
         if Z:
@@ -849,7 +872,8 @@ def combine_windows(sums: np.ndarray, c: int) -> np.ndarray:
                     break
         X, Y, Z = g1.jac_add_mixed((X, Y, Z), aff[w])
     X, Y, Z = g1.jac_add_mixed((X, Y, Z), aff[-1])
-    return g1_to_limbs([g1.jac_to_affine((X, Y, Z))])[0]
+    out = g1.jac_to_affine((X, Y, Z))
+    return g1_to_limbs([None if out is None else (int(out[0]), int(out[1]))])[0]
 
 
 def msm(
@@ -1250,7 +1274,7 @@ def msm_host_points_many(
         for q in range(nq):
             if plans[q] is None:  # a query of no points (never begun): the zero sums
                 begin(q)
-            sums.append(reduce_buckets(mod, kept[q], plans[q], s))
+            sums.append(reduce_buckets(mod, kept[q], plans[q], s, tuning=tuning))
             kept[q] = None
         host = [x.get(stream=s) for x in sums]
     return [combine_windows(h, c) for h, c in zip(host, windows, strict=True)]

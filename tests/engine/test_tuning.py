@@ -33,6 +33,8 @@ def test_every_setting_is_read_into_its_field():
         "PROVETOP_MSM_SORT_GROUP": "3",
         "PROVETOP_MSM_SORT": "radix",
         "PROVETOP_MSM_AFFINE_DENSE": "1",
+        "PROVETOP_MSM_REDUCE": "scaled",
+        "PROVETOP_MSM_REDUCE_FANIN": "4",
         "PROVETOP_MSM_HOST_CHUNK": "8388608",
         "PROVETOP_MSM_HOST_BUCKETS": "chunk",
         "PROVETOP_MSM_HOST_INTERLEAVE": "off",
@@ -57,6 +59,7 @@ def test_every_setting_is_read_into_its_field():
     assert (k.msm_host_chunk, k.msm_host_buckets) == (1 << 23, "chunk")
     assert k.msm_host_interleave == "off"
     assert k.msm_sort == "radix"
+    assert (k.msm_reduce, k.msm_reduce_fanin) == ("scaled", 4)
     assert (k.cubin_dir, k.commit) == ("/opt/cubin", "abc1234")
     assert (t.sync_scope, t.priority_to, t.switch_interval_s) == ("device", "compute", 0.005)
     assert t.abc_overlap == "on"
@@ -80,6 +83,9 @@ def test_every_setting_is_read_into_its_field():
         ("PROVETOP_MSM_AFFINE_MIN_PAIRS", "0"),
         ("PROVETOP_MSM_AFFINE_DENSE", "-2"),
         ("PROVETOP_MSM_HOST_CHUNK", "12"),
+        ("PROVETOP_MSM_REDUCE", "tree"),
+        ("PROVETOP_MSM_REDUCE_FANIN", "6"),
+        ("PROVETOP_MSM_REDUCE_FANIN", "1"),
         ("PROVETOP_NTT_DEFINES", "1BAD=2"),
         ("PROVETOP_NTT_SMALL", "yes"),
         ("PROVETOP_ACCEPT_RATE", "-1"),

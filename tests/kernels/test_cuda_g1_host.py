@@ -54,13 +54,14 @@ static g1_jacobian rd_jac(std::istream& in) {
 }
 
 // The GPU pipeline of kernels/cuda/msm.py run sequentially on the host with the very per-thread
-// bodies the kernels call: "msm n c L0 L S F parts" then n points and n scalars (64 hex digits).
+// bodies the kernels call: "msm n c L0 L S F parts scaled" then n points and n scalars (64 hex
+// digits); scaled: the bucket-reduction tree of tuning msm_reduce = "scaled".
 // parts > 1: the points are cut into that many contiguous chunks, each sorted and accumulated
 // on its own, the later ones into a second bucket array merged into the first (xyzz_merge),
 // as msm_host_points streams them.
 static void run_msm(std::istream& in) {
-    uint32_t n, c, L0, L, S, F, parts;
-    in >> n >> c >> L0 >> L >> S >> F >> parts;
+    uint32_t n, c, L0, L, S, F, parts, scaled;
+    in >> n >> c >> L0 >> L >> S >> F >> parts >> scaled;
     std::vector<g1_affine> pts(n);
     std::vector<uint32_t> sc(8 * n);
     for (uint32_t i = 0; i < n; i++) pts[i] = rd_aff(in);
@@ -125,18 +126,22 @@ static void run_msm(std::istream& in) {
         if (!part[b].is_inf()) { printf("part not cleared\n"); return; }
     const uint32_t G = (B + S - 1) / S;
     std::vector<g1_xyzz> ra(W * G), rr(W * G), na, nr;
-    for (uint32_t t = 0; t < W * G; t++)
-        msm_bucket_reduce_thread(t, buckets.data(), B, S, G, ra.data(), rr.data());
     uint32_t log_span = 0;
     while ((1u << log_span) < S) log_span++;
     uint32_t log_f = 0;
     while ((1u << log_f) < F) log_f++;
+    // as kernels/cuda/msm.py::reduce_buckets launches them, for either tuning.msm_reduce
+    for (uint32_t t = 0; t < W * G; t++)
+        msm_bucket_reduce_thread(t, buckets.data(), B, S, G, scaled ? log_span : 0, ra.data(),
+                                 rr.data());
     for (uint32_t len = G; len > 1;) {
         const uint32_t out_len = (len + F - 1) / F;
         na.assign(W * out_len, g1_xyzz::inf());
         nr.assign(W * out_len, g1_xyzz::inf());
+        const uint32_t dbl_t = scaled ? 0 : log_span;
+        const uint32_t dbl_r = scaled && out_len > 1 ? log_f : 0;
         for (uint32_t t = 0; t < W * out_len; t++)
-            xyzz_sum_weighted_thread(t, ra.data(), rr.data(), len, F, out_len, log_span,
+            xyzz_sum_weighted_thread(t, ra.data(), rr.data(), len, F, out_len, dbl_t, dbl_r,
                                      na.data(), nr.data());
         ra.swap(na), rr.swap(nr), len = out_len, log_span += log_f;
     }
@@ -315,12 +320,13 @@ def rand_points(rng: random.Random, k: int) -> list[tuple[int, int]]:
     ["dense", "ones-heavy", "zeros", "ones", "repeats", "one-bucket", "infinity"],
 )
 @pytest.mark.parametrize("parts", [1, 3])
-def test_msm_pipeline_on_host(driver: Path, case: str, parts: int) -> None:
+@pytest.mark.parametrize("reduce", ["span", "scaled"])
+def test_msm_pipeline_on_host(driver: Path, case: str, parts: int, reduce: str) -> None:
     """The whole GPU pipeline (digits, counting sort, balanced multi-level accumulation, bucket
     reduction, tree sums) run on the host with small windows and chunks, so that buckets cross
     many chunk boundaries and several reduction levels run; against the reference MSM. With
     ``parts`` > 1 the points go through in chunks accumulated into the same buckets, as a
-    streamed MSM's do."""
+    streamed MSM's do; ``reduce`` is the bucket-reduction tree's setting (tuning msm_reduce)."""
     from kernels.cpu.msm import pippenger
 
     rng = random.Random()
@@ -350,12 +356,13 @@ def test_msm_pipeline_on_host(driver: Path, case: str, parts: int) -> None:
         rng.choice([1, 2, 4]),
         rng.choice([2, 4]),
     )
-    lines = [f"msm {n} {c} {L0} {L} {S} {F} {parts}"]
+    lines = [f"msm {n} {c} {L0} {L} {S} {F} {parts} {int(reduce == 'scaled')}"]
     tail = " ".join(aff(p) for p in pts) + " " + " ".join(f"{k:064x}" for k in ks)
     got = run(driver, [lines[0] + " " + tail])[0].split(" ", 1)
     want = pippenger(pts, ks)
     assert parse(got[1]) == want, (
-        f"host MSM pipeline mismatch ({case}, c={c}, L0={L0}, L={L}, parts={parts})"
+        f"host MSM pipeline mismatch ({case}, c={c}, L0={L0}, L={L}, S={S}, F={F}, "
+        f"parts={parts}, reduce={reduce})"
     )
     if case not in ("zeros",):
         assert int(got[0]) >= 1

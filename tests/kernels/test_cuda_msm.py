@@ -150,6 +150,25 @@ def test_sort_in_window_groups(cp, poison) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fanin", [2, 4, 8])
+def test_bucket_reduction_settings(cp, poison, fanin: int) -> None:
+    """Both ways of weighing the tree's children (``msm_reduce``: doublings by the node's span,
+    or sums carried pre-scaled) at each fan-in give the same sums, at windows whose reduction
+    takes one, two and several tree levels (c = 7: 64 buckets per window, c = 13 and 16: 2^12
+    and 2^15, with 2 to 32 buckets per leaf thread)."""
+    rng = random.Random()
+    pts_dev, pts = random_points(cp, 600)
+    for reduce in ("span", "scaled"):
+        tuning = KernelTuning(msm_reduce=reduce, msm_reduce_fanin=fanin)
+        for kind in ("dense", "witness"):
+            ks = scalars_of(kind, 600, rng)
+            want = cmsm.msm_fast(pts, ks)
+            for c in (7, 13, 16):
+                got = gpu_msm(cp, pts_dev, ks, poison, window_bits=c, tuning=tuning)
+                assert got == want, f"{reduce}, fan-in {fanin}, {kind}, c={c}"
+
+
+@pytest.mark.gpu
 def test_sort_rule_with_a_small_l2(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
     """The rule's own grouping (three windows per count launch, one per scatter launch, as at
     2^27 on the H200) on small inputs, by pretending the L2 holds six windows of counters."""

@@ -256,17 +256,19 @@ extern "C" __global__ void MSM_BOUNDS msm_accumulate_n(const g1_xyzz* __restrict
 
 extern "C" __global__ void MSM_BOUNDS msm_bucket_reduce(const g1_xyzz* __restrict__ buckets,
                                                         uint32_t W, uint32_t B, uint32_t S,
-                                                        uint32_t G, g1_xyzz* __restrict__ outA,
+                                                        uint32_t G, uint32_t log_out,
+                                                        g1_xyzz* __restrict__ outA,
                                                         g1_xyzz* __restrict__ outR) {
-    if (MSM_TID < W * G) msm_bucket_reduce_thread(MSM_TID, buckets, B, S, G, outA, outR);
+    if (MSM_TID < W * G) msm_bucket_reduce_thread(MSM_TID, buckets, B, S, G, log_out, outA, outR);
 }
 
 extern "C" __global__ void MSM_BOUNDS xyzz_sum_weighted(
     const g1_xyzz* __restrict__ inA, const g1_xyzz* __restrict__ inR, uint32_t nseg,
-    uint32_t len_in, uint32_t F, uint32_t len_out, uint32_t log_span, g1_xyzz* __restrict__ outA,
-    g1_xyzz* __restrict__ outR) {
+    uint32_t len_in, uint32_t F, uint32_t len_out, uint32_t log_span, uint32_t log_out,
+    g1_xyzz* __restrict__ outA, g1_xyzz* __restrict__ outR) {
     if (MSM_TID < nseg * len_out)
-        xyzz_sum_weighted_thread(MSM_TID, inA, inR, len_in, F, len_out, log_span, outA, outR);
+        xyzz_sum_weighted_thread(MSM_TID, inA, inR, len_in, F, len_out, log_span, log_out, outA,
+                                 outR);
 }
 
 extern "C" __global__ void MSM_BOUNDS xyzz_sum_groups(const g1_xyzz* __restrict__ in, uint32_t nseg,

@@ -308,10 +308,12 @@ MONT_HD void msm_accumulate_n_thread(uint32_t t, const g1_xyzz* __restrict__ val
 // Thread (w, g) of W * G, buckets b in [lo, lo + S) of window w with lo = g S:
 // R_g = sum_b bucket[b] and A_g = sum_b (b - lo + 1) bucket[b] (running sums from the top), so
 // that the window sum is sum_g (A_g + g S R_g). No thread multiplies by g S: the tree below
-// (xyzz_sum_weighted) folds the g S R_g terms in with additions and a few doublings.
+// (xyzz_sum_weighted) folds the g S R_g terms in with additions and a few doublings. R_g leaves
+// doubled log_out times: 0 for the tree that scales at each node (log_span), log2 S for the
+// one that carries R pre-scaled by its span (see xyzz_sum_weighted_thread).
 MONT_HD void msm_bucket_reduce_thread(uint32_t t, const g1_xyzz* __restrict__ buckets, uint32_t B,
-                                      uint32_t S, uint32_t G, g1_xyzz* __restrict__ outA,
-                                      g1_xyzz* __restrict__ outR) {
+                                      uint32_t S, uint32_t G, uint32_t log_out,
+                                      g1_xyzz* __restrict__ outA, g1_xyzz* __restrict__ outR) {
     const uint32_t w = t / G, g = t % G;
     const uint32_t lo = g * S, hi = lo + S < B ? lo + S : B;
     const g1_xyzz* bw = buckets + (uint64_t)w * B;
@@ -320,19 +322,29 @@ MONT_HD void msm_bucket_reduce_thread(uint32_t t, const g1_xyzz* __restrict__ bu
         running = running.add(g1_load(bw + b));
         acc = acc.add(running);
     }
+    for (uint32_t k = 0; k < log_out; k++) running = running.dbl();
     g1_store(outA + t, acc);
     g1_store(outR + t, running);
 }
 
 // One node of the weighted tree: children i in [lo, hi) of segment s, each child standing for
-// 2^log_span consecutive buckets and carrying (A_i, R_i) as above, relative to its own first
-// bucket. The node's pair, relative to its first bucket, is
-//   A = sum_i A_i + 2^log_span sum_i (i - lo) R_i,   R = sum_i R_i,
-// with sum_i (i - lo) R_i by the running-sum trick and 2^log_span by doublings.
+// 2^span_log consecutive buckets (span_log: log2 S at the first level, + log2 F per level) and
+// carrying (A_i, R_i) as above, relative to its own first bucket. The node's pair, relative to
+// its first bucket, is
+//   A = sum_i A_i + 2^span_log sum_i (i - lo) R_i,   R = sum_i R_i,
+// with sum_i (i - lo) R_i by the running-sum trick. Two ways to bring in 2^span_log, chosen by
+// the caller (kernels/cuda/msm.py, tuning msm_reduce):
+// - "span": R_i arrive unscaled; the node doubles sum_i (i - lo) R_i log_span = span_log times,
+//   so the serial doublings grow by log2 F per level (2, 5, 8, 11, 14 at 2^20, F = 8);
+// - "scaled": R_i arrive already multiplied by 2^span_log (log_span = 0), and the node doubles
+//   its own R log_out = log2 F times for its parent (0 at the root, whose R nobody reads), so
+//   every level doubles log2 F times. Same additions; fewer doublings on the critical path,
+//   which is what the last levels (a few threads per window) wait on.
 MONT_HD void xyzz_sum_weighted_thread(uint32_t t, const g1_xyzz* __restrict__ inA,
                                       const g1_xyzz* __restrict__ inR, uint32_t len_in,
                                       uint32_t F, uint32_t len_out, uint32_t log_span,
-                                      g1_xyzz* __restrict__ outA, g1_xyzz* __restrict__ outR) {
+                                      uint32_t log_out, g1_xyzz* __restrict__ outA,
+                                      g1_xyzz* __restrict__ outR) {
     const uint32_t s = t / len_out, j = t % len_out;
     const uint32_t lo = j * F, hi = lo + F < len_in ? lo + F : len_in;
     const uint64_t base = (uint64_t)s * len_in;
@@ -345,6 +357,7 @@ MONT_HD void xyzz_sum_weighted_thread(uint32_t t, const g1_xyzz* __restrict__ in
     A = A.add(g1_load(inA + base + lo));
     run = run.add(g1_load(inR + base + lo));
     for (uint32_t k = 0; k < log_span; k++) T = T.dbl();
+    for (uint32_t k = 0; k < log_out; k++) run = run.dbl();
     g1_store(outA + t, A.add(T));
     g1_store(outR + t, run);
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One device call for the small sizes, where the serial tails of an MSM and the NTT's last wave
+# weigh most: the MSM's bucket-reduction tree (PROVETOP_MSM_REDUCE span / scaled, fan-in 8, 4,
+# 2), the host window combination on plain ints and on gmpy2's (a dependency of the package that
+# the GPU image lacks: carry its wheel in .whl), and the NTT's blocks per SM (NTT_MIN_BLOCKS 3,
+# the default, against 4). GPU tests of both reduction settings first; a table last.
+# Usage on the device machine (carry .whl and kernels/cuda/cubin):
+#   PROVETOP_COMMIT=<sha> bash bench/gpu_small.sh
+# Everything lands in /tmp/small, packed into $OUT/small.tgz (the device tool brings back at most
+# 8 files).
+set -uo pipefail
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/small_out}
+M=/tmp/small
+mkdir -p "$OUT" "$M"
+trap 'tar czf "$OUT/small.tgz" -C /tmp small' EXIT
+export PROVETOP_COMMIT=${PROVETOP_COMMIT:-$(git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total \
+    --format=csv | tee "$M/gpu.txt"
+SITE=""
+if ls .whl/gmpy2-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl/gmpy2-*.whl && SITE=/tmp/site
+fi
+echo "gmpy2 site: ${SITE:-none}" | tee -a "$M/log"
+WITH="PYTHONPATH=.:$SITE"
+BM="python3 -m kernels.bench_msm --results-dir $M --json"
+
+PYTHONPATH=.:$SITE timeout 240 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py \
+    -p no:cacheprovider -k "bucket_reduction or matches_reference or window_sizes or selftest" \
+    2>&1 | tee -a "$M/log" | tail -n 4
+
+msm() {  # tag sizes env...
+    local tag=$1 sizes=$2
+    shift 2
+    env "$@" timeout 150 $BM --log-sizes "$sizes" --check --tag "$tag" 2>&1 | tee -a "$M/log" \
+        | tail -n 1
+}
+for r in 1 2; do
+    sizes=16,20,24,27
+    [ $r = 2 ] && sizes=16,20,24
+    msm "span-int-r$r" $sizes PYTHONPATH=. PROVETOP_MSM_REDUCE=span
+    msm "span-r$r" $sizes $WITH PROVETOP_MSM_REDUCE=span
+    for f in 8 4 2; do
+        msm "scaled$f-r$r" $sizes $WITH PROVETOP_MSM_REDUCE=scaled PROVETOP_MSM_REDUCE_FANIN=$f
+    done
+done
+
+for v in "mb3:" "mb4:NTT_MIN_BLOCKS=4"; do
+    label=${v%%:*}
+    mkdir -p "$M/ntt-$label"
+    PROVETOP_NTT_DEFINES=${v#*:} timeout 120 python3 -m provetop bench ntt --log-sizes 16,18,20,22 \
+        --repeats 21 --json --results-dir "$M/ntt-$label" 2>&1 | tee -a "$M/log" | tail -n 6
+done
+
+python3 - "$M" <<'PY'
+import glob, json, statistics, sys
+m = sys.argv[1]
+print("MSM dense, device points: median ms (bucket-reduce stage ms), two rounds")
+tags = ["span-int", "span", "scaled8", "scaled4", "scaled2"]
+print(f"{'variant':>9} " + " ".join(f"{'2^' + str(k):>22}" for k in (16, 20, 24, 27)))
+for t in tags:
+    cells = {}
+    for r in (1, 2):
+        for f in sorted(glob.glob(f"{m}/msm-dense-device-{t}-r{r}-*.json"))[-1:]:
+            for row in json.load(open(f))["rows"]:
+                red = row["breakdown_ms"].get("bucket-reduce", float("nan"))
+                ok = "" if row.get("check", True) else " FAIL"
+                cells.setdefault(row["log_size"], []).append(f"{row['median_ms']:.2f}({red:.2f}){ok}")
+    print(f"{t:>9} " + " ".join(f"{' '.join(cells.get(k, ['-'])):>22}" for k in (16, 20, 24, 27)))
+print("NTT forward / inverse / coset forward, natural order, median ms")
+for label in ("mb3", "mb4"):
+    files = sorted(glob.glob(f"{m}/ntt-{label}/ntt-*.json"))
+    if not files:
+        print(label, "missing")
+        continue
+    for s in json.load(open(files[-1]))["sizes"]:
+        row = " / ".join(f"{s[c]['ms']:.4f}" for c in ("forward", "inverse", "coset_forward") if c in s)
+        print(f"{label} 2^{s['log_size']}: {row}")
+PY
