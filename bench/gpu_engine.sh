@@ -31,6 +31,8 @@
 #                                      # its GPU tests, then aware16 off / on, aware at 24 GiB on
 #   bash bench/gpu_engine.sh workers   # GPU tests (engine, streamed H step), then aware16 with
 #                                      # one worker, alone and with --synthesis-ahead
+#   bash bench/gpu_engine.sh workers-small  # aware at 8 and 12 GiB (one-slot and two-slot plans)
+#                                      # with one worker and with two; no tests
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -235,6 +237,15 @@ workers)  # one worker with deep pipelining against two sharing the mutex, at 16
         --workers-per-device 1 --allocator aware
     bench aware16-w1-ahead 100 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 1 --allocator aware --synthesis-ahead
+    ;;
+workers-small)  # one worker against two where the memory plan streams the H step (8 GiB: one
+    # slot, 12 GiB: two slots); the 16 GiB pair is the workers mode's (d34abfe)
+    for mem in 8 12; do
+        for w in 1 2; do
+            bench "aware$mem-w$w" 110 --preset porep-32g --proofs 1 --device-memory "${mem}GiB" \
+                --workers-per-device "$w" --allocator aware
+        done
+    done
     ;;
 sweep)  # the device-memory curve in one command: porep-32g, aware, 1 proof per point, each
     # point a fresh process (engine/bench_sweep.py). Time (H200, 2026-12-02, one process per

@@ -2,8 +2,9 @@
 # One device call for the small sizes, where the serial tails of an MSM and the NTT's last wave
 # weigh most: the MSM's bucket-reduction tree (PROVETOP_MSM_REDUCE span / scaled, fan-in 8, 4,
 # 2), the host window combination on plain ints and on gmpy2's (a dependency of the package that
-# the GPU image lacks: carry its wheel in .whl), and the NTT's blocks per SM (NTT_MIN_BLOCKS 3,
-# the default, against 4). GPU tests of both reduction settings first; a table last.
+# the GPU image lacks: carry its wheel in .whl), and two NTT builds against today's: four blocks
+# per SM (NTT_MIN_BLOCKS=4) and the load phase four elements deep (NTT_LOAD_BATCH=4). GPU tests
+# of both reduction settings first; a table last.
 # Usage on the device machine (carry .whl and kernels/cuda/cubin):
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_small.sh
 # Everything lands in /tmp/small, packed into $OUT/small.tgz (the device tool brings back at most
@@ -46,13 +47,32 @@ for r in 1 2; do
     done
 done
 
-for v in "mb3:" "mb4:NTT_MIN_BLOCKS=4"; do
-    label=${v%%:*}
+# NTT: today's build (mb3), four blocks per SM (mb4), the load phase four elements deep (lb4);
+# each build's self-test rows first (orders, coset, inverse at 2^9, H step at 2^8, the H
+# identity at 2^14: single-block and multi-pass plans, gathers, factor tables, the quotient)
+for v in "mb3:-:16,18,20,22,24,27" "mb4:NTT_MIN_BLOCKS=4:16,18,20,22" \
+    "lb4:NTT_LOAD_BATCH=4:16,18,20,22,24,27"; do
+    label=${v%%:*}; rest=${v#*:}; defs=${rest%%:*}; sizes=${rest#*:}
+    [ "$defs" = "-" ] && defs=""
+    export PROVETOP_NTT_DEFINES="$defs"
     mkdir -p "$M/ntt-$label"
-    PROVETOP_NTT_DEFINES=${v#*:} timeout 120 python3 -m provetop bench ntt --log-sizes 16,18,20,22 \
-        --repeats 21 --json --results-dir "$M/ntt-$label" 2>&1 | tee -a "$M/log" | tail -n 6
+    timeout 120 python3 - "$label" <<'PY' 2>&1 | tee -a "$M/log"
+import sys
+from kernels.selftest.rows_cuda import ntt_checks
+from kernels.tuning import KernelTuning
+for c in ntt_checks(KernelTuning.from_env()):
+    try:
+        c.run(); status = "pass"
+    except Exception as e:  # report, don't stop
+        status = f"FAIL {e!r}"
+    print(f"[{sys.argv[1]} selftest] {c.name}: {status}")
+PY
+    timeout 150 python3 -m provetop bench ntt --log-sizes "$sizes" --repeats 15 --json \
+        --results-dir "$M/ntt-$label" 2>&1 | tee -a "$M/log" | tail -n 8
 done
+unset PROVETOP_NTT_DEFINES
 
+grep -E "selftest\]|passed|failed" "$M/log" | tail -n 12
 python3 - "$M" <<'PY'
 import glob, json, statistics, sys
 m = sys.argv[1]
@@ -68,13 +88,13 @@ for t in tags:
                 ok = "" if row.get("check", True) else " FAIL"
                 cells.setdefault(row["log_size"], []).append(f"{row['median_ms']:.2f}({red:.2f}){ok}")
     print(f"{t:>9} " + " ".join(f"{' '.join(cells.get(k, ['-'])):>22}" for k in (16, 20, 24, 27)))
-print("NTT forward / inverse / coset forward, natural order, median ms")
-for label in ("mb3", "mb4"):
+print("NTT forward / inverse / coset forward (natural order) / H step, median ms")
+for label in ("mb3", "mb4", "lb4"):
     files = sorted(glob.glob(f"{m}/ntt-{label}/ntt-*.json"))
     if not files:
         print(label, "missing")
         continue
     for s in json.load(open(files[-1]))["sizes"]:
-        row = " / ".join(f"{s[c]['ms']:.4f}" for c in ("forward", "inverse", "coset_forward") if c in s)
+        row = " / ".join(f"{s[c]['ms']:.4f}" for c in ("forward", "inverse", "coset_forward", "h_step") if c in s)
         print(f"{label} 2^{s['log_size']}: {row}")
 PY

@@ -25,6 +25,13 @@
 #include "field/fr_mul.cuh"  // fr_mul: the Fr multiplication of every kernel here
 #include "field/fr_io.cuh"  // fr_load, fr_ldg, fr_store
 
+// Elements each thread loads before it stores any into the tile (the load phase's memory-level
+// parallelism): 1 = one at a time, as before 2026-12-02; 4 = a whole 2^10 tile of 256 threads in
+// flight at once (32 more registers live in the load phase, when nothing else is).
+#ifndef NTT_LOAD_BATCH
+#define NTT_LOAD_BATCH 1
+#endif
+
 // Tile size: chosen per pass by the planner (kernels/cuda/ntt.py): at most 2^10 elements
 // (32 KiB of shared memory) by default; with the "small" plans (ntt_small on) 2^11 in a pass of a
 // longer transform and 2^12 (128 KiB) for a whole transform in one block, through the
@@ -136,16 +143,36 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
     dst += boff;
 
     // ---- load (optionally gathered, optionally pre-multiplied) ----
-    for (uint32_t e = threadIdx.x; e < ts; e += blockDim.x) {
-        const uint32_t c = e & (C - 1), mid = e >> a.logC;
-        const uint32_t p = (hi << a.s) | (mid << lowbits) | (lo_base + c);
-        fr_t x = fr_load(src + ((a.flags & NTT_F_GATHER) ? ntt_brev(p, a.k) : p));
-        if (a.flags & NTT_F_PRE_TABLE) {
-            const uint32_t j = DIT ? ntt_brev(p, a.k) : p;  // coefficient index of x
-            x = fr_mul(x, (a.flags & NTT_F_PRE_FULL) ? fr_ldg(pre_lo + j)
-                                                     : split_factor(pre_hi, pre_lo, a.pre_sb, j));
+    // NTT_LOAD_BATCH elements per thread are loaded before any is stored: one element per
+    // iteration left each thread's loads one DRAM round trip apart (the loop's back edge is a
+    // barrier to ptxas's scheduling), four of them for a 2^10 tile of 256 threads.
+    for (uint32_t e0 = threadIdx.x; e0 < ts; e0 += NTT_LOAD_BATCH * blockDim.x) {
+        fr_t xs[NTT_LOAD_BATCH];
+#pragma unroll
+        for (int u = 0; u < NTT_LOAD_BATCH; u++) {
+            const uint32_t e = e0 + u * blockDim.x;
+            if (e < ts) {
+                const uint32_t c = e & (C - 1), mid = e >> a.logC;
+                const uint32_t p = (hi << a.s) | (mid << lowbits) | (lo_base + c);
+                xs[u] = fr_load(src + ((a.flags & NTT_F_GATHER) ? ntt_brev(p, a.k) : p));
+            }
         }
-        sm_put(sm, ts, e, x);
+#pragma unroll
+        for (int u = 0; u < NTT_LOAD_BATCH; u++) {
+            const uint32_t e = e0 + u * blockDim.x;
+            if (e < ts) {
+                fr_t x = xs[u];
+                if (a.flags & NTT_F_PRE_TABLE) {
+                    const uint32_t c = e & (C - 1), mid = e >> a.logC;
+                    const uint32_t p = (hi << a.s) | (mid << lowbits) | (lo_base + c);
+                    const uint32_t j = DIT ? ntt_brev(p, a.k) : p;  // coefficient index of x
+                    x = fr_mul(x, (a.flags & NTT_F_PRE_FULL)
+                                      ? fr_ldg(pre_lo + j)
+                                      : split_factor(pre_hi, pre_lo, a.pre_sb, j));
+                }
+                sm_put(sm, ts, e, x);
+            }
+        }
     }
     __syncthreads();
 
