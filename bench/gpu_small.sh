@@ -7,6 +7,7 @@
 # of both reduction settings first; a table last.
 # Usage on the device machine (carry .whl and kernels/cuda/cubin):
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_small.sh
+#   REDUCES="span:span:8 auto8:auto:8" NTT_VARIANTS="" bash bench/gpu_small.sh  # MSM part only
 # Everything lands in /tmp/small, packed into $OUT/small.tgz (the device tool brings back at most
 # 8 files).
 set -uo pipefail
@@ -37,21 +38,24 @@ msm() {  # tag sizes env...
     env "$@" timeout 150 $BM --log-sizes "$sizes" --check --tag "$tag" 2>&1 | tee -a "$M/log" \
         | tail -n 1
 }
+# REDUCES: "tag:msm_reduce:fan-in ..." with gmpy2 (span-int, plain ints, always runs first)
+REDUCES=${REDUCES:-"span:span:8 scaled8:scaled:8 scaled4:scaled:4 scaled2:scaled:2"}
 for r in 1 2; do
     sizes=16,20,24,27
     [ $r = 2 ] && sizes=16,20,24
     msm "span-int-r$r" $sizes PYTHONPATH=. PROVETOP_MSM_REDUCE=span
-    msm "span-r$r" $sizes $WITH PROVETOP_MSM_REDUCE=span
-    for f in 8 4 2; do
-        msm "scaled$f-r$r" $sizes $WITH PROVETOP_MSM_REDUCE=scaled PROVETOP_MSM_REDUCE_FANIN=$f
+    for v in $REDUCES; do
+        IFS=: read -r tag mode fan <<<"$v"
+        msm "$tag-r$r" $sizes $WITH PROVETOP_MSM_REDUCE=$mode PROVETOP_MSM_REDUCE_FANIN=$fan
     done
 done
 
 # NTT: today's build (mb3), four blocks per SM (mb4), the load phase four elements deep (lb4);
 # each build's self-test rows first (orders, coset, inverse at 2^9, H step at 2^8, the H
 # identity at 2^14: single-block and multi-pass plans, gathers, factor tables, the quotient)
-for v in "mb3:-:16,18,20,22,24,27" "mb4:NTT_MIN_BLOCKS=4:16,18,20,22" \
-    "lb4:NTT_LOAD_BATCH=4:16,18,20,22,24,27"; do
+# NTT_VARIANTS="label:DEFINES:SIZES ..." ('-' for no defines; empty: no NTT part)
+NTT_VARIANTS=${NTT_VARIANTS-"mb3:-:16,18,20,22,24,27 mb4:NTT_MIN_BLOCKS=4:16,18,20,22 lb4:NTT_LOAD_BATCH=4:16,18,20,22,24,27"}
+for v in $NTT_VARIANTS; do
     label=${v%%:*}; rest=${v#*:}; defs=${rest%%:*}; sizes=${rest#*:}
     [ "$defs" = "-" ] && defs=""
     export PROVETOP_NTT_DEFINES="$defs"
@@ -73,11 +77,11 @@ done
 unset PROVETOP_NTT_DEFINES
 
 grep -E "selftest\]|passed|failed" "$M/log" | tail -n 12
-python3 - "$M" <<'PY'
+python3 - "$M" "$REDUCES" <<'PY'
 import glob, json, statistics, sys
 m = sys.argv[1]
 print("MSM dense, device points: median ms (bucket-reduce stage ms), two rounds")
-tags = ["span-int", "span", "scaled8", "scaled4", "scaled2"]
+tags = ["span-int"] + [v.split(":")[0] for v in sys.argv[2].split()]
 print(f"{'variant':>9} " + " ".join(f"{'2^' + str(k):>22}" for k in (16, 20, 24, 27)))
 for t in tags:
     cells = {}
@@ -89,7 +93,7 @@ for t in tags:
                 cells.setdefault(row["log_size"], []).append(f"{row['median_ms']:.2f}({red:.2f}){ok}")
     print(f"{t:>9} " + " ".join(f"{' '.join(cells.get(k, ['-'])):>22}" for k in (16, 20, 24, 27)))
 print("NTT forward / inverse / coset forward (natural order) / H step, median ms")
-for label in ("mb3", "mb4", "lb4"):
+for label in sorted({d.split("/")[-1][4:] for d in glob.glob(f"{m}/ntt-*")}):
     files = sorted(glob.glob(f"{m}/ntt-{label}/ntt-*.json"))
     if not files:
         print(label, "missing")

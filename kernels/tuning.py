@@ -23,7 +23,7 @@ ON_OFF = ("off", "on")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 MSM_SORTS = ("counting", "radix")
 MSM_HOST_BUCKETS = ("query", "chunk")
-MSM_REDUCES = ("span", "scaled")
+MSM_REDUCES = ("span", "scaled", "auto")
 # The default affine-pairing threshold: 2^40 pairs is more than any MSM here ever has (2^27
 # scalars), so no pass runs unless a run asks for one.
 NEVER_AFFINE = 1 << 40
@@ -223,11 +223,12 @@ SETTINGS: tuple[Setting, ...] = (
         "PROVETOP_MSM_REDUCE",
         "msm_reduce",
         choice("PROVETOP_MSM_REDUCE", MSM_REDUCES),
-        "`span` (default), `scaled`",
+        "`span` (default), `scaled`, `auto`",
         "how the bucket reduction's tree weighs each child's bucket sum by the buckets before "
         "it: doublings at every node by the node's whole span (`span`: more doublings at each "
-        "level up), or sums carried pre-multiplied by their span (`scaled`: log2 of the fan-in "
-        "doublings per level)",
+        "level up), sums carried pre-multiplied by their span (`scaled`: log2 of the fan-in "
+        "doublings per level, more at the leaves), or `span` while a launch fills the GPU and "
+        "`scaled` from the first that does not (`auto`)",
     ),
     Setting(
         "PROVETOP_MSM_REDUCE_FANIN",

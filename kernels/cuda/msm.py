@@ -55,6 +55,10 @@ BLOCK = BLOCKS["msm.cu"]  # the default source's
 XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
 LEVEL_L = 8  # chunk length of the reduction levels past the first (latency ~ L serial adds)
 MIN_WINDOW, MAX_WINDOW = 4, 23
+# The bucket reduction's launches below this many threads are latency-bound: fewer than two
+# waves of one 256-thread block per SM on the H200's 132 SMs (the point kernels take 255
+# registers, so one block is what an SM holds); tuning msm_reduce "auto" switches there.
+REDUCE_LATENCY_THREADS = 1 << 16
 # Relative cost of one mixed addition (8M + 2S) and of one bucket in the reduction (two full
 # additions, 2 x (12M + 2S)), in field multiplications: the window rule below weighs them.
 MADD_MULS, BUCKET_MULS = 10, 28
@@ -786,24 +790,41 @@ def reduce_buckets(
 ) -> Any:
     """Stages 6-7: the ``(W + 1, 24)`` device array of window sums sum_b (b+1) bucket[w][b]
     followed by the ones bucket. ``tuning.msm_reduce`` says where the tree's doublings go
-    (msm.cuh, xyzz_sum_weighted_thread), ``tuning.msm_reduce_fanin`` its fan-in."""
+    (msm.cuh, xyzz_sum_weighted_thread), ``tuning.msm_reduce_fanin`` its fan-in:
+
+    - ``span``: every node doubles its weighted sum by its children's whole span;
+    - ``scaled``: sums are carried pre-multiplied by their span from the leaves on, so every
+      level doubles log2 F times (more doublings in all at the leaves, fewer in a row);
+    - ``auto``: ``span`` while a launch has at least :data:`REDUCE_LATENCY_THREADS` threads
+      (the doublings are throughput there), ``scaled`` from the first launch with fewer (a
+      few threads per window: each level waits on one thread's chain). The switching node
+      doubles its weighted sum by the span and its own sum by its span for its parent."""
     cupy = require_cupy()
     fanin = tuning.msm_reduce_fanin
     log_f = fanin.bit_length() - 1
-    scaled = tuning.msm_reduce == "scaled"
+    mode = tuning.msm_reduce
+
+    def switch(threads: int) -> bool:
+        return mode == "scaled" or (mode == "auto" and threads < REDUCE_LATENCY_THREADS)
+
     out = cupy.empty((p.W + 1, XYZZ_WORDS), dtype=np.uint64)
     red_a = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
     red_r = cupy.empty((p.W * p.G, XYZZ_WORDS), dtype=np.uint64)
     log_s = p.S.bit_length() - 1
+    scaled = switch(p.W * p.G) and p.G > 1  # a lone leaf per window: its R is never read
     args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), _u32(log_s if scaled else 0))
     mod.launch("msm_bucket_reduce", p.W * p.G, (*args, red_a, red_r), stream)
     length, log_span = p.G, log_s
     while length > 1:
         out_len = -(-length // fanin)
+        root = out_len == 1  # the root's R is never read: no doublings for it
         na = cupy.empty((p.W * out_len, XYZZ_WORDS), dtype=np.uint64)
         nr = cupy.empty((p.W * out_len, XYZZ_WORDS), dtype=np.uint64)
-        if scaled:  # the root's R is never read: no doublings for it
-            dbl_t, dbl_r = 0, (log_f if out_len > 1 else 0)
+        if scaled:
+            dbl_t, dbl_r = 0, 0 if root else log_f
+        elif switch(p.W * out_len):
+            dbl_t, dbl_r = log_span, 0 if root else log_span + log_f
+            scaled = True
         else:
             dbl_t, dbl_r = log_span, 0
         args = (red_a, red_r, _u32(p.W), _u32(length), _u32(fanin), _u32(out_len))

@@ -55,7 +55,8 @@ static g1_jacobian rd_jac(std::istream& in) {
 
 // The GPU pipeline of kernels/cuda/msm.py run sequentially on the host with the very per-thread
 // bodies the kernels call: "msm n c L0 L S F parts scaled" then n points and n scalars (64 hex
-// digits); scaled: the bucket-reduction tree of tuning msm_reduce = "scaled".
+// digits); scaled: the bucket-reduction tree's setting (0 span, 1 scaled, 2 + k auto switching
+// at tree level k).
 // parts > 1: the points are cut into that many contiguous chunks, each sorted and accumulated
 // on its own, the later ones into a second bucket array merged into the first (xyzz_merge),
 // as msm_host_points streams them.
@@ -130,16 +131,24 @@ static void run_msm(std::istream& in) {
     while ((1u << log_span) < S) log_span++;
     uint32_t log_f = 0;
     while ((1u << log_f) < F) log_f++;
-    // as kernels/cuda/msm.py::reduce_buckets launches them, for either tuning.msm_reduce
+    // as kernels/cuda/msm.py::reduce_buckets launches them: scaled 0 = "span", 1 = "scaled"
+    // from the leaves, 2 + k = "auto" switching at tree level k
+    bool pre = scaled == 1 && G > 1;
     for (uint32_t t = 0; t < W * G; t++)
-        msm_bucket_reduce_thread(t, buckets.data(), B, S, G, scaled ? log_span : 0, ra.data(),
+        msm_bucket_reduce_thread(t, buckets.data(), B, S, G, pre ? log_span : 0, ra.data(),
                                  rr.data());
-    for (uint32_t len = G; len > 1;) {
+    for (uint32_t len = G, level = 0; len > 1; level++) {
         const uint32_t out_len = (len + F - 1) / F;
+        const bool root = out_len == 1;
         na.assign(W * out_len, g1_xyzz::inf());
         nr.assign(W * out_len, g1_xyzz::inf());
-        const uint32_t dbl_t = scaled ? 0 : log_span;
-        const uint32_t dbl_r = scaled && out_len > 1 ? log_f : 0;
+        uint32_t dbl_t = log_span, dbl_r = 0;
+        if (pre) {
+            dbl_t = 0, dbl_r = root ? 0 : log_f;
+        } else if (scaled >= 2 && level == scaled - 2) {
+            dbl_r = root ? 0 : log_span + log_f;
+            pre = true;
+        }
         for (uint32_t t = 0; t < W * out_len; t++)
             xyzz_sum_weighted_thread(t, ra.data(), rr.data(), len, F, out_len, dbl_t, dbl_r,
                                      na.data(), nr.data());
@@ -320,13 +329,14 @@ def rand_points(rng: random.Random, k: int) -> list[tuple[int, int]]:
     ["dense", "ones-heavy", "zeros", "ones", "repeats", "one-bucket", "infinity"],
 )
 @pytest.mark.parametrize("parts", [1, 3])
-@pytest.mark.parametrize("reduce", ["span", "scaled"])
+@pytest.mark.parametrize("reduce", ["span", "scaled", "switch"])
 def test_msm_pipeline_on_host(driver: Path, case: str, parts: int, reduce: str) -> None:
     """The whole GPU pipeline (digits, counting sort, balanced multi-level accumulation, bucket
     reduction, tree sums) run on the host with small windows and chunks, so that buckets cross
     many chunk boundaries and several reduction levels run; against the reference MSM. With
     ``parts`` > 1 the points go through in chunks accumulated into the same buckets, as a
-    streamed MSM's do; ``reduce`` is the bucket-reduction tree's setting (tuning msm_reduce)."""
+    streamed MSM's do; ``reduce`` is the bucket-reduction tree's setting (tuning msm_reduce;
+    ``switch``: "auto"'s change from span to scaled, at a random level of the tree)."""
     from kernels.cpu.msm import pippenger
 
     rng = random.Random()
@@ -356,7 +366,11 @@ def test_msm_pipeline_on_host(driver: Path, case: str, parts: int, reduce: str) 
         rng.choice([1, 2, 4]),
         rng.choice([2, 4]),
     )
-    lines = [f"msm {n} {c} {L0} {L} {S} {F} {parts} {int(reduce == 'scaled')}"]
+    mode = {"span": 0, "scaled": 1}.get(reduce, 0)
+    if reduce == "switch":  # 16 leaves per window, fan-in 2: four levels, three below the root
+        c, S, F = 5, 1, 2
+        mode = 2 + rng.randrange(3)
+    lines = [f"msm {n} {c} {L0} {L} {S} {F} {parts} {mode}"]
     tail = " ".join(aff(p) for p in pts) + " " + " ".join(f"{k:064x}" for k in ks)
     got = run(driver, [lines[0] + " " + tail])[0].split(" ", 1)
     want = pippenger(pts, ks)

@@ -152,13 +152,14 @@ def test_sort_in_window_groups(cp, poison) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("fanin", [2, 4, 8])
 def test_bucket_reduction_settings(cp, poison, fanin: int) -> None:
-    """Both ways of weighing the tree's children (``msm_reduce``: doublings by the node's span,
-    or sums carried pre-scaled) at each fan-in give the same sums, at windows whose reduction
+    """Every way of weighing the tree's children (``msm_reduce``: doublings by the node's span,
+    sums carried pre-scaled, or the switch from one to the other) at each fan-in gives the
+    same sums, at windows whose reduction
     takes one, two and several tree levels (c = 7: 64 buckets per window, c = 13 and 16: 2^12
     and 2^15, with 2 to 32 buckets per leaf thread)."""
     rng = random.Random()
     pts_dev, pts = random_points(cp, 600)
-    for reduce in ("span", "scaled"):
+    for reduce in ("span", "scaled", "auto"):  # auto switches at c = 16 (level 1) and c = 13
         tuning = KernelTuning(msm_reduce=reduce, msm_reduce_fanin=fanin)
         for kind in ("dense", "witness"):
             ks = scalars_of(kind, 600, rng)
