@@ -16,8 +16,8 @@
 #                                         # last (radix stages: count+scan / partition /
 #                                         # bucket-sort); at most 8 minutes
 #   bash bench/gpu_msm.sh mul    # the Fp multiplication variants: the chain micro-benchmark
-#                                         # (bench/fp64_mul), the GPU MSM tests with the
-#                                         # Karatsuba product, then 2^20, 2^24, 2^27 with each
+#                                         # (bench/fp64_mul), the GPU MSM tests (default build:
+#                                         # the tests take no defines), then 2^20, 2^24, 2^27 with each
 #                                         # PROVETOP_MSM_DEFINES set in turn; table last.
 #                                         # MSM_VARIANTS="base G1_COLD_DBL" MUL_PARTS="" for
 #                                         # another A/B of MSM defines alone

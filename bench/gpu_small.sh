@@ -8,6 +8,8 @@
 # Usage on the device machine (carry .whl and kernels/cuda/cubin):
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_small.sh
 #   REDUCES="span:span:8 auto8:auto:8" NTT_VARIANTS="" bash bench/gpu_small.sh  # MSM part only
+#   REDUCES="" NTT_VARIANTS="" MSM_BUILDS="base:msm.cu:- pf1:msm.cu:MSM_PREFETCH=1" \
+#       bash bench/gpu_small.sh                       # MSM builds A/B only
 # Everything lands in /tmp/small, packed into $OUT/small.tgz (the device tool brings back at most
 # 8 files).
 set -uo pipefail
@@ -39,14 +41,26 @@ msm() {  # tag sizes env...
         | tail -n 1
 }
 # REDUCES: "tag:msm_reduce:fan-in ..." with gmpy2 (span-int, plain ints, always runs first)
-REDUCES=${REDUCES:-"span:span:8 scaled8:scaled:8 scaled4:scaled:4 scaled2:scaled:2"}
+REDUCES=${REDUCES-"span:span:8 scaled8:scaled:8 scaled4:scaled:4 scaled2:scaled:2"}
 for r in 1 2; do
+    [ -z "$REDUCES" ] && break
     sizes=16,20,24,27
     [ $r = 2 ] && sizes=16,20,24
     msm "span-int-r$r" $sizes PYTHONPATH=. PROVETOP_MSM_REDUCE=span
     for v in $REDUCES; do
         IFS=: read -r tag mode fan <<<"$v"
         msm "$tag-r$r" $sizes $WITH PROVETOP_MSM_REDUCE=$mode PROVETOP_MSM_REDUCE_FANIN=$fan
+    done
+done
+
+# MSM_BUILDS: "tag:source:defines ..." (defines comma-separated, '-' for none), timed at
+# 2^20, 2^24, 2^27 (dense, device points, gmpy2) in two rounds; each call's --check verifies
+# its build's result at 2^20 against the CPU reference. Empty (the default): no such part.
+for r in 1 2; do
+    for v in ${MSM_BUILDS:-}; do
+        IFS=: read -r tag src defs <<<"$v"
+        [ "$defs" = "-" ] && defs=""
+        msm "build-$tag-r$r" 20,24,27 $WITH PROVETOP_MSM_SOURCE=$src PROVETOP_MSM_DEFINES=$defs
     done
 done
 
@@ -77,7 +91,7 @@ done
 unset PROVETOP_NTT_DEFINES
 
 grep -E "selftest\]|passed|failed" "$M/log" | tail -n 12
-python3 - "$M" "$REDUCES" <<'PY'
+python3 - "$M" "$REDUCES" "${MSM_BUILDS:-}" <<'PY'
 import glob, json, statistics, sys
 m = sys.argv[1]
 print("MSM dense, device points: median ms (bucket-reduce stage ms), two rounds")
@@ -92,6 +106,18 @@ for t in tags:
                 ok = "" if row.get("check", True) else " FAIL"
                 cells.setdefault(row["log_size"], []).append(f"{row['median_ms']:.2f}({red:.2f}){ok}")
     print(f"{t:>9} " + " ".join(f"{' '.join(cells.get(k, ['-'])):>22}" for k in (16, 20, 24, 27)))
+builds = [v.split(":")[0] for v in sys.argv[3].split()]
+if builds:
+    print("MSM builds, dense, device points: median ms (accumulate stage ms), two rounds")
+for b in builds:
+    cells = {}
+    for r in (1, 2):
+        for f in sorted(glob.glob(f"{m}/msm-dense-device-build-{b}-r{r}-*.json"))[-1:]:
+            for row in json.load(open(f))["rows"]:
+                acc = row["breakdown_ms"].get("accumulate", float("nan"))
+                ok = "" if row.get("check", True) else " FAIL"
+                cells.setdefault(row["log_size"], []).append(f"{row['median_ms']:.2f}({acc:.1f}){ok}")
+    print(f"{b:>14} " + " ".join(f"{' '.join(cells.get(k, ['-'])):>28}" for k in (20, 24, 27)))
 print("NTT forward / inverse / coset forward (natural order) / H step, median ms")
 for label in sorted({d.split("/")[-1][4:] for d in glob.glob(f"{m}/ntt-*")}):
     files = sorted(glob.glob(f"{m}/ntt-{label}/ntt-*.json"))

@@ -227,10 +227,22 @@ int main() {
 )
 
 
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The compiled host driver (skips where there is no g++)."""
-    return build_driver(tmp_path_factory.mktemp("g1host"), "g1_host", DRIVER, ("-O1",))
+# The builds every test here runs against: the default one, and the accumulation loop's
+# compile-time variants (msm.cuh: the first partial sum written out early, the next entry's
+# index read where it is used), so an A/B build is exact before it is timed.
+BUILDS = {
+    "default": (),
+    "slot0-early": ("-DMSM_SLOT0_EARLY=1",),
+    "no-carry": ("-DMSM_CARRY_NEXT=0",),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDS))
+def driver(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The compiled host driver, one per build in :data:`BUILDS` (skips where there is no
+    g++)."""
+    flags = ("-O1", *BUILDS[request.param])
+    return build_driver(tmp_path_factory.mktemp("g1host"), "g1_host", DRIVER, flags)
 
 
 def run(exe: Path, lines: list[str]) -> list[str]:

@@ -73,6 +73,40 @@ MONT_HD g1_affine msm_point(const g1_affine* __restrict__ points, uint32_t e) {
     return p;
 }
 
+// MSM_PREFETCH: while a thread adds entry i, its next entry's point is asked for ahead (a
+// prefetch, which holds no register: the 255-register accumulation has none to spare for a
+// loaded point), so the next iteration's 96-byte random gather finds it in cache instead of
+// waiting a DRAM round trip. 0: none (as before 2026-12-02), 1: into L1, 2: into L2.
+#ifndef MSM_PREFETCH
+#define MSM_PREFETCH 0
+#endif
+// MSM_SLOT0_EARLY: a thread's first bucket, begun before its chunk (a partial sum for the
+// levels), is written out as soon as it is finished instead of held in registers until the
+// chunk ends: 48 registers of the 255-register loop freed. 0: held (as before 2026-12-02).
+#ifndef MSM_SLOT0_EARLY
+#define MSM_SLOT0_EARLY 0
+#endif
+// MSM_CARRY_NEXT: the next entry's index is read one iteration ahead and carried in a register
+// (1), or read where it is used (0, as before 2026-12-02: 12 bytes of spills in the loop).
+#ifndef MSM_CARRY_NEXT
+#define MSM_CARRY_NEXT 1
+#endif
+MONT_HD void msm_prefetch_point(const g1_affine* __restrict__ points, uint32_t e) {
+#if defined(__CUDA_ARCH__) && MSM_PREFETCH
+    const char* a = reinterpret_cast<const char*>(points + (e & 0x7fffffffu));
+    // a 96-byte point spans at most two 128-byte lines: its first and its last byte
+#if MSM_PREFETCH == 1
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(a + sizeof(g1_affine) - 1));
+#else
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a + sizeof(g1_affine) - 1));
+#endif
+#else
+    (void)points, (void)e;
+#endif
+}
+
 MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ points,
                                     const uint32_t* __restrict__ sorted,
                                     const uint32_t* __restrict__ offs, uint32_t K, uint32_t M,
@@ -91,6 +125,8 @@ MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ po
     const uint32_t b_first = b;
     uint32_t seg_start = start, next = offs[b + 1];
     g1_xyzz acc = g1_xyzz::inf(), slot0 = g1_xyzz::inf(), slot1 = g1_xyzz::inf();
+    bool stored0 = false;
+    [[maybe_unused]] uint32_t e_next = MSM_CARRY_NEXT && sorted && start < end ? sorted[start] : 0;
     for (uint32_t i = start;; i++) {
         if (i == next || i == end) {
             // finish bucket b over [seg_start, i)
@@ -98,7 +134,12 @@ MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ po
             if (complete) {
                 if (!acc.is_inf()) g1_store(buckets + b, acc);
             } else if (seg_start == start) {
+#if MSM_SLOT0_EARLY
+                g1_store(pvals + 2 * t, acc);  // now: its 48 registers are free for the rest
+                stored0 = true;
+#else
                 slot0 = acc;
+#endif
             } else {
                 slot1 = acc;
             }
@@ -111,9 +152,19 @@ MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ po
             acc = g1_xyzz::inf();
         }
         // sorted == nullptr: the points are already in bucket order (an affine pass's output)
-        acc = acc.add_affine(sorted ? msm_point(points, sorted[i]) : g1_load(points + i));
+#if MSM_CARRY_NEXT
+        const uint32_t e = e_next;
+        if (sorted && i + 1 < end) {
+            e_next = sorted[i + 1];
+            if (MSM_PREFETCH) msm_prefetch_point(points, e_next);
+        }
+#else
+        const uint32_t e = sorted ? sorted[i] : 0;
+        if (MSM_PREFETCH && sorted && i + 1 < end) msm_prefetch_point(points, sorted[i + 1]);
+#endif
+        acc = acc.add_affine(sorted ? msm_point(points, e) : g1_load(points + i));
     }
-    g1_store(pvals + 2 * t, slot0);
+    if (!stored0) g1_store(pvals + 2 * t, slot0);
     g1_store(pvals + 2 * t + 1, slot1);
     pkeys[2 * t] = b_first;
     pkeys[2 * t + 1] = b;
