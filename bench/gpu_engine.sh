@@ -33,6 +33,8 @@
 #                                      # one worker, alone and with --synthesis-ahead
 #   bash bench/gpu_engine.sh workers-small  # aware at 8 and 12 GiB (one-slot and two-slot plans)
 #                                      # with one worker and with two; no tests
+#   bash bench/gpu_engine.sh refresh   # the engine's GPU tests with today's default builds, then
+#                                      # aware16, naive16 and aware (uncapped), 1 proof each
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -237,6 +239,15 @@ workers)  # one worker with deep pipelining against two sharing the mutex, at 16
         --workers-per-device 1 --allocator aware
     bench aware16-w1-ahead 100 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 1 --allocator aware --synthesis-ahead
+    ;;
+refresh)  # the samples' runs again after a kernel change: the engine's GPU tests first (the
+    # default builds), then the three runs recordings/samples keeps
+    gpu_tests 260 tests/engine/test_cuda.py tests/kernels/test_cuda_h_streamed.py
+    bench aware16 110 --preset porep-32g --proofs 1 --device-memory 16GiB \
+        --workers-per-device 2 --allocator aware
+    bench naive16 110 --preset porep-32g --proofs 1 --device-memory 16GiB \
+        --workers-per-device 2 --allocator naive
+    bench aware 80 --preset porep-32g --proofs 1 --workers-per-device 2 --allocator aware
     ;;
 workers-small)  # one worker against two where the memory plan streams the H step (8 GiB: one
     # slot, 12 GiB: two slots); the 16 GiB pair is the workers mode's (d34abfe)
