@@ -32,6 +32,13 @@
 #define NTT_LOAD_BATCH 1
 #endif
 
+// NTT_RADIX4: the levels two at a time (radix-4 steps: half the shared-memory round trips and
+// barriers, but 4 elements live: ptxas spills 148-160 bytes at the 80 registers of three blocks
+// per SM), or one at a time (0: radix-2 steps, 76 registers and no spills; sm_90, nvcc 13.0).
+#ifndef NTT_RADIX4
+#define NTT_RADIX4 1
+#endif
+
 // Tile size: chosen per pass by the planner (kernels/cuda/ntt.py): at most 2^10 elements
 // (32 KiB of shared memory) by default; with the "small" plans (ntt_small on) 2^11 in a pass of a
 // longer transform and 2^12 (128 KiB) for a whole transform in one block, through the
@@ -180,7 +187,7 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
     // L is odd. DIF walks the levels top-down, DIT bottom-up. ----
     int it = 0;
     while (it < a.L) {
-        if (a.L - it >= 2) {
+        if (NTT_RADIX4 && a.L - it >= 2) {
             const int lo_l = DIT ? it : a.L - 2 - it;  // the two levels are lo_l and lo_l + 1
             for (uint32_t q = threadIdx.x; q < ts / 4; q += blockDim.x) {
                 const uint32_t c = q & (C - 1), r = q >> a.logC;
