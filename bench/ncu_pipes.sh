@@ -3,6 +3,7 @@
 # reasons of the FP64 and integer multiplication chains (bench/fp64_mul), the MSM's bucket
 # accumulation and the NTT's radix passes. One device call, from the repository root:
 #   bash bench/ncu_pipes.sh
+#   KERNELS_ONLY=1 bash bench/ncu_pipes.sh   # the MSM accumulation and the NTT pass alone
 # Clocks are left as the card has them (--clock-control none). Text reports go to $OUT, packed
 # into one tgz; a short table of the key metrics is printed last.
 set -uo pipefail
@@ -29,9 +30,12 @@ profile() {  # profile NAME KERNEL_REGEX SKIP COMMAND...
     echo "$name rc=$?"
 }
 FP="python3 bench/fp64_mul/run.py --out $W/fp64 --repeats 3 --random 1024"
-for v in fr_r2 fr_f64 fp_generic fp_f64; do  # skip the exactness launch (a small grid)
-    profile "chain-$v" "^chain_$v\$" 1 $FP --variants "$v"
-done
+# KERNELS_ONLY=1: only the MSM accumulation and the NTT pass (an after-profile of a change there)
+if [ -z "${KERNELS_ONLY:-}" ]; then
+    for v in fr_r2 fr_f64 fp_generic fp_f64; do  # skip the exactness launch (a small grid)
+        profile "chain-$v" "^chain_$v\$" 1 $FP --variants "$v"
+    done
+fi
 profile msm-accumulate0 "msm_accumulate0" 1 python3 -m provetop bench msm --log-sizes 24 \
     --repeats 1 --warmup 1
 profile ntt-pass "ntt_pass_di" 20 python3 -m provetop bench ntt --log-sizes 24 --repeats 1 \
