@@ -72,6 +72,8 @@ static void run_msm(std::istream& in) {
             sc[8 * i + 7 - w] = (uint32_t)std::stoul(hex.substr(8 * w, 8), nullptr, 16);
     }
     const uint32_t W = (256 + c - 1) / c, B = 1u << (c - 1), K = W * B + 1;
+    g1_xyzz poison = g1_xyzz::inf();  // a real point in every level's slots before the launch
+    for (uint32_t i = 0; i < n && poison.is_inf(); i++) poison = g1_xyzz::from_affine(pts[i]);
     std::vector<g1_xyzz> buckets(K, g1_xyzz::inf()), part(K, g1_xyzz::inf()), vals, pv;
     uint32_t levels = 0;
     for (uint32_t part_i = 0; part_i < parts; part_i++) {
@@ -104,7 +106,7 @@ static void run_msm(std::istream& in) {
         uint32_t size = M, chunk = L0, depth = 0;
         while (M > 0) {
             const uint32_t T = (size + chunk - 1) / chunk;
-            pv.assign(2 * T, g1_xyzz::inf());
+            pv.assign(2 * T, poison);  // as cupy.empty leaves them: every slot must be written
             pk.assign(2 * T, 0);
             for (uint32_t t = 0; t < T; t++) {
                 if (depth == 0)
