@@ -92,32 +92,28 @@ unset PROVETOP_NTT_DEFINES
 
 grep -E "selftest\]|passed|failed" "$M/log" | tail -n 12
 python3 - "$M" "$REDUCES" "${MSM_BUILDS:-}" <<'PY'
-import glob, json, statistics, sys
+import glob, json, sys
 m = sys.argv[1]
+def msm_rows(prefix: str, names: list[str], stage: str, sizes: tuple[int, ...], width: int) -> None:
+    """One row per name: each size's median of both rounds, with ``stage``'s time in brackets."""
+    for name in names:
+        cells = {}
+        for r in (1, 2):
+            for f in sorted(glob.glob(f"{m}/msm-dense-device-{prefix}{name}-r{r}-*.json"))[-1:]:
+                for row in json.load(open(f))["rows"]:
+                    t = row["breakdown_ms"].get(stage, float("nan"))
+                    ok = "" if row.get("check", True) else " FAIL"
+                    cells.setdefault(row["log_size"], []).append(f"{row['median_ms']:.2f}({t:.2f}){ok}")
+        print(f"{name:>14} " + " ".join(f"{' '.join(cells.get(k, ['-'])):>{width}}" for k in sizes))
+
+
 print("MSM dense, device points: median ms (bucket-reduce stage ms), two rounds")
-tags = ["span-int"] + [v.split(":")[0] for v in sys.argv[2].split()]
-print(f"{'variant':>9} " + " ".join(f"{'2^' + str(k):>22}" for k in (16, 20, 24, 27)))
-for t in tags:
-    cells = {}
-    for r in (1, 2):
-        for f in sorted(glob.glob(f"{m}/msm-dense-device-{t}-r{r}-*.json"))[-1:]:
-            for row in json.load(open(f))["rows"]:
-                red = row["breakdown_ms"].get("bucket-reduce", float("nan"))
-                ok = "" if row.get("check", True) else " FAIL"
-                cells.setdefault(row["log_size"], []).append(f"{row['median_ms']:.2f}({red:.2f}){ok}")
-    print(f"{t:>9} " + " ".join(f"{' '.join(cells.get(k, ['-'])):>22}" for k in (16, 20, 24, 27)))
+msm_rows("", ["span-int"] + [v.split(":")[0] for v in sys.argv[2].split()], "bucket-reduce",
+         (16, 20, 24, 27), 22)
 builds = [v.split(":")[0] for v in sys.argv[3].split()]
 if builds:
     print("MSM builds, dense, device points: median ms (accumulate stage ms), two rounds")
-for b in builds:
-    cells = {}
-    for r in (1, 2):
-        for f in sorted(glob.glob(f"{m}/msm-dense-device-build-{b}-r{r}-*.json"))[-1:]:
-            for row in json.load(open(f))["rows"]:
-                acc = row["breakdown_ms"].get("accumulate", float("nan"))
-                ok = "" if row.get("check", True) else " FAIL"
-                cells.setdefault(row["log_size"], []).append(f"{row['median_ms']:.2f}({acc:.1f}){ok}")
-    print(f"{b:>14} " + " ".join(f"{' '.join(cells.get(k, ['-'])):>28}" for k in (20, 24, 27)))
+    msm_rows("build-", builds, "accumulate", (20, 24, 27), 30)
 print("NTT forward / inverse / coset forward (natural order) / H step, median ms")
 for label in sorted({d.split("/")[-1][4:] for d in glob.glob(f"{m}/ntt-*")}):
     files = sorted(glob.glob(f"{m}/ntt-{label}/ntt-*.json"))
