@@ -76,18 +76,21 @@ MONT_HD g1_affine msm_point(const g1_affine* __restrict__ points, uint32_t e) {
 // MSM_PREFETCH: while a thread adds entry i, its next entry's point is asked for ahead (a
 // prefetch, which holds no register: the 255-register accumulation has none to spare for a
 // loaded point), so the next iteration's 96-byte random gather finds it in cache instead of
-// waiting a DRAM round trip. 0: none (as before 2026-12-02), 1: into L1, 2: into L2.
+// waiting a DRAM round trip. 0: none (the default), 1: into L1, 2: into L2. Measured on the
+// H200 (2026-12-02, docs/performance-notes.md, "MSM and SRS"): +0.8 % at 2^27 either way, off.
 #ifndef MSM_PREFETCH
 #define MSM_PREFETCH 0
 #endif
 // MSM_SLOT0_EARLY: a thread's first bucket, begun before its chunk (a partial sum for the
 // levels), is written out as soon as it is finished instead of held in registers until the
-// chunk ends: 48 registers of the 255-register loop freed. 0: held (as before 2026-12-02).
+// chunk ends: 48 registers of the 255-register loop freed. 0: held (the default; with 1 ptxas
+// schedules the loop worse: +2 % at 2^27 on the H200, 2026-12-02).
 #ifndef MSM_SLOT0_EARLY
 #define MSM_SLOT0_EARLY 0
 #endif
 // MSM_CARRY_NEXT: the next entry's index is read one iteration ahead and carried in a register
-// (1), or read where it is used (0, as before 2026-12-02: 12 bytes of spills in the loop).
+// (1, the default: no spills; the accumulation 3.9 % faster at 2^27 on the H200, 2026-12-02), or
+// read where it is used (0: 12 bytes of spills in the loop).
 #ifndef MSM_CARRY_NEXT
 #define MSM_CARRY_NEXT 1
 #endif

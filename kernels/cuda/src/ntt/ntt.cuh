@@ -26,8 +26,9 @@
 #include "field/fr_io.cuh"  // fr_load, fr_ldg, fr_store
 
 // Elements each thread loads before it stores any into the tile (the load phase's memory-level
-// parallelism): 1 = one at a time, as before 2026-12-02; 4 = a whole 2^10 tile of 256 threads in
-// flight at once (32 more registers live in the load phase, when nothing else is).
+// parallelism): 1 = one at a time (the default); 4 = a whole 2^10 tile of 256 threads in flight
+// at once (32 more registers live in the load phase, when nothing else is): measured 1-5 %
+// slower on the H200 (2026-12-02, docs/performance-notes.md, "NTT and H step").
 #ifndef NTT_LOAD_BATCH
 #define NTT_LOAD_BATCH 1
 #endif
@@ -35,6 +36,8 @@
 // NTT_RADIX4: the levels two at a time (radix-4 steps: half the shared-memory round trips and
 // barriers, but 4 elements live: ptxas spills 148-160 bytes at the 80 registers of three blocks
 // per SM), or one at a time (0: radix-2 steps, 76 registers and no spills; sm_90, nvcc 13.0).
+// Radix-2 measured 4.6-6 % slower at 2^24-2^27 on the H200 (2026-12-02): the spills cost less
+// than the round trips they save.
 #ifndef NTT_RADIX4
 #define NTT_RADIX4 1
 #endif
