@@ -43,10 +43,10 @@ from kernels.constants import (
     FR_MONT_R_INV,
 )
 
-try:  # gmpy2 makes the modular multiplications of the Montgomery conversion ~2x faster
-    from gmpy2 import mpz as _mpz
+try:  # gmpy2's integers: the Montgomery conversion ~2x faster, the MSM's host combination ~2.8x
+    from gmpy2 import mpz as fast_int
 except ImportError:  # pragma: no cover - the GPU image has no gmpy2
-    _mpz = int
+    fast_int = int
 
 Point = tuple[int, int] | None  # affine point, canonical coordinates; None = infinity
 
@@ -90,7 +90,7 @@ def _to_limbs(
     vals = [int(v) for v in values]
     _check_range(vals, modulus, what)
     if mont:
-        m, rr = _mpz(modulus), _mpz(radix)
+        m, rr = fast_int(modulus), fast_int(radix)
         vals = [v * rr % m for v in vals]
     return _ints_to_array(vals, nbytes, limbs)
 
@@ -101,7 +101,7 @@ def _from_limbs(
     vals = _array_to_ints(arr, nbytes, limbs)
     _check_range(vals, modulus, what)
     if mont:
-        m, ri = _mpz(modulus), _mpz(radix_inv)
+        m, ri = fast_int(modulus), fast_int(radix_inv)
         vals = [int(v * ri % m) for v in vals]
     return vals
 

@@ -39,13 +39,8 @@ import numpy as np
 
 from kernels.cpu import g1
 from kernels.cuda.runtime import KernelModule, load, on_stream, require_cupy, to_device
-from kernels.layout import g1_to_limbs, g1_xyzz_from_limbs
+from kernels.layout import fast_int, g1_to_limbs, g1_xyzz_from_limbs
 from kernels.tuning import DEFAULT_TUNING, NEVER_AFFINE, KernelTuning
-
-try:  # the host window combination's ~256 doublings run ~2.8x faster on gmpy2's integers
-    from gmpy2 import mpz as _mpz
-except ImportError:  # pragma: no cover - plain ints where gmpy2 is not installed
-    _mpz = int
 
 # Threads per block of each kernel source (``KernelTuning.msm_source``): msm.cu (compiler's
 # choice of registers) or msm_lb.cu (capped at 168 for occupancy, blocks of at most 128
@@ -874,9 +869,12 @@ def combine_windows(sums: np.ndarray, c: int) -> np.ndarray:
     min of 75 calls). On gmpy2's integers (a dependency of the package; the GPU image used for
     the benchmarks lacks it unless carried) the whole call takes 0.60 ms instead of 1.35 at c =
     16 on the build machine's CPU (min of 30 calls, 2026-12-02)."""
-    P = _mpz(g1.P)
+    P = fast_int(g1.P)
     pts = [p if p[2] else g1.XYZZ_INFINITY for p in g1_xyzz_from_limbs(sums)]
-    aff = [None if a is None else (_mpz(a[0]), _mpz(a[1])) for a in g1.batch_xyzz_to_affine(pts)]
+    aff = [
+        None if a is None else (fast_int(a[0]), fast_int(a[1]))
+        for a in g1.batch_xyzz_to_affine(pts)
+    ]
     X, Y, Z = g1.JAC_INFINITY
     for w in range(len(aff) - 2, -1, -1):
         if Z:
