@@ -35,6 +35,10 @@
 #                                      # with one worker and with two; no tests
 #   bash bench/gpu_engine.sh refresh   # the engine's GPU tests with today's default builds, then
 #                                      # aware16, naive16 and aware (uncapped), 1 proof each
+#   bash bench/gpu_engine.sh kept      # streamed chunks summed straight into the kept buckets
+#                                      # (PROVETOP_MSM_HOST_BUCKETS=query) against the merge
+#                                      # kernel (=query-merge): GPU tests, the 2^27 host-point
+#                                      # MSM, aware16 three ways (merge, kept, kept in 6 Mi chunks)
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -248,6 +252,34 @@ refresh)  # the samples' runs again after a kernel change: the engine's GPU test
     bench naive16 110 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
     bench aware 80 --preset porep-32g --proofs 1 --workers-per-device 2 --allocator aware
+    ;;
+kept)  # a streamed MSM's later chunks summed straight into the kept buckets (query, the default)
+    # against a second array and the merge kernel (query-merge), all in one call: the streamed
+    # MSMs' GPU tests, the 2^27 dense MSM from host points (chunks of 2^22, and 6 Mi = 6291456,
+    # the largest chunk whose one pass fits the 16 GiB plan), then porep-32g aware at 16 GiB
+    gpu_tests 90 tests/kernels/test_cuda_msm.py -k "host_streamed"
+    gpu_tests 120 tests/engine/test_cuda.py -k "one_pass or streamed or fallback"
+    mkdir -p "$W/msm"
+    for v in query-merge:4194304 query:4194304 query:6291456; do
+        tag="${v%:*}-${v#*:}"
+        echo "== msm host points 2^27 dense, buckets ${v%:*}, chunk ${v#*:}" | tee -a "$TABLES"
+        PROVETOP_MSM_HOST_BUCKETS=${v%:*} timeout 60 python3 -m kernels.bench_msm \
+            --log-sizes 27 --points host --chunk "${v#*:}" --repeats 3 --json \
+            --results-dir "$W/msm" --tag "host-$tag" >"$W/msm-$tag.log" 2>&1
+        echo "rc=$?" >>"$W/msm-$tag.log"
+        tail -n 3 "$W/msm-$tag.log" | tee -a "$TABLES"
+    done
+    PROVETOP_MSM_HOST_BUCKETS=query-merge bench aware16-merge 90 --preset porep-32g \
+        --proofs 1 --device-memory 16GiB --workers-per-device 2 --allocator aware
+    PROVETOP_MSM_HOST_BUCKETS=query bench aware16-kept 90 --preset porep-32g \
+        --proofs 1 --device-memory 16GiB --workers-per-device 2 --allocator aware
+    PROVETOP_MSM_HOST_BUCKETS=query PROVETOP_MSM_HOST_CHUNK=6291456 bench aware16-kept6m 90 \
+        --preset porep-32g --proofs 1 --device-memory 16GiB --workers-per-device 2 \
+        --allocator aware
+    for r in aware16-merge aware16-kept aware16-kept6m; do
+        grep -E "plan|gpu_total|msm_h|pass|lost|OOM" "$W/$r.summary.txt" | head -n 12 \
+            | sed "s/^/$r: /" | tee -a "$TABLES"
+    done
     ;;
 workers-small)  # one worker against two where the memory plan streams the H step (8 GiB: one
     # slot, 12 GiB: two slots); the 16 GiB pair is the workers mode's (d34abfe)

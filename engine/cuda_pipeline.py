@@ -149,7 +149,7 @@ def cuda_footprint(
     for q, m in sizes.items():
         chunk = streamed.get(q)
         if chunk:
-            c = stream_window_bits(m, window_max, -(-m // chunk))
+            c = stream_window_bits(m, window_max, -(-m // chunk), tuning=tuning)
             msm[q] = host_scratch_bytes(m, chunk, c, tuning=tuning)
         else:
             msm[q] = scratch_bytes(m, tuning=tuning)
@@ -164,7 +164,7 @@ def can_interleave(streamed: dict[str, int], tuning: KernelTuning) -> bool:
     return (
         "h" in streamed
         and len(streamed) >= 2
-        and tuning.msm_host_buckets == "query"
+        and tuning.msm_host_buckets in ("query", "query-merge")
         and tuning.msm_host_interleave == "on"
     )
 
@@ -185,7 +185,7 @@ def interleaved_bytes(
     windows = []
     for q in qs:
         cap = window_max if q == "h" else companion_window_cap(window_max)
-        windows.append(stream_window_bits(sizes[q], cap, -(-sizes[q] // chunk)))
+        windows.append(stream_window_bits(sizes[q], cap, -(-sizes[q] // chunk), tuning=tuning))
     return many_scratch_bytes(
         [sizes[q] for q in qs], chunk, windows, INTERLEAVE_BUFFERS, tuning=tuning
     )
@@ -234,7 +234,10 @@ def plan_with_window(
         fp = cuda_footprint(base, sizes, streamed, tuning)
         return StreamPlan(fp, choose_plan(free, fp, z, tables, device=device))
     floor = window_floor(streamed, tuning)
-    top = max(stream_window_bits(sizes[q], None, -(-sizes[q] // streamed[q])) for q in streamed)
+    top = max(
+        stream_window_bits(sizes[q], None, -(-sizes[q] // streamed[q]), tuning=tuning)
+        for q in streamed
+    )
     fp = cuda_footprint(base, sizes, streamed, tuning, floor)
     reference = choose_plan(free, fp, z, tables, device=device)
 

@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--sweep-max-log", type=int, default=24, help="sweep sizes up to 2^k")
     parser.add_argument("--chunk-log", type=int, default=25, help="host points: 2^k per upload")
+    parser.add_argument(
+        "--chunk", type=int, default=0, help="host points per upload (0: 2^--chunk-log)"
+    )
     parser.add_argument("--srs", action="store_true", help="also time SRS generation")
     parser.add_argument("--check", action="store_true", help="verify results up to 2^22")
     parser.add_argument("--tag", default="", help="suffix of the JSON file name")
@@ -177,12 +180,12 @@ def _bench_size(
         host = pinned_empty((n, 12), method=tuning.pin_method)
         pts.get(out=host)
         del pts
-        chunk = 1 << args.chunk_log
+        chunk = args.chunk or 1 << args.chunk_log
         row["chunk"] = chunk
         if tuning.msm_host_buckets == "chunk":  # each chunk its own MSM, its own window
             c = args.window or cm.choose_window_bits(min(n, chunk))
         else:  # one bucket array for the whole query: what msm_host_points itself picks
-            c = args.window or cm.stream_window_bits(n_tail, None, -(-n // chunk))
+            c = args.window or cm.stream_window_bits(n_tail, None, -(-n // chunk), tuning=tuning)
         row.update(window_bits=c, host_buckets=tuning.msm_host_buckets)
 
         def call(marks=None):
@@ -235,6 +238,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     sizes = _parse_ints(args.log_sizes, "--log-sizes", 1, 27)
     sweep = _parse_ints(args.sweep, "--sweep", -8, 8) if args.sweep else []
+    if args.chunk < 0 or not 0 <= args.chunk_log <= 31:
+        raise UsageError(
+            f"--chunk must be >= 0 and --chunk-log in 0..31, got {args.chunk}, {args.chunk_log}"
+        )
     try:
         cp = require_cupy()
     except CudaUnavailable as exc:

@@ -22,7 +22,7 @@ PIN_METHODS = ("register", "alloc")
 ON_OFF = ("off", "on")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 MSM_SORTS = ("counting", "radix")
-MSM_HOST_BUCKETS = ("query", "chunk")
+MSM_HOST_BUCKETS = ("query", "query-merge", "chunk")
 MSM_REDUCES = ("span", "scaled", "auto")
 # The default affine-pairing threshold: 2^40 pairs is more than any MSM here ever has (2^27
 # scalars), so no pass runs unless a run asks for one.
@@ -251,10 +251,12 @@ SETTINGS: tuple[Setting, ...] = (
         "PROVETOP_MSM_HOST_BUCKETS",
         "msm_host_buckets",
         choice("PROVETOP_MSM_HOST_BUCKETS", MSM_HOST_BUCKETS),
-        "`query` (default), `chunk`",
+        "`query` (default), `query-merge`, `chunk`",
         "how an MSM whose points stream from host memory sums its chunks: into one bucket "
-        "array of the whole query with the query's window, reduced once (`query`), or each "
-        "chunk as an MSM of its own with the chunk's window (`chunk`)",
+        "array of the whole query with the query's window, reduced once (`query`: each chunk "
+        "added straight into it; `query-merge`: each later chunk into a second array that a "
+        "merge kernel adds in, the way before), or each chunk as an MSM of its own with the "
+        "chunk's window (`chunk`)",
     ),
     Setting(
         "PROVETOP_MSM_HOST_INTERLEAVE",

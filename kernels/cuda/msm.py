@@ -57,9 +57,12 @@ REDUCE_LATENCY_THREADS = 1 << 16
 # Relative cost of one mixed addition (8M + 2S) and of one bucket in the reduction (two full
 # additions, 2 x (12M + 2S)), in field multiplications: the window rule below weighs them.
 MADD_MULS, BUCKET_MULS = 10, 28
-# A streamed MSM's chunk adds its sum of a bucket into the kept one: one XYZZ + XYZZ addition
-# (12M + 2S).
+# A streamed MSM's later chunk adds to every kept bucket it reaches: in the merge kernel
+# (``msm_host_buckets = "query-merge"``) one XYZZ + XYZZ addition (12M + 2S); summed straight
+# into the kept array (``"query"``) one mixed addition more (the bucket's first point, free in a
+# fresh bucket, is added to the kept sum).
 MERGE_MULS = 14
+KEPT_MULS = MADD_MULS
 # The smallest window a streamed MSM takes. Its chunk's scratch is sized for dense scalars (W
 # entries per point, W = ceil(256 / c)) at every window the scalars may pick, and below c = 12
 # that worst case grows past what the larger windows need (2^22 points: 0.72 GiB at c = 12,
@@ -496,10 +499,13 @@ def accumulate(
     buckets: Any,
     stream: Any,
     mark: Any,
+    kept: bool = False,
 ) -> None:
     """Stages 4-5 (msm.cu): the balanced accumulation of m entries in K buckets into
     ``buckets`` (K rows), then the segmented levels until one chunk remains; the first chunk
-    length follows ``m_max`` so that scratch is known in advance."""
+    length follows ``m_max`` so that scratch is known in advance. ``kept``: ``buckets`` holds
+    sums already, which the entries are added to (``msm_accumulate0_kept``); otherwise it must
+    be all infinity."""
     cupy = require_cupy()
     vals = keys = None
     for depth, (size, L, T) in enumerate(_level_sizes(m, m_max)):
@@ -508,7 +514,7 @@ def accumulate(
         if depth == 0:
             ix = _NULL if idx is None else idx
             args = (points, ix, offs, _u32(K), _u32(m), _u32(L), _u32(T), buckets, pv, pk)
-            mod.launch("msm_accumulate0", T, args, stream)
+            mod.launch("msm_accumulate0_kept" if kept else "msm_accumulate0", T, args, stream)
         else:
             args = (vals, keys, _u32(size), _u32(L), _u32(T), buckets, pv, pk)
             mod.launch("msm_accumulate_n", T, args, stream)
@@ -725,15 +731,16 @@ def accumulate_buckets(
     tuning: KernelTuning,
     mark: Any = None,
     counted: Counted | None = None,
+    kept: bool = False,
 ) -> Any:
     """Stages 1-5 for device ``points`` and ``scalars`` (n rows each, window ``p.c``; stages
     1-2 already queued when ``counted`` is given, :func:`count_stage`): their
-    bucket sums written into ``buckets`` ``(K, 24)``, which must be all infinity (zeros), or,
-    when ``buckets`` is None, into a new zeroed array made after the sort (so the sort's own
-    buffers and the buckets are never alive together). Returns the bucket array: None when
-    none was given and every scalar is 0 (nothing to add). Why ``buckets`` may be given: a
-    streamed MSM sums each chunk into one array it keeps zeroed between chunks
-    (:func:`msm_host_points`)."""
+    bucket sums written into ``buckets`` ``(K, 24)``, which must be all infinity (zeros) unless
+    ``kept`` (then the sums are added to what it holds), or, when ``buckets`` is None, into a
+    new zeroed array made after the sort (so the sort's own buffers and the buckets are never
+    alive together). Returns the bucket array: None when none was given and every scalar is 0
+    (nothing to add). Why ``buckets`` may be given: a streamed MSM sums every chunk into the
+    one array it keeps for the whole query (:func:`msm_host_points`)."""
     cupy = require_cupy()
     mark = mark or _no_mark
     n = int(points.shape[0])
@@ -762,7 +769,7 @@ def accumulate_buckets(
             )
             mark("affine-dense")
         m_max = affine_worst(n * p.W, k_main, dense_passes)
-        accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark)
+        accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark, kept)
     if ones_passes:
         one_offs = offs[p.K - 1 :] - offs[p.K - 1]  # [0, ones], on this stream (no H2D copy)
         pts, idx, o, mm = affine_passes(
@@ -770,7 +777,7 @@ def accumulate_buckets(
         )
         mark("affine-ones")
         m_max = affine_worst(n, 1, ones_passes)
-        accumulate(mod, pts, idx, o, 1, mm, m_max, buckets[p.K - 1 :], stream, None)
+        accumulate(mod, pts, idx, o, 1, mm, m_max, buckets[p.K - 1 :], stream, None, kept)
         mark("ones")
     return buckets
 
@@ -931,20 +938,28 @@ def msm(
     return combine_windows(sums, c)
 
 
-def stream_cost(n: int, c: int, chunks: int = 1) -> float:
+def stream_cost(n: int, c: int, chunks: int = 1, *, tuning: KernelTuning = DEFAULT_TUNING) -> float:
     """Modelled work of a streamed MSM over ``n`` non-trivial scalars in ``chunks`` chunks
     that keeps one bucket array for the whole query, in field multiplications: the
-    :func:`window_cost` terms, plus, from the second chunk on, one XYZZ addition
-    (MERGE_MULS) per bucket that the chunk's entries reach (a bucket of B receives about
-    n / (chunks B) of them, so it is reached with probability 1 - exp(-that))."""
+    :func:`window_cost` terms, plus, from the second chunk on, the price of adding to a kept
+    sum (MERGE_MULS in the merge kernel, KEPT_MULS summed straight into the kept array) per
+    bucket that the chunk's entries reach (a bucket of B receives about n / (chunks B) of them,
+    so it is reached with probability 1 - exp(-that))."""
     W, B = num_windows(c), 1 << (c - 1)
     merges = 0.0
     if chunks > 1:
         merges = (chunks - 1) * W * B * -math.expm1(-n / (chunks * B))
-    return W * (MADD_MULS * n + BUCKET_MULS * B) + MERGE_MULS * merges
+    per = MERGE_MULS if tuning.msm_host_buckets == "query-merge" else KEPT_MULS
+    return W * (MADD_MULS * n + BUCKET_MULS * B) + per * merges
 
 
-def stream_window_bits(n: int, window_max: int | None = None, chunks: int = 1) -> int:
+def stream_window_bits(
+    n: int,
+    window_max: int | None = None,
+    chunks: int = 1,
+    *,
+    tuning: KernelTuning = DEFAULT_TUNING,
+) -> int:
     """The window of a streamed MSM over ``n`` scalars that are neither 0 nor 1, cut into
     ``chunks`` chunks: the c in [STREAM_MIN_WINDOW, window_max] minimising
     :func:`stream_cost` (ties to the smaller; a cap below STREAM_MIN_WINDOW is the window).
@@ -955,7 +970,7 @@ def stream_window_bits(n: int, window_max: int | None = None, chunks: int = 1) -
     28 % over c = 19). ``window_max`` is the engine's cap from its memory plan."""
     top = max(min(MAX_WINDOW, window_max or MAX_WINDOW), MIN_WINDOW)
     rng = range(min(STREAM_MIN_WINDOW, top), top + 1)
-    return min(rng, key=lambda c: (stream_cost(n, c, chunks), c))
+    return min(rng, key=lambda c: (stream_cost(n, c, chunks, tuning=tuning), c))
 
 
 def stream_window_floor(chunk: int, tuning: KernelTuning = DEFAULT_TUNING) -> int:
@@ -996,7 +1011,7 @@ def host_scratch_bytes(
         c = c or choose_window_bits(m)
         return 2 * m * 96 + 2 * 192 * (num_windows(c) + 1) + scratch_bytes(m, c, tuning=tuning)
     chunks = -(-max(n, 1) // m)
-    c = c or stream_window_bits(n, None, chunks)
+    c = c or stream_window_bits(n, None, chunks, tuning=tuning)
     # whatever window the scalars pick (at least STREAM_MIN_WINDOW, at most c), with every
     # scalar of the chunk dense (W entries each)
     lo = min(STREAM_MIN_WINDOW, c)
@@ -1006,14 +1021,15 @@ def host_scratch_bytes(
 
 def _query_scratch(m: int, c: int, tuning: KernelTuning) -> int:
     """Device bytes of one chunk of ``m`` points of a streamed MSM that keeps the whole
-    query's buckets: :func:`scratch_bytes` counts the chunk's bucket array, and the kept one
-    is one more, as are the next chunk's offsets; with the radix sort both bucket arrays are
-    alive during the sort too (its buffers come before the buckets in a one-shot MSM, beside
-    them here)."""
+    query's buckets, with the next chunk's offsets (its count stage runs one chunk ahead).
+    :func:`scratch_bytes` counts one bucket array: the kept one when the chunks are summed
+    straight into it (``query``); with ``query-merge`` the chunk's second array is one more.
+    With the radix sort the bucket arrays are alive during the sort too (its buffers come
+    before the buckets in a one-shot MSM, beside them here)."""
     K = make_plan(m, c).K
     buckets = 192 * K
-    # + the next chunk's offsets: its count stage runs one chunk ahead (msm_host_points_many)
-    total = scratch_bytes(m, c, tuning=tuning) + buckets + 4 * (K + 1)
+    arrays = 2 if tuning.msm_host_buckets == "query-merge" else 1
+    total = scratch_bytes(m, c, tuning=tuning) + (arrays - 1) * buckets + 4 * (K + 1)
     if tuning.msm_sort == "radix":
         total += buckets
     return total
@@ -1079,11 +1095,13 @@ def msm_host_points(
 
     How the chunks are summed (``tuning.msm_host_buckets``): ``"query"`` (default) keeps one
     bucket array for the whole query (window: :func:`stream_window_bits` of the query's
-    non-trivial scalars, at most ``window_max``): the first chunk is summed into it, each later
-    one into a second array that a merge kernel adds in (and zeroes again), and the buckets are
-    reduced once at the end; ``"chunk"`` sums each chunk as an MSM of its own (window of the
-    chunk, a bucket reduction per chunk) and adds the window sums: what streamed MSMs did
-    before, kept for A/B runs. Device memory: :func:`host_scratch_bytes`."""
+    non-trivial scalars, at most ``window_max``), every chunk is summed straight into it (a
+    bucket begun in a chunk starts from its kept sum), and the buckets are reduced once at the
+    end; ``"query-merge"`` sums each later chunk into a second array that a merge kernel adds
+    in (and zeroes again), the way before ``"query"``, kept for A/B runs; ``"chunk"`` sums
+    each chunk as an MSM of its own (window of the chunk, a bucket reduction per chunk) and
+    adds the window sums: what streamed MSMs did before either, kept for A/B runs. Device
+    memory: :func:`host_scratch_bytes`."""
     if tuning.msm_host_buckets == "chunk":
         return _msm_host_points_per_chunk(
             points, scalars, chunk, stream, allocator, window_bits, tuning
@@ -1137,18 +1155,25 @@ def many_scratch_bytes(
 ) -> int:
     """Peak device bytes of :func:`msm_host_points_many` for queries of ``sizes`` points at
     windows of at most ``windows``: ``buffers`` point buffers of ``chunk`` rows, each query's
-    bucket arrays (the kept one, and the one its later chunks are summed into), one chunk's
-    :func:`scratch_bytes` at the largest window any query may take (which counts a bucket
-    array more than needed: the bound errs on the safe side), and the next chunk's offsets
-    (its count stage runs one chunk ahead)."""
+    bucket arrays (the kept one, and with ``query-merge`` the one its later chunks are summed
+    into), one chunk's :func:`scratch_bytes` at the largest window any query may take, and the
+    next chunk's offsets (its count stage runs one chunk ahead). A chunk's sums go into a
+    query's array, never into one of their own, so with ``query`` the chunk's bucket array is
+    taken out of :func:`scratch_bytes`; ``query-merge`` keeps the bound it always had (one
+    array more than needed). The reduction tree that :func:`scratch_bytes` counts runs after
+    the point buffers are freed."""
     m = max(1, min(max(sizes, default=1), chunk))
     lo = min(STREAM_MIN_WINDOW, *windows) if windows else STREAM_MIN_WINDOW
     top = max(windows, default=lo)
+    merge = tuning.msm_host_buckets == "query-merge"
     arrays = sum(
-        192 * make_plan(m, w).K * (2 if n > chunk else 1)
+        192 * make_plan(m, w).K * (2 if merge and n > chunk else 1)
         for n, w in zip(sizes, windows, strict=True)
     )
-    sort = max(scratch_bytes(m, w, tuning=tuning) for w in range(lo, top + 1))
+    sort = max(
+        scratch_bytes(m, w, tuning=tuning) - (0 if merge else 192 * make_plan(m, w).K)
+        for w in range(lo, top + 1)
+    )
     ahead = 4 * (make_plan(m, top).K + 1)  # the next chunk's offsets, counted one chunk ahead
     return buffers * m * 96 + arrays + sort + ahead
 
@@ -1185,6 +1210,7 @@ def msm_host_points_many(
     cupy = require_cupy()
     ns = [_check_inputs(j.points, j.scalars) for j in jobs]
     mod = kernels(tuning)
+    merge = tuning.msm_host_buckets == "query-merge"
     chunk = max(1, min(chunk, max(ns, default=1) or 1))
     with on_stream(stream, allocator) as s:
         nq = len(jobs)
@@ -1238,12 +1264,16 @@ def msm_host_points_many(
                 send_prelude()
                 s.wait_event(kit.prelude)
             c = j.window_bits or stream_window_bits(
-                tail_count(j.scalars) if n else 0, j.window_max, -(-n // chunk) if n else 1
+                tail_count(j.scalars) if n else 0,
+                j.window_max,
+                -(-n // chunk) if n else 1,
+                tuning=tuning,
             )
             p = make_plan(chunk, c)
             windows[q], plans[q] = c, p
             kept[q] = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
-            parts[q] = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64) if n > chunk else None
+            if merge and n > chunk:
+                parts[q] = cupy.zeros((p.K, XYZZ_WORDS), dtype=np.uint64)
 
         def count(i: int) -> Counted:
             """Chunk i's count stage, queued now (every chunk holds at least one point)."""
@@ -1271,11 +1301,15 @@ def msm_host_points_many(
                 p = plans[q]
                 if pairs is not None:
                     pairs[i][0].record(s)
-                target = kept[q] if k == 0 else parts[q]
-                accumulate_buckets(mod, pts, sc, p, target, s, tuning, counted=counted)
-                consumed[b].record(s)
-                if k > 0:
+                if merge and k > 0:  # into the second array, then merged
+                    accumulate_buckets(mod, pts, sc, p, parts[q], s, tuning, counted=counted)
+                    consumed[b].record(s)
                     mod.launch("xyzz_merge", p.K, (kept[q], parts[q], _u32(p.K)), s)
+                else:  # straight into the kept sums (the first chunk: into zeros)
+                    accumulate_buckets(
+                        mod, pts, sc, p, kept[q], s, tuning, counted=counted, kept=k > 0
+                    )
+                    consumed[b].record(s)
                 if pairs is not None:
                     pairs[i][1].record(s)
                     chunk_events.append((q, k, *pairs[i]))

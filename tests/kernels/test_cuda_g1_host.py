@@ -54,15 +54,16 @@ static g1_jacobian rd_jac(std::istream& in) {
 }
 
 // The GPU pipeline of kernels/cuda/msm.py run sequentially on the host with the very per-thread
-// bodies the kernels call: "msm n c L0 L S F parts scaled" then n points and n scalars (64 hex
-// digits); scaled: the bucket-reduction tree's setting (0 span, 1 scaled, 2 + k auto switching
-// at tree level k).
+// bodies the kernels call: "msm n c L0 L S F parts scaled kept" then n points and n scalars (64
+// hex digits); scaled: the bucket-reduction tree's setting (0 span, 1 scaled, 2 + k auto
+// switching at tree level k).
 // parts > 1: the points are cut into that many contiguous chunks, each sorted and accumulated
-// on its own, the later ones into a second bucket array merged into the first (xyzz_merge),
-// as msm_host_points streams them.
+// on its own, as msm_host_points streams them: kept = 1 sums the later ones straight into the
+// kept array (msm_accumulate0_kept), kept = 0 into a second bucket array merged into the first
+// (xyzz_merge).
 static void run_msm(std::istream& in) {
-    uint32_t n, c, L0, L, S, F, parts, scaled;
-    in >> n >> c >> L0 >> L >> S >> F >> parts >> scaled;
+    uint32_t n, c, L0, L, S, F, parts, scaled, kept;
+    in >> n >> c >> L0 >> L >> S >> F >> parts >> scaled >> kept;
     std::vector<g1_affine> pts(n);
     std::vector<uint32_t> sc(8 * n);
     for (uint32_t i = 0; i < n; i++) pts[i] = rd_aff(in);
@@ -101,7 +102,8 @@ static void run_msm(std::istream& in) {
             }
         }
         const uint32_t M = offs[K];
-        g1_xyzz* into = part_i > 0 ? part.data() : buckets.data();  // chunk 0: the kept array
+        const bool into_kept = kept && part_i > 0;  // msm_accumulate0_kept
+        g1_xyzz* into = part_i > 0 && !kept ? part.data() : buckets.data();
         std::vector<uint32_t> keys, pk;
         uint32_t size = M, chunk = L0, depth = 0;
         while (M > 0) {
@@ -109,7 +111,10 @@ static void run_msm(std::istream& in) {
             pv.assign(2 * T, poison);  // as cupy.empty leaves them: every slot must be written
             pk.assign(2 * T, 0);
             for (uint32_t t = 0; t < T; t++) {
-                if (depth == 0)
+                if (depth == 0 && into_kept)
+                    msm_accumulate0_kept_thread(t, pts.data() + lo, sorted.data(), offs.data(),
+                                                K, M, chunk, into, pv.data(), pk.data());
+                else if (depth == 0)
                     msm_accumulate0_thread(t, pts.data() + lo, sorted.data(), offs.data(), K, M,
                                            chunk, into, pv.data(), pk.data());
                 else
@@ -122,7 +127,7 @@ static void run_msm(std::istream& in) {
             size = 2 * T, chunk = L;
         }
         levels = depth > levels ? depth : levels;
-        if (part_i > 0)
+        if (part_i > 0 && !kept)
             for (uint32_t b = 0; b < K; b++) xyzz_merge_thread(b, buckets.data(), part.data());
     }
     for (uint32_t b = 0; b < K; b++)  // the merges leave the second array at infinity
@@ -340,20 +345,24 @@ def rand_points(rng: random.Random, k: int) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize(
     "case",
-    ["dense", "ones-heavy", "zeros", "ones", "repeats", "one-bucket", "infinity"],
+    ["dense", "ones-heavy", "zeros", "ones", "repeats", "one-bucket", "infinity", "cancel"],
 )
-@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("parts", [1, 3, "3-merge"])
 @pytest.mark.parametrize("reduce", ["span", "scaled", "switch"])
-def test_msm_pipeline_on_host(driver: Path, case: str, parts: int, reduce: str) -> None:
+def test_msm_pipeline_on_host(driver: Path, case: str, parts: int | str, reduce: str) -> None:
     """The whole GPU pipeline (digits, counting sort, balanced multi-level accumulation, bucket
     reduction, tree sums) run on the host with small windows and chunks, so that buckets cross
     many chunk boundaries and several reduction levels run; against the reference MSM. With
     ``parts`` > 1 the points go through in chunks accumulated into the same buckets, as a
-    streamed MSM's do; ``reduce`` is the bucket-reduction tree's setting (tuning msm_reduce;
-    ``switch``: "auto"'s change from span to scaled, at a random level of the tree)."""
+    streamed MSM's do (``"3-merge"``: each later chunk into a second array and merged, the
+    ``query-merge`` setting; otherwise straight into the kept array, ``query``); ``reduce``
+    is the bucket-reduction tree's setting (tuning msm_reduce; ``switch``: "auto"'s change
+    from span to scaled, at a random level of the tree)."""
     from kernels.cpu.msm import pippenger
 
     rng = random.Random()
+    kept = 0 if parts == "3-merge" else 1
+    parts = 3 if parts == "3-merge" else int(parts)
     n = 97
     pts: list[g1.Affine] = list(rand_points(rng, 24))
     pts = [pts[rng.randrange(len(pts))] for _ in range(n)]  # repeated points throughout
@@ -371,6 +380,10 @@ def test_msm_pipeline_on_host(driver: Path, case: str, parts: int, reduce: str) 
     elif case == "infinity":
         for i in rng.sample(range(n), 10):
             pts[i] = None
+    elif case == "cancel":  # the second half undoes the first: kept sums go back to infinity
+        half = n // 2
+        pts = pts[:half] + [g1.affine_neg(q) for q in pts[:half]] + pts[2 * half :]
+        ks = ks[:half] + ks[:half] + [0] * (n - 2 * half)
     c = rng.choice([3, 4, 5])
     # L >= 4: a level of T threads leaves 2T slots, so the levels shrink only when L > 2T/(T-1)
     # S and F are powers of two (the weighted tree doubles by them)
@@ -384,7 +397,7 @@ def test_msm_pipeline_on_host(driver: Path, case: str, parts: int, reduce: str) 
     if reduce == "switch":  # 16 leaves per window, fan-in 2: four levels, three below the root
         c, S, F = 5, 1, 2
         mode = 2 + rng.randrange(3)
-    lines = [f"msm {n} {c} {L0} {L} {S} {F} {parts} {mode}"]
+    lines = [f"msm {n} {c} {L0} {L} {S} {F} {parts} {mode} {kept}"]
     tail = " ".join(aff(p) for p in pts) + " " + " ".join(f"{k:064x}" for k in ks)
     got = run(driver, [lines[0] + " " + tail])[0].split(" ", 1)
     want = pippenger(pts, ks)
@@ -392,5 +405,7 @@ def test_msm_pipeline_on_host(driver: Path, case: str, parts: int, reduce: str) 
         f"host MSM pipeline mismatch ({case}, c={c}, L0={L0}, L={L}, S={S}, F={F}, "
         f"parts={parts}, reduce={reduce})"
     )
+    if case == "cancel":
+        assert want is None
     if case not in ("zeros",):
         assert int(got[0]) >= 1

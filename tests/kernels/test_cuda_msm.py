@@ -358,7 +358,7 @@ def test_host_streamed_points(cp, poison) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("buckets", ["query", "chunk"])
+@pytest.mark.parametrize("buckets", ["query", "query-merge", "chunk"])
 @pytest.mark.parametrize(
     "setting",
     [
@@ -370,7 +370,8 @@ def test_host_streamed_points(cp, poison) -> None:
 )
 def test_host_streamed_buckets_kept_across_chunks(cp, poison, buckets: str, setting: dict) -> None:
     """Points streamed in chunks, each chunk's sums added into one bucket array of the whole
-    query (``query``) or each chunk summed alone (``chunk``): exact against the reference
+    query (``query``: straight in; ``query-merge``: through a second array and the merge
+    kernel) or each chunk summed alone (``chunk``): exact against the reference
     for witness-like scalars (zeros, ones, dense), a short last chunk, a window cap, and every
     accumulation path (affine passes over the ones or the dense buckets, the radix sort)."""
     from kernels.cuda import msm as cuda_msm
@@ -392,6 +393,36 @@ def test_host_streamed_buckets_kept_across_chunks(cp, poison, buckets: str, sett
             host, sc, chunk=chunk, allocator=poison, window_max=cap, tuning=tuning
         )
         assert layout.g1_from_limbs(got)[0] == want, f"chunk {chunk}, cap {cap}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("buckets", ["query", "query-merge"])
+def test_host_streamed_chunks_that_cancel_the_kept_sums(cp, poison, buckets: str) -> None:
+    """The later chunks hold the first chunk's points negated, with the same scalars: every
+    kept bucket sum goes back to infinity (which ``query`` must store, not skip), and the MSM
+    is the identity; then the same points with a few scalars changed, against the reference."""
+    from kernels.cuda import msm as cuda_msm
+    from kernels.cuda.host_pinned import pinned_empty
+
+    rng = random.Random()
+    half = rng.randrange(1500, 2500)
+    _, pts = random_points(cp, half)
+    negs = [g1.affine_neg(p) for p in pts]
+    host = pinned_empty((2 * half, 12))
+    host[:] = layout.g1_to_limbs(pts + negs)
+    ks = [rng.randrange(R) for _ in range(half)]
+    tuning = KernelTuning(msm_host_buckets=buckets)
+    for chunk in (half, 700):
+        sc = cp.asarray(layout.fr_to_limbs(ks + ks, montgomery=False))
+        got = cuda_msm.msm_host_points(host, sc, chunk=chunk, allocator=poison, tuning=tuning)
+        assert layout.g1_from_limbs(got)[0] is None, f"chunk {chunk}"
+    ks2 = list(ks)
+    for i in rng.sample(range(half), 5):
+        ks2[i] = rng.randrange(R)
+    sc = cp.asarray(layout.fr_to_limbs(ks + ks2, montgomery=False))
+    want = cmsm.msm_fast(pts + negs, ks + ks2)
+    got = cuda_msm.msm_host_points(host, sc, chunk=half, allocator=poison, tuning=tuning)
+    assert layout.g1_from_limbs(got)[0] == want
 
 
 @pytest.mark.gpu

@@ -5,6 +5,8 @@ the engine's allocator over-commit."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kernels.cuda import msm as cm
@@ -53,7 +55,6 @@ def test_host_scratch_model() -> None:
     two point buffers and the chunk's scratch for the largest of the windows the query may
     take (fewer non-trivial scalars pick smaller ones, with more windows), so a cap on the
     window caps the bytes, and the bound holds whatever window the scalars choose."""
-    from dataclasses import replace
 
     n, chunk = 1 << 27, 1 << 22
     per_chunk = replace(DEFAULT_TUNING, msm_host_buckets="chunk")
@@ -109,14 +110,27 @@ def test_interleave_order_takes_every_chunk_once_in_order_and_spread() -> None:
     assert sorted(cm.interleave_order(chunks, lead=99)) == sorted(order)
 
 
-def test_one_pass_scratch_counts_every_query_buckets_and_the_buffers() -> None:
+@pytest.mark.parametrize("mode", ["query", "query-merge"])
+def test_one_pass_scratch_counts_every_query_buckets_and_the_buffers(mode: str) -> None:
+    """The buffers, each query's bucket arrays (two with the merge kernel, else one), a
+    chunk's sort and levels (its own bucket array too with ``query-merge``, which never
+    exists: the old bound, kept), and a single query never below msm_host_points' bound."""
+    tuning = replace(DEFAULT_TUNING, msm_host_buckets=mode)
     chunk = 1 << 22
     sizes, windows = [1 << 27, 130_000_000, 33_000_000], [19, 16, 16]
-    one = cm.many_scratch_bytes(sizes, chunk, windows, 4)
-    assert one - cm.many_scratch_bytes(sizes, chunk, windows, 2) == 2 * chunk * 96
-    arrays = sum(2 * 192 * cm.make_plan(chunk, w).K for w in windows)
-    assert one >= 4 * chunk * 96 + arrays + cm.scratch_bytes(chunk, 19)
-    # a single query in one pass never needs less than msm_host_points' own bound
-    assert cm.many_scratch_bytes([1 << 27], chunk, [19]) >= cm.host_scratch_bytes(
-        1 << 27, chunk, 19
+    one = cm.many_scratch_bytes(sizes, chunk, windows, 4, tuning=tuning)
+    two = cm.many_scratch_bytes(sizes, chunk, windows, 2, tuning=tuning)
+    assert one - two == 2 * chunk * 96
+    per_query = 2 if mode == "query-merge" else 1
+    arrays = sum(per_query * 192 * cm.make_plan(chunk, w).K for w in windows)
+    chunk_scratch = cm.scratch_bytes(chunk, 19)
+    if mode == "query":
+        chunk_scratch -= 192 * cm.make_plan(chunk, 19).K
+    assert one >= 4 * chunk * 96 + arrays + chunk_scratch
+    assert cm.many_scratch_bytes([1 << 27], chunk, [19], tuning=tuning) >= cm.host_scratch_bytes(
+        1 << 27, chunk, 19, tuning=tuning
     )
+    # summed straight into the kept arrays: less than through a second array each
+    if mode == "query":
+        merge = replace(tuning, msm_host_buckets="query-merge")
+        assert one < cm.many_scratch_bytes(sizes, chunk, windows, 4, tuning=merge)

@@ -239,6 +239,16 @@ extern "C" __global__ void MSM_BOUNDS msm_accumulate0(const g1_affine* __restric
     if (MSM_TID < T) msm_accumulate0_thread(MSM_TID, points, sorted, offs, K, M, L, buckets, pvals, pkeys);
 }
 
+extern "C" __global__ void MSM_BOUNDS msm_accumulate0_kept(const g1_affine* __restrict__ points,
+                                                const uint32_t* __restrict__ sorted,
+                                                const uint32_t* __restrict__ offs, uint32_t K,
+                                                uint32_t M, uint32_t L, uint32_t T,
+                                                g1_xyzz* __restrict__ buckets,
+                                                g1_xyzz* __restrict__ pvals,
+                                                uint32_t* __restrict__ pkeys) {
+    if (MSM_TID < T) msm_accumulate0_kept_thread(MSM_TID, points, sorted, offs, K, M, L, buckets, pvals, pkeys);
+}
+
 extern "C" __global__ void MSM_BOUNDS msm_affine_pass(
     const g1_affine* __restrict__ pin, const uint32_t* __restrict__ idx,
     const uint32_t* __restrict__ off, const uint32_t* __restrict__ off2, uint32_t K, uint32_t Lc,

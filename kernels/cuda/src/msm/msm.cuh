@@ -110,11 +110,19 @@ MONT_HD void msm_prefetch_point(const g1_affine* __restrict__ points, uint32_t e
 #endif
 }
 
-MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ points,
-                                    const uint32_t* __restrict__ sorted,
-                                    const uint32_t* __restrict__ offs, uint32_t K, uint32_t M,
-                                    uint32_t L, g1_xyzz* __restrict__ buckets,
-                                    g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys) {
+// KEPT: `buckets` already holds sums (a streamed MSM's earlier chunks), and this chunk's entries
+// are added to them. A bucket finished inside one thread starts from its kept sum (a load
+// where it begins) and is stored whole, infinity included; a bucket cut across threads leaves
+// partial sums that start from infinity, and the levels add them into the kept sum
+// (msm_accumulate_n loads and adds). Why here and not in a merge kernel after the chunk: the
+// kept sum costs one mixed addition where the bucket's first point was free, against a full
+// XYZZ addition and four bucket arrays' traffic in the merge, and no second array.
+template <bool KEPT>
+MONT_HD void msm_accumulate0_body(uint32_t t, const g1_affine* __restrict__ points,
+                                  const uint32_t* __restrict__ sorted,
+                                  const uint32_t* __restrict__ offs, uint32_t K, uint32_t M,
+                                  uint32_t L, g1_xyzz* __restrict__ buckets,
+                                  g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys) {
     const uint32_t start = t * L;
     const uint32_t end = start + L < M ? start + L : M;
     // the bucket holding entry `start`: the largest b with offs[b] <= start (offs[K] = M > start)
@@ -129,13 +137,16 @@ MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ po
     uint32_t seg_start = start, next = offs[b + 1];
     g1_xyzz acc = g1_xyzz::inf(), slot0 = g1_xyzz::inf(), slot1 = g1_xyzz::inf();
     bool stored0 = false;
+    // KEPT: the bucket now begun starts from its kept sum (loaded at its first entry, in the
+    // loop: a load before the loop spilled 68 bytes)
+    bool load_kept = KEPT && offs[b] >= start && next <= end;
     [[maybe_unused]] uint32_t e_next = MSM_CARRY_NEXT && sorted && start < end ? sorted[start] : 0;
     for (uint32_t i = start;; i++) {
         if (i == next || i == end) {
             // finish bucket b over [seg_start, i)
             const bool complete = offs[b] >= start && next <= end;
             if (complete) {
-                if (!acc.is_inf()) g1_store(buckets + b, acc);
+                if (KEPT || !acc.is_inf()) g1_store(buckets + b, acc);
             } else if (seg_start == start) {
 #if MSM_SLOT0_EARLY
                 g1_store(pvals + 2 * t, acc);  // now: its 48 registers are free for the rest
@@ -153,6 +164,11 @@ MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ po
             } while (next <= i);
             seg_start = i;
             acc = g1_xyzz::inf();
+            load_kept = KEPT && next <= end;  // bucket b begins at entry i and ends here too
+        }
+        if (KEPT && load_kept) {
+            acc = g1_load(buckets + b);
+            load_kept = false;
         }
         // sorted == nullptr: the points are already in bucket order (an affine pass's output)
 #if MSM_CARRY_NEXT
@@ -171,6 +187,23 @@ MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ po
     g1_store(pvals + 2 * t + 1, slot1);
     pkeys[2 * t] = b_first;
     pkeys[2 * t + 1] = b;
+}
+
+MONT_HD void msm_accumulate0_thread(uint32_t t, const g1_affine* __restrict__ points,
+                                    const uint32_t* __restrict__ sorted,
+                                    const uint32_t* __restrict__ offs, uint32_t K, uint32_t M,
+                                    uint32_t L, g1_xyzz* __restrict__ buckets,
+                                    g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys) {
+    msm_accumulate0_body<false>(t, points, sorted, offs, K, M, L, buckets, pvals, pkeys);
+}
+
+MONT_HD void msm_accumulate0_kept_thread(uint32_t t, const g1_affine* __restrict__ points,
+                                         const uint32_t* __restrict__ sorted,
+                                         const uint32_t* __restrict__ offs, uint32_t K,
+                                         uint32_t M, uint32_t L, g1_xyzz* __restrict__ buckets,
+                                         g1_xyzz* __restrict__ pvals,
+                                         uint32_t* __restrict__ pkeys) {
+    msm_accumulate0_body<true>(t, points, sorted, offs, K, M, L, buckets, pvals, pkeys);
 }
 
 // ---- 4a: affine pairing passes with batched inversion (optional, before 4) ------------------
