@@ -56,6 +56,7 @@ from kernels.cuda.msm import (
     host_scratch_bytes,
     many_scratch_bytes,
     scratch_bytes,
+    stream_cost,
     stream_window_bits,
     stream_window_floor,
 )
@@ -72,12 +73,14 @@ class BoundBackend:
         device: Any,
         window_max: int | None = None,
         together: list[str] | None = None,
+        chunk: int | None = None,
     ) -> None:
         self.backend = backend
         self.device = device
         self.name = backend.name
         self.window_max = window_max  # the streamed MSMs' window cap (:func:`plan_with_window`)
         self.together = together  # the queries streamed in one pass (H first), or None
+        self.chunk = chunk  # points per upload of a streamed MSM (:func:`plan_streaming`)
 
     def h_step(self, a: Any, b: Any, c: Any, **kw: Any) -> Any:
         args = {**self.device.kernel_args("ntt_scratch"), "overwrite_inputs": True, **kw}
@@ -89,6 +92,8 @@ class BoundBackend:
 
     def msm(self, points: Any, scalars: Any, **kw: Any) -> Any:
         args = {**self.device.kernel_args("msm_scratch"), "window_max": self.window_max, **kw}
+        if self.chunk is not None:
+            args.setdefault("chunk", self.chunk)
         return self.backend.msm(points, scalars, **args)
 
     def msm_many(self, points: list[Any], scalars: list[Any], **kw: Any) -> Any:
@@ -96,6 +101,8 @@ class BoundBackend:
         args = {**self.device.kernel_args("msm_scratch"), "windows_max": caps, **kw}
         args.setdefault("buffers", INTERLEAVE_BUFFERS)
         args.setdefault("lead", INTERLEAVE_LEAD)
+        if self.chunk is not None:
+            args.setdefault("chunk", self.chunk)
         return self.backend.msm_many(points, scalars, **args)
 
     def ntt(self, x: Any, **kw: Any) -> Any:
@@ -201,12 +208,69 @@ def window_floor(streamed: dict[str, int], tuning: KernelTuning) -> int:
 @dataclass(frozen=True)
 class StreamPlan:
     """A device's memory plan with how its streamed MSMs run: ``window_max`` caps their window
-    (None: no query is streamed), ``together``: in one interleaved pass."""
+    (None: no query is streamed), ``together``: in one interleaved pass, ``chunk``: points per
+    upload (None: the backend's own)."""
 
     footprint: Footprint
     plan: MemoryPlan
     window_max: int | None = None
     together: bool = False
+    chunk: int | None = None
+
+
+# The chunks plan_streaming weighs: the configured one times 4/4, 5/4, ..., 8/4. Why up to
+# twice: chunks of 1.5 x 2^22 were measured (porep-32g at 16 GiB on the H200, 2026-12-02:
+# gpu_total -82 ms against 2^22); a chunk's point buffers (four in one pass, 96 bytes a point)
+# grow with it, so larger ones rarely fit where streaming is needed at all.
+CHUNK_STEPS = (4, 5, 6, 7, 8)
+
+
+def plan_streaming(
+    free: int,
+    base: Footprint,
+    sizes: dict[str, int],
+    streamed: dict[str, int],
+    tuning: KernelTuning,
+    z: int,
+    tables: int,
+    device: str = "device",
+) -> StreamPlan:
+    """:func:`plan_with_window` with the chunk chosen too: among the chunks of CHUNK_STEPS
+    (with ``tuning.msm_host_chunk_grow`` on), those whose plan is as fast as the configured
+    chunk's (the same slots, aux scalars and table) and no less interleaved, the one whose
+    H-sized query the model (:func:`kernels.cuda.msm.stream_cost`, at the window the plan
+    allows) finds cheapest; ties to the smaller chunk. Why a larger chunk pays: every chunk
+    after the first adds into the kept buckets it reaches, so fewer chunks are fewer of those
+    additions (and fewer count stages)."""
+    reference = plan_with_window(free, base, sizes, streamed, tuning, z, tables, device)
+    if not streamed or tuning.msm_host_chunk_grow != "on" or reference.window_max is None:
+        return reference
+    small = min(streamed.values())
+    n = max(sizes[q] for q in streamed)
+
+    def rank(p: MemoryPlan) -> tuple[int, bool, bool]:
+        return (p.slots, p.z_with_h, not p.release_tables)
+
+    def cost(sp: StreamPlan, chunk: int) -> float:
+        chunks = -(-n // chunk)
+        c = min(sp.window_max or 0, stream_window_bits(n, None, chunks, tuning=tuning))
+        return stream_cost(n, c, chunks, tuning=tuning)
+
+    best, best_cost = replace(reference, chunk=small), cost(reference, small)
+    for step in CHUNK_STEPS[1:]:
+        chunk = small * step // CHUNK_STEPS[0]
+        try:
+            sp = plan_with_window(
+                free, base, sizes, {q: chunk for q in streamed}, tuning, z, tables, device
+            )
+        except PlanError:
+            continue
+        if rank(sp.plan) != rank(reference.plan) or sp.together < reference.together:
+            continue
+        c_cost = cost(sp, chunk)
+        if c_cost < best_cost:
+            best, best_cost = replace(sp, chunk=chunk), c_cost
+    return best
 
 
 def plan_with_window(
@@ -453,13 +517,13 @@ class CudaRun:
             free, _total = device.mem_info()
             z, tables = aux_scalar_bytes(ctx.sizes), twiddle_bytes(ctx.config.domain_log)
             where = f"device {device.index}"
-            chosen = plan_with_window(free, ctx.footprint, sizes, streamed, kt, z, tables, where)
+            chosen = plan_streaming(free, ctx.footprint, sizes, streamed, kt, z, tables, where)
             fp, plan = chosen.footprint, chosen.plan
-            window_max, together = chosen.window_max, chosen.together
-            emit_plan(ctx.bus, device, plan, fp, window_max, together)
+            window_max, together, chunk = chosen.window_max, chosen.together, chosen.chunk
+            emit_plan(ctx.bus, device, plan, fp, window_max, together, chunk)
         else:  # naive: the floor's window, the smallest bucket arrays, one query at a time
             window_max = window_floor(streamed, kt) if streamed else None
-            together = False
+            together, chunk = False, None
             fp = cuda_footprint(ctx.footprint, sizes, streamed, kt, window_max)
         with self._lock:
             if plan.slots == 1:
@@ -475,7 +539,11 @@ class CudaRun:
         return replace(
             ctx,
             backend=BoundBackend(
-                backend, device, window_max, interleaved_order(streamed) if together else None
+                backend,
+                device,
+                window_max,
+                interleaved_order(streamed) if together else None,
+                chunk,
             ),
             srs=srs,
             footprint=fp,
@@ -545,15 +613,18 @@ def emit_plan(
     fp: Footprint,
     window_max: int | None = None,
     together: bool = False,
+    chunk: int | None = None,
 ) -> None:
     """The device's plan as an ``alloc`` event of the run (site ``plan``; proof, partition
     and worker -1, as the SRS placement's), so the dashboard and the recording show it, with
-    the streamed MSMs' window cap where any query is streamed, and whether they run in one
-    interleaved pass."""
+    the streamed MSMs' window cap where any query is streamed, whether they run in one
+    interleaved pass, and their chunk."""
     reason = f"memory plan {plan.reason}"
     if window_max:
         how = "in one interleaved pass" if together else "one after the other"
         reason += f"; streamed MSMs {how}, at a window of at most {window_max} bits"
+        if chunk:
+            reason += f", in chunks of {chunk} points"
     bus.emit(
         "alloc",
         proof=-1,

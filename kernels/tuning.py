@@ -126,6 +126,7 @@ class KernelTuning:
     msm_host_chunk: int = 1 << 22
     msm_host_buckets: str = "query"
     msm_host_interleave: str = "on"
+    msm_host_chunk_grow: str = "on"
     cubin_dir: str = ""  # empty: the package's own prebuilt folder
     commit: str = ""  # empty: ``git rev-parse HEAD`` where git is there
 
@@ -266,6 +267,15 @@ SETTINGS: tuple[Setting, ...] = (
         "whether the engine streams the MSMs of every host-resident query in one pass, their "
         "chunks interleaved (where the memory plan has room for all their buckets at once), "
         "or one query after the other",
+    ),
+    Setting(
+        "PROVETOP_MSM_HOST_CHUNK_GROW",
+        "msm_host_chunk_grow",
+        choice("PROVETOP_MSM_HOST_CHUNK_GROW", ON_OFF),
+        "`on` (default), `off`",
+        "whether the engine may stream in chunks of up to twice PROVETOP_MSM_HOST_CHUNK where "
+        "the device's memory plan stays as fast (fewer chunks: fewer additions into kept "
+        "buckets), or always in chunks of PROVETOP_MSM_HOST_CHUNK",
     ),
     Setting(
         "PROVETOP_CUBIN_DIR",

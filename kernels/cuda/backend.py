@@ -240,11 +240,13 @@ class CudaBackend:
         stream: Any = None,
         allocator: Any = None,
         window_max: int | None = None,
+        chunk: int | None = None,
     ) -> np.ndarray:
         """sum_i scalars[i] points[i] as a numpy affine ``(12,)``. Device points are summed in
-        place; host points are streamed in chunks of :attr:`host_chunk` (pinned host memory
-        overlaps the copies with the sums), at a window of at most ``window_max`` (the
-        engine's cap from its memory plan; None: the query's own)."""
+        place; host points are streamed in chunks of ``chunk`` points (default
+        :attr:`host_chunk`; pinned host memory overlaps the copies with the sums), at a window
+        of at most ``window_max`` (the engine's cap from its memory plan; None: the query's
+        own)."""
         alloc = self._host_default(allocator, points, scalars)
         with on_stream(stream, alloc) as s:
             sc = self._device(scalars, "msm scalars")
@@ -253,7 +255,7 @@ class CudaBackend:
                 return msm.msm_host_points(
                     pts,
                     sc,
-                    chunk=self.host_chunk,
+                    chunk=self._chunk(chunk),
                     stream=s,
                     allocator=alloc,
                     window_max=window_max,
@@ -274,6 +276,7 @@ class CudaBackend:
         buffers: int = 4,
         lead: int = 0,
         prelude: list[tuple[np.ndarray, Any]] | None = None,
+        chunk: int | None = None,
     ) -> list[np.ndarray]:
         """Several MSMs whose points are all in (pinned) host memory, streamed together
         (:func:`kernels.cuda.msm.msm_host_points_many`: their chunks interleaved through
@@ -281,7 +284,8 @@ class CudaBackend:
         the sums of the compute-bound one). ``windows_max``: each query's window cap;
         ``ready``: per query, an event its scalars' upload records, or None; ``lead`` and
         ``prelude`` (host-to-device copies the later queries need, made on the pass's copy
-        stream after the first query's first chunks): as ``msm_host_points_many`` takes them."""
+        stream after the first query's first chunks): as ``msm_host_points_many`` takes them;
+        ``chunk``: points per upload (default :attr:`host_chunk`)."""
         k = len(points)
         caps = windows_max or [None] * k
         events = ready or [None] * k
@@ -296,7 +300,7 @@ class CudaBackend:
                 jobs.append(msm.StreamedQuery(pts, dsc, window_max=cap, ready=ev))
             return msm.msm_host_points_many(
                 jobs,
-                chunk=self.host_chunk,
+                chunk=self._chunk(chunk),
                 stream=s,
                 allocator=alloc,
                 buffers=buffers,
@@ -304,6 +308,13 @@ class CudaBackend:
                 prelude=prelude,
                 tuning=self.tuning,
             )
+
+    def _chunk(self, chunk: int | None) -> int:
+        if chunk is None:
+            return self.host_chunk
+        if chunk < 1:
+            raise ValueError(f"chunk must be positive, got {chunk}")
+        return int(chunk)
 
     def srs(self, secrets: Any, *, stream: Any = None, allocator: Any = None) -> Any:
         """P_i = [s_i]G. Host secrets give host points, generated in device round trips of

@@ -518,10 +518,12 @@ def test_bound_backend_injects_stream_allocator_and_in_place():
     bb.h_step(1, 2, 3)
     bb.msm(1, 2)
     BoundBackend(Recorder(), Dev(), window_max=20).msm(1, 2)
+    BoundBackend(Recorder(), Dev(), window_max=20, chunk=6 << 20).msm(1, 2)
     me = f"s-{threading.get_ident()}"
     assert calls[0] == ("h", {"stream": me, "allocator": "ntt_scratch", "overwrite_inputs": True})
     assert calls[1] == ("msm", {"stream": me, "allocator": "msm_scratch", "window_max": None})
     assert calls[2] == ("msm", {"stream": me, "allocator": "msm_scratch", "window_max": 20})
+    assert calls[3][1]["chunk"] == 6 << 20  # the plan's chunk (plan_streaming)
 
 
 def test_bound_backend_runs_the_one_pass_with_caps_lead_and_buffers():
@@ -547,6 +549,9 @@ def test_bound_backend_runs_the_one_pass_with_caps_lead_and_buffers():
     assert kw["windows_max"] == [19, COMPANION_WINDOW_MAX, COMPANION_WINDOW_MAX]
     assert (kw["buffers"], kw["lead"]) == (INTERLEAVE_BUFFERS, INTERLEAVE_LEAD)
     assert (kw["stream"], kw["allocator"], kw["prelude"]) == ("s", "msm_scratch", ["z"])
+    assert "chunk" not in kw  # none planned: the backend's own
+    BoundBackend(Recorder(), Dev(), window_max=19, chunk=5 << 20).msm_many([1], [2])
+    assert calls[1]["chunk"] == 5 << 20
 
 
 @pytest.mark.parametrize(

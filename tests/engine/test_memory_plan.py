@@ -129,6 +129,43 @@ def test_a_16gib_card_runs_the_streamed_msms_in_one_pass_and_an_8gib_one_in_turn
     assert not at8.together and not at8.plan.z_with_h
 
 
+@pytest.mark.parametrize("free_gib", [5.5, 8.3, 11.0, 13.35, 17.0, 40.0])
+def test_a_larger_chunk_only_where_the_plan_stays_as_fast(free_gib):
+    """plan_streaming keeps the configured chunk's plan (slots, aux scalars, table) and its
+    one pass, and takes a larger chunk only where the model finds it cheaper; off, the
+    configured chunk. At the H200's 16 GiB (13.35 GiB free): 6 Mi points, the chunk measured
+    -82 ms a partition against 2^22 (docs/performance-notes.md, 2026-12-02)."""
+    from engine.cuda_pipeline import CHUNK_STEPS, plan_streaming
+    from kernels.cuda.msm import stream_cost
+
+    sizes = query_sizes(27)
+    base = footprint(27, sizes)
+    small = 1 << 22
+    streamed = {q: small for q in sizes.as_dict()}
+    z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
+    free = int(free_gib * GiB)
+    args = (base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables)
+    ref = plan_with_window(free, *args)
+    got = plan_streaming(free, *args)
+
+    def rank(p):
+        return (p.slots, p.z_with_h, not p.release_tables)
+
+    assert rank(got.plan) == rank(ref.plan) and got.together >= ref.together
+    assert got.plan.need <= free and got.chunk in {small * s // 4 for s in CHUNK_STEPS}
+
+    def cost(sp):
+        chunks = -(-sizes.h // sp.chunk)
+        c = min(sp.window_max, stream_window_bits(sizes.h, None, chunks))
+        return stream_cost(sizes.h, c, chunks)
+
+    assert cost(got) <= cost(replace(ref, chunk=small))
+    if free_gib == 13.35:
+        assert got.chunk == 6 << 20 and got.together
+    off = replace(DEFAULT_TUNING, msm_host_chunk_grow="off")
+    assert plan_streaming(free, base, sizes.as_dict(), streamed, off, z, tables) == ref
+
+
 def test_too_small_a_device_names_the_memory_it_would_need():
     fp, z, tables = porep_cuda_footprint()
     need = smallest_need(fp, z, tables)
