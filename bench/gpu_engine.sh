@@ -246,7 +246,8 @@ workers)  # one worker with deep pipelining against two sharing the mutex, at 16
     ;;
 refresh)  # the samples' runs again after a kernel change: the engine's GPU tests first (the
     # default builds), then the three runs recordings/samples keeps
-    gpu_tests 260 tests/engine/test_cuda.py tests/kernels/test_cuda_h_streamed.py
+    gpu_tests 260 tests/engine/test_cuda.py tests/kernels/test_cuda_h_streamed.py \
+        tests/kernels/test_cuda_msm.py
     bench aware16 110 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
     bench naive16 110 --preset porep-32g --proofs 1 --device-memory 16GiB \
