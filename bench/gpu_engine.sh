@@ -253,6 +253,16 @@ refresh)  # the samples' runs again after a kernel change: the engine's GPU test
     bench naive16 110 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
     bench aware 80 --preset porep-32g --proofs 1 --workers-per-device 2 --allocator aware
+    # where the 16 GiB pass's time goes, per query, at the plan's chunk and window
+    # (PROBE_CHUNK=0: no probe)
+    if [ "${PROBE_CHUNK:-6291456}" != 0 ]; then
+        echo "== stream probe, chunk ${PROBE_CHUNK:-6291456}, H window 20" | tee -a "$TABLES"
+        timeout 120 python3 bench/stream_probe.py --log 27 --chunk "${PROBE_CHUNK:-6291456}" \
+            --window 20 --leads 5 --repeats 3 --out "$W/stream-probe.json" \
+            >"$W/stream-probe.txt" 2>&1
+        echo "rc=$?" >>"$W/stream-probe.txt"
+        tail -n 8 "$W/stream-probe.txt" | tee -a "$TABLES"
+    fi
     ;;
 kept)  # a streamed MSM's later chunks summed straight into the kept buckets (query, the default)
     # against a second array and the merge kernel (query-merge), all in one call: the streamed

@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--log", type=int, default=27, help="domain 2^K (porep-32g: 27)")
     ap.add_argument("--chunk-log", type=int, default=22, help="points per chunk: 2^K")
+    ap.add_argument("--chunk", type=int, default=0, help="points per chunk (0: 2^--chunk-log)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--leads", default="0,3,5", help="H chunks before the others start")
     ap.add_argument("--buffers", default="4", help="chunk buffers of the pass")
@@ -154,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
 
     tuning = KernelTuning.from_env()
     sizes = query_sizes(args.log).as_dict()
-    chunk = 1 << args.chunk_log
+    chunk = args.chunk or 1 << args.chunk_log
+    if chunk < 1:
+        ap.error(f"--chunk must be positive, got {chunk}")
     t = time.perf_counter()
     secrets = random_dense(cp, min(POINT_BLOCK, max(sizes.values())))
     block = srs(secrets, tuning=tuning)
@@ -215,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         line += "".join(f"{r['sums_ms'][q]:>8.1f}" for q in QUERIES)
         print(line)
     print("ms, medians; sums: the chunks' own event spans (from the upload's arrival to the")
-    print("merge); before: until the first chunk starts; between: the gaps between spans (the")
+    print("chunk's last kernel); before: until the first chunk starts; between: the gaps")
+    print("between spans (the")
     print("next chunk's count stage runs there, plus any wait); after: the reductions, results")
     if args.out:
         meta = gpu_bench_meta(cp, sys.argv, tuning)
