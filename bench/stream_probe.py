@@ -219,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print("ms, medians; sums: the chunks' own event spans (from the upload's arrival to the")
     print("chunk's last kernel); before: until the first chunk starts; between: the gaps")
-    print("between spans (the")
-    print("next chunk's count stage runs there, plus any wait); after: the reductions, results")
+    print("between spans (the next chunk's count stage runs there, plus any wait); after: the")
+    print("reductions, results")
     if args.out:
         meta = gpu_bench_meta(cp, sys.argv, tuning)
         with open(args.out, "w") as f:
