@@ -38,7 +38,7 @@ from engine.config import ConfigError, EngineConfig, with_changes
 from engine.options import config_from_args, tuning_from_env
 from engine.runner import Engine, EngineError
 from engine.tuning import Tuning
-from kernels.bench_meta import bench_command, gpu_bench_meta
+from kernels.bench_meta import bench_command, gpu_bench_meta, host_bench_meta
 from provetop.errors import UsageError
 from recordings.reader import fold_recording
 from recordings.schema import PHASES
@@ -312,11 +312,12 @@ def run_point(config: EngineConfig, tuning: Tuning, record: str) -> dict[str, An
     res["engine_error"] = engine.error
     res["config"] = config.to_dict()
 
-    meta: dict[str, Any] = {"command": " ".join(bench_command())}
     if config.backend == "cuda":
         import cupy
 
         meta = gpu_bench_meta(cupy, bench_command(), tuning.kernels)
+    else:
+        meta = host_bench_meta(bench_command(), tuning.kernels)
     meta["tuning"] = tuning.as_dict()  # the engine's settings with the kernels' (hello too)
     res["meta"] = meta
     return res

@@ -136,6 +136,7 @@ def run_sweep(
         )
         sweep["points"].append(row)
         sweep["complete"] = i == len(points)
+        _lift_meta(sweep["meta"], row["result"])
         # after every point, so a sweep stopped from outside (a time limit) keeps what ran
         if plot is not None:
             _write(plot, sweep_plot(sweep))
@@ -149,6 +150,17 @@ def run_sweep(
         for r in sweep["points"]
     )
     return 0 if clean else 1
+
+
+def _lift_meta(meta: dict[str, Any], result: dict[str, Any] | None) -> None:
+    """Copy the first finished point's environment (GPU, driver, versions, commit, date) into
+    the sweep's own ``meta``, beside its command and tuning: the sweep's JSON then says where
+    and at which commit it ran without a reader opening a point."""
+    if result is None or "commit" in meta:
+        return
+    for key, value in (result.get("meta") or {}).items():
+        meta.setdefault(key, value)
+    meta["command"] = meta.get("command") or ""
 
 
 def _write(path: str | Path, text: str) -> None:

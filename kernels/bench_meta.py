@@ -66,6 +66,24 @@ def gpu_bench_meta(cp: Any, argv: list[str], tuning: KernelTuning | None = None)
     return meta
 
 
+def host_bench_meta(argv: list[str], tuning: KernelTuning | None = None) -> dict[str, Any]:
+    """The ``meta`` block of a benchmark that ran without a GPU (the CPU backend): the host's
+    processor and Python, the commit, the UTC date and the exact command, so that a CPU
+    figure says where and when it was taken as a GPU one does."""
+    meta: dict[str, Any] = {
+        "host": platform.node(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or "unknown",
+        "python": platform.python_version(),
+        "commit": commit_of(tuning),
+        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(argv),
+    }
+    if tuning is not None:
+        meta["tuning"] = tuning.as_dict()
+    return meta
+
+
 def bench_command(argv: list[str] | None = None) -> list[str]:
     """The command as a user would type it again: ``python -m provetop ...`` shows up as
     ``__main__.py`` in ``sys.argv``, which is written back as ``provetop``."""

@@ -92,6 +92,11 @@ def test_the_sweep_runs_each_point_on_the_cpu_backend(tmp_path, capsys):
         assert json.loads((tmp_path / f"sweep-{label}.json").read_text()) == row["result"]
         assert row["result"]["config"]["device_memory"] == row["device_memory_bytes"]
     assert rows["128KiB"]["result"]["partitions_lost"] == 0
+    # the sweep's own meta: its command and tuning, and the environment of the first point run
+    point_meta = rows["128KiB"]["result"]["meta"]
+    assert sweep["meta"]["commit"] == point_meta["commit"]
+    assert sweep["meta"]["date_utc"] == point_meta["date_utc"]
+    assert sweep["meta"]["command"] and "tuning" in sweep["meta"]
     uncapped = rows["uncapped"]["result"]
     assert uncapped["partitions_lost"] == 0 and uncapped["modeled"] is True
     assert uncapped["device_capacity"] == [16 << 30]  # the model's default card
