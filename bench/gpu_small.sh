@@ -34,11 +34,11 @@ PYTHONPATH=.:$SITE timeout 240 python3 -m pytest -q -m gpu tests/kernels/test_cu
     -p no:cacheprovider -k "bucket_reduction or matches_reference or window_sizes or selftest" \
     2>&1 | tee -a "$M/log" | tail -n 4
 
-msm() {  # tag sizes env...
+msm() {  # tag sizes env... (MSM_EXTRA: more bench msm flags, e.g. --scalars ones-heavy)
     local tag=$1 sizes=$2
     shift 2
-    env "$@" timeout 150 $BM --log-sizes "$sizes" --check --tag "$tag" 2>&1 | tee -a "$M/log" \
-        | tail -n 1
+    env "$@" timeout 150 $BM --log-sizes "$sizes" --check --tag "$tag" ${MSM_EXTRA:-} 2>&1 \
+        | tee -a "$M/log" | tail -n 1
 }
 # REDUCES: "tag:msm_reduce:fan-in ..." with gmpy2 (span-int, plain ints, always runs first)
 REDUCES=${REDUCES-"span:span:8 scaled8:scaled:8 scaled4:scaled:4 scaled2:scaled:2"}
@@ -61,6 +61,11 @@ for r in 1 2; do
         IFS=: read -r tag src defs <<<"$v"
         [ "$defs" = "-" ] && defs=""
         msm "build-$tag-r$r" 20,24,27 $WITH PROVETOP_MSM_SOURCE=$src PROVETOP_MSM_DEFINES=$defs
+        # BUILD_ONES=1: the same build on ones-heavy scalars too (checked at 2^20), once
+        if [ "${BUILD_ONES:-0}" = 1 ] && [ $r = 1 ]; then
+            MSM_EXTRA="--scalars ones-heavy" msm "build-$tag-ones" 20,24 $WITH \
+                PROVETOP_MSM_SOURCE=$src PROVETOP_MSM_DEFINES=$defs
+        fi
     done
 done
 
@@ -112,8 +117,17 @@ msm_rows("", ["span-int"] + [v.split(":")[0] for v in sys.argv[2].split()], "buc
          (16, 20, 24, 27), 22)
 builds = [v.split(":")[0] for v in sys.argv[3].split()]
 if builds:
-    print("MSM builds, dense, device points: median ms (accumulate stage ms), two rounds")
-    msm_rows("build-", builds, "accumulate", (20, 24, 27), 30)
+    for stage in ("accumulate", "count+scan", "scatter"):
+        print(f"MSM builds, dense, device points: median ms ({stage} stage ms), two rounds")
+        msm_rows("build-", builds, stage, (20, 24, 27), 30)
+    ones = sorted(glob.glob(f"{m}/msm-ones-heavy-device-build-*-ones-*.json"))
+    for f in ones:
+        rows = json.load(open(f))["rows"]
+        cells = " ".join(
+            f"2^{r['log_size']} {r['median_ms']:.2f}{'' if r.get('check', True) else ' FAIL'}"
+            for r in rows
+        )
+        print(f"ones-heavy {f.split('build-')[1].split('-ones')[0]:>10}: {cells}")
 print("NTT forward / inverse / coset forward (natural order) / H step, median ms")
 for label in sorted({d.split("/")[-1][4:] for d in glob.glob(f"{m}/ntt-*")}):
     files = sorted(glob.glob(f"{m}/ntt-{label}/ntt-*.json"))

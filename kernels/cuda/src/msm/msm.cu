@@ -52,7 +52,7 @@ extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint3
     for (uint32_t w = 0; w < w_hi; w++) {
         bool neg;
         const uint32_t key = msm_key(s, w, c, B, W, is_zero, is_one, dg, &neg);
-        if (w >= w_lo) msm_warp_slot(counts, key);  // all 32 lanes take part, live or not
+        if (w >= w_lo) msm_warp_slot(counts, key, W * B);  // all 32 lanes, live or not
     }
 }
 
@@ -85,7 +85,14 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
         }
         if (w0 + MSM_SCATTER_GROUP <= w_lo) continue;  // the whole group is below the range
 #pragma unroll
-        for (int j = 0; j < MSM_SCATTER_GROUP; j++) peers[j] = __match_any_sync(0xffffffffu, key[j]);
+        for (int j = 0; j < MSM_SCATTER_GROUP; j++) {
+#if MSM_WARP_MATCH
+            peers[j] = __match_any_sync(0xffffffffu, key[j]);
+#else  // only the ones key shared (msm.cuh, MSM_WARP_MATCH); any other lane is its own peer
+            const uint32_t ones = __ballot_sync(0xffffffffu, key[j] == W * B);
+            peers[j] = key[j] == W * B ? ones : 1u << lane;
+#endif
+        }
 #pragma unroll
         for (int j = 0; j < MSM_SCATTER_GROUP; j++) {
             base[j] = 0;
