@@ -86,9 +86,9 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
         if (w0 + MSM_SCATTER_GROUP <= w_lo) continue;  // the whole group is below the range
 #pragma unroll
         for (int j = 0; j < MSM_SCATTER_GROUP; j++) {
-#if MSM_WARP_MATCH
+#if MSM_SCATTER_MATCH
             peers[j] = __match_any_sync(0xffffffffu, key[j]);
-#else  // only the ones key shared (msm.cuh, MSM_WARP_MATCH); any other lane is its own peer
+#else  // only the ones key shared (msm.cuh, MSM_SCATTER_MATCH); any other lane its own peer
             const uint32_t ones = __ballot_sync(0xffffffffu, key[j] == W * B);
             peers[j] = key[j] == W * B ? ones : 1u << lane;
 #endif

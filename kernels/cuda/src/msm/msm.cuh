@@ -486,23 +486,30 @@ __device__ __forceinline__ void msm_load_scalar(const uint32_t* scalars, uint64_
     s[4] = b.x, s[5] = b.y, s[6] = b.z, s[7] = b.w;
 }
 
-// MSM_WARP_MATCH: how the sort's kernels share atomics between the lanes of a warp. 1 (the
-// default): every key through __match_any_sync, so lanes holding the same key share one atomic
-// whatever it is. 0: only the ones bucket's key is shared (a __ballot_sync; it is the key that
-// half a witness's scalars hit), every other key takes its own atomic: a dense window's 32
-// lanes hold 32 different keys of 2^(c-1) almost always, and the match instruction that finds
-// no peers is pure cost. An A/B define: correct either way (atomics on one address serialize).
-#ifndef MSM_WARP_MATCH
-#define MSM_WARP_MATCH 1
+// MSM_COUNT_MATCH / MSM_SCATTER_MATCH: how the count and the scatter kernel share atomics
+// between the lanes of a warp. 1: every key through __match_any_sync, so lanes holding the
+// same key share one atomic whatever it is. 0: only the ones bucket's key is shared (a
+// __ballot_sync; the key half a witness's scalars hit), every other key takes its own atomic.
+// Correct either way (atomics on one address serialize). Measured on the H200 (2026-12-02,
+// docs/performance-notes.md, "MSM and SRS"): the count without the match took 28.6 -> 20.6 ms
+// at 2^27 and 3.9 -> 2.5 at 2^24 on dense scalars (a warp's 32 lanes hold 32 different keys
+// almost always, and the match that finds no peers only costs); the scatter did not move on
+// dense scalars and lost 1.1 -> 2.4 ms at 2^24 on ones-heavy ones (their repeated keys then
+// contend). Hence count 0, scatter 1.
+#ifndef MSM_COUNT_MATCH
+#define MSM_COUNT_MATCH 0
+#endif
+#ifndef MSM_SCATTER_MATCH
+#define MSM_SCATTER_MATCH 1
 #endif
 
 // Warp-aggregated "counter[key] += 1, return my slot": lanes holding the same key share one
 // atomic, so a bucket that half the scalars fall into (real witnesses) costs n/32 atomics, not
 // n. All 32 lanes must call it; key == 0xffffffff means "nothing to count"; ``ones`` is the
-// ones bucket's key (shared in either MSM_WARP_MATCH setting).
+// ones bucket's key (shared in either MSM_COUNT_MATCH setting).
 __device__ __forceinline__ uint32_t msm_warp_slot(uint32_t* counter, uint32_t key, uint32_t ones) {
     const uint32_t lane = threadIdx.x & 31;
-#if MSM_WARP_MATCH
+#if MSM_COUNT_MATCH
     (void)ones;
     const uint32_t peers = __match_any_sync(0xffffffffu, key);
 #else
