@@ -20,7 +20,7 @@ OUT=${OUT:-/tmp/gpu_check_out}
 MODE=${1:-coldstart}
 W=/tmp/gpu-check-$MODE
 mkdir -p "$OUT" "$W"
-export PROVETOP_COMMIT=${PROVETOP_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export PROVETOP_COMMIT=$(bash bench/commit.sh)  # pass it in: the device copy's git may lag
 P="python3 -m provetop"
 SUMMARY="$W/summary.txt"
 : >"$SUMMARY"

@@ -48,7 +48,7 @@ OUT=${OUT:-/tmp/engine_cuda_out}
 MODE=${1:-smoke}
 W=/tmp/engine-$MODE
 mkdir -p "$OUT" "$W"
-export PROVETOP_COMMIT=${PROVETOP_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+export PROVETOP_COMMIT=$(bash bench/commit.sh)  # pass it in: the device copy's git may lag
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv \
     | tee "$W/gpu.txt"
 P="python3 -m provetop"

@@ -13,7 +13,7 @@ export PYTHONPATH=${PYTHONPATH:-$PWD} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/kernels_ab_out}
 W=/tmp/kernels-ab
 mkdir -p "$OUT" "$W/ntt-off" "$W/ntt-on" "$W/msm"
-export PROVETOP_COMMIT=${PROVETOP_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export PROVETOP_COMMIT=$(bash bench/commit.sh)  # pass it in: the device copy's git may lag
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv \
     | tee "$W/gpu.txt"
 trap 'tar czf "$OUT/kernels-ab.tgz" -C /tmp kernels-ab' EXIT

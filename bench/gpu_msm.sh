@@ -26,7 +26,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/msm_out}
 mkdir -p "$OUT"
 MODE=${1:-quick}
-export PROVETOP_COMMIT=${PROVETOP_COMMIT:-$(git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}  # pass it in: the device copy has no .git
+export PROVETOP_COMMIT=$(bash bench/commit.sh)  # pass it in: the device copy's git may lag
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total \
     --format=csv | tee "$OUT/gpu.txt"
 ls -R kernels/cuda/cubin 2>/dev/null

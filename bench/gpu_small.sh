@@ -18,7 +18,7 @@ OUT=${OUT:-/tmp/small_out}
 M=/tmp/small
 mkdir -p "$OUT" "$M"
 trap 'tar czf "$OUT/small.tgz" -C /tmp small' EXIT
-export PROVETOP_COMMIT=${PROVETOP_COMMIT:-$(git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}
+export PROVETOP_COMMIT=$(bash bench/commit.sh)  # pass it in: the device copy's git may lag
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total \
     --format=csv | tee "$M/gpu.txt"
 SITE=""

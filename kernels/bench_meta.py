@@ -27,11 +27,16 @@ def _run(cmd: list[str]) -> str | None:
 
 def commit_of(tuning: KernelTuning | None) -> str:
     """The commit a result was measured at: the record's (``PROVETOP_COMMIT``, for copies of
-    the tree without git history, such as the device machine's), else ``git rev-parse HEAD``,
-    else "unknown"."""
+    the tree without git history, such as the device machine's), else ``git rev-parse HEAD``
+    with ``+dirty`` when the tracked files differ from it (a copy whose git metadata lags its
+    files says so instead of naming a commit that did not run), else "unknown"."""
     if tuning is not None and tuning.commit:
         return tuning.commit
-    return _run(["git", "rev-parse", "HEAD"]) or "unknown"
+    head = _run(["git", "rev-parse", "HEAD"])
+    if not head:
+        return "unknown"
+    changed = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+    return f"{head}+dirty" if changed else head
 
 
 def gpu_bench_meta(cp: Any, argv: list[str], tuning: KernelTuning | None = None) -> dict[str, Any]:
