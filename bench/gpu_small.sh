@@ -56,6 +56,17 @@ done
 # MSM_BUILDS: "tag:source:defines ..." (defines comma-separated, '-' for none), timed at
 # 2^20, 2^24, 2^27 (dense, device points, gmpy2) in two rounds; each call's --check verifies
 # its build's result at 2^20 against the CPU reference. Empty (the default): no such part.
+# BUILD_TESTS=1: every MSM GPU test on each build first (PROVETOP_TEST_TUNING=env makes the
+# suite's default settings the build's: tests/tuning_env.py)
+for v in ${MSM_BUILDS:-}; do
+    [ "${BUILD_TESTS:-0}" = 1 ] || break
+    IFS=: read -r tag src defs <<<"$v"
+    [ "$defs" = "-" ] && defs=""
+    echo "== GPU tests, build $tag" | tee -a "$M/log"
+    PYTHONPATH=.:$SITE PROVETOP_TEST_TUNING=env PROVETOP_MSM_SOURCE=$src \
+        PROVETOP_MSM_DEFINES=$defs timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
+        tests/kernels/test_cuda_msm.py 2>&1 | tee -a "$M/log" | tail -n 3
+done
 for r in 1 2; do
     for v in ${MSM_BUILDS:-}; do
         IFS=: read -r tag src defs <<<"$v"

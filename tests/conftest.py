@@ -1,6 +1,13 @@
 """Fixtures shared by the test files."""
 
+import os
+
 import pytest
+
+from tests import tuning_env
+
+# before any test module imports the kernels (PROVETOP_TEST_TUNING=env: an A/B build's settings)
+tuning_env.apply(os.environ)
 
 
 @pytest.fixture(scope="module")
