@@ -218,6 +218,12 @@ class StreamPlan:
     chunk: int | None = None
 
 
+def plan_rank(plan: MemoryPlan) -> tuple[int, bool, bool]:
+    """How fast a memory plan runs, as a sortable key (larger is faster): more slots, the aux
+    scalars beside H, the twiddle table kept."""
+    return (plan.slots, plan.z_with_h, not plan.release_tables)
+
+
 # The chunks plan_streaming weighs: the configured one times 4/4, 5/4, ..., 8/4. Why up to
 # twice: chunks of 1.5 x 2^22 were measured (porep-32g at 16 GiB on the H200, 2026-12-02:
 # gpu_total -82 ms against 2^22); a chunk's point buffers (four in one pass, 96 bytes a point)
@@ -248,9 +254,6 @@ def plan_streaming(
     small = min(streamed.values())
     n = max(sizes[q] for q in streamed)
 
-    def rank(p: MemoryPlan) -> tuple[int, bool, bool]:
-        return (p.slots, p.z_with_h, not p.release_tables)
-
     def cost(sp: StreamPlan, chunk: int) -> float:
         chunks = -(-n // chunk)
         c = min(sp.window_max or 0, stream_window_bits(n, None, chunks, tuning=tuning))
@@ -265,7 +268,7 @@ def plan_streaming(
             )
         except PlanError:
             continue
-        if rank(sp.plan) != rank(reference.plan) or sp.together < reference.together:
+        if plan_rank(sp.plan) != plan_rank(reference.plan) or sp.together < reference.together:
             continue
         c_cost = cost(sp, chunk)
         if c_cost < best_cost:
@@ -305,9 +308,6 @@ def plan_with_window(
     fp = cuda_footprint(base, sizes, streamed, tuning, floor)
     reference = choose_plan(free, fp, z, tables, device=device)
 
-    def rank(p: MemoryPlan) -> tuple[int, bool, bool]:
-        return (p.slots, p.z_with_h, not p.release_tables)
-
     modes = (True, False) if can_interleave(streamed, tuning) else (False,)
     for together in modes:
         for cap in range(top, floor - 1, -1):
@@ -316,7 +316,7 @@ def plan_with_window(
                 plan_c = choose_plan(free, fp_c, z, tables, device=device)
             except PlanError:
                 continue
-            if rank(plan_c) < rank(reference) or (together and not plan_c.z_with_h):
+            if plan_rank(plan_c) < plan_rank(reference) or (together and not plan_c.z_with_h):
                 continue
             return StreamPlan(fp_c, plan_c, cap, together)
     return StreamPlan(fp, reference, floor)
