@@ -966,8 +966,9 @@ def stream_window_bits(
     Why not the window of the whole query (:func:`choose_window_bits`): every chunk adds its
     sums into buckets that already hold the earlier chunks', and with many buckets
     per chunk those additions cost more than the windows saved (2^27 dense points in chunks
-    of 2^22, per the model: c = 19 is 22 % over a resident MSM at c = 22, and c = 22 would be
-    28 % over c = 19). ``window_max`` is the engine's cap from its memory plan."""
+    of 2^22 summed straight into the kept buckets, per the model: c = 20 is 17.5 % over a
+    resident MSM at c = 22, and c = 22 would be 40 % over it). ``tuning`` says how the chunks
+    are added (``msm_host_buckets``); ``window_max`` is the engine's cap from its memory plan."""
     top = max(min(MAX_WINDOW, window_max or MAX_WINDOW), MIN_WINDOW)
     rng = range(min(STREAM_MIN_WINDOW, top), top + 1)
     return min(rng, key=lambda c: (stream_cost(n, c, chunks, tuning=tuning), c))
@@ -978,8 +979,9 @@ def stream_window_floor(chunk: int, tuning: KernelTuning = DEFAULT_TUNING) -> in
     device memory (:func:`host_scratch_bytes`) than a chunk summed as an MSM of its own at the
     chunk's window: the engine's cap never goes below it, so keeping the buckets never makes
     a plan need more memory than streaming per chunk did (2^22-point chunks: c = 17 against
-    18, since the kept array and the chunk's own are two). Where no window does (chunks of a
-    few thousand points), the chunk's own window."""
+    the chunk's own 18, since the kept array spans the whole query's windows beside the
+    chunk's sort). Where no window does (chunks of a few thousand points), the chunk's own
+    window."""
     own = choose_window_bits(chunk)
     if tuning.msm_host_buckets == "chunk":
         return own
