@@ -160,7 +160,6 @@ def _lift_meta(meta: dict[str, Any], result: dict[str, Any] | None) -> None:
         return
     for key, value in (result.get("meta") or {}).items():
         meta.setdefault(key, value)
-    meta["command"] = meta.get("command") or ""
 
 
 def _write(path: str | Path, text: str) -> None:

@@ -46,7 +46,6 @@ def gpu_bench_meta(cp: Any, argv: list[str], tuning: KernelTuning | None = None)
     props = cp.cuda.runtime.getDeviceProperties(device.id)
     name = props["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
-    commit = commit_of(tuning)
     driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
     try:
         nvrtc = ".".join(map(str, cp.cuda.nvrtc.getVersion()))
@@ -61,29 +60,31 @@ def gpu_bench_meta(cp: Any, argv: list[str], tuning: KernelTuning | None = None)
         "cuda_runtime_version": cp.cuda.runtime.runtimeGetVersion(),
         "nvrtc_version": nvrtc,
         "cupy_version": cp.__version__,
-        "python": platform.python_version(),
-        "commit": commit,
-        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(argv),
     }
-    if tuning is not None:
-        meta["tuning"] = tuning.as_dict()
-    return meta
+    return _with_run(meta, argv, tuning)
 
 
 def host_bench_meta(argv: list[str], tuning: KernelTuning | None = None) -> dict[str, Any]:
     """The ``meta`` block of a benchmark that ran without a GPU (the CPU backend): the host's
     processor and Python, the commit, the UTC date and the exact command, so that a CPU
     figure says where and when it was taken as a GPU one does."""
-    meta: dict[str, Any] = {
+    meta = {
         "host": platform.node(),
         "machine": platform.machine(),
         "processor": platform.processor() or "unknown",
-        "python": platform.python_version(),
-        "commit": commit_of(tuning),
-        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(argv),
     }
+    return _with_run(meta, argv, tuning)
+
+
+def _with_run(meta: dict[str, Any], argv: list[str], tuning: KernelTuning | None) -> dict[str, Any]:
+    """``meta`` with what every result records whatever ran it: Python, the commit, the UTC
+    date, the command and the tuning record when there is one."""
+    meta.update(
+        python=platform.python_version(),
+        commit=commit_of(tuning),
+        date_utc=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        command=" ".join(argv),
+    )
     if tuning is not None:
         meta["tuning"] = tuning.as_dict()
     return meta
