@@ -35,6 +35,10 @@
 #                                      # with one worker and with two; no tests
 #   bash bench/gpu_engine.sh refresh   # the engine's GPU tests with today's default builds, then
 #                                      # aware16, naive16 and aware (uncapped), 1 proof each
+#   bash bench/gpu_engine.sh hostz     # the one pass reading the aux scalars from host memory
+#                                      # per chunk (PROVETOP_MSM_PASS_SCALARS=host) against z
+#                                      # copied up whole (=device): GPU tests, aware16 both ways,
+#                                      # aware12 and aware8 with host
 #   bash bench/gpu_engine.sh kept      # streamed chunks summed straight into the kept buckets
 #                                      # (PROVETOP_MSM_HOST_BUCKETS=query) against the merge
 #                                      # kernel (=query-merge): GPU tests, the 2^27 host-point
@@ -289,6 +293,24 @@ kept)  # a streamed MSM's later chunks summed straight into the kept buckets (qu
         --allocator aware
     for r in aware16-merge aware16-kept aware16-kept6m; do
         grep -E "plan|gpu_total|msm_h|pass|lost|OOM" "$W/$r.summary.txt" | head -n 12 \
+            | sed "s/^/$r: /" | tee -a "$TABLES"
+    done
+    ;;
+hostz)  # the aux scalars of the one pass: copied up whole before it (device) or sent up with
+    # each chunk from the witness's pinned pool (host), which frees 4.2 GB for larger chunks
+    # (16 GiB) and lets 12 and 8 GiB run the one pass at a larger window; same call
+    gpu_tests 100 tests/kernels/test_cuda_msm.py -k "host_scalars or host_streamed_queries"
+    gpu_tests 100 tests/engine/test_cuda.py -k "one_pass or streamed or fallback"
+    PROVETOP_MSM_PASS_SCALARS=device bench aware16-device 100 --preset porep-32g --proofs 1 \
+        --device-memory 16GiB --workers-per-device 2 --allocator aware
+    PROVETOP_MSM_PASS_SCALARS=host bench aware16-host 100 --preset porep-32g --proofs 1 \
+        --device-memory 16GiB --workers-per-device 2 --allocator aware
+    PROVETOP_MSM_PASS_SCALARS=host bench aware12-host 100 --preset porep-32g --proofs 1 \
+        --device-memory 12GiB --workers-per-device 2 --allocator aware
+    PROVETOP_MSM_PASS_SCALARS=host bench aware8-host 110 --preset porep-32g --proofs 1 \
+        --device-memory 8GiB --workers-per-device 2 --allocator aware
+    for r in aware16-device aware16-host aware12-host aware8-host; do
+        grep -E "memory plan|pre-stage|OOMs" "$W/$r.summary.txt" | head -n 4 \
             | sed "s/^/$r: /" | tee -a "$TABLES"
     done
     ;;

@@ -55,6 +55,7 @@ from kernels.cuda.msm import (
     companion_window_cap,
     host_scratch_bytes,
     many_scratch_bytes,
+    pass_scalar_slots,
     scratch_bytes,
     stream_cost,
     stream_window_bits,
@@ -74,6 +75,7 @@ class BoundBackend:
         window_max: int | None = None,
         together: list[str] | None = None,
         chunk: int | None = None,
+        host_scalars: bool = False,
     ) -> None:
         self.backend = backend
         self.device = device
@@ -81,6 +83,8 @@ class BoundBackend:
         self.window_max = window_max  # the streamed MSMs' window cap (:func:`plan_with_window`)
         self.together = together  # the queries streamed in one pass (H first), or None
         self.chunk = chunk  # points per upload of a streamed MSM (:func:`plan_streaming`)
+        # the one pass reads the aux scalars from host memory, chunk by chunk (no device copy)
+        self.host_scalars = bool(together) and host_scalars
 
     def h_step(self, a: Any, b: Any, c: Any, **kw: Any) -> Any:
         args = {**self.device.kernel_args("ntt_scratch"), "overwrite_inputs": True, **kw}
@@ -103,6 +107,8 @@ class BoundBackend:
         args.setdefault("lead", INTERLEAVE_LEAD)
         if self.chunk is not None:
             args.setdefault("chunk", self.chunk)
+        if self.host_scalars:
+            args.setdefault("host_scalars", True)
         return self.backend.msm_many(points, scalars, **args)
 
     def ntt(self, x: Any, **kw: Any) -> Any:
@@ -193,9 +199,27 @@ def interleaved_bytes(
     for q in qs:
         cap = window_max if q == "h" else companion_window_cap(window_max)
         windows.append(stream_window_bits(sizes[q], cap, -(-sizes[q] // chunk), tuning=tuning))
+    slots = 0
+    if pass_reads_host_scalars(tuning):  # every query but H reads z from host memory
+        shared = [q != "h" for q in qs]
+        slots = pass_scalar_slots(
+            [sizes[q] for q in qs], chunk, shared, INTERLEAVE_BUFFERS, INTERLEAVE_LEAD
+        )
     return many_scratch_bytes(
-        [sizes[q] for q in qs], chunk, windows, INTERLEAVE_BUFFERS, tuning=tuning
+        [sizes[q] for q in qs],
+        chunk,
+        windows,
+        INTERLEAVE_BUFFERS,
+        scalar_slots=slots,
+        tuning=tuning,
     )
+
+
+def pass_reads_host_scalars(tuning: KernelTuning) -> bool:
+    """Whether a joint pass reads the aux scalars from host memory, chunk by chunk
+    (``PROVETOP_MSM_PASS_SCALARS=host``): then the plan of a joint pass needs no device copy
+    of z, only the pass's scalar buffers (:func:`interleaved_bytes`)."""
+    return tuning.msm_pass_scalars == "host"
 
 
 def window_floor(streamed: dict[str, int], tuning: KernelTuning) -> int:
@@ -216,6 +240,7 @@ class StreamPlan:
     window_max: int | None = None
     together: bool = False
     chunk: int | None = None
+    host_scalars: bool = False  # the joint pass reads z from host memory (no device copy)
 
 
 def plan_rank(plan: MemoryPlan) -> tuple[int, bool, bool]:
@@ -224,11 +249,13 @@ def plan_rank(plan: MemoryPlan) -> tuple[int, bool, bool]:
     return (plan.slots, plan.z_with_h, not plan.release_tables)
 
 
-# The chunks plan_streaming weighs: the configured one times 4/4, 5/4, ..., 8/4. Why up to
-# twice: chunks of 1.5 x 2^22 were measured (porep-32g at 16 GiB on the H200, 2026-12-02:
-# gpu_total -82 ms against 2^22); a chunk's point buffers (four in one pass, 96 bytes a point)
-# grow with it, so larger ones rarely fit where streaming is needed at all.
-CHUNK_STEPS = (4, 5, 6, 7, 8)
+# The chunks plan_streaming weighs: the configured one times 4/4, 5/4, ..., 16/4. Why up to
+# four times: chunks of 1.5 x 2^22 were measured (porep-32g at 16 GiB on the H200, 2026-12-02:
+# gpu_total -82 ms against 2^22), and by the cost model H's streamed sums keep falling to
+# 2^24-point chunks (1.134 of a resident MSM at 6 Mi, 1.110 at 8 Mi, 1.078 at 16 Mi, c = 20);
+# a chunk's point buffers (four in one pass, 96 bytes a point) grow with it, so the largest fit
+# only where the pass leaves the aux scalars in host memory or the card has room to spare.
+CHUNK_STEPS = tuple(range(4, 17))
 
 
 def plan_streaming(
@@ -310,15 +337,16 @@ def plan_with_window(
 
     modes = (True, False) if can_interleave(streamed, tuning) else (False,)
     for together in modes:
+        host_z = together and pass_reads_host_scalars(tuning)
         for cap in range(top, floor - 1, -1):
             fp_c = cuda_footprint(base, sizes, streamed, tuning, cap, together)
             try:
-                plan_c = choose_plan(free, fp_c, z, tables, device=device)
+                plan_c = choose_plan(free, fp_c, 0 if host_z else z, tables, device=device)
             except PlanError:
                 continue
             if plan_rank(plan_c) < plan_rank(reference) or (together and not plan_c.z_with_h):
                 continue
-            return StreamPlan(fp_c, plan_c, cap, together)
+            return StreamPlan(fp_c, plan_c, cap, together, host_scalars=host_z)
     return StreamPlan(fp, reference, floor)
 
 
@@ -520,10 +548,11 @@ class CudaRun:
             chosen = plan_streaming(free, ctx.footprint, sizes, streamed, kt, z, tables, where)
             fp, plan = chosen.footprint, chosen.plan
             window_max, together, chunk = chosen.window_max, chosen.together, chosen.chunk
-            emit_plan(ctx.bus, device, plan, fp, window_max, together, chunk)
+            host_z = chosen.host_scalars
+            emit_plan(ctx.bus, device, plan, fp, window_max, together, chunk, host_z)
         else:  # naive: the floor's window, the smallest bucket arrays, one query at a time
             window_max = window_floor(streamed, kt) if streamed else None
-            together, chunk = False, None
+            together, chunk, host_z = False, None, False
             fp = cuda_footprint(ctx.footprint, sizes, streamed, kt, window_max)
         with self._lock:
             if plan.slots == 1:
@@ -544,6 +573,7 @@ class CudaRun:
                 window_max,
                 interleaved_order(streamed) if together else None,
                 chunk,
+                host_z,
             ),
             srs=srs,
             footprint=fp,
@@ -614,17 +644,21 @@ def emit_plan(
     window_max: int | None = None,
     together: bool = False,
     chunk: int | None = None,
+    host_scalars: bool = False,
 ) -> None:
     """The device's plan as an ``alloc`` event of the run (site ``plan``; proof, partition
     and worker -1, as the SRS placement's), so the dashboard and the recording show it, with
     the streamed MSMs' window cap where any query is streamed, whether they run in one
-    interleaved pass, and their chunk."""
+    interleaved pass, their chunk, and whether the pass reads the aux scalars from host
+    memory."""
     reason = f"memory plan {plan.reason}"
     if window_max:
         how = "in one interleaved pass" if together else "one after the other"
         reason += f"; streamed MSMs {how}, at a window of at most {window_max} bits"
         if chunk:
             reason += f", in chunks of {chunk} points"
+        if host_scalars:
+            reason += ", the aux scalars sent up with each chunk"
     bus.emit(
         "alloc",
         proof=-1,

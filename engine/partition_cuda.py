@@ -158,13 +158,20 @@ class CudaPartition:
             return self.device.copy_timer()
         return None
 
+    def _z_on_device(self, w: Any) -> bool:
+        """Whether this partition copies the aux scalars to the device: not where the one
+        pass reads them from the witness's pinned memory chunk by chunk
+        (``BoundBackend.host_scalars``: its scalar buffers are in the pass's footprint)."""
+        pass_reads_host = getattr(getattr(self.ctx, "backend", None), "host_scalars", False)
+        return bool(self.real and w.pinned and not pass_reads_host)
+
     def gpu_extra(self, w: Any, prestaged: bool) -> int:
         """The ledger entry with the aux scalars' block (msm_scalars, 4.2 GB at 2^27), which
         the footprint does not know: without it a neighbour's pre-stage could be granted the
         memory this partition's scalars need after its H step. On the fallback path the
         region peaks at a, b, c, or at d_a + scalars + the largest MSM scratch."""
         extra = self.host.gpu_extra(w, prestaged)
-        if not (self.real and w.pinned):
+        if not self._z_on_device(w):
             return extra
         fp, z = self.ctx.footprint, self.device.round(int(w.z.nbytes))
         if prestaged:
@@ -173,7 +180,7 @@ class CudaPartition:
 
     def region_need(self, w: Any) -> int:
         need = self.host.region_need(w)
-        if self.real and w.pinned:
+        if self._z_on_device(w):
             need += self.device.round(int(w.z.nbytes))  # the aux scalars' block (msm_scalars)
         return need
 
@@ -286,6 +293,10 @@ class CudaPartition:
     def msm_scalars(self, att: Attempt, w: Any, h: Any) -> dict[str, Any]:
         if not (self.real and w.pinned):
             return self.host.msm_scalars(att, w, h)
+        s = self.ctx.sizes
+        if h is not None and not self._z_on_device(w):
+            # the one pass reads z's prefixes from the pinned pool, chunk by chunk
+            return {"h": h, "l": w.z[: s.l], "a": w.z[: s.a], "b_g1": w.z[: s.b_g1]}
         if h is None:  # after H's block went back (a small card's plan): make room for z
             self._room(int(w.z.nbytes) + self.ctx.footprint.margin)
         blk = self.scope.malloc(att, int(w.z.nbytes), "async", "msm_scalars")
@@ -297,7 +308,6 @@ class CudaPartition:
             self._z_pending = (w.z, z)
         else:
             z, self._z_ready = self.device.upload_async(w.z, blk)
-        s = self.ctx.sizes
         out = {"l": z[: s.l], "a": z[: s.a], "b_g1": z[: s.b_g1]}
         return out if h is None else {"h": h, **out}
 

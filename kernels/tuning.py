@@ -23,6 +23,7 @@ ON_OFF = ("off", "on")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 MSM_SORTS = ("counting", "radix")
 MSM_HOST_BUCKETS = ("query", "query-merge", "chunk")
+MSM_PASS_SCALARS = ("device", "host")
 MSM_REDUCES = ("span", "scaled", "auto")
 # The default affine-pairing threshold: 2^40 pairs is more than any MSM here ever has (2^27
 # scalars), so no pass runs unless a run asks for one.
@@ -127,6 +128,7 @@ class KernelTuning:
     msm_host_buckets: str = "query"
     msm_host_interleave: str = "on"
     msm_host_chunk_grow: str = "on"
+    msm_pass_scalars: str = "device"
     cubin_dir: str = ""  # empty: the package's own prebuilt folder
     commit: str = ""  # empty: ``git rev-parse HEAD`` where git is there
 
@@ -276,6 +278,16 @@ SETTINGS: tuple[Setting, ...] = (
         "whether the engine may stream in chunks of up to twice PROVETOP_MSM_HOST_CHUNK where "
         "the device's memory plan stays as fast (fewer chunks: fewer additions into kept "
         "buckets), or always in chunks of PROVETOP_MSM_HOST_CHUNK",
+    ),
+    Setting(
+        "PROVETOP_MSM_PASS_SCALARS",
+        "msm_pass_scalars",
+        choice("PROVETOP_MSM_PASS_SCALARS", MSM_PASS_SCALARS),
+        "`device` (default), `host`",
+        "where the aux scalars of the engine's one streamed pass live: copied up whole into "
+        "the device before the pass (`device`: 4.2 GB at 2^27, held through the pass), or "
+        "left in the witness's pinned memory and sent up chunk by chunk beside the points "
+        "(`host`: two chunk-sized buffers; the memory plan counts either)",
     ),
     Setting(
         "PROVETOP_CUBIN_DIR",

@@ -44,6 +44,15 @@ def is_host(x: Any) -> bool:
     return isinstance(x, np.ndarray) or not hasattr(x, "data") or not hasattr(x, "device")
 
 
+def _host_scalars(x: Any) -> np.ndarray:
+    """Host scalars as the streamed pass reads them: a (n, 4) uint64 view, C-contiguous (a
+    prefix of one array keeps its address, so prefixes of one witness share their uploads)."""
+    arr = np.asarray(x)
+    if arr.ndim != 2 or arr.shape[1] != 4 or arr.dtype != np.uint64:
+        raise ValueError(f"msm scalars must be a uint64 (n, 4) array, got {arr.dtype} {arr.shape}")
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+
+
 def uncached_allocator(cupy: Any) -> Any:
     """An allocator whose blocks are plain cudaMalloc, freed by cudaFree when the last array
     over them goes: for temporaries that must not stay in CuPy's caching pool."""
@@ -277,6 +286,7 @@ class CudaBackend:
         lead: int = 0,
         prelude: list[tuple[np.ndarray, Any]] | None = None,
         chunk: int | None = None,
+        host_scalars: bool = False,
     ) -> list[np.ndarray]:
         """Several MSMs whose points are all in (pinned) host memory, streamed together
         (:func:`kernels.cuda.msm.msm_host_points_many`: their chunks interleaved through
@@ -285,7 +295,9 @@ class CudaBackend:
         ``ready``: per query, an event its scalars' upload records, or None; ``lead`` and
         ``prelude`` (host-to-device copies the later queries need, made on the pass's copy
         stream after the first query's first chunks): as ``msm_host_points_many`` takes them;
-        ``chunk``: points per upload (default :attr:`host_chunk`)."""
+        ``chunk``: points per upload (default :attr:`host_chunk`); ``host_scalars``: scalars in
+        host memory stay there and go up per chunk beside the points (queries over prefixes
+        of one array share each chunk's upload), instead of being copied up whole first."""
         k = len(points)
         caps = windows_max or [None] * k
         events = ready or [None] * k
@@ -296,7 +308,8 @@ class CudaBackend:
                 if not is_host(pts):
                     raise ValueError("msm_many streams host points only")
                 pts = pts if pts.dtype == np.uint64 else np.asarray(pts, np.uint64)
-                dsc = self._device(sc, "msm scalars")
+                keep = host_scalars and is_host(sc)
+                dsc = _host_scalars(sc) if keep else self._device(sc, "msm scalars")
                 jobs.append(msm.StreamedQuery(pts, dsc, window_max=cap, ready=ev))
             return msm.msm_host_points_many(
                 jobs,

@@ -1057,12 +1057,18 @@ class _StreamingKit:
         # a joint pass: the prelude's copies done; the count stages' read-backs, in turn
         self.prelude = event()
         self.counted = [event(), event()]
+        self.scalars_up: list[Any] = []  # one per scalar buffer of a pass (ScalarFeed)
+        self.scalars_read: list[Any] = []
 
-    def buffers(self, count: int) -> None:
-        """Make sure there are events for ``count`` chunk buffers (made once, then kept)."""
+    def buffers(self, count: int, scalar_slots: int = 0) -> None:
+        """Make sure there are events for ``count`` chunk buffers and ``scalar_slots`` scalar
+        buffers (made once, then kept)."""
         while len(self.uploaded) < count:
             self.uploaded.append(self._event())
             self.consumed.append(self._event())
+        while len(self.scalars_up) < scalar_slots:
+            self.scalars_up.append(self._event())
+            self.scalars_read.append(self._event())
 
 
 _kits = threading.local()
@@ -1116,10 +1122,10 @@ def msm_host_points(
 
 @dataclass
 class StreamedQuery:
-    """One MSM of :func:`msm_host_points_many`: host ``points``, device ``scalars``, its
-    window (``window_bits``) or the cap on it (``window_max``), and ``ready``: a CUDA event
-    its scalars' upload records (the compute stream waits for it before the query's first
-    chunk, not before the whole call)."""
+    """One MSM of :func:`msm_host_points_many`: host ``points``, ``scalars`` on the device or
+    in host memory (sent up per chunk), its window (``window_bits``) or the cap on it
+    (``window_max``), and ``ready``: a CUDA event its scalars' upload records (the compute
+    stream waits for it before the query's first chunk, not before the whole call)."""
 
     points: np.ndarray
     scalars: Any
@@ -1128,23 +1134,114 @@ class StreamedQuery:
     ready: Any = None
 
 
-def interleave_order(chunks: list[int], lead: int = 0) -> list[tuple[int, int]]:
+def interleave_order(
+    chunks: list[int], lead: int = 0, grouped: bool = False
+) -> list[tuple[int, int]]:
     """(query, chunk) in the order a joint streamed MSM takes them: each query's chunks spread
     evenly over the run (chunk k of a query of K chunks at (k + 1/2) / K; ties in query order),
     the queries after the first starting only after its first ``lead`` chunks. Why: the dense
     H query is compute-bound (~40 ms of sums per 2^22-point chunk against ~7 ms of copy) and
     the ones-heavy L, A, B-G1 are copy-bound (~3 ms of sums), so putting the copy-bound chunks
     between H's lets their copies run under H's sums; and a lead lets H's first chunks run
-    while the others' scalars are still going up (in the engine, 4.2 GB of them)."""
+    while the others' scalars are still going up (in the engine, 4.2 GB of them).
+
+    ``grouped``: chunk k of every query after the first at one place (that of the longest
+    one's chunk k), so that queries reading prefixes of one host scalar array (the engine's
+    L, A, B-G1 read z) take their chunk k one after the other and one upload of those rows
+    serves them all (:func:`plan_scalar_feed`)."""
     first = chunks[0] if chunks else 1
     lead_at = min(lead, first) / first
+    longest = max(chunks[1:], default=1) or 1
 
     def at(q: int, k: int, n: int) -> float:
-        x = (k + 0.5) / n
-        return x if q == 0 else lead_at + x * (1 - lead_at)
+        if q == 0:
+            return (k + 0.5) / n
+        x = (k + 0.5) / (longest if grouped else n)
+        return lead_at + x * (1 - lead_at)
 
     keys = [(at(q, k, n), q, k) for q, n in enumerate(chunks) for k in range(n)]
     return [(q, k) for _, q, k in sorted(keys)]
+
+
+@dataclass(frozen=True)
+class ScalarFeed:
+    """How a joint pass sends up the scalars that live in host memory, chunk by chunk: one
+    upload per distinct row range of one host array (queries over prefixes of one array share
+    chunk k's upload), into ``slots`` device buffers used in turn.
+
+    ``use``: per entry of the order, the upload whose buffer its scalars are (None: the query's
+    scalars are on the device); ``uploads``: (query read, first row, end row) in the order they
+    go up; ``first``/``last``: per upload, the order entries that read it first and last."""
+
+    use: list[int | None]
+    uploads: list[tuple[int, int, int]]
+    first: list[int]
+    last: list[int]
+    slots: int
+
+
+def plan_scalar_feed(
+    order: list[tuple[int, int]],
+    sizes: list[int],
+    chunk: int,
+    keys: list[Any],
+    buffers: int,
+) -> ScalarFeed:
+    """The :class:`ScalarFeed` of a pass taking ``order`` (:func:`interleave_order`) with
+    ``buffers`` point buffers. ``keys``: per query, where its host scalars begin (queries of
+    one key read prefixes of one array), or None for scalars on the device.
+
+    Why ``slots`` is computed, not fixed: the upload of a chunk's rows is queued when its
+    points are (``buffers`` - 1 chunks ahead of the sums), and a buffer may be refilled only
+    once the sums of the last chunk reading its previous rows have been queued (the copy
+    stream waits for an event they record, which must have been recorded by then). The
+    smallest count that meets this for every upload is taken, two at least (the next rows go
+    up while the current are read): 2 for the engine's order."""
+    use: list[int | None] = []
+    uploads: list[tuple[int, int, int]] = []
+    first: list[int] = []
+    last: list[int] = []
+    by_rows: dict[tuple[Any, int], int] = {}
+    for i, (q, k) in enumerate(order):
+        if keys[q] is None:
+            use.append(None)
+            continue
+        lo, hi = k * chunk, min(k * chunk + chunk, sizes[q])
+        u = by_rows.get((keys[q], lo))
+        if u is None:
+            u = by_rows[(keys[q], lo)] = len(uploads)
+            uploads.append((q, lo, hi))
+            first.append(i)
+            last.append(i)
+        else:
+            q0, lo0, hi0 = uploads[u]
+            if hi > hi0:
+                uploads[u] = (q, lo, hi)
+            last[u] = i
+        use.append(u)
+    # the copy stream runs buffers - 1 chunks ahead of the sums; with one point buffer a
+    # chunk's scalars still go up one chunk ahead, when its count stage is queued
+    lag = max(1, buffers - 1)
+    slots = min(2, len(uploads))  # two at least: the next rows go up while these are read
+    while slots < len(uploads) and any(
+        last[u - slots] > first[u] - lag - 1 for u in range(slots, len(uploads))
+    ):
+        slots += 1
+    return ScalarFeed(use, uploads, first, last, slots)
+
+
+def pass_scalar_slots(
+    sizes: list[int], chunk: int, shared: list[bool], buffers: int, lead: int = 0
+) -> int:
+    """Scalar buffers (``chunk`` rows of 32 bytes each) that a joint pass over queries of
+    ``sizes`` points needs when those marked ``shared`` read prefixes of one host array and the
+    rest have their scalars on the device: the memory model's side of :func:`plan_scalar_feed`,
+    on the same order."""
+    chunk = max(1, min(chunk, max(sizes, default=1) or 1))
+    chunks = [-(-n // chunk) for n in sizes]
+    order = interleave_order(chunks, lead, grouped=any(shared))
+    keys = ["host" if sh else None for sh in shared]
+    return plan_scalar_feed(order, sizes, chunk, keys, buffers).slots
 
 
 def many_scratch_bytes(
@@ -1153,10 +1250,13 @@ def many_scratch_bytes(
     windows: list[int],
     buffers: int = 2,
     *,
+    scalar_slots: int = 0,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> int:
     """Peak device bytes of :func:`msm_host_points_many` for queries of ``sizes`` points at
-    windows of at most ``windows``: ``buffers`` point buffers of ``chunk`` rows, each query's
+    windows of at most ``windows``: ``buffers`` point buffers of ``chunk`` rows (and
+    ``scalar_slots`` scalar buffers of as many rows, 32 bytes each, where the scalars are
+    sent up per chunk: :func:`pass_scalar_slots`), each query's
     bucket arrays (the kept one, and with ``query-merge`` the one its later chunks are summed
     into), one chunk's :func:`scratch_bytes` at the largest window any query may take, and the
     next chunk's offsets (its count stage runs one chunk ahead). A chunk's sums go into a
@@ -1177,7 +1277,14 @@ def many_scratch_bytes(
         for w in range(lo, top + 1)
     )
     ahead = 4 * (make_plan(m, top).K + 1)  # the next chunk's offsets, counted one chunk ahead
-    return buffers * m * 96 + arrays + sort + ahead
+    return buffers * m * 96 + scalar_slots * m * 32 + arrays + sort + ahead
+
+
+def _host_key(scalars: Any) -> int | None:
+    """Where a query's scalars begin in host memory (None: they are on the device)."""
+    if not isinstance(scalars, np.ndarray):
+        return None
+    return int(scalars.__array_interface__["data"][0])
 
 
 def msm_host_points_many(
@@ -1198,12 +1305,22 @@ def msm_host_points_many(
     copy stream running up to ``buffers`` - 1 chunks ahead of the sums. With one query and two
     buffers this is :func:`msm_host_points`. Device memory: :func:`many_scratch_bytes`.
 
+    A query's scalars may be on the device or in (pinned) host memory. Host scalars go up
+    chunk by chunk beside the points, through a few scalar buffers (:func:`plan_scalar_feed`):
+    queries whose host scalars begin at one address (prefixes of one array, as the engine's
+    L, A and B-G1 of z) take their chunk k together (the order is then ``grouped``) and share
+    one upload of those rows. Why: the engine's aux scalars (4.2 GB at 2^27) need not sit on
+    the device through the whole pass. The window of a query with host scalars is chosen from
+    its row count (counting its non-trivial scalars would read them all on the host): at the
+    engine's companion cap it is the same window for any witness with a million of them.
+
     ``prelude``: (host, device) copies the queries after the first need (the engine's aux
-    scalars), made on the copy stream just before the first of their chunks, so that they do
-    not share the link with the first query's first chunks; those queries' sums wait for them.
-    Each chunk's count stage (:func:`count_stage`) is queued before the previous chunk's
-    accumulation, so the host reads its sizes back while the GPU still has work. A query's
-    window (from its scalars: one host sync) and buckets are made at its first chunk.
+    scalars when they are on the device), made on the copy stream just before the first of
+    their chunks, so that they do not share the link with the first query's first chunks;
+    those queries' sums wait for them. Each chunk's count stage (:func:`count_stage`) is queued
+    before the previous chunk's accumulation, so the host reads its sizes back while the GPU
+    still has work. A query's window (from its scalars: one host sync) and buckets are made at
+    its first chunk.
 
     ``chunk_events``: for a probe, (start, end) CUDA event pairs made beforehand (making an
     event can wait for the running kernel), one per chunk in the order taken; each chunk's
@@ -1214,21 +1331,25 @@ def msm_host_points_many(
     mod = kernels(tuning)
     merge = tuning.msm_host_buckets == "query-merge"
     chunk = max(1, min(chunk, max(ns, default=1) or 1))
+    keys = [_host_key(j.scalars) for j in jobs]
     with on_stream(stream, allocator) as s:
         nq = len(jobs)
         windows: list[int] = [0] * nq
         plans: list[Any] = [None] * nq
         kept: list[Any] = [None] * nq
         parts: list[Any] = [None] * nq
-        order = interleave_order([-(-n // chunk) for n in ns], lead)
+        grouped = any(k is not None for k in keys[1:])
+        order = interleave_order([-(-n // chunk) for n in ns], lead, grouped)
         pairs = list(chunk_events) if chunk_events is not None else None
         if pairs is not None:
             chunk_events.clear()
         kit = _streaming_kit(cupy)
         nb = max(1, min(buffers, len(order)))
-        kit.buffers(nb)
+        feed = plan_scalar_feed(order, ns, chunk, keys, nb)
+        kit.buffers(nb, feed.slots)
         copy_stream = kit.copy_stream
         bufs = [cupy.empty((chunk, 12), dtype=np.uint64) for _ in range(nb)]
+        sbufs = [cupy.empty((chunk, 4), dtype=np.uint64) for _ in range(feed.slots)]
         # The buffers come from the allocator in the order of the compute stream; with a
         # stream-ordered pool they may be memory a kernel still queued there has just freed.
         # The copy stream must not write them before that work is done.
@@ -1236,6 +1357,7 @@ def msm_host_points_many(
         copy_stream.wait_event(kit.allocated)
         uploaded, consumed = kit.uploaded, kit.consumed
         prelude_sent = not prelude
+        sent = [False] * len(feed.uploads)
 
         def send_prelude() -> None:
             nonlocal prelude_sent
@@ -1246,10 +1368,33 @@ def msm_host_points_many(
                 dev.set(host, stream=copy_stream)
             kit.prelude.record(copy_stream)
 
+        def send_scalars(i: int) -> None:
+            """The host scalars chunk i reads, if no earlier chunk has sent them up."""
+            u = feed.use[i]
+            if u is None or sent[u]:
+                return
+            sent[u] = True
+            q, lo, hi = feed.uploads[u]
+            slot = u % feed.slots
+            if u >= feed.slots:  # the last chunk reading the slot's previous rows is done
+                copy_stream.wait_event(kit.scalars_read[slot])
+            sbufs[slot][: hi - lo].set(jobs[q].scalars[lo:hi], stream=copy_stream)
+            kit.scalars_up[slot].record(copy_stream)
+
+        def scalars_of(i: int) -> Any:
+            """Chunk i's scalars on the device (for host scalars: in their buffer)."""
+            q, k = order[i]
+            lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
+            u = feed.use[i]
+            if u is None:
+                return jobs[q].scalars[lo:hi]
+            return sbufs[u % feed.slots][: hi - lo]
+
         def upload(i: int) -> None:
             q, k = order[i]
             if q > 0:
                 send_prelude()
+            send_scalars(i)  # first: the chunk's count stage (queued earlier) waits for them
             lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
             b = i % nb
             if i >= nb:
@@ -1265,11 +1410,9 @@ def msm_host_points_many(
             if q > 0 and prelude:
                 send_prelude()
                 s.wait_event(kit.prelude)
+            nontrivial = n if keys[q] is not None else (tail_count(j.scalars) if n else 0)
             c = j.window_bits or stream_window_bits(
-                tail_count(j.scalars) if n else 0,
-                j.window_max,
-                -(-n // chunk) if n else 1,
-                tuning=tuning,
+                nontrivial, j.window_max, -(-n // chunk) if n else 1, tuning=tuning
             )
             p = make_plan(chunk, c)
             windows[q], plans[q] = c, p
@@ -1283,8 +1426,13 @@ def msm_host_points_many(
             if plans[q] is None:
                 begin(q)
             lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
+            u = feed.use[i]
+            if u is not None:
+                if not sent[u]:  # (one buffer: its points are queued after this count)
+                    send_scalars(i)
+                s.wait_event(kit.scalars_up[u % feed.slots])
             done = kit.counted[i % 2]
-            return count_stage(mod, jobs[q].scalars[lo:hi], hi - lo, plans[q], s, tuning, done)
+            return count_stage(mod, scalars_of(i), hi - lo, plans[q], s, tuning, done)
 
         try:
             for i in range(min(nb - 1, len(order))):
@@ -1299,7 +1447,7 @@ def msm_host_points_many(
                 b = i % nb
                 s.wait_event(uploaded[b])
                 lo, hi = k * chunk, min(k * chunk + chunk, ns[q])
-                pts, sc = bufs[b][: hi - lo], jobs[q].scalars[lo:hi]
+                pts, sc = bufs[b][: hi - lo], scalars_of(i)
                 p = plans[q]
                 if pairs is not None:
                     pairs[i][0].record(s)
@@ -1312,6 +1460,8 @@ def msm_host_points_many(
                         mod, pts, sc, p, kept[q], s, tuning, counted=counted, kept=k > 0
                     )
                     consumed[b].record(s)
+                if feed.use[i] is not None:
+                    kit.scalars_read[feed.use[i] % feed.slots].record(s)
                 if pairs is not None:
                     pairs[i][1].record(s)
                     chunk_events.append((q, k, *pairs[i]))
@@ -1324,6 +1474,7 @@ def msm_host_points_many(
             kit.drained.record(copy_stream)
             s.wait_event(kit.drained)
         bufs.clear()  # the chunk buffers go back before the reductions allocate
+        sbufs.clear()
         parts[:] = [None] * nq
         sums = []
         for q in range(nq):
@@ -1402,8 +1553,11 @@ __all__ = [
     "companion_window_cap",
     "INTERLEAVE_BUFFERS",
     "INTERLEAVE_LEAD",
+    "ScalarFeed",
     "StreamedQuery",
     "interleave_order",
+    "pass_scalar_slots",
+    "plan_scalar_feed",
     "many_scratch_bytes",
     "msm_host_points",
     "msm_host_points_many",

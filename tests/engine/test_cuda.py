@@ -420,6 +420,12 @@ def test_cuda_ops_reserve_their_scalars_block_for_the_gpu_region():
     assert ops.gpu_extra(w, True) == fp.msm_max + rz
     assert ops.region_need(w) == fp.msm_max + fp.margin + rz
     assert ops.gpu_extra(w, False) == max(4 * u, u + rz + fp.msm_max)
+    # a one pass that reads z from host memory chunk by chunk: no block for z at all
+    ctx.backend = types.SimpleNamespace(host_scalars=True)
+    assert ops.gpu_extra(w, True) == fp.gpu_extra(True)
+    assert ops.region_need(w) == fp.msm_max + fp.margin
+    assert ops.gpu_extra(w, False) == fp.gpu_extra(False)
+    ctx.backend = None
     ops.real = False  # a modeled device: the footprint alone
     assert ops.gpu_extra(w, True) == fp.gpu_extra(True)
 
@@ -552,6 +558,11 @@ def test_bound_backend_runs_the_one_pass_with_caps_lead_and_buffers():
     assert "chunk" not in kw  # none planned: the backend's own
     BoundBackend(Recorder(), Dev(), window_max=19, chunk=5 << 20).msm_many([1], [2])
     assert calls[1]["chunk"] == 5 << 20
+    assert "host_scalars" not in calls[0] and "host_scalars" not in calls[1]
+    # a pass planned to read z from host memory says so; without a pass the flag is moot
+    BoundBackend(Recorder(), Dev(), 19, ["h", "l"], host_scalars=True).msm_many([1, 2], [3, 4])
+    assert calls[2]["host_scalars"] is True
+    assert not BoundBackend(Recorder(), Dev(), 19, None, host_scalars=True).host_scalars
 
 
 @pytest.mark.parametrize(
@@ -1019,16 +1030,19 @@ def _run_engine(cfg, **kw):
 
 
 @pytest.mark.gpu
-def test_gpu_engine_streams_every_query_in_one_pass_and_verifies(cp, monkeypatch):
+@pytest.mark.parametrize("scalars", ["device", "host"])
+def test_gpu_engine_streams_every_query_in_one_pass_and_verifies(cp, monkeypatch, scalars):
     """Every query's points in pinned host memory (the residency decision forced to the host,
     as on a 16 GiB card), chunks of 128 points: the aware plan runs the four MSMs in one pass
-    (phase ``msm_interleaved``, the aux scalars copied by the pass itself), and every
-    partition verifies exactly on the GPU."""
+    (phase ``msm_interleaved``; the aux scalars copied by the pass itself, or, with
+    ``msm_pass_scalars = "host"``, sent up chunk by chunk from the witness's pinned pool), and
+    every partition verifies exactly on the GPU."""
     from dataclasses import replace
 
     from engine import cuda_pipeline
     from engine.config import from_preset
     from engine.residency import plan_residency
+    from engine.tuning import Tuning
     from kernels.cuda.backend import CudaBackend
 
     def all_host(sizes, free, fp, workers, chunk_bytes):
@@ -1036,13 +1050,28 @@ def test_gpu_engine_streams_every_query_in_one_pass_and_verifies(cp, monkeypatch
         return [replace(p, where="host", reason="pinned host (the test's choice)") for p in placed]
 
     monkeypatch.setattr(cuda_pipeline, "plan_residency", all_host)
+    sites = set()
+    malloc = dcuda.CudaDevice.malloc
+
+    def recording_malloc(self, nbytes, pool, site):
+        sites.add(site)
+        return malloc(self, nbytes, pool, site)
+
+    monkeypatch.setattr(dcuda.CudaDevice, "malloc", recording_malloc)
     cfg = from_preset("small", backend="cuda", proofs=1, verify="always", allocator="aware")
-    engine, events = _run_engine(cfg, backend=CudaBackend(host_chunk=1 << 7))
+    kernels = KernelTuning(msm_pass_scalars=scalars)
+    engine, events = _run_engine(
+        cfg,
+        backend=CudaBackend(host_chunk=1 << 7, tuning=kernels),
+        tuning=Tuning(kernels=kernels),
+    )
     assert engine.ok, engine.error
     done = [e for e in events if e["k"] == "partition_done"]
     assert done and all(e["ok"] and e["verified"] for e in done)
     plan = next(e for e in events if e["k"] == "alloc" and e["site"] == "plan")
     assert "one interleaved pass" in plan["reason"]
+    assert ("aux scalars sent up with each chunk" in plan["reason"]) == (scalars == "host")
+    assert ("msm_scalars" in sites) == (scalars == "device")  # z's device block, or none
     phases = {e["phase"] for e in events if e["k"] == "phase_end"}
     assert "msm_interleaved" in phases and "msm_h" not in phases
 

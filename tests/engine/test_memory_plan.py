@@ -307,3 +307,38 @@ def test_msms_in_one_pass_complete_every_partition_exactly(monkeypatch):
     assert "msm_interleaved" in phases and not phases & {"msm_h", "msm_l", "msm_a", "msm_b_g1"}
     text = format_summary(summarize_state(State().fold(events)))
     assert "msm_il" in text
+
+
+@pytest.mark.parametrize("free_gib", [5.35, 9.35, 13.35])
+def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(free_gib):
+    """With ``msm_pass_scalars = "host"`` a joint pass needs its scalar buffers, not the aux
+    scalars' 4.2 GB: at the H200's 8, 12 and 16 GiB (5.35, 9.35 and 13.35 GiB free) the four
+    streamed MSMs run in one pass, no plan is slower than with z on the device, and the
+    largest chunk the 16 GiB card then takes is larger."""
+    from engine.cuda_pipeline import interleaved_bytes, plan_streaming
+    from kernels.cuda.msm import INTERLEAVE_BUFFERS, pass_scalar_slots
+
+    sizes = query_sizes(27)
+    base = footprint(27, sizes)
+    streamed = {q: 1 << 22 for q in sizes.as_dict()}
+    z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
+    free = int(free_gib * GiB)
+    host = replace(DEFAULT_TUNING, msm_pass_scalars="host")
+    on_device = plan_streaming(free, base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables)
+    got = plan_streaming(free, base, sizes.as_dict(), streamed, host, z, tables)
+    assert got.together and got.host_scalars and got.plan.need <= free
+    assert not on_device.host_scalars
+
+    def rank(p):
+        return (p.slots, not p.release_tables)
+
+    assert rank(got.plan) >= rank(on_device.plan)
+    # the pass's bytes count the scalar buffers (two chunks of 32-byte rows here)
+    order = [sizes.as_dict()[q] for q in ("h", "l", "a", "b_g1")]
+    slots = pass_scalar_slots(order, got.chunk, [False, True, True, True], INTERLEAVE_BUFFERS, 5)
+    chunked = {q: got.chunk for q in streamed}
+    with_slots = interleaved_bytes(sizes.as_dict(), chunked, host, got.window_max)
+    without = interleaved_bytes(sizes.as_dict(), chunked, DEFAULT_TUNING, got.window_max)
+    assert slots >= 2 and with_slots - without == slots * got.chunk * 32
+    if free_gib == 13.35:
+        assert got.chunk > on_device.chunk

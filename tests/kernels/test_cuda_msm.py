@@ -485,6 +485,43 @@ def test_host_streamed_queries_in_one_pass(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("buffers", "lead", "chunk"), [(4, 2, 700), (2, 0, 1500), (1, 1, 900)])
+def test_host_scalars_go_up_per_chunk_shared_by_prefix_queries(
+    cp, poison, buffers: int, lead: int, chunk: int
+) -> None:
+    """The engine's pass with the aux scalars left in pinned host memory: queries after the
+    first read prefixes of one host array (as L, A, B-G1 read z), each chunk's rows go up once
+    for all of them through a few scalar buffers, refilled only after their last reader; the
+    first query's scalars are on the device. Each result exact against the reference, with
+    the scalar buffers drawn from a poisoning allocator."""
+    from kernels.cuda import msm as cuda_msm
+    from kernels.cuda.host_pinned import pinned_empty
+
+    rng = random.Random()
+    sizes = [rng.randrange(5000, 7000), rng.randrange(4000, 5000), rng.randrange(3000, 4000), 1100]
+    pts_dev, pts = random_points(cp, max(sizes))
+    host = pinned_empty((max(sizes), 12))
+    host[:] = pts_dev.get()
+    ks_h = layout.random_fr(sizes[0], rng)
+    z = scalars_of("witness", max(sizes[1:]), rng)
+    z_host = pinned_empty((len(z), 4))
+    z_host[:] = layout.fr_to_limbs(z, montgomery=False)
+    h_dev = cp.asarray(layout.fr_to_limbs(ks_h, montgomery=False))
+    jobs = [cuda_msm.StreamedQuery(host[: sizes[0]], h_dev)]
+    wants = [cmsm.msm_fast(pts[: sizes[0]], ks_h)]
+    for n in sizes[1:]:
+        jobs.append(cuda_msm.StreamedQuery(host[:n], z_host[:n], window_max=13))
+        wants.append(cmsm.msm_fast(pts[:n], z[:n]))
+    order = cuda_msm.interleave_order([-(-n // chunk) for n in sizes], lead, grouped=True)
+    feed = cuda_msm.plan_scalar_feed(order, sizes, chunk, [None, 1, 1, 1], buffers)
+    assert len(feed.uploads) == -(-sizes[1] // chunk)  # one upload per row range, shared
+    got = cuda_msm.msm_host_points_many(
+        jobs, chunk=chunk, allocator=poison, buffers=buffers, lead=lead
+    )
+    assert [layout.g1_from_limbs(g)[0] for g in got] == wants
+
+
+@pytest.mark.gpu
 def test_host_streamed_calls_in_a_row_reuse_one_copy_stream_and_stay_exact(cp, poison) -> None:
     """Each thread makes its copy stream and events once (creating events waited for the
     running kernel on the H200); back-to-back calls with other chunkings, one of them

@@ -134,3 +134,81 @@ def test_one_pass_scratch_counts_every_query_buckets_and_the_buffers(mode: str) 
     if mode == "query":
         merge = replace(tuning, msm_host_buckets="query-merge")
         assert one < cm.many_scratch_bytes(sizes, chunk, windows, 4, tuning=merge)
+
+
+def test_grouped_order_takes_chunk_k_of_the_later_queries_together() -> None:
+    chunks = [22, 21, 21, 6]
+    order = cm.interleave_order(chunks, lead=5, grouped=True)
+    assert sorted(order) == [(q, k) for q, n in enumerate(chunks) for k in range(n)]
+    assert order[:5] == [(0, k) for k in range(5)]
+    for k in range(6):  # L_k, A_k, B_k one after the other
+        i = order.index((1, k))
+        assert order[i : i + 3] == [(1, k), (2, k), (3, k)]
+    for q, n in enumerate(chunks):
+        assert [k for qq, k in order if qq == q] == list(range(n))
+    # not grouped: B's chunks spread over the run as before
+    spread = cm.interleave_order(chunks, lead=5)
+    assert spread.index((3, 5)) > spread.index((1, 15))
+
+
+def _feed_violations(order, feed, buffers):  # type: ignore[no-untyped-def]
+    """An independent replay of the pass's queueing: the upload of order entry j is queued in
+    step max(j - (buffers - 1), 0) (before that step's sums; a one-buffer pass queues a
+    chunk's scalars with its count stage, a step earlier) and a scalar buffer's previous
+    readers must all have been queued in an earlier step; returns the uploads that break it."""
+    lag = max(1, buffers - 1)
+    bad = []
+    readers: dict[int, list[int]] = {}
+    for i, u in enumerate(feed.use):
+        if u is not None:
+            readers.setdefault(u, []).append(i)
+    for u in range(len(feed.uploads)):
+        step = max(min(readers[u]) - lag, 0)
+        slot = u % feed.slots
+        earlier = [v for v in range(u) if v % feed.slots == slot]
+        if earlier and max(readers[earlier[-1]]) >= step:
+            bad.append(u)
+    return bad
+
+
+@pytest.mark.parametrize("buffers", [1, 2, 4])
+@pytest.mark.parametrize("lead", [0, 5])
+@pytest.mark.parametrize("chunk", [1 << 22, 6291456, 1 << 23])
+def test_scalar_feed_shares_prefix_rows_and_never_refills_a_buffer_still_read(
+    buffers: int, lead: int, chunk: int
+) -> None:
+    sizes = [(1 << 27) - 1, 130_169_893, 129_753_620, 33_112_282]
+    chunks = [-(-n // chunk) for n in sizes]
+    order = cm.interleave_order(chunks, lead, grouped=True)
+    keys = [None, "z", "z", "z"]
+    feed = cm.plan_scalar_feed(order, sizes, chunk, keys, buffers)
+    # H reads device scalars; every other chunk reads the upload of its own rows
+    for i, (q, k) in enumerate(order):
+        u = feed.use[i]
+        if q == 0:
+            assert u is None
+            continue
+        _q, lo, hi = feed.uploads[u]
+        assert lo == k * chunk and hi >= min(lo + chunk, sizes[q])
+    assert len(feed.uploads) == chunks[1]  # one upload per row range of z, shared
+    assert feed.slots >= 2 and not _feed_violations(order, feed, buffers)
+    # one buffer fewer would break the rule (the minimum is taken), unless 2 is the floor
+    if feed.slots > 2:
+        fewer = cm.ScalarFeed(feed.use, feed.uploads, feed.first, feed.last, feed.slots - 1)
+        assert _feed_violations(order, fewer, buffers)
+    assert cm.pass_scalar_slots(sizes, chunk, [False, True, True, True], buffers, lead) == (
+        feed.slots
+    )
+
+
+def test_scalar_feed_of_separate_arrays_and_of_device_scalars() -> None:
+    order = cm.interleave_order([3, 3])
+    feed = cm.plan_scalar_feed(order, [30, 30], 10, ["x", "y"], 2)
+    assert len(feed.uploads) == 6 and not _feed_violations(order, feed, 2)
+    none = cm.plan_scalar_feed(order, [30, 30], 10, [None, None], 2)
+    assert none.slots == 0 and none.uploads == [] and none.use == [None] * 6
+    # the pass's memory counts the scalar buffers
+    base = cm.many_scratch_bytes([1 << 27], 1 << 22, [19])
+    assert (
+        cm.many_scratch_bytes([1 << 27], 1 << 22, [19], scalar_slots=2) == base + 2 * (1 << 22) * 32
+    )
