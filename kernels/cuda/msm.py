@@ -1053,12 +1053,12 @@ class _StreamingKit:
         self.allocated, self.drained = event(), event()
         self.uploaded: list[Any] = []  # one per chunk buffer
         self.consumed: list[Any] = []
+        self.scalars_up: list[Any] = []  # one per scalar buffer of a pass (ScalarFeed)
+        self.scalars_read: list[Any] = []
         self.buffers(2)
         # a joint pass: the prelude's copies done; the count stages' read-backs, in turn
         self.prelude = event()
         self.counted = [event(), event()]
-        self.scalars_up: list[Any] = []  # one per scalar buffer of a pass (ScalarFeed)
-        self.scalars_read: list[Any] = []
 
     def buffers(self, count: int, scalar_slots: int = 0) -> None:
         """Make sure there are events for ``count`` chunk buffers and ``scalar_slots`` scalar
@@ -1282,7 +1282,7 @@ def many_scratch_bytes(
 
 def _host_key(scalars: Any) -> int | None:
     """Where a query's scalars begin in host memory (None: they are on the device)."""
-    if not isinstance(scalars, np.ndarray):
+    if not isinstance(scalars, np.ndarray) or hasattr(scalars, "__cuda_array_interface__"):
         return None
     return int(scalars.__array_interface__["data"][0])
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from kernels.cuda import msm as cm
@@ -212,3 +213,116 @@ def test_scalar_feed_of_separate_arrays_and_of_device_scalars() -> None:
     assert (
         cm.many_scratch_bytes([1 << 27], 1 << 22, [19], scalar_slots=2) == base + 2 * (1 << 22) * 32
     )
+
+
+class _HostArray(np.ndarray):
+    """A numpy array standing in for a CuPy one: ``set`` copies in at once (a stream that
+    runs everything when it is queued)."""
+
+    def set(self, host, stream=None):  # noqa: A003 (CuPy's name)
+        self[...] = host
+
+    def get(self, stream=None):
+        return np.asarray(self)
+
+
+class _DeviceArray(_HostArray):
+    """A stand-in device array: what the pass must never treat as host memory."""
+
+    __cuda_array_interface__ = {}  # noqa: RUF012 (CuPy's mark of device memory)
+
+
+class _FakeCupy:
+    """What the pass's orchestration asks of CuPy, on the host: arrays, events, streams."""
+
+    uint64 = np.uint64
+
+    class cuda:  # noqa: N801 (CuPy's name)
+        class Event:
+            def __init__(self, *a, **kw):
+                pass
+
+            def record(self, stream=None):
+                pass
+
+            def synchronize(self):
+                pass
+
+        class Stream:
+            def __init__(self, *a, **kw):
+                pass
+
+            def wait_event(self, event):
+                pass
+
+        class Device:
+            id = 0
+
+    @staticmethod
+    def empty(shape, dtype=np.uint64):
+        return np.zeros(shape, dtype).view(_DeviceArray)
+
+    zeros = empty
+
+
+@pytest.mark.parametrize(
+    ("buffers", "lead", "chunk"), [(4, 5, 7), (2, 0, 10), (1, 1, 6), (3, 2, 5)]
+)
+def test_the_pass_feeds_every_chunk_its_own_rows(monkeypatch, buffers, lead, chunk) -> None:
+    """The pass's orchestration on the host, every CUDA step replaced by a recorder and every
+    copy done when it is queued (so a buffer refilled before its last reader was queued would
+    hand that reader the wrong rows): each count stage and each accumulation gets exactly its
+    chunk's points and scalars, H's from the device array, the others' from the one host array
+    they read prefixes of, each chunk of rows uploaded once."""
+    import contextlib
+    import random as stdrandom
+
+    rng = stdrandom.Random()
+    sizes = [rng.randrange(40, 60), rng.randrange(35, 45), rng.randrange(30, 40), 12]
+    points = np.arange(max(sizes) * 12, dtype=np.uint64).reshape(-1, 12)
+    h = np.arange(sizes[0] * 4, dtype=np.uint64).reshape(-1, 4) + (1 << 40)
+    z = np.arange(max(sizes[1:]) * 4, dtype=np.uint64).reshape(-1, 4) + (1 << 50)
+    seen = []
+    uploads = []
+
+    def count_stage(mod, scalars, n, p, stream, tuning, done=None):
+        seen.append(("count", n, np.array(scalars)))
+        return None
+
+    def accumulate_buckets(mod, pts, sc, p, buckets, stream, tuning, counted=None, kept=False):
+        seen.append(("sums", np.array(pts), np.array(sc)))
+
+    fake = _FakeCupy()
+    monkeypatch.setattr(cm, "require_cupy", lambda: fake)
+    monkeypatch.setattr(cm, "kernels", lambda tuning: None)
+    monkeypatch.setattr(cm, "_kits", __import__("threading").local())
+    monkeypatch.setattr(cm, "on_stream", lambda s, a: contextlib.nullcontext(fake.cuda.Stream()))
+    monkeypatch.setattr(cm, "tail_count", lambda sc: len(sc))
+    monkeypatch.setattr(cm, "count_stage", count_stage)
+    monkeypatch.setattr(cm, "accumulate_buckets", accumulate_buckets)
+    monkeypatch.setattr(cm, "reduce_buckets", lambda *a, **kw: fake.zeros((2, 24)))
+    monkeypatch.setattr(cm, "combine_windows", lambda sums, c: c)
+    real_set = _HostArray.set
+
+    def counting_set(self, host, stream=None):
+        if self.shape[-1] == 4:
+            uploads.append(int(host[0, 0]))
+        real_set(self, host, stream)
+
+    monkeypatch.setattr(_HostArray, "set", counting_set)
+    h_dev = h.view(_DeviceArray)
+    jobs = [cm.StreamedQuery(points[: sizes[0]], h_dev, window_max=13)]
+    jobs += [cm.StreamedQuery(points[:n], z[:n], window_max=12) for n in sizes[1:]]
+    got = cm.msm_host_points_many(jobs, chunk=chunk, buffers=buffers, lead=lead)
+    assert len(got) == 4
+    order = cm.interleave_order([-(-n // chunk) for n in sizes], lead, grouped=True)
+    counts = [s for s in seen if s[0] == "count"]
+    sums = [s for s in seen if s[0] == "sums"]
+    assert len(counts) == len(sums) == len(order)
+    for (q, k), cnt, sm in zip(order, counts, sums, strict=True):
+        lo, hi = k * chunk, min(k * chunk + chunk, sizes[q])
+        want_sc = (h if q == 0 else z)[lo:hi]
+        assert cnt[1] == hi - lo and np.array_equal(cnt[2], want_sc)
+        assert np.array_equal(sm[1], points[lo:hi]) and np.array_equal(sm[2], want_sc)
+    # z's rows went up once per chunk of rows (H's scalars never: they are on the device)
+    assert sorted(uploads) == [int(z[lo, 0]) for lo in range(0, max(sizes[1:]), chunk)]
