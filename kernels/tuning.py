@@ -128,7 +128,9 @@ class KernelTuning:
     msm_host_buckets: str = "query"
     msm_host_interleave: str = "on"
     msm_host_chunk_grow: str = "on"
-    msm_pass_scalars: str = "device"
+    # measured on the H200, 2026-12-02 (4db55d1): porep-32g aware at 16 GiB 1,802 -> 1,743 ms
+    # (the chunk 6 Mi -> 11 Mi); 12 GiB 2,111 -> 1,968 and 8 GiB 2,638 -> 2,487 (one pass)
+    msm_pass_scalars: str = "host"
     cubin_dir: str = ""  # empty: the package's own prebuilt folder
     commit: str = ""  # empty: ``git rev-parse HEAD`` where git is there
 
@@ -283,7 +285,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PROVETOP_MSM_PASS_SCALARS",
         "msm_pass_scalars",
         choice("PROVETOP_MSM_PASS_SCALARS", MSM_PASS_SCALARS),
-        "`device` (default), `host`",
+        "`host` (default), `device`",
         "where the aux scalars of the engine's one streamed pass live: copied up whole into "
         "the device before the pass (`device`: 4.2 GB at 2^27, held through the pass), or "
         "left in the witness's pinned memory and sent up chunk by chunk beside the points "

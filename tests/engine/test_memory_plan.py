@@ -73,8 +73,10 @@ def test_the_streamed_msms_never_slow_the_plan(free_gib, interleave):
     """How the streamed MSMs run is chosen only among variants whose plan is as fast as the
     floor's window run one query at a time; more memory never gives a smaller cap in the same
     mode; one interleaved pass only beside H's aux scalars, with its bytes in the footprint;
-    and where the cap stops short of what the rule wants, one more bit would slow the plan."""
-    tuning = replace(DEFAULT_TUNING, msm_host_interleave=interleave)
+    and where the cap stops short of what the rule wants, one more bit would slow the plan.
+    With the aux scalars on the device (a pass reading them from host memory needs less, so
+    its plan may be faster than the floor's: the test below)."""
+    tuning = replace(DEFAULT_TUNING, msm_host_interleave=interleave, msm_pass_scalars="device")
     sizes = query_sizes(27)
     base = footprint(27, sizes)
     streamed = {q: 1 << 22 for q in sizes.as_dict()}
@@ -114,27 +116,32 @@ def test_the_streamed_msms_never_slow_the_plan(free_gib, interleave):
             pass
 
 
-def test_a_16gib_card_runs_the_streamed_msms_in_one_pass_and_an_8gib_one_in_turn():
+def test_a_16gib_card_runs_the_streamed_msms_in_one_pass_and_an_8gib_one_too_with_z_on_host():
     """The H200's free bytes under --device-memory 16GiB and 8GiB (from the plans recorded on
-    2026-12-02): 16 GiB runs the four streamed MSMs in one pass; 8 GiB (the aux scalars after H)
-    one at a time."""
+    2026-12-02): 16 GiB runs the four streamed MSMs in one pass either way; 8 GiB, with the
+    aux scalars copied to the device (after H), one at a time, and with the pass reading them
+    from host memory (the default), in one pass too."""
     sizes = query_sizes(27)
     base = footprint(27, sizes)
     streamed = {q: 1 << 22 for q in sizes.as_dict()}
     z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
-    args = (base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables)
-    at16 = plan_with_window(int(13.35 * GiB), *args)
-    assert at16.together and at16.plan.slots == 3 and at16.window_max >= 19
-    at8 = plan_with_window(int(5.5 * GiB), *args)
-    assert not at8.together and not at8.plan.z_with_h
+    for mode in ("device", "host"):
+        tuning = replace(DEFAULT_TUNING, msm_pass_scalars=mode)
+        args = (base, sizes.as_dict(), streamed, tuning, z, tables)
+        at16 = plan_with_window(int(13.35 * GiB), *args)
+        assert at16.together and at16.plan.slots == 3 and at16.window_max >= 19
+        at8 = plan_with_window(int(5.35 * GiB), *args)
+        assert at8.together == (mode == "host") and at8.plan.z_with_h == (mode == "host")
+    assert DEFAULT_TUNING.msm_pass_scalars == "host"
 
 
 @pytest.mark.parametrize("free_gib", [5.5, 8.3, 11.0, 13.35, 17.0, 40.0])
 def test_a_larger_chunk_only_where_the_plan_stays_as_fast(free_gib):
     """plan_streaming keeps the configured chunk's plan (slots, aux scalars, table) and its
     one pass, and takes a larger chunk only where the model finds it cheaper; off, the
-    configured chunk. At the H200's 16 GiB (13.35 GiB free): 6 Mi points, the chunk measured
-    -82 ms a partition against 2^22 (docs/performance-notes.md, 2026-12-02)."""
+    configured chunk. At the H200's 16 GiB (13.35 GiB free): 6 Mi points with z on the device
+    (measured -82 ms a partition against 2^22), 11 Mi with z read from host memory (-60 ms
+    against 6 Mi; docs/performance-notes.md, 2026-12-02)."""
     from engine.cuda_pipeline import CHUNK_STEPS, plan_streaming
     from kernels.cuda.msm import stream_cost
 
@@ -160,8 +167,11 @@ def test_a_larger_chunk_only_where_the_plan_stays_as_fast(free_gib):
         return stream_cost(sizes.h, c, chunks)
 
     assert cost(got) <= cost(replace(ref, chunk=small))
-    if free_gib == 13.35:
-        assert got.chunk == 6 << 20 and got.together
+    if free_gib == 13.35:  # 11 Mi with z read from host memory (the default), else 6 Mi
+        assert got.chunk == 11 << 20 and got.together
+        dev = replace(DEFAULT_TUNING, msm_pass_scalars="device")
+        on_device = plan_streaming(free, base, sizes.as_dict(), streamed, dev, z, tables)
+        assert on_device.chunk == 6 << 20 and on_device.together
     off = replace(DEFAULT_TUNING, msm_host_chunk_grow="off")
     assert plan_streaming(free, base, sizes.as_dict(), streamed, off, z, tables) == ref
 
@@ -324,7 +334,8 @@ def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(free_gi
     z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
     free = int(free_gib * GiB)
     host = replace(DEFAULT_TUNING, msm_pass_scalars="host")
-    on_device = plan_streaming(free, base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables)
+    dev = replace(DEFAULT_TUNING, msm_pass_scalars="device")
+    on_device = plan_streaming(free, base, sizes.as_dict(), streamed, dev, z, tables)
     got = plan_streaming(free, base, sizes.as_dict(), streamed, host, z, tables)
     assert got.together and got.host_scalars and got.plan.need <= free
     assert not on_device.host_scalars
@@ -338,7 +349,7 @@ def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(free_gi
     slots = pass_scalar_slots(order, got.chunk, [False, True, True, True], INTERLEAVE_BUFFERS, 5)
     chunked = {q: got.chunk for q in streamed}
     with_slots = interleaved_bytes(sizes.as_dict(), chunked, host, got.window_max)
-    without = interleaved_bytes(sizes.as_dict(), chunked, DEFAULT_TUNING, got.window_max)
+    without = interleaved_bytes(sizes.as_dict(), chunked, dev, got.window_max)
     assert slots >= 2 and with_slots - without == slots * got.chunk * 32
     if free_gib == 13.35:
         assert got.chunk > on_device.chunk
