@@ -39,6 +39,9 @@
 #                                      # per chunk (PROVETOP_MSM_PASS_SCALARS=host) against z
 #                                      # copied up whole (=device): GPU tests, aware16 both ways,
 #                                      # aware12 and aware8 with host
+#   bash bench/gpu_engine.sh chunks    # the streamed chunk size with z read from host memory:
+#                                      # the pass probed at 6 (z on the device), 8, 11, 16 Mi,
+#                                      # then aware16 at 8 and 11 Mi, aware24 at the plan's
 #   bash bench/gpu_engine.sh kept      # streamed chunks summed straight into the kept buckets
 #                                      # (PROVETOP_MSM_HOST_BUCKETS=query) against the merge
 #                                      # kernel (=query-merge): GPU tests, the 2^27 host-point
@@ -312,6 +315,26 @@ hostz)  # the aux scalars of the one pass: copied up whole before it (device) or
     for r in aware16-device aware16-host aware12-host aware8-host; do
         grep -E "memory plan|pre-stage|OOMs" "$W/$r.summary.txt" | head -n 4 \
             | sed "s/^/$r: /" | tee -a "$TABLES"
+    done
+    ;;
+chunks)  # why 16 Mi chunks lost at 24 GiB (5a95826 sweep) while 11 Mi won at 16 GiB: the pass
+    # alone at each chunk (per-query sums, gaps, before/after), then the engine at 16 GiB with 8
+    # and 11 Mi chunks and at 24 GiB with the plan's (capped) chunk, same call
+    echo "== stream probe, chunks 6/8/11/16 Mi, H window 20" | tee -a "$TABLES"
+    timeout 200 python3 bench/stream_probe.py --log 27 --modes prelude,host \
+        --chunks 6291456,8388608,11534336,16777216 --window 20 --leads 5 --repeats 3 \
+        --out "$W/stream-probe.json" >"$W/stream-probe.txt" 2>&1
+    echo "rc=$?" >>"$W/stream-probe.txt"
+    tail -n 14 "$W/stream-probe.txt" | tee -a "$TABLES"
+    PROVETOP_MSM_HOST_CHUNK_GROW=off PROVETOP_MSM_HOST_CHUNK=8388608 bench aware16-8m 90 \
+        --preset porep-32g --proofs 1 --device-memory 16GiB --workers-per-device 2 \
+        --allocator aware
+    bench aware16 90 --preset porep-32g --proofs 1 --device-memory 16GiB \
+        --workers-per-device 2 --allocator aware
+    bench aware24 90 --preset porep-32g --proofs 1 --device-memory 24GiB \
+        --workers-per-device 2 --allocator aware
+    for r in aware16-8m aware16 aware24; do
+        grep -E "memory plan" "$W/$r.summary.txt" | head -n 2 | sed "s/^/$r: /" | tee -a "$TABLES"
     done
     ;;
 workers-small)  # one worker against two where the memory plan streams the H step (8 GiB: one

@@ -16,7 +16,10 @@ the GPU and repeated through each query (the sums are not checked here: the GPU 
 Rows: each query on its own, in turn (what the engine runs where the plan has no room for the
 pass), then the pass for every ``--leads`` x ``--buffers``, with z uploaded beside it on a
 side stream (``pass``) or by the pass itself after H's first chunks (``prelude``, what the
-engine does). Medians of ``--repeats``.
+engine did with ``PROVETOP_MSM_PASS_SCALARS=device``), or left in pinned host memory and sent
+up with each chunk (``host``, the engine's default: L, A and B-G1 then take chunk k together).
+``--modes`` picks the rows, ``--chunks`` runs each at several chunk sizes. Medians of
+``--repeats``.
 
     PYTHONPATH=. python3 bench/stream_probe.py --log 27 --repeats 3 --out probe.json
 """
@@ -72,10 +75,10 @@ def host_points(cp: Any, block: Any, m: int, tuning: KernelTuning) -> np.ndarray
     return out
 
 
-def run_once(cp: Any, ctx: dict, mode: str, lead: int, buffers: int) -> dict[str, Any]:
+def run_once(cp: Any, ctx: dict, mode: str, lead: int, buffers: int, chunk: int) -> dict[str, Any]:
     """One timed pass (or the four queries in turn): total ms, per-query sums, waits."""
     sizes, pts, h_sc, z_host = ctx["sizes"], ctx["points"], ctx["h"], ctx["z_host"]
-    tuning, chunk = ctx["tuning"], ctx["chunk"]
+    tuning = ctx["tuning"]
     stream = cp.cuda.Stream(non_blocking=True)
     side = cp.cuda.Stream(non_blocking=True)
     n_chunks = sum(-(-sizes[q] // chunk) for q in QUERIES)
@@ -86,17 +89,17 @@ def run_once(cp: Any, ctx: dict, mode: str, lead: int, buffers: int) -> dict[str
         cp.cuda.Device().synchronize()
         t0.record(stream)
         ready = None
-        if mode != "prelude":  # the engine's msm_scalars: z up beside the MSMs
+        if mode not in ("prelude", "host"):  # the engine's msm_scalars: z up beside the MSMs
             z.set(z_host, stream=side)
             ready = cp.cuda.Event(disable_timing=True)
             ready.record(side)
         jobs = []
         for q in QUERIES:
-            sc = h_sc if q == "h" else z[: sizes[q]]
+            sc = h_sc if q == "h" else (z_host if mode == "host" else z)[: sizes[q]]
             ev = None if q == "h" else ready
             jobs.append(cm.StreamedQuery(pts[q], sc, window_max=ctx["caps"][q], ready=ev))
         rows: list = []
-        if mode in ("pass", "prelude"):
+        if mode in ("pass", "prelude", "host"):
             rows = list(pairs)
             cm.msm_host_points_many(
                 jobs,
@@ -145,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", type=int, default=27, help="domain 2^K (porep-32g: 27)")
     ap.add_argument("--chunk-log", type=int, default=22, help="points per chunk: 2^K")
     ap.add_argument("--chunk", type=int, default=0, help="points per chunk (0: 2^--chunk-log)")
+    ap.add_argument("--chunks", default="", help="several chunk sizes, comma-separated")
+    ap.add_argument(
+        "--modes", default="in turn,pass,prelude", help="rows: in turn, pass, prelude, host"
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--leads", default="0,3,5", help="H chunks before the others start")
     ap.add_argument("--buffers", default="4", help="chunk buffers of the pass")
@@ -155,9 +162,14 @@ def main(argv: list[str] | None = None) -> int:
 
     tuning = KernelTuning.from_env()
     sizes = query_sizes(args.log).as_dict()
-    chunk = args.chunk or 1 << args.chunk_log
-    if chunk < 1:
-        ap.error(f"--chunk must be positive, got {chunk}")
+    chunks = [int(x) for x in args.chunks.split(",") if x.strip()] or [
+        args.chunk or 1 << args.chunk_log
+    ]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if min(chunks) < 1:
+        ap.error(f"chunks must be positive, got {chunks}")
+    if not set(modes) <= {"in turn", "pass", "prelude", "host"}:
+        ap.error(f"unknown mode in {modes}")
     t = time.perf_counter()
     secrets = random_dense(cp, min(POINT_BLOCK, max(sizes.values())))
     block = srs(secrets, tuning=tuning)
@@ -174,25 +186,28 @@ def main(argv: list[str] | None = None) -> int:
         "h": random_dense(cp, sizes["h"]),
         "z_host": z_host,
         "tuning": tuning,
-        "chunk": chunk,
         "caps": {"h": args.window, "l": cap_c, "a": cap_c, "b_g1": cap_c},
     }
     print(f"set-up {time.perf_counter() - t:.1f} s: sizes {sizes}", file=sys.stderr)
-    variants = [("in turn", 0, 2)]
-    for mode in ("pass", "prelude"):
-        for lead in (int(x) for x in args.leads.split(",")):
-            for nb in (int(x) for x in args.buffers.split(",")):
-                variants.append((mode, lead, nb))
-    run_once(cp, ctx, "prelude", 3, 4)  # warm-up: modules, pools
+    variants = []
+    for chunk in chunks:
+        if "in turn" in modes:
+            variants.append(("in turn", 0, 2, chunk))
+        for mode in (m for m in modes if m != "in turn"):
+            for lead in (int(x) for x in args.leads.split(",")):
+                for nb in (int(x) for x in args.buffers.split(",")):
+                    variants.append((mode, lead, nb, chunk))
+    run_once(cp, ctx, "prelude", 3, 4, chunks[0])  # warm-up: modules, pools
     results = []
-    for mode, lead, nb in variants:
-        runs = [run_once(cp, ctx, mode, lead, nb) for _ in range(args.repeats)]
+    for mode, lead, nb, chunk in variants:
+        runs = [run_once(cp, ctx, mode, lead, nb, chunk) for _ in range(args.repeats)]
 
         def med(key: str, runs: list = runs) -> float:
             return statistics.median(r[key] for r in runs)
 
         row = {
             "mode": mode,
+            "chunk": chunk,
             "lead": lead,
             "buffers": nb,
             "total_ms": med("total_ms"),
@@ -204,14 +219,16 @@ def main(argv: list[str] | None = None) -> int:
             "totals_ms": [r["total_ms"] for r in runs],
         }
         results.append(row)
-    head = f"{'variant':<22}{'total':>9}{'sums':>9}{'before':>9}{'between':>9}{'after':>8}"
+    head = (
+        f"{'variant':<22}{'chunk':>9}{'total':>9}{'sums':>9}{'before':>9}{'between':>9}{'after':>8}"
+    )
     head += "".join(f"{q:>8}" for q in QUERIES)
     print(head)
     for r in results:
         name = r["mode"]
         if name != "in turn":
             name = f"{name} lead {r['lead']} buf {r['buffers']}"
-        line = f"{name:<22}{r['total_ms']:>9.1f}{r['chunk_sums_ms']:>9.1f}"
+        line = f"{name:<22}{r['chunk']:>9}{r['total_ms']:>9.1f}{r['chunk_sums_ms']:>9.1f}"
         line += (
             f"{r['before_first_ms']:>9.1f}{r['between_chunks_ms']:>9.1f}{r['after_last_ms']:>8.1f}"
         )
@@ -224,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         meta = gpu_bench_meta(cp, sys.argv, tuning)
         with open(args.out, "w") as f:
-            json.dump({"meta": meta, "rows": results, "sizes": sizes, "chunk": chunk}, f, indent=1)
+            json.dump(
+                {"meta": meta, "rows": results, "sizes": sizes, "chunks": chunks}, f, indent=1
+            )
     return 0
 
 

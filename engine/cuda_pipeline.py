@@ -249,13 +249,15 @@ def plan_rank(plan: MemoryPlan) -> tuple[int, bool, bool]:
     return (plan.slots, plan.z_with_h, not plan.release_tables)
 
 
-# The chunks plan_streaming weighs: the configured one times 4/4, 5/4, ..., 16/4. Why up to
-# four times: chunks of 1.5 x 2^22 were measured (porep-32g at 16 GiB on the H200, 2026-12-02:
-# gpu_total -82 ms against 2^22), and by the cost model H's streamed sums keep falling to
-# 2^24-point chunks (1.134 of a resident MSM at 6 Mi, 1.110 at 8 Mi, 1.078 at 16 Mi, c = 20);
-# a chunk's point buffers (four in one pass, 96 bytes a point) grow with it, so the largest fit
-# only where the pass leaves the aux scalars in host memory or the card has room to spare.
-CHUNK_STEPS = tuple(range(4, 17))
+# The chunks plan_streaming weighs: the configured one times 4/4, 5/4, ..., 11/4. Why these:
+# measured on the H200 (porep-32g, 2026-12-02; docs/performance-notes.md), 6 Mi points took
+# gpu_total -82 ms against 2^22 at 16 GiB and 11 Mi a further -60 (the pass reading z from host
+# memory), but 16 Mi lost +57 at 24 GiB against 8 Mi, although the cost model (H's additions
+# into kept sums only) keeps falling there (1.134 of a resident MSM at 6 Mi, 1.094 at 11 Mi,
+# 1.078 at 16 Mi, c = 20): what it leaves out (the first chunk's copy before any sums, the
+# last chunk's sums with nothing to hide under, three copy-bound chunks back to back) grows
+# with the chunk. So the model chooses, within what was measured to pay.
+CHUNK_STEPS = tuple(range(4, 12))
 
 
 def plan_streaming(
