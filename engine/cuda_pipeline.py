@@ -76,6 +76,7 @@ class BoundBackend:
         together: list[str] | None = None,
         chunk: int | None = None,
         host_scalars: bool = False,
+        buffers: int = INTERLEAVE_BUFFERS,
     ) -> None:
         self.backend = backend
         self.device = device
@@ -85,6 +86,7 @@ class BoundBackend:
         self.chunk = chunk  # points per upload of a streamed MSM (:func:`plan_streaming`)
         # the one pass reads the aux scalars from host memory, chunk by chunk (no device copy)
         self.host_scalars = bool(together) and host_scalars
+        self.buffers = buffers  # point buffers of the one pass (the plan counted them)
 
     def h_step(self, a: Any, b: Any, c: Any, **kw: Any) -> Any:
         args = {**self.device.kernel_args("ntt_scratch"), "overwrite_inputs": True, **kw}
@@ -103,7 +105,7 @@ class BoundBackend:
     def msm_many(self, points: list[Any], scalars: list[Any], **kw: Any) -> Any:
         caps = [self.window_max] + [companion_window_cap(self.window_max)] * (len(points) - 1)
         args = {**self.device.kernel_args("msm_scratch"), "windows_max": caps, **kw}
-        args.setdefault("buffers", INTERLEAVE_BUFFERS)
+        args.setdefault("buffers", self.buffers)
         args.setdefault("lead", INTERLEAVE_LEAD)
         if self.chunk is not None:
             args.setdefault("chunk", self.chunk)
@@ -192,7 +194,7 @@ def interleaved_bytes(
 ) -> int:
     """Device bytes of the joint pass (:func:`kernels.cuda.msm.many_scratch_bytes`): H at a
     window of at most ``window_max``, the others at most COMPANION_WINDOW_MAX, with
-    INTERLEAVE_BUFFERS chunk buffers."""
+    ``tuning.msm_host_buffers`` chunk buffers."""
     qs = interleaved_order(streamed)
     chunk = max(streamed.values())
     windows = []
@@ -203,13 +205,13 @@ def interleaved_bytes(
     if pass_reads_host_scalars(tuning):  # every query but H reads z from host memory
         shared = [q != "h" for q in qs]
         slots = pass_scalar_slots(
-            [sizes[q] for q in qs], chunk, shared, INTERLEAVE_BUFFERS, INTERLEAVE_LEAD
+            [sizes[q] for q in qs], chunk, shared, tuning.msm_host_buffers, INTERLEAVE_LEAD
         )
     return many_scratch_bytes(
         [sizes[q] for q in qs],
         chunk,
         windows,
-        INTERLEAVE_BUFFERS,
+        tuning.msm_host_buffers,
         scalar_slots=slots,
         tuning=tuning,
     )
@@ -576,6 +578,7 @@ class CudaRun:
                 interleaved_order(streamed) if together else None,
                 chunk,
                 host_z,
+                kt.msm_host_buffers,
             ),
             srs=srs,
             footprint=fp,

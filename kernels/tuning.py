@@ -128,6 +128,9 @@ class KernelTuning:
     msm_host_buckets: str = "query"
     msm_host_interleave: str = "on"
     msm_host_chunk_grow: str = "on"
+    # chunk buffers of the engine's one streamed pass (why four: kernels.cuda.msm, at
+    # INTERLEAVE_BUFFERS, which is this default)
+    msm_host_buffers: int = 4
     # measured on the H200, 2026-12-02 (4db55d1): porep-32g aware at 16 GiB 1,802 -> 1,743 ms
     # (the chunk 6 Mi -> 11 Mi); 12 GiB 2,111 -> 1,968 and 8 GiB 2,638 -> 2,487 (one pass)
     msm_pass_scalars: str = "host"
@@ -280,6 +283,15 @@ SETTINGS: tuple[Setting, ...] = (
         "whether the engine may stream in chunks of up to twice PROVETOP_MSM_HOST_CHUNK where "
         "the device's memory plan stays as fast (fewer chunks: fewer additions into kept "
         "buckets), or always in chunks of PROVETOP_MSM_HOST_CHUNK",
+    ),
+    Setting(
+        "PROVETOP_MSM_HOST_BUFFERS",
+        "msm_host_buffers",
+        _int_at_least("PROVETOP_MSM_HOST_BUFFERS", 2),
+        "2 or more (default 4)",
+        "point buffers of the engine's one streamed pass: the copy stream runs this many "
+        "chunks less one ahead of the sums (more hide the copy-bound chunks' copies of large "
+        "chunks, at 96 bytes a point each; the memory plan counts them)",
     ),
     Setting(
         "PROVETOP_MSM_PASS_SCALARS",

@@ -77,8 +77,11 @@ STREAM_MIN_WINDOW = 12
 COMPANION_WINDOW_MAX = 16
 # Chunk buffers of a joint streamed MSM: H's chunk (~40 ms of sums at 2^22 points) is followed
 # by about two copy-bound chunks (~7 ms of copy each, 3 ms of sums), so the copy stream must run
-# three chunks ahead of the sums to stay busy under H's: four buffers.
-INTERLEAVE_BUFFERS = 4
+# three chunks ahead of the sums to stay busy under H's: four buffers (the engine's default,
+# ``KernelTuning.msm_host_buffers``; at chunks of 11 Mi and more a copy-bound chunk's copy
+# outlasts its sums by ~15 ms and three ahead no longer hide them: docs/performance-notes.md,
+# 2026-12-02, 3b8b310).
+INTERLEAVE_BUFFERS = DEFAULT_TUNING.msm_host_buffers
 
 
 def companion_window_cap(window_max: int | None) -> int:

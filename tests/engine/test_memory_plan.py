@@ -353,3 +353,37 @@ def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(free_gi
     assert slots >= 2 and with_slots - without == slots * got.chunk * 32
     if free_gib == 13.35:
         assert got.chunk > on_device.chunk
+
+
+def test_more_pass_buffers_are_counted_and_reach_the_pass():
+    """``PROVETOP_MSM_HOST_BUFFERS``: each buffer more is one more chunk of points (96 bytes a
+    point) in the pass's bytes, and the bound backend hands the count to the pass."""
+    from engine.cuda_pipeline import BoundBackend, interleaved_bytes
+    from kernels.cuda.msm import INTERLEAVE_BUFFERS, pass_scalar_slots
+
+    sizes = query_sizes(27).as_dict()
+    chunk = 6 << 20
+    streamed = {q: chunk for q in sizes}
+    four = interleaved_bytes(sizes, streamed, DEFAULT_TUNING, 20)
+    six = interleaved_bytes(sizes, streamed, replace(DEFAULT_TUNING, msm_host_buffers=6), 20)
+    assert DEFAULT_TUNING.msm_host_buffers == INTERLEAVE_BUFFERS == 4
+    order = [sizes[q] for q in ("h", "l", "a", "b_g1")]
+    shared = [False, True, True, True]
+    # a copy stream further ahead may also need another scalar buffer (32 bytes a row)
+    more_slots = pass_scalar_slots(order, chunk, shared, 6, 5) - pass_scalar_slots(
+        order, chunk, shared, 4, 5
+    )
+    assert more_slots >= 0 and six - four == 2 * chunk * 96 + more_slots * chunk * 32
+
+    class Rec:
+        name = "rec"
+
+        def msm_many(self, points, scalars, **kw):
+            return kw["buffers"]
+
+    class Dev:
+        def kernel_args(self, site):
+            return {}
+
+    assert BoundBackend(Rec(), Dev(), 20, ["h", "l"], buffers=6).msm_many([1, 2], [3, 4]) == 6
+    assert BoundBackend(Rec(), Dev(), 20, ["h", "l"]).msm_many([1, 2], [3, 4]) == 4
