@@ -252,13 +252,13 @@ def plan_rank(plan: MemoryPlan) -> tuple[int, bool, bool]:
 
 
 # The chunks plan_streaming weighs: the configured one times 4/4, 5/4, ..., 11/4. Why these:
-# measured on the H200 (porep-32g, 2026-12-02; docs/performance-notes.md), 6 Mi points took
-# gpu_total -82 ms against 2^22 at 16 GiB and 11 Mi a further -60 (the pass reading z from host
-# memory), but 16 Mi lost +57 at 24 GiB against 8 Mi, although the cost model (H's additions
-# into kept sums only) keeps falling there (1.134 of a resident MSM at 6 Mi, 1.094 at 11 Mi,
-# 1.078 at 16 Mi, c = 20): what it leaves out (the first chunk's copy before any sums, the
-# last chunk's sums with nothing to hide under, three copy-bound chunks back to back) grows
-# with the chunk. So the model chooses, within what was measured to pay.
+# measured on the H200 (porep-32g, 2026-12-02; docs/performance-notes.md), the one pass alone
+# (bench/stream_probe.py, z from host memory, four buffers, one call) took 1,315 ms at 6 Mi
+# points, 1,338 at 8 Mi, 1,308 at 11 Mi and 1,391 at 16 Mi, although the cost model (H's
+# additions into kept sums only) keeps falling (1.134 of a resident MSM at 6 Mi, 1.094 at
+# 11 Mi, 1.078 at 16 Mi, c = 20): the gaps between the chunks grow with them (50 ms at 6 Mi,
+# 167 at 16 Mi), the copy stream three chunks ahead no longer hiding the copy-bound chunks'
+# copies. So the model chooses, within what was measured to pay.
 CHUNK_STEPS = tuple(range(4, 12))
 
 

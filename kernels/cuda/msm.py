@@ -1199,7 +1199,8 @@ def plan_scalar_feed(
     once the sums of the last chunk reading its previous rows have been queued (the copy
     stream waits for an event they record, which must have been recorded by then). The
     smallest count that meets this for every upload is taken, two at least (the next rows go
-    up while the current are read): 2 for the engine's order."""
+    up while the current are read): 2 for the engine's orders with four buffers and chunks
+    up to 11 Mi, 3 at 16 Mi."""
     use: list[int | None] = []
     uploads: list[tuple[int, int, int]] = []
     first: list[int] = []
@@ -1217,8 +1218,7 @@ def plan_scalar_feed(
             first.append(i)
             last.append(i)
         else:
-            q0, lo0, hi0 = uploads[u]
-            if hi > hi0:
+            if hi > uploads[u][2]:
                 uploads[u] = (q, lo, hi)
             last[u] = i
         use.append(u)
