@@ -42,9 +42,10 @@
 #   bash bench/gpu_engine.sh chunks    # the streamed chunk size with z read from host memory:
 #                                      # the pass probed at 6 (z on the device), 8, 11, 16 Mi,
 #                                      # then aware16 at 8 and 11 Mi, aware24 at the plan's
-#   bash bench/gpu_engine.sh buffers   # more point buffers for large chunks: the pass probed at
-#                                      # 8, 11, 16 Mi with 4, 5, 6 buffers, then aware16 at 8 Mi
-#                                      # with 5 buffers and aware24 at 16 Mi with 6
+#   bash bench/gpu_engine.sh buffers   # the gaps of large chunks: the pass probed at 8, 11,
+#                                      # 16 Mi with 4, 5, 6 buffers and leads 0 and 5, then
+#                                      # aware16 at lead 0, at 8 Mi with 5 buffers, and aware24
+#                                      # at 16 Mi with 6
 #   bash bench/gpu_engine.sh kept      # streamed chunks summed straight into the kept buckets
 #                                      # (PROVETOP_MSM_HOST_BUCKETS=query) against the merge
 #                                      # kernel (=query-merge): GPU tests, the 2^27 host-point
@@ -341,21 +342,25 @@ chunks)  # why 16 Mi chunks lost at 24 GiB (5a95826 sweep) while 11 Mi won at 16
     done
     ;;
 buffers)  # the gaps between large chunks (3b8b310 probe: 97 ms at 11 Mi, 167 at 16 Mi, against
-    # 50 at 6 Mi) come from the copy stream running only three chunks ahead: more buffers, same
-    # call, the pass alone and the engine where the plan has room for them
-    echo "== stream probe, chunks 8/11/16 Mi, buffers 4/5/6, H window 20" | tee -a "$TABLES"
+    # 50 at 6 Mi): the copy stream runs only three chunks ahead, and the lead of five H chunks
+    # (made for a z copy the host-scalar pass no longer makes) leaves fewer H chunks to hide
+    # the copy-bound chunks under. Same call: the pass alone, then the engine
+    echo "== stream probe, chunks 8/11/16 Mi, buffers 4/5/6, leads 0/5, H window 20" \
+        | tee -a "$TABLES"
     timeout 240 python3 bench/stream_probe.py --log 27 --modes host \
-        --chunks 8388608,11534336,16777216 --buffers 4,5,6 --window 20 --leads 5 --repeats 3 \
-        --out "$W/stream-probe.json" >"$W/stream-probe.txt" 2>&1
+        --chunks 8388608,11534336,16777216 --buffers 4,5,6 --window 20 --leads 0,5 \
+        --repeats 3 --out "$W/stream-probe.json" >"$W/stream-probe.txt" 2>&1
     echo "rc=$?" >>"$W/stream-probe.txt"
-    tail -n 14 "$W/stream-probe.txt" | tee -a "$TABLES"
+    tail -n 24 "$W/stream-probe.txt" | tee -a "$TABLES"
+    PROVETOP_MSM_HOST_LEAD=0 bench aware16-lead0 90 --preset porep-32g --proofs 1 \
+        --device-memory 16GiB --workers-per-device 2 --allocator aware
     PROVETOP_MSM_HOST_CHUNK_GROW=off PROVETOP_MSM_HOST_CHUNK=8388608 PROVETOP_MSM_HOST_BUFFERS=5 \
         bench aware16-8m-b5 90 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
     PROVETOP_MSM_HOST_CHUNK_GROW=off PROVETOP_MSM_HOST_CHUNK=16777216 PROVETOP_MSM_HOST_BUFFERS=6 \
         bench aware24-16m-b6 90 --preset porep-32g --proofs 1 --device-memory 24GiB \
         --workers-per-device 2 --allocator aware
-    for r in aware16-8m-b5 aware24-16m-b6; do
+    for r in aware16-lead0 aware16-8m-b5 aware24-16m-b6; do
         grep -E "memory plan" "$W/$r.summary.txt" | head -n 2 | sed "s/^/$r: /" | tee -a "$TABLES"
     done
     ;;

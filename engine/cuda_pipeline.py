@@ -77,6 +77,7 @@ class BoundBackend:
         chunk: int | None = None,
         host_scalars: bool = False,
         buffers: int = INTERLEAVE_BUFFERS,
+        lead: int = INTERLEAVE_LEAD,
     ) -> None:
         self.backend = backend
         self.device = device
@@ -87,6 +88,7 @@ class BoundBackend:
         # the one pass reads the aux scalars from host memory, chunk by chunk (no device copy)
         self.host_scalars = bool(together) and host_scalars
         self.buffers = buffers  # point buffers of the one pass (the plan counted them)
+        self.lead = lead  # H's chunks the one pass takes before any other query's
 
     def h_step(self, a: Any, b: Any, c: Any, **kw: Any) -> Any:
         args = {**self.device.kernel_args("ntt_scratch"), "overwrite_inputs": True, **kw}
@@ -106,7 +108,7 @@ class BoundBackend:
         caps = [self.window_max] + [companion_window_cap(self.window_max)] * (len(points) - 1)
         args = {**self.device.kernel_args("msm_scratch"), "windows_max": caps, **kw}
         args.setdefault("buffers", self.buffers)
-        args.setdefault("lead", INTERLEAVE_LEAD)
+        args.setdefault("lead", self.lead)
         if self.chunk is not None:
             args.setdefault("chunk", self.chunk)
         if self.host_scalars:
@@ -205,7 +207,11 @@ def interleaved_bytes(
     if pass_reads_host_scalars(tuning):  # every query but H reads z from host memory
         shared = [q != "h" for q in qs]
         slots = pass_scalar_slots(
-            [sizes[q] for q in qs], chunk, shared, tuning.msm_host_buffers, INTERLEAVE_LEAD
+            [sizes[q] for q in qs],
+            chunk,
+            shared,
+            tuning.msm_host_buffers,
+            tuning.msm_host_lead,
         )
     return many_scratch_bytes(
         [sizes[q] for q in qs],
@@ -579,6 +585,7 @@ class CudaRun:
                 chunk,
                 host_z,
                 kt.msm_host_buffers,
+                kt.msm_host_lead,
             ),
             srs=srs,
             footprint=fp,

@@ -131,6 +131,9 @@ class KernelTuning:
     # chunk buffers of the engine's one streamed pass (why four: kernels.cuda.msm, at
     # INTERLEAVE_BUFFERS, which is this default)
     msm_host_buffers: int = 4
+    # H's chunks the one pass takes before any other query's (why five: kernels.cuda.msm, at
+    # INTERLEAVE_LEAD, which is this default)
+    msm_host_lead: int = 5
     # measured on the H200, 2026-12-02 (4db55d1): porep-32g aware at 16 GiB 1,802 -> 1,743 ms
     # (the chunk 6 Mi -> 11 Mi); 12 GiB 2,111 -> 1,968 and 8 GiB 2,638 -> 2,487 (one pass)
     msm_pass_scalars: str = "host"
@@ -292,6 +295,15 @@ SETTINGS: tuple[Setting, ...] = (
         "point buffers of the engine's one streamed pass: the copy stream runs this many "
         "chunks less one ahead of the sums (more hide the copy-bound chunks' copies of large "
         "chunks, at 96 bytes a point each; the memory plan counts them)",
+    ),
+    Setting(
+        "PROVETOP_MSM_HOST_LEAD",
+        "msm_host_lead",
+        _int_at_least("PROVETOP_MSM_HOST_LEAD", 0),
+        "0 or more (default 5)",
+        "H's chunks the engine's one streamed pass takes before the first chunk of L, A or "
+        "B-G1 (room for the aux scalars' copy when they go up whole; the later chunks of H "
+        "are then fewer to hide the other queries' copies under)",
     ),
     Setting(
         "PROVETOP_MSM_PASS_SCALARS",

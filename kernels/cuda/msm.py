@@ -95,8 +95,11 @@ def companion_window_cap(window_max: int | None) -> int:
 # ahead) waits for them, so H's sums must cover those ~76 ms plus a chunk: at least three
 # chunks of ~37 ms (2^22 points, c = 19). Measured with bench/stream_probe.py on the H200
 # (2026-12-02, f1f88a5; docs/performance-notes.md): the pass took 1,633 ms at lead 0, 1,575 at
-# 3, 1,555 at 5.
-INTERLEAVE_LEAD = 5
+# 3, 1,555 at 5. With the aux scalars sent up per chunk (no 4.2 GB copy to make room for) the
+# lead has no such reason, and it leaves fewer of H's chunks to hide the others' copies under
+# (at 11 Mi chunks, 7 of H's 12 for 27 copy-bound chunks): not yet measured that way. The
+# engine's default, ``KernelTuning.msm_host_lead``.
+INTERLEAVE_LEAD = DEFAULT_TUNING.msm_host_lead
 # Affine pairing passes (msm.cuh, 4a): each output costs ~6M + (one inversion) / NB, and one Fermat
 # inversion is ~575M (384 squarings, ~190 products), so NB = 512 elements per batch leave ~1.1M per
 # addition against 10M for an XYZZ mixed addition. A pass can pay only with enough pairs to give

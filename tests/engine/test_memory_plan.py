@@ -387,3 +387,36 @@ def test_more_pass_buffers_are_counted_and_reach_the_pass():
 
     assert BoundBackend(Rec(), Dev(), 20, ["h", "l"], buffers=6).msm_many([1, 2], [3, 4]) == 6
     assert BoundBackend(Rec(), Dev(), 20, ["h", "l"]).msm_many([1, 2], [3, 4]) == 4
+
+
+def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
+    """``PROVETOP_MSM_HOST_LEAD``: the bound backend hands it to the pass, and the memory model
+    counts the scalar buffers of the order that lead gives."""
+    from engine.cuda_pipeline import BoundBackend, interleaved_bytes
+    from kernels.cuda.msm import INTERLEAVE_LEAD, pass_scalar_slots
+
+    class Rec:
+        name = "rec"
+
+        def msm_many(self, points, scalars, **kw):
+            return kw["lead"]
+
+    class Dev:
+        def kernel_args(self, site):
+            return {}
+
+    assert DEFAULT_TUNING.msm_host_lead == INTERLEAVE_LEAD == 5
+    assert BoundBackend(Rec(), Dev(), 20, ["h", "l"], lead=0).msm_many([1, 2], [3, 4]) == 0
+    assert BoundBackend(Rec(), Dev(), 20, ["h", "l"]).msm_many([1, 2], [3, 4]) == 5
+    sizes = query_sizes(27).as_dict()
+    chunk = 16 << 20
+    streamed = {q: chunk for q in sizes}
+    order = [sizes[q] for q in ("h", "l", "a", "b_g1")]
+    shared = [False, True, True, True]
+    for lead in (0, 5):
+        t = replace(DEFAULT_TUNING, msm_host_lead=lead)
+        t0 = replace(t, msm_pass_scalars="device")
+        extra = interleaved_bytes(sizes, streamed, t, 20) - interleaved_bytes(
+            sizes, streamed, t0, 20
+        )
+        assert extra == pass_scalar_slots(order, chunk, shared, 4, lead) * chunk * 32

@@ -41,6 +41,7 @@ def test_every_setting_is_read_into_its_field():
         "PROVETOP_MSM_HOST_CHUNK_GROW": "off",
         "PROVETOP_MSM_PASS_SCALARS": "host",
         "PROVETOP_MSM_HOST_BUFFERS": "6",
+        "PROVETOP_MSM_HOST_LEAD": "0",
         "PROVETOP_CUBIN_DIR": "/opt/cubin",
         "PROVETOP_COMMIT": "abc1234",
         "PROVETOP_SYNC_SCOPE": "device",
@@ -61,6 +62,7 @@ def test_every_setting_is_read_into_its_field():
     assert (k.msm_affine_min_pairs, k.msm_sort_group, k.msm_affine_dense) == (8388608, 3, 1)
     assert (k.msm_host_chunk, k.msm_host_buckets) == (1 << 23, "chunk")
     assert k.msm_pass_scalars == "host" and k.msm_host_buffers == 6
+    assert k.msm_host_lead == 0
     assert k.msm_host_interleave == "off" and k.msm_host_chunk_grow == "off"
     assert k.msm_sort == "radix"
     assert (k.msm_reduce, k.msm_reduce_fanin) == ("scaled", 4)
