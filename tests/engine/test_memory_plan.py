@@ -420,3 +420,25 @@ def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
             sizes, streamed, t0, 20
         )
         assert extra == pass_scalar_slots(order, chunk, shared, 4, lead) * chunk * 32
+
+
+def test_z_stays_on_the_device_where_a_reader_of_it_is_not_in_the_pass():
+    """B-G1's points on the device (a 40 GiB card) put B-G1 outside the pass: it reads z from
+    a device copy, so the plan keeps z on the device and counts it, and the pass has no scalar
+    buffers; with every reader streamed, z stays in host memory."""
+    from engine.cuda_pipeline import interleaved_bytes
+
+    sizes = query_sizes(27)
+    base = footprint(27, sizes)
+    z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
+    free = int(34.4 * GiB)
+    all_streamed = {q: 1 << 22 for q in sizes.as_dict()}
+    no_b = {q: 1 << 22 for q in ("h", "l", "a")}
+    every = plan_with_window(free, base, sizes.as_dict(), all_streamed, DEFAULT_TUNING, z, tables)
+    some = plan_with_window(free, base, sizes.as_dict(), no_b, DEFAULT_TUNING, z, tables)
+    assert every.together and every.host_scalars
+    assert some.together and not some.host_scalars
+    dev = replace(DEFAULT_TUNING, msm_pass_scalars="device")
+    assert interleaved_bytes(sizes.as_dict(), no_b, DEFAULT_TUNING, 20) == interleaved_bytes(
+        sizes.as_dict(), no_b, dev, 20
+    )
