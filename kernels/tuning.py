@@ -283,7 +283,7 @@ SETTINGS: tuple[Setting, ...] = (
         "msm_host_chunk_grow",
         choice("PROVETOP_MSM_HOST_CHUNK_GROW", ON_OFF),
         "`on` (default), `off`",
-        "whether the engine may stream in chunks of up to twice PROVETOP_MSM_HOST_CHUNK where "
+        "whether the engine may stream in chunks of up to 11/4 of PROVETOP_MSM_HOST_CHUNK where "
         "the device's memory plan stays as fast (fewer chunks: fewer additions into kept "
         "buckets), or always in chunks of PROVETOP_MSM_HOST_CHUNK",
     ),
