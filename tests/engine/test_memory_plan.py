@@ -355,6 +355,22 @@ def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(free_gi
         assert got.chunk > on_device.chunk
 
 
+def _pass_kwargs(bound_backend, **kw):
+    """The keywords a bound backend (made with ``kw``) hands its kernel backend's one pass."""
+
+    class Recorder:
+        name = "rec"
+
+        def msm_many(self, points, scalars, **args):
+            return args
+
+    class Dev:
+        def kernel_args(self, site):
+            return {}
+
+    return bound_backend(Recorder(), Dev(), 20, ["h", "l"], **kw).msm_many([1, 2], [3, 4])
+
+
 def test_more_pass_buffers_are_counted_and_reach_the_pass():
     """``PROVETOP_MSM_HOST_BUFFERS``: each buffer more is one more chunk of points (96 bytes a
     point) in the pass's bytes, and the bound backend hands the count to the pass."""
@@ -375,18 +391,8 @@ def test_more_pass_buffers_are_counted_and_reach_the_pass():
     )
     assert more_slots >= 0 and six - four == 2 * chunk * 96 + more_slots * chunk * 32
 
-    class Rec:
-        name = "rec"
-
-        def msm_many(self, points, scalars, **kw):
-            return kw["buffers"]
-
-    class Dev:
-        def kernel_args(self, site):
-            return {}
-
-    assert BoundBackend(Rec(), Dev(), 20, ["h", "l"], buffers=6).msm_many([1, 2], [3, 4]) == 6
-    assert BoundBackend(Rec(), Dev(), 20, ["h", "l"]).msm_many([1, 2], [3, 4]) == 4
+    assert _pass_kwargs(BoundBackend, buffers=6)["buffers"] == 6
+    assert _pass_kwargs(BoundBackend)["buffers"] == 4
 
 
 def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
@@ -395,19 +401,9 @@ def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
     from engine.cuda_pipeline import BoundBackend, interleaved_bytes
     from kernels.cuda.msm import INTERLEAVE_LEAD, pass_scalar_slots
 
-    class Rec:
-        name = "rec"
-
-        def msm_many(self, points, scalars, **kw):
-            return kw["lead"]
-
-    class Dev:
-        def kernel_args(self, site):
-            return {}
-
     assert DEFAULT_TUNING.msm_host_lead == INTERLEAVE_LEAD == 5
-    assert BoundBackend(Rec(), Dev(), 20, ["h", "l"], lead=0).msm_many([1, 2], [3, 4]) == 0
-    assert BoundBackend(Rec(), Dev(), 20, ["h", "l"]).msm_many([1, 2], [3, 4]) == 5
+    assert _pass_kwargs(BoundBackend, lead=0)["lead"] == 0
+    assert _pass_kwargs(BoundBackend)["lead"] == 5
     sizes = query_sizes(27).as_dict()
     chunk = 16 << 20
     streamed = {q: chunk for q in sizes}
