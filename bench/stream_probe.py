@@ -158,8 +158,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=19, help="H's window cap (the 16 GiB plan)")
     ap.add_argument("--out", default="", help="write the rows as JSON here")
     args = ap.parse_args(argv)
-    import cupy as cp
-
     tuning = KernelTuning.from_env()
     sizes = query_sizes(args.log).as_dict()
     chunks = [int(x) for x in args.chunks.split(",") if x.strip()] or [
@@ -170,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"chunks must be positive, got {chunks}")
     if not set(modes) <= {"in turn", "pass", "prelude", "host"}:
         ap.error(f"unknown mode in {modes}")
+    import cupy as cp
+
     t = time.perf_counter()
     secrets = random_dense(cp, min(POINT_BLOCK, max(sizes.values())))
     block = srs(secrets, tuning=tuning)
