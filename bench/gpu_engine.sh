@@ -96,6 +96,27 @@ gpu_tests() {  # timeout (s), test files...
     timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "$@" >"$log" 2>&1
     tail -n 15 "$log" | tee -a "$TABLES"
 }
+porep1() {  # name, timeout (s), device memory, more flags...: porep-32g aware, 1 proof, 2 workers
+    local name=$1 limit=$2 mem=$3
+    shift 3
+    bench "$name" "$limit" --preset porep-32g --proofs 1 --device-memory "$mem" \
+        --workers-per-device 2 --allocator aware "$@"
+}
+probe() {  # title, timeout (s), stream_probe.py flags...: the pass alone, rows kept in $W
+    local title=$1 limit=$2
+    shift 2
+    echo "== stream probe, $title" | tee -a "$TABLES"
+    timeout "$limit" python3 bench/stream_probe.py --log 27 --window 20 --repeats 3 \
+        --out "$W/stream-probe.json" "$@" >"$W/stream-probe.txt" 2>&1
+    echo "rc=$?" >>"$W/stream-probe.txt"
+    tail -n 24 "$W/stream-probe.txt" | tee -a "$TABLES"
+}
+plans_of() {  # run names: each summary's memory plan line into the tables
+    for r in "$@"; do
+        grep -E "memory plan|pre-stage|OOMs" "$W/$r.summary.txt" | head -n 4 | sed "s/^/$r: /" \
+            | tee -a "$TABLES"
+    done
+}
 runs_16gib() {  # limits (s): the checks at 2^12, then acceptance runs aware16 and naive16
     timeout "$1" python3 bench/debug_checks.py 12 >"$W/debug_checks.txt" 2>&1
     tail -n 14 "$W/debug_checks.txt" | tee -a "$TABLES"
@@ -308,61 +329,34 @@ hostz)  # the aux scalars of the one pass: copied up whole before it (device) or
     # (16 GiB) and lets 12 and 8 GiB run the one pass at a larger window; same call
     gpu_tests 100 tests/kernels/test_cuda_msm.py -k "host_scalars or host_streamed_queries"
     gpu_tests 100 tests/engine/test_cuda.py -k "one_pass or streamed or fallback"
-    PROVETOP_MSM_PASS_SCALARS=device bench aware16-device 100 --preset porep-32g --proofs 1 \
-        --device-memory 16GiB --workers-per-device 2 --allocator aware
-    PROVETOP_MSM_PASS_SCALARS=host bench aware16-host 100 --preset porep-32g --proofs 1 \
-        --device-memory 16GiB --workers-per-device 2 --allocator aware
-    PROVETOP_MSM_PASS_SCALARS=host bench aware12-host 100 --preset porep-32g --proofs 1 \
-        --device-memory 12GiB --workers-per-device 2 --allocator aware
-    PROVETOP_MSM_PASS_SCALARS=host bench aware8-host 110 --preset porep-32g --proofs 1 \
-        --device-memory 8GiB --workers-per-device 2 --allocator aware
-    for r in aware16-device aware16-host aware12-host aware8-host; do
-        grep -E "memory plan|pre-stage|OOMs" "$W/$r.summary.txt" | head -n 4 \
-            | sed "s/^/$r: /" | tee -a "$TABLES"
-    done
+    PROVETOP_MSM_PASS_SCALARS=device porep1 aware16-device 100 16GiB
+    PROVETOP_MSM_PASS_SCALARS=host porep1 aware16-host 100 16GiB
+    PROVETOP_MSM_PASS_SCALARS=host porep1 aware12-host 100 12GiB
+    PROVETOP_MSM_PASS_SCALARS=host porep1 aware8-host 110 8GiB
+    plans_of aware16-device aware16-host aware12-host aware8-host
     ;;
 chunks)  # why 16 Mi chunks lost at 24 GiB (5a95826 sweep) while 11 Mi won at 16 GiB: the pass
     # alone at each chunk (per-query sums, gaps, before/after), then the engine at 16 GiB with 8
     # and 11 Mi chunks and at 24 GiB with the plan's (capped) chunk, same call
-    echo "== stream probe, chunks 6/8/11/16 Mi, H window 20" | tee -a "$TABLES"
-    timeout 200 python3 bench/stream_probe.py --log 27 --modes prelude,host \
-        --chunks 6291456,8388608,11534336,16777216 --window 20 --leads 5 --repeats 3 \
-        --out "$W/stream-probe.json" >"$W/stream-probe.txt" 2>&1
-    echo "rc=$?" >>"$W/stream-probe.txt"
-    tail -n 14 "$W/stream-probe.txt" | tee -a "$TABLES"
-    PROVETOP_MSM_HOST_CHUNK_GROW=off PROVETOP_MSM_HOST_CHUNK=8388608 bench aware16-8m 90 \
-        --preset porep-32g --proofs 1 --device-memory 16GiB --workers-per-device 2 \
-        --allocator aware
-    bench aware16 90 --preset porep-32g --proofs 1 --device-memory 16GiB \
-        --workers-per-device 2 --allocator aware
-    bench aware24 90 --preset porep-32g --proofs 1 --device-memory 24GiB \
-        --workers-per-device 2 --allocator aware
-    for r in aware16-8m aware16 aware24; do
-        grep -E "memory plan" "$W/$r.summary.txt" | head -n 2 | sed "s/^/$r: /" | tee -a "$TABLES"
-    done
+    probe "chunks 6/8/11/16 Mi" 200 --modes prelude,host \
+        --chunks 6291456,8388608,11534336,16777216 --leads 5
+    PROVETOP_MSM_HOST_CHUNK_GROW=off PROVETOP_MSM_HOST_CHUNK=8388608 porep1 aware16-8m 90 16GiB
+    porep1 aware16 90 16GiB
+    porep1 aware24 90 24GiB
+    plans_of aware16-8m aware16 aware24
     ;;
 buffers)  # the gaps between large chunks (3b8b310 probe: 97 ms at 11 Mi, 167 at 16 Mi, against
     # 50 at 6 Mi): the copy stream runs only three chunks ahead, and the lead of five H chunks
     # (made for a z copy the host-scalar pass no longer makes) leaves fewer H chunks to hide
     # the copy-bound chunks under. Same call: the pass alone, then the engine
-    echo "== stream probe, chunks 8/11/16 Mi, buffers 4/5/6, leads 0/5, H window 20" \
-        | tee -a "$TABLES"
-    timeout 240 python3 bench/stream_probe.py --log 27 --modes host \
-        --chunks 8388608,11534336,16777216 --buffers 4,5,6 --window 20 --leads 0,5 \
-        --repeats 3 --out "$W/stream-probe.json" >"$W/stream-probe.txt" 2>&1
-    echo "rc=$?" >>"$W/stream-probe.txt"
-    tail -n 24 "$W/stream-probe.txt" | tee -a "$TABLES"
-    PROVETOP_MSM_HOST_LEAD=0 bench aware16-lead0 90 --preset porep-32g --proofs 1 \
-        --device-memory 16GiB --workers-per-device 2 --allocator aware
+    probe "chunks 8/11/16 Mi, buffers 4/5/6, leads 0/5" 240 --modes host \
+        --chunks 8388608,11534336,16777216 --buffers 4,5,6 --leads 0,5
+    PROVETOP_MSM_HOST_LEAD=0 porep1 aware16-lead0 90 16GiB
     PROVETOP_MSM_HOST_CHUNK_GROW=off PROVETOP_MSM_HOST_CHUNK=8388608 PROVETOP_MSM_HOST_BUFFERS=5 \
-        bench aware16-8m-b5 90 --preset porep-32g --proofs 1 --device-memory 16GiB \
-        --workers-per-device 2 --allocator aware
+        porep1 aware16-8m-b5 90 16GiB
     PROVETOP_MSM_HOST_CHUNK_GROW=off PROVETOP_MSM_HOST_CHUNK=16777216 PROVETOP_MSM_HOST_BUFFERS=6 \
-        bench aware24-16m-b6 90 --preset porep-32g --proofs 1 --device-memory 24GiB \
-        --workers-per-device 2 --allocator aware
-    for r in aware16-lead0 aware16-8m-b5 aware24-16m-b6; do
-        grep -E "memory plan" "$W/$r.summary.txt" | head -n 2 | sed "s/^/$r: /" | tee -a "$TABLES"
-    done
+        porep1 aware24-16m-b6 90 24GiB
+    plans_of aware16-lead0 aware16-8m-b5 aware24-16m-b6
     ;;
 workers-small)  # one worker against two where the memory plan streams the H step (8 GiB: one
     # slot, 12 GiB: two slots); the 16 GiB pair is the workers mode's (d34abfe)

@@ -204,8 +204,7 @@ def interleaved_bytes(
         cap = window_max if q == "h" else companion_window_cap(window_max)
         windows.append(stream_window_bits(sizes[q], cap, -(-sizes[q] // chunk), tuning=tuning))
     slots = 0
-    if pass_reads_host_scalars(tuning) and set(sizes) - {"h"} <= set(streamed):
-        # every query but H reads z from host memory (plan_with_window's condition)
+    if pass_reads_host_scalars(tuning, sizes, streamed):  # every query but H reads z there
         shared = [q != "h" for q in qs]
         slots = pass_scalar_slots(
             [sizes[q] for q in qs],
@@ -224,11 +223,16 @@ def interleaved_bytes(
     )
 
 
-def pass_reads_host_scalars(tuning: KernelTuning) -> bool:
+def pass_reads_host_scalars(
+    tuning: KernelTuning, sizes: dict[str, int], streamed: dict[str, int]
+) -> bool:
     """Whether a joint pass reads the aux scalars from host memory, chunk by chunk
-    (``PROVETOP_MSM_PASS_SCALARS=host``): then the plan of a joint pass needs no device copy
-    of z, only the pass's scalar buffers (:func:`interleaved_bytes`)."""
-    return tuning.msm_pass_scalars == "host"
+    (``PROVETOP_MSM_PASS_SCALARS=host``): then its plan needs no device copy of z, only the
+    pass's scalar buffers (:func:`interleaved_bytes`). Only where every query that reads z is
+    streamed (in the pass): a query whose points are on the device (B-G1 on a 40 GiB card)
+    reads a device copy of z, which its MSM would otherwise upload inside its own phase
+    (+21 ms at 5a95826)."""
+    return tuning.msm_pass_scalars == "host" and set(sizes) - {"h"} <= set(streamed)
 
 
 def window_floor(streamed: dict[str, int], tuning: KernelTuning) -> int:
@@ -347,12 +351,8 @@ def plan_with_window(
     reference = choose_plan(free, fp, z, tables, device=device)
 
     modes = (True, False) if can_interleave(streamed, tuning) else (False,)
-    # z stays in host memory only where every query that reads it is in the pass: a query
-    # whose points are on the device (B-G1 on a 40 GiB card) reads a device copy of z, which
-    # its MSM would otherwise upload inside its own phase (+21 ms at 5a95826)
-    every_reader = set(sizes) - {"h"} <= set(streamed)
     for together in modes:
-        host_z = together and pass_reads_host_scalars(tuning) and every_reader
+        host_z = together and pass_reads_host_scalars(tuning, sizes, streamed)
         for cap in range(top, floor - 1, -1):
             fp_c = cuda_footprint(base, sizes, streamed, tuning, cap, together)
             try:
