@@ -46,6 +46,9 @@
 #                                      # 16 Mi with 4, 5, 6 buffers and leads 0 and 5, then
 #                                      # aware16 at lead 0, at 8 Mi with 5 buffers, and aware24
 #                                      # at 16 Mi with 6
+#   bash bench/gpu_engine.sh handover  # a copied into the running pass's H block: its GPU
+#                                      # tests, aware16 with PROVETOP_A_HANDOVER off and on,
+#                                      # aware24 on
 #   bash bench/gpu_engine.sh kept      # streamed chunks summed straight into the kept buckets
 #                                      # (PROVETOP_MSM_HOST_BUCKETS=query) against the merge
 #                                      # kernel (=query-merge): GPU tests, the 2^27 host-point
@@ -357,6 +360,23 @@ buffers)  # the gaps between large chunks (3b8b310 probe: 97 ms at 11 Mi, 167 at
     PROVETOP_MSM_HOST_CHUNK_GROW=off PROVETOP_MSM_HOST_CHUNK=16777216 PROVETOP_MSM_HOST_BUFFERS=6 \
         porep1 aware24-16m-b6 90 24GiB
     plans_of aware16-lead0 aware16-8m-b5 aware24-16m-b6
+    ;;
+handover)  # the next partition's a copied into H's block as the pass finishes with its rows
+    # (PROVETOP_A_HANDOVER, engine/handover.py): its GPU tests, then aware16 off / on, aware24 on
+    gpu_tests 240 tests/engine/test_cuda.py -k "rows_released or hands_h_blocks or h_step_waits or one_pass"
+    PROVETOP_A_HANDOVER=off porep1 aware16-off 100 16GiB
+    porep1 aware16-on 100 16GiB
+    porep1 aware24-on 100 24GiB
+    plans_of aware16-off aware16-on aware24-on
+    for r in aware16-off aware16-on aware24-on; do
+        python3 -c "
+import sys
+from recordings.reader import open_recording
+ev = open_recording(sys.argv[1]).events
+got = [e for e in ev if e['k'] == 'alloc' and e.get('site') == 'handover']
+print(sys.argv[2] + ': handovers', len(got), '|', got[-1]['reason'] if got else '-')
+" "$W/$r.pvtrec" "$r" 2>&1 | tail -n 2 | tee -a "$TABLES"
+    done
     ;;
 workers-small)  # one worker against two where the memory plan streams the H step (8 GiB: one
     # slot, 12 GiB: two slots); the 16 GiB pair is the workers mode's (d34abfe)

@@ -55,6 +55,7 @@ from kernels.cuda.msm import (
     companion_window_cap,
     host_scratch_bytes,
     many_scratch_bytes,
+    pass_lead,
     pass_scalar_slots,
     scratch_bytes,
     stream_cost,
@@ -211,7 +212,7 @@ def interleaved_bytes(
             chunk,
             shared,
             tuning.msm_host_buffers,
-            tuning.msm_host_lead,
+            pass_lead(tuning, host_scalars=True),
         )
     return many_scratch_bytes(
         [sizes[q] for q in qs],
@@ -590,7 +591,7 @@ class CudaRun:
                 chunk,
                 host_z,
                 kt.msm_host_buffers,
-                kt.msm_host_lead,
+                pass_lead(kt, host_z),
             ),
             srs=srs,
             footprint=fp,

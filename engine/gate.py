@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import threading
 
+from engine.handover import Handover
+
 
 class DeviceGate:
     """Per-device bookkeeping that lets a retry recover: while a worker retries after a
@@ -28,6 +30,8 @@ class DeviceGate:
         # ledger of what workers committed to the GPU region may still allocate there.
         self.decide = threading.Lock()
         self._extra: dict[int, int] = {}
+        # H's block passed from the running pass to the next partition's a
+        self.handover = Handover()
 
     def reserved_by_others(self, worker: int) -> int:
         with self._cv:

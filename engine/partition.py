@@ -196,6 +196,22 @@ class PartitionOps(Protocol):
         holding H, H)."""
         ...
 
+    def take_offer(self, att: Attempt, w: Witness, handover: Any) -> None:
+        """On the fallback path, before waiting for the mutex: claim the running pass's H
+        block for this partition's a (``engine.handover``); :meth:`fallback_upload` adopts
+        it. A backend without device copies ignores it."""
+        ...
+
+    def offer_h(self, att: Attempt, block: Block, h: Any, handover: Any) -> None:
+        """Before the one pass of a partition that reads H nowhere after it: offer H's block
+        to the next partition's a, rows as the pass is done with them."""
+        ...
+
+    def close_offer(self, att: Attempt) -> bool:
+        """The region ends (or the attempt fails): True when the offered block now belongs
+        to the taker, and is no longer this attempt's to free."""
+        ...
+
     def msm_scalars(self, att: Attempt, w: Witness, h: Any) -> dict[str, Any]:
         """Each MSM's scalars as the MSMs read them: H (unless ``h`` is None: a plan that
         puts the aux scalars up only after H's memory is given back), and prefixes of the aux

@@ -98,6 +98,15 @@ class CpuPartition:
         scope.free(att, blocks[1:])
         return blocks[0], h
 
+    def take_offer(self, att: Attempt, w: Witness, handover: Any) -> None:
+        """No device copies here: a goes up in :meth:`fallback_upload`."""
+
+    def offer_h(self, att: Attempt, block: Block, h: Any, handover: Any) -> None:
+        """Nothing to offer: no pass reads H's block chunk by chunk here."""
+
+    def close_offer(self, att: Attempt) -> bool:
+        return False
+
     def msm_scalars(self, att: Attempt, w: Witness, h: Any) -> dict[str, Any]:
         """The scalars where the witness is."""
         out = host_scalars(self.ctx.sizes, w, h)

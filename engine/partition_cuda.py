@@ -27,6 +27,7 @@ from typing import Any
 
 from engine.allocator import Decision
 from engine.devices.base import Block
+from engine.devices.cuda import H2D
 from engine.hostmem import witness_pool_bytes
 from engine.memory_plan import MemoryPlan
 from engine.partition import MSM_PHASES, Attempt, PhaseTimer, WorkerScope
@@ -89,6 +90,12 @@ class CudaPartition:
         # the fallback's b and c copies still in flight under the H step: {"b": event, ...}
         self._abc_ready: dict[str, Any] = {}
         self._scratch: Any = None  # the one-slot plan's pinned host scratch
+        # engine.handover: this worker's offer of its H block to the next partition's a (as
+        # giver), its claim on a neighbour's (as taker), and the claimed block once adopted
+        self._handover: Any = None
+        self._offer: Any = None
+        self._taker: Any = None
+        self._adopted: Block | None = None
 
     # -- synthesis ----------------------------------------------------------------------------
 
@@ -189,20 +196,38 @@ class CudaPartition:
     def fallback_upload(self, att: Attempt, w: Any) -> tuple[Block, list[Block], Any, Any, Any]:
         """The fallback path with a pinned-pool witness: a, b, c copied whole from the pool
         (page-locked already, so no staging buffer: the chunked path through a small pinned
-        buffer took 33-35 s for 12 GiB on the H200 when the budget left chunks of a few MiB)."""
+        buffer took 33-35 s for 12 GiB on the H200 when the budget left chunks of a few MiB).
+        Where this partition's a went up into the previous partition's H block while that
+        one's MSM pass ran (``take_offer``), the block is adopted and only the rows the pass
+        never released are copied here."""
         if not (self.real and w.pinned):
             return self.host.fallback_upload(att, w)
         dev, fp = self.device, self.ctx.footprint
         free, _total = dev.mem_info()
         overlap = self.ctx.tuning.abc_overlap == "on"
+        handed = self._adopt(att, w)
         reason = "a, b, c from the worker's pinned pool into the stream-ordered pool, whole"
+        if handed is not None:
+            reason = "b and c from the worker's pinned pool into the stream-ordered pool, whole"
         if overlap:
             reason += "; b and c go up under the H step's transforms of a"
         decision = Decision("fallback", reason, free=free, margin=fp.margin)
-        self.scope.alloc_event(att, "prestage", "async", 3 * fp.u, decision)
-        blocks = [self.scope.malloc(att, fp.u, "async", "prestage") for _ in range(3)]
+        count = 3 if handed is None else 2
+        self.scope.alloc_event(att, "prestage", "async", count * fp.u, decision)
+        if handed is None:
+            blocks = [self.scope.malloc(att, fp.u, "async", "prestage")]
+        else:
+            blocks = [handed[0]]
+        blocks += [self.scope.malloc(att, fp.u, "async", "prestage") for _ in range(2)]
         self.ctx.sample(dev)
-        a = dev.upload(w.a, blocks[0], pinned=True)
+        if handed is None:
+            a = dev.upload(w.a, blocks[0], pinned=True)
+        else:
+            a, a_ready = handed[1], handed[2]
+            if overlap:
+                self._abc_ready["a"] = a_ready
+            else:
+                dev.streams().compute.wait_event(a_ready)
         if overlap:
             # the phase times a's copy; b's and c's run on the upload stream, and the H step
             # waits for each just before its own transforms (kernels.cuda.ntt.run_h_step)
@@ -213,8 +238,159 @@ class CudaPartition:
             c = dev.upload(w.c, blocks[2], pinned=True)
         return blocks[0], blocks[1:], a, b, c
 
+    # -- the H block handed to the next partition's a (engine.handover) ----------------------
+
+    def offer_h(self, att: Attempt, block: Block, h: Any, handover: Any) -> None:
+        """Before the one pass of a partition that reads H nowhere after it: offer H's block
+        (d_a) to the worker waiting for the mutex, row range by row range as the pass is done
+        with them. Only where H fills the block from its start (the in-place H step)."""
+        if not (self.real and self.ctx.tuning.a_handover == "on" and handover is not None):
+            return
+        if block.handle is None or int(h.data.ptr) != int(block.handle.ptr):
+            return
+        rows = int(block.size) // int(h.strides[0])  # H has n - 1 rows, a has n
+        for k in range(-(-int(h.shape[0]) // self._pass_chunk())):
+            self.device.event(f"handover.read.{k}")  # made now: see CudaDevice.event
+        self._handover = handover
+        self._offer = handover.open(block, rows)
+
+    def _pass_chunk(self) -> int:
+        """Points per chunk of the one pass (the plan's, else the kernel backend's)."""
+        bound = self.ctx.backend
+        chunk = getattr(bound, "chunk", None) or getattr(
+            getattr(bound, "backend", None), "host_chunk", None
+        )
+        return max(1, int(chunk or 1 << 22))
+
+    def _rows_read(self) -> Any:
+        """The one pass's ``rows_read`` for H (query 0): an event per chunk, to the offer.
+        (An event re-recorded for a later chunk could only make a wait on it later, never
+        earlier: a stream waits for the record made before its wait was queued.)"""
+        offer, handover = self._offer, self._handover
+        if offer is None:
+            return None
+        dev = self.device
+        count = [0]
+
+        def read(q: int, lo: int, hi: int, stream: Any) -> None:
+            if q != 0:
+                return
+            event = dev.event(f"handover.read.{count[0]}")
+            count[0] += 1
+            event.record(stream)
+            handover.read(offer, lo, hi, event)
+
+        return read
+
+    def close_offer(self, att: Attempt) -> bool:
+        """The giver's region ends (or its attempt fails): True when H's block now belongs to
+        the taker (it is taken off this attempt's blocks: the driver must not free it)."""
+        offer, handover = self._offer, self._handover
+        self._offer = None
+        if offer is None:
+            return False
+        final = self.device.event("handover.final")
+        final.record(self.device.streams().compute)
+        handed, wait = handover.close(offer, final)
+        if handed:
+            att.blocks[:] = [b for b in att.blocks if b is not offer.block]
+            return True
+        if wait is not None:  # a withdrawn taker's copies into the block come first
+            self.device.streams().compute.wait_event(wait)
+        return False
+
+    def take_offer(self, att: Attempt, w: Any, handover: Any) -> None:
+        """While waiting for the mutex on the fallback path: claim the running pass's H block
+        for this partition's a (``engine.handover``); its copies go on this worker's upload
+        stream, queued by whichever thread learns that a range is free."""
+        if not (self.real and w.pinned and self.ctx.tuning.a_handover == "on"):
+            return
+        if handover is None or self._taker is not None:
+            return
+        dev = self.device
+        st = dev.streams()  # this thread's: the copier may run on the giver's thread
+        a = w.a
+        row_bytes = int(a.strides[0])
+        src, rt, stream = int(a.ctypes.data), dev.rt, st.upload
+
+        def bind(block: Block) -> Any:
+            dst = int(block.handle.ptr)
+
+            def copy(lo: int, hi: int, event: Any) -> None:
+                stream.wait_event(event)
+                off = lo * row_bytes
+                rt.memcpyAsync(dst + off, src + off, (hi - lo) * row_bytes, H2D, stream.ptr)
+
+            return copy
+
+        taker = handover.take(bind, int(a.shape[0]), owner=self.worker)
+        if taker is not None:
+            self._handover, self._taker = handover, taker
+
+    def _adopt(self, att: Attempt, w: Any) -> tuple[Block, Any, Any] | None:
+        """The claimed block, now this attempt's, with a's view and the event after its last
+        copy (the rows the giver's pass never released are copied now, after the giver's
+        final event); None without a claim, or when the giver kept the block."""
+        taker, self._taker = self._taker, None
+        if taker is None:
+            return None
+        dev = self.device
+        st = dev.streams()
+        block = taker.block
+        if block is None:  # the giver kept it: stop any copies into it, wait for ours
+            self._handover.withdraw(taker, lambda: self._drained(st))
+            return None
+        att.blocks.append(block)
+        self._adopted = block
+        self._handover.adopted(taker)
+        gaps = taker.uncovered()
+        if gaps:
+            st.upload.wait_event(taker.final)
+            a, row_bytes = w.a, int(w.a.strides[0])
+            for lo, hi in gaps:
+                off = lo * row_bytes
+                dev.rt.memcpyAsync(
+                    int(block.handle.ptr) + off,
+                    int(a.ctypes.data) + off,
+                    (hi - lo) * row_bytes,
+                    H2D,
+                    st.upload.ptr,
+                )
+        ready = dev.event("abc.a")
+        ready.record(st.upload)
+        rows = int(w.a.shape[0])
+        early = rows - sum(hi - lo for lo, hi in gaps)
+        reason = (
+            f"a went up into the previous partition's H block as its MSM pass finished with "
+            f"each chunk: {early} of {rows} rows before this region"
+        )
+        decision = Decision("ok", reason)
+        self.scope.alloc_event(att, "handover", block.pool, block.size, decision)
+        cupy = dev.cupy
+        view = cupy.ndarray(w.a.shape, dtype=w.a.dtype, memptr=block.handle)
+        return block, view, ready
+
+    def _drained(self, st: Any) -> Any:
+        event = self.device.event("handover.drained")
+        event.record(st.upload)
+        return event
+
+    def _withdraw(self, att: Attempt) -> None:
+        """A claim this attempt never used (it failed before its region): no more copies into
+        the giver's block; a block already handed over becomes this attempt's to free, after
+        its copies."""
+        taker, self._taker = self._taker, None
+        if taker is None:
+            return
+        st = self.device.streams()
+        block = self._handover.withdraw(taker, lambda: self._drained(st))
+        if block is not None:
+            att.blocks.append(block)
+            self._adopted = block
+            st.compute.wait_event(self._drained(st))
+
     def _wait_for_abc(self) -> None:
-        """The compute stream waits for the b and c copies still in flight (a check that
+        """The compute stream waits for the a, b and c copies still in flight (a check that
         reads them, or an attempt that ends before the H step: its blocks go back in stream
         order on the compute stream, and the pool must not hand them out mid-copy)."""
         ready, self._abc_ready = self._abc_ready, {}
@@ -341,8 +517,11 @@ class CudaPartition:
         ready = [None if q == "h" else z_ready for q in queries]
         points = [self.ctx.srs.points[q] for q in queries]
         prelude = [pending] if pending is not None else None
+        extra = {}
+        if queries and queries[0] == "h" and self._offer is not None:
+            extra["rows_read"] = self._rows_read()
         out = self.ctx.backend.msm_many(
-            points, [scalars[q] for q in queries], ready=ready, prelude=prelude
+            points, [scalars[q] for q in queries], ready=ready, prelude=prelude, **extra
         )
         if any(q != "h" for q in queries):
             self._z_ready = None  # the compute stream has waited for it
@@ -403,7 +582,14 @@ class CudaPartition:
         compute stream; without this wait the pool could hand the block out (to this worker
         or, once the free completes, to the other) mid-copy."""
         self._z_pending = None  # a one pass that never ran: nothing was copied
-        self._wait_for_abc()  # b and c copies of a fallback that never reached the H step
+        self.close_offer(att)  # a failed giver: the block still goes to a standing claim
+        self._withdraw(att)  # a failed taker: no more copies into the giver's block
+        self._wait_for_abc()  # a, b and c copies of a fallback that never reached the H step
+        adopted, self._adopted = self._adopted, None
+        if adopted is not None and not adopted.freed:
+            # an adopted block goes back in the order of the giver's stream (where it was
+            # allocated), which knows nothing of this worker's kernels and copies on it
+            self.device.streams().compute.synchronize()
         if self._z_ready is not None:
             z_ready, self._z_ready = self._z_ready, None
             self.device.streams().compute.wait_event(z_ready)

@@ -80,6 +80,12 @@ SYNTH_OOM_PAUSE_S = 0.5
 FALLBACK_OOM_PAUSE_S = 0.5
 
 
+# The longest a worker that took the mutex back waits for the other worker's region when it
+# has handed that worker its H block (engine.handover): that worker is already waiting for the
+# mutex, so it comes within a thread switch; a worker that died never comes.
+HANDOVER_WAIT_S = 2.0
+
+
 class PartitionFailed(Exception):
     """An attempt that could not complete; ``oom`` tells whether the fallback may help."""
 
@@ -253,6 +259,9 @@ class PartitionRunner:
                     a = dev.upload(w.a, d_a, pinned=w.pinned)
                     b = dev.upload(w.b, d_bc, pinned=w.pinned)
                     c = dev.upload(w.c, d_bc, offset=int(w.b.nbytes), pinned=w.pinned)
+            if not (prestaged or plan.streamed or retry) and self._hands_over():
+                # a from the pinned pool into the running pass's H block (engine.handover)
+                ops.take_offer(att, w, self.gate.handover)
             with self._phase(att, "mutex_wait"):
                 t0 = time.monotonic_ns()
                 if att.prestage == "skip":
@@ -262,6 +271,7 @@ class PartitionRunner:
                     self.gate.wait_no_prestage(SKIP_WAIT_S)
                 self.mutex.acquire()
                 held = True
+                self._let_the_taker_first()
                 t_acquired = time.monotonic_ns()
                 att.wait_ns = t_acquired - t0
                 self._mutex_event(att, "acquire", t_acquired)
@@ -301,6 +311,10 @@ class PartitionRunner:
             else:  # the aux scalars go up only once H's block is free (below, before msm_l)
                 scalars = {"h": h}
             together = ops.msm_together() if plan.z_with_h else []
+            reads_h_after = device_check or host_check
+            if together and not (reads_h_after or plan.streamed) and self._hands_over():
+                # nothing reads H after the pass: the next partition's a may take its rows
+                ops.offer_h(att, d_a, h, self.gate.handover)
             if together:  # the streamed MSMs in one pass: copies hidden under H's sums
                 with self._phase(att, "msm_interleaved"):
                     scratch = ops.msm_scratch(att, fp.together or fp.msm_max)
@@ -342,7 +356,8 @@ class PartitionRunner:
                 # goes back to the pool only when no array refers to it, and ``a`` otherwise
                 # kept d_a's 4 GiB (2^27) reserved through verify, outside the mutex
                 del scalars, a
-                scope.free(att, d_a)
+                if not ops.close_offer(att):  # else H's block is now the next partition's a
+                    scope.free(att, d_a)
                 ops.free_scalars(att)
                 self._prestage_done(att)
                 self.gate.uncommit(self.worker)
@@ -374,6 +389,28 @@ class PartitionRunner:
                 self.mutex.release()
                 self._mutex_event(att, "release", t_release)
             self._release(att)
+
+    def _let_the_taker_first(self) -> None:
+        """Holding the mutex: if H's block was handed to the other worker's waiting a, that
+        worker's region must come first (``Handover.owed_elsewhere``). The mutex is released
+        while waiting, at most ``HANDOVER_WAIT_S`` in all (a taker that never comes: its
+        block is then still held, and this region's allocations find out)."""
+        handover = self.gate.handover
+        deadline = time.monotonic() + HANDOVER_WAIT_S
+        while (owed := handover.owed_elsewhere(self.worker)) is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.mutex.release()
+            try:
+                handover.wait_settled(owed, left)
+            finally:
+                self.mutex.acquire()
+
+    def _hands_over(self) -> bool:
+        """Whether H's block may pass to the next partition's a (``engine.handover``): with
+        two workers a device, the waiting one holds the next region."""
+        return self.ctx.config.workers_per_device == 2
 
     def _fallback_upload_tries(self, att: Attempt, w: Witness) -> tuple:
         """``ops.fallback_upload``, tried up to ``policy.fallback_tries`` times: after a

@@ -76,6 +76,16 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
         "`off` copies all three before the H step",
     ),
     Setting(
+        "PROVETOP_A_HANDOVER",
+        "a_handover",
+        choice("PROVETOP_A_HANDOVER", ON_OFF),
+        "`on` (default), `off`",
+        "a partition on the fallback path whose witness is pinned (CUDA) copies its a, while it "
+        "waits for the mutex, into the rows of the previous partition's H block that the "
+        "running MSM pass has finished reading, and takes that block over when the pass ends "
+        "(`engine/handover.py`); `off` copies a under the mutex",
+    ),
+    Setting(
         "PROVETOP_SWITCH_INTERVAL",
         "switch_interval_s",
         _number_in("PROVETOP_SWITCH_INTERVAL", "seconds", 0, 1, open_low=True),
@@ -121,6 +131,7 @@ class Tuning:
     sync_scope: str = "worker"
     priority_to: str = "synthesis"
     abc_overlap: str = "on"  # measured on the H200, 2026-12-02: 2,151 -> 1,991 ms at 16 GiB
+    a_handover: str = "on"
     switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S
     heap_trim_s: float = HEAP_TRIM_EVERY_S
     accept_rate: float = ACCEPT_RATE
@@ -140,6 +151,7 @@ class Tuning:
             "sync_scope": self.sync_scope,
             "priority_to": self.priority_to,
             "abc_overlap": self.abc_overlap,
+            "a_handover": self.a_handover,
             "switch_interval_s": self.switch_interval_s,
             "heap_trim_s": self.heap_trim_s,
             "accept_rate": self.accept_rate,

@@ -70,6 +70,16 @@ def _int_at_least(env: str, low: int) -> Callable[[str], int]:
     return parse
 
 
+def _auto_or_int_at_least(env: str, low: int) -> Callable[[str], int | None]:
+    """``auto`` (None: the code chooses) or an integer of at least ``low``."""
+    number = _int_at_least(env, low)
+
+    def parse(raw: str) -> int | None:
+        return None if raw.strip() == "auto" else number(raw)
+
+    return parse
+
+
 def parse_defines(raw: str, source: str) -> tuple[tuple[str, str], ...]:
     """``"A=1,B"`` -> ``(("A", "1"), ("B", "1"))``: compile-time defines of one kernel source
     (NAME alone is NAME=1), as ``PROVETOP_*_DEFINES`` and ``prebuild --define`` read them, so
@@ -131,9 +141,9 @@ class KernelTuning:
     # chunk buffers of the engine's one streamed pass (why four: kernels.cuda.msm, at
     # INTERLEAVE_BUFFERS, which is this default)
     msm_host_buffers: int = 4
-    # H's chunks the one pass takes before any other query's (why five: kernels.cuda.msm, at
-    # INTERLEAVE_LEAD, which is this default)
-    msm_host_lead: int = 5
+    # H's chunks the one pass takes before any other query's; None: by where the aux scalars
+    # come from (kernels.cuda.msm.pass_lead: 0 read from host memory, 5 copied up whole)
+    msm_host_lead: int | None = None
     # measured on the H200, 2026-12-02 (4db55d1): porep-32g aware at 16 GiB 1,802 -> 1,743 ms
     # (the chunk 6 Mi -> 11 Mi); 12 GiB 2,111 -> 1,968 and 8 GiB 2,638 -> 2,487 (one pass)
     msm_pass_scalars: str = "host"
@@ -299,11 +309,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_MSM_HOST_LEAD",
         "msm_host_lead",
-        _int_at_least("PROVETOP_MSM_HOST_LEAD", 0),
-        "0 or more (default 5)",
+        _auto_or_int_at_least("PROVETOP_MSM_HOST_LEAD", 0),
+        "`auto` (default), 0 or more",
         "H's chunks the engine's one streamed pass takes before the first chunk of L, A or "
-        "B-G1 (room for the aux scalars' copy when they go up whole; the later chunks of H "
-        "are then fewer to hide the other queries' copies under)",
+        "B-G1: room for the aux scalars' copy when they go up whole (`auto`: 5), none when "
+        "the pass reads them from host memory chunk by chunk (`auto`: 0; a lead leaves fewer "
+        "of H's chunks to hide the other queries' copies under)",
     ),
     Setting(
         "PROVETOP_MSM_PASS_SCALARS",

@@ -223,8 +223,9 @@ EVENTS: dict[str, dict[str, Field]] = {
         **_WHERE,
         "site": _f(
             STR,
-            "'prestage', 'h_slots', 'msm_scratch', 'msm_scalars', 'ntt_scratch', 'srs', "
-            "'host_register', 'plan' (the device's memory plan, once per run)",
+            "'prestage', 'handover' (a copied into the previous partition's H block), "
+            "'h_slots', 'msm_scratch', 'msm_scalars', 'ntt_scratch', 'srs', 'host_register', "
+            "'plan' (the device's memory plan, once per run)",
         ),
         "pool": _f(STR, "'sync', 'async' or 'host'"),
         "requested": _f(INT, "bytes asked for"),

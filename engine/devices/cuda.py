@@ -327,6 +327,10 @@ class CudaDevice(Device):
             self._event("timer.end", timing=True),
         )
 
+    def event(self, name: str) -> Any:
+        """This thread's reusable (non-timing) CUDA event ``name``: see :meth:`_event`."""
+        return self._event(name)
+
     def _event(self, name: str, timing: bool = False) -> Any:
         """This thread's CUDA event ``name`` on this device, made once and re-recorded ever
         after. Why not a new one per use: on the H200 (driver 580) creating an event waited for the

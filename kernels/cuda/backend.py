@@ -287,6 +287,7 @@ class CudaBackend:
         prelude: list[tuple[np.ndarray, Any]] | None = None,
         chunk: int | None = None,
         host_scalars: bool = False,
+        rows_read: Any = None,
     ) -> list[np.ndarray]:
         """Several MSMs whose points are all in (pinned) host memory, streamed together
         (:func:`kernels.cuda.msm.msm_host_points_many`: their chunks interleaved through
@@ -297,7 +298,8 @@ class CudaBackend:
         stream after the first query's first chunks): as ``msm_host_points_many`` takes them;
         ``chunk``: points per upload (default :attr:`host_chunk`); ``host_scalars``: scalars in
         host memory stay there and go up per chunk beside the points (queries over prefixes
-        of one array share each chunk's upload), instead of being copied up whole first."""
+        of one array share each chunk's upload), instead of being copied up whole first;
+        ``rows_read``: as ``msm_host_points_many`` takes it (device scalars' rows done with)."""
         k = len(points)
         caps = windows_max or [None] * k
         events = ready or [None] * k
@@ -319,6 +321,7 @@ class CudaBackend:
                 buffers=buffers,
                 lead=lead,
                 prelude=prelude,
+                rows_read=rows_read,
                 tuning=self.tuning,
             )
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -89,17 +90,27 @@ def companion_window_cap(window_max: int | None) -> int:
     return min(window_max or COMPANION_WINDOW_MAX, COMPANION_WINDOW_MAX)
 
 
-# H's chunks a joint pass takes before any other query's (``interleave_order``'s lead): the
-# aux scalars (4.2 GB at 2^27, ~76 ms at the link's 55 GB/s) go up on the pass's copy stream
-# right after H's first chunks, and the other queries' first count stage (queued one chunk
-# ahead) waits for them, so H's sums must cover those ~76 ms plus a chunk: at least three
-# chunks of ~37 ms (2^22 points, c = 19). Measured with bench/stream_probe.py on the H200
-# (2026-12-02, f1f88a5; docs/performance-notes.md): the pass took 1,633 ms at lead 0, 1,575 at
-# 3, 1,555 at 5. With the aux scalars sent up per chunk (no 4.2 GB copy to make room for) the
-# lead has no such reason, and it leaves fewer of H's chunks to hide the others' copies under
-# (at 11 Mi chunks, 7 of H's 12 for 27 copy-bound chunks): not yet measured that way. The
-# engine's default, ``KernelTuning.msm_host_lead``.
-INTERLEAVE_LEAD = DEFAULT_TUNING.msm_host_lead
+# H's chunks a joint pass takes before any other query's (``interleave_order``'s lead), by
+# where the aux scalars come from (``pass_lead``). Copied up whole (4.2 GB at 2^27, ~76 ms at
+# the link's 55 GB/s) on the pass's copy stream right after H's first chunks, the other
+# queries' first count stage (queued one chunk ahead) waits for them, so H's sums must cover
+# those ~76 ms plus a chunk: at least three chunks of ~37 ms (2^22 points, c = 19). Measured
+# with bench/stream_probe.py on the H200 (2026-12-02, f1f88a5; docs/performance-notes.md):
+# the pass took 1,633 ms at lead 0, 1,575 at 3, 1,555 at 5. Read from host memory chunk by
+# chunk there is no such copy, and a lead leaves fewer of H's chunks to hide the other
+# queries' copies under: at 11 Mi chunks (4 buffers) the pass took 1,250 ms at lead 0 and
+# 1,302 at lead 5 (H200, 2026-12-02, d635964).
+INTERLEAVE_LEAD = 5  # z copied up whole by the pass
+HOST_SCALARS_LEAD = 0  # z read from host memory chunk by chunk
+
+
+def pass_lead(tuning: KernelTuning, host_scalars: bool) -> int:
+    """The one pass's lead: ``tuning.msm_host_lead`` where set, else by the scalars' source."""
+    if tuning.msm_host_lead is not None:
+        return tuning.msm_host_lead
+    return HOST_SCALARS_LEAD if host_scalars else INTERLEAVE_LEAD
+
+
 # Affine pairing passes (msm.cuh, 4a): each output costs ~6M + (one inversion) / NB, and one Fermat
 # inversion is ~575M (384 squarings, ~190 products), so NB = 512 elements per batch leave ~1.1M per
 # addition against 10M for an XYZZ mixed addition. A pass can pay only with enough pairs to give
@@ -1303,6 +1314,7 @@ def msm_host_points_many(
     lead: int = 0,
     prelude: list[tuple[np.ndarray, Any]] | None = None,
     chunk_events: list | None = None,
+    rows_read: Callable[[int, int, int, Any], None] | None = None,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> list[np.ndarray]:
     """Several streamed MSMs in one pass (the results in ``jobs`` order): every query keeps its
@@ -1331,7 +1343,12 @@ def msm_host_points_many(
     ``chunk_events``: for a probe, (start, end) CUDA event pairs made beforehand (making an
     event can wait for the running kernel), one per chunk in the order taken; each chunk's
     sums are recorded between them, after its waits, and the list gets (query, chunk, start,
-    end) rows in their place."""
+    end) rows in their place.
+
+    ``rows_read(q, lo, hi, stream)``: called once the last kernel reading rows lo..hi of query
+    q's device scalars is queued on ``stream`` (after that chunk's accumulation); the caller
+    records an event there to reuse those rows (the engine copies the next partition's a
+    into H's block that way, ``engine.handover``)."""
     cupy = require_cupy()
     ns = [_check_inputs(j.points, j.scalars) for j in jobs]
     mod = kernels(tuning)
@@ -1468,6 +1485,8 @@ def msm_host_points_many(
                     consumed[b].record(s)
                 if feed.use[i] is not None:
                     kit.scalars_read[feed.use[i] % feed.slots].record(s)
+                elif rows_read is not None:
+                    rows_read(q, lo, hi, s)
                 if pairs is not None:
                     pairs[i][1].record(s)
                     chunk_events.append((q, k, *pairs[i]))
@@ -1559,6 +1578,8 @@ __all__ = [
     "companion_window_cap",
     "INTERLEAVE_BUFFERS",
     "INTERLEAVE_LEAD",
+    "HOST_SCALARS_LEAD",
+    "pass_lead",
     "ScalarFeed",
     "StreamedQuery",
     "interleave_order",

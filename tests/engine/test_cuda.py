@@ -849,6 +849,103 @@ def test_gpu_msm_device_and_streamed_host_points_agree(cp, backend):
     assert csrs.check_msm_identity(secrets, ks, g1_from_limbs(on_dev)[0])
 
 
+@pytest.mark.gpu
+def test_gpu_rows_released_by_the_pass_can_be_overwritten_while_it_runs(cp, backend):
+    """The hand-over's premise (engine.handover): once the pass reports H's rows lo..hi read
+    (``rows_read``), another stream may overwrite them while the pass goes on. Here each
+    reported range gets the next partition's a, copied from pinned memory on a side stream
+    after the reported event: the pass's results must still be the MSMs of the old scalars
+    (checked against the secrets), and the block must end as exactly the new a. A report
+    made before the last read of its rows gives wrong sums."""
+    from kernels.cpu import srs as csrs
+    from kernels.layout import fr_to_limbs, g1_from_limbs, random_fr
+
+    n, m = 5000, 3000  # host_chunk 512: H in ten chunks, the last short
+    secrets = random_fr(n)
+    pts = backend.srs(fr_to_limbs(secrets, montgomery=False))
+    hs, zs = random_fr(n), random_fr(m)
+    h = cp.asarray(fr_to_limbs(hs, montgomery=False))
+    z = fr_to_limbs(zs, montgomery=False)
+    new_a = _fr_rows(n)
+    pinned = cp.cuda.alloc_pinned_memory(new_a.nbytes)
+    host_a = np.frombuffer(pinned, np.uint64, new_a.size).reshape(new_a.shape)
+    host_a[...] = new_a
+    side = cp.cuda.Stream(non_blocking=True)
+    ranges = []
+    events = [cp.cuda.Event(disable_timing=True) for _ in range(16)]
+    cp.cuda.Device().synchronize()
+
+    def rows_read(q, lo, hi, stream):
+        assert q == 0  # z is read from host memory: never reported
+        ev = events[len(ranges)]
+        ev.record(stream)
+        side.wait_event(ev)
+        off = lo * 32
+        cp.cuda.runtime.memcpyAsync(
+            int(h.data.ptr) + off, host_a.ctypes.data + off, (hi - lo) * 32, 1, side.ptr
+        )
+        ranges.append((lo, hi))
+
+    res_h, res_z = backend.msm_many([pts, pts[:m]], [h, z], host_scalars=True, rows_read=rows_read)
+    side.synchronize()
+    assert sorted(ranges) == [(lo, min(lo + 512, n)) for lo in range(0, n, 512)]
+    assert csrs.check_msm_identity(secrets, hs, g1_from_limbs(res_h)[0])
+    assert csrs.check_msm_identity(secrets[:m], zs, g1_from_limbs(res_z)[0])
+    assert np.array_equal(h.get(), new_a)
+
+
+@pytest.mark.gpu
+def test_gpu_engine_hands_h_blocks_to_the_next_partitions_a_and_verifies(cp, monkeypatch):
+    """Both workers on the fallback path (forced), every query's points in pinned host memory
+    (one pass): an unchecked partition offers its H block, the waiting worker copies its a
+    into the rows the pass has finished with and adopts the block. One partition in two is
+    checked, on the GPU, from the a it adopted: every partition must complete, every check
+    hold, and at least one checked partition must have started from a handed-over block."""
+    from dataclasses import replace
+
+    from engine import cuda_pipeline
+    from engine.config import from_preset
+    from engine.residency import plan_residency
+    from engine.runner import Engine
+    from kernels.cuda.backend import CudaBackend
+
+    def all_host(sizes, free, fp, workers, chunk_bytes):
+        placed = plan_residency(sizes, free, fp, workers, chunk_bytes)
+        return [replace(p, where="host", reason="pinned host (the test's choice)") for p in placed]
+
+    monkeypatch.setattr(cuda_pipeline, "plan_residency", all_host)
+    cfg = from_preset(
+        "small",
+        backend="cuda",
+        domain_log=14,
+        proofs=2,
+        partitions=8,
+        verify="sampled",
+        verify_every=2,
+        allocator="aware",
+    )
+    engine = Engine(cfg, listen=False, backend=CudaBackend(host_chunk=1 << 10))
+    engine.controls.force(0, True)
+    sub = engine.subscribe("test")
+    engine.start()
+    assert engine.wait(300)
+    engine.close()
+    events = sub.drain()
+    assert engine.ok, engine.error
+    done = [e for e in events if e["k"] == "partition_done"]
+    assert len(done) == 16 and all(e["ok"] for e in done)
+    checked = [e for e in done if e.get("verified") is not None]
+    assert len(checked) == 8 and all(e["verified"] for e in checked)
+    handed = {
+        (e["proof"], e["partition"])
+        for e in events
+        if e["k"] == "alloc" and e["site"] == "handover"
+    }
+    assert handed, "no partition adopted a handed-over H block"
+    assert handed & {(e["proof"], e["partition"]) for e in checked}
+    assert not [e for e in events if e["k"] == "fault"]
+
+
 @pytest.fixture
 def device(cp):
     dev = dcuda.CudaDevice(0)

@@ -397,11 +397,15 @@ def test_more_pass_buffers_are_counted_and_reach_the_pass():
 
 def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
     """``PROVETOP_MSM_HOST_LEAD``: the bound backend hands it to the pass, and the memory model
-    counts the scalar buffers of the order that lead gives."""
+    counts the scalar buffers of the order that lead gives; ``auto`` (the default) is no lead
+    where the pass reads z from host memory and five where it copies z up whole."""
     from engine.cuda_pipeline import BoundBackend, interleaved_bytes
-    from kernels.cuda.msm import INTERLEAVE_LEAD, pass_scalar_slots
+    from kernels.cuda.msm import HOST_SCALARS_LEAD, INTERLEAVE_LEAD, pass_lead, pass_scalar_slots
 
-    assert DEFAULT_TUNING.msm_host_lead == INTERLEAVE_LEAD == 5
+    assert DEFAULT_TUNING.msm_host_lead is None
+    assert pass_lead(DEFAULT_TUNING, host_scalars=True) == HOST_SCALARS_LEAD == 0
+    assert pass_lead(DEFAULT_TUNING, host_scalars=False) == INTERLEAVE_LEAD == 5
+    assert pass_lead(replace(DEFAULT_TUNING, msm_host_lead=3), host_scalars=True) == 3
     assert _pass_kwargs(BoundBackend, lead=0)["lead"] == 0
     assert _pass_kwargs(BoundBackend)["lead"] == 5
     sizes = query_sizes(27).as_dict()
@@ -409,13 +413,14 @@ def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
     streamed = {q: chunk for q in sizes}
     order = [sizes[q] for q in ("h", "l", "a", "b_g1")]
     shared = [False, True, True, True]
-    for lead in (0, 5):
+    for lead in (None, 0, 5):
         t = replace(DEFAULT_TUNING, msm_host_lead=lead)
         t0 = replace(t, msm_pass_scalars="device")
         extra = interleaved_bytes(sizes, streamed, t, 20) - interleaved_bytes(
             sizes, streamed, t0, 20
         )
-        assert extra == pass_scalar_slots(order, chunk, shared, 4, lead) * chunk * 32
+        slots = pass_scalar_slots(order, chunk, shared, 4, pass_lead(t, host_scalars=True))
+        assert extra == slots * chunk * 32
 
 
 def test_z_stays_on_the_device_where_a_reader_of_it_is_not_in_the_pass():

@@ -313,9 +313,24 @@ def test_the_pass_feeds_every_chunk_its_own_rows(monkeypatch, buffers, lead, chu
     h_dev = h.view(_DeviceArray)
     jobs = [cm.StreamedQuery(points[: sizes[0]], h_dev, window_max=13)]
     jobs += [cm.StreamedQuery(points[:n], z[:n], window_max=12) for n in sizes[1:]]
-    got = cm.msm_host_points_many(jobs, chunk=chunk, buffers=buffers, lead=lead)
+    reads = []
+
+    def rows_read(q, lo, hi, stream):
+        reads.append((q, lo, hi, len([s for s in seen if s[0] == "sums"])))
+
+    got = cm.msm_host_points_many(
+        jobs, chunk=chunk, buffers=buffers, lead=lead, rows_read=rows_read
+    )
     assert len(got) == 4
     order = cm.interleave_order([-(-n // chunk) for n in sizes], lead, grouped=True)
+    # H's rows (device scalars) are reported free once each, right after the accumulation
+    # of their chunk (the last kernel reading them); the host-scalar queries' never
+    h_at = [i for i, (q, _k) in enumerate(order) if q == 0]
+    assert [r[0] for r in reads] == [0] * len(h_at)
+    assert [(lo, hi) for _q, lo, hi, _n in reads] == [
+        (k * chunk, min(k * chunk + chunk, sizes[0])) for q, k in order if q == 0
+    ]
+    assert [n for *_r, n in reads] == [i + 1 for i in h_at]
     counts = [s for s in seen if s[0] == "count"]
     sums = [s for s in seen if s[0] == "sums"]
     assert len(counts) == len(sums) == len(order)
