@@ -311,9 +311,11 @@ class PartitionRunner:
             else:  # the aux scalars go up only once H's block is free (below, before msm_l)
                 scalars = {"h": h}
             together = ops.msm_together() if plan.z_with_h else []
-            reads_h_after = device_check or host_check
-            if together and not (reads_h_after or plan.streamed) and self._hands_over():
-                # nothing reads H after the pass: the next partition's a may take its rows
+            if together and not (host_check or plan.streamed) and self._hands_over():
+                if device_check:  # H's check sum first: nothing reads H after the pass
+                    with self._phase(att, "check_sums"):
+                        h_sum = ops.check_h(att, h)
+                # the next partition's a may take H's rows as the pass finishes with them
                 ops.offer_h(att, d_a, h, self.gate.handover)
             if together:  # the streamed MSMs in one pass: copies hidden under H's sums
                 with self._phase(att, "msm_interleaved"):
@@ -342,7 +344,7 @@ class PartitionRunner:
                     scope.free(att, scratch)
             if device_check:
                 with self._phase(att, "check_sums"):
-                    att.device_sums = ops.check_sums(att, w, h)
+                    att.device_sums = ops.check_sums(att, w, h if h_sum is None else None)
                     if h_sum is not None:
                         att.device_sums["h"] = h_sum
             with self._phase(att, "copy_back"):
@@ -410,7 +412,7 @@ class PartitionRunner:
     def _hands_over(self) -> bool:
         """Whether H's block may pass to the next partition's a (``engine.handover``): with
         two workers a device, the waiting one holds the next region."""
-        return self.ctx.config.workers_per_device == 2
+        return self.ctx.config.workers_per_device == 2 and self.ctx.tuning.a_handover == "on"
 
     def _fallback_upload_tries(self, att: Attempt, w: Witness) -> tuple:
         """``ops.fallback_upload``, tried up to ``policy.fallback_tries`` times: after a
