@@ -49,6 +49,7 @@
 #   bash bench/gpu_engine.sh handover  # a copied into the running pass's H block: its GPU
 #                                      # tests, aware16 with PROVETOP_A_HANDOVER off and on,
 #                                      # aware24 on
+#   bash bench/gpu_engine.sh handover2  # the engine's GPU tests, aware16 twice, naive16
 #   bash bench/gpu_engine.sh kept      # streamed chunks summed straight into the kept buckets
 #                                      # (PROVETOP_MSM_HOST_BUCKETS=query) against the merge
 #                                      # kernel (=query-merge): GPU tests, the 2^27 host-point
@@ -377,6 +378,15 @@ got = [e for e in ev if e['k'] == 'alloc' and e.get('site') == 'handover']
 print(sys.argv[2] + ': handovers', len(got), '|', got[-1]['reason'] if got else '-')
 " "$W/$r.pvtrec" "$r" 2>&1 | tail -n 2 | tee -a "$TABLES"
     done
+    ;;
+handover2)  # every partition offering its H block (a checked one sums H before its pass):
+    # the engine's GPU tests, aware16 twice, naive16 (its OOMs and recoveries unchanged)
+    gpu_tests 150 tests/engine/test_cuda.py
+    porep1 aware16-a 100 16GiB
+    porep1 aware16-b 100 16GiB
+    bench naive16 150 --preset porep-32g --proofs 1 --device-memory 16GiB \
+        --workers-per-device 2 --allocator naive
+    plans_of aware16-a aware16-b naive16
     ;;
 workers-small)  # one worker against two where the memory plan streams the H step (8 GiB: one
     # slot, 12 GiB: two slots); the 16 GiB pair is the workers mode's (d34abfe)
