@@ -50,6 +50,7 @@
 #                                      # tests, aware16 with PROVETOP_A_HANDOVER off and on,
 #                                      # aware24 on
 #   bash bench/gpu_engine.sh handover2  # the engine's GPU tests, aware16 twice, naive16
+#   bash bench/gpu_engine.sh switch    # aware16 at switch intervals 0.5 (default), 0.1, 2 ms
 #   bash bench/gpu_engine.sh kept      # streamed chunks summed straight into the kept buckets
 #                                      # (PROVETOP_MSM_HOST_BUCKETS=query) against the merge
 #                                      # kernel (=query-merge): GPU tests, the 2^27 host-point
@@ -387,6 +388,13 @@ handover2)  # every partition offering its H block (a checked one sums H before 
     bench naive16 150 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
     plans_of aware16-a aware16-b naive16
+    ;;
+switch)  # the interpreter's thread switch interval (PROVETOP_SWITCH_INTERVAL) at 16 GiB: is
+    # what is left above the pass and the H step (fallback_upload 7-17 ms, the H step 313-323
+    # against 301 with no neighbour) the GIL between the two workers' launches?
+    porep1 aware16-sw0005 100 16GiB
+    PROVETOP_SWITCH_INTERVAL=0.0001 porep1 aware16-sw0001 100 16GiB
+    PROVETOP_SWITCH_INTERVAL=0.002 porep1 aware16-sw002 100 16GiB
     ;;
 workers-small)  # one worker against two where the memory plan streams the H step (8 GiB: one
     # slot, 12 GiB: two slots); the 16 GiB pair is the workers mode's (d34abfe)
