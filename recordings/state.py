@@ -256,6 +256,19 @@ class State:
             self.plans[e["device"]] = str(e.get("reason") or "")
             self.log.append(LogLine(e["t"], "info", f"gpu{e['device']} {self.plans[e['device']]}"))
             return
+        if e["site"] == "handover":  # a went up under the previous partition's pass
+            # attempts that started with a in the previous partition's H block (a key only
+            # once one did: snapshots of runs without any keep their size)
+            self.tally["handovers"] = self.tally.get("handovers", 0) + 1
+            self.log.append(
+                LogLine(
+                    e["t"],
+                    "info",
+                    f"gpu{e['device']} w{e['worker']} handover {e['decision']} "
+                    f"({fmt_bytes(e['requested'])}): {e.get('reason') or ''}",
+                )
+            )
+            return
         if e["decision"] in ("skip", "fallback", "trim"):
             level = "info" if e["decision"] == "trim" else "warn"
             why = f": {e['reason']}" if e.get("reason") else ""

@@ -274,7 +274,9 @@ def _totals_lines(t: dict[str, Any], modeled: bool) -> list[str]:
         f"{t.get('partitions_verified', 0)} verified; attempts {t.get('attempts', 0)}, "
         f"retries {t.get('retries', 0)}",
         f"pre-stage: {t.get('prestage_ok', 0)} ok, {t.get('prestage_skip', 0)} skipped, "
-        f"{t.get('fallbacks', 0)} fallbacks; "
+        f"{t.get('fallbacks', 0)} fallbacks"
+        + (f" ({t['handovers']} started with a handed over)" if t.get("handovers") else "")
+        + "; "
         f"OOMs: {oom}; faults: {t.get('faults', 0)}",
         f"GPU busy: {f'{busy:.1%}' if isinstance(busy, (int, float)) else '-'}"
         + (f" ({per})" if per else ""),

@@ -78,6 +78,9 @@ def describe(line: LogLine) -> tuple[str, str, tuple | None, bool]:
         reason = humanise(str(e.get("reason") or "no reason given"))
         text = f"{_where(e)}: {what}: {reason} ({size(e.get('requested'))} requested)"
         return line.level, text, _key("prestage", e), False
+    if kind == "alloc" and e.get("site") == "handover":
+        reason = humanise(str(e.get("reason") or ""))
+        return "info", f"{_where(e)}: a handed over: {reason}", _key("prestage", e), True
     if kind == "alloc":
         return line.level, text, None, False
     if kind == "partition_done" and e.get("ok") and e.get("prestage") == "fallback":
@@ -117,6 +120,11 @@ class LogFolder:
         if earlier is not None and (joins or key[0] == "prestage"):
             if event is not None:
                 earlier.events.append(event)
+            if event and event.get("k") == "alloc" and event.get("site") == "handover":
+                suffix = " → a went up under the previous partition's MSM pass"
+                if not earlier.text.endswith(suffix):
+                    earlier.text += suffix
+                    earlier.version += 1
             if key[0] == "failure" and event and event.get("will_retry"):
                 suffix = " → retried on the fallback path"
                 if not earlier.text.endswith(suffix):

@@ -312,3 +312,16 @@ def test_summary_counts_the_prestage_outcome_of_failed_attempts(tmp_path):
         if name == "prestage_decisions_total":
             by_outcome[labels[-1]] = by_outcome.get(labels[-1], 0) + n
     assert by_outcome == {"skip": 3, "fallback": 3}
+
+
+def test_summary_counts_the_partitions_that_started_with_a_handed_over():
+    """The 16 GiB sample (one H200): 9 skipped pre-stages, each followed by an ``alloc`` event
+    at site ``handover`` (its a copied into the previous partition's H block); the summary's
+    pre-stage line says how many."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "recordings/samples/h200-porep32g-aware16.pvtrec"
+    s = build_summary(path)
+    t = s["totals"]
+    assert (t["prestage_ok"], t["prestage_skip"], t["handovers"]) == (1, 9, 9)
+    assert "0 fallbacks (9 started with a handed over);" in format_summary(s)

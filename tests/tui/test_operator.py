@@ -103,6 +103,45 @@ def test_one_line_per_decision_with_its_events():
     assert [len(e.events) for e in folder.entries] == [2, 3]
 
 
+def test_a_handed_over_a_joins_its_partitions_pre_stage_line():
+    """The skip (the pre-stage decision) and the hand-over of the previous partition's H
+    block to this partition's a are one decision's story: one entry, both events."""
+    where = {"proof": 0, "partition": 5, "worker": 1, "device": 0}
+    events = [
+        {
+            "k": "alloc",
+            "t": 1,
+            "site": "prestage",
+            "pool": "sync",
+            "requested": 12 << 30,
+            "decision": "skip",
+            "reason": "skip_vram: free 1 < need 2",
+            **where,
+        },
+        {
+            "k": "alloc",
+            "t": 2,
+            "site": "handover",
+            "pool": "async",
+            "requested": 4 << 30,
+            "decision": "ok",
+            "reason": "a went up into the previous partition's H block as its "
+            "MSM pass finished with each chunk: 99 of 100 rows before this region",
+            **where,
+        },
+    ]
+    state = State().fold(events)
+    assert any("handover ok" in line.text for line in state.log)
+    folder = LogFolder()
+    for line in state.log:
+        folder.add(line)
+    assert len(folder.entries) == 1
+    entry = folder.entries[0]
+    assert entry.text.startswith("gpu0 w1 proof 0 partition 5: pre-stage skipped")
+    assert entry.text.endswith("→ a went up under the previous partition's MSM pass")
+    assert [e["site"] for e in entry.events] == ["prestage", "handover"]
+
+
 def _words_whole(rows: list[str], entries) -> None:
     """Every word of every entry appears whole on some row (nothing cut mid-word)."""
     words = set()
