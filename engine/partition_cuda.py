@@ -260,7 +260,7 @@ class CudaPartition:
         chunk = getattr(bound, "chunk", None) or getattr(
             getattr(bound, "backend", None), "host_chunk", None
         )
-        return max(1, int(chunk or 1 << 22))
+        return max(1, int(chunk or self.ctx.tuning.kernels.msm_host_chunk))
 
     def _rows_read(self) -> Any:
         """The one pass's ``rows_read`` for H (query 0): an event per chunk, to the offer.
