@@ -50,6 +50,7 @@ class Taker:
     block: Any = None  # set when the giver's region ends with this claim standing
     final: Any = None  # the giver's last event on the block
     withdrawn: bool = False
+    stalled: bool = False  # a copy could not be queued: the rest waits for the adoption
     settled: bool = False  # adopted in the taker's region, or withdrawn
     drained: Any = None  # on withdrawal: an event after the taker's last queued copy
 
@@ -109,10 +110,8 @@ class Handover:
             offer.read.append((lo, hi, event))
             taker = offer.taker
             live = taker is not None and taker.copy is not None and not taker.withdrawn
-            if live and lo < taker.rows:
-                hi = min(hi, taker.rows)
-                taker.copy(lo, hi, event)
-                taker.covered.append((lo, hi))
+            if live and not taker.stalled and lo < taker.rows:
+                _forward(taker, lo, min(hi, taker.rows), event)
 
     def take(self, bind: Callable[[Any], Copier], rows: int, owner: int = -1) -> Taker | None:
         """Claim the open offer, or the next one to open if none is: ``bind(block)`` gives
@@ -131,10 +130,8 @@ class Handover:
                 return None
             taker.copy = bind(offer.block)
             for lo, hi, event in offer.read:
-                if lo < rows:
-                    hi = min(hi, rows)
-                    taker.copy(lo, hi, event)
-                    taker.covered.append((lo, hi))
+                if lo < rows and not taker.stalled:
+                    _forward(taker, lo, min(hi, rows), event)
             offer.taker = taker
             return taker
 
@@ -199,3 +196,18 @@ class Handover:
         or withdrawn; True if it was."""
         with self._lock:
             return self._lock.wait_for(lambda: taker.settled, timeout)
+
+
+def _forward(taker: Taker, lo: int, hi: int, event: Any) -> None:
+    """Queue one range's copy for the taker. A copy that cannot be queued must not fail the
+    giver's pass (it runs on the giver's thread): the taker stops receiving ranges and copies
+    what is not covered itself once it adopts the block (``Taker.uncovered``)."""
+    copy = taker.copy
+    if copy is None:  # a claim not yet bound to a block
+        return
+    try:
+        copy(lo, hi, event)
+    except Exception:
+        taker.stalled = True
+        return
+    taker.covered.append((lo, hi))

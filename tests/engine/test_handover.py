@@ -108,3 +108,27 @@ def test_a_block_owed_to_the_other_worker_holds_back_the_giver_until_adopted():
     assert ho.wait_settled(taker, 5.0)
     t.join()
     assert ho.owed_elsewhere(0) is None
+
+
+def test_a_copy_that_cannot_be_queued_stalls_the_taker_not_the_giver():
+    """The copier runs on the giver's thread, inside its pass: its failure must not raise
+    there. The taker stops receiving ranges and, once it adopts the block, copies every range
+    not covered itself."""
+    ho = Handover()
+    made = []
+
+    def bind(block):
+        def copy(lo, hi, event):
+            if lo == 10:
+                raise RuntimeError("cudaErrorInvalidValue")
+            made.append((lo, hi))
+
+        return copy
+
+    offer = ho.open("H", 40)
+    taker = ho.take(bind, 40, owner=1)
+    for lo in range(0, 40, 10):
+        ho.read(offer, lo, lo + 10, f"e{lo}")  # never raises
+    assert made == [(0, 10)] and taker.stalled
+    assert ho.close(offer, "f") == (True, None)
+    assert taker.uncovered() == [(10, 40)]
