@@ -906,7 +906,6 @@ def test_gpu_engine_hands_h_blocks_to_the_next_partitions_a_and_verifies(cp, mon
     from engine import cuda_pipeline
     from engine.config import from_preset
     from engine.residency import plan_residency
-    from engine.runner import Engine
     from kernels.cuda.backend import CudaBackend
 
     def all_host(sizes, free, fp, workers, chunk_bytes):
@@ -924,13 +923,7 @@ def test_gpu_engine_hands_h_blocks_to_the_next_partitions_a_and_verifies(cp, mon
         verify_every=2,
         allocator="aware",
     )
-    engine = Engine(cfg, listen=False, backend=CudaBackend(host_chunk=1 << 10))
-    engine.controls.force(0, True)
-    sub = engine.subscribe("test")
-    engine.start()
-    assert engine.wait(300)
-    engine.close()
-    events = sub.drain()
+    engine, events = _run_engine(cfg, forced=(0,), backend=CudaBackend(host_chunk=1 << 10))
     assert engine.ok, engine.error
     done = [e for e in events if e["k"] == "partition_done"]
     assert len(done) == 16 and all(e["ok"] for e in done)
@@ -1114,11 +1107,14 @@ def test_gpu_scratch_oom_becomes_device_oom(cp, device):
     assert exc.value.site == "msm_scratch" and exc.value.pool == "async"
 
 
-def _run_engine(cfg, **kw):
-    """Run an in-process engine (no socket) to the end; (the engine, every event)."""
+def _run_engine(cfg, forced=(), **kw):
+    """Run an in-process engine (no socket) to the end, the devices in ``forced`` on the
+    fallback path (the operator's control); (the engine, every event)."""
     from engine.runner import Engine
 
     engine = Engine(cfg, listen=False, **kw)
+    for device in forced:
+        engine.controls.force(device, True)
     sub = engine.subscribe("test")
     engine.start()
     assert engine.wait(300)
@@ -1231,7 +1227,6 @@ def test_gpu_two_devices_with_look_ahead_and_fallback_verify_every_partition(cp,
     (the case that left a thread on device 0). Every partition must verify on both devices,
     and each device's memory samples must be its own card's (PCI bus ids differ)."""
     from engine.config import from_preset
-    from engine.runner import Engine
 
     if cp.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("needs two CUDA devices (multi-GPU path)")
@@ -1244,13 +1239,7 @@ def test_gpu_two_devices_with_look_ahead_and_fallback_verify_every_partition(cp,
         verify="always",
         synthesis_ahead=True,
     )
-    engine = Engine(cfg, listen=False, record=tmp_path / "two.pvtrec")
-    engine.controls.force(1, True)
-    sub = engine.subscribe("test")
-    engine.start()
-    assert engine.wait(300)
-    engine.close()
-    events = sub.drain()
+    engine, events = _run_engine(cfg, forced=(1,), record=tmp_path / "two.pvtrec")
     assert engine.ok, engine.error
     done = [e for e in events if e["k"] == "partition_done"]
     assert len(done) == 8 and all(e["ok"] and e["verified"] for e in done)
