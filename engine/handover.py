@@ -85,7 +85,6 @@ class Handover:
         self._offer: Offer | None = None
         self._pending: Taker | None = None  # a claim made while no offer was open
         self._handed: Taker | None = None  # a handed-over block not yet in its taker's region
-        self.handed = 0  # blocks handed over (for tests and the run's counters)
 
     def open(self, block: Any, rows: int) -> Offer:
         """Offer ``block`` (``rows`` rows of H) for the pass about to run; a claim made while
@@ -149,7 +148,6 @@ class Handover:
             if taker.withdrawn:
                 return False, taker.drained
             taker.block, taker.final = offer.block, final
-            self.handed += 1
             self._handed = taker
             return True, None
 

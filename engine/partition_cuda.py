@@ -244,9 +244,7 @@ class CudaPartition:
         """Before the one pass of a partition that reads H nowhere after it: offer H's block
         (d_a) to the worker waiting for the mutex, row range by row range as the pass is done
         with them. Only where H fills the block from its start (the in-place H step)."""
-        if not (self.real and self.ctx.tuning.a_handover == "on" and handover is not None):
-            return
-        if block.handle is None or int(h.data.ptr) != int(block.handle.ptr):
+        if not self.real or block.handle is None or int(h.data.ptr) != int(block.handle.ptr):
             return
         rows = int(block.size) // int(h.strides[0])  # H has n - 1 rows, a has n
         for k in range(-(-int(h.shape[0]) // self._pass_chunk())):
@@ -255,17 +253,12 @@ class CudaPartition:
         self._offer = handover.open(block, rows)
 
     def _pass_chunk(self) -> int:
-        """Points per chunk of the one pass (the plan's, else the kernel backend's)."""
-        bound = self.ctx.backend
-        chunk = getattr(bound, "chunk", None) or getattr(
-            getattr(bound, "backend", None), "host_chunk", None
-        )
-        return max(1, int(chunk or self.ctx.tuning.kernels.msm_host_chunk))
+        """Points per chunk of the one pass (the plan's, else the configured one)."""
+        chunk = getattr(self.ctx.backend, "chunk", None) or self.ctx.tuning.kernels.msm_host_chunk
+        return max(1, int(chunk))
 
     def _rows_read(self) -> Any:
-        """The one pass's ``rows_read`` for H (query 0): an event per chunk, to the offer.
-        (An event re-recorded for a later chunk could only make a wait on it later, never
-        earlier: a stream waits for the record made before its wait was queued.)"""
+        """The one pass's ``rows_read`` for H (query 0): an event per chunk, to the offer."""
         offer, handover = self._offer, self._handover
         if offer is None:
             return None
@@ -303,9 +296,7 @@ class CudaPartition:
         """While waiting for the mutex on the fallback path: claim the running pass's H block
         for this partition's a (``engine.handover``); its copies go on this worker's upload
         stream, queued by whichever thread learns that a range is free."""
-        if not (self.real and w.pinned and self.ctx.tuning.a_handover == "on"):
-            return
-        if handover is None or self._taker is not None:
+        if not (self.real and w.pinned) or self._taker is not None:
             return
         dev = self.device
         st = dev.streams()  # this thread's: the copier may run on the giver's thread
@@ -344,18 +335,8 @@ class CudaPartition:
         self._adopted = block
         self._handover.adopted(taker)
         gaps = taker.uncovered()
-        if gaps:
-            st.upload.wait_event(taker.final)
-            a, row_bytes = w.a, int(w.a.strides[0])
-            for lo, hi in gaps:
-                off = lo * row_bytes
-                dev.rt.memcpyAsync(
-                    int(block.handle.ptr) + off,
-                    int(a.ctypes.data) + off,
-                    (hi - lo) * row_bytes,
-                    H2D,
-                    st.upload.ptr,
-                )
+        for lo, hi in gaps:  # the same copier, on this worker's upload stream
+            taker.copy(lo, hi, taker.final)
         ready = dev.event("abc.a")
         ready.record(st.upload)
         rows = int(w.a.shape[0])
