@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+from engine.h_step_fence import HStepFence
 from engine.handover import Handover
 
 
@@ -32,6 +33,8 @@ class DeviceGate:
         self._extra: dict[int, int] = {}
         # H's block passed from the running pass to the next partition's a
         self.handover = Handover()
+        # a neighbour's synthesis held behind the running region's H step
+        self.h_step = HStepFence()
 
     def reserved_by_others(self, worker: int) -> int:
         with self._cv:

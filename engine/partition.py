@@ -151,10 +151,15 @@ class PartitionOps(Protocol):
     (phases ``check_inputs`` and ``check_sums``); else the host checks everything after the
     release, from H's coefficients."""
 
-    def synthesize(self, rng: Any, tries: int = 0) -> Witness:
+    h_step_async: bool
+    """Whether :meth:`h_step` returns once the step is queued on a device, so a neighbour's
+    synthesis can wait for :meth:`h_step_done`'s marker there (``engine.h_step_fence``)."""
+
+    def synthesize(self, rng: Any, tries: int = 0, after: Any = None) -> Witness:
         """The partition's witness from its ``rng`` (phase ``synthesis``). ``tries`` counts
         earlier refusals of device memory: the driver pauses and asks again, and a device
-        witness is then made in smaller chunks; the same witness must come out."""
+        witness is then made in smaller chunks; the same witness must come out. ``after``:
+        another worker's :meth:`h_step_done` marker that the device work waits for."""
         ...
 
     def phase_timer(self, phase: str) -> PhaseTimer | None:
@@ -187,6 +192,11 @@ class PartitionOps(Protocol):
     def h_step(self, a: Any, b: Any, c: Any) -> Any:
         """H's coefficients from a, b, c (phase ``h_step``); H stays on the device for
         ``msm_h`` and the check."""
+        ...
+
+    def h_step_done(self) -> Any:
+        """A marker that completes when the H step just queued is done (a CUDA event on the
+        compute stream), or None where :meth:`h_step` returned only at its end."""
         ...
 
     def h_step_streamed(self, att: Attempt, w: Witness, plan: MemoryPlan) -> tuple[Block, Any]:

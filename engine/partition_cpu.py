@@ -27,14 +27,16 @@ class CpuPartition:
     prestage_pool = "raw"
     # the host checks everything after the release, from H's coefficients
     checks_on_device = False
+    h_step_async = False  # the host's H step is done when it returns
 
     def __init__(self, scope: WorkerScope) -> None:
         self.scope = scope
         self.ctx = scope.ctx
         self.device = scope.device
 
-    def synthesize(self, rng: Any, tries: int = 0) -> Witness:
-        """The synthetic witness (``tries``: earlier attempts refused device memory)."""
+    def synthesize(self, rng: Any, tries: int = 0, after: Any = None) -> Witness:
+        """The synthetic witness (``tries``: earlier attempts refused device memory; ``after``
+        is for device work, and the host has none)."""
         cfg = self.ctx.config
         return synthesize(cfg.domain_log, self.ctx.sizes, cfg.witness_profile, rng)
 
@@ -79,6 +81,10 @@ class CpuPartition:
 
     def h_step(self, a: Any, b: Any, c: Any) -> Any:
         return self.ctx.backend.h_step(a, b, c)
+
+    def h_step_done(self) -> Any:
+        """Nothing to wait for: the host's H step is over."""
+        return None
 
     def h_step_streamed(self, att: Attempt, w: Witness, plan: MemoryPlan) -> tuple[Block, Any]:
         """The modeled device's share of a streamed plan: its slots (and the one-slot plan's

@@ -80,6 +80,8 @@ class CudaPartition:
             # phantom that refuses the stream-ordered pool.
             self.prestage_pool = "sync"
             self.checks_on_device = True  # in the region: see PartitionRunner._attempt
+        # the H step returns once queued, on a real device (engine.h_step_fence)
+        self.h_step_async = self.real
         # pinned witness pools, used in turn: one, or two with --synthesis-ahead (the next
         # witness is made while the current one's partition still reads its pool; the
         # look-ahead starts witness k+2 only after partition k has completed)
@@ -99,7 +101,7 @@ class CudaPartition:
 
     # -- synthesis ----------------------------------------------------------------------------
 
-    def synthesize(self, rng: Any, tries: int = 0) -> Any:
+    def synthesize(self, rng: Any, tries: int = 0, after: Any = None) -> Any:
         if not self.real:
             return self.host.synthesize(rng, tries)
         cfg, sizes = self.ctx.config, self.ctx.sizes
@@ -128,6 +130,7 @@ class CudaPartition:
             seed,
             bufs,
             chunk=max(CHUNK >> (2 * tries), MIN_SYNTH_CHUNK),  # a quarter per refusal
+            after=after,
             **kw,
         )
 
@@ -398,6 +401,16 @@ class CudaPartition:
             return self.ctx.backend.h_step(a, b, c)
         ready, self._abc_ready = self._abc_ready, {}
         return self.ctx.backend.h_step(a, b, c, ready=ready)
+
+    def h_step_done(self) -> Any:
+        """This thread's event ``h_step.done``, recorded after the H step's kernels on the
+        compute stream (re-recorded every partition: a neighbour's stream wait queued before
+        keeps the record it was queued against)."""
+        if not self.real:
+            return None
+        event = self.device.event("h_step.done")
+        event.record(self.device.streams().compute)
+        return event
 
     def h_step_streamed(self, att: Attempt, w: Any, plan: MemoryPlan) -> tuple[Block, Any]:
         """a, b, c from the worker's pinned pool through ``plan.slots`` stream-ordered blocks

@@ -203,7 +203,8 @@ class PartitionRunner:
         for tries in range(SYNTH_OOM_TRIES):
             rng = partition_rng(cfg.seed, att.proof, att.partition)
             try:
-                return self.ops.synthesize(rng, tries)
+                after = self.gate.h_step.before_synthesis() if self._fences() else None
+                return self.ops.synthesize(rng, tries, after=after)
             except DeviceOOM as exc:
                 self.scope.fault_oom(att, exc)
                 if tries + 1 == SYNTH_OOM_TRIES:
@@ -269,9 +270,11 @@ class PartitionRunner:
                     # may only fit once the neighbours' pre-staged buffers are gone. Taking
                     # the mutex before them OOMed every such partition on a 16 GiB H200.
                     self.gate.wait_no_prestage(SKIP_WAIT_S)
+                self.gate.h_step.want(self.worker)
                 self.mutex.acquire()
                 held = True
                 self._let_the_taker_first()
+                self.gate.h_step.acquired(self.worker, self._fences() and not plan.streamed)
                 t_acquired = time.monotonic_ns()
                 att.wait_ns = t_acquired - t0
                 self._mutex_event(att, "acquire", t_acquired)
@@ -299,6 +302,7 @@ class PartitionRunner:
                     a = None
                 else:
                     h = ops.h_step(a, b, c)  # stays on the device for msm_h
+                    self.gate.h_step.queued(self.worker, ops.h_step_done())
                     del b, c
                     scope.free(att, d_bc)
             if prestaged:
@@ -366,6 +370,7 @@ class PartitionRunner:
             t_release = time.monotonic_ns()
             att.hold_ns = t_release - t_acquired
             held = False
+            self.gate.h_step.released(self.worker)
             self.mutex.release()
             self._mutex_event(att, "release", t_release)
             self.ctx.sample(dev)
@@ -385,6 +390,7 @@ class PartitionRunner:
             scope.fault_exception(att, exc)
             raise PartitionFailed(f"{type(exc).__name__}: {exc}", oom=False) from None
         finally:
+            self.gate.h_step.released(self.worker)  # also a want that never got the mutex
             if held:
                 t_release = time.monotonic_ns()
                 att.hold_ns = t_release - t_acquired
@@ -408,6 +414,11 @@ class PartitionRunner:
                 handover.wait_settled(owed, left)
             finally:
                 self.mutex.acquire()
+
+    def _fences(self) -> bool:
+        """Whether a synthesis waits for the running region's H step (``engine.h_step_fence``):
+        only where the H step is queued on a device and returns at once."""
+        return self.ctx.tuning.synthesis_after_h == "on" and self.ops.h_step_async
 
     def _hands_over(self) -> bool:
         """Whether H's block may pass to the next partition's a (``engine.handover``): with

@@ -86,6 +86,15 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
         "(`engine/handover.py`); `off` copies a under the mutex",
     ),
     Setting(
+        "PROVETOP_SYNTHESIS_AFTER_H",
+        "synthesis_after_h",
+        choice("PROVETOP_SYNTHESIS_AFTER_H", ON_OFF),
+        "`on` (default), `off`",
+        "a worker's synthesis on the GPU that starts while another worker's region is due or "
+        "running waits, on the device, for that region's H step to finish, and runs beside "
+        "its MSM pass instead (`engine/h_step_fence.py`); `off` starts it at once",
+    ),
+    Setting(
         "PROVETOP_SWITCH_INTERVAL",
         "switch_interval_s",
         _number_in("PROVETOP_SWITCH_INTERVAL", "seconds", 0, 1, open_low=True),
@@ -132,6 +141,7 @@ class Tuning:
     priority_to: str = "synthesis"
     abc_overlap: str = "on"  # measured on the H200, 2026-12-02: 2,151 -> 1,991 ms at 16 GiB
     a_handover: str = "on"
+    synthesis_after_h: str = "on"
     switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S
     heap_trim_s: float = HEAP_TRIM_EVERY_S
     accept_rate: float = ACCEPT_RATE
@@ -152,6 +162,7 @@ class Tuning:
             "priority_to": self.priority_to,
             "abc_overlap": self.abc_overlap,
             "a_handover": self.a_handover,
+            "synthesis_after_h": self.synthesis_after_h,
             "switch_interval_s": self.switch_interval_s,
             "heap_trim_s": self.heap_trim_s,
             "accept_rate": self.accept_rate,

@@ -1372,6 +1372,41 @@ def test_gpu_witness_is_valid_and_reproducible(cp, device):
 
 
 @pytest.mark.gpu
+def test_gpu_witness_waits_on_the_device_for_the_event_it_is_given(cp, device):
+    """``after`` (the neighbour's H step, engine.h_step_fence): the synthesis stream's work
+    starts only once the event is done. The event follows a ~0.25 s spin on another stream;
+    a 2^12 witness alone takes milliseconds, so without the wait it would finish first."""
+    from engine.witness_gpu import PinnedBuffers, synthesize_on_gpu
+    from engine.workload import query_sizes
+    from kernels.constants import FR_MODULUS as R
+    from kernels.layout import fr_from_limbs
+
+    spin = cp.RawKernel(
+        r"""extern "C" __global__ void spin(long long cycles) {
+            const long long t0 = clock64();
+            while (clock64() - t0 < cycles) {}
+        }""",
+        "spin",
+    )
+    cycles = np.int64(500_000_000)  # ~0.25 s at the H200's ~2 GHz; seconds on none slower
+    k = 12
+    sizes = query_sizes(k)
+    bufs = PinnedBuffers(1 << k, max(sizes.l, sizes.a, sizes.b_g1), "register")
+    kw = device.kernel_args("synthesis")
+    other = cp.cuda.Stream(non_blocking=True)
+    event = cp.cuda.Event(disable_timing=True)
+    for after in (event, None):
+        bufs.abc[...] = POISON
+        spin((1,), (1,), (cycles,), stream=other)
+        event.record(other)
+        w = synthesize_on_gpu(k, sizes, (0.3, 0.3, 0.4), 7, bufs, chunk=1000, after=after, **kw)
+        assert event.done is (after is not None)
+        other.synchronize()
+        a, b, c = (fr_from_limbs(v) for v in (w.a, w.b, w.c))
+        assert all(x * y % R == z for x, y, z in zip(a, b, c, strict=True))
+
+
+@pytest.mark.gpu
 def test_gpu_upload_async_overlaps_and_refuses_pageable(cp, device):
     from kernels.cuda.host_pinned import pinned_empty
 

@@ -1,0 +1,79 @@
+"""The neighbour's synthesis held behind the running region's H step (``HStepFence``).
+
+Why: with two workers a device, a worker starts its next synthesis the moment its own GPU
+region ends, which is when the other worker's region begins with its H step. The synthesis
+kernels then share the SMs with the H step, which is compute-bound and on the critical path:
+on a 16 GiB H200 it took 312-322 ms beside a synthesis against 301-306 alone
+(docs/performance-notes.md, "Engine on CUDA"). The synthesis has ~1.2 s of mutex wait to
+spare, so it can wait on the GPU (a stream wait on a CUDA event, no host block) until the H
+step is done and overlap the MSM pass instead, whose copy-bound stretches leave SMs idle.
+
+The difficulty is the order: the synthesis starts before the next holder has even taken the
+mutex, so a worker announces that it wants the mutex (``want``), and a synthesis that starts
+while a region is wanted or running but its H step not yet queued waits on the host, briefly,
+for the holder to publish the H step's event (``queued``). Backend-neutral: the marker is
+whatever the partition ops return (a CUDA event, or None where nothing needs waiting on).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+# The longest a synthesis waits on the host for the holder's H step to be queued: the holder
+# queues it within its fallback upload (~10 ms) or, on a checked partition, after the input
+# checks (~0.4 s at 2^27 on an H200); past this the synthesis goes ahead unfenced.
+QUEUE_WAIT_S = 1.5
+
+
+class HStepFence:
+    """Per device: which worker wants or holds the GPU region, and the holder's H-step marker
+    once its H step is queued. Every method is cheap and never raises."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._wanting: set[int] = set()
+        self._holder: int | None = None
+        self._queued = False  # the holder's H step is queued (or it has none to wait for)
+        self._marker: Any = None
+
+    def want(self, worker: int) -> None:
+        """``worker`` is about to wait for the mutex: its region's H step comes next."""
+        with self._cv:
+            self._wanting.add(worker)
+
+    def acquired(self, worker: int, fenced: bool) -> None:
+        """``worker`` holds the region; ``fenced`` False (a streamed H step, the setting off)
+        lets every synthesis go ahead at once."""
+        with self._cv:
+            self._wanting.discard(worker)
+            self._holder, self._queued, self._marker = worker, not fenced, None
+            self._cv.notify_all()
+
+    def queued(self, worker: int, marker: Any) -> None:
+        """The holder's H step is queued; ``marker`` completes when it is done."""
+        with self._cv:
+            if self._holder == worker:
+                self._queued, self._marker = True, marker
+                self._cv.notify_all()
+
+    def released(self, worker: int) -> None:
+        """``worker`` gave the region back (or never got it: an attempt that failed)."""
+        with self._cv:
+            self._wanting.discard(worker)
+            if self._holder == worker:
+                self._holder, self._queued, self._marker = None, False, None
+            self._cv.notify_all()
+
+    def before_synthesis(self, timeout: float = QUEUE_WAIT_S) -> Any:
+        """The marker a synthesis starting now should wait for, or None: waits (at most
+        ``timeout``) while a region is wanted or held without its H step queued."""
+        with self._cv:
+
+            def settled() -> bool:
+                if self._holder is not None:
+                    return self._queued
+                return not self._wanting
+
+            self._cv.wait_for(settled, timeout)
+            return self._marker if self._holder is not None and self._queued else None

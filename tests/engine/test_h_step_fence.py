@@ -1,0 +1,201 @@
+"""A neighbour's synthesis held behind the running region's H step (engine.h_step_fence):
+the fence alone, then through the driver with ops whose H step is 'queued' (a marker)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from engine.allocator import footprint, make_policy
+from engine.bus import Bus
+from engine.config import from_preset
+from engine.control import Controls
+from engine.devices.modeled import ModeledDevice
+from engine.gate import DeviceGate
+from engine.h_step_fence import HStepFence
+from engine.partition_cpu import CpuPartition
+from engine.pipeline import PartitionRunner, RunContext
+from engine.srs import generate_srs
+from engine.tuning import Tuning
+from engine.workload import query_sizes
+from kernels.cpu_backend import CpuBackend
+
+
+def _in_thread(fn):
+    """Run ``fn`` in a thread; (thread, box) where box["out"] is its result once joined."""
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.__setitem__("out", fn()), daemon=True)
+    t.start()
+    return t, box
+
+
+def test_nothing_wanted_or_running_lets_a_synthesis_go_at_once():
+    fence = HStepFence()
+    t0 = time.monotonic()
+    assert fence.before_synthesis(timeout=5) is None
+    assert time.monotonic() - t0 < 1
+
+
+def test_a_queued_h_step_is_what_the_synthesis_waits_for():
+    fence = HStepFence()
+    fence.want(0)
+    fence.acquired(0, fenced=True)
+    fence.queued(0, "H0")
+    assert fence.before_synthesis(timeout=5) == "H0"
+    fence.released(0)
+    assert fence.before_synthesis(timeout=5) is None
+
+
+def test_a_synthesis_between_two_regions_waits_for_the_next_h_step_to_be_queued():
+    fence = HStepFence()
+    fence.want(1)  # worker 1 waits for the mutex that worker 0 is giving back
+    t, box = _in_thread(lambda: fence.before_synthesis(timeout=10))
+    time.sleep(0.1)
+    assert t.is_alive()  # wanted, not yet held: the synthesis waits on the host
+    fence.acquired(1, fenced=True)
+    time.sleep(0.1)
+    assert t.is_alive()  # held, its H step not yet queued
+    fence.queued(1, "H1")
+    t.join(5)
+    assert not t.is_alive() and box["out"] == "H1"
+
+
+def test_an_unfenced_region_and_a_region_given_back_release_the_waiter():
+    fence = HStepFence()
+    fence.want(0)
+    fence.acquired(0, fenced=False)  # a streamed H step, or the setting off
+    assert fence.before_synthesis(timeout=5) is None
+    fence.released(0)
+    fence.want(1)
+    t, box = _in_thread(lambda: fence.before_synthesis(timeout=10))
+    time.sleep(0.05)
+    fence.released(1)  # the attempt failed before it got the mutex
+    t.join(5)
+    assert not t.is_alive() and box["out"] is None
+
+
+def test_the_wait_is_bounded_and_only_the_holder_publishes_or_clears():
+    fence = HStepFence()
+    fence.want(0)
+    t0 = time.monotonic()
+    assert fence.before_synthesis(timeout=0.2) is None  # nobody came: goes ahead unfenced
+    assert 0.15 < time.monotonic() - t0 < 2
+    fence.acquired(0, fenced=True)
+    fence.queued(1, "not the holder's")
+    fence.released(1)
+    fence.queued(0, "H0")
+    assert fence.before_synthesis(timeout=5) == "H0"
+
+
+# -- through the driver ------------------------------------------------------------------------
+
+
+class MarkedOps(CpuPartition):
+    """CPU ops that pretend their H step is queued on a device: ``h_step_done`` returns a
+    marker naming the worker and its count, and every synthesis records what it was told to
+    wait for. Worker 0's first region stops after its H step until ``hold`` is set."""
+
+    h_step_async = True
+    log: list = []
+    in_region = threading.Event()
+    hold = threading.Event()
+
+    def __init__(self, scope) -> None:
+        super().__init__(scope)
+        self.marks = 0
+
+    def synthesize(self, rng, tries=0, after=None):
+        MarkedOps.log.append((self.scope.worker, after))
+        return super().synthesize(rng, tries)
+
+    def h_step_done(self):
+        self.marks += 1
+        return f"H{self.scope.worker}.{self.marks}"
+
+    def msm_scalars(self, att, w, h):
+        if self.scope.worker == 0 and self.marks == 1:
+            MarkedOps.in_region.set()
+            assert MarkedOps.hold.wait(10)
+        return super().msm_scalars(att, w, h)
+
+
+def _runners(tuning: Tuning) -> tuple[PartitionRunner, PartitionRunner, threading.Lock]:
+    cfg = from_preset("ci", seed=random.randrange(1 << 30), workers_per_device=2)
+    sizes = query_sizes(cfg.domain_log)
+    backend = CpuBackend()
+    srs = generate_srs(backend, sizes, np.random.default_rng())
+    ctx = RunContext(
+        cfg,
+        backend,
+        srs,
+        sizes,
+        footprint(cfg.domain_log, sizes),
+        make_policy("aware"),
+        Bus(),
+        Controls(),
+        lambda d: None,
+    )
+    ctx = replace(ctx, tuning=tuning)
+    dev, gate, mutex = ModeledDevice(0, 1 << 30), DeviceGate(), threading.Lock()
+    return (
+        PartitionRunner(ctx, dev, 0, mutex, gate, ops=MarkedOps),
+        PartitionRunner(ctx, dev, 1, mutex, gate, ops=MarkedOps),
+        mutex,
+    )
+
+
+def _reset() -> None:
+    MarkedOps.log = []
+    MarkedOps.in_region.clear()
+    MarkedOps.hold.clear()
+
+
+def test_the_driver_holds_a_synthesis_behind_the_running_regions_h_step():
+    _reset()
+    w0, w1, _mutex = _runners(Tuning())
+    t, box = _in_thread(lambda: w0.run(0, 0))
+    assert MarkedOps.in_region.wait(30)  # worker 0 holds the region, its H step queued
+    prep = w1.prepare(0, 1)
+    assert MarkedOps.log[-1] == (1, "H0.1")
+    MarkedOps.hold.set()
+    t.join(30)
+    assert box["out"].ok
+    assert w1.complete(prep).ok
+    # nothing running any more: the next synthesis waits for nothing
+    w0.prepare(0, 2)
+    assert MarkedOps.log[-1] == (0, None)
+
+
+def test_a_synthesis_started_while_the_next_region_waits_for_the_mutex_waits_for_its_h_step():
+    _reset()
+    MarkedOps.hold.set()  # worker 0's region runs through
+    w0, w1, mutex = _runners(Tuning())
+    prep0 = w0.prepare(0, 0)
+    mutex.acquire()  # a region that is ending: worker 0 must wait for the mutex
+    t, box = _in_thread(lambda: w0.complete(prep0))
+    while 0 not in w0.gate.h_step._wanting:
+        time.sleep(0.01)
+    s, sbox = _in_thread(lambda: w1.prepare(0, 1))
+    time.sleep(0.2)
+    assert s.is_alive()  # held on the host until worker 0's H step is queued
+    mutex.release()
+    s.join(30)
+    t.join(30)
+    assert box["out"].ok and w1.complete(sbox["out"]).ok
+    assert (1, "H0.1") in MarkedOps.log
+
+
+def test_with_the_setting_off_no_synthesis_waits():
+    _reset()
+    w0, w1, _mutex = _runners(Tuning(synthesis_after_h="off"))
+    t, box = _in_thread(lambda: w0.run(0, 0))
+    assert MarkedOps.in_region.wait(30)
+    w1.prepare(0, 1)
+    assert MarkedOps.log[-1] == (1, None)
+    MarkedOps.hold.set()
+    t.join(30)
+    assert box["out"].ok
