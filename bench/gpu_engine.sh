@@ -52,9 +52,11 @@
 #   bash bench/gpu_engine.sh handover2  # the engine's GPU tests, aware16 twice, naive16
 #   bash bench/gpu_engine.sh switch    # aware16 at switch intervals 0.5 (default), 0.1, 2 ms
 #   bash bench/gpu_engine.sh fence     # the neighbour's synthesis behind the H step
-#                                      # (PROVETOP_SYNTHESIS_AFTER_H): the engine's GPU tests,
-#                                      # aware16 on / off alternated twice, then on with the
-#                                      # compute streams at the greatest priority
+#                                      # (PROVETOP_SYNTHESIS_AFTER_H=done, then named `on`): the
+#                                      # engine's GPU tests, host_costs, aware16 on / off
+#                                      # alternated twice, then on with the compute streams first
+#   bash bench/gpu_engine.sh queued    # aware16 with PROVETOP_SYNTHESIS_AFTER_H=queued and off,
+#                                      # alternated twice
 #   bash bench/gpu_engine.sh kept      # streamed chunks summed straight into the kept buckets
 #                                      # (PROVETOP_MSM_HOST_BUCKETS=query) against the merge
 #                                      # kernel (=query-merge): GPU tests, the 2^27 host-point
@@ -400,11 +402,22 @@ switch)  # the interpreter's thread switch interval (PROVETOP_SWITCH_INTERVAL) a
     PROVETOP_SWITCH_INTERVAL=0.0001 porep1 aware16-sw0001 100 16GiB
     PROVETOP_SWITCH_INTERVAL=0.002 porep1 aware16-sw002 100 16GiB
     ;;
+queued)  # a synthesis that starts while the next region is due waits on the host until that
+    # region's H step is queued (PROVETOP_SYNTHESIS_AFTER_H=queued), alternated with off
+    for r in a b; do
+        PROVETOP_SYNTHESIS_AFTER_H=queued porep1 aware16-queued-$r 100 16GiB
+        PROVETOP_SYNTHESIS_AFTER_H=off porep1 aware16-off-$r 100 16GiB
+    done
+    for r in aware16-queued-a aware16-off-a aware16-queued-b aware16-off-b; do
+        python3 bench/partition_table.py "$W/$r.pvtrec" "$r" 2>&1 | tail -n 14 | tee -a "$TABLES"
+    done
+    ;;
 fence)  # a synthesis waits on the GPU for the running region's H step (engine/h_step_fence.py)
     # and runs beside the MSM pass instead: on / off alternated, so drift shows in both
     gpu_tests 240 tests/engine/test_cuda.py
     echo "== host time of the fallback upload's calls (bench/host_costs.py)" | tee -a "$TABLES"
     timeout 120 python3 bench/host_costs.py 2>&1 | tail -n 12 | tee -a "$TABLES"
+    export PROVETOP_SYNTHESIS_AFTER_H=done  # the setting was on/off when this mode was measured
     porep1 aware16-on-a 100 16GiB
     PROVETOP_SYNTHESIS_AFTER_H=off porep1 aware16-off-a 100 16GiB
     porep1 aware16-on-b 100 16GiB

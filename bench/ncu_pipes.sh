@@ -4,6 +4,8 @@
 # accumulation and the NTT's radix passes. One device call, from the repository root:
 #   bash bench/ncu_pipes.sh
 #   KERNELS_ONLY=1 bash bench/ncu_pipes.sh   # the MSM accumulation and the NTT pass alone
+#   NTT_SMALL_ONLY=1 bash bench/ncu_pipes.sh # both passes of one forward NTT at 2^20 (and their
+#                                            # durations, against the bench's whole transform)
 # Clocks are left as the card has them (--clock-control none). Text reports go to $OUT, packed
 # into one tgz; a short table of the key metrics is printed last.
 set -uo pipefail
@@ -21,24 +23,32 @@ regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active$,\
 smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,\
 launch__registers_per_thread,launch__occupancy_limit_registers,\
 regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$"
-profile() {  # profile NAME KERNEL_REGEX SKIP COMMAND...
+profile() {  # profile NAME KERNEL_REGEX SKIP COMMAND... (COUNT launches, default 1)
     local name=$1 kernel=$2 skip=$3
     shift 3
     timeout 240 "$NCU" --clock-control none -k "regex:$kernel" --launch-skip "$skip" \
-        --launch-count 1 --section SpeedOfLight --section Occupancy --metrics "$METRICS" \
+        --launch-count "${COUNT:-1}" --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --metrics "$METRICS,gpu__time_duration.sum" \
         "$@" >"$W/$name.txt" 2>&1
     echo "$name rc=$?"
 }
 FP="python3 bench/fp64_mul/run.py --out $W/fp64 --repeats 3 --random 1024"
 # KERNELS_ONLY=1: only the MSM accumulation and the NTT pass (an after-profile of a change there)
-if [ -z "${KERNELS_ONLY:-}" ]; then
+if [ -n "${NTT_SMALL_ONLY:-}" ]; then
+    # before the timed forward transforms: the table-building one and the warm-up, 2 passes
+    # each; skip 42 = those 4 and 19 timed transforms, then profile one transform's 2 passes
+    COUNT=2 profile ntt20-passes "ntt_pass_di" 42 python3 -m provetop bench ntt --log-sizes 20 \
+        --repeats 30 --warmup 1 --no-h-step
+    grep -E "ntt_pass_di|gpu__time_duration|Duration|Registers Per|Achieved Occupancy|Waves Per SM|Grid Size|Block Size|Dynamic Shared" \
+        "$W/ntt20-passes.txt" | sed 's/^ */  /'
+elif [ -z "${KERNELS_ONLY:-}" ]; then
     for v in fr_r2 fr_f64 fp_generic fp_f64; do  # skip the exactness launch (a small grid)
         profile "chain-$v" "^chain_$v\$" 1 $FP --variants "$v"
     done
 fi
-profile msm-accumulate0 "msm_accumulate0" 1 python3 -m provetop bench msm --log-sizes 24 \
+[ -n "${NTT_SMALL_ONLY:-}" ] || profile msm-accumulate0 "msm_accumulate0" 1 python3 -m provetop bench msm --log-sizes 24 \
     --repeats 1 --warmup 1
-profile ntt-pass "ntt_pass_di" 20 python3 -m provetop bench ntt --log-sizes 24 --repeats 1 \
+[ -n "${NTT_SMALL_ONLY:-}" ] || profile ntt-pass "ntt_pass_di" 20 python3 -m provetop bench ntt --log-sizes 24 --repeats 1 \
     --warmup 1 --no-h-step
 # the table: pipes over 5 %, issue, warps, registers, the three largest stall reasons
 for f in "$W"/*.txt; do

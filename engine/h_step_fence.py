@@ -1,17 +1,19 @@
 """The neighbour's synthesis held behind the running region's H step (``HStepFence``).
 
 Why: with two workers a device, a worker starts its next synthesis the moment its own GPU
-region ends, which is when the other worker's region begins with its H step. The synthesis
-kernels then share the SMs with the H step, which is compute-bound and on the critical path:
-on a 16 GiB H200 it took 312-322 ms beside a synthesis against 301-306 alone
-(docs/performance-notes.md, "Engine on CUDA"). The synthesis has ~1.2 s of mutex wait to
-spare, so it can wait on the GPU (a stream wait on a CUDA event, no host block) until the H
-step is done and overlap the MSM pass instead, whose copy-bound stretches leave SMs idle.
+region ends, which is when the other worker's region begins: its fallback upload (host calls
+under the mutex), then its H step. The synthesis's Python launch loop takes the GIL from the
+holder's host steps (the fallback upload took 10-20 ms beside it against 3-7 alone on a 16 GiB
+H200), and its kernels and copies share the device with the H step (313 ms against 301 alone).
+``PROVETOP_SYNTHESIS_AFTER_H`` chooses how long a synthesis that starts then waits: ``queued``,
+on the host until the holder has queued its H step; ``done``, also on the GPU (a stream wait on
+a CUDA event, no host block) until the H step has finished, so that it runs beside the MSM
+pass instead (which measured worse: the pass +25-35 ms; docs/performance-notes.md).
 
 The difficulty is the order: the synthesis starts before the next holder has even taken the
 mutex, so a worker announces that it wants the mutex (``want``), and a synthesis that starts
 while a region is wanted or running but its H step not yet queued waits on the host, briefly,
-for the holder to publish the H step's event (``queued``). Backend-neutral: the marker is
+for the holder to publish the H step's marker (``queued``). Backend-neutral: the marker is
 whatever the partition ops return (a CUDA event, or None where nothing needs waiting on).
 """
 

@@ -203,7 +203,11 @@ class PartitionRunner:
         for tries in range(SYNTH_OOM_TRIES):
             rng = partition_rng(cfg.seed, att.proof, att.partition)
             try:
-                after = self.gate.h_step.before_synthesis() if self._fences() else None
+                after = None
+                if self._fences():
+                    marker = self.gate.h_step.before_synthesis()
+                    if self.ctx.tuning.synthesis_after_h == "done":
+                        after = marker
                 return self.ops.synthesize(rng, tries, after=after)
             except DeviceOOM as exc:
                 self.scope.fault_oom(att, exc)
@@ -416,9 +420,10 @@ class PartitionRunner:
                 self.mutex.acquire()
 
     def _fences(self) -> bool:
-        """Whether a synthesis waits for the running region's H step (``engine.h_step_fence``):
-        only where the H step is queued on a device and returns at once."""
-        return self.ctx.tuning.synthesis_after_h == "on" and self.ops.h_step_async
+        """Whether a synthesis waits for the running region's H step to be queued, and with
+        ``done`` finished (``engine.h_step_fence``): only where the H step is queued on a
+        device and returns at once."""
+        return self.ctx.tuning.synthesis_after_h != "off" and self.ops.h_step_async
 
     def _hands_over(self) -> bool:
         """Whether H's block may pass to the next partition's a (``engine.handover``): with

@@ -22,6 +22,7 @@ from kernels.tuning import markdown_table as _markdown_table
 
 SYNC_SCOPES = ("worker", "device")
 PRIORITY_TO = ("synthesis", "compute")
+SYNTHESIS_AFTER_H = ("off", "queued", "done")
 # A short switch interval lets a worker waiting to launch its next kernel get the GIL soon:
 # 0.5 ms, against the interpreter's 5 ms default (docs/architecture.md, "GIL").
 DEFAULT_SWITCH_INTERVAL_S = 0.0005
@@ -88,11 +89,13 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "PROVETOP_SYNTHESIS_AFTER_H",
         "synthesis_after_h",
-        choice("PROVETOP_SYNTHESIS_AFTER_H", ON_OFF),
-        "`on` (default), `off`",
+        choice("PROVETOP_SYNTHESIS_AFTER_H", SYNTHESIS_AFTER_H),
+        "`off` (default), `queued`, `done`",
         "a worker's synthesis on the GPU that starts while another worker's region is due or "
-        "running waits, on the device, for that region's H step to finish, and runs beside "
-        "its MSM pass instead (`engine/h_step_fence.py`); `off` starts it at once",
+        "running (`engine/h_step_fence.py`): `queued` starts once that region's H step is "
+        "queued (the holder's host steps before it run without the synthesis's launches "
+        "beside them), `done` also waits on the device for the H step to finish, so it runs "
+        "beside the MSM pass instead; `off` starts at once",
     ),
     Setting(
         "PROVETOP_SWITCH_INTERVAL",
@@ -141,7 +144,8 @@ class Tuning:
     priority_to: str = "synthesis"
     abc_overlap: str = "on"  # measured on the H200, 2026-12-02: 2,151 -> 1,991 ms at 16 GiB
     a_handover: str = "on"
-    synthesis_after_h: str = "on"
+    # `done` measured on the H200, 2026-12-02: the H step 313 -> 301 ms, the pass +25-35
+    synthesis_after_h: str = "off"
     switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S
     heap_trim_s: float = HEAP_TRIM_EVERY_S
     accept_rate: float = ACCEPT_RATE

@@ -156,7 +156,7 @@ def _reset() -> None:
 
 def test_the_driver_holds_a_synthesis_behind_the_running_regions_h_step():
     _reset()
-    w0, w1, _mutex = _runners(Tuning())
+    w0, w1, _mutex = _runners(Tuning(synthesis_after_h="done"))
     t, box = _in_thread(lambda: w0.run(0, 0))
     assert MarkedOps.in_region.wait(30)  # worker 0 holds the region, its H step queued
     prep = w1.prepare(0, 1)
@@ -173,7 +173,7 @@ def test_the_driver_holds_a_synthesis_behind_the_running_regions_h_step():
 def test_a_synthesis_started_while_the_next_region_waits_for_the_mutex_waits_for_its_h_step():
     _reset()
     MarkedOps.hold.set()  # worker 0's region runs through
-    w0, w1, mutex = _runners(Tuning())
+    w0, w1, mutex = _runners(Tuning(synthesis_after_h="done"))
     prep0 = w0.prepare(0, 0)
     mutex.acquire()  # a region that is ending: worker 0 must wait for the mutex
     t, box = _in_thread(lambda: w0.complete(prep0))
@@ -189,13 +189,21 @@ def test_a_synthesis_started_while_the_next_region_waits_for_the_mutex_waits_for
     assert (1, "H0.1") in MarkedOps.log
 
 
-def test_with_the_setting_off_no_synthesis_waits():
-    _reset()
-    w0, w1, _mutex = _runners(Tuning(synthesis_after_h="off"))
-    t, box = _in_thread(lambda: w0.run(0, 0))
-    assert MarkedOps.in_region.wait(30)
-    w1.prepare(0, 1)
-    assert MarkedOps.log[-1] == (1, None)
-    MarkedOps.hold.set()
-    t.join(30)
-    assert box["out"].ok
+def test_queued_holds_the_synthesis_on_the_host_only_and_off_not_at_all():
+    for setting in ("queued", "off"):
+        _reset()
+        w0, w1, mutex = _runners(Tuning(synthesis_after_h=setting))
+        prep0 = w0.prepare(0, 0)
+        mutex.acquire()  # worker 0 must wait for the mutex
+        t, box = _in_thread(lambda w0=w0, prep0=prep0: w0.complete(prep0))
+        while setting == "queued" and 0 not in w0.gate.h_step._wanting:
+            time.sleep(0.01)
+        s, sbox = _in_thread(lambda w1=w1: w1.prepare(0, 1))
+        s.join(0.3)
+        assert s.is_alive() is (setting == "queued")  # queued: held until the H step is
+        MarkedOps.hold.set()
+        mutex.release()
+        s.join(30)
+        t.join(30)
+        assert box["out"].ok and w1.complete(sbox["out"]).ok
+        assert (1, None) in MarkedOps.log  # never a device wait

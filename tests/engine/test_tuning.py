@@ -48,7 +48,7 @@ def test_every_setting_is_read_into_its_field():
         "PROVETOP_PRIORITY_TO": "compute",
         "PROVETOP_ABC_OVERLAP": "on",
         "PROVETOP_A_HANDOVER": "off",
-        "PROVETOP_SYNTHESIS_AFTER_H": "off",
+        "PROVETOP_SYNTHESIS_AFTER_H": "done",
         "PROVETOP_SWITCH_INTERVAL": "0.005",
         "PROVETOP_HEAP_TRIM_S": "12.5",
         "PROVETOP_ACCEPT_RATE": "250",
@@ -70,7 +70,7 @@ def test_every_setting_is_read_into_its_field():
     assert (k.msm_reduce, k.msm_reduce_fanin) == ("scaled", 4)
     assert (k.cubin_dir, k.commit) == ("/opt/cubin", "abc1234")
     assert (t.sync_scope, t.priority_to, t.switch_interval_s) == ("device", "compute", 0.005)
-    assert t.a_handover == "off" and t.synthesis_after_h == "off"
+    assert t.a_handover == "off" and t.synthesis_after_h == "done"
     assert t.abc_overlap == "on"
     assert t.inject == "kill:worker:0:msm_h"
     assert t.heap_trim_s == 12.5
