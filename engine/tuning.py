@@ -90,7 +90,7 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
         "PROVETOP_SYNTHESIS_AFTER_H",
         "synthesis_after_h",
         choice("PROVETOP_SYNTHESIS_AFTER_H", SYNTHESIS_AFTER_H),
-        "`off` (default), `queued`, `done`",
+        "`queued` (default), `off`, `done`",
         "a worker's synthesis on the GPU that starts while another worker's region is due or "
         "running (`engine/h_step_fence.py`): `queued` starts once that region's H step is "
         "queued (the holder's host steps before it run without the synthesis's launches "
@@ -145,8 +145,10 @@ class Tuning:
     priority_to: str = "synthesis"
     abc_overlap: str = "on"  # measured on the H200, 2026-12-02: 2,151 -> 1,991 ms at 16 GiB
     a_handover: str = "on"
-    # `done` measured on the H200, 2026-12-02: the H step 313 -> 301 ms, the pass +25-35
-    synthesis_after_h: str = "off"
+    # measured on the H200, 2026-12-02 (docs/performance-notes.md): `queued` 1,584.7 / 1,582.6
+    # against `off` 1,588.1 / 1,596.4 at 16 GiB; `done` took the H step 313 -> 301 ms but the
+    # pass +25-35
+    synthesis_after_h: str = "queued"
     switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S
     heap_trim_s: float = HEAP_TRIM_EVERY_S
     accept_rate: float = ACCEPT_RATE
