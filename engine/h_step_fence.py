@@ -10,6 +10,9 @@ on the host until the holder has queued its H step; ``done``, also on the GPU (a
 a CUDA event, no host block) until the H step has finished, so that it runs beside the MSM
 pass instead (which measured worse: the pass +25-35 ms; docs/performance-notes.md).
 
+The same holds for a checked partition's host check, which runs in Python right after its
+region (11-18 ms of the GIL): it waits too, so the next holder's fallback upload does not.
+
 The difficulty is the order: the synthesis starts before the next holder has even taken the
 mutex, so a worker announces that it wants the mutex (``want``), and a synthesis that starts
 while a region is wanted or running but its H step not yet queued waits on the host, briefly,
@@ -67,9 +70,10 @@ class HStepFence:
                 self._holder, self._queued, self._marker = None, False, None
             self._cv.notify_all()
 
-    def before_synthesis(self, timeout: float = QUEUE_WAIT_S) -> Any:
-        """The marker a synthesis starting now should wait for, or None: waits (at most
-        ``timeout``) while a region is wanted or held without its H step queued."""
+    def wait_queued(self, timeout: float = QUEUE_WAIT_S) -> Any:
+        """The marker host work starting now (a synthesis, a host check) may wait for on the
+        device, or None: waits (at most ``timeout``) while a region is wanted or held without
+        its H step queued."""
         with self._cv:
 
             def settled() -> bool:

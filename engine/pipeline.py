@@ -205,7 +205,7 @@ class PartitionRunner:
             try:
                 after = None
                 if self._fences():
-                    marker = self.gate.h_step.before_synthesis()
+                    marker = self.gate.h_step.wait_queued()
                     if self.ctx.tuning.synthesis_after_h == "done":
                         after = marker
                 return self.ops.synthesize(rng, tries, after=after)
@@ -379,6 +379,9 @@ class PartitionRunner:
             self._mutex_event(att, "release", t_release)
             self.ctx.sample(dev)
             with self._phase(att, "verify"):
+                if self._verifies(att) and self._fences():
+                    # Python on the GIL: after the next holder's host steps (h_step_fence)
+                    self.gate.h_step.wait_queued()
                 att.verified = ops.verify(att, w, h, results) if self._verifies(att) else None
             with self._phase(att, "release"):
                 self._release(att)

@@ -36,7 +36,7 @@ def _in_thread(fn):
 def test_nothing_wanted_or_running_lets_a_synthesis_go_at_once():
     fence = HStepFence()
     t0 = time.monotonic()
-    assert fence.before_synthesis(timeout=5) is None
+    assert fence.wait_queued(timeout=5) is None
     assert time.monotonic() - t0 < 1
 
 
@@ -45,15 +45,15 @@ def test_a_queued_h_step_is_what_the_synthesis_waits_for():
     fence.want(0)
     fence.acquired(0, fenced=True)
     fence.queued(0, "H0")
-    assert fence.before_synthesis(timeout=5) == "H0"
+    assert fence.wait_queued(timeout=5) == "H0"
     fence.released(0)
-    assert fence.before_synthesis(timeout=5) is None
+    assert fence.wait_queued(timeout=5) is None
 
 
 def test_a_synthesis_between_two_regions_waits_for_the_next_h_step_to_be_queued():
     fence = HStepFence()
     fence.want(1)  # worker 1 waits for the mutex that worker 0 is giving back
-    t, box = _in_thread(lambda: fence.before_synthesis(timeout=10))
+    t, box = _in_thread(lambda: fence.wait_queued(timeout=10))
     time.sleep(0.1)
     assert t.is_alive()  # wanted, not yet held: the synthesis waits on the host
     fence.acquired(1, fenced=True)
@@ -68,10 +68,10 @@ def test_an_unfenced_region_and_a_region_given_back_release_the_waiter():
     fence = HStepFence()
     fence.want(0)
     fence.acquired(0, fenced=False)  # a streamed H step, or the setting off
-    assert fence.before_synthesis(timeout=5) is None
+    assert fence.wait_queued(timeout=5) is None
     fence.released(0)
     fence.want(1)
-    t, box = _in_thread(lambda: fence.before_synthesis(timeout=10))
+    t, box = _in_thread(lambda: fence.wait_queued(timeout=10))
     time.sleep(0.05)
     fence.released(1)  # the attempt failed before it got the mutex
     t.join(5)
@@ -82,13 +82,13 @@ def test_the_wait_is_bounded_and_only_the_holder_publishes_or_clears():
     fence = HStepFence()
     fence.want(0)
     t0 = time.monotonic()
-    assert fence.before_synthesis(timeout=0.2) is None  # nobody came: goes ahead unfenced
+    assert fence.wait_queued(timeout=0.2) is None  # nobody came: goes ahead unfenced
     assert 0.15 < time.monotonic() - t0 < 2
     fence.acquired(0, fenced=True)
     fence.queued(1, "not the holder's")
     fence.released(1)
     fence.queued(0, "H0")
-    assert fence.before_synthesis(timeout=5) == "H0"
+    assert fence.wait_queued(timeout=5) == "H0"
 
 
 # -- through the driver ------------------------------------------------------------------------
