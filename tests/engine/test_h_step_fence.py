@@ -116,6 +116,10 @@ class MarkedOps(CpuPartition):
         self.marks += 1
         return f"H{self.scope.worker}.{self.marks}"
 
+    def verify(self, att, w, h, results):
+        MarkedOps.log.append((self.scope.worker, "verify"))
+        return super().verify(att, w, h, results)
+
     def msm_scalars(self, att, w, h):
         if self.scope.worker == 0 and self.marks == 1:
             MarkedOps.in_region.set()
@@ -207,3 +211,22 @@ def test_queued_holds_the_synthesis_on_the_host_only_and_off_not_at_all():
         t.join(30)
         assert box["out"].ok and w1.complete(sbox["out"]).ok
         assert (1, None) in MarkedOps.log  # never a device wait
+
+
+def test_a_checked_partitions_host_check_waits_for_the_next_regions_h_step():
+    """The check runs in Python after the region (the ci preset checks every partition): with
+    the next region wanted and its H step not yet queued, it waits; then it runs."""
+    _reset()
+    MarkedOps.hold.set()
+    w0, _w1, _mutex = _runners(Tuning(synthesis_after_h="queued"))
+    fence = w0.gate.h_step
+    prep = w0.prepare(0, 0)
+    fence.want(1)  # worker 1 waits for the mutex worker 0 is about to give back
+    t, box = _in_thread(lambda: w0.complete(prep))
+    t.join(0.5)
+    assert t.is_alive() and (0, "verify") not in MarkedOps.log
+    fence.acquired(1, fenced=True)
+    fence.queued(1, "H1")
+    t.join(30)
+    assert box["out"].ok and box["out"].verified
+    assert (0, "verify") in MarkedOps.log
