@@ -346,7 +346,7 @@ class State:
     def _on_fault(self, e: dict[str, Any]) -> None:
         self.faults.append(e)
         where = ""
-        if e.get("proof") is not None:
+        if e.get("proof") is not None and e["proof"] >= 0:  # -1: the run's, not a partition's
             where = f" proof {e['proof']} partition {e.get('partition')}"
         size = f", {fmt_bytes(e['requested'])} requested" if e.get("requested") else ""
         pools = e.get("pools") or {}

@@ -49,17 +49,26 @@ class Entry:
     version: int = 0  # bumped when the text changes (the widget wraps it again)
 
 
+def _of_a_partition(e: dict[str, Any]) -> bool:
+    """An event's proof, partition and worker are -1 when it belongs to the run, not to a
+    partition (the SRS's ``alloc`` events on CUDA)."""
+    proof = e.get("proof")
+    return proof is not None and proof >= 0
+
+
 def _where(e: dict[str, Any]) -> str:
     parts = []
     if e.get("device") is not None:
-        parts.append(f"gpu{e['device']}" + (f" w{e['worker']}" if "worker" in e else ""))
-    if e.get("proof") is not None:
+        worker = e.get("worker")
+        mine = worker is not None and worker >= 0
+        parts.append(f"gpu{e['device']}" + (f" w{worker}" if mine else ""))
+    if _of_a_partition(e):
         parts.append(f"proof {e['proof']} partition {e.get('partition')}")
     return " ".join(parts)
 
 
 def _key(kind: str, e: dict[str, Any]) -> tuple | None:
-    if e.get("proof") is None:
+    if not _of_a_partition(e):
         return None
     return (kind, e.get("device"), e["proof"], e.get("partition"))
 

@@ -142,6 +142,30 @@ def test_a_handed_over_a_joins_its_partitions_pre_stage_line():
     assert [e["site"] for e in entry.events] == ["prestage", "handover"]
 
 
+def test_an_event_of_the_run_names_no_worker_or_partition():
+    """The SRS's alloc events (CUDA) carry proof, partition and worker -1: they belong to the
+    run. The log names the device only, and does not fold them into a partition's line."""
+    srs = {
+        "k": "alloc",
+        "t": 7_000_000_000,
+        "device": 0,
+        "worker": -1,
+        "proof": -1,
+        "partition": -1,
+        "site": "srs",
+        "pool": "host",
+        "requested": 12 << 30,
+        "decision": "fallback",
+        "reason": "h: pinned host, streamed to the MSM",
+    }
+    folder = LogFolder()
+    for line in State().fold([srs]).log:
+        folder.add(line)
+    assert [e.text for e in folder.entries] == [
+        "gpu0: fallback at srs: h: pinned host, streamed to the MSM (12.00 GiB requested)"
+    ]
+
+
 def _words_whole(rows: list[str], entries) -> None:
     """Every word of every entry appears whole on some row (nothing cut mid-word)."""
     words = set()
