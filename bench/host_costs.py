@@ -22,6 +22,7 @@ import numpy as np
 from engine.devices.cuda import CudaDevice
 from engine.sizes import parse_size
 from kernels.cuda.host_pinned import pinned_empty
+from kernels.cuda.spin import spin_kernel
 from provetop import nvml
 
 
@@ -66,13 +67,7 @@ def main() -> None:
         "upload_async 64 MiB (host part)": queued_copy,
         "event record": lambda: dev.event("probe.ev").record(st.compute),
     }
-    spin = cupy.RawKernel(
-        r"""extern "C" __global__ void spin(long long cycles) {
-            const long long t0 = clock64();
-            while (clock64() - t0 < cycles) {}
-        }""",
-        "spin",
-    )
+    spin = spin_kernel(cupy)
     other = cupy.cuda.Stream(non_blocking=True)
     rows = []
     sms = int(dev.rt.getDeviceProperties(0)["multiProcessorCount"])

@@ -1379,15 +1379,10 @@ def test_gpu_witness_waits_on_the_device_for_the_event_it_is_given(cp, device):
     from engine.witness_gpu import PinnedBuffers, synthesize_on_gpu
     from engine.workload import query_sizes
     from kernels.constants import FR_MODULUS as R
+    from kernels.cuda.spin import spin_kernel
     from kernels.layout import fr_from_limbs
 
-    spin = cp.RawKernel(
-        r"""extern "C" __global__ void spin(long long cycles) {
-            const long long t0 = clock64();
-            while (clock64() - t0 < cycles) {}
-        }""",
-        "spin",
-    )
+    spin = spin_kernel(cp)
     cycles = np.int64(500_000_000)  # ~0.25 s at the H200's ~2 GHz; seconds on none slower
     k = 12
     sizes = query_sizes(k)
