@@ -149,9 +149,12 @@ class PartitionRunner:
         worker's previous partition completes; ``lane`` is then the telemetry worker its
         phases are drawn on). A synthesis failure is kept for :meth:`complete` to report."""
         att = Attempt(proof, partition, 0, lane=lane)
+        # Before the phase, so that it times the synthesis alone: the wait is the worker's
+        # idle time on its lane, not a slower witness.
+        after = self._after_the_h_step()
         try:
             with self._phase(att, "synthesis"):
-                witness = self._synthesize_tries(att)
+                witness = self._synthesize_tries(att, after)
         except PartitionFailed as exc:
             return Prepared(att, None, exc)
         finally:
@@ -194,20 +197,25 @@ class PartitionRunner:
         self.device.trim()
         self.ctx.sample(self.device)
 
-    def _synthesize_tries(self, att: Attempt) -> Witness:
+    def _after_the_h_step(self) -> Any:
+        """Host work about to start (a synthesis, a host check) waits while another worker's
+        region is due or running with its H step not yet queued (``engine.h_step_fence``).
+        Returns what a synthesis's device work should wait for: the H step's marker with
+        ``PROVETOP_SYNTHESIS_AFTER_H=done``, else None."""
+        if not self._fences():
+            return None
+        marker = self.gate.h_step.wait_queued()
+        return marker if self.ctx.tuning.synthesis_after_h == "done" else None
+
+    def _synthesize_tries(self, att: Attempt, after: Any = None) -> Witness:
         """The witness, or PartitionFailed. A synthesis refused device memory (a neighbour's
         fallback or retry may hold nearly the whole card) tries again after a pause, with
         ``tries`` telling the ops to use smaller chunks: the witness depends only on the
-        partition's seed, so the same one comes out."""
+        partition's seed, so the same one comes out. ``after``: see :meth:`_after_the_h_step`."""
         cfg = self.ctx.config
         for tries in range(SYNTH_OOM_TRIES):
             rng = partition_rng(cfg.seed, att.proof, att.partition)
             try:
-                after = None
-                if self._fences():
-                    marker = self.gate.h_step.wait_queued()
-                    if self.ctx.tuning.synthesis_after_h == "done":
-                        after = marker
                 return self.ops.synthesize(rng, tries, after=after)
             except DeviceOOM as exc:
                 self.scope.fault_oom(att, exc)
@@ -378,10 +386,9 @@ class PartitionRunner:
             self.mutex.release()
             self._mutex_event(att, "release", t_release)
             self.ctx.sample(dev)
+            if self._verifies(att):  # Python on the GIL: after the next holder's host steps
+                self._after_the_h_step()
             with self._phase(att, "verify"):
-                if self._verifies(att) and self._fences():
-                    # Python on the GIL: after the next holder's host steps (h_step_fence)
-                    self.gate.h_step.wait_queued()
                 att.verified = ops.verify(att, w, h, results) if self._verifies(att) else None
             with self._phase(att, "release"):
                 self._release(att)

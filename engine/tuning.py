@@ -95,8 +95,8 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
         "running (`engine/h_step_fence.py`): `queued` starts once that region's H step is "
         "queued (the holder's host steps before it run without the synthesis's launches "
         "beside them), `done` also waits on the device for the H step to finish, so it runs "
-        "beside the MSM pass instead; `off` starts at once. The wait is part of the "
-        "`synthesis` phase's time",
+        "beside the MSM pass instead; `off` starts at once. The host wait comes before the "
+        "`synthesis` phase (the worker's lane is idle), the device wait inside it",
     ),
     Setting(
         "PROVETOP_SWITCH_INTERVAL",
