@@ -20,6 +20,8 @@ from typing import Any
 
 PIN_METHODS = ("register", "alloc")
 ON_OFF = ("off", "on")
+NTT_TWIDDLES = ("shared", "global")
+NTT_LAUNCHES = ("driver", "cupy")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 MSM_SORTS = ("counting", "radix")
 MSM_HOST_BUCKETS = ("query", "query-merge", "chunk")
@@ -121,6 +123,8 @@ class KernelTuning:
 
     ntt_defines: tuple[tuple[str, str], ...] = ()
     ntt_small: str = "on"  # measured on the H200, 2026-12-02: faster or equal at every size
+    ntt_twiddles: str = "shared"
+    ntt_launch: str = "driver"
     pin_method: str = "register"
     msm_source: str = "msm.cu"
     msm_defines: tuple[tuple[str, str], ...] = ()
@@ -186,6 +190,24 @@ SETTINGS: tuple[Setting, ...] = (
         "tiles in longer ones (2^21, 2^22 in two passes), full coset and scaling tables up to "
         "2^22 (one multiplication per element instead of two), and launches resolved once "
         "per shape instead of on every call",
+    ),
+    Setting(
+        "PROVETOP_NTT_TWIDDLES",
+        "ntt_twiddles",
+        choice("PROVETOP_NTT_TWIDDLES", NTT_TWIDDLES),
+        "`shared` (default), `global`",
+        "where an NTT pass that is not a transform's lowest levels reads its twiddles: loaded "
+        "once per block into shared memory beside its tile (`shared`; passes of tiles up to "
+        "2^10 elements), or from the device's table at every butterfly (`global`)",
+    ),
+    Setting(
+        "PROVETOP_NTT_LAUNCH",
+        "ntt_launch",
+        choice("PROVETOP_NTT_LAUNCH", NTT_LAUNCHES),
+        "`driver` (default), `cupy`",
+        "how the small plans' cached NTT launches reach the GPU: `cuLaunchKernel` with the "
+        "arguments packed once per shape (`driver`), or CuPy's kernel call, which converts "
+        "19 arguments on every launch (`cupy`)",
     ),
     Setting(
         "PROVETOP_PIN_METHOD",

@@ -16,6 +16,7 @@ built once per device on the GPU and reused, with a stride, for every smaller si
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections.abc import Mapping
@@ -54,6 +55,7 @@ F_POST_TABLE = 8
 F_QUOTIENT = 16
 F_PRE_FULL = 32
 F_POST_FULL = 64
+F_TW_SHARED = 128
 
 ORDERS = ("natural", "bitrev")
 
@@ -94,8 +96,26 @@ class Pass:
         return min(BLOCK, max(1, 1 << max(0, self.tile_log - 2)))
 
     @property
+    def lowbits(self) -> int:
+        """Levels of the transform done below this pass (0: it holds the lowest levels)."""
+        return self.s - self.L
+
+    @property
     def shared_bytes(self) -> int:
-        return ELEM_BYTES << self.tile_log
+        """The tile, and with F_TW_SHARED an array of the same shape for the twiddles."""
+        return (ELEM_BYTES << self.tile_log) * (2 if self.flags & F_TW_SHARED else 1)
+
+
+def place_twiddles(p: Pass, shared: bool) -> Pass:
+    """``p`` with F_TW_SHARED where ``shared`` asks for it and it pays: a pass above the
+    transform's lowest levels (each of its blocks needs its own 2^L - 1 rows of twiddles, which
+    no other block shares) with a tile of at most 2^TILE_LOG elements (twice 32 KiB of shared
+    memory still lets three blocks of 256 threads share an SM's 228 KiB; a 2^11 tile would
+    leave one). The lowest levels' twiddles are the same for every block and stay in the
+    table, where the L1 cache serves them."""
+    if not shared or p.lowbits == 0 or p.tile_log > TILE_LOG:
+        return p
+    return dataclasses.replace(p, flags=p.flags | F_TW_SHARED)
 
 
 def split_levels(k: int, max_levels: int = TILE_LOG, whole: int = 0) -> list[int]:
@@ -468,20 +488,78 @@ MAX_PROGRAMS = 256  # cached launch programs per CudaNtt (cleared when full)
 
 
 @dataclass
+class _DriverLaunch:
+    """One pass for ``cuLaunchKernel``: its arguments packed once, one 8-byte slot each
+    (pointers, and the int32 values in a slot's low half: little-endian), and the array of
+    slot addresses the driver reads them through. Only the caller's buffers are written per
+    call. ``keep`` holds the arrays whose addresses are packed, so they outlive the program."""
+
+    fn: int
+    grid: tuple[int, int]
+    block: int
+    shared: int
+    blob: np.ndarray
+    params: np.ndarray
+    slots: tuple[tuple[int, str], ...]
+    keep: tuple[Any, ...]
+
+
+def _driver_launch(
+    fn: Any, grid: tuple[int, int], block: int, shared: int, args: tuple[Any, ...]
+) -> _DriverLaunch:
+    """Pack ``args`` (buffer names as str, CuPy arrays, np.int32) for :class:`_DriverLaunch`."""
+    blob = np.zeros(len(args), dtype=np.uint64)
+    slots = []
+    keep = []
+    for i, a in enumerate(args):
+        if isinstance(a, str):
+            slots.append((i, a))
+        elif isinstance(a, np.int32):
+            blob[i] = int(a) & 0xFFFFFFFF
+        else:
+            blob[i] = a.data.ptr
+            keep.append(a)
+    base = blob.ctypes.data
+    params = np.array([base + 8 * i for i in range(len(args))], dtype=np.uint64)
+    return _DriverLaunch(fn.ptr, grid, block, shared, blob, params, tuple(slots), tuple(keep))
+
+
+@dataclass
 class _Program:
     """Resolved launches of one plan (see :meth:`CudaNtt._program`): per pass the kernel, grid,
-    block, shared bytes, the argument list with buffer names in it, and where the names are."""
+    block, shared bytes, the argument list with buffer names in it, and where the names are;
+    with the ``driver`` launch (tuning ntt_launch) the same packed for ``cuLaunchKernel``."""
 
     generation: int
     launches: list[tuple[Any, tuple[int, int], tuple[int], int, list[Any], tuple[int, ...]]]
+    driver: list[_DriverLaunch] | None = None
+    cupy: Any = None  # the module, for the driver launch (no import check per call)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def launch(self, buffers: dict[str, Any]) -> None:
         """Launch every pass on the current stream with the named buffers."""
+        if self.driver is not None:
+            self._launch_driver(buffers, self.cupy.cuda.get_current_stream().ptr)
+            return
         for fn, grid, block, shared, args, slots in self.launches:
             a = list(args)
             for i in slots:
                 a[i] = buffers[args[i]]
             fn(grid, block, tuple(a), shared_mem=shared)
+
+    def _launch_driver(self, buffers: dict[str, Any], stream: int) -> None:
+        """Why: CuPy's kernel call converts each of a pass's 19 arguments on every launch, and
+        at 2^16 .. 2^20 that host time before the first launch is GPU idle time in every call
+        (docs/performance-notes.md, 2026-12-02, the NTT at 2^20). ``cuLaunchKernel`` copies
+        the argument values before it returns, so the one blob per pass is rewritten under
+        the lock by the next call, from whichever thread."""
+        launch = self.cupy.cuda.driver.launchKernel
+        with self.lock:
+            for d in self.driver:
+                for i, name in d.slots:
+                    d.blob[i] = buffers[name].data.ptr
+                gx, gy = d.grid
+                launch(d.fn, gx, gy, 1, d.block, 1, 1, d.shared, stream, d.params.ctypes.data, 0)
 
 
 def _alloc(cupy: Any, shape: tuple[int, ...], allocator: Any) -> Any:
@@ -501,6 +579,8 @@ class CudaNtt:
         self.tuning = tuning
         # tuning ntt_small: the small plans and cached launch programs (see _program)
         self.small = tuning.ntt_small == "on"
+        # tuning ntt_twiddles: the twiddles of passes above the lowest levels in shared memory
+        self.shared_twiddles = tuning.ntt_twiddles == "shared"
         self._programs: dict[tuple[Any, ...], _Program] = {}
 
     def plan(
@@ -653,16 +733,18 @@ class CudaNtt:
         consts: Any,
     ) -> None:  # fmt: skip
         """One pass; unused table pointers point at ``consts`` (never read)."""
-        fn, args = self._pass_args(p, mod, tw, K, consts)
+        fn, args, shared = self._pass_args(p, mod, tw, K, consts)
         args = tuple(buffers[a] if isinstance(a, str) else a for a in args)
-        fn(p.grid(batch), (p.block,), args, shared_mem=p.shared_bytes)
+        fn(p.grid(batch), (p.block,), args, shared_mem=shared)
 
     def _pass_args(
         self, p: Pass, mod: KernelModule, tw: Any, K: int, consts: Any
-    ) -> tuple[Any, tuple[Any, ...]]:
-        """(kernel, argument tuple) of pass ``p``, with buffer names (str) where the caller's
-        arrays go; unused table pointers point at ``consts`` (never read). A tile above 48 KiB
+    ) -> tuple[Any, tuple[Any, ...], int]:
+        """(kernel, argument tuple, dynamic shared bytes) of pass ``p`` as this instance runs
+        it (:func:`place_twiddles`), with buffer names (str) where the caller's arrays go;
+        unused table pointers point at ``consts`` (never read). Shared memory above 48 KiB
         raises the kernel's dynamic shared-memory limit (once per size)."""
+        p = place_twiddles(p, self.shared_twiddles)
         pre, post = self.pass_tables(p)
         pre_hi, pre_lo, pre_sb = pre or (consts, consts, 0)
         post_hi, post_lo, post_sb = post or (consts, consts, 0)
@@ -679,7 +761,7 @@ class CudaNtt:
             np.int32(post_sb), pre_hi, pre_lo, post_hi, post_lo, consts,
             p.qa or consts, p.qb or consts,
         )  # fmt: skip
-        return fn, args
+        return fn, args, p.shared_bytes
 
     def _program(
         self, plans: list[Pass], batch: int, key: tuple[Any, ...] | None = None
@@ -701,11 +783,14 @@ class CudaNtt:
         tw, K = self.twiddles(k, cupy.cuda.get_current_stream())
         consts = self.consts(k)
         launches = []
+        driver = [] if self.tuning.ntt_launch == "driver" else None
         for p in plans:
-            fn, args = self._pass_args(p, mod, tw, K, consts)
+            fn, args, shared = self._pass_args(p, mod, tw, K, consts)
             slots = tuple(i for i, a in enumerate(args) if isinstance(a, str))
-            launches.append((fn, p.grid(batch), (p.block,), p.shared_bytes, list(args), slots))
-        prog = _Program(st.generation, launches)
+            launches.append((fn, p.grid(batch), (p.block,), shared, list(args), slots))
+            if driver is not None:
+                driver.append(_driver_launch(fn, p.grid(batch), p.block, shared, args))
+        prog = _Program(st.generation, launches, driver, cupy)
         if key is not None:
             if len(self._programs) >= MAX_PROGRAMS:
                 self._programs.clear()
@@ -732,7 +817,8 @@ class CudaNtt:
         del allocator
         if x.dtype != cupy.uint64 or x.ndim not in (2, 3) or x.shape[-1] != 4:
             raise ValueError(f"expected (n, 4) or (batch, n, 4) uint64, got {x.shape} {x.dtype}")
-        x = cupy.ascontiguousarray(x)
+        if not x.flags.c_contiguous:
+            x = cupy.ascontiguousarray(x)
         n = x.shape[-2]
         batch = x.shape[0] if x.ndim == 3 else 1
         k = log2_size(n)
@@ -746,10 +832,11 @@ class CudaNtt:
                 out[...] = x
                 return out
             if self.small:
-                key = (cupy.cuda.runtime.getDevice(), k, inverse, coset, input_order,
-                       output_order, batch)  # fmt: skip
+                dev = cupy.cuda.runtime.getDevice()
+                key = (dev, k, inverse, coset, input_order, output_order, batch)
                 prog = self._programs.get(key)
-                if prog is None or prog.generation != _device_tables().generation:
+                tables = _tables.get(dev)
+                if prog is None or tables is None or prog.generation != tables.generation:
                     plans = self.plan(
                         k,
                         inverse=inverse,

@@ -26,6 +26,8 @@ def test_every_setting_is_read_into_its_field():
     env = {
         "PROVETOP_NTT_DEFINES": "NTT_MIN_BLOCKS=2, MONT_PORTABLE",
         "PROVETOP_NTT_SMALL": "off",
+        "PROVETOP_NTT_TWIDDLES": "global",
+        "PROVETOP_NTT_LAUNCH": "cupy",
         "PROVETOP_PIN_METHOD": "alloc",
         "PROVETOP_MSM_SOURCE": "msm_lb.cu",
         "PROVETOP_MSM_DEFINES": "MONT_MUL_KARATSUBA",
@@ -60,6 +62,7 @@ def test_every_setting_is_read_into_its_field():
     assert k.ntt_defines == (("NTT_MIN_BLOCKS", "2"), ("MONT_PORTABLE", "1"))
     assert k.msm_defines == (("MONT_MUL_KARATSUBA", "1"),)
     assert k.ntt_small == "off"
+    assert (k.ntt_twiddles, k.ntt_launch) == ("global", "cupy")
     assert (k.pin_method, k.msm_source) == ("alloc", "msm_lb.cu")
     assert (k.msm_affine_min_pairs, k.msm_sort_group, k.msm_affine_dense) == (8388608, 3, 1)
     assert (k.msm_host_chunk, k.msm_host_buckets) == (1 << 23, "chunk")
@@ -97,6 +100,8 @@ def test_every_setting_is_read_into_its_field():
         ("PROVETOP_MSM_REDUCE_FANIN", "1"),
         ("PROVETOP_NTT_DEFINES", "1BAD=2"),
         ("PROVETOP_NTT_SMALL", "yes"),
+        ("PROVETOP_NTT_TWIDDLES", "local"),
+        ("PROVETOP_NTT_LAUNCH", "graph"),
         ("PROVETOP_ACCEPT_RATE", "-1"),
         ("PROVETOP_ACCEPT_RATE", "fast"),
         ("PROVETOP_NTT_SMALL", "yes"),

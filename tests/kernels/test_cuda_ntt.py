@@ -46,7 +46,7 @@ def eng(cp):
     from kernels.cuda.ntt import CudaNtt
     from kernels.tuning import KernelTuning
 
-    return CudaNtt(tuning=KernelTuning(ntt_small="off"))
+    return CudaNtt(tuning=KernelTuning(ntt_small="off", ntt_twiddles="global"))
 
 
 def _rand(n: int) -> list[int]:
@@ -271,12 +271,53 @@ def test_random_fr_continues_one_sequence_across_launches(cp) -> None:
 # --- the small plans (tuning ntt_small on) ----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def eng_small(cp):
+@pytest.fixture(
+    scope="module",
+    params=[("shared", "driver"), ("global", "cupy")],
+    ids=lambda v: f"tw-{v[0]}-{v[1]}",
+)
+def eng_small(cp, request):
+    """The small plans with the default twiddle placement and launch, and with the others."""
     from kernels.cuda.ntt import CudaNtt
     from kernels.tuning import KernelTuning
 
-    return CudaNtt(tuning=KernelTuning(ntt_small="on"))
+    twiddles, launch = request.param
+    return CudaNtt(tuning=KernelTuning(ntt_small="on", ntt_twiddles=twiddles, ntt_launch=launch))
+
+
+def test_driver_launches_from_two_threads(cp) -> None:
+    """The packed arguments of one cached program are rewritten per call: two threads running
+    the same shape on their own buffers and streams, many times, each get their own transform
+    (compared with the CuPy-launched plans)."""
+    import threading
+
+    from kernels.cuda import fr as cuda_fr
+    from kernels.cuda.ntt import CudaNtt
+    from kernels.tuning import KernelTuning
+
+    fast = CudaNtt(tuning=KernelTuning(ntt_launch="driver"))
+    slow = CudaNtt(tuning=KernelTuning(ntt_launch="cupy"))
+    k, rounds = 14, 40
+    xs = [cuda_fr.random_fr((1 << k,), seed=random.getrandbits(64)) for _ in range(2)]
+    want = [slow.ntt(x) for x in xs]
+    cp.cuda.Device().synchronize()  # the threads' streams do not wait for the null stream
+    bad: list[str] = []
+
+    def work(t: int) -> None:
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            for r in range(rounds):
+                out = _poisoned(cp, xs[t].shape)
+                fast.ntt(xs[t], out=out, stream=stream)
+                if not bool(cp.all(out == want[t])):
+                    bad.append(f"thread {t} round {r}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not bad
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 7, 11, 12, 13])

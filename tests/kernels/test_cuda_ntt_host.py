@@ -35,12 +35,15 @@ static inline uint32_t __brev(uint32_t x) {
     for (int i = 0; i < 32; i++) r |= ((x >> i) & 1u) << (31 - i);
     return r;
 }
+static inline int __clz(uint32_t x) { return x ? __builtin_clz(x) : 32; }
 static inline void __syncthreads() {}
 #define __device__
 #define __global__
 #define __shared__
 #define __forceinline__ inline
-uint32_t sm[32 << 10];  // 2^12 elements of 32 bytes: the largest tile a plan uses
+// 2^12 elements of 32 bytes: the largest tile a plan uses, and twice the largest tile with
+// its twiddles beside it (F_TW_SHARED)
+uint32_t sm[32 << 10];
 #include "ntt/ntt.cuh"
 
 extern "C" void emu_pass(int dit, fr_t* dst, const fr_t* src, const fr_t* tw, int k, int s, int L,
@@ -82,8 +85,9 @@ def _ptr(a: np.ndarray) -> ctypes.c_void_p:
 class Emulator:
     """Runs kernels.cuda.ntt plans on numpy buffers through the host build."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+    def __init__(self, lib: ctypes.CDLL, shared_twiddles: bool = False) -> None:
         self.lib = lib
+        self.shared_twiddles = shared_twiddles  # as CudaNtt with tuning ntt_twiddles shared
 
     def twiddles(self, K: int) -> np.ndarray:
         hi, lo, sb, count = cn.twiddle_split(K)
@@ -107,7 +111,8 @@ class Emulator:
         consts = cn.const_values(k)
         keep = []
         for p in plans:
-            assert p.tile_log <= cn.WHOLE_TILE_LOG  # the shim's shared array
+            p = cn.place_twiddles(p, self.shared_twiddles)
+            assert p.shared_bytes <= 4 * (32 << 10)  # the shim's shared array
             pre_full, post_full = bool(p.flags & cn.F_PRE_FULL), bool(p.flags & cn.F_POST_FULL)
             pre = self.table(p.pre, k, pre_full) if p.pre else (consts, consts, 0)
             post = self.table(p.post, k, post_full) if p.post else (consts, consts, 0)
@@ -135,13 +140,16 @@ def _reorder(vals: list[int], order: str) -> list[int]:
     return [vals[int(i)] for i in idx]
 
 
+@pytest.mark.parametrize("shared_twiddles", [False, True], ids=["tw-global", "tw-shared"])
 @pytest.mark.parametrize(
     "k, small",
     [(1, False), (2, False), (3, False), (5, False), (8, False), (11, False), (12, False)]
     + [(1, True), (2, True), (7, True), (11, True), (12, True), (13, True)],
 )
-def test_plans_match_reference(emu: ctypes.CDLL, k: int, small: bool) -> None:
-    em = Emulator(emu)
+def test_plans_match_reference(
+    emu: ctypes.CDLL, k: int, small: bool, shared_twiddles: bool
+) -> None:
+    em = Emulator(emu, shared_twiddles)
     n = 1 << k
     batch = 2
     # a table built for a larger size must serve smaller ones through the stride
@@ -169,11 +177,14 @@ def test_plans_match_reference(emu: ctypes.CDLL, k: int, small: bool) -> None:
                         assert _reorder(got, oo) == want, (k, inverse, coset, io, oo, b)
 
 
+@pytest.mark.parametrize("shared_twiddles", [False, True], ids=["tw-global", "tw-shared"])
 @pytest.mark.parametrize(
     "k, small", [(1, False), (2, False), (4, False), (7, False), (11, False), (3, True), (12, True)]
 )
-def test_h_step_plan_matches_reference(emu: ctypes.CDLL, k: int, small: bool) -> None:
-    em = Emulator(emu)
+def test_h_step_plan_matches_reference(
+    emu: ctypes.CDLL, k: int, small: bool, shared_twiddles: bool
+) -> None:
+    em = Emulator(emu, shared_twiddles)
     n = 1 << k
     a, b = _rand(n), _rand(n)
     c = [x * y % FR_MODULUS for x, y in zip(a, b, strict=True)]
@@ -208,6 +219,52 @@ def test_h_step_parts_read_their_input_only_from_their_part_on(k: int, small: bo
             assert here == own[name]
         assert not (here - seen - {name, "out", "wb", "wc"})
         seen |= here
+
+
+@pytest.mark.parametrize("k, max_levels", [(5, 2), (9, 3), (10, 4), (14, 5), (16, 10)])
+def test_shared_twiddles_with_many_passes(emu: ctypes.CDLL, k: int, max_levels: int) -> None:
+    """Plans of three to five passes, odd and even levels per pass, one column or many per tile:
+    every pass above the lowest levels reads its twiddles from the block's shared copy, and the
+    results equal the reference in every direction and order (outputs poisoned); the table is
+    built for a larger size half the time, so the preload's stride is exercised too."""
+    em = Emulator(emu, shared_twiddles=True)
+    n = 1 << k
+    K = k + random.choice([0, 2])
+    for inverse in (False, True):
+        for coset in (False, True):
+            io, oo = random.choice(cn.ORDERS), random.choice(cn.ORDERS)
+            plans = cn.plan_ntt(k, inverse=inverse, coset=coset, input_order=io,
+                                output_order=oo, max_levels=max_levels)  # fmt: skip
+            placed = [cn.place_twiddles(p, True) for p in plans]
+            assert [bool(p.flags & cn.F_TW_SHARED) for p in placed] == [
+                p.lowbits > 0 for p in plans
+            ]
+            vals = _rand(n)
+            x = cn.to_words(vals, True)[None]
+            out = np.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))
+            em.run(plans, {"x": x, "out": out}, 1, K)
+            want = ref.ntt(_reorder(vals, io), inverse=inverse, coset=coset)
+            assert _reorder(cn.from_words(out[0], True), oo) == want, (k, inverse, coset, io, oo)
+
+
+def test_place_twiddles() -> None:
+    """Only passes above the lowest levels, only tiles of at most 2^10, and the shared bytes
+    double with the flag; nothing changes when the setting is global."""
+    for k in (11, 20, 22, 24, 27):
+        for oo in cn.ORDERS:
+            for small in (False, True):
+                plans = cn.plan_ntt(k, inverse=False, coset=False, input_order="natural",
+                                    output_order=oo, small=small)  # fmt: skip
+                for p in plans:
+                    q = cn.place_twiddles(p, True)
+                    want = p.lowbits > 0 and p.tile_log <= cn.TILE_LOG
+                    assert bool(q.flags & cn.F_TW_SHARED) == want, (k, oo, small, p)
+                    assert q.shared_bytes == p.shared_bytes * (2 if want else 1)
+                    assert cn.place_twiddles(p, False) == p
+    # 2^22 in two passes of 2^11-element tiles keeps its twiddles in the table
+    p22 = cn.plan_ntt(22, inverse=False, coset=False, input_order="natural",
+                      output_order="natural", small=True)  # fmt: skip
+    assert not any(cn.place_twiddles(p, True).flags & cn.F_TW_SHARED for p in p22)
 
 
 def test_split_levels() -> None:

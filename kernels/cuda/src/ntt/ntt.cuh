@@ -55,6 +55,7 @@
 #define NTT_F_QUOTIENT 16    // y = qa[p] * qb[p] - y (H-step quotient; 1/Z(g) is in the last table)
 #define NTT_F_PRE_FULL 32    // the pre table is full: factor = pre_lo[j] (one multiplication less)
 #define NTT_F_POST_FULL 64   // the post table is full: factor = post_lo[j]
+#define NTT_F_TW_SHARED 128  // the pass's twiddles are loaded into shared memory once (see tw_preload)
 
 __device__ __forceinline__ uint32_t ntt_brev(uint32_t p, int k) {
     return k == 0 ? 0u : (__brev(p) >> (32 - k));
@@ -98,30 +99,61 @@ struct ntt_pass_args {
     int pre_sb, post_sb;
 };
 
-// One radix-2 butterfly at local level l (half-size 2^l in mid space, 2^(l + lowbits)
-// globally) on the pair whose lower element has mid index mid_a and low index lo. DIF:
-// (x, y) -> (x + y, (x - y) w); DIT: (x, y) -> (x + y w, x - y w), w = w_{2h}^j with
-// j = (global index of x) mod h.
+// The twiddle table index of the butterfly whose lower element has mid index mid_a and low
+// index lo = lo_base + c at local level l (half-size 2^l in mid space, 2^(l + lowbits)
+// globally): w = w_{2h}^j with j = (global index of x) mod h.
 // INV (compile time): the inverse uses w^-e = -T[2^(K-1) - e] for every table index e of j,
 // e = 0 included (the table has one more entry, T[2^(K-1)] = w^(N/2) = -1). The minus sign
 // costs nothing: DIF computes (y - x) T instead of (x - y) (-T), DIT swaps its two outputs
 // (x - y T, x + y T). Before: the loaded twiddle was negated at run time (a borrow chain and
 // a select per twiddle, and a select on e), about 16 ALU instructions per butterfly.
-// TRIVIAL: the caller knows j = 0 (w = 1) for every thread: no load, no multiplication.
-template <bool DIT, bool INV, bool TRIVIAL = false>
-__device__ __forceinline__ void ntt_butterfly(fr_t& x, fr_t& y, const fr_t* __restrict__ tw,
-                                              const ntt_pass_args& a, int l, uint32_t mid_a,
-                                              int lowbits, uint32_t lo) {
-    if (TRIVIAL) {
-        const fr_t u = x + y;
-        y = x - y;
-        x = u;
-        return;
+template <bool INV>
+__device__ __forceinline__ uint32_t tw_index(const ntt_pass_args& a, int l, uint32_t m,
+                                             int lowbits, uint32_t lo) {
+    const uint32_t j = (m << lowbits) | lo;
+    const uint32_t e = j << (a.K - l - lowbits - 1);
+    return INV ? (1u << (a.K - 1)) - e : e;
+}
+
+// Where a pass with lowbits > 0 keeps its twiddles (NTT_F_TW_SHARED): such a pass's tile is one
+// hi and C consecutive lo columns, so its level l needs w for every (m, c), m < 2^l, c < C, and
+// no other block of the pass needs the same ones (lo differs). Read in the levels' loops, each
+// was a separate global load, 3 per radix-4 group and mostly L2 round trips on the critical path
+// (long-scoreboard stalls, docs/performance-notes.md, 2026-12-02 NTT at 2^20). Instead the block
+// loads them once, all at once with its elements, into a second array of the tile's shape:
+// slot ((2^l - 1 + m) << logC) | c, levels 0 .. L-1 packed (2^L - 1 rows of C), in the same
+// structure of arrays as the tile (stride ts in 64-bit units).
+__device__ __forceinline__ uint32_t tw_slot(int l, uint32_t m, int logC, uint32_t c) {
+    return (((1u << l) - 1 + m) << logC) | c;
+}
+
+template <bool INV>
+__device__ __forceinline__ void tw_preload(uint32_t* sm_tw, uint32_t ts, const fr_t* __restrict__ tw,
+                                           const ntt_pass_args& a, int lowbits, uint32_t lo_base) {
+    const uint32_t C = 1u << a.logC;
+    const uint32_t rows = (1u << a.L) - 1;
+    for (uint32_t t = threadIdx.x; t < (rows << a.logC); t += blockDim.x) {
+        const uint32_t c = t & (C - 1), row = t >> a.logC;
+        const int l = 31 - __clz(row + 1);  // row = 2^l - 1 + m
+        const uint32_t m = row + 1 - (1u << l);
+        sm_put(sm_tw, ts, t, fr_ldg(tw + tw_index<INV>(a, l, m, lowbits, lo_base + c)));
     }
-    const uint32_t j = ((mid_a & ((1u << l) - 1)) << lowbits) | lo;
-    uint32_t e = j << (a.K - l - lowbits - 1);
-    if (INV) e = (1u << (a.K - 1)) - e;
-    const fr_t w = fr_ldg(tw + e);  // INV: minus the twiddle
+}
+
+// The twiddle of a butterfly (see tw_index): from the block's shared copy (TWS) or the table.
+template <bool INV, bool TWS>
+__device__ __forceinline__ fr_t tw_get(const fr_t* __restrict__ tw, const uint32_t* sm_tw,
+                                       uint32_t ts, const ntt_pass_args& a, int l,
+                                       uint32_t mid_a, int lowbits, uint32_t lo_base, uint32_t c) {
+    const uint32_t m = mid_a & ((1u << l) - 1);
+    if (TWS) return sm_get(sm_tw, ts, tw_slot(l, m, a.logC, c));
+    return fr_ldg(tw + tw_index<INV>(a, l, m, lowbits, lo_base + c));
+}
+
+// One radix-2 butterfly with twiddle w. DIF: (x, y) -> (x + y, (x - y) w); DIT:
+// (x, y) -> (x + y w, x - y w). INV: w is minus the twiddle (see tw_index).
+template <bool DIT, bool INV>
+__device__ __forceinline__ void ntt_butterfly(fr_t& x, fr_t& y, const fr_t& w) {
     if (DIT) {
         const fr_t t = fr_mul(y, w);
         const fr_t s = x + t, d = x - t;
@@ -134,7 +166,14 @@ __device__ __forceinline__ void ntt_butterfly(fr_t& x, fr_t& y, const fr_t* __re
     }
 }
 
-template <bool DIT, bool INV>
+// A butterfly with w = 1 (the caller knows j = 0 for every thread): no load, no multiplication.
+__device__ __forceinline__ void ntt_butterfly_1(fr_t& x, fr_t& y) {
+    const fr_t u = x + y;
+    y = x - y;
+    x = u;
+}
+
+template <bool DIT, bool INV, bool TWS>
 __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // may alias (in place)
                                               const fr_t* __restrict__ tw, const ntt_pass_args a,
                                               const fr_t* pre_hi, const fr_t* pre_lo,
@@ -184,6 +223,8 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
             }
         }
     }
+    uint32_t* sm_tw = sm + 8 * ts;  // TWS: the twiddles' array, after the tile's
+    if (TWS) tw_preload<INV>(sm_tw, ts, tw, a, lowbits, lo_base);
     __syncthreads();
 
     // ---- the levels: two per shared-memory round trip (radix-4 step), a last single one if
@@ -203,28 +244,37 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
                 if (lo_l == 0 && lowbits == 0) {
                     // the two lowest levels of the whole transform: j = 0 for three of the four
                     // butterflies (w = 1); the same for every thread of the block
-                    const uint32_t lo = lo_base + c;
+                    const fr_t w = tw_get<INV, TWS>(tw, sm_tw, ts, a, 1, m1, 0, lo_base, c);
                     if (DIT) {
-                        ntt_butterfly<true, INV, true>(x0, x1, tw, a, 0, m0, 0, lo);
-                        ntt_butterfly<true, INV, true>(x2, x3, tw, a, 0, m2, 0, lo);
-                        ntt_butterfly<true, INV, true>(x0, x2, tw, a, 1, m0, 0, lo);
-                        ntt_butterfly<true, INV>(x1, x3, tw, a, 1, m1, 0, lo);
+                        ntt_butterfly_1(x0, x1);
+                        ntt_butterfly_1(x2, x3);
+                        ntt_butterfly_1(x0, x2);
+                        ntt_butterfly<true, INV>(x1, x3, w);
                     } else {
-                        ntt_butterfly<false, INV, true>(x0, x2, tw, a, 1, m0, 0, lo);
-                        ntt_butterfly<false, INV>(x1, x3, tw, a, 1, m1, 0, lo);
-                        ntt_butterfly<false, INV, true>(x0, x1, tw, a, 0, m0, 0, lo);
-                        ntt_butterfly<false, INV, true>(x2, x3, tw, a, 0, m2, 0, lo);
+                        ntt_butterfly_1(x0, x2);
+                        ntt_butterfly<false, INV>(x1, x3, w);
+                        ntt_butterfly_1(x0, x1);
+                        ntt_butterfly_1(x2, x3);
                     }
-                } else if (DIT) {
-                    ntt_butterfly<true, INV>(x0, x1, tw, a, lo_l, m0, lowbits, lo_base + c);
-                    ntt_butterfly<true, INV>(x2, x3, tw, a, lo_l, m2, lowbits, lo_base + c);
-                    ntt_butterfly<true, INV>(x0, x2, tw, a, lo_l + 1, m0, lowbits, lo_base + c);
-                    ntt_butterfly<true, INV>(x1, x3, tw, a, lo_l + 1, m1, lowbits, lo_base + c);
                 } else {
-                    ntt_butterfly<false, INV>(x0, x2, tw, a, lo_l + 1, m0, lowbits, lo_base + c);
-                    ntt_butterfly<false, INV>(x1, x3, tw, a, lo_l + 1, m1, lowbits, lo_base + c);
-                    ntt_butterfly<false, INV>(x0, x1, tw, a, lo_l, m0, lowbits, lo_base + c);
-                    ntt_butterfly<false, INV>(x2, x3, tw, a, lo_l, m2, lowbits, lo_base + c);
+                    // three twiddles, each fetched just before its first use (fewer live
+                    // registers); level lo_l's serves (x0, x1) and (x2, x3), as m0 and m2
+                    // differ only above that level's bits
+#define NTT_TW(l, m) tw_get<INV, TWS>(tw, sm_tw, ts, a, l, m, lowbits, lo_base, c)
+                    if (DIT) {
+                        const fr_t w0 = NTT_TW(lo_l, m0);
+                        ntt_butterfly<true, INV>(x0, x1, w0);
+                        ntt_butterfly<true, INV>(x2, x3, w0);
+                        ntt_butterfly<true, INV>(x0, x2, NTT_TW(lo_l + 1, m0));
+                        ntt_butterfly<true, INV>(x1, x3, NTT_TW(lo_l + 1, m1));
+                    } else {
+                        ntt_butterfly<false, INV>(x0, x2, NTT_TW(lo_l + 1, m0));
+                        ntt_butterfly<false, INV>(x1, x3, NTT_TW(lo_l + 1, m1));
+                        const fr_t w0 = NTT_TW(lo_l, m0);
+                        ntt_butterfly<false, INV>(x0, x1, w0);
+                        ntt_butterfly<false, INV>(x2, x3, w0);
+                    }
+#undef NTT_TW
                 }
                 sm_put(sm, ts, e0, x0);
                 sm_put(sm, ts, e1, x1);
@@ -241,9 +291,10 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
                 const uint32_t eb = ea + (1u << (l + a.logC));
                 fr_t x = sm_get(sm, ts, ea), y = sm_get(sm, ts, eb);
                 if (l == 0 && lowbits == 0)  // lowest level of the transform: w = 1
-                    ntt_butterfly<DIT, INV, true>(x, y, tw, a, 0, mid_a, 0, lo_base + c);
+                    ntt_butterfly_1(x, y);
                 else
-                    ntt_butterfly<DIT, INV>(x, y, tw, a, l, mid_a, lowbits, lo_base + c);
+                    ntt_butterfly<DIT, INV>(
+                        x, y, tw_get<INV, TWS>(tw, sm_tw, ts, a, l, mid_a, lowbits, lo_base, c));
                 sm_put(sm, ts, ea, x);
                 sm_put(sm, ts, eb, y);
             }
@@ -271,8 +322,9 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
     }
 }
 
-// The pass body for either direction (a.inverse, uniform over the launch): one instantiation
-// per direction, so the twiddle sign is decided at compile time.
+// The pass body for either direction (a.inverse) and either home of the twiddles
+// (NTT_F_TW_SHARED), both uniform over the launch: one instantiation each, so the twiddle sign
+// and the twiddle loads are decided at compile time.
 template <bool DIT>
 __device__ __forceinline__ void ntt_pass_body(fr_t* dst, const fr_t* src,
                                               const fr_t* __restrict__ tw, const ntt_pass_args a,
@@ -280,10 +332,15 @@ __device__ __forceinline__ void ntt_pass_body(fr_t* dst, const fr_t* src,
                                               const fr_t* post_hi, const fr_t* post_lo,
                                               const fr_t* post_const, const fr_t* qa,
                                               const fr_t* qb) {
-    if (a.inverse)
-        ntt_pass_body_t<DIT, true>(dst, src, tw, a, pre_hi, pre_lo, post_hi, post_lo, post_const,
-                                   qa, qb);
-    else
-        ntt_pass_body_t<DIT, false>(dst, src, tw, a, pre_hi, pre_lo, post_hi, post_lo, post_const,
-                                    qa, qb);
+#define NTT_BODY(INV, TWS) \
+    ntt_pass_body_t<DIT, INV, TWS>(dst, src, tw, a, pre_hi, pre_lo, post_hi, post_lo, post_const, qa, qb)
+    const bool tws = (a.flags & NTT_F_TW_SHARED) != 0;
+    if (a.inverse) {
+        if (tws) NTT_BODY(true, true);
+        else NTT_BODY(true, false);
+    } else {
+        if (tws) NTT_BODY(false, true);
+        else NTT_BODY(false, false);
+    }
+#undef NTT_BODY
 }

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# One device call for the NTT's launch settings: where passes above the lowest levels read their
+# twiddles (PROVETOP_NTT_TWIDDLES shared / global) and how the cached launches reach the GPU
+# (PROVETOP_NTT_LAUNCH driver / cupy), every combination timed in the same call, in rounds that
+# alternate the variants (so drift over the call falls on all of them). First the GPU tests of
+# the NTT (both settings' pairs), the CUDA self-test; then the bench; then how many calls per
+# second the host can issue at 2^14 (the GPU work is a few microseconds there, so the rate is the
+# host's cost per call); then Nsight Compute on one 2^20 transform's passes of two variants.
+# Usage on the device machine (carry kernels/cuda/cubin and .whl):
+#   PROVETOP_COMMIT=<sha> bash bench/gpu_ntt_ab.sh
+#   VARIANTS="base:global:cupy new:shared:driver" SIZES=20 ROUNDS=3 TESTS=0 NCU=0 bash bench/gpu_ntt_ab.sh
+# Everything lands in /tmp/nttab, packed into $OUT/nttab.tgz; a table is printed last.
+set -uo pipefail
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/nttab_out}
+M=/tmp/nttab
+mkdir -p "$OUT" "$M"
+trap 'tar czf "$OUT/nttab.tgz" -C /tmp nttab' EXIT
+export PROVETOP_COMMIT=$(bash bench/commit.sh)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total \
+    --format=csv | tee "$M/gpu.txt"
+VARIANTS=${VARIANTS-"base:global:cupy launch:global:driver tw:shared:cupy both:shared:driver"}
+SIZES=${SIZES-16,18,20,22,24,27}
+ROUNDS=${ROUNDS-2}
+
+if [ "${TESTS-1}" = 1 ]; then
+    timeout 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_cuda_ntt.py \
+        tests/kernels/test_cuda_h_streamed.py 2>&1 | tee -a "$M/log" | tail -n 4
+    timeout 300 python3 -m provetop selftest --backend cuda 2>&1 | tee -a "$M/log" | tail -n 6
+fi
+
+for r in $(seq 1 "$ROUNDS"); do
+    for v in $VARIANTS; do
+        IFS=: read -r tag tw launch <<<"$v"
+        mkdir -p "$M/ntt-$tag-r$r"
+        PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 200 python3 -m provetop \
+            bench ntt --log-sizes "$SIZES" --repeats 15 --json --results-dir "$M/ntt-$tag-r$r" \
+            2>&1 | tee -a "$M/log" | grep -E "^2\^|wrote"
+    done
+done
+
+# host cost per call: 2^14 forward, out given, 3000 calls queued without a sync in between
+for v in $VARIANTS; do
+    IFS=: read -r tag tw launch <<<"$v"
+    PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 60 python3 - "$tag" <<'PY' 2>&1 | tee -a "$M/log"
+import sys, time
+import cupy as cp
+from kernels.cuda import fr
+from kernels.cuda.ntt import CudaNtt
+from kernels.tuning import KernelTuning
+eng = CudaNtt(tuning=KernelTuning.from_env())
+x = fr.random_fr((1 << 14,))
+out = cp.empty_like(x)
+for _ in range(50):
+    eng.ntt(x, out=out)
+cp.cuda.Device().synchronize()
+rates = []
+for _ in range(5):
+    t0 = time.perf_counter()
+    for _ in range(3000):
+        eng.ntt(x, out=out)
+    host = time.perf_counter() - t0
+    cp.cuda.Device().synchronize()
+    rates.append(host / 3000 * 1e6)
+rates.sort()
+print(f"[host] {sys.argv[1]}: {rates[2]:.2f} us per 2^14 forward call to return (median of 5 x 3000)")
+PY
+done
+
+if [ "${NCU-1}" = 1 ]; then
+    NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1 || true)
+    for v in $VARIANTS; do
+        IFS=: read -r tag tw launch <<<"$v"
+        case "$tag" in base|both) ;; *) continue ;; esac
+        # skip the table-building transform, the warm-up and 19 timed ones (2 passes each)
+        PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 240 "$NCU_BIN" \
+            --clock-control none -k "regex:ntt_pass_di" --launch-skip 42 --launch-count 2 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --metrics "regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active$,smsp__issue_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,gpu__time_duration.sum" \
+            python3 -m provetop bench ntt --log-sizes 20 --repeats 30 --warmup 1 --no-h-step \
+            >"$M/ncu-ntt20-$tag.txt" 2>&1
+        echo "== ncu $tag rc=$?"
+        grep -E "ntt_pass_di|gpu__time_duration.sum|Registers Per|Achieved Occupancy|Dynamic Shared|pipe_fmaheavy|issue_active|stalled_long_scoreboard|stalled_math" \
+            "$M/ncu-ntt20-$tag.txt" | sed 's/^ */  /'
+    done
+fi
+
+grep -E "passed|failed|error" "$M/log" | tail -n 6
+python3 - "$M" "$VARIANTS" "$ROUNDS" <<'PY'
+import glob, json, statistics, sys
+m, variants, rounds = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
+ops = ("forward", "inverse", "coset_forward", "h_step")
+print("median over rounds (ms): forward / inverse / coset forward / H step")
+for v in variants:
+    tag = v.split(":")[0]
+    by_k: dict[int, dict[str, list[float]]] = {}
+    for r in range(1, rounds + 1):
+        for f in glob.glob(f"{m}/ntt-{tag}-r{r}/ntt-*.json"):
+            for row in json.load(open(f))["sizes"]:
+                d = by_k.setdefault(row["log_size"], {o: [] for o in ops})
+                for o in ops:
+                    if o in row:
+                        d[o].append(row[o]["ms"])
+    for k in sorted(by_k):
+        cells = [f"{statistics.median(by_k[k][o]):.4g}" if by_k[k][o] else "-" for o in ops]
+        spread = "/".join(f"{x:.4g}" for x in by_k[k]["forward"])
+        print(f"  {tag:7s} 2^{k:<3d} {' / '.join(cells)}   (forward per round: {spread})")
+PY
