@@ -24,9 +24,9 @@ SIZES=${SIZES-16,18,20,22,24,27}
 ROUNDS=${ROUNDS-2}
 
 if [ "${TESTS-1}" = 1 ]; then
-    timeout 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_cuda_ntt.py \
+    timeout 270 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_cuda_ntt.py \
         tests/kernels/test_cuda_h_streamed.py 2>&1 | tee -a "$M/log" | tail -n 4
-    timeout 300 python3 -m provetop selftest --backend cuda 2>&1 | tee -a "$M/log" | tail -n 6
+    timeout 120 python3 -m provetop selftest --backend cuda 2>&1 | tee -a "$M/log" | tail -n 6
 fi
 
 for r in $(seq 1 "$ROUNDS"); do
