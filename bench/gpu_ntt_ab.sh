@@ -9,6 +9,7 @@
 # Usage on the device machine (carry kernels/cuda/cubin and .whl):
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_ntt_ab.sh
 #   VARIANTS="base:global:cupy new:shared:driver" SIZES=20 ROUNDS=3 TESTS=0 NCU=0 bash bench/gpu_ntt_ab.sh
+#   ROUNDS=0 TESTS=0 HOST=0 bash bench/gpu_ntt_ab.sh   # Nsight Compute alone (variants base, both)
 # Everything lands in /tmp/nttab, packed into $OUT/nttab.tgz; a table is printed last.
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -41,6 +42,7 @@ done
 
 # host cost per call: 2^14 forward, out given, 3000 calls queued without a sync in between
 for v in $VARIANTS; do
+    [ "${HOST-1}" = 1 ] || break
     IFS=: read -r tag tw launch <<<"$v"
     PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 60 python3 - "$tag" <<'PY' 2>&1 | tee -a "$M/log"
 import sys, time
