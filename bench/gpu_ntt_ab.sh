@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the NTT's launch settings: where passes above the lowest levels read their
 # twiddles (PROVETOP_NTT_TWIDDLES shared / global) and how the cached launches reach the GPU
-# (PROVETOP_NTT_LAUNCH driver / cupy), every combination timed in the same call, in rounds that
+# (PROVETOP_NTT_LAUNCH driver / pdl / cupy), every combination timed in the same call, in rounds that
 # alternate the variants (so drift over the call falls on all of them). First the GPU tests of
 # the NTT (both settings' pairs), the CUDA self-test; then the bench; then how many calls per
 # second the host can issue at 2^14 (the GPU work is a few microseconds there, so the rate is the
@@ -20,7 +20,7 @@ trap 'tar czf "$OUT/nttab.tgz" -C /tmp nttab' EXIT
 export PROVETOP_COMMIT=$(bash bench/commit.sh)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total \
     --format=csv | tee "$M/gpu.txt"
-VARIANTS=${VARIANTS-"base:global:cupy launch:global:driver tw:shared:cupy both:shared:driver"}
+VARIANTS=${VARIANTS-"base:global:cupy launch:global:driver tw:shared:cupy both:shared:driver pdl:shared:pdl"}
 SIZES=${SIZES-16,18,20,22,24,27}
 ROUNDS=${ROUNDS-2}
 
@@ -73,7 +73,7 @@ if [ "${NCU-1}" = 1 ]; then
     NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1 || true)
     for v in $VARIANTS; do
         IFS=: read -r tag tw launch <<<"$v"
-        case "$tag" in base|both) ;; *) continue ;; esac
+        case "$tag" in base|both|pdl) ;; *) continue ;; esac
         # skip the table-building transform, the warm-up and 19 timed ones (2 passes each)
         PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 240 "$NCU_BIN" \
             --clock-control none -k "regex:ntt_pass_di" --launch-skip 42 --launch-count 2 \

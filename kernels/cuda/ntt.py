@@ -32,6 +32,7 @@ from kernels.constants import (
     FR_ROOT_OF_UNITY,
     FR_TWO_ADICITY,
 )
+from kernels.cuda.launch_ex import DependentLaunch
 from kernels.cuda.runtime import KernelModule, load, require_cupy
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
@@ -502,12 +503,20 @@ class _DriverLaunch:
     params: np.ndarray
     slots: tuple[tuple[int, str], ...]
     keep: tuple[Any, ...]
+    ex: DependentLaunch | None = None  # tuning ntt_launch "pdl": through cuLaunchKernelEx
 
 
 def _driver_launch(
-    fn: Any, grid: tuple[int, int], block: int, shared: int, args: tuple[Any, ...]
+    fn: Any,
+    grid: tuple[int, int],
+    block: int,
+    shared: int,
+    args: tuple[Any, ...],
+    dependent: bool | None = None,
 ) -> _DriverLaunch:
-    """Pack ``args`` (buffer names as str, CuPy arrays, np.int32) for :class:`_DriverLaunch`."""
+    """Pack ``args`` (buffer names as str, CuPy arrays, np.int32) for :class:`_DriverLaunch`;
+    ``dependent`` not None: launched through cuLaunchKernelEx, as a programmatic dependent of
+    the kernel before it when True."""
     blob = np.zeros(len(args), dtype=np.uint64)
     slots = []
     keep = []
@@ -521,7 +530,8 @@ def _driver_launch(
             keep.append(a)
     base = blob.ctypes.data
     params = np.array([base + 8 * i for i in range(len(args))], dtype=np.uint64)
-    return _DriverLaunch(fn.ptr, grid, block, shared, blob, params, tuple(slots), tuple(keep))
+    ex = None if dependent is None else DependentLaunch(fn.ptr, grid, block, shared, dependent)
+    return _DriverLaunch(fn.ptr, grid, block, shared, blob, params, tuple(slots), tuple(keep), ex)
 
 
 @dataclass
@@ -558,6 +568,9 @@ class _Program:
             for d in self.driver:
                 for i, name in d.slots:
                     d.blob[i] = buffers[name].data.ptr
+                if d.ex is not None:
+                    d.ex(stream, d.params.ctypes.data)
+                    continue
                 gx, gy = d.grid
                 launch(d.fn, gx, gy, 1, d.block, 1, 1, d.shared, stream, d.params.ctypes.data, 0)
 
@@ -783,13 +796,17 @@ class CudaNtt:
         tw, K = self.twiddles(k, cupy.cuda.get_current_stream())
         consts = self.consts(k)
         launches = []
-        driver = [] if self.tuning.ntt_launch == "driver" else None
-        for p in plans:
+        how = self.tuning.ntt_launch
+        if how == "pdl" and int(cupy.cuda.Device().compute_capability) < 90:
+            how = "driver"  # griddepcontrol is sm_90 on: plain driver launches elsewhere
+        driver = [] if how in ("driver", "pdl") else None
+        for pos, p in enumerate(plans):
             fn, args, shared = self._pass_args(p, mod, tw, K, consts)
             slots = tuple(i for i, a in enumerate(args) if isinstance(a, str))
             launches.append((fn, p.grid(batch), (p.block,), shared, list(args), slots))
             if driver is not None:
-                driver.append(_driver_launch(fn, p.grid(batch), p.block, shared, args))
+                dependent = (pos > 0) if how == "pdl" else None
+                driver.append(_driver_launch(fn, p.grid(batch), p.block, shared, args, dependent))
         prog = _Program(st.generation, launches, driver, cupy)
         if key is not None:
             if len(self._programs) >= MAX_PROGRAMS:

@@ -273,7 +273,7 @@ def test_random_fr_continues_one_sequence_across_launches(cp) -> None:
 
 @pytest.fixture(
     scope="module",
-    params=[("shared", "driver"), ("global", "cupy")],
+    params=[("shared", "driver"), ("global", "cupy"), ("shared", "pdl")],
     ids=lambda v: f"tw-{v[0]}-{v[1]}",
 )
 def eng_small(cp, request):
@@ -285,7 +285,8 @@ def eng_small(cp, request):
     return CudaNtt(tuning=KernelTuning(ntt_small="on", ntt_twiddles=twiddles, ntt_launch=launch))
 
 
-def test_driver_launches_from_two_threads(cp) -> None:
+@pytest.mark.parametrize("launch", ["driver", "pdl"])
+def test_driver_launches_from_two_threads(cp, launch: str) -> None:
     """The packed arguments of one cached program are rewritten per call: two threads running
     the same shape on their own buffers and streams, many times, each get their own transform
     (compared with the CuPy-launched plans)."""
@@ -295,9 +296,9 @@ def test_driver_launches_from_two_threads(cp) -> None:
     from kernels.cuda.ntt import CudaNtt
     from kernels.tuning import KernelTuning
 
-    fast = CudaNtt(tuning=KernelTuning(ntt_launch="driver"))
+    fast = CudaNtt(tuning=KernelTuning(ntt_launch=launch))
     slow = CudaNtt(tuning=KernelTuning(ntt_launch="cupy"))
-    k, rounds = 14, 40
+    k, rounds = 18, 40  # two passes: the second one a programmatic dependent with "pdl"
     xs = [cuda_fr.random_fr((1 << k,), seed=random.getrandbits(64)) for _ in range(2)]
     want = [slow.ntt(x) for x in xs]
     cp.cuda.Device().synchronize()  # the threads' streams do not wait for the null stream

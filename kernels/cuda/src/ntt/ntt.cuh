@@ -173,6 +173,22 @@ __device__ __forceinline__ void ntt_butterfly_1(fr_t& x, fr_t& y) {
     x = u;
 }
 
+// Programmatic dependent launch (sm_90 on; kernels/cuda/ntt.py, tuning ntt_launch "pdl"): a
+// pass lets the next one launch as soon as all of its own blocks are running, so the next
+// pass's blocks take the SM slots that this pass's last wave leaves idle and load what does not
+// depend on it (the twiddles); they wait for this pass's completion, and for its writes to be
+// visible, before they read any element. Without a programmatic launch both are no-ops.
+__device__ __forceinline__ void ntt_let_next_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ntt_wait_for_previous() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <bool DIT, bool INV, bool TWS>
 __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // may alias (in place)
                                               const fr_t* __restrict__ tw, const ntt_pass_args a,
@@ -190,6 +206,10 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
     const unsigned long long boff = (unsigned long long)blockIdx.y << a.k;
     src += boff;
     dst += boff;
+    uint32_t* sm_tw = sm + 8 * ts;  // TWS: the twiddles' array, after the tile's
+    ntt_let_next_launch();
+    if (TWS) tw_preload<INV>(sm_tw, ts, tw, a, lowbits, lo_base);  // the table is never written
+    ntt_wait_for_previous();
 
     // ---- load (optionally gathered, optionally pre-multiplied) ----
     // NTT_LOAD_BATCH elements per thread are loaded before any is stored: one element per
@@ -223,8 +243,6 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
             }
         }
     }
-    uint32_t* sm_tw = sm + 8 * ts;  // TWS: the twiddles' array, after the tile's
-    if (TWS) tw_preload<INV>(sm_tw, ts, tw, a, lowbits, lo_base);
     __syncthreads();
 
     // ---- the levels: two per shared-memory round trip (radix-4 step), a last single one if
