@@ -60,8 +60,24 @@ def gpu_bench_meta(cp: Any, argv: list[str], tuning: KernelTuning | None = None)
         "cuda_runtime_version": cp.cuda.runtime.runtimeGetVersion(),
         "nvrtc_version": nvrtc,
         "cupy_version": cp.__version__,
+        "field_mul": field_mul_meta(props.get("singleToDoublePrecisionPerfRatio")),
     }
     return _with_run(meta, argv, tuning)
+
+
+def field_mul_meta(fp32_per_fp64: int | None) -> dict[str, Any]:
+    """Which units the field multiplications of this run used, and the device figure a choice
+    would rest on (FP32 per FP64 throughput: 2 on the H200, 64 on consumer cards). Why the
+    integer path on every device: on the H200, which has the most FP64 units per SM of any
+    card, none of 14 FP64 and mixed forms of the Fr or Fp product beat it (docs/
+    performance-notes.md, "Field multiplication on the FP64 units"), so a card with fewer can
+    only do worse and the kernels carry no FP64 product to choose."""
+    return {
+        "fr": "integer",
+        "fp": "integer",
+        "fp32_per_fp64": fp32_per_fp64,
+        "fp64_variants": "bench/fp64_mul (micro-benchmark only)",
+    }
 
 
 def host_bench_meta(argv: list[str], tuning: KernelTuning | None = None) -> dict[str, Any]:

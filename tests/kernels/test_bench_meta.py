@@ -45,3 +45,27 @@ def test_the_commit_says_dirty_when_the_files_differ_from_head(tmp_path, monkeyp
     (tmp_path / "f.txt").write_text("two\n")
     assert commit_of(None) == f"{head}+dirty"
     assert commit_of(KernelTuning(commit="abc1234")) == "abc1234"
+
+
+def test_gpu_meta_records_the_field_multiplication_units():
+    """Every GPU result says which units multiplied (integer for Fr and Fp) beside the device's
+    FP32:FP64 ratio, so a result from a card with other FP64 units can be told apart."""
+    from types import SimpleNamespace
+
+    from kernels.bench_meta import gpu_bench_meta
+
+    props = {"name": b"Fake GPU", "multiProcessorCount": 4, "singleToDoublePrecisionPerfRatio": 64}
+    runtime = SimpleNamespace(
+        getDeviceProperties=lambda i: props,
+        driverGetVersion=lambda: 13000,
+        runtimeGetVersion=lambda: 13000,
+    )
+    cuda = SimpleNamespace(
+        Device=lambda: SimpleNamespace(id=0, compute_capability="89"),
+        runtime=runtime,
+        nvrtc=SimpleNamespace(getVersion=lambda: (13, 0)),
+    )
+    meta = gpu_bench_meta(SimpleNamespace(cuda=cuda, __version__="0"), ["provetop", "bench"])
+    assert meta["gpu"] == "Fake GPU"
+    assert meta["field_mul"]["fr"] == meta["field_mul"]["fp"] == "integer"
+    assert meta["field_mul"]["fp32_per_fp64"] == 64
