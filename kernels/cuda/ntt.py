@@ -544,6 +544,7 @@ class _Program:
     launches: list[tuple[Any, tuple[int, int], tuple[int], int, list[Any], tuple[int, ...]]]
     driver: list[_DriverLaunch] | None = None
     cupy: Any = None  # the module, for the driver launch (no import check per call)
+    device: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def launch(self, buffers: dict[str, Any]) -> None:
@@ -563,7 +564,13 @@ class _Program:
         (docs/performance-notes.md, 2026-12-02, the NTT at 2^20). ``cuLaunchKernel`` copies
         the argument values before it returns, so the one blob per pass is rewritten under
         the lock by the next call, from whichever thread."""
-        launch = self.cupy.cuda.driver.launchKernel
+        driver = self.cupy.cuda.driver
+        if not driver.ctxGetCurrent():
+            # a thread whose first CUDA call this is (the caller's arrays came from another
+            # thread): the runtime makes the device's primary context current, as CuPy's own
+            # calls would have
+            self.cupy.cuda.runtime.setDevice(self.device)
+        launch = driver.launchKernel
         with self.lock:
             for d in self.driver:
                 for i, name in d.slots:
@@ -807,7 +814,7 @@ class CudaNtt:
             if driver is not None:
                 dependent = (pos > 0) if how == "pdl" else None
                 driver.append(_driver_launch(fn, p.grid(batch), p.block, shared, args, dependent))
-        prog = _Program(st.generation, launches, driver, cupy)
+        prog = _Program(st.generation, launches, driver, cupy, cupy.cuda.runtime.getDevice())
         if key is not None:
             if len(self._programs) >= MAX_PROGRAMS:
                 self._programs.clear()

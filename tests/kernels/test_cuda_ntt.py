@@ -320,6 +320,25 @@ def test_driver_launches_from_two_threads(cp, launch: str) -> None:
         th.join()
     assert not bad
 
+    # a thread whose first CUDA call is the transform itself (arrays made elsewhere, no stream
+    # of its own): the launch must find or make the device's context
+    out = _poisoned(cp, xs[0].shape)
+    cp.cuda.Device().synchronize()
+    errors: list[BaseException] = []
+
+    def first_call() -> None:
+        try:
+            fast.ntt(xs[0], out=out)
+            cp.cuda.Device().synchronize()
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    th = threading.Thread(target=first_call)
+    th.start()
+    th.join()
+    assert not errors, errors
+    assert bool(cp.all(out == want[0]))
+
 
 @pytest.mark.parametrize("k", [1, 2, 3, 7, 11, 12, 13])
 def test_small_ntt_matches_reference_all_combinations(cp, eng_small, k: int) -> None:
