@@ -20,8 +20,8 @@ from typing import Any
 
 PIN_METHODS = ("register", "alloc")
 ON_OFF = ("off", "on")
-NTT_TWIDDLES = ("shared", "global")
-NTT_LAUNCHES = ("driver", "pdl", "cupy")
+NTT_TWIDDLES = ("global", "shared")
+NTT_LAUNCHES = ("cupy", "driver", "pdl")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 MSM_SORTS = ("counting", "radix")
 MSM_HOST_BUCKETS = ("query", "query-merge", "chunk")
@@ -123,8 +123,9 @@ class KernelTuning:
 
     ntt_defines: tuple[tuple[str, str], ...] = ()
     ntt_small: str = "on"  # measured on the H200, 2026-12-02: faster or equal at every size
-    ntt_twiddles: str = "shared"
-    ntt_launch: str = "driver"
+    # not measured on a GPU yet: the defaults are the code measured before them
+    ntt_twiddles: str = "global"
+    ntt_launch: str = "cupy"
     pin_method: str = "register"
     msm_source: str = "msm.cu"
     msm_defines: tuple[tuple[str, str], ...] = ()
@@ -195,7 +196,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PROVETOP_NTT_TWIDDLES",
         "ntt_twiddles",
         choice("PROVETOP_NTT_TWIDDLES", NTT_TWIDDLES),
-        "`shared` (default), `global`",
+        "`shared`, `global` (default)",
         "where an NTT pass that is not a transform's lowest levels reads its twiddles: loaded "
         "once per block into shared memory beside its tile (`shared`; passes of tiles up to "
         "2^10 elements), or from the device's table at every butterfly (`global`)",
@@ -204,7 +205,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PROVETOP_NTT_LAUNCH",
         "ntt_launch",
         choice("PROVETOP_NTT_LAUNCH", NTT_LAUNCHES),
-        "`driver` (default), `pdl`, `cupy`",
+        "`driver`, `pdl`, `cupy` (default)",
         "how the small plans' cached NTT launches reach the GPU: `cuLaunchKernel` with the "
         "arguments packed once per shape (`driver`); the same through `cuLaunchKernelEx` with "
         "each pass after a transform's first launched as a programmatic dependent of the one "
