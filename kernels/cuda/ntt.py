@@ -528,10 +528,11 @@ def _driver_launch(
         else:
             blob[i] = a.data.ptr
             keep.append(a)
+    fn_ptr = fn.kernel.ptr  # the CUfunction behind CuPy's RawKernel
     base = blob.ctypes.data
     params = np.array([base + 8 * i for i in range(len(args))], dtype=np.uint64)
-    ex = None if dependent is None else DependentLaunch(fn.ptr, grid, block, shared, dependent)
-    return _DriverLaunch(fn.ptr, grid, block, shared, blob, params, tuple(slots), tuple(keep), ex)
+    ex = None if dependent is None else DependentLaunch(fn_ptr, grid, block, shared, dependent)
+    return _DriverLaunch(fn_ptr, grid, block, shared, blob, params, tuple(slots), tuple(keep), ex)
 
 
 @dataclass
