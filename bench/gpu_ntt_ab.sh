@@ -3,18 +3,19 @@
 # twiddles (PROVETOP_NTT_TWIDDLES shared / global) and how the cached launches reach the GPU
 # (PROVETOP_NTT_LAUNCH driver / pdl / cupy), every combination timed in the same call, in rounds that
 # alternate the variants (so drift over the call falls on all of them). First the GPU tests of
-# the NTT (both settings' pairs), the CUDA self-test; then the bench; then how many calls per
-# second the host can issue at 2^14 (the GPU work is a few microseconds there, so the rate is the
-# host's cost per call); then Nsight Compute on one 2^20 transform's passes of two variants.
+# the NTT (both settings' pairs), the CUDA self-test; then the bench; then each variant's host
+# time per call (the GPU kept busy meanwhile); then Nsight Compute on one 2^20 transform's
+# passes of the variants base, both and pdl.
 # Usage on the device machine (carry kernels/cuda/cubin and .whl):
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_ntt_ab.sh
 #   VARIANTS="base:global:cupy new:shared:driver" SIZES=20 ROUNDS=3 TESTS=0 NCU=0 bash bench/gpu_ntt_ab.sh
-#   ROUNDS=0 TESTS=0 HOST=0 bash bench/gpu_ntt_ab.sh   # Nsight Compute alone (variants base, both)
-# Everything lands in /tmp/nttab, packed into $OUT/nttab.tgz; a table is printed last.
+#   ROUNDS=0 TESTS=0 HOST=0 bash bench/gpu_ntt_ab.sh   # Nsight Compute alone
+# Everything lands in /tmp/nttab (emptied first), packed into $OUT/nttab.tgz; a table is printed last.
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/nttab_out}
 M=/tmp/nttab
+rm -rf "$M"  # a warm machine keeps the last call's files: each call packs its own
 mkdir -p "$OUT" "$M"
 trap 'tar czf "$OUT/nttab.tgz" -C /tmp nttab' EXIT
 export PROVETOP_COMMIT=$(bash bench/commit.sh)
@@ -40,32 +41,37 @@ for r in $(seq 1 "$ROUNDS"); do
     done
 done
 
-# host cost per call: 2^14 forward, out given, 3000 calls queued without a sync in between
+# host cost per call: a 2^20 forward with out given, 200 calls queued behind a kernel that keeps
+# the GPU busy for ~0.25 s, so that each call's time to return is the host's alone (a queue of
+# small transforms measures the GPU instead)
 for v in $VARIANTS; do
     [ "${HOST-1}" = 1 ] || break
     IFS=: read -r tag tw launch <<<"$v"
     PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 60 python3 - "$tag" <<'PY' 2>&1 | tee -a "$M/log"
 import sys, time
+import numpy as np
 import cupy as cp
 from kernels.cuda import fr
 from kernels.cuda.ntt import CudaNtt
+from kernels.cuda.spin import spin_kernel
 from kernels.tuning import KernelTuning
 eng = CudaNtt(tuning=KernelTuning.from_env())
-x = fr.random_fr((1 << 14,))
+x = fr.random_fr((1 << 20,))
 out = cp.empty_like(x)
-for _ in range(50):
+spin = spin_kernel(cp)
+for _ in range(20):
     eng.ntt(x, out=out)
 cp.cuda.Device().synchronize()
-rates = []
+per_call = []
 for _ in range(5):
+    spin((1,), (1,), (np.int64(500_000_000),))
     t0 = time.perf_counter()
-    for _ in range(3000):
+    for _ in range(200):
         eng.ntt(x, out=out)
-    host = time.perf_counter() - t0
+    per_call.append((time.perf_counter() - t0) / 200 * 1e6)
     cp.cuda.Device().synchronize()
-    rates.append(host / 3000 * 1e6)
-rates.sort()
-print(f"[host] {sys.argv[1]}: {rates[2]:.2f} us per 2^14 forward call to return (median of 5 x 3000)")
+per_call.sort()
+print(f"[host] {sys.argv[1]}: {per_call[2]:.2f} us per 2^20 forward call to return, GPU busy (median of 5 x 200)")
 PY
 done
 

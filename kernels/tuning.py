@@ -21,7 +21,7 @@ from typing import Any
 PIN_METHODS = ("register", "alloc")
 ON_OFF = ("off", "on")
 NTT_TWIDDLES = ("global", "shared")
-NTT_LAUNCHES = ("cupy", "driver", "pdl")
+NTT_LAUNCHES = ("driver", "pdl", "cupy")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 MSM_SORTS = ("counting", "radix")
 MSM_HOST_BUCKETS = ("query", "query-merge", "chunk")
@@ -123,9 +123,11 @@ class KernelTuning:
 
     ntt_defines: tuple[tuple[str, str], ...] = ()
     ntt_small: str = "on"  # measured on the H200, 2026-12-02: faster or equal at every size
-    # not measured on a GPU yet: the defaults are the code measured before them
+    # measured on the H200, 2026-12-03 (3c90f38): shared twiddles 2^20 forward 0.284 -> 0.295 ms,
+    # 2^27 39.98 -> 40.29; driver launches 2^16 0.050 -> 0.045, 2^20 0.284 -> 0.281, the rest
+    # equal; pdl 2^16 0.073, 2^20 0.296
     ntt_twiddles: str = "global"
-    ntt_launch: str = "cupy"
+    ntt_launch: str = "driver"
     pin_method: str = "register"
     msm_source: str = "msm.cu"
     msm_defines: tuple[tuple[str, str], ...] = ()
@@ -205,7 +207,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PROVETOP_NTT_LAUNCH",
         "ntt_launch",
         choice("PROVETOP_NTT_LAUNCH", NTT_LAUNCHES),
-        "`driver`, `pdl`, `cupy` (default)",
+        "`driver` (default), `pdl`, `cupy`",
         "how the small plans' cached NTT launches reach the GPU: `cuLaunchKernel` with the "
         "arguments packed once per shape (`driver`); the same through `cuLaunchKernelEx` with "
         "each pass after a transform's first launched as a programmatic dependent of the one "
