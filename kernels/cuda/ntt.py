@@ -59,6 +59,7 @@ F_POST_FULL = 64
 F_TW_SHARED = 128
 
 ORDERS = ("natural", "bitrev")
+_U64 = np.dtype(np.uint64)  # CuPy arrays carry NumPy dtypes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -504,6 +505,7 @@ class _DriverLaunch:
     slots: tuple[tuple[int, str], ...]
     keep: tuple[Any, ...]
     ex: DependentLaunch | None = None  # tuning ntt_launch "pdl": through cuLaunchKernelEx
+    params_ptr: int = 0  # params' address (numpy's .ctypes builds an object on every access)
 
 
 def _driver_launch(
@@ -532,7 +534,9 @@ def _driver_launch(
     base = blob.ctypes.data
     params = np.array([base + 8 * i for i in range(len(args))], dtype=np.uint64)
     ex = None if dependent is None else DependentLaunch(fn_ptr, grid, block, shared, dependent)
-    return _DriverLaunch(fn_ptr, grid, block, shared, blob, params, tuple(slots), tuple(keep), ex)
+    return _DriverLaunch(
+        fn_ptr, grid, block, shared, blob, params, tuple(slots), tuple(keep), ex, params.ctypes.data
+    )
 
 
 @dataclass
@@ -548,16 +552,17 @@ class _Program:
     device: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def launch(self, buffers: dict[str, Any]) -> None:
-        """Launch every pass on the current stream with the named buffers."""
+    def launch(self, buffers: dict[str, Any], stream: Any) -> None:
+        """Launch every pass on ``stream`` (a CuPy stream) with the named buffers."""
         if self.driver is not None:
-            self._launch_driver(buffers, self.cupy.cuda.get_current_stream().ptr)
+            self._launch_driver(buffers, stream.ptr)
             return
-        for fn, grid, block, shared, args, slots in self.launches:
-            a = list(args)
-            for i in slots:
-                a[i] = buffers[args[i]]
-            fn(grid, block, tuple(a), shared_mem=shared)
+        with stream:  # CuPy's kernel call launches on the current stream
+            for fn, grid, block, shared, args, slots in self.launches:
+                a = list(args)
+                for i in slots:
+                    a[i] = buffers[args[i]]
+                fn(grid, block, tuple(a), shared_mem=shared)
 
     def _launch_driver(self, buffers: dict[str, Any], stream: int) -> None:
         """Why: CuPy's kernel call converts each of a pass's 19 arguments on every launch, and
@@ -577,10 +582,10 @@ class _Program:
                 for i, name in d.slots:
                     d.blob[i] = buffers[name].data.ptr
                 if d.ex is not None:
-                    d.ex(stream, d.params.ctypes.data)
+                    d.ex(stream, d.params_ptr)
                     continue
                 gx, gy = d.grid
-                launch(d.fn, gx, gy, 1, d.block, 1, 1, d.shared, stream, d.params.ctypes.data, 0)
+                launch(d.fn, gx, gy, 1, d.block, 1, 1, d.shared, stream, d.params_ptr, 0)
 
 
 def _alloc(cupy: Any, shape: tuple[int, ...], allocator: Any) -> Any:
@@ -603,6 +608,7 @@ class CudaNtt:
         # tuning ntt_twiddles: the twiddles of passes above the lowest levels in shared memory
         self.shared_twiddles = tuning.ntt_twiddles == "shared"
         self._programs: dict[tuple[Any, ...], _Program] = {}
+        self._cupy: Any = None  # the module, once a call has checked it is there
 
     def plan(
         self, k: int, *, inverse: bool, coset: bool, input_order: str, output_order: str
@@ -739,7 +745,8 @@ class CudaNtt:
             return
         if self.small:
             with stream:
-                self._program(plans, batch, key).launch(buffers)
+                prog = self._program(plans, batch, key)
+            prog.launch(buffers, stream)
             return
         mod = self.module()
         k = plans[0].k
@@ -838,9 +845,13 @@ class CudaNtt:
         the same shape (or into ``out``, which must not overlap ``x``). ``allocator`` is unused
         (the transform needs no scratch) but accepted for the backend interface; the output
         comes from CuPy's current allocator."""
-        cupy = require_cupy()
+        # Why the order below: at 2^16 .. 2^20 everything before the first launch is GPU idle
+        # time in every call (16-20 us of it on the H200 host, docs/performance-notes.md,
+        # 2026-12-03), so a cached program with ``out`` given touches no stream context and
+        # no allocator, and the checks compare against a cached dtype.
+        cupy = self._cupy or self._load_cupy()
         del allocator
-        if x.dtype != cupy.uint64 or x.ndim not in (2, 3) or x.shape[-1] != 4:
+        if x.dtype != _U64 or x.ndim not in (2, 3) or x.shape[-1] != 4:
             raise ValueError(f"expected (n, 4) or (batch, n, 4) uint64, got {x.shape} {x.dtype}")
         if not x.flags.c_contiguous:
             x = cupy.ascontiguousarray(x)
@@ -848,39 +859,45 @@ class CudaNtt:
         batch = x.shape[0] if x.ndim == 3 else 1
         k = log2_size(n)
         s = stream or cupy.cuda.get_current_stream()
-        with s:
-            if out is None:
+        if out is None:
+            with s:
                 out = cupy.empty_like(x)
-            elif out.shape != x.shape or out.dtype != x.dtype or not out.flags.c_contiguous:
-                raise ValueError("out must be a C-contiguous array of x's shape and dtype")
-            if k == 0:
+        elif out.shape != x.shape or out.dtype != _U64 or not out.flags.c_contiguous:
+            raise ValueError("out must be a C-contiguous array of x's shape and dtype")
+        if k == 0:
+            with s:
                 out[...] = x
-                return out
-            if self.small:
-                dev = cupy.cuda.runtime.getDevice()
-                key = (dev, k, inverse, coset, input_order, output_order, batch)
-                prog = self._programs.get(key)
-                tables = _tables.get(dev)
-                if prog is None or tables is None or prog.generation != tables.generation:
-                    plans = self.plan(
-                        k,
-                        inverse=inverse,
-                        coset=coset,
-                        input_order=input_order,
-                        output_order=output_order,
-                    )
+            return out
+        if self.small:
+            dev = cupy.cuda.runtime.getDevice()
+            key = (dev, k, inverse, coset, input_order, output_order, batch)
+            prog = self._programs.get(key)
+            tables = _tables.get(dev)
+            if prog is None or tables is None or prog.generation != tables.generation:
+                plans = self.plan(
+                    k,
+                    inverse=inverse,
+                    coset=coset,
+                    input_order=input_order,
+                    output_order=output_order,
+                )
+                with s:  # tables built on first need go on the caller's stream
                     prog = self._program(plans, batch, key)
-                prog.launch({"x": x, "out": out})
-                return out
-            plans = self.plan(
-                k,
-                inverse=inverse,
-                coset=coset,
-                input_order=input_order,
-                output_order=output_order,
-            )
-            self.run_plan(plans, {"x": x, "out": out}, batch, s)
+            prog.launch({"x": x, "out": out}, s)
+            return out
+        plans = self.plan(
+            k,
+            inverse=inverse,
+            coset=coset,
+            input_order=input_order,
+            output_order=output_order,
+        )
+        self.run_plan(plans, {"x": x, "out": out}, batch, s)
         return out
+
+    def _load_cupy(self) -> Any:
+        self._cupy = require_cupy()
+        return self._cupy
 
     def h_step(
         self,
