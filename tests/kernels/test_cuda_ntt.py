@@ -14,7 +14,11 @@ with 0xFF.. before each run):
 - the small plans (tuning ntt_small on): the same checks at k = 1 .. 13 (every combination,
   each twice so the cached launches run with other buffers), 15, 16 (reference), and at 17, 20,
   21, 22 bit-equality with the default plans plus round trips and Horner spot checks; their
-  H step against the reference (k = 5, 12) and the identity at tau (k = 1 .. 22).
+  H step against the reference (k = 5, 12) and the identity at tau (k = 1 .. 22); all of them
+  for three settings of where the upper passes keep their twiddles and how the cached launches
+  go out (shared + driver, global + CuPy, shared + dependent launches);
+- the driver launches from two threads sharing one cached program, and from a thread whose
+  first CUDA call is the transform, against the CuPy-launched output.
 """
 
 from __future__ import annotations
