@@ -10,6 +10,8 @@
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_ntt_ab.sh
 #   VARIANTS="base:global:cupy new:shared:driver" SIZES=20 ROUNDS=3 TESTS=0 NCU=0 bash bench/gpu_ntt_ab.sh
 #   ROUNDS=0 TESTS=0 HOST=0 bash bench/gpu_ntt_ab.sh   # Nsight Compute alone
+#   VARIANTS="d:global:driver d7:global:driver:7" SIZES=16,18,20 bash bench/gpu_ntt_ab.sh
+#                                                      # 2^7-element tiles against 2^10
 # Everything lands in /tmp/nttab (emptied first), packed into $OUT/nttab.tgz; a table is printed last.
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -33,11 +35,12 @@ fi
 
 for r in $(seq 1 "$ROUNDS"); do
     for v in $VARIANTS; do
-        IFS=: read -r tag tw launch <<<"$v"
+        # tag:twiddles:launch[:levels], levels = bench ntt --max-levels (tiles of 2^levels)
+        IFS=: read -r tag tw launch lv <<<"$v"
         mkdir -p "$M/ntt-$tag-r$r"
         PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 200 python3 -m provetop \
             bench ntt --log-sizes "$SIZES" --repeats 15 --json --results-dir "$M/ntt-$tag-r$r" \
-            2>&1 | tee -a "$M/log" | grep -E "^2\^|wrote"
+            ${lv:+--max-levels $lv} 2>&1 | tee -a "$M/log" | grep -E "^2\^|wrote"
     done
 done
 
@@ -46,7 +49,7 @@ done
 # small transforms measures the GPU instead)
 for v in $VARIANTS; do
     [ "${HOST-1}" = 1 ] || break
-    IFS=: read -r tag tw launch <<<"$v"
+    IFS=: read -r tag tw launch lv <<<"$v"
     PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 60 python3 - "$tag" <<'PY' 2>&1 | tee -a "$M/log"
 import sys, time
 import numpy as np
@@ -78,7 +81,7 @@ done
 if [ "${NCU-1}" = 1 ]; then
     NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1 || true)
     for v in $VARIANTS; do
-        IFS=: read -r tag tw launch <<<"$v"
+        IFS=: read -r tag tw launch lv <<<"$v"
         case "$tag" in base|both|pdl) ;; *) continue ;; esac
         # skip the table-building transform, the warm-up and 19 timed ones (2 passes each)
         PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 240 "$NCU_BIN" \

@@ -159,13 +159,24 @@ def plan_transform(
     and 2^21 .. 2^22), one pass up to WHOLE_TILE_LOG, and full factor tables up to
     FULL_TABLE_MAX_LOG; a pass of at most TILE_LOG levels keeps its 2^TILE_LOG tile, so the
     grids of 2^13 .. 2^20 are the default ones.
+
+    ``max_levels`` below TILE_LOG (``provetop bench ntt --max-levels``) also makes the tiles
+    that small, 2^max_levels elements, with the small plans too: more passes with finer grids.
+    Why one would: a pass of 2^10-element tiles at 2^20 is 1,024 blocks over the H200's 396
+    three-block slots, 2.6 rounds with the last one 59 % full, where 2^7-element tiles give
+    8,192 blocks and a last round under 4 % of the pass; at 2^20 the whole vector (32 MiB)
+    stays in L2, so the extra pass costs little memory time. sppark runs 2^20 as three steps
+    of 6-7 levels.
     """
     if input_order not in ORDERS or output_order not in ORDERS:
         raise ValueError(f"orders must be in {ORDERS}, got {input_order!r}, {output_order!r}")
     dit = output_order == "natural"
     gather = (input_order == "natural") if dit else (input_order == "bitrev")
-    if small:
+    tile = min(TILE_LOG, max_levels)
+    if small and max_levels >= TILE_LOG:
         levels = split_levels(k, max(max_levels, SMALL_TILE_LOG), whole=WHOLE_TILE_LOG)
+    elif small:
+        levels = split_levels(k, max_levels, whole=WHOLE_TILE_LOG)
     else:
         levels = split_levels(k, max_levels)
     full = small and k <= FULL_TABLE_MAX_LOG
@@ -174,7 +185,7 @@ def plan_transform(
     for i, L in enumerate(levels):
         s = done + L if dit else k - done
         lowbits = s - L
-        log_c = min(max(TILE_LOG, L) - L, lowbits)
+        log_c = min(max(tile, L) - L, lowbits)
         first, last = i == 0, i == len(levels) - 1
         flags = 0
         if first and gather:

@@ -452,3 +452,22 @@ def test_small_h_identity_at_tau(cp, eng_small, k: int) -> None:
         ev.append(cuda_fr.evaluate(coeffs, tau))
     h_tau = cuda_fr.evaluate(cuda_fr.elementwise("to_mont", h), tau)
     assert (ev[0] * ev[1] - ev[2]) % R == h_tau * ((pow(tau, n, R) - 1) % R) % R
+
+
+@pytest.mark.parametrize("levels", [6, 7, 8])
+def test_small_tiles_equal_the_default_plans(cp, levels: int) -> None:
+    """Passes of at most ``levels`` levels on 2^levels-element tiles (``bench ntt
+    --max-levels``), at 2^20 and 2^14 in every direction and order: bit for bit the default
+    plans' output (those are checked against the reference above), outputs poisoned."""
+    from kernels.cuda import fr as cuda_fr
+    from kernels.cuda.ntt import CudaNtt
+
+    fine = CudaNtt(max_levels=levels)
+    default = CudaNtt()
+    for k in (14, 20):
+        x = cuda_fr.random_fr((1 << k,), seed=random.getrandbits(64))
+        for inv, coset, io, oo in COMBOS:
+            got, want = _poisoned(cp, x.shape), _poisoned(cp, x.shape)
+            fine.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=got)
+            default.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=want)
+            assert bool(cp.all(got == want)), (levels, k, inv, coset, io, oo)

@@ -247,6 +247,32 @@ def test_shared_twiddles_with_many_passes(emu: ctypes.CDLL, k: int, max_levels: 
             assert _reorder(cn.from_words(out[0], True), oo) == want, (k, inverse, coset, io, oo)
 
 
+@pytest.mark.parametrize("k", [13, 15])
+def test_small_plans_with_small_tiles(emu: ctypes.CDLL, k: int) -> None:
+    """``max_levels`` below 2^10 makes the tiles that small with the small plans too (the 2^20
+    grid in 2^7-element tiles): every pass has a 2^7 tile where the levels below it leave room
+    for its columns, and the transforms still equal the reference in every direction (random
+    orders, outputs poisoned)."""
+    em = Emulator(emu)
+    n = 1 << k
+    for inverse in (False, True):
+        for coset in (False, True):
+            io, oo = random.choice(cn.ORDERS), random.choice(cn.ORDERS)
+            plans = cn.plan_ntt(k, inverse=inverse, coset=coset, input_order=io,
+                                output_order=oo, max_levels=7, small=True)  # fmt: skip
+            # 2^7 wherever the levels below the pass leave room for its columns
+            assert [p.tile_log for p in plans] == [p.L + min(7 - p.L, p.lowbits) for p in plans]
+            vals = _rand(n)
+            x = cn.to_words(vals, True)[None]
+            out = np.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))
+            em.run(plans, {"x": x, "out": out}, 1, k)
+            want = ref.ntt(_reorder(vals, io), inverse=inverse, coset=coset)
+            assert _reorder(cn.from_words(out[0], True), oo) == want, (k, inverse, coset, io, oo)
+    p20 = cn.plan_ntt(20, inverse=False, coset=False, input_order="natural",
+                      output_order="natural", max_levels=7, small=True)  # fmt: skip
+    assert [(p.L, p.tile_log, p.grid(1)[0]) for p in p20] == [(7, 7, 8192)] * 2 + [(6, 7, 8192)]
+
+
 def test_place_twiddles() -> None:
     """Only passes above the lowest levels, only tiles of at most 2^10, and the shared bytes
     double with the flag; nothing changes when the setting is global."""
