@@ -221,6 +221,20 @@ def test_h_step_parts_read_their_input_only_from_their_part_on(k: int, small: bo
         seen |= here
 
 
+def _check_one(
+    em: Emulator, plans: list[cn.Pass], K: int, inverse: bool, coset: bool, io: str, oo: str
+) -> None:
+    """One transform of fresh random input through ``plans`` (a table built for 2^K), its
+    output poisoned first, against the reference."""
+    k = plans[0].k
+    vals = _rand(1 << k)
+    x = cn.to_words(vals, True)[None]
+    out = np.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))
+    em.run(plans, {"x": x, "out": out}, 1, K)
+    want = ref.ntt(_reorder(vals, io), inverse=inverse, coset=coset)
+    assert _reorder(cn.from_words(out[0], True), oo) == want, (k, inverse, coset, io, oo)
+
+
 @pytest.mark.parametrize("k, max_levels", [(5, 2), (9, 3), (10, 4), (14, 5), (16, 10)])
 def test_shared_twiddles_with_many_passes(emu: ctypes.CDLL, k: int, max_levels: int) -> None:
     """Plans of three to five passes, odd and even levels per pass, one column or many per tile:
@@ -228,7 +242,6 @@ def test_shared_twiddles_with_many_passes(emu: ctypes.CDLL, k: int, max_levels: 
     results equal the reference in every direction and order (outputs poisoned); the table is
     built for a larger size half the time, so the preload's stride is exercised too."""
     em = Emulator(emu, shared_twiddles=True)
-    n = 1 << k
     K = k + random.choice([0, 2])
     for inverse in (False, True):
         for coset in (False, True):
@@ -239,12 +252,7 @@ def test_shared_twiddles_with_many_passes(emu: ctypes.CDLL, k: int, max_levels: 
             assert [bool(p.flags & cn.F_TW_SHARED) for p in placed] == [
                 p.lowbits > 0 for p in plans
             ]
-            vals = _rand(n)
-            x = cn.to_words(vals, True)[None]
-            out = np.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))
-            em.run(plans, {"x": x, "out": out}, 1, K)
-            want = ref.ntt(_reorder(vals, io), inverse=inverse, coset=coset)
-            assert _reorder(cn.from_words(out[0], True), oo) == want, (k, inverse, coset, io, oo)
+            _check_one(em, plans, K, inverse, coset, io, oo)
 
 
 @pytest.mark.parametrize("k", [13, 15])
@@ -254,7 +262,6 @@ def test_small_plans_with_small_tiles(emu: ctypes.CDLL, k: int) -> None:
     for its columns, and the transforms still equal the reference in every direction (random
     orders, outputs poisoned)."""
     em = Emulator(emu)
-    n = 1 << k
     for inverse in (False, True):
         for coset in (False, True):
             io, oo = random.choice(cn.ORDERS), random.choice(cn.ORDERS)
@@ -262,12 +269,7 @@ def test_small_plans_with_small_tiles(emu: ctypes.CDLL, k: int) -> None:
                                 output_order=oo, max_levels=7, small=True)  # fmt: skip
             # 2^7 wherever the levels below the pass leave room for its columns
             assert [p.tile_log for p in plans] == [p.L + min(7 - p.L, p.lowbits) for p in plans]
-            vals = _rand(n)
-            x = cn.to_words(vals, True)[None]
-            out = np.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))
-            em.run(plans, {"x": x, "out": out}, 1, k)
-            want = ref.ntt(_reorder(vals, io), inverse=inverse, coset=coset)
-            assert _reorder(cn.from_words(out[0], True), oo) == want, (k, inverse, coset, io, oo)
+            _check_one(em, plans, k, inverse, coset, io, oo)
     p20 = cn.plan_ntt(20, inverse=False, coset=False, input_order="natural",
                       output_order="natural", max_levels=7, small=True)  # fmt: skip
     assert [(p.L, p.tile_log, p.grid(1)[0]) for p in p20] == [(7, 7, 8192)] * 2 + [(6, 7, 8192)]
