@@ -37,7 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=15, help="timed runs per measurement")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs first")
     parser.add_argument(
-        "--max-levels", type=int, default=0, help="levels per shared-memory pass (0: default)"
+        "--max-levels",
+        type=int,
+        default=0,
+        help="levels per shared-memory pass, 1..11; below 10 the tiles are that small too "
+        "(finer grids); 0: the planner's rule",
     )
     parser.add_argument("--no-h-step", action="store_true", help="skip the H-step timing")
 
@@ -50,6 +54,14 @@ def _parse_sizes(text: str) -> list[int]:
     if not sizes or any(not 1 <= k <= 27 for k in sizes):
         raise UsageError(f"--log-sizes must lie in 1..27, got {text!r}")
     return sizes
+
+
+def _check_max_levels(value: int) -> int:
+    """0 (the planner's rule) or 1 .. SMALL_TILE_LOG levels per pass: more would need a tile
+    beyond the shared memory the passes are planned for."""
+    if value != 0 and not 1 <= value <= cn.SMALL_TILE_LOG:
+        raise UsageError(f"--max-levels must be 0 or lie in 1..{cn.SMALL_TILE_LOG}, got {value}")
+    return value
 
 
 def _time(cp: Any, fn: Any, repeats: int, warmup: int, rotate: int = 1) -> float:
@@ -212,11 +224,12 @@ def run(args: argparse.Namespace) -> int:
     except SettingError as exc:
         raise UsageError(str(exc)) from exc
     sizes = _parse_sizes(args.log_sizes)
+    max_levels = _check_max_levels(args.max_levels)
     try:
         cp = require_cupy()
     except CudaUnavailable as exc:
         raise UsageError(f"bench ntt needs a GPU: {exc}") from exc
-    eng = cn.CudaNtt(max_levels=args.max_levels or cn.TILE_LOG, tuning=tuning)
+    eng = cn.CudaNtt(max_levels=max_levels or cn.TILE_LOG, tuning=tuning)
     meta = gpu_bench_meta(cp, bench_command(), tuning)
     meta["max_levels"] = eng.max_levels
     meta["compile_defines"] = cn.ntt_defines(tuning)

@@ -857,9 +857,10 @@ class CudaNtt:
         (the transform needs no scratch) but accepted for the backend interface; the output
         comes from CuPy's current allocator."""
         # Why the order below: at 2^16 .. 2^20 everything before the first launch is GPU idle
-        # time in every call (16-20 us of it on the H200 host, docs/performance-notes.md,
-        # 2026-12-03), so a cached program with ``out`` given touches no stream context and
-        # no allocator, and the checks compare against a cached dtype.
+        # time in every call (a 2^20 call took 19.7 us of host time before this order, 13.0
+        # after it, docs/performance-notes.md, 2026-12-03), so a cached program with ``out``
+        # given touches no stream context and no allocator, and the checks compare against a
+        # cached dtype.
         cupy = self._cupy or self._load_cupy()
         del allocator
         if x.dtype != _U64 or x.ndim not in (2, 3) or x.shape[-1] != 4:

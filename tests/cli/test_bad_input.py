@@ -73,6 +73,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("warmup-cuda", ["warmup", "--backend", "cuda"], "CuPy"),
     ("bench-pipeline-cuda", ["bench", "pipeline", "--backend", "cuda"], "provetop[cuda12]"),
     ("bench-unknown", ["bench", "nope"], "invalid choice"),
+    ("bench-ntt-levels", ["bench", "ntt", "--max-levels", "12"], "--max-levels must be 0"),
+    ("bench-ntt-levels-neg", ["bench", "ntt", "--max-levels", "-3"], "--max-levels must be 0"),
     ("bench-tui-rate", ["bench", "tui", "--rate", "-5"], "--rate"),
     ("bench-tui-devices", ["bench", "tui", "--devices", "0"], "--devices"),
     ("watch-missing-socket", ["watch", "unix:{missing}.sock"], "no such socket"),
