@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="levels per shared-memory pass, 1..11; below 10 the tiles are that small too "
-        "(finer grids); 0: the planner's rule",
+        "(finer grids); 0: the measured rule per size (2^9 tiles; 2^10 for the H step at 2^19 "
+        "and 2^20)",
     )
     parser.add_argument("--no-h-step", action="store_true", help="skip the H-step timing")
 
@@ -154,6 +155,8 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
     out = cp.empty((n, 4), dtype=cp.uint64)
     eng.ntt(xs[0], out=out)  # builds the twiddle table outside the timing
     row: dict[str, Any] = {"log_size": k, "n": n, "rotating_inputs": rotate}
+    row["max_levels"] = eng.levels_for(k)
+    row["h_step_max_levels"] = eng.levels_for(k, h_step=True)
     variants = {
         "forward": dict(inverse=False, coset=False),
         "forward_nat_to_bitrev": dict(inverse=False, coset=False, output_order="bitrev"),
@@ -229,9 +232,10 @@ def run(args: argparse.Namespace) -> int:
         cp = require_cupy()
     except CudaUnavailable as exc:
         raise UsageError(f"bench ntt needs a GPU: {exc}") from exc
-    eng = cn.CudaNtt(max_levels=max_levels or cn.TILE_LOG, tuning=tuning)
+    eng = cn.CudaNtt(max_levels=max_levels or None, tuning=tuning)
     meta = gpu_bench_meta(cp, bench_command(), tuning)
-    meta["max_levels"] = eng.max_levels
+    # "auto": each size's plans follow cn.default_max_levels (the row's "max_levels" says which)
+    meta["max_levels"] = eng.max_levels if eng.max_levels is not None else "auto"
     meta["compile_defines"] = cn.ntt_defines(tuning)
     ceil = _ceilings(cp, args.repeats, tuning)
     cp.get_default_memory_pool().free_all_blocks()

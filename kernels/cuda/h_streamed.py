@@ -139,7 +139,7 @@ def run_streamed_h_step(
     if slots == 1 and (scratch is None or scratch.shape != (n, 4) or scratch.dtype != np.uint64):
         raise ValueError(f"one slot needs a ({n}, 4) uint64 host scratch")
     k = log2_size(n)
-    steps = plan_streamed_h_step(k, slots, ntt.max_levels)
+    steps = plan_streamed_h_step(k, slots, ntt.levels_for(k, h_step=True))
     bufs: dict[str, Any] = {"a": a, "b": b, "c": c, "P": p}
     if q is not None:
         bufs["Q"] = q

@@ -43,6 +43,13 @@ TILE_LOG = 10  # a tile holds at most 2^10 elements (32 KiB of shared memory) by
 # (128 KiB), and full factor tables (one multiplication per element instead of two) up to 2^22.
 SMALL_TILE_LOG = 11
 WHOLE_TILE_LOG = 12
+# What CudaNtt plans with when it is given no max_levels: passes of at most 2^9 levels with 2^9
+# tiles, measured faster than 2^10 tiles at every size from 2^13 to 2^27 on the H200
+# (2026-12-03: 2^20 0.281 -> 0.274 ms, 2^22 1.120 -> 1.027, 2^24 4.48 -> 4.28, 2^25 9.26 ->
+# 8.84; docs/performance-notes.md, "finer tiles at every size"), except the H step at 2^19 and
+# 2^20, where its three passes per transform instead of two cost 6-10 % (default_max_levels).
+FINE_TILE_LOG = 9
+COARSE_H_STEP_LOGS = (19, 20)
 FULL_TABLE_MAX_LOG = 22
 DEFAULT_SHARED_BYTES = 48 << 10  # above this a kernel needs the opt-in attribute
 BLOCK = 256  # = NTT_BLOCK in ntt.cu
@@ -130,6 +137,15 @@ def split_levels(k: int, max_levels: int = TILE_LOG, whole: int = 0) -> list[int
     npass = math.ceil(k / max_levels)
     base, extra = divmod(k, npass)
     return [base + 1] * extra + [base] * (npass - extra)
+
+
+def default_max_levels(k: int, *, h_step: bool = False) -> int:
+    """The ``max_levels`` a :class:`CudaNtt` without one plans 2^k with: 2^9 tiles, except the
+    H step at the sizes where the finer tiles' extra pass per transform was measured to cost
+    more than they gain (COARSE_H_STEP_LOGS)."""
+    if h_step and k in COARSE_H_STEP_LOGS:
+        return TILE_LOG
+    return FINE_TILE_LOG
 
 
 def plan_transform(
@@ -611,7 +627,10 @@ class CudaNtt:
 
     name = "cuda"
 
-    def __init__(self, max_levels: int = TILE_LOG, tuning: KernelTuning = DEFAULT_TUNING) -> None:
+    def __init__(
+        self, max_levels: int | None = None, tuning: KernelTuning = DEFAULT_TUNING
+    ) -> None:
+        # None: the measured rule per size (default_max_levels); a number pins every plan to it
         self.max_levels = max_levels
         self.tuning = tuning
         # tuning ntt_small: the small plans and cached launch programs (see _program)
@@ -631,13 +650,20 @@ class CudaNtt:
             coset=coset,
             input_order=input_order,
             output_order=output_order,
-            max_levels=self.max_levels,
+            max_levels=self.levels_for(k),
             small=self.small,
         )
 
+    def levels_for(self, k: int, *, h_step: bool = False) -> int:
+        """The most levels per pass (and the tile, 2^that, below 2^TILE_LOG) of this instance's
+        plans at 2^k: the one it was given, else :func:`default_max_levels`."""
+        if self.max_levels is not None:
+            return self.max_levels
+        return default_max_levels(k, h_step=h_step)
+
     def h_plan(self, k: int) -> list[Pass]:
         """The passes :meth:`h_step` runs at 2^k (this instance's options)."""
-        return plan_h_step(k, self.max_levels, small=self.small)
+        return plan_h_step(k, self.levels_for(k, h_step=True), small=self.small)
 
     def h_key(self, k: int) -> tuple[Any, ...]:
         """The program-cache key of :meth:`h_plan` on the current device."""
@@ -658,7 +684,7 @@ class CudaNtt:
         if not waits:
             self.run_plan(self.h_plan(k), buffers, 1, stream, self.h_key(k))
             return
-        parts = plan_h_step_parts(k, self.max_levels, small=self.small)
+        parts = plan_h_step_parts(k, self.levels_for(k, h_step=True), small=self.small)
         for name, plans in parts:
             if name in waits:
                 stream.wait_event(waits[name])

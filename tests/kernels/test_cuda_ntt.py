@@ -454,11 +454,12 @@ def test_small_h_identity_at_tau(cp, eng_small, k: int) -> None:
     assert (ev[0] * ev[1] - ev[2]) % R == h_tau * ((pow(tau, n, R) - 1) % R) % R
 
 
-@pytest.mark.parametrize("levels", [6, 7, 8])
+@pytest.mark.parametrize("levels", [6, 7, 8, 10])
 def test_small_tiles_equal_the_default_plans(cp, levels: int) -> None:
-    """Passes of at most ``levels`` levels on 2^levels-element tiles (``bench ntt
-    --max-levels``), at 2^20 and 2^14 in every direction and order: bit for bit the default
-    plans' output (those are checked against the reference above), outputs poisoned."""
+    """Passes of at most ``levels`` levels on tiles of at most 2^levels elements (``bench ntt
+    --max-levels``; 10 is the plans before 2^9 tiles became the default), at 2^20 and 2^14 in
+    every direction and order: bit for bit the default plans' output (those are checked
+    against the reference above), outputs poisoned."""
     from kernels.cuda import fr as cuda_fr
     from kernels.cuda.ntt import CudaNtt
 

@@ -255,24 +255,43 @@ def test_shared_twiddles_with_many_passes(emu: ctypes.CDLL, k: int, max_levels: 
             _check_one(em, plans, K, inverse, coset, io, oo)
 
 
-@pytest.mark.parametrize("k", [13, 15])
-def test_small_plans_with_small_tiles(emu: ctypes.CDLL, k: int) -> None:
-    """``max_levels`` below 2^10 makes the tiles that small with the small plans too (the 2^20
-    grid in 2^7-element tiles): every pass has a 2^7 tile where the levels below it leave room
-    for its columns, and the transforms still equal the reference in every direction (random
-    orders, outputs poisoned)."""
+@pytest.mark.parametrize("k, levels", [(13, 7), (15, 7), (13, 9), (15, 9)])
+def test_small_plans_with_small_tiles(emu: ctypes.CDLL, k: int, levels: int) -> None:
+    """``max_levels`` below 2^10 makes the tiles that small with the small plans too (2^9 is
+    CudaNtt's default, 2^7 the 2^20 grid in 2^7-element tiles): every pass has a 2^levels tile
+    where the levels below it leave room for its columns, and the transforms still equal the
+    reference in every direction (random orders, outputs poisoned)."""
     em = Emulator(emu)
     for inverse in (False, True):
         for coset in (False, True):
             io, oo = random.choice(cn.ORDERS), random.choice(cn.ORDERS)
             plans = cn.plan_ntt(k, inverse=inverse, coset=coset, input_order=io,
-                                output_order=oo, max_levels=7, small=True)  # fmt: skip
-            # 2^7 wherever the levels below the pass leave room for its columns
-            assert [p.tile_log for p in plans] == [p.L + min(7 - p.L, p.lowbits) for p in plans]
+                                output_order=oo, max_levels=levels, small=True)  # fmt: skip
+            # 2^levels wherever the levels below the pass leave room for its columns
+            want = [p.L + min(levels - p.L, p.lowbits) for p in plans]
+            assert [p.tile_log for p in plans] == want
             _check_one(em, plans, k, inverse, coset, io, oo)
     p20 = cn.plan_ntt(20, inverse=False, coset=False, input_order="natural",
                       output_order="natural", max_levels=7, small=True)  # fmt: skip
     assert [(p.L, p.tile_log, p.grid(1)[0]) for p in p20] == [(7, 7, 8192)] * 2 + [(6, 7, 8192)]
+
+
+def test_default_levels_rule() -> None:
+    """A CudaNtt given no max_levels plans with 2^9 tiles at every size, and the H step with
+    2^10 at 2^19 and 2^20 only (the sizes where that was measured faster); a given number wins
+    everywhere. Planning needs no GPU."""
+    eng, pinned = cn.CudaNtt(), cn.CudaNtt(max_levels=10)
+    for k in range(1, 28):
+        plans = eng.plan(k, inverse=False, coset=True, input_order="natural",
+                         output_order="natural")  # fmt: skip
+        assert eng.levels_for(k) == cn.FINE_TILE_LOG
+        assert all(p.tile_log <= max(p.L, cn.FINE_TILE_LOG) for p in plans), k
+        h_levels = cn.TILE_LOG if k in (19, 20) else cn.FINE_TILE_LOG
+        assert eng.levels_for(k, h_step=True) == h_levels
+        assert eng.h_plan(k) == cn.plan_h_step(k, h_levels, small=eng.small)
+        assert pinned.levels_for(k) == pinned.levels_for(k, h_step=True) == 10
+    assert [p.L for p in eng.plan(22, inverse=False, coset=False, input_order="natural",
+                                  output_order="natural")] == [8, 7, 7]  # fmt: skip
 
 
 def test_place_twiddles() -> None:
