@@ -83,12 +83,15 @@ if [ "${NCU-1}" = 1 ]; then
     for v in $VARIANTS; do
         IFS=: read -r tag tw launch lv <<<"$v"
         case "$tag" in base|both|pdl) ;; *) continue ;; esac
-        # skip the table-building transform, the warm-up and 19 timed ones (2 passes each)
+        # skip the table-building transform, the warm-up and 19 timed ones (P passes each, as
+        # the planner says for this variant), then profile one transform's P passes
+        P=$(python3 -c "from kernels.cuda.ntt import CudaNtt
+print(len(CudaNtt(max_levels=${lv:-0} or None).plan(20, inverse=False, coset=False, input_order='natural', output_order='natural')))")
         PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 240 "$NCU_BIN" \
-            --clock-control none -k "regex:ntt_pass_di" --launch-skip 42 --launch-count 2 \
+            --clock-control none -k "regex:ntt_pass_di" --launch-skip $((21 * P)) --launch-count "$P" \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
             --metrics "regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active$,smsp__issue_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,gpu__time_duration.sum" \
-            python3 -m provetop bench ntt --log-sizes 20 --repeats 30 --warmup 1 --no-h-step \
+            python3 -m provetop bench ntt --log-sizes 20 --repeats 30 --warmup 1 --warmup-ms 0 --no-h-step \
             >"$M/ncu-ntt20-$tag.txt" 2>&1
         echo "== ncu $tag rc=$?"
         grep -E "ntt_pass_di|gpu__time_duration.sum|Registers Per|Achieved Occupancy|Dynamic Shared|pipe_fmaheavy|issue_active|stalled_long_scoreboard|stalled_math" \

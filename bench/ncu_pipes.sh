@@ -35,10 +35,13 @@ profile() {  # profile NAME KERNEL_REGEX SKIP COMMAND... (COUNT launches, defaul
 FP="python3 bench/fp64_mul/run.py --out $W/fp64 --repeats 3 --random 1024"
 # KERNELS_ONLY=1: only the MSM accumulation and the NTT pass (an after-profile of a change there)
 if [ -n "${NTT_SMALL_ONLY:-}" ]; then
-    # before the timed forward transforms: the table-building one and the warm-up, 2 passes
-    # each; skip 42 = those 4 and 19 timed transforms, then profile one transform's 2 passes
-    COUNT=2 profile ntt20-passes "ntt_pass_di" 42 python3 -m provetop bench ntt --log-sizes 20 \
-        --repeats 30 --warmup 1 --no-h-step
+    # before the timed forward transforms: the table-building one and the warm-up, P passes
+    # each (the planner's count at 2^20); skip those and 19 timed transforms, 21 P launches,
+    # then profile one transform's P passes
+    P=$(python3 -c "from kernels.cuda.ntt import CudaNtt
+print(len(CudaNtt().plan(20, inverse=False, coset=False, input_order='natural', output_order='natural')))")
+    COUNT=$P profile ntt20-passes "ntt_pass_di" $((21 * P)) python3 -m provetop bench ntt --log-sizes 20 \
+        --repeats 30 --warmup 1 --warmup-ms 0 --no-h-step
     grep -E "ntt_pass_di|gpu__time_duration|Duration|Registers Per|Achieved Occupancy|Waves Per SM|Grid Size|Block Size|Dynamic Shared" \
         "$W/ntt20-passes.txt" | sed 's/^ */  /'
 elif [ -z "${KERNELS_ONLY:-}" ]; then
@@ -49,7 +52,7 @@ fi
 [ -n "${NTT_SMALL_ONLY:-}" ] || profile msm-accumulate0 "msm_accumulate0" 1 python3 -m provetop bench msm --log-sizes 24 \
     --repeats 1 --warmup 1
 [ -n "${NTT_SMALL_ONLY:-}" ] || profile ntt-pass "ntt_pass_di" 20 python3 -m provetop bench ntt --log-sizes 24 --repeats 1 \
-    --warmup 1 --no-h-step
+    --warmup 1 --warmup-ms 0 --no-h-step
 # the table: pipes over 5 %, issue, warps, registers, the three largest stall reasons
 for f in "$W"/*.txt; do
     [ "$(basename "$f")" = gpu.txt ] && continue

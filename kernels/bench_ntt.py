@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results-dir", default=str(RESULTS_DIR), help="where --json writes")
     parser.add_argument("--repeats", type=int, default=15, help="timed runs per measurement")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs first")
+    parser.add_argument(
+        "--warmup-ms",
+        type=float,
+        default=WARMUP_MS,
+        help="and untimed runs until this much time has passed (the clocks come up); 0: none",
+    )
     parser.add_argument(
         "--max-levels",
         type=int,
@@ -65,10 +72,24 @@ def _check_max_levels(value: int) -> int:
     return value
 
 
-def _time(cp: Any, fn: Any, repeats: int, warmup: int, rotate: int = 1) -> float:
+# Untimed runs go on until --warmup-ms has passed as well as for --warmup runs: two runs of a
+# 0.04-0.3 ms transform left the first sizes of a call 3-9 % slower in its first round than in
+# its second (2026-12-03, every size up to 2^21, both plans), i.e. the clocks were still coming
+# up. Profilers that count launches (bench/*ncu*.sh) pass --warmup-ms 0.
+WARMUP_MS = 100.0
+
+
+def _time(
+    cp: Any, fn: Any, repeats: int, warmup: int, rotate: int = 1, warmup_ms: float = 0.0
+) -> float:
     """Median milliseconds of fn(i) (i = run index, for rotating inputs), CUDA events."""
-    for i in range(warmup):
+    t0 = time.perf_counter()
+    i = 0
+    while i < warmup or (time.perf_counter() - t0) * 1e3 < warmup_ms:
         fn(i % rotate)
+        i += 1
+        if i % 16 == 0:  # keep the queue short, so the wall time is the GPU's
+            cp.cuda.get_current_stream().synchronize()
     cp.cuda.get_current_stream().synchronize()
     times = []
     for i in range(repeats):
@@ -166,7 +187,12 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
     }
     for name, kw in variants.items():
         ms = _time(
-            cp, lambda i, kw=kw: eng.ntt(xs[i], out=out, **kw), args.repeats, args.warmup, rotate
+            cp,
+            lambda i, kw=kw: eng.ntt(xs[i], out=out, **kw),
+            args.repeats,
+            args.warmup,
+            rotate,
+            args.warmup_ms,
         )
         plans = eng.plan(
             k,
@@ -181,7 +207,9 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
         c = elementwise("mul", a, b, tuning=eng.tuning)
         hout = cp.empty((n, 4), dtype=cp.uint64)
         reps = max(3, args.repeats // 3) if k >= 26 else args.repeats
-        ms = _time(cp, lambda i: eng.h_step(a, b, c, out=hout), reps, args.warmup)
+        ms = _time(
+            cp, lambda i: eng.h_step(a, b, c, out=hout), reps, args.warmup, 1, args.warmup_ms
+        )
         row["h_step"] = _bound(ms, *cn.plan_cost(eng.h_plan(k)), ceil)
     # device-to-device copy of the same size, for scale
     ms = _time(cp, lambda i: cp.copyto(out, xs[i]), args.repeats, args.warmup, rotate)
@@ -228,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     sizes = _parse_sizes(args.log_sizes)
     max_levels = _check_max_levels(args.max_levels)
+    if not 0.0 <= args.warmup_ms <= 60_000.0:  # also rejects nan
+        raise UsageError(f"--warmup-ms must lie in 0..60000, got {args.warmup_ms}")
     try:
         cp = require_cupy()
     except CudaUnavailable as exc:
@@ -235,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
     eng = cn.CudaNtt(max_levels=max_levels or None, tuning=tuning)
     meta = gpu_bench_meta(cp, bench_command(), tuning)
     # "auto": each size's plans follow cn.default_max_levels (the row's "max_levels" says which)
+    meta["warmup_ms"] = args.warmup_ms
     meta["max_levels"] = eng.max_levels if eng.max_levels is not None else "auto"
     meta["compile_defines"] = cn.ntt_defines(tuning)
     ceil = _ceilings(cp, args.repeats, tuning)
