@@ -122,13 +122,17 @@ def pass_lead(tuning: KernelTuning, host_scalars: bool) -> int:
 # e.g. 8388608); the default (2^40, NEVER_AFFINE) never starts a pass.
 AFFINE_THREADS = 1 << 16
 AFFINE_NB_MAX = 512
-# The radix sort (``msm_sort = "radix"``; msm.cu, "2-3, radix setting"): block size of its three
+# The radix sort (``msm_sort = "radix"``; msm.cu, "2-3, radix setting"): block size of its
 # kernels; level-1 tiles aimed at (enough blocks for 132 SMs, few enough that the (bin, tile)
 # counts stay small: 4 MiB per 1024 bins); entries per coarse bin aimed at for dense scalars,
-# and the most one level-2 block takes (twice the aim, so that a dense bin is one chunk and
+# and the most one bucket-step block takes (twice the aim, so that a dense bin is one chunk and
 # needs no global atomic); at most 2^12 buckets per bin and 12288 bins per level-1 launch (48 KiB
-# of shared counters each); and the level-1/2 buffers of one launch (10 bytes per scalar and
-# window: the keys, the entries and their low key bits), which sets the windows per launch.
+# of shared counters each); and the buffers of one launch (18 bytes per scalar and window: the
+# keys, the first partition level's entries and keys, the second's entries and low key bits),
+# which sets the windows per launch. The partition runs in two staged levels (msm.cu,
+# msm_radix_part_a/b): at most RADIX_SUPERBINS destinations in the first (3 shared words each),
+# and chunks of RADIX_STAGE entries, = RADIX_THREADS x MSM_RADIX_STAGE (16) of msm.cu, staged in
+# 32 KiB of shared memory.
 RADIX_THREADS = 256
 RADIX_TILES = 1024
 RADIX_BIN_ENTRIES = 1 << 14
@@ -136,6 +140,8 @@ RADIX_CHUNK = 1 << 15
 RADIX_MAX_LOW = 12
 RADIX_MAX_BINS = 12288
 RADIX_GROUP_BYTES = 1 << 30
+RADIX_SUPERBINS = 512
+RADIX_STAGE = RADIX_THREADS * 16
 # ``msm_sort_group``: windows per launch of both counting-sort kernels, overriding
 # :func:`sort_groups`' rule (0: the rule; for A/B runs). Fewer windows per launch keep the counters
 # they hit (B per window) in L2, at the price of reading the scalars once per launch
@@ -210,13 +216,25 @@ def make_plan(n: int, c: int) -> Plan:
 @dataclass(frozen=True)
 class RadixPlan:
     """Shape of the radix sort for one (n, c): coarse bins of 2^s consecutive buckets
-    (``bins`` per window), ``group`` windows per launch, level-1 tiles of ``tile`` scalars."""
+    (``bins`` per window), ``group`` windows per launch, level-1 tiles of ``tile`` scalars, and
+    superbins of 2^t coarse bins for the first partition level (:func:`superbin_log`)."""
 
     s: int
     bins: int
     group: int
     tile: int
     tiles: int
+    t: int = 0
+
+
+def superbin_log(nbins: int) -> int:
+    """The t whose superbins of 2^t coarse bins number at most RADIX_SUPERBINS with the ones'
+    superbin, for a launch of ``nbins`` regular bins: the first partition level's destinations
+    stay few enough for its runs to fill sectors, the second's 2^t bins per superbin too."""
+    t = 0
+    while -(-nbins // (1 << t)) + 1 > RADIX_SUPERBINS:
+        t += 1
+    return t
 
 
 def radix_plan(n: int, c: int, group: int = 0) -> RadixPlan:
@@ -232,23 +250,26 @@ def radix_plan(n: int, c: int, group: int = 0) -> RadixPlan:
     s = min(max(want.bit_length() - 1, 0), c - 1, RADIX_MAX_LOW)
     s = max(s, c - 1 - ((RADIX_MAX_BINS - 1).bit_length() - 1))
     bins = B >> s
-    g = group or max(1, RADIX_GROUP_BYTES // (10 * max(n, 1)))
+    g = group or max(1, RADIX_GROUP_BYTES // (18 * max(n, 1)))
     g = max(1, min(g, W, (RADIX_MAX_BINS - 1) // bins))
     per_thread = -(-max(n, 1) // (RADIX_TILES * RADIX_THREADS))
     tile = RADIX_THREADS * per_thread
-    return RadixPlan(s=s, bins=bins, group=g, tile=tile, tiles=-(-max(n, 1) // tile))
+    tiles = -(-max(n, 1) // tile)
+    return RadixPlan(s=s, bins=bins, group=g, tile=tile, tiles=tiles, t=superbin_log(g * bins))
 
 
 def radix_scratch_bytes(n: int, c: int, n_entries: int | None = None, group: int = 0) -> int:
     """Peak bytes of the radix sort's own buffers (beside the counting sort's counters and the
-    sorted entries): the keys of one launch's windows (4 g n), the entries and low key bits of
-    the largest launch (6 per entry, at most g n of them), the (bin, tile) counts with the scan's
-    output and temporary (3 x 4 bytes each) and the chunk starts. Its cursor per bucket is the
-    counting sort's, which :func:`scratch_bytes` counts already."""
+    sorted entries): the keys of one launch's windows (4 g n), the first partition level's
+    entries and keys and the second's entries and low key bits of the largest launch (8 + 6 per
+    entry, at most g n of them), the (bin, tile) counts with the scan's output and temporary (3 x
+    4 bytes each), the superbins' counts and bases (as many again at most) and the chunk starts
+    and cursors. Its cursor per bucket is the counting sort's, which :func:`scratch_bytes`
+    counts already."""
     rp = radix_plan(n, c, group)
     m_g = rp.group * n if n_entries is None else min(n_entries, rp.group * n)
     hist = 3 * 4 * (rp.group * rp.bins + 1) * rp.tiles
-    return 4 * rp.group * n + 6 * m_g + hist + 3 * 4 * (rp.group * rp.bins + 1)
+    return 4 * rp.group * n + 14 * m_g + 2 * hist + 5 * 4 * (rp.group * rp.bins + 1)
 
 
 # The scatter's counters take at most this fraction of the L2 per launch (sort_groups).
@@ -667,6 +688,9 @@ def _radix_sort(
     kbuf = cupy.empty(rp.group * n, dtype=np.uint32)
     a_ent = cupy.empty(max(max(sizes), 1), dtype=np.uint32)
     a_lo = cupy.empty(max(max(sizes), 1), dtype=np.uint16)
+    a1_e = cupy.empty(max(max(sizes), 1), dtype=np.uint32)
+    a1_k = cupy.empty(max(max(sizes), 1), dtype=np.uint32)
+    bufs = (a1_e, a1_k, a_ent, a_lo, sorted_e)
     chunk = RADIX_CHUNK
     for (w_lo, w_hi), size in zip(ranges, sizes, strict=True):
         nbin = (w_hi - w_lo) * rp.bins
@@ -680,14 +704,8 @@ def _radix_sort(
         first = w_lo * p.B + (cupy.arange(nbin + 1, dtype=np.int64) << rp.s)
         edges = offs[first]
         bin_start = cupy.concatenate([edges[:-1] - edges[0], offs[p.K - 1 : p.K]])
-        base = cupy.cumsum(hist, axis=1, dtype=np.uint32)
-        base -= hist
-        base += bin_start[:, None]
+        _radix_partition(mod, kbuf, n, p, rp, w_hi - w_lo, hist, bin_start, size, bufs, stream)
         del hist
-        args = (kbuf, _u32(n), _u32(p.B), _u32(w_hi - w_lo), _u32(rp.tile), _u32(rp.s), base)
-        args = (*args, a_ent, a_lo, sorted_e)
-        mod.launch_blocks("msm_radix_part", rp.tiles, RADIX_THREADS, args, shared, stream)
-        del base
         mark("partition")
         if size:
             bin_sizes = (edges[1:] - edges[:-1]).astype(np.int64)
@@ -699,6 +717,65 @@ def _radix_sort(
             shared_b = 4 << rp.s
             mod.launch_blocks("msm_radix_bucket", blocks, RADIX_THREADS, args, shared_b, stream)
         mark("bucket-sort")
+
+
+def _radix_partition(
+    mod: MsmKernels,
+    kbuf: Any,
+    n: int,
+    p: Plan,
+    rp: RadixPlan,
+    g: int,
+    hist: Any,
+    bin_start: Any,
+    size: int,
+    bufs: tuple[Any, ...],
+    stream: Any,
+) -> None:
+    """Stage 3b of the radix setting in its two staged levels (msm.cu): the group's ``size``
+    entries from the keys in ``kbuf`` to (a_ent, a_lo) grouped by coarse bin, the ones to their
+    final slots in sorted. ``hist``: the (bin, tile) counts of msm_radix_hist, ones last;
+    ``bin_start``: each bin's first slot (in a_ent; the ones' in sorted)."""
+    cupy = require_cupy()
+    a1_e, a1_k, a_ent, a_lo, sorted_e = bufs
+    nreg = g * rp.bins
+    t = superbin_log(nreg)  # the plan's, unless RADIX_SUPERBINS changed since (tests)
+    span = 1 << t
+    nsb = -(-nreg // span)
+    stage = RADIX_STAGE
+    # level a: superbin sb of tile i starts at the superbin's first slot plus the counts of its
+    # bins in the tiles before i
+    rows = hist[:nreg]
+    if nsb * span != nreg:
+        pad = cupy.zeros((nsb * span - nreg, rp.tiles), dtype=np.uint32)
+        rows = cupy.concatenate([rows, pad])
+    hsb = rows.reshape(nsb, span, rp.tiles).sum(axis=1, dtype=np.uint32)
+    hsb = cupy.concatenate([hsb, hist[nreg : nreg + 1]])
+    sb_first = cupy.ascontiguousarray(bin_start[0:nreg:span])
+    starts_a = cupy.concatenate([sb_first, bin_start[nreg : nreg + 1]])
+    base = cupy.cumsum(hsb, axis=1, dtype=np.uint32)
+    base -= hsb
+    base += starts_a[:, None]
+    del hsb, rows
+    head = (kbuf, _u32(n), _u32(p.B), _u32(g), _u32(rp.tile), _u32(rp.s), _u32(t))
+    args = (*head, _u32(stage), base, a1_e, a1_k, sorted_e)
+    shared = 4 * (3 * (nsb + 1) + 32 + 2 * stage)
+    mod.launch_blocks("msm_radix_part_a", rp.tiles, RADIX_THREADS, args, shared, stream)
+    del base
+    if not size:
+        return
+    # level b: superbin sb holds a1[sb_start[sb], sb_start[sb + 1]), one block per chunk
+    sb_start = cupy.concatenate([sb_first, cupy.asarray([size], dtype=np.uint32)])
+    sb_sizes = (sb_start[1:] - sb_start[:-1]).astype(np.int64)
+    pre_b = cupy.zeros(nsb + 1, dtype=np.uint32)
+    pre_b[1:] = cupy.cumsum((sb_sizes + (stage - 1)) // stage, dtype=np.uint32)
+    cursor = cupy.ascontiguousarray(bin_start[:nreg]).astype(np.uint32)
+    blocks = nsb + size // stage  # >= sum of ceil(superbin size / stage)
+    args = (a1_e, a1_k, _u32(rp.s), _u32(t), _u32(nsb), _u32(stage), sb_start, pre_b, cursor)
+    shared = 4 * (3 * span + 32 + 2 * stage)
+    mod.launch_blocks(
+        "msm_radix_part_b", blocks, RADIX_THREADS, (*args, a_ent, a_lo), shared, stream
+    )
 
 
 def window_sums(

@@ -258,18 +258,29 @@ def test_radix_sort_groups_the_same_entries(cp, poison, monkeypatch: pytest.Monk
 
     rng = random.Random()
     counting = KernelTuning(msm_sort="counting")
-    shapes = [(1 << 15, 1 << 14, 1024, 0), (48, 32, 3, 0), (48, 32, 3, 1), (5, 64, 7, 3)]
-    for chunk, bin_entries, tiles, group in shapes:
+    shapes = [
+        (1 << 15, 1 << 14, 1024, 0, 512, cm.RADIX_STAGE),
+        (48, 32, 3, 0, 512, cm.RADIX_STAGE),
+        (48, 32, 3, 1, 4, 64),
+        (5, 64, 7, 3, 3, 32),
+        (1 << 15, 8, 2, 0, 2, 512),
+    ]
+    for chunk, bin_entries, tiles, group, superbins, stage in shapes:
         monkeypatch.setattr(cm, "RADIX_CHUNK", chunk)
         monkeypatch.setattr(cm, "RADIX_BIN_ENTRIES", bin_entries)
         monkeypatch.setattr(cm, "RADIX_TILES", tiles)
+        # few superbins (many bins each) and small staged chunks: a tile's entries in many
+        # chunks at level a, a superbin in many blocks at level b
+        monkeypatch.setattr(cm, "RADIX_SUPERBINS", superbins)
+        monkeypatch.setattr(cm, "RADIX_STAGE", stage)
         radix = KernelTuning(msm_sort="radix", msm_sort_group=group)
         for n, kind, c in [(5000, "dense", 9), (3001, "witness", 13), (777, "edge", 7)]:
             ks = edge_scalars(c, n, rng) if kind == "edge" else scalars_of(kind, n, rng)
             ks[: n // 10] = [2] * (n // 10)  # one heavy bucket: a bin of many chunks
             want_offs, want = sorted_buckets(cp, ks, c, poison, counting)
             offs, got = sorted_buckets(cp, ks, c, poison, radix)
-            what = f"chunk={chunk} tiles={tiles} group={group}: n={n} {kind} c={c}"
+            what = f"chunk={chunk} tiles={tiles} group={group} superbins={superbins} "
+            what += f"stage={stage}: n={n} {kind} c={c}"
             assert (offs == want_offs).all(), what
             assert got.shape == want.shape and len(got) == int(offs[-1]), what
             for b in range(len(offs) - 1):
@@ -297,13 +308,21 @@ def test_radix_plan_fits_the_kernels() -> None:
                 assert 1 <= rp.group <= W and rp.group * rp.bins + 1 <= cm.RADIX_MAX_BINS
                 assert rp.tile % cm.RADIX_THREADS == 0 and rp.tiles * rp.tile >= n
                 assert (rp.tiles - 1) * rp.tile < n
+                # level a's superbins (with the ones') fit its shared counters
+                nsb = -(-(rp.group * rp.bins) // (1 << rp.t)) + 1
+                assert nsb <= cm.RADIX_SUPERBINS, (c, n, group)
+                if rp.t:  # and as many as fit: t is the least that does
+                    finer = -(-(rp.group * rp.bins) // (1 << (rp.t - 1))) + 1
+                    assert finer > cm.RADIX_SUPERBINS, (c, n, group)
     assert cm.radix_plan(1 << 27, 22) == cm.RadixPlan(
-        s=8, bins=8192, group=1, tile=1 << 17, tiles=1024
+        s=8, bins=8192, group=1, tile=1 << 17, tiles=1024, t=5
     )
     assert cm.radix_plan(1 << 24, 20) == cm.RadixPlan(
-        s=9, bins=1024, group=6, tile=1 << 14, tiles=1024
+        s=9, bins=1024, group=3, tile=1 << 14, tiles=1024, t=3
     )
-    assert cm.radix_plan(1 << 20, 16) == cm.RadixPlan(s=9, bins=64, group=16, tile=1024, tiles=1024)
+    assert cm.radix_plan(1 << 20, 16) == cm.RadixPlan(
+        s=9, bins=64, group=16, tile=1024, tiles=1024, t=2
+    )
     with pytest.raises(ValueError, match="msm_sort_group=-1"):
         cm.radix_plan(1 << 20, 16, -1)
 
