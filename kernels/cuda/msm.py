@@ -141,6 +141,7 @@ RADIX_MAX_LOW = 12
 RADIX_MAX_BINS = 12288
 RADIX_GROUP_BYTES = 1 << 30
 RADIX_SUPERBINS = 512
+RADIX_MAX_SPAN = 1 << 10  # bins per superbin at most: level b's 3 shared words each, 12 KiB
 RADIX_STAGE = RADIX_THREADS * 16
 # ``msm_sort_group``: windows per launch of both counting-sort kernels, overriding
 # :func:`sort_groups`' rule (0: the rule; for A/B runs). Fewer windows per launch keep the counters
@@ -234,6 +235,10 @@ def superbin_log(nbins: int) -> int:
     t = 0
     while -(-nbins // (1 << t)) + 1 > RADIX_SUPERBINS:
         t += 1
+    if 1 << t > RADIX_MAX_SPAN:  # not with the shipped constants: 12287 bins need t <= 5
+        raise ValueError(
+            f"{nbins} bins need superbins of 2^{t} bins, over RADIX_MAX_SPAN ({RADIX_MAX_SPAN})"
+        )
     return t
 
 

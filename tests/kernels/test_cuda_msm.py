@@ -263,7 +263,7 @@ def test_radix_sort_groups_the_same_entries(cp, poison, monkeypatch: pytest.Monk
         (48, 32, 3, 0, 512, cm.RADIX_STAGE),
         (48, 32, 3, 1, 4, 64),
         (5, 64, 7, 3, 3, 32),
-        (1 << 15, 8, 2, 0, 2, 512),
+        (1 << 15, 8, 2, 0, 16, 512),
     ]
     for chunk, bin_entries, tiles, group, superbins, stage in shapes:
         monkeypatch.setattr(cm, "RADIX_CHUNK", chunk)
@@ -310,7 +310,7 @@ def test_radix_plan_fits_the_kernels() -> None:
                 assert (rp.tiles - 1) * rp.tile < n
                 # level a's superbins (with the ones') fit its shared counters
                 nsb = -(-(rp.group * rp.bins) // (1 << rp.t)) + 1
-                assert nsb <= cm.RADIX_SUPERBINS, (c, n, group)
+                assert nsb <= cm.RADIX_SUPERBINS and 1 << rp.t <= cm.RADIX_MAX_SPAN, (c, n, group)
                 if rp.t:  # and as many as fit: t is the least that does
                     finer = -(-(rp.group * rp.bins) // (1 << (rp.t - 1))) + 1
                     assert finer > cm.RADIX_SUPERBINS, (c, n, group)
