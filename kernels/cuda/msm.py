@@ -743,8 +743,8 @@ def _radix_partition(
     ``bin_start``: each bin's first slot (in a_ent; the ones' in sorted)."""
     cupy = require_cupy()
     a1_e, a1_k, a_ent, a_lo, sorted_e = bufs
-    nreg = g * rp.bins
-    t = superbin_log(nreg)  # the plan's, unless RADIX_SUPERBINS changed since (tests)
+    nreg = g * rp.bins  # the plan's superbins cover the last group's fewer windows too
+    t = rp.t
     span = 1 << t
     nsb = -(-nreg // span)
     stage = RADIX_STAGE
@@ -774,7 +774,7 @@ def _radix_partition(
     sb_sizes = (sb_start[1:] - sb_start[:-1]).astype(np.int64)
     pre_b = cupy.zeros(nsb + 1, dtype=np.uint32)
     pre_b[1:] = cupy.cumsum((sb_sizes + (stage - 1)) // stage, dtype=np.uint32)
-    cursor = cupy.ascontiguousarray(bin_start[:nreg]).astype(np.uint32)
+    cursor = bin_start[:nreg].astype(np.uint32)  # a copy: level b advances it
     blocks = nsb + size // stage  # >= sum of ceil(superbin size / stage)
     args = (a1_e, a1_k, _u32(rp.s), _u32(t), _u32(nsb), _u32(stage), sb_start, pre_b, cursor)
     shared = 4 * (3 * span + 32 + 2 * stage)
