@@ -5,13 +5,15 @@
 # alternate the variants (so drift over the call falls on all of them). First the GPU tests of
 # the NTT (both settings' pairs), the CUDA self-test; then the bench; then each variant's host
 # time per call (the GPU kept busy meanwhile); then Nsight Compute on one 2^20 transform's
-# passes of the variants base, both and pdl.
+# passes of the variants NCU_TAGS names (default: base, both and pdl).
 # Usage on the device machine (carry kernels/cuda/cubin and .whl):
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_ntt_ab.sh
 #   VARIANTS="base:global:cupy new:shared:driver" SIZES=20 ROUNDS=3 TESTS=0 NCU=0 bash bench/gpu_ntt_ab.sh
 #   ROUNDS=0 TESTS=0 HOST=0 bash bench/gpu_ntt_ab.sh   # Nsight Compute alone
 #   VARIANTS="d:global:driver d7:global:driver:7" SIZES=16,18,20 bash bench/gpu_ntt_ab.sh
 #                                                      # 2^7-element tiles against 2^10
+#   VARIANTS="d:global:driver lo9:global:driver:0:9" SIZES=16,20,22,24 bash bench/gpu_ntt_ab.sh
+#                                                      # the lowest pass at 9 levels
 # Everything lands in /tmp/nttab (emptied first), packed into $OUT/nttab.tgz; a table is printed last.
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -35,12 +37,14 @@ fi
 
 for r in $(seq 1 "$ROUNDS"); do
     for v in $VARIANTS; do
-        # tag:twiddles:launch[:levels], levels = bench ntt --max-levels (tiles of 2^levels)
-        IFS=: read -r tag tw launch lv <<<"$v"
+        # tag:twiddles:launch[:levels[:lowest]], levels = bench ntt --max-levels (tiles of
+        # 2^levels), lowest = --lowest-levels (the levels of the pass over the lowest ones)
+        IFS=: read -r tag tw launch lv lo <<<"$v"
         mkdir -p "$M/ntt-$tag-r$r"
         PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 200 python3 -m provetop \
             bench ntt --log-sizes "$SIZES" --repeats 15 --json --results-dir "$M/ntt-$tag-r$r" \
-            ${lv:+--max-levels $lv} 2>&1 | tee -a "$M/log" | grep -E "^2\^|wrote"
+            ${lv:+--max-levels $lv} ${lo:+--lowest-levels $lo} 2>&1 | tee -a "$M/log" \
+            | grep -E "^2\^|wrote"
     done
 done
 
@@ -49,7 +53,7 @@ done
 # small transforms measures the GPU instead)
 for v in $VARIANTS; do
     [ "${HOST-1}" = 1 ] || break
-    IFS=: read -r tag tw launch lv <<<"$v"
+    IFS=: read -r tag tw launch lv lo <<<"$v"
     PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 60 python3 - "$tag" <<'PY' 2>&1 | tee -a "$M/log"
 import sys, time
 import numpy as np
@@ -81,18 +85,18 @@ done
 if [ "${NCU-1}" = 1 ]; then
     NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1 || true)
     for v in $VARIANTS; do
-        IFS=: read -r tag tw launch lv <<<"$v"
-        case "$tag" in base|both|pdl) ;; *) continue ;; esac
+        IFS=: read -r tag tw launch lv lo <<<"$v"
+        case " ${NCU_TAGS-base both pdl} " in *" $tag "*) ;; *) continue ;; esac
         # skip the table-building transform, the warm-up and 19 timed ones (P passes each, as
         # the planner says for this variant), then profile one transform's P passes
         P=$(python3 -c "from kernels.cuda.ntt import CudaNtt
-print(len(CudaNtt(max_levels=${lv:-0} or None).plan(20, inverse=False, coset=False, input_order='natural', output_order='natural')))")
+print(len(CudaNtt(max_levels=${lv:-0} or None, lowest_levels=${lo:-0}).plan(20, inverse=False, coset=False, input_order='natural', output_order='natural')))")
         PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 240 "$NCU_BIN" \
             --clock-control none -k "regex:ntt_pass_di" --launch-skip $((21 * P)) --launch-count "$P" \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
             --metrics "regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active$,smsp__issue_active.avg.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,gpu__time_duration.sum" \
             python3 -m provetop bench ntt --log-sizes 20 --repeats 30 --warmup 1 --warmup-ms 0 --no-h-step \
-            >"$M/ncu-ntt20-$tag.txt" 2>&1
+            ${lv:+--max-levels $lv} ${lo:+--lowest-levels $lo} >"$M/ncu-ntt20-$tag.txt" 2>&1
         echo "== ncu $tag rc=$?"
         grep -E "ntt_pass_di|gpu__time_duration.sum|Registers Per|Achieved Occupancy|Dynamic Shared|pipe_fmaheavy|issue_active|stalled_long_scoreboard|stalled_math" \
             "$M/ncu-ntt20-$tag.txt" | sed 's/^ */  /'

@@ -51,6 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(finer grids); 0: the measured rule per size (2^9 tiles; 2^10 for the H step at 2^19 "
         "and 2^20)",
     )
+    parser.add_argument(
+        "--lowest-levels",
+        type=int,
+        default=0,
+        help="levels of the transforms' pass over the lowest levels, 1..10 (the others split "
+        "as --max-levels says; the H step keeps its plans); 0: as the others",
+    )
     parser.add_argument("--no-h-step", action="store_true", help="skip the H-step timing")
 
 
@@ -256,16 +263,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     sizes = _parse_sizes(args.log_sizes)
     max_levels = _check_max_levels(args.max_levels)
+    if not 0 <= args.lowest_levels <= cn.TILE_LOG:
+        raise UsageError(f"--lowest-levels must lie in 0..{cn.TILE_LOG}, got {args.lowest_levels}")
     if not 0.0 <= args.warmup_ms <= 60_000.0:  # also rejects nan
         raise UsageError(f"--warmup-ms must lie in 0..60000, got {args.warmup_ms}")
     try:
         cp = require_cupy()
     except CudaUnavailable as exc:
         raise UsageError(f"bench ntt needs a GPU: {exc}") from exc
-    eng = cn.CudaNtt(max_levels=max_levels or None, tuning=tuning)
+    eng = cn.CudaNtt(max_levels=max_levels or None, tuning=tuning, lowest_levels=args.lowest_levels)
     meta = gpu_bench_meta(cp, bench_command(), tuning)
     # "auto": each size's plans follow cn.default_max_levels (the row's "max_levels" says which)
     meta["warmup_ms"] = args.warmup_ms
+    meta["lowest_levels"] = eng.lowest_levels
     meta["max_levels"] = eng.max_levels if eng.max_levels is not None else "auto"
     meta["compile_defines"] = cn.ntt_defines(tuning)
     ceil = _ceilings(cp, args.repeats, tuning)

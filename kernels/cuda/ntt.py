@@ -162,6 +162,7 @@ def plan_transform(
     quotient: tuple[str, str] | None = None,
     max_levels: int = TILE_LOG,
     small: bool = False,
+    lowest_levels: int = 0,
 ) -> list[Pass]:
     """The passes of one transform of size 2^k from buffer ``src`` into ``dst``.
 
@@ -183,7 +184,16 @@ def plan_transform(
     8,192 blocks and a last round under 4 % of the pass; at 2^20 the whole vector (32 MiB)
     stays in L2, so the extra pass costs little memory time. sppark runs 2^20 as three steps
     of 6-7 levels.
+
+    ``lowest_levels`` (1 .. TILE_LOG; 0: off; ``provetop bench ntt --lowest-levels``) gives the
+    pass over the lowest levels exactly that many, the others split as above. That pass has no
+    lower levels to take columns from, so its tile is 2^L elements whatever the tile size: with
+    2^9 tiles at 2^20 it is a 7-level pass in blocks of one warp (Nsight Compute, 2026-12-03:
+    the slowest of the three, its IMAD pipe 55 % busy against 65 %). Not a default until
+    measured.
     """
+    if not 0 <= lowest_levels <= TILE_LOG:
+        raise ValueError(f"lowest_levels must lie in 0..{TILE_LOG}, got {lowest_levels}")
     if input_order not in ORDERS or output_order not in ORDERS:
         raise ValueError(f"orders must be in {ORDERS}, got {input_order!r}, {output_order!r}")
     dit = output_order == "natural"
@@ -195,6 +205,10 @@ def plan_transform(
         levels = split_levels(k, max_levels, whole=WHOLE_TILE_LOG)
     else:
         levels = split_levels(k, max_levels)
+    if lowest_levels and len(levels) > 1 and k > lowest_levels:
+        rest = split_levels(k - lowest_levels, max_levels)
+        # the lowest levels are the first pass's in DIT order, the last one's in DIF
+        levels = [lowest_levels, *rest] if dit else [*rest, lowest_levels]
     full = small and k <= FULL_TABLE_MAX_LOG
     passes = []
     done = 0
@@ -244,6 +258,7 @@ def plan_ntt(
     output_order: str,
     max_levels: int = TILE_LOG,
     small: bool = False,
+    lowest_levels: int = 0,
 ) -> list[Pass]:
     """Passes for :meth:`CudaNtt.ntt`: buffer "x" (input, never written) into "out".
     The constants array (post_const) is always [n^-1, Z^-1] in Montgomery form."""
@@ -259,6 +274,7 @@ def plan_ntt(
         post_const=inverse and not coset,
         max_levels=max_levels,
         small=small,
+        lowest_levels=lowest_levels,
     )
 
 
@@ -628,10 +644,18 @@ class CudaNtt:
     name = "cuda"
 
     def __init__(
-        self, max_levels: int | None = None, tuning: KernelTuning = DEFAULT_TUNING
+        self,
+        max_levels: int | None = None,
+        tuning: KernelTuning = DEFAULT_TUNING,
+        lowest_levels: int = 0,
     ) -> None:
         # None: the measured rule per size (default_max_levels); a number pins every plan to it
         self.max_levels = max_levels
+        # the transforms' pass over the lowest levels takes this many (plan_transform); the H
+        # step keeps its plans
+        if not 0 <= lowest_levels <= TILE_LOG:
+            raise ValueError(f"lowest_levels must lie in 0..{TILE_LOG}, got {lowest_levels}")
+        self.lowest_levels = lowest_levels
         self.tuning = tuning
         # tuning ntt_small: the small plans and cached launch programs (see _program)
         self.small = tuning.ntt_small == "on"
@@ -652,6 +676,7 @@ class CudaNtt:
             output_order=output_order,
             max_levels=self.levels_for(k),
             small=self.small,
+            lowest_levels=self.lowest_levels,
         )
 
     def levels_for(self, k: int, *, h_step: bool = False) -> int:

@@ -76,6 +76,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("bench-ntt-levels", ["bench", "ntt", "--max-levels", "12"], "--max-levels must be 0"),
     ("bench-ntt-levels-neg", ["bench", "ntt", "--max-levels", "-3"], "--max-levels must be 0"),
     ("bench-ntt-warm-neg", ["bench", "ntt", "--warmup-ms", "-1"], "--warmup-ms must lie"),
+    ("bench-ntt-lowest", ["bench", "ntt", "--lowest-levels", "11"], "--lowest-levels must lie"),
     ("bench-ntt-warm-nan", ["bench", "ntt", "--warmup-ms", "nan"], "--warmup-ms must lie"),
     ("bench-tui-rate", ["bench", "tui", "--rate", "-5"], "--rate"),
     ("bench-tui-devices", ["bench", "tui", "--devices", "0"], "--devices"),

@@ -472,3 +472,21 @@ def test_small_tiles_equal_the_default_plans(cp, levels: int) -> None:
             fine.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=got)
             default.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=want)
             assert bool(cp.all(got == want)), (levels, k, inv, coset, io, oo)
+
+
+@pytest.mark.parametrize("lowest", [9, 10])
+def test_more_lowest_levels_equal_the_default_plans(cp, lowest: int) -> None:
+    """The transforms' pass over the lowest levels given ``lowest`` levels (``bench ntt
+    --lowest-levels``), at 2^20 and 2^14 in every direction and order: bit for bit the default
+    plans' output, outputs poisoned."""
+    from kernels.cuda import fr as cuda_fr
+    from kernels.cuda.ntt import CudaNtt
+
+    uneven, default = CudaNtt(lowest_levels=lowest), CudaNtt()
+    for k in (14, 20):
+        x = cuda_fr.random_fr((1 << k,), seed=random.getrandbits(64))
+        for inv, coset, io, oo in COMBOS:
+            got, want = _poisoned(cp, x.shape), _poisoned(cp, x.shape)
+            uneven.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=got)
+            default.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=want)
+            assert bool(cp.all(got == want)), (lowest, k, inv, coset, io, oo)

@@ -276,6 +276,46 @@ def test_small_plans_with_small_tiles(emu: ctypes.CDLL, k: int, levels: int) -> 
     assert [(p.L, p.tile_log, p.grid(1)[0]) for p in p20] == [(7, 7, 8192)] * 2 + [(6, 7, 8192)]
 
 
+@pytest.mark.parametrize("k", [13, 15])
+def test_plans_with_more_lowest_levels(emu: ctypes.CDLL, k: int) -> None:
+    """``lowest_levels`` gives the pass over the lowest levels (the first in DIT order, the last
+    in DIF) that many levels and splits the rest as before; the transforms still equal the
+    reference in every direction (random orders, outputs poisoned)."""
+    em = Emulator(emu)
+    for inverse in (False, True):
+        for coset in (False, True):
+            io, oo = random.choice(cn.ORDERS), random.choice(cn.ORDERS)
+            plans = cn.plan_ntt(k, inverse=inverse, coset=coset, input_order=io, output_order=oo,
+                                max_levels=5, small=True, lowest_levels=7)  # fmt: skip
+            lowest = plans[0] if oo == "natural" else plans[-1]
+            assert lowest.lowbits == 0 and lowest.L == 7 and lowest.tile_log == 7
+            assert sum(p.L for p in plans) == k and max(p.L for p in plans) == 7
+            _check_one(em, plans, k, inverse, coset, io, oo)
+
+
+def test_lowest_levels_shapes() -> None:
+    """2^20 with 2^9 tiles: 7 + 7 + 6 by default, 9 + 6 + 5 with the lowest pass at 9 (5 + 6 +
+    9 in DIF order); sizes that fit one pass, or the lowest pass alone, keep their plans; out of
+    range is refused."""
+
+    def levels(k: int, oo: str, lowest: int) -> list[int]:
+        plans = cn.plan_ntt(k, inverse=False, coset=False, input_order="natural",
+                            output_order=oo, max_levels=9, small=True,
+                            lowest_levels=lowest)  # fmt: skip
+        return [p.L for p in plans]
+
+    assert levels(20, "natural", 0) == [7, 7, 6]
+    assert levels(20, "natural", 9) == [9, 6, 5]
+    assert levels(20, "bitrev", 9) == [6, 5, 9]
+    assert levels(12, "natural", 9) == [12]
+    assert levels(9, "natural", 10) == [9]
+    with pytest.raises(ValueError, match="lowest_levels"):
+        cn.plan_ntt(20, inverse=False, coset=False, input_order="natural",
+                    output_order="natural", lowest_levels=11)  # fmt: skip
+    with pytest.raises(ValueError, match="lowest_levels"):
+        cn.CudaNtt(lowest_levels=-1)
+
+
 def test_default_levels_rule() -> None:
     """A CudaNtt given no max_levels plans with 2^9 tiles at every size, and the H step with
     2^10 at 2^19 and 2^20 only (the sizes where that was measured faster); a given number wins
