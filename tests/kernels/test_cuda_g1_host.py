@@ -225,6 +225,14 @@ int main() {
             }
             printf(" %d %d\n", (int)msm_scalar_is(s, 0), (int)msm_scalar_is(s, 1));
         }
+        else if (op == "owner") {  // n, then pre[0..n], then every block q < pre[n]
+            uint32_t n; in >> n;
+            std::vector<uint32_t> pre(n + 1);
+            for (auto& v : pre) in >> v;
+            for (uint32_t q = 0; q < pre[n]; q++)
+                printf("%s%u", q ? " " : "", msm_chunk_owner(pre.data(), n, q));
+            printf("\n");
+        }
         else { printf("?\n"); }
         fflush(stdout);
     }
@@ -409,3 +417,22 @@ def test_msm_pipeline_on_host(driver: Path, case: str, parts: int | str, reduce:
         assert want is None
     if case not in ("zeros",):
         assert int(got[0]) >= 1
+
+
+def test_chunk_owner(driver: Path) -> None:
+    """msm_chunk_owner (the radix kernels' block -> range map) against a plain scan: random
+    chunk counts with empty ranges among them, at the ends too, and a single range."""
+    rng = random.Random()
+    cases = [[3], [0, 2, 0], [1, 0, 0, 4, 0]]
+    cases += [[rng.choice([0, 0, 1, 2, 5]) for _ in range(rng.randint(1, 40))] for _ in range(20)]
+    cases = [c for c in cases if sum(c)]
+    lines = []
+    for counts in cases:
+        pre = [0]
+        for x in counts:
+            pre.append(pre[-1] + x)
+        lines.append(f"owner {len(counts)} " + " ".join(map(str, pre)))
+    got = run(driver, lines)
+    for counts, line in zip(cases, got, strict=True):
+        want = [j for j, x in enumerate(counts) for _ in range(x)]
+        assert list(map(int, line.split())) == want, counts

@@ -454,24 +454,31 @@ def test_small_h_identity_at_tau(cp, eng_small, k: int) -> None:
     assert (ev[0] * ev[1] - ev[2]) % R == h_tau * ((pow(tau, n, R) - 1) % R) % R
 
 
+def _assert_equals_default_plans(cp, eng, tag: int) -> None:
+    """``eng``'s transforms at 2^14 and 2^20, every direction and order, bit for bit those of a
+    CudaNtt with the default plans, outputs poisoned."""
+    from kernels.cuda import fr as cuda_fr
+    from kernels.cuda.ntt import CudaNtt
+
+    default = CudaNtt()
+    for k in (14, 20):
+        x = cuda_fr.random_fr((1 << k,), seed=random.getrandbits(64))
+        for inv, coset, io, oo in COMBOS:
+            got, want = _poisoned(cp, x.shape), _poisoned(cp, x.shape)
+            eng.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=got)
+            default.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=want)
+            assert bool(cp.all(got == want)), (tag, k, inv, coset, io, oo)
+
+
 @pytest.mark.parametrize("levels", [6, 7, 8, 10])
 def test_small_tiles_equal_the_default_plans(cp, levels: int) -> None:
     """Passes of at most ``levels`` levels on tiles of at most 2^levels elements (``bench ntt
     --max-levels``; 10 is the plans before 2^9 tiles became the default), at 2^20 and 2^14 in
     every direction and order: bit for bit the default plans' output (those are checked
     against the reference above), outputs poisoned."""
-    from kernels.cuda import fr as cuda_fr
     from kernels.cuda.ntt import CudaNtt
 
-    fine = CudaNtt(max_levels=levels)
-    default = CudaNtt()
-    for k in (14, 20):
-        x = cuda_fr.random_fr((1 << k,), seed=random.getrandbits(64))
-        for inv, coset, io, oo in COMBOS:
-            got, want = _poisoned(cp, x.shape), _poisoned(cp, x.shape)
-            fine.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=got)
-            default.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=want)
-            assert bool(cp.all(got == want)), (levels, k, inv, coset, io, oo)
+    _assert_equals_default_plans(cp, CudaNtt(max_levels=levels), levels)
 
 
 @pytest.mark.parametrize("lowest", [9, 10])
@@ -479,14 +486,6 @@ def test_more_lowest_levels_equal_the_default_plans(cp, lowest: int) -> None:
     """The transforms' pass over the lowest levels given ``lowest`` levels (``bench ntt
     --lowest-levels``), at 2^20 and 2^14 in every direction and order: bit for bit the default
     plans' output, outputs poisoned."""
-    from kernels.cuda import fr as cuda_fr
     from kernels.cuda.ntt import CudaNtt
 
-    uneven, default = CudaNtt(lowest_levels=lowest), CudaNtt()
-    for k in (14, 20):
-        x = cuda_fr.random_fr((1 << k,), seed=random.getrandbits(64))
-        for inv, coset, io, oo in COMBOS:
-            got, want = _poisoned(cp, x.shape), _poisoned(cp, x.shape)
-            uneven.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=got)
-            default.ntt(x, inverse=inv, coset=coset, input_order=io, output_order=oo, out=want)
-            assert bool(cp.all(got == want)), (lowest, k, inv, coset, io, oo)
+    _assert_equals_default_plans(cp, CudaNtt(lowest_levels=lowest), lowest)

@@ -315,13 +315,7 @@ extern "C" __global__ void msm_radix_part_b(const uint32_t* __restrict__ a1_e,
     extern __shared__ uint32_t radix_sh[];
     const uint32_t q = blockIdx.x;
     if (q >= pre_b[nsb]) return;  // the same for every thread of the block, before any barrier
-    uint32_t lo = 0, hi = nsb - 1;
-    while (lo < hi) {
-        const uint32_t mid = (lo + hi + 1) >> 1;
-        if (pre_b[mid] <= q) lo = mid;
-        else hi = mid - 1;
-    }
-    const uint32_t sb = lo, nsub = 1u << t, first = sb << t, low = (1u << s) - 1u;
+    const uint32_t sb = msm_chunk_owner(pre_b, nsb, q), nsub = 1u << t, first = sb << t, low = (1u << s) - 1u;
     const uint32_t start = sb_start[sb] + (q - pre_b[sb]) * chunk;
     const uint32_t sb_end = sb_start[sb + 1];
     const uint32_t end = sb_end - start > chunk ? start + chunk : sb_end;
@@ -378,14 +372,7 @@ extern "C" __global__ void msm_radix_bucket(const uint32_t* __restrict__ a_ent,
     extern __shared__ uint32_t radix_slot[];
     const uint32_t q = blockIdx.x;
     if (q >= pre[nbin]) return;  // the same for every thread of the block, before any barrier
-    // the bin of block q: the largest j with pre[j] <= q (then pre[j + 1] > q)
-    uint32_t lo = 0, hi = nbin - 1;
-    while (lo < hi) {
-        const uint32_t mid = (lo + hi + 1) >> 1;
-        if (pre[mid] <= q) lo = mid;
-        else hi = mid - 1;
-    }
-    const uint32_t j = lo, nb = 1u << s;
+    const uint32_t j = msm_chunk_owner(pre, nbin, q), nb = 1u << s;
     const uint32_t kb = key0 + (j << s), g0 = offs[key0];
     const uint32_t start = offs[kb] - g0 + (q - pre[j]) * chunk;
     const uint32_t b_end = offs[kb + nb] - g0;

@@ -63,6 +63,20 @@ MONT_HD uint32_t msm_key(const uint32_t s[8], uint32_t w, uint32_t c, uint32_t B
     return m ? w * B + (m - 1) : MSM_NONE;
 }
 
+// The radix kernels whose blocks each take one chunk of a range (a bin, a superbin): pre[j]
+// is range j's first block (n + 1 values, non-decreasing, pre[n] blocks in all). The range of
+// block q < pre[n]: the largest j with pre[j] <= q (empty ranges share their pre with the next
+// one and are skipped).
+MONT_HD uint32_t msm_chunk_owner(const uint32_t* __restrict__ pre, uint32_t n, uint32_t q) {
+    uint32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const uint32_t mid = (lo + hi + 1) >> 1;
+        if (pre[mid] <= q) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 // ---- per-thread bodies of the MSM kernels (host-callable for the C++ tests) ---------------
 
 // ---- 4: balanced bucket accumulation, level 0 (affine points in) ---------------------------
