@@ -273,9 +273,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"bench ntt needs a GPU: {exc}") from exc
     eng = cn.CudaNtt(max_levels=max_levels or None, tuning=tuning, lowest_levels=args.lowest_levels)
     meta = gpu_bench_meta(cp, bench_command(), tuning)
-    # "auto": each size's plans follow cn.default_max_levels (the row's "max_levels" says which)
     meta["warmup_ms"] = args.warmup_ms
     meta["lowest_levels"] = eng.lowest_levels
+    # "auto": each size's plans follow cn.default_max_levels (the row's "max_levels" says which)
     meta["max_levels"] = eng.max_levels if eng.max_levels is not None else "auto"
     meta["compile_defines"] = cn.ntt_defines(tuning)
     ceil = _ceilings(cp, args.repeats, tuning)

@@ -43,7 +43,7 @@ TILE_LOG = 10  # a tile holds at most 2^10 elements (32 KiB of shared memory) by
 # (128 KiB), and full factor tables (one multiplication per element instead of two) up to 2^22.
 SMALL_TILE_LOG = 11
 WHOLE_TILE_LOG = 12
-# What CudaNtt plans with when it is given no max_levels: passes of at most 2^9 levels with 2^9
+# What CudaNtt plans with when it is given no max_levels: passes of at most 9 levels on 2^9-element
 # tiles, measured faster than 2^10 tiles at every size from 2^13 to 2^27 on the H200
 # (2026-12-03: 2^20 0.281 -> 0.274 ms, 2^22 1.120 -> 1.027, 2^24 4.48 -> 4.28, 2^25 9.26 ->
 # 8.84; docs/performance-notes.md, "finer tiles at every size"), except the H step at 2^19 and
