@@ -123,22 +123,22 @@ def pass_lead(tuning: KernelTuning, host_scalars: bool) -> int:
 AFFINE_THREADS = 1 << 16
 AFFINE_NB_MAX = 512
 # The radix sort (``msm_sort = "radix"``; msm.cu, "2-3, radix setting"): block size of its
-# kernels; level-1 tiles aimed at (enough blocks for 132 SMs, few enough that the (bin, tile)
-# counts stay small: 4 MiB per 1024 bins); entries per coarse bin aimed at for dense scalars,
-# and the most one bucket-step block takes (twice the aim, so that a dense bin is one chunk and
-# needs no global atomic); at most 2^12 buckets per bin and 12288 bins per level-1 launch (48 KiB
-# of shared counters each); and the buffers of one launch (18 bytes per scalar and window: the
-# keys, the first partition level's entries and keys, the second's entries and low key bits),
-# which sets the windows per launch. The partition runs in two staged levels (msm.cu,
-# msm_radix_part_a/b): at most RADIX_SUPERBINS destinations in the first (3 shared words each),
-# and chunks of RADIX_STAGE entries, = RADIX_THREADS x MSM_RADIX_STAGE (16) of msm.cu, staged in
-# 32 KiB of shared memory.
+# kernels; level-1 tiles aimed at (enough blocks for 132 SMs, few enough that the (superbin,
+# tile) counts stay small); entries per coarse bin aimed at for dense scalars, and the most one
+# bucket-step block takes (twice the aim, so that a dense bin is one chunk and needs no global
+# atomic); at most 2^12 buckets per bin; and the buffers of one launch (18 bytes per scalar and
+# window: the keys, the first partition level's entries and keys, the second's entries and low
+# key bits), which sets the windows per launch with :func:`radix_plan`'s budget. The key pass
+# counts, and the partition's first level places, per superbin of 2^t coarse bins (msm.cu,
+# msm_radix_hist, msm_radix_part_a/b): at most RADIX_SUPERBINS of them per launch (3 shared
+# words each), of at most RADIX_MAX_SPAN bins (level b's shared counters), so a launch holds
+# at most (RADIX_SUPERBINS - 1) RADIX_MAX_SPAN bins; and chunks of RADIX_STAGE entries, =
+# RADIX_THREADS x MSM_RADIX_STAGE (16) of msm.cu, staged in 32 KiB of shared memory.
 RADIX_THREADS = 256
 RADIX_TILES = 1024
 RADIX_BIN_ENTRIES = 1 << 14
 RADIX_CHUNK = 1 << 15
 RADIX_MAX_LOW = 12
-RADIX_MAX_BINS = 12288
 RADIX_GROUP_BYTES = 1 << 30
 RADIX_SUPERBINS = 512
 RADIX_MAX_SPAN = 1 << 10  # bins per superbin at most: level b's 3 shared words each, 12 KiB
@@ -228,6 +228,12 @@ class RadixPlan:
     t: int = 0
 
 
+def radix_max_bins() -> int:
+    """Coarse bins one launch of the radix sort can hold: RADIX_SUPERBINS - 1 regular
+    superbins (the last is the ones') of RADIX_MAX_SPAN bins each."""
+    return (RADIX_SUPERBINS - 1) * RADIX_MAX_SPAN
+
+
 def superbin_log(nbins: int) -> int:
     """The t whose superbins of 2^t coarse bins number at most RADIX_SUPERBINS with the ones'
     superbin, for a launch of ``nbins`` regular bins: the first partition level's destinations
@@ -242,39 +248,53 @@ def superbin_log(nbins: int) -> int:
     return t
 
 
-def radix_plan(n: int, c: int, group: int = 0) -> RadixPlan:
+def radix_plan(n: int, c: int, group: int = 0, budget: int = 0) -> RadixPlan:
     """The radix sort's shape for n scalars and window c. Why these numbers: a bin of dense
     scalars holds about n 2^s / B entries, and RADIX_BIN_ENTRIES of them keep it one level-2
     chunk; s is capped so that a bin's counters fit a block (2^12) and a window's bins a
     level-1 launch's shared memory. ``group`` (``msm_sort_group``) > 0 fixes the windows per
-    launch (capped by the shared memory); 0 takes as many as RADIX_GROUP_BYTES of buffers allow."""
+    launch (capped by the shared memory); 0 takes as many as RADIX_GROUP_BYTES of buffers
+    allow, or ``budget`` bytes when that is more.
+
+    Why a budget: every launch's key pass reads all n scalars again, 12 times at 2^27 with one
+    window per launch (about 17 of the partition's 72 ms, 2026-12-03). The sort's buffers are
+    freed before the bucket array and the accumulation's levels exist, so up to the
+    accumulation phase's bytes (:func:`scratch_bytes` passes them) they cost no peak memory."""
     if group < 0:
         raise ValueError(f"msm_sort_group={group}: expected 0 (the rule) or more")
     W, B = num_windows(c), 1 << (c - 1)
+    max_bins = radix_max_bins()
     want = (RADIX_BIN_ENTRIES * B) // max(n, 1)
     s = min(max(want.bit_length() - 1, 0), c - 1, RADIX_MAX_LOW)
-    s = max(s, c - 1 - ((RADIX_MAX_BINS - 1).bit_length() - 1))
+    s = max(s, c - 1 - (max_bins.bit_length() - 1))
     bins = B >> s
     g = group or max(1, RADIX_GROUP_BYTES // (18 * max(n, 1)))
-    g = max(1, min(g, W, (RADIX_MAX_BINS - 1) // bins))
+    cap = max(1, min(W, max_bins // bins))
+    g = min(g, cap)
+    if not group and budget > RADIX_GROUP_BYTES:
+        while g < cap and radix_scratch_bytes(n, c, group=g + 1) <= budget:
+            g += 1
     per_thread = -(-max(n, 1) // (RADIX_TILES * RADIX_THREADS))
     tile = RADIX_THREADS * per_thread
     tiles = -(-max(n, 1) // tile)
     return RadixPlan(s=s, bins=bins, group=g, tile=tile, tiles=tiles, t=superbin_log(g * bins))
 
 
-def radix_scratch_bytes(n: int, c: int, n_entries: int | None = None, group: int = 0) -> int:
+def radix_scratch_bytes(
+    n: int, c: int, n_entries: int | None = None, group: int = 0, budget: int = 0
+) -> int:
     """Peak bytes of the radix sort's own buffers (beside the counting sort's counters and the
     sorted entries): the keys of one launch's windows (4 g n), the first partition level's
     entries and keys and the second's entries and low key bits of the largest launch (8 + 6 per
-    entry, at most g n of them), the (bin, tile) counts with the scan's output and temporary (3 x
-    4 bytes each), the superbins' counts and bases (as many again at most) and the chunk starts
-    and cursors. Its cursor per bucket is the counting sort's, which :func:`scratch_bytes`
-    counts already."""
-    rp = radix_plan(n, c, group)
+    entry, at most g n of them), the (superbin, tile) counts with the scan's output and
+    temporary (3 x 4 bytes each), and per bin its first index, edges, start, cursor and chunk
+    start (6 x 4 bytes). Its cursor per bucket is the counting sort's, which :func:`scratch_bytes`
+    counts already. ``group`` and ``budget`` as :func:`radix_plan` takes them."""
+    rp = radix_plan(n, c, group, budget)
     m_g = rp.group * n if n_entries is None else min(n_entries, rp.group * n)
-    hist = 3 * 4 * (rp.group * rp.bins + 1) * rp.tiles
-    return 4 * rp.group * n + 14 * m_g + 2 * hist + 5 * 4 * (rp.group * rp.bins + 1)
+    rows = -(-(rp.group * rp.bins) // (1 << rp.t)) + 1  # superbins, the ones' included
+    hist = 3 * 4 * rows * rp.tiles
+    return 4 * rp.group * n + 14 * m_g + hist + 6 * 4 * (rp.group * rp.bins + 1)
 
 
 # The scatter's counters take at most this fraction of the L2 per launch (sort_groups).
@@ -356,9 +376,20 @@ def scratch_bytes(
     before the bucket array exists, so the larger of the two phases counts."""
     c = c or choose_window_bits(n)
     p = make_plan(n, c)
-    dense_passes = tuning.msm_affine_dense
     m = n * p.W if n_entries is None else n_entries
     sort = 4 * 4 * (p.K + 1) + 4 * max(m, 1)
+    total = accumulation_bytes(n, p, m, tuning)
+    radix = 0
+    if tuning.msm_sort == "radix":
+        radix = radix_scratch_bytes(n, c, m, tuning.msm_sort_group, budget=total)
+    return sort + max(total, radix) + n + 16 * 512
+
+
+def accumulation_bytes(n: int, p: Plan, m: int, tuning: KernelTuning = DEFAULT_TUNING) -> int:
+    """The device bytes of an MSM's phase after the sort, for ``m`` entries (the terms of
+    :func:`scratch_bytes` from the bucket array on): what the radix sort's buffers may take
+    before it without raising the peak."""
+    dense_passes = tuning.msm_affine_dense
     total = 192 * p.K
     levels = 0
     if m:
@@ -378,11 +409,7 @@ def scratch_bytes(
         if red <= p.W:
             break
         red = p.W * -(-(red // p.W) // tuning.msm_reduce_fanin)
-    total += 192 * (p.W + 1)
-    radix = 0
-    if tuning.msm_sort == "radix":
-        radix = radix_scratch_bytes(n, c, m, tuning.msm_sort_group)
-    return sort + max(total, radix) + n + 16 * 512
+    return total + 192 * (p.W + 1)
 
 
 # --- module loading --------------------------------------------------------------------------
@@ -660,7 +687,7 @@ def _bucket_sort(
     cursor = offs[: p.K].copy()
     sorted_e = cupy.empty(m, dtype=np.uint32)
     if tuning.msm_sort == "radix":
-        _radix_sort(mod, scalars, n, p, offs, starts, cursor, sorted_e, stream, tuning, mark)
+        _radix_sort(mod, scalars, n, p, offs, starts, cursor, sorted_e, stream, tuning, mark, m)
     else:
         _, g_scatter = sort_groups(p.W, p.B, _l2_bytes(), tuning.msm_sort_group)
         for w_lo, w_hi in _window_ranges(p.W, g_scatter):
@@ -682,12 +709,15 @@ def _radix_sort(
     stream: Any,
     tuning: KernelTuning,
     mark: Any,
+    n_entries: int,
 ) -> None:
     """The radix setting's stages 3a-3c (msm.cu) per group of windows, into ``sorted_e``;
-    ``starts[w]`` = offs[w B] on the host. Marks "partition" (3a, 3b and the scan between) and
-    "bucket-sort" (3c) once per group; the breakdown sums them."""
+    ``starts[w]`` = offs[w B] on the host; ``n_entries`` in all, the ones included. Marks
+    "partition" (3a, 3b and the scan between) and "bucket-sort" (3c) once per group; the
+    breakdown sums them."""
     cupy = require_cupy()
-    rp = radix_plan(n, p.c, tuning.msm_sort_group)
+    budget = accumulation_bytes(n, p, n_entries, tuning)
+    rp = radix_plan(n, p.c, tuning.msm_sort_group, budget)
     ranges = _window_ranges(p.W, rp.group)
     sizes = [starts[hi] - starts[lo] for lo, hi in ranges]  # entries of each launch (no ones)
     kbuf = cupy.empty(rp.group * n, dtype=np.uint32)
@@ -699,10 +729,11 @@ def _radix_sort(
     chunk = RADIX_CHUNK
     for (w_lo, w_hi), size in zip(ranges, sizes, strict=True):
         nbin = (w_hi - w_lo) * rp.bins
-        shared = 4 * (nbin + 1)
-        hist = cupy.empty((nbin + 1, rp.tiles), dtype=np.uint32)
+        nsb = -(-nbin // (1 << rp.t))  # regular superbins; hist has the ones' row last
+        hist = cupy.empty((nsb + 1, rp.tiles), dtype=np.uint32)
         head = (_u32(n), _u32(p.c), _u32(p.W), _u32(w_lo), _u32(w_hi), _u32(rp.tile))
-        args = (scalars, *head, _u32(rp.s), kbuf, hist)
+        args = (scalars, *head, _u32(rp.s), _u32(rp.t), kbuf, hist)
+        shared = 4 * (nsb + 1)
         mod.launch_blocks("msm_radix_hist", rp.tiles, RADIX_THREADS, args, shared, stream)
         # bin j of the launch starts at offs[w_lo B + j 2^s] (relative to the launch's first
         # entry, in a_ent); the ones bin (last) at offs[W B], its final place in sorted_e
@@ -739,8 +770,8 @@ def _radix_partition(
 ) -> None:
     """Stage 3b of the radix setting in its two staged levels (msm.cu): the group's ``size``
     entries from the keys in ``kbuf`` to (a_ent, a_lo) grouped by coarse bin, the ones to their
-    final slots in sorted. ``hist``: the (bin, tile) counts of msm_radix_hist, ones last;
-    ``bin_start``: each bin's first slot (in a_ent; the ones' in sorted)."""
+    final slots in sorted. ``hist``: the (superbin, tile) counts of msm_radix_hist, the ones'
+    row last; ``bin_start``: each bin's first slot (in a_ent; the ones' in sorted)."""
     cupy = require_cupy()
     a1_e, a1_k, a_ent, a_lo, sorted_e = bufs
     nreg = g * rp.bins  # the plan's superbins cover the last group's fewer windows too
@@ -748,20 +779,13 @@ def _radix_partition(
     span = 1 << t
     nsb = -(-nreg // span)
     stage = RADIX_STAGE
-    # level a: superbin sb of tile i starts at the superbin's first slot plus the counts of its
-    # bins in the tiles before i
-    rows = hist[:nreg]
-    if nsb * span != nreg:
-        pad = cupy.zeros((nsb * span - nreg, rp.tiles), dtype=np.uint32)
-        rows = cupy.concatenate([rows, pad])
-    hsb = rows.reshape(nsb, span, rp.tiles).sum(axis=1, dtype=np.uint32)
-    hsb = cupy.concatenate([hsb, hist[nreg : nreg + 1]])
+    # level a: superbin sb of tile i starts at the superbin's first slot plus its counts in the
+    # tiles before i
     sb_first = cupy.ascontiguousarray(bin_start[0:nreg:span])
     starts_a = cupy.concatenate([sb_first, bin_start[nreg : nreg + 1]])
-    base = cupy.cumsum(hsb, axis=1, dtype=np.uint32)
-    base -= hsb
+    base = cupy.cumsum(hist, axis=1, dtype=np.uint32)
+    base -= hist
     base += starts_a[:, None]
-    del hsb, rows
     head = (kbuf, _u32(n), _u32(p.B), _u32(g), _u32(rp.tile), _u32(rp.s), _u32(t))
     args = (*head, _u32(stage), base, a1_e, a1_k, sorted_e)
     shared = 4 * (3 * (nsb + 1) + 32 + 2 * stage)

@@ -305,7 +305,7 @@ def test_radix_plan_fits_the_kernels() -> None:
             for group in (0, 1, 5):
                 rp = cm.radix_plan(n, c, group)
                 assert 0 <= rp.s <= 12 and rp.bins << rp.s == B, (c, n)
-                assert 1 <= rp.group <= W and rp.group * rp.bins + 1 <= cm.RADIX_MAX_BINS
+                assert 1 <= rp.group <= W and rp.group * rp.bins <= cm.radix_max_bins()
                 assert rp.tile % cm.RADIX_THREADS == 0 and rp.tiles * rp.tile >= n
                 assert (rp.tiles - 1) * rp.tile < n
                 # level a's superbins (with the ones') fit its shared counters
@@ -325,6 +325,21 @@ def test_radix_plan_fits_the_kernels() -> None:
     )
     with pytest.raises(ValueError, match="msm_sort_group=-1"):
         cm.radix_plan(1 << 20, 16, -1)
+    # with the accumulation phase's bytes as the budget: more windows per launch (fewer passes
+    # of the key pass over the scalars), and never more bytes than that phase, so the MSM's
+    # peak (scratch_bytes) is the counting sort's
+    radix = KernelTuning(msm_sort="radix")
+    for n, c in [(1 << 27, 22), (1 << 26, 22), (1 << 24, 20), (1 << 27, 19)]:
+        p = cm.make_plan(n, c)
+        budget = cm.accumulation_bytes(n, p, n * p.W, radix)
+        rp = cm.radix_plan(n, c, budget=budget)
+        assert rp.group >= cm.radix_plan(n, c).group
+        assert cm.radix_scratch_bytes(n, c, budget=budget) <= budget, (n, c)
+        assert cm.scratch_bytes(n, c, tuning=radix) == cm.scratch_bytes(n, c), (n, c)
+        if rp.group < p.W:  # the next window would not have fitted
+            assert cm.radix_scratch_bytes(n, c, group=rp.group + 1) > budget, (n, c)
+    assert cm.radix_plan(1 << 27, 22, budget=cm.accumulation_bytes(
+        1 << 27, cm.make_plan(1 << 27, 22), 12 << 27, radix)).group == 4  # fmt: skip
 
 
 def test_scratch_model_counts_the_radix_buffers() -> None:

@@ -119,10 +119,11 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
 // ---- 2-3, radix setting: a two-level partition in place of the scatter's global cursors -----
 //
 // msm_count and the scan still give every bucket's offsets (offs). Then, per group of windows:
-//   a. msm_radix_hist: tile t (a block) computes its scalars' keys once, stores them in kbuf
+//   a. msm_radix_hist: tile i (a block) computes its scalars' keys once, stores them in kbuf
 //      (row w - w_lo, 4 bytes each, key relative to the group | sign << 31) and counts them per
-//      coarse bin (2^s consecutive buckets; the ones are one extra bin) in shared memory:
-//      hist[bin][t]. The host scans each bin's row over the tiles (plus the bin's start).
+//      superbin (2^t coarse bins of 2^s consecutive buckets; the ones are one extra superbin)
+//      in shared memory: hist[superbin][i]. The host scans each superbin's row over the tiles
+//      (plus the superbin's start).
 //   b. msm_radix_part_a / _b: tile t places its entries at its superbins' offsets (2^t coarse
 //      bins each), staged in shared memory, in (a1_e, a1_k); then each chunk of a superbin goes
 //      to its bins' cursors, staged the same way, as entry and low key bits in (a_ent, a_lo),
@@ -138,12 +139,14 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
 
 extern "C" __global__ void msm_radix_hist(const uint32_t* __restrict__ scalars, uint32_t n,
                                           uint32_t c, uint32_t W, uint32_t w_lo, uint32_t w_hi,
-                                          uint32_t tile, uint32_t s, uint32_t* __restrict__ kbuf,
+                                          uint32_t tile, uint32_t s, uint32_t t,
+                                          uint32_t* __restrict__ kbuf,
                                           uint32_t* __restrict__ hist) {
     extern __shared__ uint32_t radix_cnt[];
     const uint32_t B = 1u << (c - 1), g = w_hi - w_lo;
-    const uint32_t nbin = g * (B >> s) + 1;  // the ones bin last
-    for (uint32_t j = threadIdx.x; j < nbin; j += blockDim.x) radix_cnt[j] = 0;
+    const uint32_t ones = g * (B >> s);                        // the ones bin
+    const uint32_t nsb = ((ones + (1u << t) - 1u) >> t) + 1u;  // superbins, the ones' last
+    for (uint32_t j = threadIdx.x; j < nsb; j += blockDim.x) radix_cnt[j] = 0;
     __syncthreads();
     const uint64_t t0 = (uint64_t)blockIdx.x * tile;
     const uint32_t end = t0 + tile < n ? (uint32_t)(t0 + tile) : n;
@@ -159,14 +162,15 @@ extern "C" __global__ void msm_radix_hist(const uint32_t* __restrict__ scalars, 
             uint32_t v = MSM_NONE;
             if (key != MSM_NONE) {
                 const uint32_t local = key == W * B ? g * B : key - w_lo * B;
-                atomicAdd(radix_cnt + (local >> s), 1u);
+                const uint32_t bin = local >> s;
+                atomicAdd(radix_cnt + (bin == ones ? nsb - 1u : bin >> t), 1u);
                 v = local | (neg ? 0x80000000u : 0u);
             }
             kbuf[(uint64_t)(w - w_lo) * n + i] = v;
         }
     }
     __syncthreads();
-    for (uint32_t j = threadIdx.x; j < nbin; j += blockDim.x)
+    for (uint32_t j = threadIdx.x; j < nsb; j += blockDim.x)
         hist[(uint64_t)j * gridDim.x + blockIdx.x] = radix_cnt[j];
 }
 
