@@ -710,43 +710,46 @@ def _radix_sort(
     tuning: KernelTuning,
     mark: Any,
     n_entries: int,
+    xp: Any = None,
 ) -> None:
     """The radix setting's stages 3a-3c (msm.cu) per group of windows, into ``sorted_e``;
     ``starts[w]`` = offs[w B] on the host; ``n_entries`` in all, the ones included. Marks
     "partition" (3a, 3b and the scan between) and "bucket-sort" (3c) once per group; the
-    breakdown sums them."""
-    cupy = require_cupy()
+    breakdown sums them. ``xp``: the array module (CuPy; numpy with the host build of the
+    kernels in tests/kernels/test_cuda_msm_radix_host.py)."""
+    xp = xp if xp is not None else require_cupy()
     budget = accumulation_bytes(n, p, n_entries, tuning)
     rp = radix_plan(n, p.c, tuning.msm_sort_group, budget)
     ranges = _window_ranges(p.W, rp.group)
     sizes = [starts[hi] - starts[lo] for lo, hi in ranges]  # entries of each launch (no ones)
-    kbuf = cupy.empty(rp.group * n, dtype=np.uint32)
-    a_ent = cupy.empty(max(max(sizes), 1), dtype=np.uint32)
-    a_lo = cupy.empty(max(max(sizes), 1), dtype=np.uint16)
-    a1_e = cupy.empty(max(max(sizes), 1), dtype=np.uint32)
-    a1_k = cupy.empty(max(max(sizes), 1), dtype=np.uint32)
+    kbuf = xp.empty(rp.group * n, dtype=np.uint32)
+    a_ent = xp.empty(max(max(sizes), 1), dtype=np.uint32)
+    a_lo = xp.empty(max(max(sizes), 1), dtype=np.uint16)
+    a1_e = xp.empty(max(max(sizes), 1), dtype=np.uint32)
+    a1_k = xp.empty(max(max(sizes), 1), dtype=np.uint32)
     bufs = (a1_e, a1_k, a_ent, a_lo, sorted_e)
     chunk = RADIX_CHUNK
     for (w_lo, w_hi), size in zip(ranges, sizes, strict=True):
         nbin = (w_hi - w_lo) * rp.bins
         nsb = -(-nbin // (1 << rp.t))  # regular superbins; hist has the ones' row last
-        hist = cupy.empty((nsb + 1, rp.tiles), dtype=np.uint32)
+        hist = xp.empty((nsb + 1, rp.tiles), dtype=np.uint32)
         head = (_u32(n), _u32(p.c), _u32(p.W), _u32(w_lo), _u32(w_hi), _u32(rp.tile))
         args = (scalars, *head, _u32(rp.s), _u32(rp.t), kbuf, hist)
         shared = 4 * (nsb + 1)
         mod.launch_blocks("msm_radix_hist", rp.tiles, RADIX_THREADS, args, shared, stream)
         # bin j of the launch starts at offs[w_lo B + j 2^s] (relative to the launch's first
         # entry, in a_ent); the ones bin (last) at offs[W B], its final place in sorted_e
-        first = w_lo * p.B + (cupy.arange(nbin + 1, dtype=np.int64) << rp.s)
+        first = w_lo * p.B + (xp.arange(nbin + 1, dtype=np.int64) << rp.s)
         edges = offs[first]
-        bin_start = cupy.concatenate([edges[:-1] - edges[0], offs[p.K - 1 : p.K]])
-        _radix_partition(mod, kbuf, n, p, rp, w_hi - w_lo, hist, bin_start, size, bufs, stream)
+        bin_start = xp.concatenate([edges[:-1] - edges[0], offs[p.K - 1 : p.K]])
+        args = (mod, kbuf, n, p, rp, w_hi - w_lo, hist, bin_start, size, bufs, stream)
+        _radix_partition(*args, xp=xp)
         del hist
         mark("partition")
         if size:
             bin_sizes = (edges[1:] - edges[:-1]).astype(np.int64)
-            pre = cupy.zeros(nbin + 1, dtype=np.uint32)
-            pre[1:] = cupy.cumsum((bin_sizes + (chunk - 1)) // chunk, dtype=np.uint32)
+            pre = xp.zeros(nbin + 1, dtype=np.uint32)
+            pre[1:] = xp.cumsum((bin_sizes + (chunk - 1)) // chunk, dtype=np.uint32)
             blocks = nbin + size // chunk  # >= sum of ceil(bin size / chunk)
             args = (a_ent, a_lo, offs, _u32(w_lo * p.B), _u32(nbin), _u32(rp.s), _u32(chunk))
             args = (*args, pre, cursor, sorted_e)
@@ -767,12 +770,13 @@ def _radix_partition(
     size: int,
     bufs: tuple[Any, ...],
     stream: Any,
+    xp: Any = None,
 ) -> None:
     """Stage 3b of the radix setting in its two staged levels (msm.cu): the group's ``size``
     entries from the keys in ``kbuf`` to (a_ent, a_lo) grouped by coarse bin, the ones to their
     final slots in sorted. ``hist``: the (superbin, tile) counts of msm_radix_hist, the ones'
     row last; ``bin_start``: each bin's first slot (in a_ent; the ones' in sorted)."""
-    cupy = require_cupy()
+    xp = xp if xp is not None else require_cupy()
     a1_e, a1_k, a_ent, a_lo, sorted_e = bufs
     nreg = g * rp.bins  # the plan's superbins cover the last group's fewer windows too
     t = rp.t
@@ -781,9 +785,9 @@ def _radix_partition(
     stage = RADIX_STAGE
     # level a: superbin sb of tile i starts at the superbin's first slot plus its counts in the
     # tiles before i
-    sb_first = cupy.ascontiguousarray(bin_start[0:nreg:span])
-    starts_a = cupy.concatenate([sb_first, bin_start[nreg : nreg + 1]])
-    base = cupy.cumsum(hist, axis=1, dtype=np.uint32)
+    sb_first = xp.ascontiguousarray(bin_start[0:nreg:span])
+    starts_a = xp.concatenate([sb_first, bin_start[nreg : nreg + 1]])
+    base = xp.cumsum(hist, axis=1, dtype=np.uint32)
     base -= hist
     base += starts_a[:, None]
     head = (kbuf, _u32(n), _u32(p.B), _u32(g), _u32(rp.tile), _u32(rp.s), _u32(t))
@@ -794,10 +798,10 @@ def _radix_partition(
     if not size:
         return
     # level b: superbin sb holds a1[sb_start[sb], sb_start[sb + 1]), one block per chunk
-    sb_start = cupy.concatenate([sb_first, cupy.asarray([size], dtype=np.uint32)])
+    sb_start = xp.concatenate([sb_first, xp.asarray([size], dtype=np.uint32)])
     sb_sizes = (sb_start[1:] - sb_start[:-1]).astype(np.int64)
-    pre_b = cupy.zeros(nsb + 1, dtype=np.uint32)
-    pre_b[1:] = cupy.cumsum((sb_sizes + (stage - 1)) // stage, dtype=np.uint32)
+    pre_b = xp.zeros(nsb + 1, dtype=np.uint32)
+    pre_b[1:] = xp.cumsum((sb_sizes + (stage - 1)) // stage, dtype=np.uint32)
     cursor = bin_start[:nreg].astype(np.uint32)  # a copy: level b advances it
     blocks = nsb + size // stage  # >= sum of ceil(superbin size / stage)
     args = (a1_e, a1_k, _u32(rp.s), _u32(t), _u32(nsb), _u32(stage), sb_start, pre_b, cursor)

@@ -538,4 +538,9 @@ __device__ __forceinline__ uint32_t msm_warp_slot(uint32_t* counter, uint32_t ke
     base = __shfl_sync(peers, base, leader);
     return base + rank;
 }
+#else
+// The host build's scalar load (radix.cuh compiled as C++ for the CPU tests).
+inline void msm_load_scalar(const uint32_t* scalars, uint64_t i, uint32_t s[8]) {
+    for (int j = 0; j < 8; j++) s[j] = scalars[8 * i + j];
+}
 #endif
