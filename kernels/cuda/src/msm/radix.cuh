@@ -107,6 +107,16 @@ __device__ __forceinline__ void radix_block_scan(const uint32_t* in, uint32_t* o
     }
 }
 
+// The shared memory of a staged level: three arrays of n words (per destination), 32 words for
+// radix_block_scan, and a chunk's entries and keys, ordered by destination; 4 (3 n + 32 + 2
+// chunk) bytes, as kernels/cuda/msm.py launches them.
+struct radix_stage_smem {
+    uint32_t *a, *b, *c, *tot, *st_e, *st_k;
+    __device__ __forceinline__ radix_stage_smem(uint32_t* sh, uint32_t n, uint32_t chunk)
+        : a(sh), b(sh + n), c(sh + 2 * n), tot(sh + 3 * n), st_e(sh + 3 * n + 32),
+          st_k(sh + 3 * n + 32 + chunk) {}
+};
+
 // The partition in two levels, each staged through shared memory so that its stores leave the
 // block in runs: a chunk of entries is ranked per destination (shared atomics), placed in
 // shared memory ordered by destination, then written out by consecutive threads to consecutive
@@ -128,12 +138,9 @@ __device__ __forceinline__ void msm_radix_part_a_body(
     uint32_t* __restrict__ radix_sh) {
     const uint32_t ones = g * (B >> s);                // the ones bin
     const uint32_t nsb = ((ones + (1u << t) - 1u) >> t) + 1u;  // superbins, the ones' last
-    uint32_t* cur = radix_sh;
-    uint32_t* cnt = cur + nsb;
-    uint32_t* pre = cnt + nsb;
-    uint32_t* tot = pre + nsb;
-    uint32_t* st_e = tot + 32;
-    uint32_t* st_k = st_e + chunk;
+    const radix_stage_smem sm(radix_sh, nsb, chunk);
+    uint32_t *cur = sm.a, *cnt = sm.b, *pre = sm.c, *tot = sm.tot;
+    uint32_t *st_e = sm.st_e, *st_k = sm.st_k;
     for (uint32_t j = threadIdx.x; j < nsb; j += blockDim.x)
         cur[j] = base[(uint64_t)j * gridDim.x + blockIdx.x];
     const uint64_t t0 = (uint64_t)blockIdx.x * tile;
@@ -205,16 +212,14 @@ __device__ __forceinline__ void msm_radix_part_b_body(
     uint16_t* __restrict__ a_lo, uint32_t* __restrict__ radix_sh) {
     const uint32_t q = blockIdx.x;
     if (q >= pre_b[nsb]) return;  // the same for every thread of the block, before any barrier
-    const uint32_t sb = msm_chunk_owner(pre_b, nsb, q), nsub = 1u << t, first = sb << t, low = (1u << s) - 1u;
+    const uint32_t sb = msm_chunk_owner(pre_b, nsb, q), nsub = 1u << t, first = sb << t;
+    const uint32_t low = (1u << s) - 1u;
     const uint32_t start = sb_start[sb] + (q - pre_b[sb]) * chunk;
     const uint32_t sb_end = sb_start[sb + 1];
     const uint32_t end = sb_end - start > chunk ? start + chunk : sb_end;
-    uint32_t* cnt = radix_sh;
-    uint32_t* pre = cnt + nsub;
-    uint32_t* dst0 = pre + nsub;
-    uint32_t* tot = dst0 + nsub;
-    uint32_t* st_e = tot + 32;
-    uint32_t* st_k = st_e + chunk;
+    const radix_stage_smem sm(radix_sh, nsub, chunk);
+    uint32_t *cnt = sm.a, *pre = sm.b, *dst0 = sm.c, *tot = sm.tot;
+    uint32_t *st_e = sm.st_e, *st_k = sm.st_k;
     for (uint32_t j = threadIdx.x; j < nsub; j += blockDim.x) cnt[j] = 0;
     __syncthreads();
     uint32_t e[MSM_RADIX_STAGE], k[MSM_RADIX_STAGE], r[MSM_RADIX_STAGE];
