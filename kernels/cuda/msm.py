@@ -241,7 +241,7 @@ def superbin_log(nbins: int) -> int:
     t = 0
     while -(-nbins // (1 << t)) + 1 > RADIX_SUPERBINS:
         t += 1
-    if 1 << t > RADIX_MAX_SPAN:  # not with the shipped constants: 12287 bins need t <= 5
+    if 1 << t > RADIX_MAX_SPAN:  # never for a radix_plan's launch (at most radix_max_bins())
         raise ValueError(
             f"{nbins} bins need superbins of 2^{t} bins, over RADIX_MAX_SPAN ({RADIX_MAX_SPAN})"
         )
@@ -252,9 +252,9 @@ def radix_plan(n: int, c: int, group: int = 0, budget: int = 0) -> RadixPlan:
     """The radix sort's shape for n scalars and window c. Why these numbers: a bin of dense
     scalars holds about n 2^s / B entries, and RADIX_BIN_ENTRIES of them keep it one level-2
     chunk; s is capped so that a bin's counters fit a block (2^12) and a window's bins a
-    level-1 launch's shared memory. ``group`` (``msm_sort_group``) > 0 fixes the windows per
-    launch (capped by the shared memory); 0 takes as many as RADIX_GROUP_BYTES of buffers
-    allow, or ``budget`` bytes when that is more.
+    launch (:func:`radix_max_bins`). ``group`` (``msm_sort_group``) > 0 fixes the windows per
+    launch (capped by the same); 0 takes as many as RADIX_GROUP_BYTES of buffers allow, or
+    ``budget`` bytes when that is more.
 
     Why a budget: every launch's key pass reads all n scalars again, 12 times at 2^27 with one
     window per launch (about 17 of the partition's 72 ms, 2026-12-03). The sort's buffers are
