@@ -10,11 +10,10 @@
 #   bash bench/gpu_msm.sh sortgroup  # all GPU tests, the full bench with the sort in one
 #                                         # launch and per window (group 1), group 3 at 2^24/2^27,
 #                                         # ones-heavy, host points
-#   bash bench/gpu_msm.sh sort   # all GPU MSM tests, then 2^20, 2^24, 2^27 with the counting
-#                                         # and the radix sort (PROVETOP_MSM_SORT), a ones-heavy
-#                                         # 2^27 with each; a table of medians and sort stages
-#                                         # last (radix stages: count+scan / partition /
-#                                         # bucket-sort); at most 8 minutes
+#   bash bench/gpu_msm.sh sort   # all GPU MSM tests, then 2^20, 2^22, 2^24, 2^27 with the
+#                                         # counting, radix and auto sorts (PROVETOP_MSM_SORT),
+#                                         # a ones-heavy 2^27 with each; a table of medians, sort
+#                                         # stages and pool / model last; at most 8 minutes
 #   bash bench/gpu_msm.sh mul    # the Fp multiplication variants: the chain micro-benchmark
 #                                         # (bench/fp64_mul), the GPU MSM tests (default build:
 #                                         # the tests take no defines), then 2^20, 2^24, 2^27 with each
@@ -34,36 +33,37 @@ B="python3 -m kernels.bench_msm --results-dir $OUT --json"
 if [ "$MODE" = "sort" ]; then
     timeout 180 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/msm.log" | tail -n 30
-    for s in counting radix; do
-        PROVETOP_MSM_SORT=$s timeout 100 $B --log-sizes 20,24,27 --check --tag "sort-$s" 2>&1 \
-            | tee -a "$OUT/msm.log" | tail -n 5
+    for s in counting radix auto; do
+        PROVETOP_MSM_SORT=$s timeout 100 $B --log-sizes 20,22,24,27 --check --tag "sort-$s" 2>&1 \
+            | tee -a "$OUT/msm.log" | tail -n 6
     done
-    for s in counting radix; do  # the ones bin: one shared counter per tile in the radix sort
+    for s in counting radix auto; do  # the ones bin: one shared counter per tile in the radix sort
         PROVETOP_MSM_SORT=$s timeout 50 $B --log-sizes 27 --repeats 3 --scalars ones-heavy \
             --tag "sort-$s" 2>&1 | tee -a "$OUT/msm.log" | tail -n 3
     done
     python3 - "$OUT" <<'PY'
 import glob, json, sys
 SORT = ("count+scan", "scatter", "partition", "bucket-sort")
-print("sort A/B, medians in ms (sort = count+scan + scatter, or count+scan + partition + bucket-sort)")
-print(f"{'scalars':>10} {'n':>5} {'counting':>9} {'radix':>8} {'ratio':>6} {'sort cnt':>9} {'sort rdx':>9}  radix stages")
+SORTS = ("counting", "radix", "auto")
+print("sort A/B, medians in ms (sort = count+scan + scatter, or count+scan + partition + bucket-sort);")
+print("pool = CuPy pool's total after the calls / the model (scratch_bytes)")
+print(f"{'scalars':>10} {'n':>5} " + " ".join(f"{s:>9}" for s in SORTS)
+      + "  " + " ".join(f"{'sort ' + s[:3]:>9}" for s in SORTS) + "  " + " ".join(f"{'pool ' + s[:3]:>9}" for s in SORTS))
 for kind in ("dense", "ones-heavy"):
     rows = {}
-    for s in ("counting", "radix"):
+    for s in SORTS:
         files = sorted(glob.glob(f"{sys.argv[1]}/msm-{kind}-device-sort-{s}-*.json"))
         for r in json.load(open(files[-1]))["rows"] if files else []:
             rows.setdefault(r["log_size"], {})[s] = r
     for k in sorted(rows):
-        a, b = rows[k].get("counting"), rows[k].get("radix")
-        if not (a and b):
-            print(f"{kind:>10} 2^{k}: missing {'counting' if not a else 'radix'}")
-            continue
-        sa = sum(a["breakdown_ms"].get(x, 0.0) for x in SORT)
-        sb = sum(b["breakdown_ms"].get(x, 0.0) for x in SORT)
-        st = " / ".join(f"{b['breakdown_ms'].get(x, 0.0):.1f}" for x in SORT[::2] + SORT[3:])
-        ck = f"  check {a['check']}/{b['check']}" if "check" in a and "check" in b else ""
-        print(f"{kind:>10} 2^{k:<3} {a['median_ms']:>9.1f} {b['median_ms']:>8.1f} "
-              f"{b['median_ms'] / a['median_ms']:>6.3f} {sa:>9.1f} {sb:>9.1f}  {st}{ck}")
+        got = rows[k]
+        ms = " ".join(f"{got[s]['median_ms']:>9.1f}" if s in got else f"{'-':>9}" for s in SORTS)
+        st = " ".join(f"{sum(got[s]['breakdown_ms'].get(x, 0.0) for x in SORT):>9.1f}"
+                      if s in got else f"{'-':>9}" for s in SORTS)
+        pool = " ".join(f"{got[s]['scratch_pool_total_bytes'] / got[s]['scratch_bytes_model']:>9.3f}"
+                        if s in got else f"{'-':>9}" for s in SORTS)
+        ck = " check " + "/".join(str(got[s].get("check")) for s in SORTS if s in got) if any("check" in got[s] for s in got) else ""
+        print(f"{kind:>10} 2^{k:<3} {ms}  {st}  {pool}{ck}")
 PY
 elif [ "$MODE" = "mul" ]; then
     # everything under $M, packed into $OUT/msm-mul.tgz at the end (the device tool brings back

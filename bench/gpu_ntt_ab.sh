@@ -12,8 +12,9 @@
 #   ROUNDS=0 TESTS=0 HOST=0 bash bench/gpu_ntt_ab.sh   # Nsight Compute alone
 #   VARIANTS="d:global:driver d7:global:driver:7" SIZES=16,18,20 bash bench/gpu_ntt_ab.sh
 #                                                      # 2^7-element tiles against 2^10
-#   VARIANTS="d:global:driver lo9:global:driver:0:9" SIZES=16,20,22,24 bash bench/gpu_ntt_ab.sh
-#                                                      # the lowest pass at 9 levels
+#   VARIANTS="d:global:driver lo0:global:driver:0:0" SIZES=16,20,22,24 bash bench/gpu_ntt_ab.sh
+#                                                      # the lowest pass as the others (the
+#                                                      # default gives it a whole 2^9 tile)
 # Everything lands in /tmp/nttab (emptied first), packed into $OUT/nttab.tgz; a table is printed last.
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -90,7 +91,7 @@ if [ "${NCU-1}" = 1 ]; then
         # skip the table-building transform, the warm-up and 19 timed ones (P passes each, as
         # the planner says for this variant), then profile one transform's P passes
         P=$(python3 -c "from kernels.cuda.ntt import CudaNtt
-print(len(CudaNtt(max_levels=${lv:-0} or None, lowest_levels=${lo:-0}).plan(20, inverse=False, coset=False, input_order='natural', output_order='natural')))")
+print(len(CudaNtt(max_levels=${lv:-0} or None, lowest_levels=${lo:-None}).plan(20, inverse=False, coset=False, input_order='natural', output_order='natural')))")
         PROVETOP_NTT_TWIDDLES=$tw PROVETOP_NTT_LAUNCH=$launch timeout 240 "$NCU_BIN" \
             --clock-control none -k "regex:ntt_pass_di" --launch-skip $((21 * P)) --launch-count "$P" \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \

@@ -54,9 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lowest-levels",
         type=int,
-        default=0,
+        default=None,
         help="levels of the transforms' pass over the lowest levels, 1..10 (the others split "
-        "as --max-levels says; the H step keeps its plans); 0: as the others",
+        "as --max-levels says; the H step keeps its plans); 0: as the others; default: a whole "
+        "2^9 tile, or as the others when --max-levels is given",
     )
     parser.add_argument("--no-h-step", action="store_true", help="skip the H-step timing")
 
@@ -184,6 +185,7 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
     eng.ntt(xs[0], out=out)  # builds the twiddle table outside the timing
     row: dict[str, Any] = {"log_size": k, "n": n, "rotating_inputs": rotate}
     row["max_levels"] = eng.levels_for(k)
+    row["lowest_levels"] = eng.lowest_for(k)
     row["h_step_max_levels"] = eng.levels_for(k, h_step=True)
     variants = {
         "forward": dict(inverse=False, coset=False),
@@ -263,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     sizes = _parse_sizes(args.log_sizes)
     max_levels = _check_max_levels(args.max_levels)
-    if not 0 <= args.lowest_levels <= cn.TILE_LOG:
+    if args.lowest_levels is not None and not 0 <= args.lowest_levels <= cn.TILE_LOG:
         raise UsageError(f"--lowest-levels must lie in 0..{cn.TILE_LOG}, got {args.lowest_levels}")
     if not 0.0 <= args.warmup_ms <= 60_000.0:  # also rejects nan
         raise UsageError(f"--warmup-ms must lie in 0..60000, got {args.warmup_ms}")
@@ -274,7 +276,8 @@ def run(args: argparse.Namespace) -> int:
     eng = cn.CudaNtt(max_levels=max_levels or None, tuning=tuning, lowest_levels=args.lowest_levels)
     meta = gpu_bench_meta(cp, bench_command(), tuning)
     meta["warmup_ms"] = args.warmup_ms
-    meta["lowest_levels"] = eng.lowest_levels
+    # "auto": each size's plans follow cn.default_lowest_levels (the row's "lowest_levels")
+    meta["lowest_levels"] = eng.lowest_levels if eng.lowest_levels is not None else "auto"
     # "auto": each size's plans follow cn.default_max_levels (the row's "max_levels" says which)
     meta["max_levels"] = eng.max_levels if eng.max_levels is not None else "auto"
     meta["compile_defines"] = cn.ntt_defines(tuning)

@@ -23,7 +23,7 @@ ON_OFF = ("off", "on")
 NTT_TWIDDLES = ("global", "shared")
 NTT_LAUNCHES = ("driver", "pdl", "cupy")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
-MSM_SORTS = ("counting", "radix")
+MSM_SORTS = ("counting", "radix", "auto")
 MSM_HOST_BUCKETS = ("query", "query-merge", "chunk")
 MSM_PASS_SCALARS = ("device", "host")
 MSM_REDUCES = ("span", "scaled", "auto")
@@ -259,9 +259,11 @@ SETTINGS: tuple[Setting, ...] = (
         "PROVETOP_MSM_SORT",
         "msm_sort",
         choice("PROVETOP_MSM_SORT", MSM_SORTS),
-        "`counting` (default), `radix`",
+        "`counting` (default), `radix`, `auto`",
         "how the MSM orders its entries by bucket after counting them: one global atomic per "
-        "entry (`counting`), or a two-level partition with shared-memory ranks (`radix`)",
+        "entry (`counting`), a two-level partition with shared-memory ranks (`radix`), or the "
+        "radix sort from 2^22 scalars when at least half the windows' entries are there "
+        "(`auto`)",
     ),
     Setting(
         "PROVETOP_MSM_AFFINE_DENSE",

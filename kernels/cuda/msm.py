@@ -143,6 +143,16 @@ RADIX_GROUP_BYTES = 1 << 30
 RADIX_SUPERBINS = 512
 RADIX_MAX_SPAN = 1 << 10  # bins per superbin at most: level b's 3 shared words each, 12 KiB
 RADIX_STAGE = RADIX_THREADS * 16
+# ``msm_sort = "auto"``: the radix sort for an MSM of at least 2^RADIX_AUTO_MIN_LOG scalars
+# whose dense entries (those of the windows, not the ones bucket) number at least
+# n W / RADIX_AUTO_MIN_FILL, the counting sort otherwise. Why, measured on the H200
+# (2026-12-03, 65334a9; docs/performance-notes.md): dense radix against counting 16.5 / 14.3 ms
+# at 2^20, 126.4 / 133.6 at 2^24, 854.2 / 892.9 at 2^27; but a witness of 48 % zeros and 48 %
+# ones (4 % of n W dense entries) 133.7 / 98.7 at 2^27: the partition's cost per launch is
+# mostly fixed per chunk of scalars, and mostly empty chunks waste it. The entries are known
+# after the count, before either sort runs, so the choice costs nothing.
+RADIX_AUTO_MIN_LOG = 22
+RADIX_AUTO_MIN_FILL = 2
 # ``msm_sort_group``: windows per launch of both counting-sort kernels, overriding
 # :func:`sort_groups`' rule (0: the rule; for A/B runs). Fewer windows per launch keep the counters
 # they hit (B per window) in L2, at the price of reading the scalars once per launch
@@ -372,17 +382,36 @@ def scratch_bytes(
     the bucket-reduction (A, R) pairs and their tree (384 per thread, about 1.07 x W G); the
     window sums (192 (W + 1)); plus the scalar classification (n bytes) and 512-byte rounding
     of each block. ``tuning``'s affine settings change the terms of the affine passes. With
-    ``msm_sort = "radix"`` the sort's own buffers (:func:`radix_scratch_bytes`) are alive only
-    before the bucket array exists, so the larger of the two phases counts."""
+    ``msm_sort = "radix"`` (or ``"auto"`` at a size where it may pick the radix sort) the
+    sort's own buffers (:func:`radix_scratch_bytes`) are alive only before the bucket array
+    exists, so the larger of the two phases counts."""
     c = c or choose_window_bits(n)
     p = make_plan(n, c)
     m = n * p.W if n_entries is None else n_entries
     sort = 4 * 4 * (p.K + 1) + 4 * max(m, 1)
     total = accumulation_bytes(n, p, m, tuning)
     radix = 0
-    if tuning.msm_sort == "radix":
+    if radix_possible(tuning, n):
         radix = radix_scratch_bytes(n, c, m, tuning.msm_sort_group, budget=total)
     return sort + max(total, radix) + n + 16 * 512
+
+
+def radix_possible(tuning: KernelTuning, n: int) -> bool:
+    """Whether an MSM of ``n`` scalars with ``tuning`` may run the radix sort (the memory
+    models count its buffers then)."""
+    if tuning.msm_sort == "auto":
+        return n >= 1 << RADIX_AUTO_MIN_LOG
+    return tuning.msm_sort == "radix"
+
+
+def sort_kind(tuning: KernelTuning, n: int, p: Plan, m_dense: int) -> str:
+    """The sort an MSM of ``n`` scalars with ``m_dense`` entries in its windows (the ones
+    bucket's not counted) runs: ``tuning.msm_sort``, with ``"auto"`` decided by the rule at
+    RADIX_AUTO_MIN_LOG."""
+    if tuning.msm_sort != "auto":
+        return tuning.msm_sort
+    dense = radix_possible(tuning, n) and m_dense * RADIX_AUTO_MIN_FILL >= n * p.W
+    return "radix" if dense else "counting"
 
 
 def accumulation_bytes(n: int, p: Plan, m: int, tuning: KernelTuning = DEFAULT_TUNING) -> int:
@@ -686,7 +715,7 @@ def _bucket_sort(
         return offs, None, 0, 0
     cursor = offs[: p.K].copy()
     sorted_e = cupy.empty(m, dtype=np.uint32)
-    if tuning.msm_sort == "radix":
+    if sort_kind(tuning, n, p, m_dense) == "radix":
         _radix_sort(mod, scalars, n, p, offs, starts, cursor, sorted_e, stream, tuning, mark, m)
     else:
         _, g_scatter = sort_groups(p.W, p.B, _l2_bytes(), tuning.msm_sort_group)
@@ -722,11 +751,12 @@ def _radix_sort(
     rp = radix_plan(n, p.c, tuning.msm_sort_group, budget)
     ranges = _window_ranges(p.W, rp.group)
     sizes = [starts[hi] - starts[lo] for lo, hi in ranges]  # entries of each launch (no ones)
-    kbuf = xp.empty(rp.group * n, dtype=np.uint32)
-    a_ent = xp.empty(max(max(sizes), 1), dtype=np.uint32)
-    a_lo = xp.empty(max(max(sizes), 1), dtype=np.uint16)
-    a1_e = xp.empty(max(max(sizes), 1), dtype=np.uint32)
-    a1_k = xp.empty(max(max(sizes), 1), dtype=np.uint32)
+    most = max(max(sizes), 1)
+    kbuf, a_ent, a_lo, a1_e, a1_k = _carve(
+        xp,
+        [(rp.group * n, np.uint32), (most, np.uint32), (most, np.uint16)]
+        + [(most, np.uint32), (most, np.uint32)],
+    )
     bufs = (a1_e, a1_k, a_ent, a_lo, sorted_e)
     chunk = RADIX_CHUNK
     for (w_lo, w_hi), size in zip(ranges, sizes, strict=True):
@@ -756,6 +786,30 @@ def _radix_sort(
             shared_b = 4 << rp.s
             mod.launch_blocks("msm_radix_bucket", blocks, RADIX_THREADS, args, shared_b, stream)
         mark("bucket-sort")
+
+
+# Byte alignment of the views _carve cuts: CuPy's pool rounds every block to 512 bytes, and
+# the kernels' 4-byte loads want at least that.
+CARVE_ALIGN = 512
+
+
+def _carve(xp: Any, shapes: list[tuple[int, Any]]) -> list[Any]:
+    """1-D arrays of the given (length, dtype) as views into one new allocation. Why one: the
+    radix sort's buffers are freed before the bucket array and the accumulation's levels are
+    made, and a pool such as CuPy's reuses a freed block only for requests that fit inside
+    it; five separate buffers (the largest 2.1 GB at 2^27) left the bucket array (4.8 GB) to
+    a new allocation, and the pool held 26.1 GB against the modelled 18.8 (2026-12-03,
+    65334a9). One block of their sum takes the next phase's arrays instead."""
+    offsets, total = [], 0
+    for length, dtype in shapes:
+        offsets.append(total)
+        nbytes = length * np.dtype(dtype).itemsize
+        total += -(-nbytes // CARVE_ALIGN) * CARVE_ALIGN
+    arena = xp.empty(max(total, 1), dtype=np.uint8)
+    return [
+        arena[o : o + length * np.dtype(dtype).itemsize].view(dtype)
+        for o, (length, dtype) in zip(offsets, shapes, strict=True)
+    ]
 
 
 def _radix_partition(
@@ -1159,7 +1213,7 @@ def _query_scratch(m: int, c: int, tuning: KernelTuning) -> int:
     buckets = 192 * K
     arrays = 2 if tuning.msm_host_buckets == "query-merge" else 1
     total = scratch_bytes(m, c, tuning=tuning) + (arrays - 1) * buckets + 4 * (K + 1)
-    if tuning.msm_sort == "radix":
+    if radix_possible(tuning, m):
         total += buckets
     return total
 

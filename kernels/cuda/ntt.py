@@ -148,6 +148,19 @@ def default_max_levels(k: int, *, h_step: bool = False) -> int:
     return FINE_TILE_LOG
 
 
+def default_lowest_levels(k: int) -> int:
+    """The levels a :class:`CudaNtt` without ``lowest_levels`` gives the transforms' pass over
+    the lowest levels at 2^k: a whole 2^9 tile (FINE_TILE_LOG). That pass has no lower levels
+    to take columns from, so with fewer levels it runs in blocks smaller than a tile; measured
+    on the H200 (2026-12-03, 65334a9, medians of three rounds), forward 2^16 0.0443 -> 0.0415
+    ms (8 + 8 -> 9 + 7 levels), 2^20 0.288 -> 0.272 (7 + 7 + 6 -> 9 + 6 + 5), 2^22 1.039 ->
+    1.024, 2^24 equal (4.296 / 4.291). At 2^17 .. 2^18 and from 2^25 the plans are the same
+    either way (2^18 still measured 0.0861 / 0.0801: the spread of those sizes). ``k`` is
+    taken so a size-dependent rule can replace this one without changing callers."""
+    del k
+    return FINE_TILE_LOG
+
+
 def plan_transform(
     k: int,
     *,
@@ -647,13 +660,14 @@ class CudaNtt:
         self,
         max_levels: int | None = None,
         tuning: KernelTuning = DEFAULT_TUNING,
-        lowest_levels: int = 0,
+        lowest_levels: int | None = None,
     ) -> None:
         # None: the measured rule per size (default_max_levels); a number pins every plan to it
         self.max_levels = max_levels
-        # the transforms' pass over the lowest levels takes this many (plan_transform); the H
-        # step keeps its plans
-        if not 0 <= lowest_levels <= TILE_LOG:
+        # the transforms' pass over the lowest levels takes this many (plan_transform; 0: as
+        # the others); None: default_lowest_levels when max_levels is None too, else 0, so a
+        # pinned max_levels gives the plans it gave before the rule. The H step keeps its plans.
+        if lowest_levels is not None and not 0 <= lowest_levels <= TILE_LOG:
             raise ValueError(f"lowest_levels must lie in 0..{TILE_LOG}, got {lowest_levels}")
         self.lowest_levels = lowest_levels
         self.tuning = tuning
@@ -676,8 +690,15 @@ class CudaNtt:
             output_order=output_order,
             max_levels=self.levels_for(k),
             small=self.small,
-            lowest_levels=self.lowest_levels,
+            lowest_levels=self.lowest_for(k),
         )
+
+    def lowest_for(self, k: int) -> int:
+        """The levels of the transforms' pass over the lowest levels at 2^k (0: as the others):
+        the number this instance was given, else the rule (see ``__init__``)."""
+        if self.lowest_levels is not None:
+            return self.lowest_levels
+        return default_lowest_levels(k) if self.max_levels is None else 0
 
     def levels_for(self, k: int, *, h_step: bool = False) -> int:
         """The most levels per pass (and the tile, 2^that, below 2^TILE_LOG) of this instance's

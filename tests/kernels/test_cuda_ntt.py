@@ -481,11 +481,12 @@ def test_small_tiles_equal_the_default_plans(cp, levels: int) -> None:
     _assert_equals_default_plans(cp, CudaNtt(max_levels=levels), levels)
 
 
-@pytest.mark.parametrize("lowest", [9, 10])
-def test_more_lowest_levels_equal_the_default_plans(cp, lowest: int) -> None:
+@pytest.mark.parametrize("lowest", [0, 7, 10])
+def test_other_lowest_levels_equal_the_default_plans(cp, lowest: int) -> None:
     """The transforms' pass over the lowest levels given ``lowest`` levels (``bench ntt
-    --lowest-levels``), at 2^20 and 2^14 in every direction and order: bit for bit the default
-    plans' output, outputs poisoned."""
+    --lowest-levels``; 0 is the plans before a whole tile became the default), at 2^20 and
+    2^14 in every direction and order: bit for bit the default plans' output, outputs
+    poisoned."""
     from kernels.cuda.ntt import CudaNtt
 
     _assert_equals_default_plans(cp, CudaNtt(lowest_levels=lowest), lowest)

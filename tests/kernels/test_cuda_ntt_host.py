@@ -317,21 +317,38 @@ def test_lowest_levels_shapes() -> None:
 
 
 def test_default_levels_rule() -> None:
-    """A CudaNtt given no max_levels plans with 2^9 tiles at every size, and the H step with
-    2^10 at 2^19 and 2^20 only (the sizes where that was measured faster); a given number wins
-    everywhere. Planning needs no GPU."""
+    """A CudaNtt given no max_levels plans with 2^9 tiles at every size, its transforms' lowest
+    pass a whole tile, and the H step with 2^10 at 2^19 and 2^20 only (the sizes where that was
+    measured faster); a given number wins everywhere, and a pinned max_levels keeps the lowest
+    pass as the others. Planning needs no GPU."""
     eng, pinned = cn.CudaNtt(), cn.CudaNtt(max_levels=10)
+    off = cn.CudaNtt(lowest_levels=0)
     for k in range(1, 28):
-        plans = eng.plan(k, inverse=False, coset=True, input_order="natural",
-                         output_order="natural")  # fmt: skip
+        for oo in cn.ORDERS:
+            plans = eng.plan(k, inverse=False, coset=True, input_order="natural",
+                             output_order=oo)  # fmt: skip
+            lowest = plans[0] if oo == "natural" else plans[-1]
+            assert lowest.lowbits == 0
+            if len(plans) > 1:
+                assert lowest.L == cn.FINE_TILE_LOG, (k, oo)
+            assert sum(p.L for p in plans) == k
         assert eng.levels_for(k) == cn.FINE_TILE_LOG
+        assert eng.lowest_for(k) == cn.FINE_TILE_LOG
+        assert off.lowest_for(k) == pinned.lowest_for(k) == 0
         assert all(p.tile_log <= max(p.L, cn.FINE_TILE_LOG) for p in plans), k
         h_levels = cn.TILE_LOG if k in (19, 20) else cn.FINE_TILE_LOG
         assert eng.levels_for(k, h_step=True) == h_levels
         assert eng.h_plan(k) == cn.plan_h_step(k, h_levels, small=eng.small)
         assert pinned.levels_for(k) == pinned.levels_for(k, h_step=True) == 10
-    assert [p.L for p in eng.plan(22, inverse=False, coset=False, input_order="natural",
-                                  output_order="natural")] == [8, 7, 7]  # fmt: skip
+
+    def levels(e: cn.CudaNtt, k: int) -> list[int]:
+        return [p.L for p in e.plan(k, inverse=False, coset=False, input_order="natural",
+                                    output_order="natural")]  # fmt: skip
+
+    assert levels(eng, 22) == [9, 7, 6] and levels(off, 22) == [8, 7, 7]
+    assert levels(eng, 20) == [9, 6, 5] and levels(off, 20) == [7, 7, 6]
+    assert levels(eng, 16) == [9, 7] and levels(off, 16) == [8, 8]
+    assert levels(eng, 27) == levels(off, 27) == [9, 9, 9]
 
 
 def test_place_twiddles() -> None:
