@@ -133,7 +133,10 @@ class KernelTuning:
     msm_defines: tuple[tuple[str, str], ...] = ()
     msm_affine_min_pairs: int = NEVER_AFFINE
     msm_sort_group: int = 0
-    msm_sort: str = "counting"
+    # measured on the H200, 2026-12-03 (8338651): auto against counting 12.6 / 12.6 ms at 2^20
+    # (counting taken), 39.4 / 40.1 at 2^22, 122.8 / 132.2 at 2^24, 848.8 / 890.6 at 2^27,
+    # ones-heavy 2^27 94.7 / 94.8 (counting taken); the pools within the model
+    msm_sort: str = "auto"
     msm_affine_dense: int = 0
     # measured on the H200, 2026-12-02: the bucket-reduce stage 2.80 -> 2.10 ms at 2^20, 10.2
     # -> 9.9 at 2^24, 32.3 -> 32.4 at 2^27 against span with fan-in 8
@@ -259,7 +262,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PROVETOP_MSM_SORT",
         "msm_sort",
         choice("PROVETOP_MSM_SORT", MSM_SORTS),
-        "`counting` (default), `radix`, `auto`",
+        "`auto` (default), `counting`, `radix`",
         "how the MSM orders its entries by bucket after counting them: one global atomic per "
         "entry (`counting`), a two-level partition with shared-memory ranks (`radix`), or the "
         "radix sort from 2^22 scalars when at least half the windows' entries are there "

@@ -60,8 +60,12 @@ def test_host_scratch_model() -> None:
     n, chunk = 1 << 27, 1 << 22
     per_chunk = replace(DEFAULT_TUNING, msm_host_buckets="chunk")
     c = cm.choose_window_bits(chunk)
+    # a streamed chunk sorts as the counting sort when the setting is auto (streamed_tuning)
+    streamed = cm.streamed_tuning(DEFAULT_TUNING)
     assert cm.host_scratch_bytes(n, chunk, c, tuning=per_chunk) == (
-        2 * chunk * 96 + 2 * 192 * (cm.num_windows(c) + 1) + cm.scratch_bytes(chunk, c)
+        2 * chunk * 96
+        + 2 * 192 * (cm.num_windows(c) + 1)
+        + cm.scratch_bytes(chunk, c, tuning=streamed)
     )
     assert cm.host_scratch_bytes(1000, chunk) < cm.host_scratch_bytes(n, chunk)
     assert cm.stream_window_bits(n) == cm.choose_window_bits(n)
@@ -72,7 +76,7 @@ def test_host_scratch_model() -> None:
         bound = cm.host_scratch_bytes(n, chunk, w)
         p = cm.make_plan(chunk, w)  # dense scalars at the cap: the query's buckets and entries
         assert bound >= 2 * chunk * 96 + 192 * p.K + 4 * chunk * p.W
-        assert bound >= 2 * chunk * 96 + cm.scratch_bytes(chunk, w)
+        assert bound >= 2 * chunk * 96 + cm.scratch_bytes(chunk, w, tuning=streamed)
     # the resident rule is monotone in n, so a query's scalars never pick more than its size
     ws = [cm.choose_window_bits(1 << k) for k in range(1, 28)]
     assert ws == sorted(ws)
@@ -80,6 +84,28 @@ def test_host_scratch_model() -> None:
         for x in (0, 1, 1000, 1 << 20, 1 << 27):
             assert cm.STREAM_MIN_WINDOW <= cm.stream_window_bits(x, None, chunks) <= 23
             assert cm.stream_window_bits(x, 14, chunks) <= 14
+
+
+def test_streamed_msms_take_the_counting_sort_for_auto() -> None:
+    """A streamed MSM's chunks sort while the query's buckets are alive, so ``auto`` resolves
+    to the counting sort there, in the run and in both memory models; an explicit setting is
+    kept."""
+    auto, counting, radix = (
+        replace(DEFAULT_TUNING, msm_sort=s) for s in ("auto", "counting", "radix")
+    )
+    assert cm.streamed_tuning(auto) == counting
+    assert cm.streamed_tuning(radix) is radix and cm.streamed_tuning(counting) is counting
+    n, chunk = 1 << 27, 1 << 22
+    assert cm.host_scratch_bytes(n, chunk, tuning=auto) == cm.host_scratch_bytes(
+        n, chunk, tuning=counting
+    )
+    assert cm.host_scratch_bytes(n, chunk, tuning=radix) > cm.host_scratch_bytes(
+        n, chunk, tuning=counting
+    )
+    sizes, windows = [n, n // 2], [20, 19]
+    assert cm.many_scratch_bytes(sizes, chunk, windows, tuning=auto) == cm.many_scratch_bytes(
+        sizes, chunk, windows, tuning=counting
+    )
 
 
 def test_streamed_window_weighs_the_additions_into_kept_buckets() -> None:
