@@ -11,8 +11,8 @@
 #   bash bench/gpu_engine.sh checks    # aware with/without checks; aware16 again
 #   bash bench/gpu_engine.sh busy      # aware (uncapped) beside it with --synthesis-ahead
 #   bash bench/gpu_engine.sh uncapped  # gpu tests + acceptance run aware (no memory cap)
-#   bash bench/gpu_engine.sh sortauto  # engine GPU tests; aware with the MSM sort auto and
-#                                      # counting; aware16
+#   bash bench/gpu_engine.sh sortauto  # aware with the MSM sort auto and counting; aware16
+#                                      # (TESTS=1: the engine's GPU tests first)
 #   bash bench/gpu_engine.sh naive     # acceptance run naive16 (16 GiB, naive)
 #   bash bench/gpu_engine.sh aware     # acceptance runs aware16 and aware (16 GiB / uncapped)
 #   bash bench/gpu_engine.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
@@ -209,8 +209,9 @@ busy)  # the GPU-busy A/B in one call: the same run without and with the look-ah
         --allocator aware --synthesis-ahead
     ;;
 sortauto)  # the MSM sort auto (radix for dense entries from 2^22) against counting in the
-    # engine: its GPU tests, aware uncapped with each (resident MSMs take radix), aware16
-    gpu_tests 90 tests/engine/test_cuda.py
+    # engine: aware uncapped with each (resident MSMs take radix), aware16 (TESTS=1: the
+    # engine's GPU tests first)
+    [ "${TESTS:-0}" = 1 ] && gpu_tests 90 tests/engine/test_cuda.py
     bench aware 110 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     PROVETOP_MSM_SORT=counting bench aware-counting 110 --preset porep-32g --proofs 2 \
         --workers-per-device 2 --allocator aware

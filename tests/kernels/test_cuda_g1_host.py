@@ -225,6 +225,23 @@ int main() {
             }
             printf(" %d %d\n", (int)msm_scalar_is(s, 0), (int)msm_scalar_is(s, 1));
         }
+        else if (op == "carry") {  // as "digits"; per window w: the carry into it (closed
+            // form) and the digit of w from a digit iterator started there
+            std::string hex; uint32_t c; in >> hex >> c;
+            uint32_t s[8] = {0};
+            for (int w = 0; w < 8; w++)
+                s[7 - w] = (uint32_t)std::stoul(hex.substr(8 * w, 8), nullptr, 16);
+            uint32_t W = (256 + c - 1) / c;
+            for (uint32_t w = 0; w < W; w++) {
+                uint32_t limit[8];
+                msm_carry_limit(w, c, limit);
+                msm_digits dg(c, s, limit, w);
+                const uint32_t carry = dg.carry;
+                bool neg; uint32_t m = dg.next(s, w, &neg);
+                printf("%s%u:%d", w ? " " : "", carry, neg ? -(int)m : (int)m);
+            }
+            printf("\n");
+        }
         else if (op == "owner") {  // n, then pre[0..n], then every block q < pre[n]
             uint32_t n; in >> n;
             std::vector<uint32_t> pre(n + 1);
@@ -339,6 +356,38 @@ def test_signed_digits_match_reference(driver: Path) -> None:
         vals = [int(v) for v in line.split()]
         assert vals[:-2] == signed_digits(k, c), f"digits of k (c = {c})"
         assert vals[-2:] == [int(k == 0), int(k == 1)]
+
+
+def test_carry_into_a_window_matches_the_digits(driver: Path) -> None:
+    """msm_carry_into (a launch's first window without the digits below it) against the carries
+    of the reference's signed digits, at every window of every c the MSM takes; with scalars
+    whose low c w bits sit at the limit M_w (every lower digit 2^(c-1)), one above and one
+    below it, next to random ones, r - 1 and small values. The digit of window w from an
+    iterator started there equals the reference's."""
+    from kernels.cuda import msm as cm
+
+    rng = random.Random()
+    lines, want = [], []
+    for c in range(max(2, cm.MIN_WINDOW), cm.MAX_WINDOW + 1):
+        W = -(-256 // c)
+        ks = [0, 1, 2, R - 1, rng.randrange(R), rng.randrange(R)]
+        for _ in range(3):
+            w = rng.randrange(1, W)
+            limit = sum(1 << (i * c + c - 1) for i in range(w))
+            high = rng.randrange(R >> (c * w)) << (c * w) if c * w < 255 else 0
+            ks += [(high + limit + d) % R for d in (-1, 0, 1)]
+        for k in ks:
+            d = signed_digits(k, c)
+            carries = []
+            for w in range(W):
+                low = k % (1 << (c * w))
+                below = sum(d[i] << (c * i) for i in range(w))
+                carries.append((low - below) >> (c * w))
+            lines.append(f"carry {k:064x} {c}")
+            want.append([f"{carries[w]}:{d[w]}" for w in range(W)])
+    got = run(driver, lines)
+    for line, g, w in zip(lines, got, want, strict=True):
+        assert g.split() == w, line
 
 
 def rand_points(rng: random.Random, k: int) -> list[tuple[int, int]]:

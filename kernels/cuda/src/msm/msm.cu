@@ -36,8 +36,8 @@
 
 // ---- 1 and 3: digits, counting sort ----------------------------------------------------------
 
-// Both sort kernels take only windows [w_lo, w_hi) (the digits below w_lo are still computed
-// for their carries): launched per group of windows, the counters they hit (B per window) are a
+// Both sort kernels take only windows [w_lo, w_hi), starting from the carry into w_lo
+// (msm_carry_into): launched per group of windows, the counters they hit (B per window) are a
 // smaller, L2-resident set (docs/performance-notes.md, "MSM and SRS", 2026-11-30).
 extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint32_t n, uint32_t c,
                                      uint32_t W, uint32_t w_lo, uint32_t w_hi,
@@ -49,11 +49,13 @@ extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint3
     if (live) msm_load_scalar(scalars, i, s);
     const bool is_zero = !live || msm_scalar_is(s, 0);
     const bool is_one = live && msm_scalar_is(s, 1);
-    msm_digits dg(c);
-    for (uint32_t w = 0; w < w_hi; w++) {
+    uint32_t limit[8];
+    msm_carry_limit(w_lo, c, limit);
+    msm_digits dg(c, s, limit, w_lo);
+    for (uint32_t w = w_lo; w < w_hi; w++) {
         bool neg;
         const uint32_t key = msm_key(s, w, c, B, W, is_zero, is_one, dg, &neg);
-        if (w >= w_lo) msm_warp_slot(counts, key, W * B);  // all 32 lanes, live or not
+        msm_warp_slot(counts, key, W * B);  // all 32 lanes, live or not
     }
 }
 
@@ -73,8 +75,10 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
     if (live) msm_load_scalar(scalars, i, s);
     const bool is_zero = !live || msm_scalar_is(s, 0);
     const bool is_one = live && msm_scalar_is(s, 1);
-    msm_digits dg(c);
-    for (uint32_t w0 = 0; w0 < w_hi; w0 += MSM_SCATTER_GROUP) {
+    uint32_t limit[8];
+    msm_carry_limit(w_lo, c, limit);
+    msm_digits dg(c, s, limit, w_lo);
+    for (uint32_t w0 = w_lo; w0 < w_hi; w0 += MSM_SCATTER_GROUP) {
         uint32_t key[MSM_SCATTER_GROUP], peers[MSM_SCATTER_GROUP], base[MSM_SCATTER_GROUP];
         bool neg[MSM_SCATTER_GROUP];
 #pragma unroll
@@ -82,9 +86,7 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
             neg[j] = false;
             key[j] = w0 + j < w_hi ? msm_key(s, w0 + j, c, B, W, is_zero, is_one, dg, &neg[j])
                                    : MSM_NONE;
-            if (w0 + j < w_lo) key[j] = MSM_NONE;  // digit computed for its carry only
         }
-        if (w0 + MSM_SCATTER_GROUP <= w_lo) continue;  // the whole group is below the range
 #pragma unroll
         for (int j = 0; j < MSM_SCATTER_GROUP; j++) {
 #if MSM_SCATTER_MATCH

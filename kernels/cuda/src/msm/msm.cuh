@@ -27,6 +27,9 @@ struct msm_digits {
     uint32_t carry;
     uint32_t c;
     MONT_HD explicit msm_digits(uint32_t c_) : carry(0), c(c_) {}
+    // Starting at window w instead of 0: the carry into it from msm_carry_into, whose limit
+    // (msm_carry_limit (w, c)) is the same for every scalar of a launch.
+    MONT_HD msm_digits(uint32_t c_, const uint32_t s[8], const uint32_t limit[8], uint32_t w);
     // Digit of window w as (magnitude, negative); magnitude 0 means "no bucket".
     MONT_HD uint32_t next(const uint32_t s[8], uint32_t w, bool* neg) {
         uint32_t d = msm_scalar_bits(s, w * c, c) + carry;
@@ -41,6 +44,46 @@ struct msm_digits {
         return d;
     }
 };
+
+// The carry into window w of the signed digits, without computing the digits below it. They
+// sum to D = sum_{i<w} d_i 2^(c i), each d_i in [-(2^(c-1) - 1), 2^(c-1)], and
+// s mod 2^(c w) = D + carry 2^(c w). With u = (2^(c w) - 1) / (2^c - 1) and M = 2^(c-1) u:
+// D <= M (every digit 2^(c-1)) and D >= u - M (every digit -(2^(c-1) - 1)). Without a carry,
+// s mod 2^(c w) = D <= M; with one, it is D + 2^(c w) >= u - M + (2^c - 1) u + 1 = M + 1. So
+// the carry is [s mod 2^(c w) > M], and M's set bits are c - 1, 2c - 1, ..., c w - 1:
+// msm_carry_limit writes them as 8 little-endian words. Why: a launch for windows
+// [w_lo, w_hi) otherwise walks every window below w_lo for its carry, and the counting sort's
+// scatter runs one launch per window at 2^27 (12 launches, 78 window digits per scalar
+// instead of 12). tests/kernels/test_cuda_g1_host.py checks it against the digits.
+MONT_HD void msm_carry_limit(uint32_t w, uint32_t c, uint32_t limit[8]) {
+    MONT_UNROLL for (int j = 0; j < 8; j++) limit[j] = 0;
+    for (uint32_t i = 0; i < w; i++) {
+        const uint32_t bit = i * c + c - 1;  // < 256 for every window a launch starts at
+        if (bit < 256u) limit[bit >> 5] |= 1u << (bit & 31);
+    }
+}
+
+// 1 when the low c w bits of s exceed limit (msm_carry_limit (w, c)), else 0; 0 at w = 0.
+MONT_HD uint32_t msm_carry_into(const uint32_t s[8], const uint32_t limit[8], uint32_t w,
+                                uint32_t c) {
+    const uint32_t bits = w * c;
+    uint32_t gt = 0, decided = 0;
+    for (int j = 7; j >= 0; j--) {
+        const uint32_t lo = 32u * (uint32_t)j;
+        uint32_t v = 0;
+        if (bits >= lo + 32u) v = s[j];
+        else if (bits > lo) v = s[j] & ((1u << (bits - lo)) - 1u);
+        if (!decided && v != limit[j]) {
+            gt = v > limit[j];
+            decided = 1;
+        }
+    }
+    return gt;
+}
+
+MONT_HD msm_digits::msm_digits(uint32_t c_, const uint32_t s[8], const uint32_t limit[8],
+                               uint32_t w)
+    : carry(msm_carry_into(s, limit, w, c_)), c(c_) {}
 
 MONT_HD bool msm_scalar_is(const uint32_t s[8], uint32_t v) {
     uint32_t acc = s[0] ^ v;

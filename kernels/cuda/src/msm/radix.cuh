@@ -47,15 +47,16 @@ __device__ __forceinline__ void msm_radix_hist_body(
     __syncthreads();
     const uint64_t t0 = (uint64_t)blockIdx.x * tile;
     const uint32_t end = t0 + tile < n ? (uint32_t)(t0 + tile) : n;
+    uint32_t limit[8];
+    msm_carry_limit(w_lo, c, limit);
     for (uint32_t i = (uint32_t)t0 + threadIdx.x; i < end; i += blockDim.x) {
         uint32_t sc[8];
         msm_load_scalar(scalars, i, sc);
         const bool is_zero = msm_scalar_is(sc, 0), is_one = msm_scalar_is(sc, 1);
-        msm_digits dg(c);
-        for (uint32_t w = 0; w < w_hi; w++) {
+        msm_digits dg(c, sc, limit, w_lo);
+        for (uint32_t w = w_lo; w < w_hi; w++) {
             bool neg = false;
             const uint32_t key = msm_key(sc, w, c, B, W, is_zero, is_one, dg, &neg);
-            if (w < w_lo) continue;  // digit computed for its carry only
             uint32_t v = MSM_NONE;
             if (key != MSM_NONE) {
                 const uint32_t local = key == W * B ? g * B : key - w_lo * B;
