@@ -55,11 +55,15 @@ struct msm_digits {
 // [w_lo, w_hi) otherwise walks every window below w_lo for its carry, and the counting sort's
 // scatter runs one launch per window at 2^27 (12 launches, 78 window digits per scalar
 // instead of 12). tests/kernels/test_cuda_g1_host.py checks it against the digits.
+// Both are written with constant word indices only (unrolled, selects), like msm_scalar_bits:
+// a word index from a loop variable puts s and limit in local memory, and the sort kernels'
+// scatter then ran 60 ms slower at 2^27 (2026-12-03, 2e6ef05).
 MONT_HD void msm_carry_limit(uint32_t w, uint32_t c, uint32_t limit[8]) {
     MONT_UNROLL for (int j = 0; j < 8; j++) limit[j] = 0;
     for (uint32_t i = 0; i < w; i++) {
         const uint32_t bit = i * c + c - 1;  // < 256 for every window a launch starts at
-        if (bit < 256u) limit[bit >> 5] |= 1u << (bit & 31);
+        MONT_UNROLL for (uint32_t j = 0; j < 8; j++)
+            limit[j] |= (bit >> 5) == j ? 1u << (bit & 31) : 0u;
     }
 }
 
@@ -68,15 +72,15 @@ MONT_HD uint32_t msm_carry_into(const uint32_t s[8], const uint32_t limit[8], ui
                                 uint32_t c) {
     const uint32_t bits = w * c;
     uint32_t gt = 0, decided = 0;
-    for (int j = 7; j >= 0; j--) {
+    MONT_UNROLL for (int j = 7; j >= 0; j--) {
         const uint32_t lo = 32u * (uint32_t)j;
-        uint32_t v = 0;
-        if (bits >= lo + 32u) v = s[j];
-        else if (bits > lo) v = s[j] & ((1u << (bits - lo)) - 1u);
-        if (!decided && v != limit[j]) {
-            gt = v > limit[j];
-            decided = 1;
-        }
+        const uint32_t mask = bits >= lo + 32u ? 0xffffffffu
+                              : bits > lo     ? (1u << (bits - lo)) - 1u
+                                              : 0u;
+        const uint32_t v = s[j] & mask;
+        const uint32_t differ = !decided && v != limit[j];
+        gt = differ ? (uint32_t)(v > limit[j]) : gt;
+        decided |= differ;
     }
     return gt;
 }
