@@ -8,6 +8,7 @@
 # manylinux_2_28_x86_64 --no-deps -d .whl`).
 # Usage on the device machine (carry kernels/cuda/cubin and .whl):
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_standing.sh
+#   NTT=0 bash bench/gpu_standing.sh   # the MSM alone
 # JSON lands in $OUT; the benches' own tables are printed.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -23,7 +24,7 @@ if ls .whl/gmpy2-*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=.:$SITE
 python3 -c "import gmpy2; print('gmpy2', gmpy2.version())" 2>&1 | tail -n 1 | tee -a "$OUT/gpu.txt"
-timeout 200 python3 -m provetop bench ntt --log-sizes 16,18,20,22,24,26,27 --repeats 15 --json \
+[ "${NTT:-1}" = 1 ] && timeout 200 python3 -m provetop bench ntt --log-sizes 16,18,20,22,24,26,27 --repeats 15 --json \
     --results-dir "$OUT" 2>&1 | grep -E "^2\^|target|wrote"
 timeout 200 python3 -m provetop bench msm --log-sizes 16,20,22,24,26,27 --check --json \
     --results-dir "$OUT" --tag standing 2>&1 | tail -n 9
