@@ -21,11 +21,7 @@ trap 'tar czf "$OUT/small.tgz" -C /tmp small' EXIT
 export PROVETOP_COMMIT=$(bash bench/commit.sh)  # pass it in: the device copy's git may lag
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total \
     --format=csv | tee "$M/gpu.txt"
-SITE=""
-if ls .whl/gmpy2-*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-        .whl/gmpy2-*.whl && SITE=/tmp/site
-fi
+SITE=$(bash bench/gmpy2_site.sh)
 echo "gmpy2 site: ${SITE:-none}" | tee -a "$M/log"
 WITH="PYTHONPATH=.:$SITE"
 BM="python3 -m kernels.bench_msm --results-dir $M --json"

@@ -3,9 +3,7 @@
 # `provetop bench ntt` (2^16 .. 2^27, forward / inverse / coset and the H step) and `provetop
 # bench msm` (2^16 .. 2^27, dense scalars, device points, checked up to 2^22; ones-heavy 2^27),
 # with the package's own dependencies: gmpy2 (the MSM's host window combination), which the
-# GPU image lacks, is installed from its wheel in .whl when carried there
-# (`pip download gmpy2 --only-binary=:all: --python-version 3.12 --platform
-# manylinux_2_28_x86_64 --no-deps -d .whl`).
+# GPU image lacks, is installed from its wheel in .whl when carried there (bench/gmpy2_site.sh).
 # Usage on the device machine (carry kernels/cuda/cubin and .whl):
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_standing.sh
 #   NTT=0 bash bench/gpu_standing.sh   # the MSM alone
@@ -17,11 +15,7 @@ mkdir -p "$OUT"
 export PROVETOP_COMMIT=$(bash bench/commit.sh)  # pass it in: the device copy's git may lag
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total \
     --format=csv | tee "$OUT/gpu.txt"
-SITE=""
-if ls .whl/gmpy2-*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-        .whl/gmpy2-*.whl && SITE=/tmp/site
-fi
+SITE=$(bash bench/gmpy2_site.sh)
 export PYTHONPATH=.:$SITE
 python3 -c "import gmpy2; print('gmpy2', gmpy2.version())" 2>&1 | tail -n 1 | tee -a "$OUT/gpu.txt"
 [ "${NTT:-1}" = 1 ] && timeout 200 python3 -m provetop bench ntt --log-sizes 16,18,20,22,24,26,27 --repeats 15 --json \
