@@ -52,11 +52,13 @@ done
 # MSM_BUILDS: "tag:source:defines ..." (defines comma-separated, '-' for none), timed at
 # 2^20, 2^24, 2^27 (dense, device points, gmpy2) in two rounds; each call's --check verifies
 # its build's result at 2^20 against the CPU reference. Empty (the default): no such part.
-# BUILD_TESTS=1: every MSM GPU test on each build first (PROVETOP_TEST_TUNING=env makes the
+# BUILD_TESTS=1: every MSM GPU test on each build first, or BUILD_TESTS="tag ...": on those
+# builds only (PROVETOP_TEST_TUNING=env makes the
 # suite's default settings the build's: tests/tuning_env.py)
 for v in ${MSM_BUILDS:-}; do
-    [ "${BUILD_TESTS:-0}" = 1 ] || break
+    [ "${BUILD_TESTS:-0}" = 0 ] && break
     IFS=: read -r tag src defs <<<"$v"
+    [ "${BUILD_TESTS}" = 1 ] || [[ " ${BUILD_TESTS} " == *" $tag "* ]] || continue
     [ "$defs" = "-" ] && defs=""
     echo "== GPU tests, build $tag" | tee -a "$M/log"
     PYTHONPATH=.:$SITE PROVETOP_TEST_TUNING=env PROVETOP_MSM_SOURCE=$src \

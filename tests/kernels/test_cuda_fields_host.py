@@ -53,12 +53,26 @@ template <class F> void run(const std::string& op, const std::string& as, const 
     else if (op == "eq") std::printf("%d\n", (int)(a == b));
     else if (op == "iszero") std::printf("%d\n", (int)a.is_zero());
     else if (op == "one") print(F::one());
+    else if (op == "red") print(a.reduced());
+    else if (op == "chain") {  // 64 rounds of every operation on each other's outputs
+        F x = a, y = b;
+        for (int k = 0; k < 64; k++) {
+            x = x * y;
+            y = y + x;
+            x = x - y.sqr();
+            y = y.dbl() - x.neg();
+        }
+        print(x.reduced());
+        print(y.reduced());
+    }
     else std::printf("bad op\n");
 }
 int main() {
     std::string f, op, a, b;
     while (std::cin >> f >> op >> a >> b) {
-        if (f == "r") run<fr_t>(op, a, b); else run<fp_t>(op, a, b);
+        if (f == "r") run<fr_t>(op, a, b);
+        else if (f == "z") run<fpz_t>(op, a, b);
+        else run<fp_t>(op, a, b);
     }
     std::fflush(stdout);
     return 0;
@@ -68,6 +82,7 @@ int main() {
 FIELDS = {
     "r": (C.FR_MODULUS, 256),
     "p": (C.FP_MODULUS, 384),
+    "z": (C.FP_MODULUS, 384),  # Fp in the lazy form [0, 2p) (fields.cuh fpz_t)
 }
 
 
@@ -129,6 +144,8 @@ def _expected(op: str, a: int, b: int, m: int, rbits: int) -> str:
         return str(int(a == 0))
     elif op == "one":
         v = R % m
+    elif op == "red":
+        v = a % m
     else:
         raise ValueError(op)
     return f"{v:0{width}x}"
@@ -182,6 +199,71 @@ def test_arithmetic_matches_python_ints(harness: Path, field: str) -> None:
     assert len(got) == len(cases)
     for (f, op, a, b), g in zip(cases, got, strict=True):
         assert g == _expected(op, a, b, m, rbits), (f, op, hex(a), hex(b))
+
+
+def _lazy_edges(m: int) -> list[int]:
+    """Values of the lazy form [0, 2m) at its extremes: around 0, m and 2m, the top bits set,
+    all-ones low words under 2m, and the Karatsuba edges shifted up by m."""
+    out = [0, 1, 2, m - 2, m - 1, m, m + 1, m + 2, 2 * m - 2, 2 * m - 1]
+    top = (2 * m).bit_length()
+    out += [2 * m - (1 << k) for k in (1, 32, 64, 200, top - 2)]
+    out += [(1 << k) - 1 for k in range(32, top, 32) if (1 << k) - 1 < 2 * m]
+    out += [m + e for e in _half_edges(m, 384) if m + e < 2 * m]
+    return sorted(set(out))
+
+
+def _lazy_chain(a: int, b: int, m: int) -> tuple[int, int]:
+    rinv = pow(1 << 384, -1, m)
+    x, y = a, b
+    for _ in range(64):
+        x = x * y * rinv % m
+        y = (y + x) % m
+        x = (x - y * y * rinv) % m
+        y = (2 * y + x) % m
+    return x, y
+
+
+def test_lazy_fp_stays_below_2p_and_agrees_mod_p(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """fpz_t (mont.cuh's lazy form) on inputs anywhere in [0, 2p): every value-producing
+    operation returns a word vector < 2p congruent to the exact result, reduced() and
+    from_mont() return the canonical value, and 64 rounds of every operation on each other's
+    outputs (the bound must hold for lazy inputs, not only canonical ones) agree with Python's
+    integers. A product that skipped its bound (4p < R) or an addition that reduced by p instead
+    of 2p fails the range check or the residue."""
+    exe = build_driver(tmp_path_factory.mktemp("mont_lazy"), "harness", HARNESS, ("-O1", *WARNINGS))
+    m = C.FP_MODULUS
+    rng = random.Random()
+    edges = _lazy_edges(m)
+    ops = ["mul", "sqr", "add", "sub", "neg", "tomont", "frommont", "eq", "iszero", "red"]
+    cases = []
+    for op in ops:
+        for _ in range(300):
+            cases.append(("z", op, rng.randrange(2 * m), rng.randrange(2 * m)))
+        for a in edges:
+            for b in edges:
+                cases.append(("z", op, a, b))
+    for a in [rng.randrange(2 * m) for _ in range(10)] + [0, m, m + 1, 2 * m - 1]:
+        cases.append(("z", "inv", a, 0))
+        cases.append(("z", "eq", a, (a + m) % (2 * m)))  # the same residue, other word vector
+    cases.append(("z", "one", 0, 0))
+    got = _run(exe, cases)
+    assert len(got) == len(cases)
+    for (_, op, a, b), g in zip(cases, got, strict=True):
+        if op in ("eq", "iszero"):
+            assert g == _expected(op, a % m, b % m, m, 384), (op, hex(a), hex(b))
+            continue
+        v = int(g, 16)
+        want = int(_expected(op, a % m, b % m, m, 384), 16)
+        if op in ("red", "frommont", "one"):
+            assert v == want, (op, hex(a), hex(b))
+        else:
+            assert v < 2 * m and v % m == want, (op, hex(a), hex(b), hex(v))
+    pairs = [(rng.randrange(2 * m), rng.randrange(2 * m)) for _ in range(40)]
+    pairs += [(2 * m - 1, 2 * m - 1), (m, 2 * m - 1), (m - 1, m + 1)]
+    got = _run(exe, [("z", "chain", a, b) for a, b in pairs])
+    assert len(got) == 2 * len(pairs)
+    for i, (a, b) in enumerate(pairs):
+        assert (int(got[2 * i], 16), int(got[2 * i + 1], 16)) == _lazy_chain(a, b, m)
 
 
 def test_header_constants_match_kernels_constants() -> None:

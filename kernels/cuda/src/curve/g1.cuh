@@ -38,12 +38,26 @@ struct g1_affine_t {
     MONT_HD g1_affine_t neg() const { return {x, y.neg()}; }
 };
 
+// F may be the lazy Fp (fpz_t, values in [0, 2p)): the accumulation's buckets, whose
+// multiplications then skip their final subtraction. Affine inputs are always canonical (C),
+// and reduced() / lift() convert a whole point between the forms.
 template <class F>
 struct g1_xyzz_t {
+    typedef typename F::canonical_t C;
     F X, Y, ZZ, ZZZ;
 
     MONT_HD static g1_xyzz_t inf() { return {F::zero(), F::zero(), F::zero(), F::zero()}; }
-    MONT_HD bool is_inf() const { return ZZ.is_zero(); }
+    // Infinity is ZZ == 0 word for word, in the lazy form too: the only ZZ set to zero is
+    // inf()'s, and every other ZZ is a product of non-zero values (1, P^2 with P != 0, (2Y)^2
+    // where no finite point has Y = 0: the curve's group order h r is odd), which no
+    // multiplication returns as p (a lazy product is p only when it is 0 mod p).
+    MONT_HD bool is_inf() const { return ZZ.is_zero_repr(); }
+    MONT_HD g1_xyzz_t<C> reduced() const {
+        return {X.reduced(), Y.reduced(), ZZ.reduced(), ZZZ.reduced()};
+    }
+    MONT_HD static g1_xyzz_t lift(const g1_xyzz_t<C>& c) {
+        return {F::lift(c.X), F::lift(c.Y), F::lift(c.ZZ), F::lift(c.ZZZ)};
+    }
     MONT_HD static g1_xyzz_t from_affine(const g1_affine_t<F>& p) {
         if (p.is_inf()) return inf();
         return {p.x, p.y, F::one(), F::one()};
@@ -85,8 +99,9 @@ struct g1_xyzz_t {
     }
 
     // this + q for an affine q (madd-2008-s): 8M + 2S.
-    MONT_HD g1_xyzz_t add_affine(const g1_affine_t<F>& q) const {
-        if (q.is_inf()) return *this;
+    MONT_HD g1_xyzz_t add_affine(const g1_affine_t<C>& qc) const {
+        if (qc.is_inf()) return *this;
+        const g1_affine_t<F> q = {F::lift(qc.x), F::lift(qc.y)};
         if (is_inf()) return from_affine(q);
         F U2 = q.x * ZZ;
         F S2 = q.y * ZZZ;

@@ -60,3 +60,7 @@ struct fp_params {
 
 typedef mont_t<fr_params> fr_t;
 typedef mont_t<fp_params> fp_t;
+// Fp in the lazy form [0, 2p) (mont.cuh): the MSM's bucket accumulation, where every
+// multiplication's final subtraction is work on the critical path. Fr has no such form
+// (4r > 2^256).
+typedef mont_t<fp_params, true> fpz_t;

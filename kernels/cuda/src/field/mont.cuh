@@ -20,6 +20,16 @@
 //   P::r2(i)           word i of R^2 mod m (canonical -> Montgomery)
 //   P::one(i)          word i of R mod m (the Montgomery form of 1)
 // Inputs to every operation must be fully reduced (< m); every output is fully reduced.
+//
+// The lazy form, mont_t<P, true> (fields.cuh: fpz_t), keeps every value in [0, 2m) instead:
+// a multiplication then ends without its conditional subtraction. Why that is exact: CIOS of
+// a, b < 2m returns t = (a b + M m) / R with M < R, so t < 4 m^2 / R + m, which is < 2m when
+// 4m < R (asserted below: m's top word < 2^30; true for Fp, p < 2^381, false for Fr); the row
+// totals stay < a + m < 3m, within the N + 1 words the accumulators have. Additions reduce a
+// sum < 4m (still N words) by a conditional 2m, subtractions add 2m on a borrow, so every
+// output is again in [0, 2m); is_zero and == compare modulo m (0 and m both mean zero), and
+// reduced() returns the canonical value. A value is the same residue in either form, so a
+// canonical value is a valid lazy one as it stands (lift()).
 #pragma once
 
 #if defined(__CUDACC_RTC__)
@@ -124,9 +134,11 @@ inline uint32_t madc_hi(uint32_t a, uint32_t b, uint32_t c, uint32_t& cc) {
 
 }  // namespace mont_detail
 
-template <class P>
+template <class P, bool LAZY = false>
 struct mont_t {
     static constexpr int N = P::N;
+    static_assert(!LAZY || P::mod(N - 1) < (1u << 30), "the lazy form needs 4m < R");
+    typedef mont_t<P, false> canonical_t;
     uint32_t v[N];  // no constructors: the type stays trivial, usable in __shared__ arrays
 
     // ---- constants --------------------------------------------------------------------
@@ -158,15 +170,28 @@ struct mont_t {
     }
 
     // ---- comparisons ------------------------------------------------------------------
-    MONT_HD bool is_zero() const {
+    // Every word zero: the value 0 itself (in the lazy form m is zero too: is_zero()).
+    MONT_HD bool is_zero_repr() const {
         uint32_t acc = 0;
         MONT_UNROLL for (int i = 0; i < N; i++) acc |= v[i];
         return acc == 0;
     }
+    MONT_HD bool is_zero() const {
+        if constexpr (!LAZY) return is_zero_repr();
+        else {
+            uint32_t acc = 0, accm = 0;
+            MONT_UNROLL for (int i = 0; i < N; i++) acc |= v[i], accm |= v[i] ^ P::mod(i);
+            return acc == 0 || accm == 0;
+        }
+    }
     MONT_HD friend bool operator==(const mont_t& a, const mont_t& b) {
-        uint32_t acc = 0;
-        MONT_UNROLL for (int i = 0; i < N; i++) acc |= a.v[i] ^ b.v[i];
-        return acc == 0;
+        if constexpr (LAZY) {
+            return (a - b).is_zero();
+        } else {
+            uint32_t acc = 0;
+            MONT_UNROLL for (int i = 0; i < N; i++) acc |= a.v[i] ^ b.v[i];
+            return acc == 0;
+        }
     }
     MONT_HD friend bool operator!=(const mont_t& a, const mont_t& b) { return !(a == b); }
 
@@ -182,14 +207,61 @@ struct mont_t {
         return r;
     }
 
+    // Word i of 2m, the lazy form's reduction constant.
+    MONT_HDC static uint32_t mod2(int i) {
+        return (P::mod(i) << 1) | (i > 0 ? P::mod(i - 1) >> 31 : 0u);
+    }
+
+    // The end of every multiplication: x (N words and a top word) < 2m. Canonical: one
+    // conditional subtraction of m. Lazy: x as it is (top is 0, since 2m < R).
+    MONT_HD static mont_t finish(const uint32_t* x, uint32_t top) {
+        if constexpr (!LAZY) {
+            return reduce_once(x, top);
+        } else {
+            mont_t r;
+            MONT_UNROLL for (int i = 0; i < N; i++) r.v[i] = x[i];
+            (void)top;
+            return r;
+        }
+    }
+
+    // ---- the two forms ------------------------------------------------------------------
+    // A canonical value is already a lazy one; reduced() gives the canonical value of either.
+    MONT_HD static mont_t lift(const canonical_t& c) {
+        mont_t r;
+        MONT_UNROLL for (int i = 0; i < N; i++) r.v[i] = c.v[i];
+        return r;
+    }
+    MONT_HD canonical_t reduced() const {
+        if constexpr (LAZY) {
+            return canonical_t::reduce_once(v, 0);
+        } else {
+            canonical_t r;
+            MONT_UNROLL for (int i = 0; i < N; i++) r.v[i] = v[i];
+            return r;
+        }
+    }
+
     // ---- addition, subtraction, negation ----------------------------------------------
     MONT_HD friend mont_t operator+(const mont_t& a, const mont_t& b) {
         using namespace mont_detail;
         uint32_t s[N], cc = 0;
         s[0] = add_cc(a.v[0], b.v[0], cc);
-        MONT_UNROLL for (int i = 1; i < N; i++) s[i] = addc_cc(a.v[i], b.v[i], cc);
-        const uint32_t top = addc(0, 0, cc);
-        return reduce_once(s, top);
+        if constexpr (LAZY) {
+            // a + b < 4m < R: N words, no carry out; then subtract 2m unless that borrows
+            MONT_UNROLL for (int i = 1; i < N; i++) s[i] = addc_cc(a.v[i], b.v[i], cc);
+            mont_t r;
+            uint32_t d[N];
+            d[0] = sub_cc(s[0], mod2(0), cc);
+            MONT_UNROLL for (int i = 1; i < N; i++) d[i] = subc_cc(s[i], mod2(i), cc);
+            const uint32_t borrow = subc(0, 0, cc);  // 0xffffffff if s < 2m
+            MONT_UNROLL for (int i = 0; i < N; i++) r.v[i] = borrow ? s[i] : d[i];
+            return r;
+        } else {
+            MONT_UNROLL for (int i = 1; i < N; i++) s[i] = addc_cc(a.v[i], b.v[i], cc);
+            const uint32_t top = addc(0, 0, cc);
+            return reduce_once(s, top);
+        }
     }
 
     MONT_HD friend mont_t operator-(const mont_t& a, const mont_t& b) {
@@ -199,9 +271,11 @@ struct mont_t {
         d[0] = sub_cc(a.v[0], b.v[0], cc);
         MONT_UNROLL for (int i = 1; i < N; i++) d[i] = subc_cc(a.v[i], b.v[i], cc);
         const uint32_t mask = subc(0, 0, cc);  // 0xffffffff if a < b
-        r.v[0] = add_cc(d[0], P::mod(0) & mask, cc);
-        MONT_UNROLL for (int i = 1; i < N - 1; i++) r.v[i] = addc_cc(d[i], P::mod(i) & mask, cc);
-        r.v[N - 1] = addc(d[N - 1], P::mod(N - 1) & mask, cc);
+        // a < b: add m (canonical: a - b > -m) or 2m (lazy: a - b > -2m)
+        r.v[0] = add_cc(d[0], (LAZY ? mod2(0) : P::mod(0)) & mask, cc);
+        MONT_UNROLL for (int i = 1; i < N - 1; i++)
+            r.v[i] = addc_cc(d[i], (LAZY ? mod2(i) : P::mod(i)) & mask, cc);
+        r.v[N - 1] = addc(d[N - 1], (LAZY ? mod2(N - 1) : P::mod(N - 1)) & mask, cc);
         return r;
     }
 
@@ -385,7 +459,7 @@ struct mont_t {
         t[0] = add_cc(t[0], D[N], cc);
         MONT_UNROLL for (int j = 1; j < N; j++) t[j] = addc_cc(t[j], D[N + j], cc);
         top = addc(top, 0, cc);
-        return reduce_once(t, top);
+        return finish(t, top);
     }
 
     // Default: CIOS over 32-bit words with the row products split into an even-pair and an
@@ -429,7 +503,7 @@ struct mont_t {
             t[N - 1] = (uint32_t)c;
             t[N] = (uint32_t)(c >> 32);
         }
-        return reduce_once(t, t[N]);
+        return finish(t, t[N]);
 #elif defined(MONT_MUL_SPLIT)
         using namespace mont_detail;
         uint32_t t[N + 1], cc = 0;
@@ -452,7 +526,7 @@ struct mont_t {
             MONT_UNROLL for (int j = 0; j < N; j++) t[j] = t[j + 1];
             t[N] = 0;
         }
-        return reduce_once(t, t[N]);
+        return finish(t, t[N]);
 #elif defined(MONT_MUL_EVENODD_FIXED)
         // The first even/odd version: pe always takes the even pairs, po the odd ones, and both
         // shift down one word per row. After the shift pe's pairs straddle register pairs, so
@@ -467,7 +541,7 @@ struct mont_t {
         MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(pe[j], po[j], cc);
         const uint32_t top = addc(0, 0, cc);
         (void)tmp;
-        return reduce_once(t, top);
+        return finish(t, top);
 #else
         // Default: the rows alternate which accumulator takes the even pairs. Dividing by 2^32
         // moves po's pairs (1,2), (3,4), ... to (0,1), (2,3), ...: exactly where the next row's
@@ -490,7 +564,7 @@ struct mont_t {
         MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x[j], y[j], cc);
         const uint32_t top = addc(0, 0, cc);
         (void)tmp;
-        return reduce_once(t, top);
+        return finish(t, top);
 #endif
     }
 
@@ -604,7 +678,8 @@ struct mont_t {
     MONT_HD mont_t from_mont() const {                        // x R -> canonical x
         mont_t raw_one = zero();
         raw_one.v[0] = 1;
-        return *this * raw_one;
+        // lazy: x R^-1 is <= m (= m only for x = m), so one subtraction makes it canonical
+        return lift((*this * raw_one).reduced());
     }
 
     // ---- exponentiation and inverse ---------------------------------------------------

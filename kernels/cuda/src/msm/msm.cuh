@@ -155,6 +155,25 @@ MONT_HD g1_affine msm_point(const g1_affine* __restrict__ points, uint32_t e) {
 #ifndef MSM_CARRY_NEXT
 #define MSM_CARRY_NEXT 1
 #endif
+// MSM_LAZY: the accumulation's running bucket sums in the lazy Fp form ([0, 2p), mont.cuh),
+// so its ten products per mixed addition end without their conditional subtraction; sums are
+// reduced where they are stored (1), or canonical throughout (0, the default until measured).
+#ifndef MSM_LAZY
+#define MSM_LAZY 0
+#endif
+#if MSM_LAZY
+typedef g1_xyzz_t<fpz_t> msm_acc_t;
+#else
+typedef g1_xyzz msm_acc_t;
+#endif
+// A running sum stored canonical, one coordinate at a time: reducing the whole point first
+// holds a second 48-register copy and made ptxas spill 16 bytes in msm_accumulate0 (sm_90).
+MONT_HD void msm_store_reduced(g1_xyzz* p, const msm_acc_t& a) {
+    g1_store(&p->X, a.X.reduced());
+    g1_store(&p->Y, a.Y.reduced());
+    g1_store(&p->ZZ, a.ZZ.reduced());
+    g1_store(&p->ZZZ, a.ZZZ.reduced());
+}
 MONT_HD void msm_prefetch_point(const g1_affine* __restrict__ points, uint32_t e) {
 #if defined(__CUDA_ARCH__) && MSM_PREFETCH
     const char* a = reinterpret_cast<const char*>(points + (e & 0x7fffffffu));
@@ -196,7 +215,8 @@ MONT_HD void msm_accumulate0_body(uint32_t t, const g1_affine* __restrict__ poin
     uint32_t b = lo;
     const uint32_t b_first = b;
     uint32_t seg_start = start, next = offs[b + 1];
-    g1_xyzz acc = g1_xyzz::inf(), slot0 = g1_xyzz::inf(), slot1 = g1_xyzz::inf();
+    msm_acc_t acc = msm_acc_t::inf();
+    g1_xyzz slot0 = g1_xyzz::inf(), slot1 = g1_xyzz::inf();  // canonical: reduced when set
     bool stored0 = false;
     // KEPT: the bucket now begun starts from its kept sum (loaded at its first entry, in the
     // loop: a load before the loop spilled 68 bytes)
@@ -207,16 +227,16 @@ MONT_HD void msm_accumulate0_body(uint32_t t, const g1_affine* __restrict__ poin
             // finish bucket b over [seg_start, i)
             const bool complete = offs[b] >= start && next <= end;
             if (complete) {
-                if (KEPT || !acc.is_inf()) g1_store(buckets + b, acc);
+                if (KEPT || !acc.is_inf()) msm_store_reduced(buckets + b, acc);
             } else if (seg_start == start) {
 #if MSM_SLOT0_EARLY
-                g1_store(pvals + 2 * t, acc);  // now: its 48 registers are free for the rest
+                msm_store_reduced(pvals + 2 * t, acc);  // now: its 48 registers are free for the rest
                 stored0 = true;
 #else
-                slot0 = acc;
+                slot0 = acc.reduced();
 #endif
             } else {
-                slot1 = acc;
+                slot1 = acc.reduced();
             }
             if (i == end) break;
             do {
@@ -224,11 +244,11 @@ MONT_HD void msm_accumulate0_body(uint32_t t, const g1_affine* __restrict__ poin
                 next = offs[b + 1];
             } while (next <= i);
             seg_start = i;
-            acc = g1_xyzz::inf();
+            acc = msm_acc_t::inf();
             load_kept = KEPT && next <= end;  // bucket b begins at entry i and ends here too
         }
         if (KEPT && load_kept) {
-            acc = g1_load(buckets + b);
+            acc = msm_acc_t::lift(g1_load(buckets + b));
             load_kept = false;
         }
         // sorted == nullptr: the points are already in bucket order (an affine pass's output)
