@@ -95,3 +95,65 @@ def test_fr_mul_chained_products(harness: Path) -> None:
     out = subprocess.run([str(harness)], input=text, capture_output=True, text=True, check=True)
     for (a, b), line in zip(pairs, out.stdout.splitlines(), strict=True):
         assert line.split()[2] == f"{a * b * RINV % R:064x}"
+
+
+LAZY_HARNESS = r"""
+#include <cstdio>
+#include <string>
+#include <iostream>
+#include "field/fr_mul.cuh"
+
+static fr_t parse(const std::string& hex) {
+    fr_t x;
+    for (int i = 0; i < 8; i++)
+        x.v[i] = (uint32_t)std::stoul(hex.substr(56 - 8 * i, 8), nullptr, 16);
+    return x;
+}
+static void print(const fr_t& o) {
+    for (int i = 7; i >= 0; i--) std::printf("%08x", o.v[i]);
+    std::printf(" ");
+}
+int main() {  // "w x y": w < r, x, y < 2r
+    std::string a, b, c;
+    while (std::cin >> a >> b >> c) {
+        const fr_t w = parse(a), x = parse(b), y = parse(c);
+        print(fr_mul_lazy(w, x));
+        print(fr_add_lazy(x, y));
+        print(fr_sub_lazy(x, y));
+        print(fr_canonical(x));
+        std::printf("\n");
+    }
+    return 0;
+}
+"""
+
+
+def lazy_edge_values() -> list[int]:
+    """[0, 2r) at its extremes: around 0, r and 2r, and the special low words shifted by r."""
+    vals = [0, 1, R - 1, R, R + 1, 2 * R - 2, 2 * R - 1, (1 << 255) - 1, 1 << 255]
+    vals += [R + v for v in edge_values() if R + v < 2 * R]
+    return sorted(v for v in set(vals) if v < 2 * R)
+
+
+def test_fr_lazy_butterfly_ops_stay_below_2r(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """fr_mul_lazy (a canonical twiddle times a value < 2r), fr_add_lazy, fr_sub_lazy and
+    fr_canonical, the NTT_LAZY butterflies' operations: each result < 2r (canonical for
+    fr_canonical) and congruent to the exact one, at the edges of [0, 2r) and on random values.
+    A product whose second operand broke the bound, or an addition that dropped the carry word
+    of a sum >= 2^256, fails the range or the residue."""
+    exe = build_driver(tmp_path_factory.mktemp("fr_lazy_host"), "lazy", LAZY_HARNESS)
+    rng = random.Random()
+    lazy = lazy_edge_values()
+    cases = [(w, x, y) for w in edge_values()[:8] for x in lazy for y in lazy]
+    cases += [(rng.randrange(R), rng.randrange(2 * R), rng.randrange(2 * R)) for _ in range(3000)]
+    text = "".join(f"{w:064x} {x:064x} {y:064x}\n" for w, x, y in cases)
+    out = subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(cases)
+    for (w, x, y), line in zip(cases, lines, strict=True):
+        mul, add, sub, canon = (int(v, 16) for v in line.split())
+        ctx = (hex(w), hex(x), hex(y))
+        assert mul < 2 * R and mul % R == w * x * RINV % R, ctx
+        assert add < 2 * R and add % R == (x + y) % R, ctx
+        assert sub < 2 * R and sub % R == (x - y) % R, ctx
+        assert canon == x % R, ctx

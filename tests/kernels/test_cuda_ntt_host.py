@@ -70,9 +70,14 @@ extern "C" void emu_build_powers(fr_t* out, const fr_t* hi, const fr_t* lo, int 
 """
 
 
-@pytest.fixture(scope="module")
-def emu(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    flags = ("-O2", "-fno-strict-aliasing", "-Wno-unknown-pragmas")
+# The builds every test here runs: the default, and the data kept in [0, 2r) between a pass's
+# load and store (ntt.cuh NTT_LAZY), so that build is exact at every plan before it is timed.
+BUILDS = {"default": (), "lazy": ("-DNTT_LAZY=1",)}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDS))
+def emu(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    flags = ("-O2", "-fno-strict-aliasing", "-Wno-unknown-pragmas", *BUILDS[request.param])
     lib = build_driver(tmp_path_factory.mktemp("ntt_emu"), "emu", SHIM, flags, shared=True)
     return ctypes.CDLL(str(lib))
 

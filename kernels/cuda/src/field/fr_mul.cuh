@@ -125,6 +125,8 @@ MONT_HD fr_t fr_mul_r(const fr_t& a, const fr_t& b) {
 // the total stays < 2r after the division and < 2^320 before it. Every term added to pe or po
 // is non-negative, so each accumulator stays below the total: 10 words hold it (no carry out
 // of word 9), and below 2^256 after each division (words 8, 9 are zero at the end).
+// REDUCE = false (fr_mul_lazy below): the total is returned as it is, in [0, 2r).
+template <bool REDUCE = true>
 MONT_HD fr_t fr_mul_r2(const fr_t& a, const fr_t& b) {
     using namespace mont_detail;
     constexpr int N = 8;
@@ -227,8 +229,64 @@ MONT_HD fr_t fr_mul_r2(const fr_t& a, const fr_t& b) {
     (void)add_cc(cw, 0xffffffffu, cc);
     MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(pe[j], po[j], cc);
     const uint32_t top = addc(0, 0, cc);
-    return fr_t::reduce_once(t, top);
+    if constexpr (REDUCE) {
+        return fr_t::reduce_once(t, top);
+    } else {
+        fr_t r;  // the total is < 2r < 2^256: top is 0
+        MONT_UNROLL for (int j = 0; j < N; j++) r.v[j] = t[j];
+        (void)top;
+        return r;
+    }
 }
+
+// ---- the NTT's lazy Fr (NTT_LAZY in ntt.cuh): values in [0, 2r) between multiplications ----
+// Fr has no lazy form for both operands (4r > 2^256: mont.cuh), but fr_mul_r2 needs only its
+// FIRST operand below r: the bounds above hold for any 64-bit digits of b, so for any b <
+// 2^256, and the total before the final subtraction is < (r 2^256 + 2^256 r) / 2^256 = 2r. So
+// with a canonical twiddle first, the butterflies' data may stay in [0, 2r): the product
+// skips its conditional subtraction, and the additions reduce by 2r instead of r.
+MONT_HD fr_t fr_mul_lazy(const fr_t& w_canonical, const fr_t& b_below_2r) {
+    return fr_mul_r2<false>(w_canonical, b_below_2r);
+}
+
+// Word j of 2r.
+MONT_HDC uint32_t fr_mod2(int j) {
+    return (FR_MOD(j) << 1) | (j > 0 ? FR_MOD(j - 1) >> 31 : 0u);
+}
+
+// x + y for x, y < 2r: the sum (< 4r < 2^257, so with its carry word) less 2r if it is >= 2r.
+MONT_HD fr_t fr_add_lazy(const fr_t& x, const fr_t& y) {
+    using namespace mont_detail;
+    constexpr int N = 8;
+    uint32_t s[N], d[N], cc = 0;
+    s[0] = add_cc(x.v[0], y.v[0], cc);
+    MONT_UNROLL for (int j = 1; j < N; j++) s[j] = addc_cc(x.v[j], y.v[j], cc);
+    const uint32_t top = addc(0, 0, cc);
+    d[0] = sub_cc(s[0], fr_mod2(0), cc);
+    MONT_UNROLL for (int j = 1; j < N; j++) d[j] = subc_cc(s[j], fr_mod2(j), cc);
+    const uint32_t borrow = subc(top, 0, cc);  // 0xffffffff if the sum < 2r
+    fr_t r;
+    MONT_UNROLL for (int j = 0; j < N; j++) r.v[j] = borrow ? s[j] : d[j];
+    return r;
+}
+
+// x - y for x, y < 2r: the difference, plus 2r if it borrowed.
+MONT_HD fr_t fr_sub_lazy(const fr_t& x, const fr_t& y) {
+    using namespace mont_detail;
+    constexpr int N = 8;
+    uint32_t d[N], cc = 0;
+    d[0] = sub_cc(x.v[0], y.v[0], cc);
+    MONT_UNROLL for (int j = 1; j < N; j++) d[j] = subc_cc(x.v[j], y.v[j], cc);
+    const uint32_t mask = subc(0, 0, cc);  // 0xffffffff if x < y
+    fr_t r;
+    r.v[0] = add_cc(d[0], fr_mod2(0) & mask, cc);
+    MONT_UNROLL for (int j = 1; j < N - 1; j++) r.v[j] = addc_cc(d[j], fr_mod2(j) & mask, cc);
+    r.v[N - 1] = addc(d[N - 1], fr_mod2(N - 1) & mask, cc);
+    return r;
+}
+
+// The canonical value of x < 2r.
+MONT_HD fr_t fr_canonical(const fr_t& x) { return fr_t::reduce_once(x.v, 0); }
 
 // The Fr multiplication of the NTT kernels: FR_MUL_VARIANT 0 = mont.cuh's generic CIOS,
 // 1 = fr_mul_r, 2 (default) = fr_mul_r2. Every variant returns the same fully reduced value.

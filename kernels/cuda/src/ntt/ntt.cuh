@@ -150,26 +150,43 @@ __device__ __forceinline__ fr_t tw_get(const fr_t* __restrict__ tw, const uint32
     return fr_ldg(tw + tw_index<INV>(a, l, m, lowbits, lo_base + c));
 }
 
+// NTT_LAZY: the data between a pass's load and its store stays in [0, 2r) (fr_mul.cuh,
+// fr_mul_lazy): each butterfly's product skips its conditional subtraction, and the store
+// makes every value canonical again, so passes, tables and callers see canonical values only
+// (0: canonical throughout, the default until measured).
+#ifndef NTT_LAZY
+#define NTT_LAZY 0
+#endif
+#if NTT_LAZY
+#define NTT_ADD fr_add_lazy
+#define NTT_SUB fr_sub_lazy
+#define NTT_MUL_TW(w, v) fr_mul_lazy(w, v)  // the twiddle (canonical) first
+#else
+#define NTT_ADD(x, y) ((x) + (y))
+#define NTT_SUB(x, y) ((x) - (y))
+#define NTT_MUL_TW(w, v) fr_mul(v, w)
+#endif
+
 // One radix-2 butterfly with twiddle w. DIF: (x, y) -> (x + y, (x - y) w); DIT:
 // (x, y) -> (x + y w, x - y w). INV: w is minus the twiddle (see tw_index).
 template <bool DIT, bool INV>
 __device__ __forceinline__ void ntt_butterfly(fr_t& x, fr_t& y, const fr_t& w) {
     if (DIT) {
-        const fr_t t = fr_mul(y, w);
-        const fr_t s = x + t, d = x - t;
+        const fr_t t = NTT_MUL_TW(w, y);
+        const fr_t s = NTT_ADD(x, t), d = NTT_SUB(x, t);
         x = INV ? d : s;
         y = INV ? s : d;
     } else {
-        const fr_t u = x + y;
-        y = fr_mul(INV ? y - x : x - y, w);
+        const fr_t u = NTT_ADD(x, y);
+        y = NTT_MUL_TW(w, INV ? NTT_SUB(y, x) : NTT_SUB(x, y));
         x = u;
     }
 }
 
 // A butterfly with w = 1 (the caller knows j = 0 for every thread): no load, no multiplication.
 __device__ __forceinline__ void ntt_butterfly_1(fr_t& x, fr_t& y) {
-    const fr_t u = x + y;
-    y = x - y;
+    const fr_t u = NTT_ADD(x, y);
+    y = NTT_SUB(x, y);
     x = u;
 }
 
@@ -326,6 +343,7 @@ __device__ __forceinline__ void ntt_pass_body_t(fr_t* dst, const fr_t* src,  // 
         const uint32_t c = e & (C - 1), mid = e >> a.logC;
         const uint32_t p = (hi << a.s) | (mid << lowbits) | (lo_base + c);
         fr_t y = sm_get(sm, ts, e);
+        if (NTT_LAZY) y = fr_canonical(y);
         if (a.flags & NTT_F_POST_CONST) y = fr_mul(y, fr_ldg(post_const));
         if (a.flags & NTT_F_POST_TABLE) {
             const uint32_t j = DIT ? p : ntt_brev(p, a.k);  // natural index of the output
