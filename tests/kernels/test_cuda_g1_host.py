@@ -283,8 +283,7 @@ BUILDS = {
     "default": (),
     "slot0-early": ("-DMSM_SLOT0_EARLY=1",),
     "no-carry": ("-DMSM_CARRY_NEXT=0",),
-    "lazy": ("-DMSM_LAZY=1",),
-    "lazy-early": ("-DMSM_LAZY=1", "-DMSM_SLOT0_EARLY=1"),
+    "eager": ("-DMSM_LAZY=0",),
 }
 
 
