@@ -249,11 +249,6 @@ MONT_HD fr_t fr_mul_lazy(const fr_t& w_canonical, const fr_t& b_below_2r) {
     return fr_mul_r2<false>(w_canonical, b_below_2r);
 }
 
-// Word j of 2r.
-MONT_HDC uint32_t fr_mod2(int j) {
-    return (FR_MOD(j) << 1) | (j > 0 ? FR_MOD(j - 1) >> 31 : 0u);
-}
-
 // x + y for x, y < 2r: the sum (< 4r < 2^257, so with its carry word) less 2r if it is >= 2r.
 MONT_HD fr_t fr_add_lazy(const fr_t& x, const fr_t& y) {
     using namespace mont_detail;
@@ -262,8 +257,8 @@ MONT_HD fr_t fr_add_lazy(const fr_t& x, const fr_t& y) {
     s[0] = add_cc(x.v[0], y.v[0], cc);
     MONT_UNROLL for (int j = 1; j < N; j++) s[j] = addc_cc(x.v[j], y.v[j], cc);
     const uint32_t top = addc(0, 0, cc);
-    d[0] = sub_cc(s[0], fr_mod2(0), cc);
-    MONT_UNROLL for (int j = 1; j < N; j++) d[j] = subc_cc(s[j], fr_mod2(j), cc);
+    d[0] = sub_cc(s[0], fr_t::mod2(0), cc);
+    MONT_UNROLL for (int j = 1; j < N; j++) d[j] = subc_cc(s[j], fr_t::mod2(j), cc);
     const uint32_t borrow = subc(top, 0, cc);  // 0xffffffff if the sum < 2r
     fr_t r;
     MONT_UNROLL for (int j = 0; j < N; j++) r.v[j] = borrow ? s[j] : d[j];
@@ -279,9 +274,9 @@ MONT_HD fr_t fr_sub_lazy(const fr_t& x, const fr_t& y) {
     MONT_UNROLL for (int j = 1; j < N; j++) d[j] = subc_cc(x.v[j], y.v[j], cc);
     const uint32_t mask = subc(0, 0, cc);  // 0xffffffff if x < y
     fr_t r;
-    r.v[0] = add_cc(d[0], fr_mod2(0) & mask, cc);
-    MONT_UNROLL for (int j = 1; j < N - 1; j++) r.v[j] = addc_cc(d[j], fr_mod2(j) & mask, cc);
-    r.v[N - 1] = addc(d[N - 1], fr_mod2(N - 1) & mask, cc);
+    r.v[0] = add_cc(d[0], fr_t::mod2(0) & mask, cc);
+    MONT_UNROLL for (int j = 1; j < N - 1; j++) r.v[j] = addc_cc(d[j], fr_t::mod2(j) & mask, cc);
+    r.v[N - 1] = addc(d[N - 1], fr_t::mod2(N - 1) & mask, cc);
     return r;
 }
 
