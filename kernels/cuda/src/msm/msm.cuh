@@ -168,14 +168,6 @@ typedef g1_xyzz_t<fpz_t> msm_acc_t;
 #else
 typedef g1_xyzz msm_acc_t;
 #endif
-// A running sum stored canonical, one coordinate at a time: reducing the whole point first
-// holds a second 48-register copy and made ptxas spill 16 bytes in msm_accumulate0 (sm_90).
-MONT_HD void msm_store_reduced(g1_xyzz* p, const msm_acc_t& a) {
-    g1_store(&p->X, a.X.reduced());
-    g1_store(&p->Y, a.Y.reduced());
-    g1_store(&p->ZZ, a.ZZ.reduced());
-    g1_store(&p->ZZZ, a.ZZZ.reduced());
-}
 MONT_HD void msm_prefetch_point(const g1_affine* __restrict__ points, uint32_t e) {
 #if defined(__CUDA_ARCH__) && MSM_PREFETCH
     const char* a = reinterpret_cast<const char*>(points + (e & 0x7fffffffu));
@@ -229,10 +221,10 @@ MONT_HD void msm_accumulate0_body(uint32_t t, const g1_affine* __restrict__ poin
             // finish bucket b over [seg_start, i)
             const bool complete = offs[b] >= start && next <= end;
             if (complete) {
-                if (KEPT || !acc.is_inf()) msm_store_reduced(buckets + b, acc);
+                if (KEPT || !acc.is_inf()) g1_store(buckets + b, acc.reduced());
             } else if (seg_start == start) {
 #if MSM_SLOT0_EARLY
-                msm_store_reduced(pvals + 2 * t, acc);  // now: its 48 registers are free for the rest
+                g1_store(pvals + 2 * t, acc.reduced());  // now: its 48 registers are free for the rest
                 stored0 = true;
 #else
                 slot0 = acc.reduced();
