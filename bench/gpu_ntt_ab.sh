@@ -11,8 +11,6 @@
 #   VARIANTS="base:global:cupy new:shared:driver" SIZES=20 ROUNDS=3 TESTS=0 NCU=0 bash bench/gpu_ntt_ab.sh
 #   ROUNDS=0 TESTS=0 HOST=0 bash bench/gpu_ntt_ab.sh   # Nsight Compute alone
 #   VARIANTS="d:global:driver d7:global:driver:7" SIZES=16,18,20 bash bench/gpu_ntt_ab.sh
-#   VARIANTS="d:global:driver g:global:graph" TEST_K=graph NCU=0 bash bench/gpu_ntt_ab.sh
-#                                                      # CUDA graph replays against launches
 #                                                      # 2^7-element tiles against 2^10
 #   VARIANTS="d:global:driver lo0:global:driver:0:0" SIZES=16,20,22,24 bash bench/gpu_ntt_ab.sh
 #                                                      # the lowest pass as the others (the
@@ -84,20 +82,6 @@ for _ in range(5):
     cp.cuda.Device().synchronize()
 per_call.sort()
 print(f"[host] {sys.argv[1]}: {per_call[2]:.2f} us per 2^20 forward call to return, GPU busy (median of 5 x 200)")
-# the same with an output buffer never used before, twice each: a graph variant's first use
-# (plain launches) and its capture (graphs are captured on a buffer set's second use)
-outs = [cp.empty_like(x) for _ in range(100)]
-cp.cuda.Device().synchronize()
-spin((1,), (1,), (np.int64(500_000_000),))
-t0 = time.perf_counter()
-for o in outs:
-    eng.ntt(x, out=o)
-t1 = time.perf_counter()
-for o in outs:
-    eng.ntt(x, out=o)
-t2 = time.perf_counter()
-cp.cuda.Device().synchronize()
-print(f"[host] {sys.argv[1]}: new buffers {(t1 - t0) / 100 * 1e6:.2f} us first use, {(t2 - t1) / 100 * 1e6:.2f} us second use; graphs {eng.graph_counts()}")
 PY
 done
 

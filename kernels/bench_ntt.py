@@ -184,7 +184,6 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
     out = cp.empty((n, 4), dtype=cp.uint64)
     eng.ntt(xs[0], out=out)  # builds the twiddle table outside the timing
     row: dict[str, Any] = {"log_size": k, "n": n, "rotating_inputs": rotate}
-    graphs_before = eng.graph_counts()
     row["max_levels"] = eng.levels_for(k)
     row["lowest_levels"] = eng.lowest_for(k)
     row["h_step_max_levels"] = eng.levels_for(k, h_step=True)
@@ -221,13 +220,6 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
             cp, lambda i: eng.h_step(a, b, c, out=hout), reps, args.warmup, 1, args.warmup_ms
         )
         row["h_step"] = _bound(ms, *cn.plan_cost(eng.h_plan(k)), ceil)
-    if eng.tuning.ntt_launch == "graph":  # this size's captures and replays
-        after = eng.graph_counts()
-        row["launch_graphs"] = {
-            "captures": after["captures"] - graphs_before["captures"],
-            "replays": after["replays"] - graphs_before["replays"],
-            "failed": after["failed"],
-        }
     # device-to-device copy of the same size, for scale
     ms = _time(cp, lambda i: cp.copyto(out, xs[i]), args.repeats, args.warmup, rotate)
     row["copy_same_size_ms"] = ms

@@ -21,7 +21,7 @@ from typing import Any
 PIN_METHODS = ("register", "alloc")
 ON_OFF = ("off", "on")
 NTT_TWIDDLES = ("global", "shared")
-NTT_LAUNCHES = ("driver", "pdl", "cupy", "graph")
+NTT_LAUNCHES = ("driver", "pdl", "cupy")
 MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 MSM_SORTS = ("counting", "radix", "auto")
 MSM_HOST_BUCKETS = ("query", "query-merge", "chunk")
@@ -210,15 +210,13 @@ SETTINGS: tuple[Setting, ...] = (
         "PROVETOP_NTT_LAUNCH",
         "ntt_launch",
         choice("PROVETOP_NTT_LAUNCH", NTT_LAUNCHES),
-        "`driver` (default), `pdl`, `cupy`, `graph`",
+        "`driver` (default), `pdl`, `cupy`",
         "how the small plans' cached NTT launches reach the GPU: `cuLaunchKernel` with the "
         "arguments packed once per shape (`driver`); the same through `cuLaunchKernelEx` with "
         "each pass after a transform's first launched as a programmatic dependent of the one "
         "before (`pdl`, sm_90 and newer: a pass's blocks start in the slots its predecessor's "
-        "last wave leaves idle); CuPy's kernel call, which converts 19 arguments on every "
-        "launch (`cupy`); or the `driver` launches captured once per set of buffer addresses "
-        "(on its second use) and replayed as one CUDA graph (`graph`; up to 128 graphs per "
-        "shape, least recently used out)",
+        "last wave leaves idle); or CuPy's kernel call, which converts 19 arguments on every "
+        "launch (`cupy`)",
     ),
     Setting(
         "PROVETOP_PIN_METHOD",

@@ -32,7 +32,6 @@ from kernels.constants import (
     FR_ROOT_OF_UNITY,
     FR_TWO_ADICITY,
 )
-from kernels.cuda.graph import GraphCache
 from kernels.cuda.launch_ex import DependentLaunch
 from kernels.cuda.runtime import KernelModule, load, require_cupy
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
@@ -600,8 +599,7 @@ def _driver_launch(
 class _Program:
     """Resolved launches of one plan (see :meth:`CudaNtt._program`): per pass the kernel, grid,
     block, shared bytes, the argument list with buffer names in it, and where the names are;
-    with the ``driver`` launch (tuning ntt_launch) the same packed for ``cuLaunchKernel``, and
-    with ``graph`` those packed launches replayed as CUDA graphs, one per set of buffers."""
+    with the ``driver`` launch (tuning ntt_launch) the same packed for ``cuLaunchKernel``."""
 
     generation: int
     launches: list[tuple[Any, tuple[int, int], tuple[int], int, list[Any], tuple[int, ...]]]
@@ -609,21 +607,11 @@ class _Program:
     cupy: Any = None  # the module, for the driver launch (no import check per call)
     device: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
-    graphs: GraphCache | None = None  # tuning ntt_launch "graph"
-    names: tuple[str, ...] = ()  # the buffer names the launches take, in a fixed order
 
     def launch(self, buffers: dict[str, Any], stream: Any) -> None:
         """Launch every pass on ``stream`` (a CuPy stream) with the named buffers."""
         if self.driver is not None:
-            self._ensure_context()
-            handle = stream.ptr
-            with self.lock:
-                if self.graphs is not None:
-                    key = tuple(buffers[name].data.ptr for name in self.names)
-                    record = lambda s: self._launch_driver(buffers, s)  # noqa: E731
-                    if self.graphs.launch(key, record, handle):
-                        return
-                self._launch_driver(buffers, handle)
+            self._launch_driver(buffers, stream.ptr)
             return
         with stream:  # CuPy's kernel call launches on the current stream
             for fn, grid, block, shared, args, slots in self.launches:
@@ -632,33 +620,28 @@ class _Program:
                     a[i] = buffers[args[i]]
                 fn(grid, block, tuple(a), shared_mem=shared)
 
-    def _ensure_context(self) -> None:
-        if not self.cupy.cuda.driver.ctxGetCurrent():
-            # a thread whose first CUDA call this is (the caller's arrays came from another
-            # thread): the runtime makes the device's primary context current, as CuPy's own
-            # calls would have
-            self.cupy.cuda.runtime.setDevice(self.device)
-
     def _launch_driver(self, buffers: dict[str, Any], stream: int) -> None:
         """Why: CuPy's kernel call converts each of a pass's 19 arguments on every launch, and
         at 2^16 .. 2^20 that host time before the first launch is GPU idle time in every call
         (docs/performance-notes.md, 2026-12-02, the NTT at 2^20). ``cuLaunchKernel`` copies
-        the argument values before it returns, so the one blob per pass is rewritten by the
-        next call, from whichever thread: callers hold ``lock``."""
-        launch = self.cupy.cuda.driver.launchKernel
-        for d in self.driver:
-            for i, name in d.slots:
-                d.blob[i] = buffers[name].data.ptr
-            if d.ex is not None:
-                d.ex(stream, d.params_ptr)
-                continue
-            gx, gy = d.grid
-            launch(d.fn, gx, gy, 1, d.block, 1, 1, d.shared, stream, d.params_ptr, 0)
-
-    def graph_counts(self) -> tuple[int, int, str | None]:
-        """(captures, replays, why capturing was given up or None) of this program."""
-        g = self.graphs
-        return (0, 0, None) if g is None else (g.captures, g.replays, g.failed)
+        the argument values before it returns, so the one blob per pass is rewritten under
+        the lock by the next call, from whichever thread."""
+        driver = self.cupy.cuda.driver
+        if not driver.ctxGetCurrent():
+            # a thread whose first CUDA call this is (the caller's arrays came from another
+            # thread): the runtime makes the device's primary context current, as CuPy's own
+            # calls would have
+            self.cupy.cuda.runtime.setDevice(self.device)
+        launch = driver.launchKernel
+        with self.lock:
+            for d in self.driver:
+                for i, name in d.slots:
+                    d.blob[i] = buffers[name].data.ptr
+                if d.ex is not None:
+                    d.ex(stream, d.params_ptr)
+                    continue
+                gx, gy = d.grid
+                launch(d.fn, gx, gy, 1, d.block, 1, 1, d.shared, stream, d.params_ptr, 0)
 
 
 def _alloc(cupy: Any, shape: tuple[int, ...], allocator: Any) -> Any:
@@ -914,7 +897,7 @@ class CudaNtt:
         how = self.tuning.ntt_launch
         if how == "pdl" and int(cupy.cuda.Device().compute_capability) < 90:
             how = "driver"  # griddepcontrol is sm_90 on: plain driver launches elsewhere
-        driver = [] if how in ("driver", "pdl", "graph") else None
+        driver = [] if how in ("driver", "pdl") else None
         for pos, p in enumerate(plans):
             fn, args, shared = self._pass_args(p, mod, tw, K, consts)
             slots = tuple(i for i, a in enumerate(args) if isinstance(a, str))
@@ -922,17 +905,7 @@ class CudaNtt:
             if driver is not None:
                 dependent = (pos > 0) if how == "pdl" else None
                 driver.append(_driver_launch(fn, p.grid(batch), p.block, shared, args, dependent))
-        names = tuple(sorted({a for launch in launches for a in launch[4] if isinstance(a, str)}))
-        graphs = GraphCache() if how == "graph" else None
-        prog = _Program(
-            st.generation,
-            launches,
-            driver,
-            cupy,
-            cupy.cuda.runtime.getDevice(),
-            graphs=graphs,
-            names=names,
-        )
+        prog = _Program(st.generation, launches, driver, cupy, cupy.cuda.runtime.getDevice())
         if key is not None:
             if len(self._programs) >= MAX_PROGRAMS:
                 self._programs.clear()
@@ -1005,18 +978,6 @@ class CudaNtt:
         )
         self.run_plan(plans, {"x": x, "out": out}, batch, s)
         return out
-
-    def graph_counts(self) -> dict[str, Any]:
-        """Graphs captured and replayed by this instance's cached programs (tuning ntt_launch
-        "graph"), and why capturing was given up where it was: a bench row says whether its
-        times are the graphs' or the plain launches' they fell back to."""
-        progs = list(self._programs.values())
-        counts = [p.graph_counts() for p in progs]
-        return {
-            "captures": sum(c[0] for c in counts),
-            "replays": sum(c[1] for c in counts),
-            "failed": sorted({c[2] for c in counts if c[2]}),
-        }
 
     def _load_cupy(self) -> Any:
         self._cupy = require_cupy()

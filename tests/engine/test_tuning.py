@@ -101,7 +101,7 @@ def test_every_setting_is_read_into_its_field():
         ("PROVETOP_NTT_DEFINES", "1BAD=2"),
         ("PROVETOP_NTT_SMALL", "yes"),
         ("PROVETOP_NTT_TWIDDLES", "local"),
-        ("PROVETOP_NTT_LAUNCH", "graphs"),
+        ("PROVETOP_NTT_LAUNCH", "graph"),
         ("PROVETOP_ACCEPT_RATE", "-1"),
         ("PROVETOP_ACCEPT_RATE", "fast"),
         ("PROVETOP_NTT_SMALL", "yes"),
