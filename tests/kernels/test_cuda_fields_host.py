@@ -40,9 +40,14 @@ template <class F> void print(const F& x) {
     for (int i = F::N - 1; i >= 0; i--) std::printf("%08x", x.v[i]);
     std::printf("\n");
 }
-template <class F> void run(const std::string& op, const std::string& as, const std::string& bs) {
+template <class F> void run(const std::string& op, const std::string& as, const std::string& bs,
+                            const std::string& cs, const std::string& ds) {
     F a = parse<F>(as), b = parse<F>(bs);
-    if (op == "mul") print(a * b);
+    if (op == "msub") {  // a b - c d with one reduction: the lazy form only
+        if constexpr (F::lazy) print(F::mul_sub(a, b, parse<F>(cs), parse<F>(ds)));
+        else std::printf("bad op\n");
+    }
+    else if (op == "mul") print(a * b);
     else if (op == "sqr") print(a.sqr());
     else if (op == "add") print(a + b);
     else if (op == "sub") print(a - b);
@@ -70,9 +75,11 @@ template <class F> void run(const std::string& op, const std::string& as, const 
 int main() {
     std::string f, op, a, b;
     while (std::cin >> f >> op >> a >> b) {
-        if (f == "r") run<fr_t>(op, a, b);
-        else if (f == "z") run<fpz_t>(op, a, b);
-        else run<fp_t>(op, a, b);
+        std::string c = a, d = b;
+        if (op == "msub") std::cin >> c >> d;  // two more operands
+        if (f == "r") run<fr_t>(op, a, b, c, d);
+        else if (f == "z") run<fpz_t>(op, a, b, c, d);
+        else run<fp_t>(op, a, b, c, d);
     }
     std::fflush(stdout);
     return 0;
@@ -264,6 +271,41 @@ def test_lazy_fp_stays_below_2p_and_agrees_mod_p(tmp_path_factory: pytest.TempPa
     assert len(got) == 2 * len(pairs)
     for i, (a, b) in enumerate(pairs):
         assert (int(got[2 * i], 16), int(got[2 * i + 1], 16)) == _lazy_chain(a, b, m)
+
+
+def test_lazy_mul_sub_one_reduction_for_two_products(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """fpz_t::mul_sub(a, b, c, d) = a b - c d with both products' rows sharing one reduction
+    (the accumulation's Y3): for a, b, c, d anywhere in [0, 2p) the result is a word vector
+    < 2p congruent to (a b - c d) / R. The edges drive each bound the header derives: every
+    operand at 2p - 1 (the row totals' largest), d = 0 (so 2p - d = 2p, its one operand above
+    the lazy range), and the all-ones and top-bit values of the lazy edges in each position.
+    A row that dropped a carry, or a second product added after the reduction, fails here."""
+    exe = build_driver(tmp_path_factory.mktemp("mont_msub"), "harness", HARNESS, ("-O1", *WARNINGS))
+    m = C.FP_MODULUS
+    R = 1 << 384
+    rinv = pow(R, -1, m)
+    rng = random.Random()
+    edges = _lazy_edges(m)
+    quads = [tuple(rng.randrange(2 * m) for _ in range(4)) for _ in range(2000)]
+    top = 2 * m - 1
+    quads += [(top, top, top, top), (top, top, top, 0), (top, top, 0, 0), (0, 0, top, 0)]
+    quads += [(0, 0, 0, 0), (1, 1, 1, 1), (m, m, m, m), (top, top, m, m)]
+    for pos in range(4):
+        for e in edges:
+            q = [rng.randrange(2 * m) for _ in range(4)]
+            q[pos] = e
+            quads.append(tuple(q))
+            quads.append(tuple(e if i == pos else top for i in range(4)))
+    lines = "".join(f"z msub {a:096x} {b:096x} {c:096x} {d:096x}\n" for a, b, c, d in quads)
+    out = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True)
+    got = out.stdout.split()
+    assert len(got) == len(quads)
+    for (a, b, c, d), g in zip(quads, got, strict=True):
+        v = int(g, 16)
+        want = (a * b - c * d) * rinv % m
+        assert v < 2 * m and v % m == want, (hex(a), hex(b), hex(c), hex(d), hex(v))
 
 
 def test_header_constants_match_kernels_constants() -> None:

@@ -116,7 +116,11 @@ struct g1_xyzz_t {
         F Q = X * PP;
         g1_xyzz_t r;
         r.X = R.sqr() - PPP - Q.dbl();
-        r.Y = R * (Q - r.X) - Y * PPP;
+        if constexpr (F::lazy) {
+            r.Y = F::mul_sub(R, Q - r.X, Y, PPP);  // one reduction for both products
+        } else {
+            r.Y = R * (Q - r.X) - Y * PPP;
+        }
         r.ZZ = ZZ * PP;
         r.ZZZ = ZZZ * PPP;
         return r;
