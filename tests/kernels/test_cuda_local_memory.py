@@ -25,10 +25,9 @@ ENTRY = re.compile(
 )
 # The bucket-reduction tree's two kernels run a few thousand threads at the end of an MSM, and
 # their point sums with doublings need more than 255 registers' worth of state; their frames
-# as of 2026-12-03 are the ceiling (a larger one is a change to look at). The accumulation's 16
-# bytes are two 8-byte spills in the mixed addition's P == Q doubling branch, which the lazy Fp
-# sums brought (SASS, 2026-12-03); its loop has none.
-FRAME_CEILING = {"xyzz_sum_weighted": 72, "msm_bucket_reduce": 32, "msm_accumulate0": 16}
+# as of 2026-12-03 are the ceiling (a larger one is a change to look at). The accumulation has
+# none since its Y3 shares one reduction between two products (mont.cuh mul_sub, 2026-12-03).
+FRAME_CEILING = {"xyzz_sum_weighted": 72, "msm_bucket_reduce": 32}
 
 
 @pytest.mark.slow
