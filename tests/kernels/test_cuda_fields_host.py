@@ -47,12 +47,6 @@ template <class F> void run(const std::string& op, const std::string& as, const 
         if constexpr (F::lazy) print(F::mul_sub(a, b, parse<F>(cs), parse<F>(ds)));
         else std::printf("bad op\n");
     }
-    else if (op == "mul2") {  // two products with their rows interleaved: a b, then b b
-        F ab, bb;
-        F::mul2(a, b, b, b, ab, bb);
-        print(ab);
-        print(bb);
-    }
     else if (op == "mul") print(a * b);
     else if (op == "sqr") print(a.sqr());
     else if (op == "add") print(a + b);
@@ -212,33 +206,6 @@ def test_arithmetic_matches_python_ints(harness: Path, field: str) -> None:
     assert len(got) == len(cases)
     for (f, op, a, b), g in zip(cases, got, strict=True):
         assert g == _expected(op, a, b, m, rbits), (f, op, hex(a), hex(b))
-
-
-@pytest.mark.parametrize("field", ["r", "p", "z"])
-def test_mul2_equals_two_products(harness: Path, field: str) -> None:
-    """mont_t::mul2(a, b, b, b) (two products with their rows interleaved, g1.cuh G1_PAIRED)
-    gives a b and b b exactly as two plain products would: canonical for Fr and Fp, and for the
-    lazy Fp below 2p with the right residue. A row of one product fed the other's operand or
-    carry fails it."""
-    m, rbits = FIELDS[field]
-    rng = random.Random()
-    top = 2 * m if field == "z" else m
-    edges = _lazy_edges(m) if field == "z" else [0, 1, 2, m - 1, m - 2] + _half_edges(m, rbits)
-    pairs = [(rng.randrange(top), rng.randrange(top)) for _ in range(300)]
-    pairs += [(a, b) for a in edges for b in edges[:: max(1, len(edges) // 12)]]
-    width = rbits // 4
-    lines = "".join(f"{field} mul2 {a:0{width}x} {b:0{width}x}\n" for a, b in pairs)
-    out = subprocess.run([str(harness)], input=lines, capture_output=True, text=True, check=True)
-    got = out.stdout.split()
-    assert len(got) == 2 * len(pairs)
-    rinv = pow(1 << rbits, -1, m)
-    for i, (a, b) in enumerate(pairs):
-        for g, want in ((got[2 * i], a * b * rinv % m), (got[2 * i + 1], b * b * rinv % m)):
-            v = int(g, 16)
-            if field == "z":
-                assert v < 2 * m and v % m == want, (hex(a), hex(b), g)
-            else:
-                assert v == want, (field, hex(a), hex(b), g)
 
 
 def _lazy_edges(m: int) -> list[int]:

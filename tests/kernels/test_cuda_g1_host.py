@@ -284,8 +284,6 @@ BUILDS = {
     "slot0-early": ("-DMSM_SLOT0_EARLY=1",),
     "no-carry": ("-DMSM_CARRY_NEXT=0",),
     "eager": ("-DMSM_LAZY=0",),
-    "paired": ("-DG1_PAIRED=1",),
-    "paired-eager": ("-DG1_PAIRED=1", "-DMSM_LAZY=0"),
 }
 
 

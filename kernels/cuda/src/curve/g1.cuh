@@ -24,13 +24,6 @@
 // ~127 KB, where Nsight Compute counted 0.64 `no_instruction` stalls per issue: the hot loop
 // does not fit the instruction cache). Opt-in: measured 3 % slower on the H200 (2026-12-02,
 // accumulation 748 -> 772 ms at 2^27): the call's frame and register saves sit in the loop.
-// G1_PAIRED: the mixed addition's independent products computed two at a time, their rows
-// interleaved (mont.cuh mul2), so each product's dependent chain has another beside it. Off by
-// default until measured.
-#ifndef G1_PAIRED
-#define G1_PAIRED 0
-#endif
-
 #if defined(__CUDACC__) && defined(G1_COLD_DBL)
 #define G1_COLD __host__ __device__ __noinline__
 #else
@@ -110,42 +103,26 @@ struct g1_xyzz_t {
         if (qc.is_inf()) return *this;
         const g1_affine_t<F> q = {F::lift(qc.x), F::lift(qc.y)};
         if (is_inf()) return from_affine(q);
-#if G1_PAIRED
-        // the independent products two at a time (mont.cuh mul2): the same values
-        F U2, S2;
-        F::mul2(q.x, ZZ, q.y, ZZZ, U2, S2);
-#else
         F U2 = q.x * ZZ;
         F S2 = q.y * ZZZ;
-#endif
         F P = U2 - X;
         F R = S2 - Y;
         if (P.is_zero()) {
             if (R.is_zero()) return dbl_affine(q);
             return inf();
         }
-        g1_xyzz_t r;
-#if G1_PAIRED
-        F PP, RR, PPP, Q;
-        F::mul2(P, P, R, R, PP, RR);
-        F::mul2(P, PP, X, PP, PPP, Q);
-        r.X = RR - PPP - Q.dbl();
-        F::mul2(ZZ, PP, ZZZ, PPP, r.ZZ, r.ZZZ);
-#else
         F PP = P.sqr();
         F PPP = P * PP;
         F Q = X * PP;
+        g1_xyzz_t r;
         r.X = R.sqr() - PPP - Q.dbl();
-#endif
         if constexpr (F::lazy) {
             r.Y = F::mul_sub(R, Q - r.X, Y, PPP);  // one reduction for both products
         } else {
             r.Y = R * (Q - r.X) - Y * PPP;
         }
-#if !G1_PAIRED
         r.ZZ = ZZ * PP;
         r.ZZZ = ZZZ * PPP;
-#endif
         return r;
     }
 

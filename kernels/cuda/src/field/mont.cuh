@@ -768,43 +768,6 @@ struct mont_t {
 #endif
     }
 
-    // Two independent products, ab = a b and cd = c d, their CIOS rows interleaved. Why: each
-    // product's rows are one dependent chain of wide multiply-adds, and the carry chains are
-    // asm volatile, so the compiler emits one product whole before the next; with the rows
-    // alternating, the scheduler has a second chain to issue while the first waits on its
-    // latency. The same rows and bounds as operator* (either form). Used by g1.cuh with
-    // G1_PAIRED; with another multiplication variant selected it is two plain products.
-    MONT_HD static void mul2(const mont_t& a, const mont_t& b, const mont_t& c, const mont_t& d,
-                             mont_t& ab, mont_t& cd) {
-#if defined(MONT_PORTABLE) || defined(MONT_MUL_SPLIT) || defined(MONT_MUL_EVENODD_FIXED) || \
-    defined(MONT_MUL_KARATSUBA)
-        ab = a * b;
-        cd = c * d;
-#else
-        static_assert(N % 2 == 0, "the even/odd multiplication needs an even word count");
-        using namespace mont_detail;
-        uint32_t x1[N + 1], y1[N + 1], x2[N + 1], y2[N + 1], c1 = 0, c2 = 0, cc = 0, tmp;
-        MONT_UNROLL for (int j = 0; j <= N; j++) x1[j] = y1[j] = x2[j] = y2[j] = 0;
-        MONT_UNROLL for (int i = 0; i < N; i += 2) {
-            cios_row(x1, y1, a, b.v[i], c1);
-            cios_row(x2, y2, c, d.v[i], c2);
-            cios_row(y1, x1, a, b.v[i + 1], c1);
-            cios_row(y2, x2, c, d.v[i + 1], c2);
-        }
-        uint32_t t[N];
-        tmp = add_cc(c1, 0xffffffffu, cc);
-        MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x1[j], y1[j], cc);
-        uint32_t top = addc(0, 0, cc);
-        ab = finish(t, top);
-        cc = 0;
-        tmp = add_cc(c2, 0xffffffffu, cc);
-        MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x2[j], y2[j], cc);
-        top = addc(0, 0, cc);
-        (void)tmp;
-        cd = finish(t, top);
-#endif
-    }
-
     MONT_HD mont_t& operator+=(const mont_t& b) { return *this = *this + b; }
     MONT_HD mont_t& operator-=(const mont_t& b) { return *this = *this - b; }
     MONT_HD mont_t& operator*=(const mont_t& b) { return *this = *this * b; }
