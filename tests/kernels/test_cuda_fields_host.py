@@ -43,8 +43,8 @@ template <class F> void print(const F& x) {
 template <class F> void run(const std::string& op, const std::string& as, const std::string& bs,
                             const std::string& cs, const std::string& ds) {
     F a = parse<F>(as), b = parse<F>(bs);
-    if (op == "msub") {  // a b - c d with one reduction: the lazy form only
-        if constexpr (F::lazy) print(F::mul_sub(a, b, parse<F>(cs), parse<F>(ds)));
+    if (op == "msub") {  // a b - c d with one reduction: Fp only (8p < R; not so for Fr)
+        if constexpr (F::N == 12) print(F::mul_sub(a, b, parse<F>(cs), parse<F>(ds)));
         else std::printf("bad op\n");
     }
     else if (op == "mul") print(a * b);
@@ -306,6 +306,29 @@ def test_lazy_mul_sub_one_reduction_for_two_products(
         v = int(g, 16)
         want = (a * b - c * d) * rinv % m
         assert v < 2 * m and v % m == want, (hex(a), hex(b), hex(c), hex(d), hex(v))
+
+
+def test_canonical_mul_sub_is_exact(harness: Path) -> None:
+    """fp_t::mul_sub on canonical operands (the bucket reduction's and the SRS kernels' Y3):
+    exactly the canonical (a b - c d) / R, in every multiplication build, at the edges below p
+    and on random values."""
+    m = C.FP_MODULUS
+    rinv = pow(1 << 384, -1, m)
+    rng = random.Random()
+    edges = [0, 1, 2, m - 1, m - 2, (1 << 384) % m] + _half_edges(m, 384)
+    quads = [tuple(rng.randrange(m) for _ in range(4)) for _ in range(500)]
+    for pos in range(4):
+        for e in edges:
+            q = [m - 1] * 4
+            q[pos] = e
+            quads.append(tuple(q))
+            quads.append(tuple(e if i == pos else rng.randrange(m) for i in range(4)))
+    lines = "".join(f"p msub {a:096x} {b:096x} {c:096x} {d:096x}\n" for a, b, c, d in quads)
+    out = subprocess.run([str(harness)], input=lines, capture_output=True, text=True, check=True)
+    got = out.stdout.split()
+    assert len(got) == len(quads)
+    for (a, b, c, d), g in zip(quads, got, strict=True):
+        assert int(g, 16) == (a * b - c * d) * rinv % m, (hex(a), hex(b), hex(c), hex(d), g)
 
 
 def test_header_constants_match_kernels_constants() -> None:

@@ -661,39 +661,48 @@ struct mont_t {
         pe[N] = po[N] = 0;
     }
 
-    // a b - c d with one Montgomery reduction for both products (lazy form only): computed as
-    // a b + c (2m - d), each row adding both products' pairs before its reduction
-    // (cios_row2), so 3 N^2 word products instead of 4 N^2. Why exact, for a, c < 2m,
-    // b, d < 2m (so 2m - d <= 2m): the row totals t satisfy t' < t / 2^32 + a + c + m, so stay
-    // < 5m + 1 < R, within the N + 1 words of each accumulator; the result (a b + c (2m - d) +
-    // M m) / R with M < R is < 8m^2 / R + m, which is < 2m when 8m < R (asserted: m's top word
-    // < 2^29; true for Fp). MONT_MUL_SUB=0 computes a * b - c * d instead (for comparison).
+    // a b - c d with one Montgomery reduction for both products: computed as a b + c (2m - d),
+    // each row adding both products' pairs before its reduction (cios_row2), so 3 N^2 word
+    // products instead of 4 N^2. Why exact, for a, c < 2m, b, d < 2m (so 2m - d <= 2m): the
+    // row totals t satisfy t' < t / 2^32 + a + c + m, so stay < 5m + 1 < R, within the N + 1
+    // words of each accumulator; the result (a b + c (2m - d) + M m) / R with M < R is
+    // < 8m^2 / R + m, which is < 2m when 8m < R (asserted: m's top word < 2^29; true for Fp,
+    // false for Fr). In the lazy form that is the result; canonical operands are valid lazy
+    // ones, so the canonical form takes the lazy result and makes it canonical (one
+    // conditional subtraction, as a product's own). MONT_MUL_SUB=0 computes a * b - c * d
+    // instead (for comparison).
     MONT_HD static mont_t mul_sub(const mont_t& a, const mont_t& b, const mont_t& c,
                                   const mont_t& d) {
 #if defined(MONT_MUL_SUB) && MONT_MUL_SUB == 0
         return a * b - c * d;
 #else
-        static_assert(LAZY, "mul_sub returns a lazy value: use it on the lazy form");
-        static_assert(P::mod(N - 1) < (1u << 29), "mul_sub needs 8m < R");
-        static_assert(N % 2 == 0, "the even/odd rows need an even word count");
-        using namespace mont_detail;
-        uint32_t e[N], cc = 0;  // 2m - d: no borrow, d < 2m
-        e[0] = sub_cc(mod2(0), d.v[0], cc);
-        MONT_UNROLL for (int i = 1; i < N - 1; i++) e[i] = subc_cc(mod2(i), d.v[i], cc);
-        e[N - 1] = subc(mod2(N - 1), d.v[N - 1], cc);
-        uint32_t x[N + 1], y[N + 1], c0 = 0, tmp;
-        MONT_UNROLL for (int j = 0; j <= N; j++) x[j] = y[j] = 0;
-        MONT_UNROLL for (int i = 0; i < N; i += 2) {
-            cios_row2(x, y, a, b.v[i], c, e[i], c0);
-            cios_row2(y, x, a, b.v[i + 1], c, e[i + 1], c0);
+        if constexpr (!LAZY) {
+            typedef mont_t<P, true> lazy_t;
+            return lazy_t::mul_sub(lazy_t::lift(a), lazy_t::lift(b), lazy_t::lift(c),
+                                   lazy_t::lift(d))
+                .reduced();
+        } else {
+            static_assert(P::mod(N - 1) < (1u << 29), "mul_sub needs 8m < R");
+            static_assert(N % 2 == 0, "the even/odd rows need an even word count");
+            using namespace mont_detail;
+            uint32_t e[N], cc = 0;  // 2m - d: no borrow, d < 2m
+            e[0] = sub_cc(mod2(0), d.v[0], cc);
+            MONT_UNROLL for (int i = 1; i < N - 1; i++) e[i] = subc_cc(mod2(i), d.v[i], cc);
+            e[N - 1] = subc(mod2(N - 1), d.v[N - 1], cc);
+            uint32_t x[N + 1], y[N + 1], c0 = 0, tmp;
+            MONT_UNROLL for (int j = 0; j <= N; j++) x[j] = y[j] = 0;
+            MONT_UNROLL for (int i = 0; i < N; i += 2) {
+                cios_row2(x, y, a, b.v[i], c, e[i], c0);
+                cios_row2(y, x, a, b.v[i + 1], c, e[i + 1], c0);
+            }
+            uint32_t t[N];
+            cc = 0;
+            tmp = add_cc(c0, 0xffffffffu, cc);
+            MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x[j], y[j], cc);
+            const uint32_t top = addc(0, 0, cc);
+            (void)tmp;
+            return finish(t, top);
         }
-        uint32_t t[N];
-        cc = 0;
-        tmp = add_cc(c0, 0xffffffffu, cc);
-        MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x[j], y[j], cc);
-        const uint32_t top = addc(0, 0, cc);
-        (void)tmp;
-        return finish(t, top);
 #endif
     }
 
