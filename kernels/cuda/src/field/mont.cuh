@@ -297,39 +297,60 @@ struct mont_t {
         // even pairs of a * bi into pe, with the carry c0 of the previous row's division
         tmp = add_cc(c0, 0xffffffffu, cc);  // carry flag := (c0 != 0)
         (void)tmp;
-        MONT_UNROLL for (int j = 0; j < N; j += 2) {
-            pe[j] = madc_lo_cc(a.v[j], bi, pe[j], cc);
-            pe[j + 1] = madc_hi_cc(a.v[j], bi, pe[j + 1], cc);
+        even_pairs<true>(pe, a.v, bi, cc);
+        odd_pairs(po, a.v, bi, cc);
+        reduce_row(pe, po, c0, cc);
+    }
+
+    // The carry chains of a row, shared by the multiplication, the reduction-only rows and the
+    // two-product rows (each pair is one wide multiply-add in the SASS). x: the N words of the
+    // full operand (an element's words, or the modulus's through `mod_words`).
+    struct mod_words {
+        MONT_HDC uint32_t operator[](int j) const { return P::mod(j); }
+    };
+    // pe += the even pairs (j, j + 1) of x * y, j = 0, 2, ..., N - 2, then the carry into pe[N];
+    // the first pair takes the carry flag in when CARRY_IN.
+    template <bool CARRY_IN, class X>
+    MONT_HD static void even_pairs(uint32_t* pe, const X& x, uint32_t y, uint32_t& cc) {
+        using namespace mont_detail;
+        if constexpr (CARRY_IN) {
+            pe[0] = madc_lo_cc(x[0], y, pe[0], cc);
+        } else {
+            pe[0] = mad_lo_cc(x[0], y, pe[0], cc);
         }
-        pe[N] = addc(pe[N], 0, cc);
-        // odd pairs of a * bi into po (words 1..N)
-        po[1] = mad_lo_cc(a.v[1], bi, po[1], cc);
-        po[2] = madc_hi_cc(a.v[1], bi, po[2], cc);
-        MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
-            po[j] = madc_lo_cc(a.v[j], bi, po[j], cc);
-            po[j + 1] = madc_hi_cc(a.v[j], bi, po[j + 1], cc);
-        }
-        po[N - 1] = madc_lo_cc(a.v[N - 1], bi, po[N - 1], cc);
-        po[N] = madc_hi(a.v[N - 1], bi, po[N], cc);
-        // m makes word 0 of the total vanish
-        const uint32_t m = (pe[0] + po[0]) * P::m0();
-        pe[0] = mad_lo_cc(m, P::mod(0), pe[0], cc);
-        pe[1] = madc_hi_cc(m, P::mod(0), pe[1], cc);
+        pe[1] = madc_hi_cc(x[0], y, pe[1], cc);
         MONT_UNROLL for (int j = 2; j < N; j += 2) {
-            pe[j] = madc_lo_cc(m, P::mod(j), pe[j], cc);
-            pe[j + 1] = madc_hi_cc(m, P::mod(j), pe[j + 1], cc);
+            pe[j] = madc_lo_cc(x[j], y, pe[j], cc);
+            pe[j + 1] = madc_hi_cc(x[j], y, pe[j + 1], cc);
         }
         pe[N] = addc(pe[N], 0, cc);
-        po[1] = mad_lo_cc(m, P::mod(1), po[1], cc);
-        po[2] = madc_hi_cc(m, P::mod(1), po[2], cc);
+    }
+    // po += the odd pairs (j, j + 1) of x * y, j = 1, 3, ..., N - 1 (no carry out of word N:
+    // the row bounds keep it in N + 1 words).
+    template <class X>
+    MONT_HD static void odd_pairs(uint32_t* po, const X& x, uint32_t y, uint32_t& cc) {
+        using namespace mont_detail;
+        po[1] = mad_lo_cc(x[1], y, po[1], cc);
+        po[2] = madc_hi_cc(x[1], y, po[2], cc);
         MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
-            po[j] = madc_lo_cc(m, P::mod(j), po[j], cc);
-            po[j + 1] = madc_hi_cc(m, P::mod(j), po[j + 1], cc);
+            po[j] = madc_lo_cc(x[j], y, po[j], cc);
+            po[j + 1] = madc_hi_cc(x[j], y, po[j + 1], cc);
         }
-        po[N - 1] = madc_lo_cc(m, P::mod(N - 1), po[N - 1], cc);
-        po[N] = madc_hi(m, P::mod(N - 1), po[N], cc);
-        // divide by 2^32: pe[0] + po[0] is 0 or 2^32, the carry is (pe[0] != 0)
+        po[N - 1] = madc_lo_cc(x[N - 1], y, po[N - 1], cc);
+        po[N] = madc_hi(x[N - 1], y, po[N], cc);
+    }
+    // A row's reduction: m makes word 0 of pe + po vanish, m * mod is added (even pairs into
+    // pe, odd into po), then both drop word 0; pe[0] + po[0] is 0 or 2^32 there, so c0 :=
+    // pe[0] carries (pe[0] != 0) into the next row.
+    MONT_HD static void reduce_row(uint32_t* pe, uint32_t* po, uint32_t& c0, uint32_t& cc) {
+        const uint32_t m = (pe[0] + po[0]) * P::m0();
+        even_pairs<false>(pe, mod_words(), m, cc);
+        odd_pairs(po, mod_words(), m, cc);
         c0 = pe[0];
+        shift_row(pe, po);
+    }
+    // Divide both accumulators by 2^32 (word 0 is known, see the callers).
+    MONT_HD static void shift_row(uint32_t* pe, uint32_t* po) {
         MONT_UNROLL for (int j = 0; j < N; j++) {
             pe[j] = pe[j + 1];
             po[j] = po[j + 1];
@@ -578,25 +599,10 @@ struct mont_t {
         const uint32_t m = (pe[0] + po[0] + c0) * P::m0();
         tmp = add_cc(c0, 0xffffffffu, cc);  // carry flag := (c0 != 0)
         (void)tmp;
-        MONT_UNROLL for (int j = 0; j < N; j += 2) {
-            pe[j] = madc_lo_cc(m, P::mod(j), pe[j], cc);
-            pe[j + 1] = madc_hi_cc(m, P::mod(j), pe[j + 1], cc);
-        }
-        pe[N] = addc(pe[N], 0, cc);
-        po[1] = mad_lo_cc(m, P::mod(1), po[1], cc);
-        po[2] = madc_hi_cc(m, P::mod(1), po[2], cc);
-        MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
-            po[j] = madc_lo_cc(m, P::mod(j), po[j], cc);
-            po[j + 1] = madc_hi_cc(m, P::mod(j), po[j + 1], cc);
-        }
-        po[N - 1] = madc_lo_cc(m, P::mod(N - 1), po[N - 1], cc);
-        po[N] = madc_hi(m, P::mod(N - 1), po[N], cc);
+        even_pairs<true>(pe, mod_words(), m, cc);
+        odd_pairs(po, mod_words(), m, cc);
         c0 = pe[0] != 0;  // pe[0] + po[0] is 0 or 2^32: the carry is 0 or 1
-        MONT_UNROLL for (int j = 0; j < N; j++) {
-            pe[j] = pe[j + 1];
-            po[j] = po[j + 1];
-        }
-        pe[N] = po[N] = 0;
+        shift_row(pe, po);
     }
 
     // One row of a * b + c * d: cios_row with the second product's pairs added into the same
@@ -608,57 +614,11 @@ struct mont_t {
         uint32_t cc = 0, tmp;
         tmp = add_cc(c0, 0xffffffffu, cc);  // carry flag := (c0 != 0)
         (void)tmp;
-        MONT_UNROLL for (int j = 0; j < N; j += 2) {
-            pe[j] = madc_lo_cc(a.v[j], bi, pe[j], cc);
-            pe[j + 1] = madc_hi_cc(a.v[j], bi, pe[j + 1], cc);
-        }
-        pe[N] = addc(pe[N], 0, cc);
-        pe[0] = mad_lo_cc(c.v[0], di, pe[0], cc);
-        pe[1] = madc_hi_cc(c.v[0], di, pe[1], cc);
-        MONT_UNROLL for (int j = 2; j < N; j += 2) {
-            pe[j] = madc_lo_cc(c.v[j], di, pe[j], cc);
-            pe[j + 1] = madc_hi_cc(c.v[j], di, pe[j + 1], cc);
-        }
-        pe[N] = addc(pe[N], 0, cc);
-        po[1] = mad_lo_cc(a.v[1], bi, po[1], cc);
-        po[2] = madc_hi_cc(a.v[1], bi, po[2], cc);
-        MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
-            po[j] = madc_lo_cc(a.v[j], bi, po[j], cc);
-            po[j + 1] = madc_hi_cc(a.v[j], bi, po[j + 1], cc);
-        }
-        po[N - 1] = madc_lo_cc(a.v[N - 1], bi, po[N - 1], cc);
-        po[N] = madc_hi(a.v[N - 1], bi, po[N], cc);
-        po[1] = mad_lo_cc(c.v[1], di, po[1], cc);
-        po[2] = madc_hi_cc(c.v[1], di, po[2], cc);
-        MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
-            po[j] = madc_lo_cc(c.v[j], di, po[j], cc);
-            po[j + 1] = madc_hi_cc(c.v[j], di, po[j + 1], cc);
-        }
-        po[N - 1] = madc_lo_cc(c.v[N - 1], di, po[N - 1], cc);
-        po[N] = madc_hi(c.v[N - 1], di, po[N], cc);
-        // the reduction, as in cios_row
-        const uint32_t m = (pe[0] + po[0]) * P::m0();
-        pe[0] = mad_lo_cc(m, P::mod(0), pe[0], cc);
-        pe[1] = madc_hi_cc(m, P::mod(0), pe[1], cc);
-        MONT_UNROLL for (int j = 2; j < N; j += 2) {
-            pe[j] = madc_lo_cc(m, P::mod(j), pe[j], cc);
-            pe[j + 1] = madc_hi_cc(m, P::mod(j), pe[j + 1], cc);
-        }
-        pe[N] = addc(pe[N], 0, cc);
-        po[1] = mad_lo_cc(m, P::mod(1), po[1], cc);
-        po[2] = madc_hi_cc(m, P::mod(1), po[2], cc);
-        MONT_UNROLL for (int j = 3; j < N - 1; j += 2) {
-            po[j] = madc_lo_cc(m, P::mod(j), po[j], cc);
-            po[j + 1] = madc_hi_cc(m, P::mod(j), po[j + 1], cc);
-        }
-        po[N - 1] = madc_lo_cc(m, P::mod(N - 1), po[N - 1], cc);
-        po[N] = madc_hi(m, P::mod(N - 1), po[N], cc);
-        c0 = pe[0];
-        MONT_UNROLL for (int j = 0; j < N; j++) {
-            pe[j] = pe[j + 1];
-            po[j] = po[j + 1];
-        }
-        pe[N] = po[N] = 0;
+        even_pairs<true>(pe, a.v, bi, cc);
+        even_pairs<false>(pe, c.v, di, cc);
+        odd_pairs(po, a.v, bi, cc);
+        odd_pairs(po, c.v, di, cc);
+        reduce_row(pe, po, c0, cc);
     }
 
     // a b - c d with one Montgomery reduction for both products: computed as a b + c (2m - d),
