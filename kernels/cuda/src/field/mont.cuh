@@ -139,7 +139,6 @@ struct mont_t {
     static constexpr int N = P::N;
     static_assert(!LAZY || P::mod(N - 1) < (1u << 30), "the lazy form needs 4m < R");
     typedef mont_t<P, false> canonical_t;
-    static constexpr bool lazy = LAZY;
     uint32_t v[N];  // no constructors: the type stays trivial, usable in __shared__ arrays
 
     // ---- constants --------------------------------------------------------------------
@@ -554,16 +553,10 @@ struct mont_t {
         // shift down one word per row. After the shift pe's pairs straddle register pairs, so
         // ptxas re-pairs them with ~19 moves per row (225 MOV per Fp product in the SASS).
         static_assert(N % 2 == 0, "the even/odd multiplication needs an even word count");
-        using namespace mont_detail;
-        uint32_t pe[N + 1], po[N + 1], cc = 0, c0 = 0, tmp;
+        uint32_t pe[N + 1], po[N + 1], c0 = 0;
         MONT_UNROLL for (int j = 0; j <= N; j++) pe[j] = po[j] = 0;
         MONT_UNROLL for (int i = 0; i < N; i++) cios_row(pe, po, a, b.v[i], c0);
-        uint32_t t[N];
-        tmp = add_cc(c0, 0xffffffffu, cc);
-        MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(pe[j], po[j], cc);
-        const uint32_t top = addc(0, 0, cc);
-        (void)tmp;
-        return finish(t, top);
+        return finish_rows(pe, po, c0);
 #else
         // Default: the rows alternate which accumulator takes the even pairs. Dividing by 2^32
         // moves po's pairs (1,2), (3,4), ... to (0,1), (2,3), ...: exactly where the next row's
@@ -573,21 +566,27 @@ struct mont_t {
         // accumulator a product goes to, each is at most the CIOS total (< 2m 2^32 before the
         // shift), which fits N + 1 words.
         static_assert(N % 2 == 0, "the even/odd multiplication needs an even word count");
-        using namespace mont_detail;
-        uint32_t x[N + 1], y[N + 1], cc = 0, c0 = 0, tmp;
+        uint32_t x[N + 1], y[N + 1], c0 = 0;
         MONT_UNROLL for (int j = 0; j <= N; j++) x[j] = y[j] = 0;
         MONT_UNROLL for (int i = 0; i < N; i += 2) {
             cios_row(x, y, a, b.v[i], c0);
             cios_row(y, x, a, b.v[i + 1], c0);
         }
-        // after an even number of rows x is again the even accumulator: total = x + y + c0
-        uint32_t t[N];
-        tmp = add_cc(c0, 0xffffffffu, cc);
+        // after an even number of rows x is again the even accumulator
+        return finish_rows(x, y, c0);
+#endif
+    }
+
+    // The end of an even/odd product: the total x + y + c0 (N words and a top word, < 2m),
+    // then finish().
+    MONT_HD static mont_t finish_rows(const uint32_t* x, const uint32_t* y, uint32_t c0) {
+        using namespace mont_detail;
+        uint32_t t[N], cc = 0, tmp;
+        tmp = add_cc(c0, 0xffffffffu, cc);  // carry flag := (c0 != 0)
         MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x[j], y[j], cc);
         const uint32_t top = addc(0, 0, cc);
         (void)tmp;
         return finish(t, top);
-#endif
     }
 
     // One reduction-only row (the second half of cios_row): m makes word 0 of pe + po + c0
@@ -649,19 +648,13 @@ struct mont_t {
             e[0] = sub_cc(mod2(0), d.v[0], cc);
             MONT_UNROLL for (int i = 1; i < N - 1; i++) e[i] = subc_cc(mod2(i), d.v[i], cc);
             e[N - 1] = subc(mod2(N - 1), d.v[N - 1], cc);
-            uint32_t x[N + 1], y[N + 1], c0 = 0, tmp;
+            uint32_t x[N + 1], y[N + 1], c0 = 0;
             MONT_UNROLL for (int j = 0; j <= N; j++) x[j] = y[j] = 0;
             MONT_UNROLL for (int i = 0; i < N; i += 2) {
                 cios_row2(x, y, a, b.v[i], c, e[i], c0);
                 cios_row2(y, x, a, b.v[i + 1], c, e[i + 1], c0);
             }
-            uint32_t t[N];
-            cc = 0;
-            tmp = add_cc(c0, 0xffffffffu, cc);
-            MONT_UNROLL for (int j = 0; j < N; j++) t[j] = addc_cc(x[j], y[j], cc);
-            const uint32_t top = addc(0, 0, cc);
-            (void)tmp;
-            return finish(t, top);
+            return finish_rows(x, y, c0);
         }
 #endif
     }
