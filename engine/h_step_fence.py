@@ -35,7 +35,8 @@ class HStepFence:
     """Per device: which worker wants or holds the GPU region, and the holder's H-step marker
     once its H step is queued. Every method is cheap and never raises."""
 
-    def __init__(self) -> None:
+    def __init__(self, wait_s: float = QUEUE_WAIT_S) -> None:
+        self.wait_s = wait_s
         self._cv = threading.Condition()
         self._wanting: set[int] = set()
         self._holder: int | None = None
@@ -70,10 +71,12 @@ class HStepFence:
                 self._holder, self._queued, self._marker = None, False, None
             self._cv.notify_all()
 
-    def wait_queued(self, timeout: float = QUEUE_WAIT_S) -> Any:
+    def wait_queued(self, timeout: float | None = None) -> Any:
         """The marker host work starting now (a synthesis, a host check) may wait for on the
-        device, or None: waits (at most ``timeout``) while a region is wanted or held without
-        its H step queued."""
+        device, or None: waits (at most ``timeout``, by default the fence's ``wait_s``) while
+        a region is wanted or held without its H step queued."""
+        if timeout is None:
+            timeout = self.wait_s
         with self._cv:
 
             def settled() -> bool:
