@@ -179,7 +179,6 @@ def test_the_driver_holds_a_synthesis_behind_the_running_regions_h_step():
 
 def test_a_synthesis_started_while_the_next_region_waits_for_the_mutex_waits_for_its_h_step():
     _reset()
-    MarkedOps.hold.set()  # worker 0's region runs through
     w0, w1, mutex = _runners(Tuning(synthesis_after_h="done"))
     prep0 = w0.prepare(0, 0)
     mutex.acquire()  # a region that is ending: worker 0 must wait for the mutex
@@ -190,7 +189,11 @@ def test_a_synthesis_started_while_the_next_region_waits_for_the_mutex_waits_for
     time.sleep(0.3)
     assert s.is_alive()  # held on the host until worker 0's H step is queued
     mutex.release()
+    # Worker 0 stays in its region (after its H step, ``hold``) until the synthesis is back:
+    # a region that ended before the waiting thread got the GIL would rightly leave it
+    # nothing to wait for, and the test would read the scheduler instead of the fence.
     s.join(30)
+    MarkedOps.hold.set()
     t.join(30)
     assert box["out"].ok and w1.complete(sbox["out"]).ok
     assert (1, "H0.1") in MarkedOps.log
