@@ -257,6 +257,13 @@ class TelemetryServer:
         self._wake()
         self._readers.close()
         if self._sock is not None:
+            # On Linux close() alone leaves a thread blocked in accept() blocked for good (the
+            # call holds its own reference to the socket); shutdown() wakes it with EINVAL,
+            # which ends the accept loop, so a closed listener leaves no thread behind.
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             try:
                 self._sock.close()
             except OSError:

@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from engine.allocator import footprint, make_policy
 from engine.bus import Bus
@@ -127,11 +128,24 @@ class MarkedOps(CpuPartition):
         return super().msm_scalars(att, w, h)
 
 
+_buses: list[Bus] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_buses():
+    """Each driver test's bus stops its dispatcher thread when the test ends."""
+    yield
+    while _buses:
+        _buses.pop().close()
+
+
 def _runners(tuning: Tuning) -> tuple[PartitionRunner, PartitionRunner, threading.Lock]:
     cfg = from_preset("ci", seed=random.randrange(1 << 30), workers_per_device=2)
     sizes = query_sizes(cfg.domain_log)
     backend = CpuBackend()
     srs = generate_srs(backend, sizes, np.random.default_rng())
+    bus = Bus()
+    _buses.append(bus)
     ctx = RunContext(
         cfg,
         backend,
@@ -139,7 +153,7 @@ def _runners(tuning: Tuning) -> tuple[PartitionRunner, PartitionRunner, threadin
         sizes,
         footprint(cfg.domain_log, sizes),
         make_policy("aware"),
-        Bus(),
+        bus,
         Controls(),
         lambda d: None,
     )

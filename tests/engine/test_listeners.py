@@ -233,3 +233,31 @@ def test_accept_errors_are_survived_reported_and_the_socket_keeps_serving(tmp_pa
     assert listener and "accept() failed" in listener[0]["message"]
     assert any("accepts again" in e["message"] for e in listener)
     assert len(listener) == 2  # one report per run of failures, not one per retry
+
+
+def test_a_closed_listener_leaves_no_accept_thread_behind():
+    """close() must wake the thread blocked in accept(): on Linux closing the socket alone
+    does not, and every listener closed in a long-lived process would leave one behind."""
+    from engine.bus import Bus
+
+    def accept_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "telemetry-accept"}
+
+    for listen in (None, "tcp://127.0.0.1:0"):
+        before = accept_threads()
+        bus = Bus(retain=10)
+        token = TOKEN if listen else None
+        server = server_mod.TelemetryServer(
+            bus, lambda *a: None, lambda *a: None, listen=listen, token=token
+        )
+        server.start()
+        deadline = time.monotonic() + 5
+        while not accept_threads() - before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        mine = accept_threads() - before
+        assert len(mine) == 1, listen
+        server.close()
+        bus.close()
+        for t in mine:
+            t.join(5)
+            assert not t.is_alive(), f"accept thread still blocked after close ({listen})"
