@@ -11,6 +11,8 @@
 #                                      # proof at 24 and 40 GiB (points of the memory curve)
 #   bash bench/gpu_check.sh overhead   # GPU tests; porep-32g aware at 80 GiB (1 proof); the
 #                                      # partition times with /metrics scraped every second
+#   bash bench/gpu_check.sh alltests   # the self-test, then every GPU test of the repository
+#                                      # (kernels, engine, sources), with the carried cubins
 # Carry the sm_90 cubins built here (`python3 -m kernels.cuda.prebuild --arch sm_90`, into
 # kernels/cuda/cubin) for the first step of coldstart. Logs and JSON go to $OUT (at most 8
 # files come back, so they are packed into one tgz); the short table is printed last.
@@ -92,6 +94,10 @@ d['partitions_lost'], 'ooms', d['ooms'], 'prestage', d['prestage'], 'phases', \
 {k: round(v) for k, v in d['phase_ms_median'].items() if v})" "$W/pipeline-aware-80GiB.json" || true
     timed metrics-overhead 260 python3 bench/metrics_overhead.py --out "$W/overhead"
     tail -n 4 "$W/metrics-overhead.log"
+elif [ "$MODE" = "alltests" ]; then
+    timed selftest 200 $P selftest --backend cuda
+    timed gpu-tests-all 480 python3 -m pytest -q -m gpu tests -p no:cacheprovider -rs
+    grep -E "^SKIPPED|passed|failed|error" "$W/gpu-tests-all.log" | tail -n 12
 fi
 echo "---- summary"
 cat "$SUMMARY"
