@@ -411,8 +411,9 @@ class TelemetryServer:
                         self.on_command(frame, name)
                 except FrameError as exc:
                     self.on_bad_frame(str(exc), name)
-                    self.bus.flush(2.0)  # let the refusal reach this client before closing
-                    _wait_drained(sub, 2.0)
+                    if not self._closed.is_set():  # a closing engine sends nothing more
+                        self.bus.flush(2.0)  # let the refusal reach this client first
+                        _wait_drained(sub, 2.0, self._closed)
                     return
                 try:
                     data = conn.recv(RECV_BYTES)
@@ -790,12 +791,15 @@ def _wait_closed(conn: socket.socket, timeout: float) -> None:
         return
 
 
-def _wait_drained(sub: Any, timeout: float) -> None:
-    """Give the writer thread a moment to send what is queued (the refusal) before closing."""
+def _wait_drained(sub: Any, timeout: float, closed: threading.Event) -> None:
+    """Give the writer thread a moment to send what is queued (the refusal) before closing;
+    not when the listener closes meanwhile: its writer has stopped, and the reader would
+    otherwise outlive the engine's close by the whole timeout."""
     deadline = time.monotonic() + timeout
     while sub.pending() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)
+        if closed.wait(0.01):
+            return
+    closed.wait(0.05)
 
 
 def _shutdown(conn: socket.socket) -> None:

@@ -19,7 +19,7 @@ from engine.config import from_preset
 from engine.runner import Engine
 from engine.testing import GatedBackend
 from kernels.backends import get_backend
-from recordings.framing import FrameDecoder, encode_frame
+from recordings.framing import HEADER, FrameDecoder, encode_frame
 from recordings.reader import open_recording
 from sources.client import EngineClient
 
@@ -261,3 +261,44 @@ def test_a_closed_listener_leaves_no_accept_thread_behind():
         for t in mine:
             t.join(5)
             assert not t.is_alive(), f"accept thread still blocked after close ({listen})"
+
+
+def test_a_reader_waiting_to_deliver_a_refusal_ends_when_the_listener_closes(tmp_path):
+    """A client refused for a bad frame gets its refusal before its connection closes: the
+    reader waits up to 2 s for the writer. If the listener closes meanwhile the writer has
+    stopped, so the wait must end with it, not outlive the engine's close by those 2 s."""
+    from engine.bus import Bus
+
+    bus = Bus(retain=10)
+    refused = threading.Event()
+    server = server_mod.TelemetryServer(
+        bus,
+        lambda *a: None,
+        lambda *a: refused.set(),
+        listen=f"unix:{tmp_path / 'r.sock'}",
+    )
+    server.send_buffer = 4096
+    server.start()
+    before = {t for t in threading.enumerate() if t.name.startswith("telemetry-reader")}
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(server.socket_path)
+    try:
+        for i in range(3000):  # more than the two socket buffers: the writer has to wait
+            bus.emit("marker", name=f"m{i:04d}-" + "x" * 100)
+        assert bus.flush(10)
+        client.sendall(HEADER.pack(server_mod.CLIENT_MAX_FRAME + 1))  # a frame too long
+        assert refused.wait(10)
+        readers = {
+            t for t in threading.enumerate() if t.name.startswith("telemetry-reader")
+        } - before
+        assert readers, "no reader served the connection"
+        t0 = time.monotonic()
+        server.close()
+        for t in readers:
+            t.join(5)
+            assert not t.is_alive()
+        assert time.monotonic() - t0 < 1.0, "the reader waited out its drain timeout"
+    finally:
+        client.close()
+        bus.close()

@@ -463,10 +463,10 @@ _frames = st.fixed_dictionaries(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(frame=_frames)
-def test_any_command_frame_gets_exactly_one_answer(frame):
+def test_any_command_frame_gets_exactly_one_answer(fuzz_engine, frame):
     """Wrong types, unknown names, odd values: the engine answers with one ``control`` event
     (schema-valid), never raises, and an accepted command carries only checked values."""
-    engine = _FUZZ_ENGINE
+    engine = fuzz_engine
     ack = engine._on_frame(frame, "fuzz")
     assert ack["k"] == "control" and isinstance(ack["ok"], bool)
     if ack["ok"]:
@@ -480,7 +480,13 @@ def test_any_command_frame_gets_exactly_one_answer(frame):
         assert len(msgpack.packb(ack)) < 4096
 
 
-_FUZZ_ENGINE = Engine(from_preset("ci"), listen=False)  # never started: commands only
+@pytest.fixture(scope="module")
+def fuzz_engine():
+    """One engine for every fuzzed frame, never started (commands only), closed after the
+    module: an engine's bus runs a thread from its construction on."""
+    engine = Engine(from_preset("ci"), listen=False)
+    yield engine
+    engine.close()
 
 
 def test_no_command_makes_the_engine_open_a_file(tmp_path, monkeypatch):
@@ -572,10 +578,10 @@ _chunks = st.lists(
 @settings(
     max_examples=int(os.environ.get("PROVETOP_FUZZ_EXAMPLES", "200")),
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(chunks=_chunks)
-def test_any_byte_stream_is_framed_with_the_servers_limits_or_refused(chunks):
+def test_any_byte_stream_is_framed_with_the_servers_limits_or_refused(fuzz_engine, chunks):
     """The server's read path without the socket: its decoder limits, then the engine's
     command handler. Only FrameError may come out (the server turns it into a refusal and
     closes that connection); the decoder never holds more than its bound."""
@@ -590,7 +596,7 @@ def test_any_byte_stream_is_framed_with_the_servers_limits_or_refused(chunks):
             decoder.feed(chunk)
             assert decoder.buffered <= decoder.max_buffer
             for frame in decoder.frames():
-                ack = _FUZZ_ENGINE._on_frame(frame, "fuzz")
+                ack = fuzz_engine._on_frame(frame, "fuzz")
                 assert ack["k"] == "control"
     except FrameError as exc:
         assert str(exc) and "\n" not in str(exc)
