@@ -26,6 +26,7 @@ from kernels.bench_meta import bench_command, gpu_bench_meta
 from kernels.cpu import g1
 from kernels.cpu.srs import R
 from kernels.cuda import msm as cm
+from kernels.cuda import msm_fixed as mf
 from kernels.cuda import srs as cs
 from kernels.cuda.host_pinned import pinned_empty
 from kernels.cuda.runtime import CudaUnavailable, require_cupy
@@ -42,7 +43,14 @@ R_TOP = 0x73EDA753299D7D48  # the top 64-bit limb of r: a top limb below it keep
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-sizes", default=DEFAULT_SIZES, help="comma-separated k (2^k)")
     parser.add_argument("--scalars", choices=("dense", "ones-heavy"), default="dense")
-    parser.add_argument("--points", choices=("device", "host"), default="device")
+    parser.add_argument(
+        "--points",
+        choices=("device", "host", "fixed"),
+        default="device",
+        help="device: points in GPU memory; host: streamed from pinned host memory; fixed: "
+        "device points with their window shifts precomputed (fixed-base table, built once, "
+        "outside the timing; its build time and size are reported)",
+    )
     parser.add_argument("--json", action="store_true", help="also write JSON to --results-dir")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR), help="where --json writes")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per size")
@@ -194,6 +202,15 @@ def _bench_size(
             )
 
         row["scratch_bytes_model"] = cm.host_scratch_bytes(n, chunk, c, tuning=tuning)
+    elif args.points == "fixed":
+        c = args.window or mf.choose_fixed_window_bits(n_tail)
+        table, build_ms = _fixed_table(cp, pts, c, tuning)
+        row.update(window_bits=c, table_bytes=table.nbytes, table_build_ms=build_ms)
+
+        def call(marks=None):
+            return mf.msm_fixed(table, scalars, allocator=tracker, marks=marks, tuning=tuning)
+
+        row["scratch_bytes_model"] = None
     else:
 
         def call(marks=None):
@@ -207,10 +224,28 @@ def _bench_size(
     row.update(median_ms=ms, times_ms=times, points_per_s=n / (ms * 1e-3))
     row["peak_scratch_bytes_measured"] = None if tracker.broken else tracker.peak
     row["scratch_pool_total_bytes"] = pool.total_bytes()
-    if args.points == "device":
+    if args.points in ("device", "fixed"):
         row["breakdown_ms"] = _breakdown(cp, call)
     if args.check and k <= 22:
         row["check"] = _check(cp, secrets, scalars, call())
+    if sweep and args.points == "fixed" and k <= args.sweep_max_log:
+        del table, call
+        row["sweep"] = {}
+        for d in sweep:
+            cw = c + d
+            if not cm.MIN_WINDOW <= cw <= cm.MAX_WINDOW or n * cm.num_windows(cw) >= mf.MAX_ROWS:
+                continue
+            tab, bms = _fixed_table(cp, pts, cw, tuning)
+            f = lambda tab=tab: mf.msm_fixed(tab, scalars, allocator=pool.malloc, tuning=tuning)  # noqa: E731
+            sms, _ = _median_ms(cp, f, max(3, args.repeats // 2), 1)
+            row["sweep"][cw] = {
+                "median_ms": sms,
+                "model_cost": mf.fixed_window_cost(n_tail, cw),
+                "table_bytes": tab.nbytes,
+                "table_build_ms": bms,
+            }
+            del tab, f
+            pool.free_all_blocks()
     if sweep and args.points == "device" and k <= args.sweep_max_log:
         base = cm.choose_window_bits(n_tail)
         row["sweep"] = {}
@@ -225,6 +260,17 @@ def _bench_size(
             row["sweep"][cw] = {"median_ms": sms, "model_cost": cm.window_cost(n_tail, cw)}
     pool.free_all_blocks()
     return row
+
+
+def _fixed_table(cp: Any, pts: Any, c: int, tuning: KernelTuning) -> tuple[Any, float]:
+    """The fixed-base table of ``pts`` for window ``c`` and its build time (CUDA events), in
+    the default pool: it belongs to the point set, not to a call's scratch."""
+    t0, t1 = cp.cuda.Event(), cp.cuda.Event()
+    t0.record()
+    table = mf.build_table(pts, c, tuning=tuning)
+    t1.record()
+    t1.synchronize()
+    return table, cp.cuda.get_elapsed_time(t0, t1)
 
 
 def _fmt_bytes(b: float) -> str:
@@ -266,6 +312,11 @@ def run(args: argparse.Namespace) -> int:
             f"{_fmt_bytes(r['peak_scratch_bytes_measured'] or r['scratch_pool_total_bytes']):>10}"
             + (f"  srs {r['srs_ms']:.1f} ms" if args.srs else "")
             + (f"  check={r['check']}" if "check" in r else "")
+            + (
+                f"  table {_fmt_bytes(r['table_bytes'])} built in {r['table_build_ms']:.0f} ms"
+                if "table_bytes" in r
+                else ""
+            )
         )
     if args.json:
         out_dir = Path(args.results_dir)

@@ -39,9 +39,25 @@
 // Both sort kernels take only windows [w_lo, w_hi), starting from the carry into w_lo
 // (msm_carry_into): launched per group of windows, the counters they hit (B per window) are a
 // smaller, L2-resident set (docs/performance-notes.md, "MSM and SRS", 2026-11-30).
-extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint32_t n, uint32_t c,
-                                     uint32_t W, uint32_t w_lo, uint32_t w_hi,
-                                     uint32_t* __restrict__ counts) {
+//
+// FIXED (the fixed-base setting, kernels/cuda/msm_fixed.py): the points come with their window
+// shifts precomputed, table[w n + i] = 2^(c w) P_i, so every window's digit d of scalar i is
+// the entry w n + i in bucket |d| - 1 of ONE set of B buckets shared by all windows (ones: key
+// B). The sum of that set, sum_b (b + 1) bucket[b], is then the whole MSM: one bucket reduction
+// instead of W, and no doublings between windows.
+template <bool FIXED>
+__device__ __forceinline__ uint32_t msm_sort_key(const uint32_t s[8], uint32_t w, uint32_t c,
+                                                 uint32_t B, uint32_t W, bool is_zero,
+                                                 bool is_one, msm_digits& dg, bool* neg) {
+    const uint32_t key = msm_key(s, w, c, B, W, is_zero, is_one, dg, neg);
+    if (!FIXED || key == MSM_NONE) return key;
+    return key == W * B ? B : key - w * B;
+}
+
+template <bool FIXED>
+__device__ __forceinline__ void msm_count_body(const uint32_t* __restrict__ scalars, uint32_t n,
+                                               uint32_t c, uint32_t W, uint32_t w_lo,
+                                               uint32_t w_hi, uint32_t* __restrict__ counts) {
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     const uint32_t B = 1u << (c - 1);
     uint32_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -54,19 +70,32 @@ extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint3
     msm_digits dg(c, s, limit, w_lo);
     for (uint32_t w = w_lo; w < w_hi; w++) {
         bool neg;
-        const uint32_t key = msm_key(s, w, c, B, W, is_zero, is_one, dg, &neg);
-        msm_warp_slot(counts, key, W * B);  // all 32 lanes, live or not
+        const uint32_t key = msm_sort_key<FIXED>(s, w, c, B, W, is_zero, is_one, dg, &neg);
+        msm_warp_slot(counts, key, FIXED ? B : W * B);  // all 32 lanes, live or not
     }
+}
+
+extern "C" __global__ void msm_count(const uint32_t* __restrict__ scalars, uint32_t n, uint32_t c,
+                                     uint32_t W, uint32_t w_lo, uint32_t w_hi,
+                                     uint32_t* __restrict__ counts) {
+    msm_count_body<false>(scalars, n, c, W, w_lo, w_hi, counts);
+}
+
+extern "C" __global__ void msm_count_fixed(const uint32_t* __restrict__ scalars, uint32_t n,
+                                           uint32_t c, uint32_t W, uint32_t w_lo, uint32_t w_hi,
+                                           uint32_t* __restrict__ counts) {
+    msm_count_body<true>(scalars, n, c, W, w_lo, w_hi, counts);
 }
 
 // Windows are taken MSM_SCATTER_GROUP at a time: the group's keys first, then its aggregated
 // atomics back to back (their returned slots are not needed until the stores), so each thread
 // keeps several atomics in flight instead of waiting out one round trip per window.
 #define MSM_SCATTER_GROUP 4
-extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uint32_t n, uint32_t c,
-                                       uint32_t W, uint32_t w_lo, uint32_t w_hi,
-                                       uint32_t* __restrict__ cursor,
-                                       uint32_t* __restrict__ sorted) {
+template <bool FIXED>
+__device__ __forceinline__ void msm_scatter_body(const uint32_t* __restrict__ scalars, uint32_t n,
+                                                 uint32_t c, uint32_t W, uint32_t w_lo,
+                                                 uint32_t w_hi, uint32_t* __restrict__ cursor,
+                                                 uint32_t* __restrict__ sorted) {
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     const uint32_t B = 1u << (c - 1);
     const uint32_t lane = threadIdx.x & 31;
@@ -84,7 +113,8 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
 #pragma unroll
         for (int j = 0; j < MSM_SCATTER_GROUP; j++) {
             neg[j] = false;
-            key[j] = w0 + j < w_hi ? msm_key(s, w0 + j, c, B, W, is_zero, is_one, dg, &neg[j])
+            key[j] = w0 + j < w_hi ? msm_sort_key<FIXED>(s, w0 + j, c, B, W, is_zero, is_one,
+                                                         dg, &neg[j])
                                    : MSM_NONE;
         }
 #pragma unroll
@@ -92,8 +122,9 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
 #if MSM_SCATTER_MATCH
             peers[j] = __match_any_sync(0xffffffffu, key[j]);
 #else  // only the ones key shared (msm.cuh, MSM_SCATTER_MATCH); any other lane its own peer
-            const uint32_t ones = __ballot_sync(0xffffffffu, key[j] == W * B);
-            peers[j] = key[j] == W * B ? ones : 1u << lane;
+            const uint32_t ones_key = FIXED ? B : W * B;
+            const uint32_t ones = __ballot_sync(0xffffffffu, key[j] == ones_key);
+            peers[j] = key[j] == ones_key ? ones : 1u << lane;
 #endif
         }
 #pragma unroll
@@ -107,9 +138,25 @@ extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uin
             const uint32_t leader = __ffs(peers[j]) - 1;
             const uint32_t slot = __shfl_sync(peers[j], base[j], leader) +
                                   __popc(peers[j] & ((1u << lane) - 1u));
-            if (key[j] != MSM_NONE) sorted[slot] = i | (neg[j] ? 0x80000000u : 0u);
+            // the fixed setting's entry is the table row of window w0 + j (the ones: window 0)
+            const uint32_t row = FIXED ? i + (w0 + j) * n : i;
+            if (key[j] != MSM_NONE) sorted[slot] = row | (neg[j] ? 0x80000000u : 0u);
         }
     }
+}
+
+extern "C" __global__ void msm_scatter(const uint32_t* __restrict__ scalars, uint32_t n, uint32_t c,
+                                       uint32_t W, uint32_t w_lo, uint32_t w_hi,
+                                       uint32_t* __restrict__ cursor,
+                                       uint32_t* __restrict__ sorted) {
+    msm_scatter_body<false>(scalars, n, c, W, w_lo, w_hi, cursor, sorted);
+}
+
+extern "C" __global__ void msm_scatter_fixed(const uint32_t* __restrict__ scalars, uint32_t n,
+                                             uint32_t c, uint32_t W, uint32_t w_lo,
+                                             uint32_t w_hi, uint32_t* __restrict__ cursor,
+                                             uint32_t* __restrict__ sorted) {
+    msm_scatter_body<true>(scalars, n, c, W, w_lo, w_hi, cursor, sorted);
 }
 
 // ---- 2-3, radix setting: thin wrappers over the bodies in radix.cuh (the design is there) -----

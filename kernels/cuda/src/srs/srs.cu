@@ -75,3 +75,26 @@ extern "C" __global__ void xyzz_to_affine_batch(const g1_xyzz* __restrict__ in, 
         g1_store(out + j, p.to_affine_with(dinv));
     }
 }
+
+// ---- fixed-base tables of arbitrary points (kernels/cuda/msm_fixed.py) ------------------------
+// The shifted copies 2^(c w) P_i of a fixed point set are built window after window from a
+// running XYZZ copy: c doublings per point and window, then the affine conversion above.
+
+// out[i] = [2^k] in[i] as XYZZ, from affine points (infinity stays infinity).
+extern "C" __global__ void affine_double_k(const g1_affine* __restrict__ in, uint32_t n, uint32_t k,
+                                           g1_xyzz* __restrict__ out) {
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    g1_xyzz r = g1_xyzz::from_affine(g1_load(in + i));
+    for (uint32_t j = 0; j < k; j++) r = r.dbl();
+    g1_store(out + i, r);
+}
+
+// io[i] = [2^k] io[i], XYZZ in place.
+extern "C" __global__ void xyzz_double_k(g1_xyzz* __restrict__ io, uint32_t n, uint32_t k) {
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    g1_xyzz r = g1_load(io + i);
+    for (uint32_t j = 0; j < k; j++) r = r.dbl();
+    g1_store(io + i, r);
+}
