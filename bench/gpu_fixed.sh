@@ -39,7 +39,8 @@ for (k, tag), rs in sorted(rows.items()):
     r = rs[0]
     bd = ", ".join(f"{s} {v:.2f}" for s, v in r.get("breakdown_ms", {}).items())
     tb = f"{r['table_bytes'] / 2**30:.2f}G" if "table_bytes" in r else "-"
-    print(f"2^{k:<3} {tag:>8} {r['window_bits']:>3} {' / '.join(f'{x['median_ms']:.2f}' for x in rs):>18} "
+    meds = " / ".join(f"{x['median_ms']:.2f}" for x in rs)
+    print(f"2^{k:<3} {tag:>8} {r['window_bits']:>3} {meds:>18} "
           f"{str(r.get('check', '-')):>6} {tb:>9} {r.get('table_build_ms', 0):>9.0f}  {bd}")
     for cw, s in sorted(r.get("sweep", {}).items(), key=lambda kv: int(kv[0])):
         print(f"{'':>14} sweep c={cw}: {s['median_ms']:.2f} ms (model {s['model_cost']:.3g})")
