@@ -29,6 +29,9 @@ from kernels.tuning import DEFAULT_TUNING, KernelTuning
 AFFINE_BYTES = 96  # one affine point: two Fp coordinates of 48 bytes
 # Table rows are sort entries with the sign in bit 31 (msm.cu): at most 2^31 rows.
 MAX_ROWS = 1 << 31
+# Buckets per thread of the bucket reduction (a power of two; 0: the general MSM's rule,
+# kernels.cuda.msm.reduce_group, for W = 1). For A/B runs (bench/fixed_reduce_probe.py).
+REDUCE_GROUP = 0
 
 
 def table_bytes(n: int, c: int) -> int:
@@ -128,7 +131,7 @@ def fixed_plan(n: int, c: int) -> cm.Plan:
     """The general MSM's plan with one window of buckets (the bucket reduction's shape) and
     the ones bucket after them (key B)."""
     B = 1 << (c - 1)
-    S = cm.reduce_group(1, B)
+    S = min(B, REDUCE_GROUP) if REDUCE_GROUP else cm.reduce_group(1, B)
     return cm.Plan(n=n, c=c, W=1, B=B, K=B + 1, S=S, G=-(-B // S))
 
 
