@@ -4,6 +4,7 @@
 # (the first fixed round with a window sweep up to 2^22), with gmpy2 from .whl. Carry
 # kernels/cuda/cubin and .whl. Logs and JSON are packed into one tgz in $OUT; the tables last.
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_fixed.sh
+#   TESTS=fixed SWEEP=0 bash bench/gpu_fixed.sh   # the fixed-base tests only, no sweep
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fixed_out}
@@ -16,12 +17,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,m
 SITE=$(bash bench/gmpy2_site.sh)
 export PYTHONPATH=.:$SITE
 SIZES=${SIZES:-16,20,22,24}
-timeout 240 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm_fixed.py \
-    tests/kernels/test_cuda_msm.py -p no:cacheprovider >"$W/tests.log" 2>&1
+TEST_FILES="tests/kernels/test_cuda_msm_fixed.py tests/kernels/test_cuda_msm.py"
+[ "${TESTS:-all}" = fixed ] && TEST_FILES=tests/kernels/test_cuda_msm_fixed.py
+timeout 240 python3 -m pytest -q -m gpu $TEST_FILES -p no:cacheprovider >"$W/tests.log" 2>&1
 tail -n 3 "$W/tests.log"
 for r in 1 2; do
     sweep=""
-    [ "$r" = 1 ] && sweep="--sweep=-4,-2,-1,1,2 --sweep-max-log 22"
+    [ "$r" = 1 ] && [ "${SWEEP:-1}" = 1 ] && sweep="--sweep=-4,-2,-1,1,2 --sweep-max-log 22"
     timeout 150 python3 -m provetop bench msm --points device --log-sizes "$SIZES" --check \
         --json --results-dir "$W" --tag "general-r$r" >"$W/general-r$r.log" 2>&1
     timeout 240 python3 -m provetop bench msm --points fixed --log-sizes "$SIZES" --check \

@@ -29,8 +29,15 @@ from kernels.tuning import DEFAULT_TUNING, KernelTuning
 AFFINE_BYTES = 96  # one affine point: two Fp coordinates of 48 bytes
 # Table rows are sort entries with the sign in bit 31 (msm.cu): at most 2^31 rows.
 MAX_ROWS = 1 << 31
-# Buckets per thread of the bucket reduction (a power of two; 0: the general MSM's rule,
-# kernels.cuda.msm.reduce_group, for W = 1). For A/B runs (bench/fixed_reduce_probe.py).
+# The bucket reduction's first launch aims at this many threads, each 2 S serial additions
+# over S consecutive buckets (S a power of two in [2, 32]). With one set of buckets every
+# level of the tree above it is a launch over ONE window's partial sums, so fewer, longer
+# leaves pay sooner than in the general MSM (~2^17 threads over W windows): at 2^20, c = 20
+# (2^19 buckets) S = 16 (2^15 threads) took 9.61 ms against 9.92 with the general rule's S = 4
+# and 10.18 with S = 32 (bench/fixed_reduce_probe.py, H200, 2026-12-03; fan-in 16 was slower
+# at every S).
+REDUCE_THREADS = 1 << 15
+# Buckets per reduction thread for A/B runs (0: the rule above).
 REDUCE_GROUP = 0
 
 
@@ -131,7 +138,11 @@ def fixed_plan(n: int, c: int) -> cm.Plan:
     """The general MSM's plan with one window of buckets (the bucket reduction's shape) and
     the ones bucket after them (key B)."""
     B = 1 << (c - 1)
-    S = min(B, REDUCE_GROUP) if REDUCE_GROUP else cm.reduce_group(1, B)
+    if REDUCE_GROUP:
+        S = min(B, REDUCE_GROUP)
+    else:
+        s = max(2, min(32, B // REDUCE_THREADS))
+        S = min(B, 1 << (s.bit_length() - 1))
     return cm.Plan(n=n, c=c, W=1, B=B, K=B + 1, S=S, G=-(-B // S))
 
 
