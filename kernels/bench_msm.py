@@ -262,6 +262,26 @@ def _bench_size(
     return row
 
 
+def _fixed_table_too_big(cp: Any, k: int, args: argparse.Namespace) -> str:
+    """Why the fixed-base table of 2^k points cannot be built on this device ('' if it can):
+    the table, the points and the scalars must fit the free memory with a quarter to spare
+    for the call's scratch (at 2^27 the table alone is 144 GiB)."""
+    if args.points != "fixed":
+        return ""
+    n = 1 << k
+    c = args.window or mf.choose_fixed_window_bits(n)
+    if n * cm.num_windows(c) >= mf.MAX_ROWS:
+        return f"{cm.num_windows(c)} windows of {n} points exceed {mf.MAX_ROWS - 1} table rows"
+    need = mf.table_bytes(n, c) + n * (96 + 32)
+    free = cp.cuda.runtime.memGetInfo()[0]
+    if need > 0.75 * free:
+        return (
+            f"the fixed-base table (c = {c}) and its inputs need {_fmt_bytes(need)}, "
+            f"the device has {_fmt_bytes(free)} free"
+        )
+    return ""
+
+
 def _fixed_table(cp: Any, pts: Any, c: int, tuning: KernelTuning) -> tuple[Any, float]:
     """The fixed-base table of ``pts`` for window ``c`` and its build time (CUDA events), in
     the default pool: it belongs to the point set, not to a call's scratch."""
@@ -284,6 +304,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     sizes = _parse_ints(args.log_sizes, "--log-sizes", 1, 27)
     sweep = _parse_ints(args.sweep, "--sweep", -8, 8) if args.sweep else []
+    if args.window and not cm.MIN_WINDOW <= args.window <= cm.MAX_WINDOW:
+        raise UsageError(
+            f"--window must be 0 (the rule) or lie in [{cm.MIN_WINDOW}, {cm.MAX_WINDOW}], "
+            f"got {args.window}"
+        )
     if args.chunk < 0 or not 0 <= args.chunk_log <= 31:
         raise UsageError(
             f"--chunk must be >= 0 and --chunk-log in 0..31, got {args.chunk}, {args.chunk_log}"
@@ -296,6 +321,10 @@ def run(args: argparse.Namespace) -> int:
     meta = gpu_bench_meta(cp, bench_command(), tuning)
     rows = []
     for k in sizes:
+        too_big = _fixed_table_too_big(cp, k, args)
+        if too_big:
+            print(f"bench msm: 2^{k} skipped: {too_big}", file=sys.stderr)
+            continue
         row = _bench_size(cp, k, args, sweep, tuning)
         rows.append(row)
         cp.get_default_memory_pool().free_all_blocks()

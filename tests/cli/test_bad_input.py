@@ -73,6 +73,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("warmup-cuda", ["warmup", "--backend", "cuda"], "CuPy"),
     ("bench-pipeline-cuda", ["bench", "pipeline", "--backend", "cuda"], "provetop[cuda12]"),
     ("bench-unknown", ["bench", "nope"], "invalid choice"),
+    ("bench-msm-window", ["bench", "msm", "--window", "30"], "--window must be 0"),
+    ("bench-msm-points", ["bench", "msm", "--points", "nowhere"], "invalid choice"),
     ("bench-ntt-levels", ["bench", "ntt", "--max-levels", "12"], "--max-levels must be 0"),
     ("bench-ntt-levels-neg", ["bench", "ntt", "--max-levels", "-3"], "--max-levels must be 0"),
     ("bench-ntt-warm-neg", ["bench", "ntt", "--warmup-ms", "-1"], "--warmup-ms must lie"),
