@@ -50,6 +50,11 @@ BLOCKS = {"msm.cu": 256, "msm_lb.cu": 128}
 BLOCK = BLOCKS["msm.cu"]  # the default source's
 XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
 LEVEL_L = 8  # chunk length of the reduction levels past the first (latency ~ L serial adds)
+# The levels give way to one thread per cut bucket (msm_accumulate_heads) when no bucket holds
+# more than this many first chunks of entries: a run of partial sums is then at most
+# 2 (HEADS_MAX_CHUNKS + 1) = 6 slots, one thread's serial additions (msm.cuh). 0: always the
+# levels (A/B runs and tests).
+HEADS_MAX_CHUNKS = 2
 MIN_WINDOW, MAX_WINDOW = 4, 23
 # The bucket reduction's launches below this many threads are latency-bound: fewer than two
 # waves of one 256-thread block per SM on the H200's 132 SMs (the point kernels take 255
@@ -610,15 +615,24 @@ def accumulate(
     stream: Any,
     mark: Any,
     kept: bool = False,
+    largest: int | None = None,
 ) -> None:
     """Stages 4-5 (msm.cu): the balanced accumulation of m entries in K buckets into
     ``buckets`` (K rows), then the segmented levels until one chunk remains; the first chunk
     length follows ``m_max`` so that scratch is known in advance. ``kept``: ``buckets`` holds
     sums already, which the entries are added to (``msm_accumulate0_kept``); otherwise it must
-    be all infinity."""
+    be all infinity. ``largest``: the entries of the largest bucket when known; if it is at
+    most :data:`HEADS_MAX_CHUNKS` first chunks, one launch adds each cut bucket's partial sums
+    (``msm_accumulate_heads``) in place of the levels."""
     cupy = require_cupy()
     vals = keys = None
+    heads = largest is not None and largest <= HEADS_MAX_CHUNKS * first_chunk(m_max)
     for depth, (size, L, T) in enumerate(_level_sizes(m, m_max)):
+        if depth == 1 and heads:
+            mod.launch("msm_accumulate_heads", size, (vals, keys, _u32(size), buckets), stream)
+            if mark is not None:
+                mark("heads")
+            return
         pv = cupy.empty((2 * T, XYZZ_WORDS), dtype=np.uint64)
         pk = cupy.empty(2 * T, dtype=np.uint32)
         if depth == 0:
@@ -655,6 +669,10 @@ class Counted:
         starts = [int(v) for v in self.ends[: p.W + 1]]
         return starts, starts[p.W], int(self.ends[p.W + 1])
 
+    def largest(self, p: Plan) -> int:
+        """Entries of the largest bucket, the ones bucket included (after :meth:`sizes`)."""
+        return int(self.ends[p.W + 2])
+
 
 def count_stage(
     mod: MsmKernels,
@@ -679,10 +697,11 @@ def count_stage(
     offs[0] = 0
     offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
     del counts
-    ends_dev = cupy.concatenate([offs[: p.W * p.B + 1 : p.B], offs[p.K :]])
+    largest = cupy.max(offs[1:] - offs[:-1]).reshape(1)  # for accumulate's choice of levels
+    ends_dev = cupy.concatenate([offs[: p.W * p.B + 1 : p.B], offs[p.K :], largest])
     if done is None:
         return Counted(offs, ends_dev.get(stream=stream), None)
-    ends = _pinned_u32(p.W + 2)
+    ends = _pinned_u32(p.W + 3)
     cupy.cuda.runtime.memcpyAsync(
         ends.ctypes.data,
         ends_dev.data.ptr,
@@ -710,10 +729,11 @@ def _bucket_sort(
     tuning: KernelTuning,
     mark: Any,
     counted: Counted | None = None,
-) -> tuple[Any, Any, int, int]:
+) -> tuple[Any, Any, int, int, int]:
     """Stages 1-3 (msm.cu): the digits counted per bucket, their offsets (K + 1, device), and
     the entries (point index | sign << 31) grouped by bucket, by the sort ``tuning.msm_sort``
-    names; with the entries before the ones bucket and in all (None, 0, 0 when there are none).
+    names; with the entries before the ones bucket, in all, and in the largest bucket (None, 0,
+    0, 0 when there are none).
     The one host sync of the MSM is here: it sizes everything after. ``counted``: stages 1-2
     already queued (:func:`count_stage`), so only the read-back is waited for."""
     cupy = require_cupy()
@@ -723,7 +743,7 @@ def _bucket_sort(
     starts, m_dense, m = counted.sizes(p)
     mark("count+scan")
     if m == 0:
-        return offs, None, 0, 0
+        return offs, None, 0, 0, 0
     cursor = offs[: p.K].copy()
     sorted_e = cupy.empty(m, dtype=np.uint32)
     if sort_kind(tuning, n, p, m_dense) == "radix":
@@ -734,7 +754,7 @@ def _bucket_sort(
             args = (scalars, _u32(n), _u32(p.c), _u32(p.W), _u32(w_lo), _u32(w_hi))
             mod.launch("msm_scatter", n, (*args, cursor, sorted_e), stream)
         mark("scatter")
-    return offs, sorted_e, m_dense, m
+    return offs, sorted_e, m_dense, m, counted.largest(p)
 
 
 def _radix_sort(
@@ -942,7 +962,9 @@ def accumulate_buckets(
         )
     if n == 0:
         return buckets
-    offs, sorted_e, m_dense, m = _bucket_sort(mod, scalars, n, p, stream, tuning, mark, counted)
+    offs, sorted_e, m_dense, m, largest = _bucket_sort(
+        mod, scalars, n, p, stream, tuning, mark, counted
+    )
     if m == 0:
         return buckets
     if buckets is None:
@@ -961,7 +983,8 @@ def accumulate_buckets(
             )
             mark("affine-dense")
         m_max = affine_worst(n * p.W, k_main, dense_passes)
-        accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark, kept)
+        big = None if dense_passes else largest  # the passes' output has buckets of its own
+        accumulate(mod, pts, idx, o, k_main, mm, m_max, buckets, stream, mark, kept, big)
     if ones_passes:
         one_offs = offs[p.K - 1 :] - offs[p.K - 1]  # [0, ones], on this stream (no H2D copy)
         pts, idx, o, mm = affine_passes(
@@ -1048,7 +1071,7 @@ def sort_entries(
     n = int(scalars.shape[0])
     p = make_plan(n, c)
     with on_stream(stream, allocator) as s:
-        offs, sorted_e, _, _ = _bucket_sort(kernels(tuning), scalars, n, p, s, tuning, _no_mark)
+        offs, sorted_e, *_ = _bucket_sort(kernels(tuning), scalars, n, p, s, tuning, _no_mark)
         if sorted_e is None:
             sorted_e = cupy.empty(0, dtype=np.uint32)
     return offs, sorted_e

@@ -184,7 +184,9 @@ def msm_fixed(
         offs[0] = 0
         offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
         del counts
-        m = int(offs[p.K : p.K + 1].get(stream=s)[0])  # the one host sync: it sizes the rest
+        largest = cupy.max(offs[1:] - offs[:-1]).reshape(1)  # for accumulate's levels
+        m, largest = (int(v) for v in cupy.concatenate([offs[p.K :], largest]).get(stream=s))
+        # (one host sync: it sizes everything after)
         mark("count+scan")
         if m == 0:
             return np.zeros(12, dtype=np.uint64)
@@ -195,7 +197,9 @@ def msm_fixed(
         mark("scatter")
         # stages 4-7 as in the general MSM, with K = B + 1 keys and one window
         buckets = cupy.zeros((p.K, cm.XYZZ_WORDS), dtype=np.uint64)
-        cm.accumulate(mod, table.rows, entries, offs, p.K, m, n * W, buckets, s, mark)
+        cm.accumulate(
+            mod, table.rows, entries, offs, p.K, m, n * W, buckets, s, mark, largest=largest
+        )
         del entries
         sums = cm.reduce_buckets(mod, buckets, p, s, mark, tuning).get(stream=s)
     return cm.combine_windows(sums, c)

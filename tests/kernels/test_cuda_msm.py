@@ -150,6 +150,34 @@ def test_sort_in_window_groups(cp, poison) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [1000, 4096, 20000])
+def test_cut_buckets_summed_by_heads_or_by_the_levels(
+    cp, poison, monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    """When no bucket holds more than HEADS_MAX_CHUNKS first chunks of entries, one thread per
+    cut bucket adds its partial sums (``msm_accumulate_heads``) in place of the levels: the
+    same sums as the levels and the reference; a large bucket (a witness's ones) keeps the
+    levels, and HEADS_MAX_CHUNKS = 0 turns the heads off."""
+    from kernels.cuda import msm as cm
+
+    rng = random.Random()
+    pts_dev, pts = random_points(cp, n)
+    for kind, c in (("dense", 9), ("dense", 13), ("witness", 13)):
+        ks = scalars_of(kind, n, rng)
+        want = cmsm.msm_fast(pts, ks)
+        for heads in (2, 0):
+            monkeypatch.setattr(cm, "HEADS_MAX_CHUNKS", heads)
+            marks: list = []
+            got = gpu_msm(cp, pts_dev, ks, poison, window_bits=c, marks=marks)
+            assert got == want, f"{kind}, c={c}, HEADS_MAX_CHUNKS={heads}"
+            took_heads = "heads" in {stage for stage, _ in marks}
+            if heads == 0 or kind == "witness":
+                assert not took_heads, (kind, c, heads)
+            elif c == 13 and n <= 4096:  # at most ~10 entries a bucket, chunks of 8
+                assert took_heads, (kind, c, n)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("fanin", [2, 4, 8])
 def test_bucket_reduction_settings(cp, poison, fanin: int) -> None:
     """Every way of weighing the tree's children (``msm_reduce``: doublings by the node's span,

@@ -17,7 +17,8 @@
 //                    in two slots per chunk (first and last segment), with their keys.
 //   5. msm_accumulate_n: the same segmented reduction over the (key, XYZZ) slots, repeated until
 //                    one chunk holds everything; each level shrinks the slots by L/2. Finished
-//                    buckets are added into the bucket array.
+//                    buckets are added into the bucket array. When no bucket holds more than
+//                    2 L entries, msm_accumulate_heads instead: one thread per cut bucket.
 //   6. msm_bucket_reduce: per window, sum_b (b+1) bucket[b] in parallel: each thread takes S
 //                    consecutive buckets and returns (A, R): the running-sum trick's result
 //                    relative to its first bucket, and the plain sum.
@@ -231,6 +232,12 @@ extern "C" __global__ void MSM_BOUNDS msm_accumulate_n(const g1_xyzz* __restrict
                                             uint32_t L, uint32_t T, g1_xyzz* __restrict__ buckets,
                                             g1_xyzz* __restrict__ pvals, uint32_t* __restrict__ pkeys) {
     if (MSM_TID < T) msm_accumulate_n_thread(MSM_TID, vals, keys, Min, L, buckets, pvals, pkeys);
+}
+
+extern "C" __global__ void MSM_BOUNDS msm_accumulate_heads(const g1_xyzz* __restrict__ vals,
+                                                const uint32_t* __restrict__ keys, uint32_t Min,
+                                                g1_xyzz* __restrict__ buckets) {
+    if (MSM_TID < Min) msm_accumulate_heads_thread(MSM_TID, vals, keys, Min, buckets);
 }
 
 extern "C" __global__ void MSM_BOUNDS msm_bucket_reduce(const g1_xyzz* __restrict__ buckets,

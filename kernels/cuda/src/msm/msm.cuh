@@ -471,6 +471,26 @@ MONT_HD void msm_accumulate_n_thread(uint32_t t, const g1_xyzz* __restrict__ val
     pkeys[2 * t + 1] = b;
 }
 
+// ---- 5, when every bucket is short: one thread per cut bucket instead of the levels -------
+//
+// After stage 4 the partial sums of a bucket cut by chunk boundaries lie in consecutive slots
+// (the slots' keys never decrease). A bucket of E entries touches at most ceil(E / L) + 1
+// chunks, each leaving at most two slots with its key, so when no bucket holds more than 2 L
+// entries a run is at most 6 slots (infinity in many). Then the run's first slot's thread adds
+// the run into the bucket and the bucket is final: one launch over 2 T slots instead of the
+// levels' cascade (msm_accumulate_n), whose last launches are a few threads each, each waiting
+// on L serial additions. The host takes this path from the largest bucket, known at the
+// sizing sync (kernels/cuda/msm.py, accumulate).
+MONT_HD void msm_accumulate_heads_thread(uint32_t s, const g1_xyzz* __restrict__ vals,
+                                         const uint32_t* __restrict__ keys, uint32_t Min,
+                                         g1_xyzz* __restrict__ buckets) {
+    const uint32_t k = keys[s];
+    if (k == MSM_NONE || (s > 0 && keys[s - 1] == k)) return;  // not the run's first slot
+    g1_xyzz acc = g1_xyzz::inf();
+    for (uint32_t j = s; j < Min && keys[j] == k; j++) acc = acc.add(g1_load(vals + j));
+    if (!acc.is_inf()) g1_store(buckets + k, g1_load(buckets + k).add(acc));
+}
+
 // ---- 6, 7: bucket reduction ----------------------------------------------------------------
 
 // Thread (w, g) of W * G, buckets b in [lo, lo + S) of window w with lo = g S:
