@@ -48,10 +48,10 @@ def main() -> None:
         n = 1 << k
         pts = srs(cp.asarray(layout.random_fr_limbs(n, gen, montgomery=False)))
         sc = cp.asarray(layout.random_fr_limbs(n, gen, montgomery=False))
-        settings = [("general", lambda: cm.msm(pts, sc))]
+        settings = [("general", lambda pts=pts, sc=sc: cm.msm(pts, sc))]
         if k <= args.fixed_max_log:
             table = mf.build_table(pts)
-            settings.append(("fixed", lambda table=table: mf.msm_fixed(table, sc)))
+            settings.append(("fixed", lambda t=table, sc=sc: mf.msm_fixed(t, sc)))
         reps = 5 if k < 27 else 3
         for name, fn in settings:
             times: dict[int, list[float]] = {2: [], 0: []}
@@ -72,7 +72,7 @@ def main() -> None:
                     "equal": True,
                 }
             )
-        del pts, sc
+        settings = pts = sc = table = None
         cp.get_default_memory_pool().free_all_blocks()
     if args.out:
         with open(args.out, "w") as fh:
