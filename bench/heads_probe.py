@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--log-sizes", default="20,24")
     ap.add_argument("--fixed-max-log", type=int, default=24)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--heads", type=int, default=cm.HEADS_MAX_CHUNKS, help="HEADS_MAX_CHUNKS")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     cp = require_cupy()
@@ -48,31 +49,39 @@ def main() -> None:
         n = 1 << k
         pts = srs(cp.asarray(layout.random_fr_limbs(n, gen, montgomery=False)))
         sc = cp.asarray(layout.random_fr_limbs(n, gen, montgomery=False))
-        settings = [("general", lambda pts=pts, sc=sc: cm.msm(pts, sc))]
+        settings = [("general", lambda marks=None, p=pts, s=sc: cm.msm(p, s, marks=marks))]
         if k <= args.fixed_max_log:
             table = mf.build_table(pts)
-            settings.append(("fixed", lambda t=table, sc=sc: mf.msm_fixed(t, sc)))
+            settings.append(
+                ("fixed", lambda marks=None, t=table, s=sc: mf.msm_fixed(t, s, marks=marks))
+            )
         reps = 5 if k < 27 else 3
         for name, fn in settings:
-            times: dict[int, list[float]] = {2: [], 0: []}
+            on = args.heads
+            times: dict[int, list[float]] = {on: [], 0: []}
             outs = {}
             for _ in range(args.rounds):
-                for heads in (2, 0):
+                for heads in (on, 0):
                     cm.HEADS_MAX_CHUNKS = heads
                     t, outs[heads] = _timed(cp, fn, reps)
                     times[heads] += t
-            cm.HEADS_MAX_CHUNKS = 2
-            assert np.array_equal(outs[2], outs[0]), (k, name)
+            cm.HEADS_MAX_CHUNKS = on
+            assert np.array_equal(outs[on], outs[0]), (k, name)
+            marks: list = []
+            fn(marks)
+            took = "heads" in {stage for stage, _ in marks}
             rows.append(
                 {
                     "log_size": k,
                     "msm": name,
-                    "heads_ms": statistics.median(times[2]),
+                    "heads_max_chunks": on,
+                    "took_heads": took,
+                    "heads_ms": statistics.median(times[on]),
                     "levels_ms": statistics.median(times[0]),
                     "equal": True,
                 }
             )
-        settings = pts = sc = table = None
+        settings = pts = sc = table = None  # noqa: F841
         cp.get_default_memory_pool().free_all_blocks()
     if args.out:
         with open(args.out, "w") as fh:
@@ -82,7 +91,7 @@ def main() -> None:
         d = r["heads_ms"] - r["levels_ms"]
         print(
             f"2^{r['log_size']:<3} {r['msm']:>8}  heads {r['heads_ms']:8.2f}  "
-            f"levels {r['levels_ms']:8.2f}  {d:+.2f}"
+            f"levels {r['levels_ms']:8.2f}  {d:+.2f}  (took heads: {r['took_heads']})"
         )
 
 

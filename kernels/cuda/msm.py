@@ -52,9 +52,11 @@ XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
 LEVEL_L = 8  # chunk length of the reduction levels past the first (latency ~ L serial adds)
 # The levels give way to one thread per cut bucket (msm_accumulate_heads) when no bucket holds
 # more than this many first chunks of entries: a run of partial sums is then at most
-# 2 (HEADS_MAX_CHUNKS + 1) = 6 slots, one thread's serial additions (msm.cuh). 0: always the
-# levels (A/B runs and tests).
-HEADS_MAX_CHUNKS = 2
+# 2 (HEADS_MAX_CHUNKS + 1) = 10 slots, one thread's serial additions (msm.cuh). Why 4, not 2:
+# the top window's digits are small (k < r < 2^255), so its few low buckets hold ~2^(c - 15)
+# times the others' entries; at 2 first chunks only the general MSM at 2^20 took this path
+# (H200, 2026-12-03, docs/performance-notes.md). 0: always the levels (A/B runs and tests).
+HEADS_MAX_CHUNKS = 4
 MIN_WINDOW, MAX_WINDOW = 4, 23
 # The bucket reduction's launches below this many threads are latency-bound: fewer than two
 # waves of one 256-thread block per SM on the H200's 132 SMs (the point kernels take 255

@@ -156,25 +156,32 @@ def test_cut_buckets_summed_by_heads_or_by_the_levels(
 ) -> None:
     """When no bucket holds more than HEADS_MAX_CHUNKS first chunks of entries, one thread per
     cut bucket adds its partial sums (``msm_accumulate_heads``) in place of the levels: the
-    same sums as the levels and the reference; a large bucket (a witness's ones) keeps the
-    levels, and HEADS_MAX_CHUNKS = 0 turns the heads off."""
+    same sums as the levels and the reference, the path taken exactly when the largest bucket
+    (from the sort's own offsets) allows it; a witness's ones bucket keeps the levels, and
+    HEADS_MAX_CHUNKS = 0 turns the heads off."""
     from kernels.cuda import msm as cm
 
     rng = random.Random()
     pts_dev, pts = random_points(cp, n)
+    taken = set()
     for kind, c in (("dense", 9), ("dense", 13), ("witness", 13)):
         ks = scalars_of(kind, n, rng)
         want = cmsm.msm_fast(pts, ks)
-        for heads in (2, 0):
+        sc = cp.asarray(layout.fr_to_limbs(ks, montgomery=False))
+        offs, _ = cm.sort_entries(sc, c)
+        largest = int(cp.max(offs[1:] - offs[:-1]))
+        chunk = cm.first_chunk(n * cm.num_windows(c))
+        for heads in (4, 2, 0):
             monkeypatch.setattr(cm, "HEADS_MAX_CHUNKS", heads)
             marks: list = []
             got = gpu_msm(cp, pts_dev, ks, poison, window_bits=c, marks=marks)
             assert got == want, f"{kind}, c={c}, HEADS_MAX_CHUNKS={heads}"
             took_heads = "heads" in {stage for stage, _ in marks}
-            if heads == 0 or kind == "witness":
-                assert not took_heads, (kind, c, heads)
-            elif c == 13 and n <= 4096:  # at most ~10 entries a bucket, chunks of 8
-                assert took_heads, (kind, c, n)
+            assert took_heads == (heads > 0 and largest <= heads * chunk), (kind, c, heads)
+            taken.add(took_heads)
+        if kind == "witness":  # the ones bucket: half the scalars
+            assert largest > 4 * chunk
+    assert taken == {True, False}, "both paths ran"
 
 
 @pytest.mark.gpu

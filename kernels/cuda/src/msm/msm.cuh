@@ -475,8 +475,9 @@ MONT_HD void msm_accumulate_n_thread(uint32_t t, const g1_xyzz* __restrict__ val
 //
 // After stage 4 the partial sums of a bucket cut by chunk boundaries lie in consecutive slots
 // (the slots' keys never decrease). A bucket of E entries touches at most ceil(E / L) + 1
-// chunks, each leaving at most two slots with its key, so when no bucket holds more than 2 L
-// entries a run is at most 6 slots (infinity in many). Then the run's first slot's thread adds
+// chunks, each leaving at most two slots with its key, so when no bucket holds more than H L
+// entries a run is at most 2 (H + 1) slots (infinity in many; H = HEADS_MAX_CHUNKS, 4 in
+// kernels/cuda/msm.py: at most 10 slots). Then the run's first slot's thread adds
 // the run into the bucket and the bucket is final: one launch over 2 T slots instead of the
 // levels' cascade (msm_accumulate_n), whose last launches are a few threads each, each waiting
 // on L serial additions. The host takes this path from the largest bucket, known at the
