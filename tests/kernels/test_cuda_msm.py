@@ -181,7 +181,9 @@ def test_cut_buckets_summed_by_heads_or_by_the_levels(
             taken.add(took_heads)
         if kind == "witness":  # the ones bucket: half the scalars
             assert largest > 4 * chunk
-    assert taken == {True, False}, "both paths ran"
+    assert False in taken
+    if n <= 4096:  # c = 13: ~1 entry a bucket besides the top window's few low ones
+        assert True in taken, "the heads never ran"
 
 
 @pytest.mark.gpu
