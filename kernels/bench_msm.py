@@ -165,7 +165,7 @@ def _check(cp: Any, secrets: Any, scalars: Any, result: Any) -> bool:
 
 def _bench_size(
     cp: Any, k: int, args: argparse.Namespace, sweep: list[int], tuning: KernelTuning
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     n = 1 << k
     row: dict[str, Any] = {"log_size": k, "n": n, "scalars": args.scalars, "points": args.points}
     secrets = random_scalars(cp, n, "dense")
@@ -204,6 +204,10 @@ def _bench_size(
         row["scratch_bytes_model"] = cm.host_scratch_bytes(n, chunk, c, tuning=tuning)
     elif args.points == "fixed":
         c = args.window or mf.choose_fixed_window_bits(n_tail)
+        too_big = _fixed_table_too_big(cp, n, c)
+        if too_big:
+            print(f"bench msm: 2^{k} skipped: {too_big}", file=sys.stderr)
+            return None
         table, build_ms = _fixed_table(cp, pts, c, tuning)
         row.update(window_bits=c, table_bytes=table.nbytes, table_build_ms=build_ms)
 
@@ -262,17 +266,13 @@ def _bench_size(
     return row
 
 
-def _fixed_table_too_big(cp: Any, k: int, args: argparse.Namespace) -> str:
-    """Why the fixed-base table of 2^k points cannot be built on this device ('' if it can):
-    the table, the points and the scalars must fit the free memory with a quarter to spare
-    for the call's scratch (at 2^27 the table alone is 144 GiB)."""
-    if args.points != "fixed":
-        return ""
-    n = 1 << k
-    c = args.window or mf.choose_fixed_window_bits(n)
+def _fixed_table_too_big(cp: Any, n: int, c: int) -> str:
+    """Why the fixed-base table of ``n`` points for window ``c`` cannot be built on this device
+    ('' if it can): with the points and scalars already there, the table must fit the free
+    memory with a quarter to spare for the call's scratch (at 2^27 it alone is 144 GiB)."""
     if n * cm.num_windows(c) >= mf.MAX_ROWS:
         return f"{cm.num_windows(c)} windows of {n} points exceed {mf.MAX_ROWS - 1} table rows"
-    need = mf.table_bytes(n, c) + n * (96 + 32)
+    need = mf.table_bytes(n, c)
     free = cp.cuda.runtime.memGetInfo()[0]
     if need > 0.75 * free:
         return (
@@ -321,11 +321,9 @@ def run(args: argparse.Namespace) -> int:
     meta = gpu_bench_meta(cp, bench_command(), tuning)
     rows = []
     for k in sizes:
-        too_big = _fixed_table_too_big(cp, k, args)
-        if too_big:
-            print(f"bench msm: 2^{k} skipped: {too_big}", file=sys.stderr)
-            continue
         row = _bench_size(cp, k, args, sweep, tuning)
+        if row is None:  # skipped, with the reason on stderr
+            continue
         rows.append(row)
         cp.get_default_memory_pool().free_all_blocks()
         print(json.dumps({key: v for key, v in row.items() if key != "times_ms"}), flush=True)

@@ -914,7 +914,7 @@ def window_sums(
     mod = kernels(tuning)
     n = int(points.shape[0])
     p = make_plan(n, c)
-    mark = _marker(cupy, stream, marks)
+    mark = stage_marker(cupy, stream, marks)
     mark("start")
     buckets = accumulate_buckets(mod, points, scalars, p, None, stream, tuning, mark)
     if buckets is None:
@@ -922,7 +922,7 @@ def window_sums(
     return reduce_buckets(mod, buckets, p, stream, mark, tuning)
 
 
-def _marker(cupy: Any, stream: Any, marks: list | None) -> Any:
+def stage_marker(cupy: Any, stream: Any, marks: list | None) -> Any:
     """The stage marker: records an event per stage into ``marks`` (None: marks nothing)."""
     if marks is None:
         return _no_mark

@@ -124,12 +124,12 @@ def build_table(
             run = cupy.empty((n, cm.XYZZ_WORDS), dtype=np.uint64)
             prefix = cupy.empty((n, 6), dtype=np.uint64)
             u32 = np.uint32
-            cs._launch(mod, "affine_double_k", n, (points, u32(n), u32(c), run), s)
+            cs.launch(mod, "affine_double_k", n, (points, u32(n), u32(c), run), s)
             for w in range(1, W):
                 if w > 1:
-                    cs._launch(mod, "xyzz_double_k", n, (run, u32(n), u32(c)), s)
+                    cs.launch(mod, "xyzz_double_k", n, (run, u32(n), u32(c)), s)
                 args = (run, u32(n), u32(cs.BATCH_INV), prefix, rows[w * n : (w + 1) * n])
-                cs._launch(mod, "xyzz_to_affine_batch", -(-n // cs.BATCH_INV), args, s)
+                cs.launch(mod, "xyzz_to_affine_batch", -(-n // cs.BATCH_INV), args, s)
             del run, prefix
     return FixedBaseTable(rows, n, c)
 
@@ -172,7 +172,7 @@ def msm_fixed(
     with on_stream(stream, allocator) as s:
         if isinstance(scalars, np.ndarray):
             scalars = to_device(cupy, scalars)
-        mark = cm._marker(cupy, s, marks)
+        mark = cm.stage_marker(cupy, s, marks)
         mark("start")
         if n == 0:
             return np.zeros(12, dtype=np.uint64)

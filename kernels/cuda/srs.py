@@ -55,7 +55,9 @@ def _u32(x: int) -> np.uint32:
     return np.uint32(x)
 
 
-def _launch(mod: KernelModule, name: str, threads: int, args: tuple, stream: Any) -> None:
+def launch(mod: KernelModule, name: str, threads: int, args: tuple, stream: Any) -> None:
+    """Kernel ``name`` of srs.cu over ``threads`` threads in blocks of :data:`BLOCK` (also the
+    fixed-base MSM's table build, kernels/cuda/msm_fixed.py)."""
     mod.get_function(name)((-(-threads // BLOCK),), (BLOCK,), args, stream=stream)
 
 
@@ -79,7 +81,7 @@ def table(c: int = TABLE_BITS, stream: Any = None, *, tuning: KernelTuning = DEF
         with s:
             gen = cupy.asarray(generator_limbs())
             tmp = cupy.empty((W * B, XYZZ_WORDS), dtype=np.uint64)
-            _launch(mod, "srs_table_build", W * B, (gen, _u32(c), _u32(W), tmp), s)
+            launch(mod, "srs_table_build", W * B, (gen, _u32(c), _u32(W), tmp), s)
             tab = _to_affine(mod, tmp, s)
             s.synchronize()
         _tables[key] = tab
@@ -92,7 +94,7 @@ def _to_affine(mod: KernelModule, xyzz: Any, stream: Any) -> Any:
     out = cupy.empty((n, 12), dtype=np.uint64)
     prefix = cupy.empty((n, 6), dtype=np.uint64)
     args = (xyzz, _u32(n), _u32(BATCH_INV), prefix, out)
-    _launch(mod, "xyzz_to_affine_batch", -(-n // BATCH_INV), args, stream)
+    launch(mod, "xyzz_to_affine_batch", -(-n // BATCH_INV), args, stream)
     return out
 
 
@@ -124,10 +126,10 @@ def srs(
             m = min(CHUNK, n - lo)
             tmp = cupy.empty((m, XYZZ_WORDS), dtype=np.uint64)
             args = (secrets[lo : lo + m], _u32(m), tab, _u32(TABLE_BITS), _u32(W), tmp)
-            _launch(mod, "srs_mul", m, args, s)
+            launch(mod, "srs_mul", m, args, s)
             prefix = cupy.empty((m, 6), dtype=np.uint64)
             args = (tmp, _u32(m), _u32(BATCH_INV), prefix, out[lo : lo + m])
-            _launch(mod, "xyzz_to_affine_batch", -(-m // BATCH_INV), args, s)
+            launch(mod, "xyzz_to_affine_batch", -(-m // BATCH_INV), args, s)
             del tmp, prefix
     return out
 
