@@ -699,7 +699,7 @@ def count_stage(
     offs[0] = 0
     offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
     del counts
-    largest = cupy.max(offs[1:] - offs[:-1]).reshape(1)  # for accumulate's choice of levels
+    largest = largest_bucket(offs)
     ends_dev = cupy.concatenate([offs[: p.W * p.B + 1 : p.B], offs[p.K :], largest])
     if done is None:
         return Counted(offs, ends_dev.get(stream=stream), None)
@@ -713,6 +713,13 @@ def count_stage(
     )
     done.record(stream)
     return Counted(offs, ends, done, ends_dev)
+
+
+def largest_bucket(offs: Any) -> Any:
+    """The entries of the largest bucket, as a device array of one element (so it can ride on
+    a copy the caller makes anyway): what :func:`accumulate` needs to choose the heads."""
+    cupy = require_cupy()
+    return cupy.max(offs[1:] - offs[:-1]).reshape(1)
 
 
 def _pinned_u32(count: int) -> np.ndarray:

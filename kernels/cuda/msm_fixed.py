@@ -184,8 +184,8 @@ def msm_fixed(
         offs[0] = 0
         offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
         del counts
-        largest = cupy.max(offs[1:] - offs[:-1]).reshape(1)  # for accumulate's levels
-        m, largest = (int(v) for v in cupy.concatenate([offs[p.K :], largest]).get(stream=s))
+        tail = cupy.concatenate([offs[p.K :], cm.largest_bucket(offs)])
+        m, largest = (int(v) for v in tail.get(stream=s))
         # (one host sync: it sizes everything after)
         mark("count+scan")
         if m == 0:

@@ -82,10 +82,10 @@ def test_msm_matches_reference(cp, poison, n: int) -> None:
         assert got == cmsm.msm_fast(pts, ks), f"GPU MSM != reference (n={n}, {kind})"
 
 
-@pytest.mark.gpu
-def test_repeated_points_and_infinity(cp, poison) -> None:
-    rng = random.Random()
-    n = 1000
+def repeated_points_with_infinity(cp, n: int, rng: random.Random):
+    """n points drawn from 8 (device, CPU) with 20 of them the point at infinity, and scalars
+    repeating every 7th one: the same (point, scalar) pairs, P + P inside buckets. Also the
+    8 distinct points (device, CPU)."""
     pts_dev, pts = random_points(cp, 8)
     idx = [rng.randrange(8) for _ in range(n)]
     big = cp.ascontiguousarray(pts_dev[cp.asarray(idx)])
@@ -95,7 +95,14 @@ def test_repeated_points_and_infinity(cp, poison) -> None:
         full[i] = None
     ks = layout.random_fr(n, rng)
     for i in range(0, n, 7):
-        ks[i] = ks[0]  # the same (point, scalar) pairs: P + P inside buckets
+        ks[i] = ks[0]
+    return big, full, ks, (pts_dev, pts)
+
+
+@pytest.mark.gpu
+def test_repeated_points_and_infinity(cp, poison) -> None:
+    rng = random.Random()
+    big, full, ks, (pts_dev, pts) = repeated_points_with_infinity(cp, 1000, rng)
     assert gpu_msm(cp, big, ks, poison) == cmsm.msm_fast(full, ks)
     # P and -P in one bucket cancel to infinity
     neg = cp.asarray(layout.g1_to_limbs([g1.affine_neg(pts[0])]))

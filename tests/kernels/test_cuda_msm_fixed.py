@@ -23,7 +23,12 @@ from kernels.cpu import g1
 from kernels.cpu import msm as cmsm
 from kernels.cuda import msm as cm
 from kernels.cuda import msm_fixed as mf
-from tests.kernels.test_cuda_msm import poison, random_points, scalars_of  # noqa: F401
+from tests.kernels.test_cuda_msm import (  # noqa: F401 (poison: a fixture)
+    poison,
+    random_points,
+    repeated_points_with_infinity,
+    scalars_of,
+)
 
 
 def fixed_msm(cp, table, ks: list[int], alloc) -> g1.Affine:
@@ -64,17 +69,7 @@ def test_fixed_msm_matches_reference(cp, poison, n: int, c: int) -> None:  # noq
 @pytest.mark.gpu
 def test_fixed_msm_edges(cp, poison) -> None:  # noqa: F811
     rng = random.Random()
-    n = 1000
-    pts_dev, pts = random_points(cp, 8)
-    idx = [rng.randrange(8) for _ in range(n)]
-    big = cp.ascontiguousarray(pts_dev[cp.asarray(idx)])
-    full = [pts[i] for i in idx]
-    for i in rng.sample(range(n), 20):  # the point at infinity (all-zero row)
-        big[i] = 0
-        full[i] = None
-    ks = layout.random_fr(n, rng)
-    for i in range(0, n, 7):
-        ks[i] = ks[0]  # the same (point, scalar) pairs: P + P inside buckets
+    big, full, ks, (pts_dev, pts) = repeated_points_with_infinity(cp, 1000, rng)
     ks[3], ks[4], ks[5] = R - 1, 1, 2  # the largest scalar, a one, a single small digit
     for c in (6, 11):
         table = mf.build_table(big, c, allocator=poison)
