@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from engine.config import from_preset
-from engine.partition_cuda import CudaPartition
-from engine.runner import Engine
+from engine.partition.cuda import CudaPartition
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
 from kernels.constants import FR_MODULUS as R
 from kernels.cpu.g1 import GENERATOR, scalar_mul
 from kernels.cuda import check as cuda_check

@@ -382,7 +382,7 @@ buffers)  # the gaps between large chunks (3b8b310 probe: 97 ms at 11 Mi, 167 at
     plans_of aware16-lead0 aware16-8m-b5 aware24-16m-b6
     ;;
 handover)  # the next partition's a copied into H's block as the pass finishes with its rows
-    # (PROVETOP_A_HANDOVER, engine/handover.py): its GPU tests, then aware16 off / on, aware24 on
+    # (PROVETOP_A_HANDOVER, engine/memory/handover.py): its GPU tests, then aware16 off / on, aware24 on
     gpu_tests 240 tests/engine/test_cuda.py -k "rows_released or hands_h_blocks or h_step_waits or one_pass"
     PROVETOP_A_HANDOVER=off porep1 aware16-off 100 16GiB
     porep1 aware16-on 100 16GiB
@@ -424,7 +424,7 @@ queued)  # a synthesis that starts while the next region is due waits on the hos
         python3 bench/partition_table.py "$W/$r.pvtrec" "$r" 2>&1 | tail -n 14 | tee -a "$TABLES"
     done
     ;;
-fence)  # a synthesis waits on the GPU for the running region's H step (engine/h_step_fence.py)
+fence)  # a synthesis waits on the GPU for the running region's H step (engine/memory/h_step_fence.py)
     # and runs beside the MSM pass instead: on / off alternated, so drift shows in both
     gpu_tests 240 tests/engine/test_cuda.py
     echo "== host time of the fallback upload's calls (bench/host_costs.py)" | tee -a "$TABLES"
@@ -450,7 +450,7 @@ workers-small)  # one worker against two where the memory plan streams the H ste
     done
     ;;
 sweep)  # the device-memory curve in one command: porep-32g, aware, 1 proof per point, each
-    # point a fresh process (engine/bench_sweep.py). Time (H200, 2026-12-02, one process per
+    # point a fresh process (engine/bench/sweep.py). Time (H200, 2026-12-02, one process per
     # run, 1 proof): 24 GiB 84.6 s, 40 GiB 56.5 s, 80 GiB 41.1 s, uncapped ~28 s; 16 GiB ~72 s
     # (from its 2-proof runs); 8 and 12 GiB lose every partition and were never timed: each
     # of their 20 attempts may hold the mutex 3.5 s in the fallback's pauses, ~100 s a point.

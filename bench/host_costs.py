@@ -20,10 +20,10 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.devices.cuda import CudaDevice
-from engine.sizes import parse_size
 from kernels.cuda.host_pinned import pinned_empty
 from kernels.cuda.spin import spin_kernel
-from provetop import nvml
+from provetop.base import nvml
+from provetop.base.units import parse_size
 
 
 def _median_us(fn: Callable[[], object], repeats: int) -> float:

@@ -153,8 +153,8 @@ def run_load(
     """Run ``cycles`` x (quiet, loaded), then quiet-again and churn (``seconds`` each) on one
     engine; return the report. Alternating cycles let slow drifts of the machine cancel out."""
     sys.path.insert(0, str(ROOT))
-    from engine.config import from_preset
-    from engine.runner import Engine
+    from engine.run.runner import Engine
+    from engine.settings.config import from_preset
     from recordings.reader import open_recording
 
     cfg = from_preset("ci", domain_log=domain_log, partitions=4, proofs=10**6, workers_per_device=1)

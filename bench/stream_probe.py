@@ -8,7 +8,7 @@ the pass's time is then the chunks' sums (per query) plus the time the compute s
 (for a chunk's copy, for the aux scalars' upload, or for Python to launch the next chunk).
 
 The inputs are as in the engine: H dense, L, A and B-G1 prefixes of one aux-scalar vector z
-(48 % zeros, 48 % ones, 4 % dense: ``engine/workload.py``'s synthetic witness), z uploaded from
+(48 % zeros, 48 % ones, 4 % dense: ``engine/spec/workload.py``'s synthetic witness), z uploaded from
 pinned memory on a side stream just before the pass (the engine's ``msm_scalars``), the queries
 after H waiting for it before their first chunk. The points are 2^22 real G1 points made on
 the GPU and repeated through each query (the sums are not checked here: the GPU tests do that).
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.workload import query_sizes
+from engine.spec.workload import query_sizes
 from kernels.bench_meta import gpu_bench_meta
 from kernels.cuda import msm as cm
 from kernels.cuda.host_pinned import pinned_empty

@@ -32,7 +32,7 @@ from kernels.cuda.host_pinned import pinned_empty
 from kernels.cuda.runtime import CudaUnavailable, require_cupy
 from kernels.layout import fr_from_limbs, g1_from_limbs
 from kernels.tuning import KernelTuning, SettingError
-from provetop.errors import UsageError
+from provetop.base.errors import UsageError
 
 DEFAULT_SIZES = "16,20,24,26,27"
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench" / "results"

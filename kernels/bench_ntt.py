@@ -24,7 +24,7 @@ from kernels.cuda import ntt as cn
 from kernels.cuda.fr import elementwise, random_fr
 from kernels.cuda.runtime import CudaUnavailable, require_cupy
 from kernels.tuning import KernelTuning, SettingError
-from provetop.errors import UsageError
+from provetop.base.errors import UsageError
 
 DEFAULT_SIZES = "16,20,24,26,27"
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench" / "results"

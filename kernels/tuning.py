@@ -4,10 +4,11 @@ Why a record and not ``os.environ`` lookups where each knob is used: an A/B run 
 it changed. Every setting is parsed and checked in one place (a bad value is one
 :class:`SettingError` naming the variable, before any work starts), the record is passed down
 explicitly to whatever needs it, and its :meth:`KernelTuning.as_dict` goes into every bench
-JSON's ``meta`` (and, through :mod:`engine.tuning`, into every run's ``hello`` event). The
+JSON's ``meta`` (and, through :mod:`engine.settings.tuning`, into every run's ``hello`` event). The
 table in ``engine/README.md`` is generated from :data:`SETTINGS` and a test compares the two.
 
-The engine adds its own settings in :mod:`engine.tuning`; this module knows only the kernels'.
+The engine adds its own settings in :mod:`engine.settings.tuning`; this module knows only the
+kernels'.
 """
 
 from __future__ import annotations

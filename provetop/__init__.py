@@ -1,5 +1,5 @@
 """provetop: a GPU Groth16 proving engine for BLS12-381 and a dashboard for its operators."""
 
-from provetop.version import __version__
+from provetop.base.version import __version__
 
 __all__ = ["__version__"]

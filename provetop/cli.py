@@ -14,8 +14,8 @@ import argparse
 import importlib
 import sys
 
-from provetop.errors import UsageError
-from provetop.version import __version__
+from provetop.base.errors import UsageError
+from provetop.base.version import __version__
 
 # name -> one-line help; the module provetop.commands.<name> implements it.
 COMMANDS: dict[str, str] = {

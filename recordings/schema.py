@@ -192,7 +192,8 @@ EVENTS: dict[str, dict[str, Field]] = {
         "read_only": _f(BOOL, "true when the producer refuses control commands"),
         "tuning": _opt(
             MAP,
-            "the run's settings from its PROVETOP_ variables (engine/tuning.py), the kernels' "
+            "the run's settings from its PROVETOP_ variables (engine/settings/tuning.py), "
+            "the kernels' "
             "under 'kernels'; absent in older recordings",
         ),
     },

@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from provetop.units import fmt_bytes
+from provetop.base.units import fmt_bytes
 from recordings.progress import progress_line
 from recordings.schema import MEMORY_FIELDS, PHASES
 

@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-from provetop.units import fmt_bytes
+from provetop.base.units import fmt_bytes
 from recordings.gpu_series import GpuSeries
 from recordings.reader import Recording, fold_recording
 from recordings.schema import PHASES

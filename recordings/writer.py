@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from provetop.version import __version__
+from provetop.base.version import __version__
 from recordings.errors import RecordingError
 from recordings.format import (
     END_MAGIC,

@@ -1,7 +1,8 @@
 """Finding the engines running on this machine, so a reader needs no address.
 
 ``provetop engine`` listens by default in a fresh private directory ``provetop-*`` under
-``$XDG_RUNTIME_DIR`` (or the temp directory, as :mod:`engine.server` decides) and prints the
+``$XDG_RUNTIME_DIR`` (or the temp directory, as :mod:`engine.telemetry.server` decides) and prints
+the
 path; ``provetop watch`` without an address, or a :class:`sources.live.LiveSource` given the
 default address ``unix``, looks there.
 """

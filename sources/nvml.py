@@ -2,7 +2,7 @@
 
 Why a source and not a widget reading NVML: the dashboard draws only what the state reducer
 folded, so the local GPUs arrive as the engine's own ``gpu`` events (the same fields, read by
-the same :func:`provetop.nvml.read_gpu`) and the health panel draws them the one way it draws
+the same :func:`provetop.base.nvml.read_gpu`) and the health panel draws them the one way it draws
 an engine's. Where NVML is unavailable (no driver, no ``nvidia-ml-py``, a container without the
 library) the ``hello`` lists no device and says why in ``config.nvml_error``; no ``gpu`` event
 follows, so no figure is ever invented.
@@ -17,8 +17,8 @@ import time
 import uuid
 from typing import Any
 
-from provetop import nvml
-from provetop.version import __version__
+from provetop.base import nvml
+from provetop.base.version import __version__
 from recordings.schema import SCHEMA_VERSION, make
 from sources.errors import SourceError
 from sources.protocol import Sink

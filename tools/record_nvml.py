@@ -4,7 +4,7 @@ Run on a GPU machine from the repository root::
 
     PYTHONPATH=. python tools/record_nvml.py tests/fixtures/nvml/NAME.json [--samples 6]
 
-Why raw readings and not ``gpu`` events: the tests replay them through ``provetop.nvml``'s own
+Why raw readings and not ``gpu`` events: the tests replay them through ``provetop.base.nvml``'s own
 reading code (``tests/sources/fake_pynvml.py``), so the conversion (KB/s to bytes, ECC kinds,
 retired pages, memory v2) is exercised as on a card. A reading NVML refuses is stored as null
 and the fake raises "not supported" for it. XID events cannot be recorded on demand (one comes

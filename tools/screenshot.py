@@ -29,8 +29,8 @@ import sys
 import tempfile
 import time
 
-from engine.config import from_preset
-from engine.runner import Engine
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
 from sources.live import LiveSource
 from sources.nvml import NvmlSource
 from tests.sources.fake_pynvml import FakeNvml

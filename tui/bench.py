@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provetop.errors import UsageError
+from provetop.base.errors import UsageError
 from sources.live import LiveSource
 from sources.replay import open_replay
 from sources.synthetic import GPU_SAMPLE_S, serve_synthetic, write_synthetic_recording

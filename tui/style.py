@@ -7,7 +7,7 @@ GiB only at the edges").
 
 from __future__ import annotations
 
-from provetop.units import fmt_bytes
+from provetop.base.units import fmt_bytes
 from recordings.schema import PHASES
 
 # phase group -> (legend label, colour). Colours chosen to read on dark and light backgrounds.
@@ -51,7 +51,7 @@ def group_colour(group: str) -> str:
 
 
 def size(n: float | int | None, unit: bool = True) -> str:
-    """Bytes as the rest of the product writes them (:func:`provetop.units.fmt_bytes`), with
+    """Bytes as the rest of the product writes them (:func:`provetop.base.units.fmt_bytes`), with
     the dashboard's dash for a size not known."""
     return fmt_bytes(n, unit=unit, unknown="–")
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
 from kernels.cuda.runtime import require_cupy
-from provetop.nvml import NvmlDevice
+from provetop.base.nvml import NvmlDevice
 
 # cudaMemPoolAttr values (driver_types.h)
 ATTR_RESERVED_CURRENT, ATTR_RESERVED_HIGH, ATTR_USED_CURRENT, ATTR_USED_HIGH = 5, 6, 7, 8
@@ -191,7 +191,7 @@ class _WorkerStreams:
     upload: Any
     # the synthetic witness's kernels run outside the mutex, beside the neighbour's GPU region;
     # at the device's greatest priority their few short blocks are scheduled ahead of the
-    # neighbour's queued MSM blocks instead of after them (see engine/witness_gpu.py)
+    # neighbour's queued MSM blocks instead of after them (see engine/spec/witness_gpu.py)
     synthesis: Any
 
 

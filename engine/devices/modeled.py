@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
-from provetop.units import fmt_bytes
+from provetop.base.units import fmt_bytes
 
 
 class ModeledDevice(Device):

@@ -8,7 +8,7 @@ as the CPU reference. It also carries the kernels' tuning record
 
 Where results live: the result of :meth:`ntt`, :meth:`h_step` and :meth:`srs` lives where the
 inputs lived. CuPy in, CuPy out (the engine's path: nothing leaves the device until copy-back);
-numpy in, numpy out (a caller without a GPU-side array, such as ``engine.srs.generate_srs``,
+numpy in, numpy out (a caller without a GPU-side array, such as ``engine.spec.srs.generate_srs``,
 gets host arrays and never holds device memory after the call). :meth:`msm` always returns a
 numpy ``(12,)`` point (the window combination runs on the host).
 
@@ -182,7 +182,7 @@ class CudaBackend:
 
         ``overwrite_inputs`` (default :attr:`h_in_place`): for device inputs, run the H step
         in place, H in ``a``'s memory and ``b``, ``c`` used as the work buffers, so the step
-        needs no device memory beyond a, b, c (the footprint ``engine.allocator`` plans: at
+        needs no device memory beyond a, b, c (the footprint ``engine.memory.allocator`` plans: at
         n = 2^27 the out-of-place step would need 12 GiB more). Safe because the passes that
         read a, b, c first are tile-local DIF passes (no gather), which ``ntt.cuh`` runs in
         place; the one gathering pass reads ``c``'s buffer and writes ``a``'s."""
@@ -365,7 +365,7 @@ class CudaBackend:
         progress: Callable[[int], None] | None = None,
     ) -> Any:
         """Fill ``out`` ``(count, 12)`` with [sigma^i]G, i < count: an SRS query made without
-        its secrets ever existing outside the device (``engine.srs``). ``out`` on the device
+        its secrets ever existing outside the device (``engine.spec.srs``). ``out`` on the device
         is written in place; a host ``out`` (pinned memory for full copy speed) receives
         device round trips of ``chunk`` points. ``progress(points)``: called after each chunk
         is complete (the stream synchronised, so the count is of points made, not queued);

@@ -7,7 +7,7 @@ elements at a time; the device keeps only the chunk buffers and one partial sum 
 (``src/checks/fr_check.cu``). The answers are the same integers the CPU functions compute,
 and ``tests/kernels/test_cuda_check.py`` compares the two on fresh random inputs.
 
-The SRS secrets of a query are the powers s_i = sigma^i of one secret sigma (``engine.srs``),
+The SRS secrets of a query are the powers s_i = sigma^i of one secret sigma (``engine.spec.srs``),
 so <k, s> is the value at sigma of the polynomial with coefficients k, and the secrets never
 need to be stored.
 """

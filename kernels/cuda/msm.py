@@ -1558,7 +1558,7 @@ def msm_host_points_many(
     ``rows_read(q, lo, hi, stream)``: called once the last kernel reading rows lo..hi of query
     q's device scalars is queued on ``stream`` (after that chunk's accumulation); the caller
     records an event there to reuse those rows (the engine copies the next partition's a
-    into H's block that way, ``engine.handover``)."""
+    into H's block that way, ``engine.memory.handover``)."""
     tuning = streamed_tuning(tuning)
     cupy = require_cupy()
     ns = [_check_inputs(j.points, j.scalars) for j in jobs]

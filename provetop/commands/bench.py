@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from provetop.errors import UsageError
+from provetop.base.errors import UsageError
 
 # target -> module providing add_arguments(parser) and run(args) -> int
 TARGETS: dict[str, str] = {
-    "cpu": "engine.bench_cpu",
+    "cpu": "engine.bench.cpu",
     "ntt": "kernels.bench_ntt",
     "msm": "kernels.bench_msm",
-    "pipeline": "engine.bench_pipeline",
+    "pipeline": "engine.bench.pipeline",
     "metrics": "sources.bench_metrics",
-    "soak": "engine.bench_soak",
+    "soak": "engine.bench.soak",
     "tui": "tui.bench",
 }
 

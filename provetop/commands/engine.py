@@ -1,7 +1,7 @@
 """``provetop engine``: run the proving engine headless, serving telemetry on a socket.
 
 Keeps its imports light (the parser is built for every command): the flags come from
-``engine.options`` (configuration only); the engine itself is imported when the command runs.
+``engine.run.options`` (configuration only); the engine itself is imported when the command runs.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from engine.options import add_engine_arguments, backend_note, config_from_args, tuning_from_env
-from engine.runner import Engine, EngineError
-from provetop.errors import UsageError
-from provetop.units import fmt_bytes
+from engine.run.options import add_engine_arguments, backend_note, config_from_args, tuning_from_env
+from engine.run.runner import Engine, EngineError
+from provetop.base.errors import UsageError
+from provetop.base.units import fmt_bytes
 from recordings.progress import progress_line
 from recordings.writer import default_recording_path
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from provetop.errors import UsageError
+from provetop.base.errors import UsageError
 from recordings.errors import RecordingError
 from recordings.export_perfetto import write_perfetto
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from provetop.errors import UsageError
+from provetop.base.errors import UsageError
 from recordings.errors import RecordingError
 from recordings.writer import RecordingWriter
 from sources.cuzk.convert import MS, Converter

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from provetop.base.errors import UsageError
 from provetop.commands.watch import add_display_arguments
-from provetop.errors import UsageError
 from recordings.errors import RecordingError
 from recordings.reader import fold_recording
 from tui.app import ProvetopApp

@@ -23,9 +23,9 @@ import tempfile
 import threading
 import time
 
+from provetop.base.errors import UsageError
 from provetop.commands.engine import PROGRESS_PREFIX, add_engine_arguments, config_from_args
 from provetop.commands.watch import add_display_arguments, read_token
-from provetop.errors import UsageError
 from recordings.writer import default_recording_path
 from sources.live import LiveSource
 from tui.app import ProvetopApp

@@ -18,7 +18,7 @@ from kernels.backends import BackendUnavailable
 from kernels.selftest.registry import CheckResult
 from kernels.selftest.runner import run_selftest
 from kernels.tuning import KernelTuning, SettingError
-from provetop.errors import UsageError
+from provetop.base.errors import UsageError
 
 
 def add_parser(sub, name: str, help_text: str) -> None:

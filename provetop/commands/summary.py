@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from provetop.errors import UsageError
+from provetop.base.errors import UsageError
 from recordings.errors import RecordingError
 from recordings.summary import build_summary, format_summary
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 
+from provetop.base.errors import UsageError
 from provetop.commands.watch import (
     add_cuzk_arguments,
     add_display_arguments,
     cuzk_source,
     run_monitor,
 )
-from provetop.errors import UsageError
 
 INTERVAL_MAX = 3600.0
 

@@ -33,7 +33,7 @@ from kernels.cuda.warmup import (
     warm,
 )
 from kernels.tuning import KernelTuning, SettingError
-from provetop.errors import UsageError
+from provetop.base.errors import UsageError
 
 
 def add_parser(sub, name: str, help_text: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from provetop.errors import UsageError
+from provetop.base.errors import UsageError
 from recordings.address import AddressError, parse_address
 from recordings.metrics import MetricsFold
 from recordings.metrics_http import MetricsAddressError, MetricsServer

@@ -34,7 +34,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from provetop.version import __version__
+from provetop.base.version import __version__
 from recordings.schema import SCHEMA_VERSION, make
 from sources.cuzk.parse import (
     Malformed,
@@ -50,7 +50,8 @@ MS = 1_000_000  # ns per ms
 MIB = 1 << 20
 PRESTAGE_MARGIN = 512 * MIB  # cuzk's SAFETY_MARGIN in groth16_cuda.cu
 # Synthesis slots are drawn as workers 100, 101, ... of device 0: the lanes the engine's
-# look-ahead uses (engine.workers.SYNTH_LANE_BASE; a test keeps the two equal). The number is
+# look-ahead uses (engine.settings.config.SYNTH_LANE_BASE; a test keeps the two equal). The number
+# is
 # sent in hello.config.synth_worker_base, so the dashboard reads it from the stream; it is
 # repeated here because a source does not import the engine.
 SYNTH_WORKER_BASE = 100

@@ -44,8 +44,7 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
 
 
 def test_sizes_parse_and_print():
-    from engine.sizes import parse_size
-    from provetop.units import fmt_bytes
+    from provetop.base.units import fmt_bytes, parse_size
 
     assert parse_size("16GiB") == 16 << 30
     assert parse_size("512 MiB") == 512 << 20

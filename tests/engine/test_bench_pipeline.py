@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
-from engine.bench_pipeline import format_table, reduce_recording
+from engine.bench.pipeline import format_table, reduce_recording
 from provetop.cli import main
 from recordings.summary import build_summary
 
 
 def test_bench_pipeline_cpu_run_reduces_its_recording(tmp_path, capsys, monkeypatch):
-    from engine.tuning import Tuning
+    from engine.settings.tuning import Tuning
     from recordings.reader import open_recording
 
     monkeypatch.setenv("PROVETOP_MSM_SORT_GROUP", "2")  # recorded, not used on the cpu backend

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from engine.bench_soak import malloc_bytes
+from engine.bench.soak import malloc_bytes
 from provetop.cli import main
 
 

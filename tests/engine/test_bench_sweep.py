@@ -10,11 +10,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from engine.bench_pipeline import sweep_point
-from engine.bench_plot import Series, line_chart, nice_ticks
-from engine.bench_sweep import Point, format_sweep_table, parse_memory_list, run_sweep
-from engine.config import from_preset
-from engine.tuning import Tuning
+from engine.bench.pipeline import sweep_point
+from engine.bench.plot import Series, line_chart, nice_ticks
+from engine.bench.sweep import Point, format_sweep_table, parse_memory_list, run_sweep
+from engine.settings.config import from_preset
+from engine.settings.tuning import Tuning
 from provetop.cli import main
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -3,8 +3,8 @@ them, not a copy of the history under the bus lock, and still ends with exactly 
 
 from __future__ import annotations
 
-import engine.bus as bus_mod
-from engine.bus import Bus
+import engine.telemetry.bus as bus_mod
+from engine.telemetry.bus import Bus
 from recordings.state import State
 from tests.recordings.fixtures import make_run
 

@@ -3,9 +3,9 @@ and the engine keeps stopping."""
 
 from __future__ import annotations
 
-from engine.config import from_preset
-from engine.runner import Engine
-from engine.testing import GatedBackend
+from engine.partition.testing import GatedBackend
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
 from kernels.backends import get_backend
 from sources.client import EngineClient
 

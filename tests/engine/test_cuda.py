@@ -20,10 +20,10 @@ import types
 import numpy as np
 import pytest
 
-from engine.allocator import footprint
 from engine.devices import cuda as dcuda
-from engine.residency import G1_AFFINE_BYTES, partition_need, plan_residency
-from engine.workload import query_sizes
+from engine.memory.allocator import footprint
+from engine.memory.residency import G1_AFFINE_BYTES, partition_need, plan_residency
+from engine.spec.workload import query_sizes
 from kernels.tuning import KernelTuning
 
 GiB = 1 << 30
@@ -109,7 +109,7 @@ def test_backend_choice_and_start_up_line():
 def test_default_backend_line_without_a_gpu(monkeypatch):
     import argparse
 
-    from engine import options as cmd
+    from engine.run import options as cmd
 
     monkeypatch.setattr(dcuda, "gpu_visible", lambda: False)
     args = argparse.Namespace(backend=None)
@@ -197,15 +197,14 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     import threading
     from dataclasses import replace
 
-    from engine.allocator import make_policy
-    from engine.bus import Bus
-    from engine.config import from_preset
-    from engine.control import Controls
-    from engine.cuda_pipeline import CudaPartitionRunner
     from engine.devices.modeled import ModeledDevice
-    from engine.partition_cuda import COPY_PHASES, GPU_PHASES
-    from engine.pipeline import RunContext
-    from engine.srs import generate_srs
+    from engine.memory.allocator import make_policy
+    from engine.partition.cuda import COPY_PHASES, GPU_PHASES, CudaPartitionRunner
+    from engine.partition.pipeline import RunContext
+    from engine.settings.config import from_preset
+    from engine.spec.srs import generate_srs
+    from engine.telemetry.bus import Bus
+    from engine.telemetry.control import Controls
     from kernels.cpu_backend import CpuBackend
 
     class TimedModeled(ModeledDevice):
@@ -239,7 +238,7 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     bus.flush()
     assert result.ok and result.verified
     # an injected OOM at the (reserved, not allocated) MSM scratch site still fires
-    from engine.faults import FaultInjector
+    from engine.partition.faults import FaultInjector
 
     inj = FaultInjector.from_spec("alloc:msm_scratch:1")
     inj.bind(bus.emit)
@@ -267,15 +266,15 @@ def test_a_phase_failing_before_its_timer_started_reports_no_gpu_time():
     import time
     from dataclasses import replace
 
-    from engine.allocator import make_policy
-    from engine.bus import Bus
-    from engine.config import from_preset
-    from engine.control import Controls
-    from engine.cuda_pipeline import CudaPartitionRunner
     from engine.devices.modeled import ModeledDevice
-    from engine.faults import FaultInjector
-    from engine.pipeline import RunContext
-    from engine.srs import generate_srs
+    from engine.memory.allocator import make_policy
+    from engine.partition.cuda import CudaPartitionRunner
+    from engine.partition.faults import FaultInjector
+    from engine.partition.pipeline import RunContext
+    from engine.settings.config import from_preset
+    from engine.spec.srs import generate_srs
+    from engine.telemetry.bus import Bus
+    from engine.telemetry.control import Controls
     from kernels.cpu_backend import CpuBackend
 
     pair = {"start": None}  # the thread's one start event
@@ -326,8 +325,8 @@ def test_failed_attempt_orders_the_scalars_free_after_their_upload():
     import threading
 
     from engine.devices.base import Block
-    from engine.partition_cuda import CudaPartition
-    from engine.pipeline import Attempt, PartitionRunner
+    from engine.partition.cuda import CudaPartition
+    from engine.partition.pipeline import Attempt, PartitionRunner
 
     log = []
 
@@ -372,8 +371,8 @@ def test_cuda_ops_hand_the_copies_in_flight_to_the_h_step_or_the_check():
     compute stream wait for both before it reads them, and the H step then waits for none."""
     import threading
 
-    from engine.partition_cuda import CudaPartition
-    from engine.pipeline import PartitionRunner
+    from engine.partition.cuda import CudaPartition
+    from engine.partition.pipeline import PartitionRunner
 
     waits, calls = [], []
 
@@ -405,9 +404,9 @@ def test_cuda_ops_reserve_their_scalars_block_for_the_gpu_region():
     free) includes the aux scalars' block the CUDA ops allocate after the H step, as the
     cache reclaim's need does; on the fallback path, whichever of a, b, c or d_a + scalars +
     the largest MSM is larger. The device and witness are stand-ins (no GPU)."""
-    from engine.allocator import Footprint
-    from engine.partition import WorkerScope
-    from engine.partition_cuda import CudaPartition
+    from engine.memory.allocator import Footprint
+    from engine.partition.cuda import CudaPartition
+    from engine.partition.ops import WorkerScope
 
     u, z = 4 * GiB, random.randrange(1, 5 * GiB)
     fp = Footprint(u=u, msm={"h": 3 * GiB, "l": GiB}, margin=512 << 20)
@@ -438,7 +437,7 @@ def test_a_free_that_raises_still_gives_the_gate_back():
     import threading
 
     from engine.devices.base import Block
-    from engine.pipeline import Attempt, DeviceGate, PartitionRunner
+    from engine.partition.pipeline import Attempt, DeviceGate, PartitionRunner
 
     class Dev:
         index = 0
@@ -464,8 +463,8 @@ def test_a_free_that_raises_still_gives_the_gate_back():
 
 
 def test_lazy_aware_policy_trims_only_when_short():
-    from engine.cuda_pipeline import LazyAwarePolicy
     from engine.devices.modeled import ModeledDevice
+    from engine.memory.allocator import LazyAwarePolicy
 
     fp = footprint(8, query_sizes(8))
     dev = ModeledDevice(0, 1 << 30)
@@ -481,7 +480,7 @@ def test_lazy_aware_policy_trims_only_when_short():
 
 
 def test_cuda_footprint_uses_the_gpu_msm_scratch():
-    from engine.cuda_pipeline import cuda_footprint
+    from engine.memory.stream_plan import cuda_footprint
     from kernels.cuda.msm import host_scratch_bytes, scratch_bytes, stream_window_bits
 
     sizes = query_sizes(20)
@@ -501,7 +500,7 @@ def test_cuda_footprint_uses_the_gpu_msm_scratch():
 
 
 def test_bound_backend_injects_stream_allocator_and_in_place():
-    from engine.cuda_pipeline import BoundBackend
+    from engine.partition.cuda_backend import BoundBackend
 
     calls = []
 
@@ -533,7 +532,7 @@ def test_bound_backend_injects_stream_allocator_and_in_place():
 
 
 def test_bound_backend_runs_the_one_pass_with_caps_lead_and_buffers():
-    from engine.cuda_pipeline import BoundBackend
+    from engine.partition.cuda_backend import BoundBackend
     from kernels.cuda.msm import COMPANION_WINDOW_MAX, INTERLEAVE_BUFFERS, INTERLEAVE_LEAD
 
     calls = []
@@ -671,7 +670,7 @@ def test_pinned_empty_is_portable_and_exactly_the_size_asked(monkeypatch):
     """The cudaHostAlloc method (the fallback), through a *fake* CuPy (records the
     cudaHostAlloc arguments; proves nothing about CUDA): the host SRS is made on one device
     and streamed by every device, so its memory must be page-locked for all of them
-    (cudaHostAllocPortable), and a witness pool must take the bytes engine.hostmem plans
+    (cudaHostAllocPortable), and a witness pool must take the bytes engine.memory.hostmem plans
     for, not CuPy's pool's power-of-two block (16 GiB for the 12 GiB a, b, c at 2^27)."""
     from kernels.cuda import host_pinned
 
@@ -725,7 +724,7 @@ def _fake_pynvml(fail_init=False, procs=None, v2_fails=False):
 
 @pytest.fixture
 def fake_nvml(monkeypatch):
-    from provetop import nvml
+    from provetop.base import nvml
 
     def install(**kw):
         monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(**kw))
@@ -851,7 +850,7 @@ def test_gpu_msm_device_and_streamed_host_points_agree(cp, backend):
 
 @pytest.mark.gpu
 def test_gpu_rows_released_by_the_pass_can_be_overwritten_while_it_runs(cp, backend):
-    """The hand-over's premise (engine.handover): once the pass reports H's rows lo..hi read
+    """The hand-over's premise (engine.memory.handover): once the pass reports H's rows lo..hi read
     (``rows_read``), another stream may overwrite them while the pass goes on. Here each
     reported range gets the next partition's a, copied from pinned memory on a side stream
     after the reported event: the pass's results must still be the MSMs of the old scalars
@@ -903,16 +902,16 @@ def test_gpu_engine_hands_h_blocks_to_the_next_partitions_a_and_verifies(cp, mon
     hold, and at least one checked partition must have started from a handed-over block."""
     from dataclasses import replace
 
-    from engine import cuda_pipeline
-    from engine.config import from_preset
-    from engine.residency import plan_residency
+    from engine.memory.residency import plan_residency
+    from engine.run import cuda_srs
+    from engine.settings.config import from_preset
     from kernels.cuda.backend import CudaBackend
 
     def all_host(sizes, free, fp, workers, chunk_bytes):
         placed = plan_residency(sizes, free, fp, workers, chunk_bytes)
         return [replace(p, where="host", reason="pinned host (the test's choice)") for p in placed]
 
-    monkeypatch.setattr(cuda_pipeline, "plan_residency", all_host)
+    monkeypatch.setattr(cuda_srs, "plan_residency", all_host)
     cfg = from_preset(
         "small",
         backend="cuda",
@@ -1110,7 +1109,7 @@ def test_gpu_scratch_oom_becomes_device_oom(cp, device):
 def _run_engine(cfg, forced=(), **kw):
     """Run an in-process engine (no socket) to the end, the devices in ``forced`` on the
     fallback path (the operator's control); (the engine, every event)."""
-    from engine.runner import Engine
+    from engine.run.runner import Engine
 
     engine = Engine(cfg, listen=False, **kw)
     for device in forced:
@@ -1132,17 +1131,17 @@ def test_gpu_engine_streams_every_query_in_one_pass_and_verifies(cp, monkeypatch
     every partition verifies exactly on the GPU."""
     from dataclasses import replace
 
-    from engine import cuda_pipeline
-    from engine.config import from_preset
-    from engine.residency import plan_residency
-    from engine.tuning import Tuning
+    from engine.memory.residency import plan_residency
+    from engine.run import cuda_srs
+    from engine.settings.config import from_preset
+    from engine.settings.tuning import Tuning
     from kernels.cuda.backend import CudaBackend
 
     def all_host(sizes, free, fp, workers, chunk_bytes):
         placed = plan_residency(sizes, free, fp, workers, chunk_bytes)
         return [replace(p, where="host", reason="pinned host (the test's choice)") for p in placed]
 
-    monkeypatch.setattr(cuda_pipeline, "plan_residency", all_host)
+    monkeypatch.setattr(cuda_srs, "plan_residency", all_host)
     sites = set()
     malloc = dcuda.CudaDevice.malloc
 
@@ -1171,7 +1170,7 @@ def test_gpu_engine_streams_every_query_in_one_pass_and_verifies(cp, monkeypatch
 
 @pytest.mark.gpu
 def test_gpu_engine_small_run_verifies(cp, tmp_path):
-    from engine.config import from_preset
+    from engine.settings.config import from_preset
 
     cfg = from_preset("small", backend="cuda", proofs=1, verify="always")
     engine, events = _run_engine(cfg, record=tmp_path / "run.pvtrec")
@@ -1206,8 +1205,7 @@ def test_gpu_engine_small_run_verifies(cp, tmp_path):
 def test_gpu_engine_with_synthesis_ahead_verifies_every_partition(cp, tmp_path):
     """Two pinned witness pools per worker, the next witness made on the look-ahead thread
     (its own CUDA streams) while the current partition runs: every check must still hold."""
-    from engine.config import from_preset
-    from engine.workers import SYNTH_LANE_BASE
+    from engine.settings.config import SYNTH_LANE_BASE, from_preset
 
     cfg = from_preset(
         "small", backend="cuda", proofs=2, partitions=4, verify="always", synthesis_ahead=True
@@ -1226,7 +1224,7 @@ def test_gpu_two_devices_with_look_ahead_and_fallback_verify_every_partition(cp,
     fallback path, so its workers' first CUDA call is an async malloc inside ``with dev``
     (the case that left a thread on device 0). Every partition must verify on both devices,
     and each device's memory samples must be its own card's (PCI bus ids differ)."""
-    from engine.config import from_preset
+    from engine.settings.config import from_preset
 
     if cp.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("needs two CUDA devices (multi-GPU path)")
@@ -1307,11 +1305,11 @@ def test_gpu_pinning_reports_the_bytes_it_touched(cp):
 
 @pytest.mark.gpu
 def test_gpu_engine_stops_within_2_s_during_the_srs(cp):
-    """2^26 on the GPU: ~0.3 G SRS points in chunks of 4 M (engine.cuda_pipeline.SRS_CHUNK)."""
+    """2^26 on the GPU: ~0.3 G SRS points in chunks of 4 M (engine.run.cuda_srs.SRS_CHUNK)."""
     import time
 
-    from engine.config import EngineConfig
-    from engine.runner import Engine
+    from engine.run.runner import Engine
+    from engine.settings.config import EngineConfig
 
     engine = Engine(EngineConfig(backend="cuda", domain_log=26, partitions=1, seed=1), listen=False)
     sub = engine.subscribe("test")
@@ -1341,8 +1339,8 @@ def test_gpu_engine_stops_within_2_s_during_the_srs(cp):
 
 @pytest.mark.gpu
 def test_gpu_witness_is_valid_and_reproducible(cp, device):
-    from engine.witness_gpu import PinnedBuffers, synthesize_on_gpu
-    from engine.workload import query_sizes
+    from engine.spec.witness_gpu import PinnedBuffers, synthesize_on_gpu
+    from engine.spec.workload import query_sizes
     from kernels.constants import FR_MODULUS as R
     from kernels.layout import fr_from_limbs
 
@@ -1373,11 +1371,11 @@ def test_gpu_witness_is_valid_and_reproducible(cp, device):
 
 @pytest.mark.gpu
 def test_gpu_witness_waits_on_the_device_for_the_event_it_is_given(cp, device):
-    """``after`` (the neighbour's H step, engine.h_step_fence): the synthesis stream's work
+    """``after`` (the neighbour's H step, engine.memory.h_step_fence): the synthesis stream's work
     starts only once the event is done. The event follows a ~0.25 s spin on another stream;
     a 2^12 witness alone takes milliseconds, so without the wait it would finish first."""
-    from engine.witness_gpu import PinnedBuffers, synthesize_on_gpu
-    from engine.workload import query_sizes
+    from engine.spec.witness_gpu import PinnedBuffers, synthesize_on_gpu
+    from engine.spec.workload import query_sizes
     from kernels.constants import FR_MODULUS as R
     from kernels.cuda.spin import spin_kernel
     from kernels.layout import fr_from_limbs
@@ -1458,8 +1456,8 @@ class _Corrupting:
 @pytest.mark.gpu
 @pytest.mark.parametrize("what", ["h", "msm", None])
 def test_gpu_engine_checks_catch_a_wrong_result(cp, what):
-    from engine.config import from_preset
-    from engine.workload import query_sizes
+    from engine.settings.config import from_preset
+    from engine.spec.workload import query_sizes
 
     cfg = from_preset("small", backend="cuda", proofs=1, partitions=2, verify="always")
     be = _Corrupting(what)
@@ -1477,8 +1475,8 @@ def test_gpu_fallback_path_uploads_the_pinned_witness_and_verifies(cp, overlap):
     from the worker's pinned pool into the stream-ordered pool (no staging block), and the
     retried partition still verifies on the GPU; with ``PROVETOP_ABC_OVERLAP=on`` b and c go
     up under the H step, which waits for each."""
-    from engine.config import from_preset
-    from engine.tuning import Tuning
+    from engine.settings.config import from_preset
+    from engine.settings.tuning import Tuning
 
     cfg = from_preset("small", backend="cuda", proofs=1, partitions=2, verify="always")
     tuning = Tuning(abc_overlap=overlap)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import from_preset
-from engine.runner import Engine
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
 from recordings.reader import open_recording
 from recordings.schema import PHASES, validate
 
@@ -67,7 +67,7 @@ def test_ci_run_verifies_every_partition_and_records_it(tmp_path):
 
 
 def test_wrong_kernel_result_is_caught_by_verification(tmp_path):
-    from engine.testing import GatedBackend
+    from engine.partition.testing import GatedBackend
     from kernels.backends import get_backend
 
     class WrongMsm(GatedBackend):
@@ -127,7 +127,7 @@ def test_cli_done_criterion(tmp_path):
 
 
 def test_a_kernel_exception_is_a_fault_retried_once_and_never_stops_the_run(tmp_path):
-    from engine.testing import GatedBackend
+    from engine.partition.testing import GatedBackend
     from kernels.backends import get_backend
 
     class FailsFirstH(GatedBackend):

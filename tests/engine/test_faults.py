@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from engine.config import from_preset
-from engine.faults import ALLOC_SITES, FaultSpecError, parse_spec
-from engine.runner import Engine, EngineError
-from engine.server import TelemetryServer
+from engine.partition.faults import ALLOC_SITES, FaultSpecError, parse_spec
+from engine.run.runner import Engine, EngineError
+from engine.settings.config import from_preset
+from engine.telemetry.server import TelemetryServer
 from recordings.reader import open_recording
 from sources.client import EngineClient
 
@@ -128,8 +128,8 @@ def test_host_registration_fails(tmp_path):
 
 
 def test_both_attempts_fail_then_the_partition_is_reported_failed(tmp_path, monkeypatch):
-    from engine import pipeline
-    from engine.allocator import AwarePolicy
+    from engine.memory.allocator import AwarePolicy
+    from engine.partition import pipeline
 
     monkeypatch.setattr(pipeline, "FALLBACK_OOM_PAUSE_S", 0.001)
     p = random.randrange(PARTITIONS)
@@ -204,7 +204,7 @@ def test_killed_worker_is_replaced_and_no_partition_is_lost(tmp_path, workers):
 
 
 def test_a_partition_that_keeps_killing_its_workers_is_failed_not_retried_forever():
-    from engine.workers import Scheduler, Supervisor, worker_loop
+    from engine.run.workers import Scheduler, Supervisor, worker_loop
 
     sched = Scheduler(proofs=1, partitions=3, concurrency=1)
     died, finished = [], []

@@ -1,4 +1,4 @@
-"""A neighbour's synthesis held behind the running region's H step (engine.h_step_fence):
+"""A neighbour's synthesis held behind the running region's H step (engine.memory.h_step_fence):
 the fence alone, then through the driver with ops whose H step is 'queued' (a marker)."""
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.allocator import footprint, make_policy
-from engine.bus import Bus
-from engine.config import from_preset
-from engine.control import Controls
 from engine.devices.modeled import ModeledDevice
-from engine.gate import DeviceGate
-from engine.h_step_fence import HStepFence
-from engine.partition_cpu import CpuPartition
-from engine.pipeline import PartitionRunner, RunContext
-from engine.srs import generate_srs
-from engine.tuning import Tuning
-from engine.workload import query_sizes
+from engine.memory.allocator import footprint, make_policy
+from engine.memory.gate import DeviceGate
+from engine.memory.h_step_fence import HStepFence
+from engine.partition.cpu import CpuPartition
+from engine.partition.pipeline import PartitionRunner, RunContext
+from engine.settings.config import from_preset
+from engine.settings.tuning import Tuning
+from engine.spec.srs import generate_srs
+from engine.spec.workload import query_sizes
+from engine.telemetry.bus import Bus
+from engine.telemetry.control import Controls
 from kernels.cpu_backend import CpuBackend
 
 

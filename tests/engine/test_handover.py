@@ -1,10 +1,10 @@
-"""The H-block hand-over's protocol (engine.handover), with recorded copies for CUDA's."""
+"""The H-block hand-over's protocol (engine.memory.handover), with recorded copies for CUDA's."""
 
 from __future__ import annotations
 
 import threading
 
-from engine.handover import Handover
+from engine.memory.handover import Handover
 
 
 class Copies:

@@ -1,16 +1,16 @@
-"""The page-locked plan of a CUDA run against the host's memory (engine.hostmem)."""
+"""The page-locked plan of a CUDA run against the host's memory (engine.memory.hostmem)."""
 
 from __future__ import annotations
 
-from engine.hostmem import (
+from engine.memory.hostmem import (
     PINNED_SHARE,
     PinnedPlan,
     available_bytes,
     refusal,
     witness_pool_bytes,
 )
-from engine.tuning import Tuning
-from engine.workload import query_sizes
+from engine.settings.tuning import Tuning
+from engine.spec.workload import query_sizes
 
 MEMINFO = """MemTotal:       131072000 kB
 MemFree:         1000000 kB
@@ -56,9 +56,9 @@ def test_the_cuda_run_refuses_before_pinning_the_witness_pools():
 
     import pytest
 
-    from engine.config import from_preset
-    from engine.cuda_pipeline import CudaRun
-    from engine.hostmem import HostMemoryError
+    from engine.memory.hostmem import HostMemoryError
+    from engine.run.cuda_run import CudaRun
+    from engine.settings.config import from_preset
 
     interval = sys.getswitchinterval()
     run = CudaRun()
@@ -86,9 +86,9 @@ def test_the_host_check_counts_every_devices_streamed_queries(monkeypatch):
     (it once sized device 0's plan alone)."""
     from types import SimpleNamespace
 
-    from engine import cuda_pipeline
-    from engine.config import from_preset
-    from engine.cuda_pipeline import CudaRun
+    from engine.run import cuda_run
+    from engine.run.cuda_run import CudaRun
+    from engine.settings.config import from_preset
 
     sizes = query_sizes(27)
     srs_sizes = {"h": sizes.h, "l": sizes.l, "a": sizes.a, "b_g1": sizes.b_g1}
@@ -98,12 +98,12 @@ def test_the_host_check_counts_every_devices_streamed_queries(monkeypatch):
     def place(device, srs, fp, workers, host_chunk, bus, host, stopping):
         return {}, [], dict(by_device[device.index])
 
-    monkeypatch.setattr(cuda_pipeline, "place_device_srs", place)
-    monkeypatch.setattr(cuda_pipeline, "HostSrs", lambda srs, backend, pin_method: None)
+    monkeypatch.setattr(cuda_run, "place_device_srs", place)
+    monkeypatch.setattr(cuda_run, "HostSrs", lambda srs, backend, pin_method: None)
     monkeypatch.setattr(
-        cuda_pipeline, "cuda_footprint", lambda fp, sizes, streamed, tuning, window_max=None: fp
+        cuda_run, "cuda_footprint", lambda fp, sizes, streamed, tuning, window_max=None: fp
     )
-    monkeypatch.setattr(cuda_pipeline, "replace", lambda ctx, **changes: changes)
+    monkeypatch.setattr(cuda_run, "replace", lambda ctx, **changes: changes)
     monkeypatch.setattr(
         CudaRun, "_check_host", lambda self, ctx, streamed, workers: seen.append(dict(streamed))
     )
@@ -137,7 +137,8 @@ def test_stopped_workers_pools_are_freed_only_at_close() -> None:
     import weakref
     from types import SimpleNamespace
 
-    from engine.cuda_pipeline import CudaPartitionRunner, CudaRun
+    from engine.partition.cuda import CudaPartitionRunner
+    from engine.run.cuda_run import CudaRun
 
     class Pool:
         pass
@@ -170,9 +171,9 @@ def test_cuda_warm_up_reports_its_steps_as_progress(monkeypatch):
     import contextlib
     from types import SimpleNamespace
 
-    from engine import cuda_pipeline
-    from engine.config import from_preset
-    from engine.cuda_pipeline import CudaRun
+    from engine.run import cuda_run
+    from engine.run.cuda_run import CudaRun
+    from engine.settings.config import from_preset
 
     sizes = query_sizes(27)
     srs_sizes = {"h": sizes.h, "l": sizes.l, "a": sizes.a, "b_g1": sizes.b_g1}
@@ -184,12 +185,12 @@ def test_cuda_warm_up_reports_its_steps_as_progress(monkeypatch):
         for name in ("one", "two", "three"):
             step(name)
 
-    monkeypatch.setattr(cuda_pipeline, "place_device_srs", lambda *a: ({}, [], {}))
-    monkeypatch.setattr(cuda_pipeline, "HostSrs", lambda srs, backend, pin_method: None)
+    monkeypatch.setattr(cuda_run, "place_device_srs", lambda *a: ({}, [], {}))
+    monkeypatch.setattr(cuda_run, "HostSrs", lambda srs, backend, pin_method: None)
     monkeypatch.setattr(
-        cuda_pipeline, "cuda_footprint", lambda fp, sizes, streamed, tuning, window_max=None: fp
+        cuda_run, "cuda_footprint", lambda fp, sizes, streamed, tuning, window_max=None: fp
     )
-    monkeypatch.setattr(cuda_pipeline, "replace", lambda ctx, **changes: changes)
+    monkeypatch.setattr(cuda_run, "replace", lambda ctx, **changes: changes)
     monkeypatch.setattr(CudaRun, "_check_host", lambda self, ctx, streamed, workers: None)
     cfg = from_preset("porep-32g", backend="cuda")
     backend = SimpleNamespace(name="cuda", WARM_UP_STEPS=("one", "two", "three"), warm_up=warm_up)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import socket
 import time
 
-from engine import server as server_mod
-from engine.bus import Bus
-from engine.config import from_preset
-from engine.runner import Engine
-from engine.tuning import Tuning
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
+from engine.settings.tuning import Tuning
+from engine.telemetry import server as server_mod
+from engine.telemetry.bus import Bus
 
 
 def _connect_and_read(path: str) -> bool:

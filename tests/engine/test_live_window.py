@@ -8,11 +8,11 @@ import socket
 import threading
 import time
 
-import engine.bus as bus_mod
-import engine.server as server_mod
-from engine.bus import Bus
-from engine.config import from_preset
-from engine.runner import Engine
+import engine.telemetry.bus as bus_mod
+import engine.telemetry.server as server_mod
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
+from engine.telemetry.bus import Bus
 from recordings.reader import fold_recording
 from recordings.state import State, Window
 from tests.recordings.fixtures import make_run

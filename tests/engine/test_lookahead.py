@@ -1,6 +1,6 @@
 """``--synthesis-ahead``, from the worker loop up to the engine.
 
-The loop (``engine.workers.lookahead_loop``): the next partition is prepared while the current
+The loop (``engine.run.workers.lookahead_loop``): the next partition is prepared while the current
 one runs, no partition is run twice or lost, and a dying worker hands back what it claimed
 ahead. The engine: the synthesis is drawn on its own lane, every partition still completes
 and verifies once, and a worker killed mid-run loses nothing."""
@@ -11,10 +11,10 @@ import random
 import threading
 import time
 
-from engine.config import from_preset
-from engine.runner import Engine
-from engine.testing import GatedBackend
-from engine.workers import SYNTH_LANE_BASE, Scheduler, Supervisor, lookahead_loop
+from engine.partition.testing import GatedBackend
+from engine.run.runner import Engine
+from engine.run.workers import Scheduler, Supervisor, lookahead_loop
+from engine.settings.config import SYNTH_LANE_BASE, from_preset
 from kernels.backends import get_backend
 from recordings.reader import open_recording
 from recordings.schema import PHASES
@@ -185,9 +185,9 @@ def test_a_requeued_partition_synthesised_ahead_drops_its_dead_worker():
 
 
 def test_the_worker_died_fault_names_the_partition_claimed_ahead():
-    from engine.config import from_preset
-    from engine.runner import Engine
-    from engine.workers import WorkerSlot
+    from engine.run.runner import Engine
+    from engine.run.workers import WorkerSlot
+    from engine.settings.config import from_preset
 
     engine = Engine(from_preset("ci", synthesis_ahead=True), listen=False)
     emitted = []  # what the engine hands its bus (the bus runs only once the engine starts)
@@ -202,8 +202,8 @@ def test_the_worker_died_fault_names_the_partition_claimed_ahead():
 
 
 def test_an_engine_whose_workers_cannot_start_fails_instead_of_hanging(monkeypatch):
-    from engine import pipeline
-    from engine.config import from_preset
+    from engine.partition import pipeline
+    from engine.settings.config import from_preset
     from tests.engine.run_helper import run_engine
 
     def broken(self, *args, **kw):
@@ -475,7 +475,7 @@ def test_a_dead_workers_runner_is_freed_before_its_replacement_starts():
 def test_the_death_report_names_the_partition_claimed_ahead():
     """The supervisor hands back a dead worker's claimed-ahead partition and says which one
     (``slot.ahead_requeued``), so the ``worker_died`` fault can name it."""
-    from engine.workers import worker_loop
+    from engine.run.workers import worker_loop
 
     sched = Scheduler(proofs=1, partitions=4, concurrency=1)
     reports, ran, lives = [], [], []
@@ -508,7 +508,7 @@ def test_the_look_ahead_thread_has_ended_when_its_worker_returns():
     # still held that claim: the prepared partition and, through ``prepare``, the runner)
     import sys
 
-    from engine.workers import WorkerSlot
+    from engine.run.workers import WorkerSlot
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # a CUDA run lowers it too: the helper is preempted often
@@ -538,7 +538,7 @@ def _never_starts(slot):
 
 def test_a_worker_that_cannot_start_is_given_up_on_and_the_others_finish():
     """It used to be replaced every poll for ever (no partition held, nothing to requeue)."""
-    from engine.workers import worker_loop
+    from engine.run.workers import worker_loop
 
     sched = Scheduler(proofs=1, partitions=5, concurrency=1)
     ran, deaths = [], []
@@ -558,7 +558,7 @@ def test_a_worker_that_cannot_start_is_given_up_on_and_the_others_finish():
 
 
 def test_when_no_worker_can_start_the_supervisor_says_so_instead_of_spinning():
-    from engine.workers import SupervisorError
+    from engine.run.workers import SupervisorError
 
     sched = Scheduler(proofs=1, partitions=2, concurrency=1)
     sup = Supervisor(sched, lambda slot, requeued: None, lambda *a: None, poll_s=0.01)

@@ -7,16 +7,16 @@ import random
 import numpy as np
 import pytest
 
-from engine.allocator import (
+from engine.devices.base import DeviceOOM
+from engine.devices.modeled import ModeledDevice
+from engine.memory.allocator import (
     AwarePolicy,
     NaivePolicy,
     footprint,
     msm_scratch_bytes,
     phantom_capacity,
 )
-from engine.devices.base import DeviceOOM
-from engine.devices.modeled import ModeledDevice
-from engine.workload import (
+from engine.spec.workload import (
     POREP_A,
     POREP_B_G1,
     POREP_L,
@@ -177,7 +177,7 @@ def test_gate_wait_no_prestage_blocks_until_every_prestage_is_released():
     import threading
     import time
 
-    from engine.pipeline import DeviceGate
+    from engine.partition.pipeline import DeviceGate
 
     gate = DeviceGate()
     assert gate.wait_no_prestage(0.01)  # nothing held
@@ -200,7 +200,7 @@ def test_gate_grants_no_new_prestage_while_a_fallback_waits():
     release (the look-ahead makes that the common case)."""
     import threading
 
-    from engine.pipeline import DeviceGate
+    from engine.partition.pipeline import DeviceGate
 
     gate = DeviceGate()
     assert gate.try_prestage()
@@ -228,9 +228,9 @@ def test_a_skipped_prestage_lets_the_neighbours_prestage_go_first(monkeypatch):
     takes the mutex, because its fallback's a, b, c may need that memory (on the H200 the
     skipped worker took the mutex first and every such partition OOMed). Pre-staged workers
     never wait."""
-    from engine.config import from_preset
-    from engine.pipeline import DeviceGate
-    from engine.runner import Engine
+    from engine.partition.pipeline import DeviceGate
+    from engine.run.runner import Engine
+    from engine.settings.config import from_preset
 
     k = 8
     fp = footprint(k, query_sizes(k))
@@ -270,11 +270,11 @@ def test_a_skipped_prestage_lets_the_neighbours_prestage_go_first(monkeypatch):
 def test_a_synthesis_refused_memory_tries_again_with_the_same_witness(monkeypatch, refusals):
     """A witness made on the device can be refused memory while a neighbour's fallback holds
     the card; it pauses and tries again (smaller chunks on CUDA), up to SYNTH_OOM_TRIES."""
-    from engine import pipeline
-    from engine.config import from_preset
     from engine.devices.base import DeviceOOM
-    from engine.partition_cpu import CpuPartition
-    from engine.runner import Engine
+    from engine.partition import pipeline
+    from engine.partition.cpu import CpuPartition
+    from engine.run.runner import Engine
+    from engine.settings.config import from_preset
 
     monkeypatch.setattr(pipeline, "SYNTH_OOM_PAUSE_S", 0.01)
     real = CpuPartition.synthesize
@@ -314,7 +314,7 @@ def engine_runner_stub(cfg):
     """Just enough of a CpuPartition for its ``synthesize``."""
     from types import SimpleNamespace
 
-    from engine.workload import query_sizes
+    from engine.spec.workload import query_sizes
 
     return SimpleNamespace(ctx=SimpleNamespace(config=cfg, sizes=query_sizes(cfg.domain_log)))
 

@@ -1,4 +1,4 @@
-"""Memory plans (engine/memory_plan.py): the choice by device memory, the start-up refusal, and
+"""Memory plans (engine/memory/plan.py): the choice by device memory, the start-up refusal, and
 complete runs on modeled devices too small for a, b, c at once.
 
 Why: a card of 8 or 12 GiB lost every partition of a 32 GiB sector (the fallback still put
@@ -13,10 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from engine.allocator import footprint
-from engine.config import from_preset
-from engine.cuda_pipeline import aux_scalar_bytes, cuda_footprint, plan_with_window, window_floor
-from engine.memory_plan import (
+from engine.memory.allocator import footprint
+from engine.memory.plan import (
     OPERAND_BYTES,
     MemoryPlan,
     PlanError,
@@ -25,8 +23,15 @@ from engine.memory_plan import (
     plan_need,
     smallest_need,
 )
-from engine.runner import Engine, EngineError
-from engine.workload import query_sizes
+from engine.memory.stream_plan import (
+    aux_scalar_bytes,
+    cuda_footprint,
+    plan_with_window,
+    window_floor,
+)
+from engine.run.runner import Engine, EngineError
+from engine.settings.config import from_preset
+from engine.spec.workload import query_sizes
 from kernels.cuda.msm import stream_window_bits
 from kernels.cuda.ntt import twiddle_bytes
 from kernels.tuning import DEFAULT_TUNING
@@ -142,7 +147,7 @@ def test_a_larger_chunk_only_where_the_plan_stays_as_fast(free_gib):
     configured chunk. At the H200's 16 GiB (13.35 GiB free): 6 Mi points with z on the device
     (measured -82 ms a partition against 2^22), 11 Mi with z read from host memory (-60 ms
     against 6 Mi; docs/performance-notes.md, 2026-12-02)."""
-    from engine.cuda_pipeline import CHUNK_STEPS, plan_streaming
+    from engine.memory.stream_plan import CHUNK_STEPS, plan_streaming
     from kernels.cuda.msm import stream_cost
 
     sizes = query_sizes(27)
@@ -202,7 +207,7 @@ def _force_plan(monkeypatch, slots: int, z_with_h: bool = True) -> None:
     """The cpu ops' footprint is dominated by the reference MSM's scratch (about 9 times a, b
     and c together), so every plan needs the same memory there and the resident one always
     wins; the streamed path is then taken by choosing the plan for the run."""
-    from engine import runner
+    from engine.run import runner
 
     def choose(free, fp, z=0, tables=0, *, device="device"):
         need = plan_need(slots, fp, z, tables)[0]
@@ -274,7 +279,7 @@ def test_aux_scalars_after_h_go_up_only_once_h_is_freed(monkeypatch):
     """A plan with the aux scalars after H (a card of 8 GiB at 2^27) asks for them once per
     attempt, after msm_h and after H's block went back: asked for first, beside H, they were
     refused on the H200 at 8 GiB and every partition was lost."""
-    from engine.partition_cpu import CpuPartition
+    from engine.partition.cpu import CpuPartition
 
     _force_plan(monkeypatch, 1, z_with_h=False)
     calls = []
@@ -304,7 +309,7 @@ def test_msms_in_one_pass_complete_every_partition_exactly(monkeypatch):
     """The driver's one-pass branch (phase ``msm_interleaved`` in place of the four msm_*
     phases), run on the cpu ops told to take it: every partition verified, the phase
     recorded, and the summary reads it."""
-    from engine.partition_cpu import CpuPartition
+    from engine.partition.cpu import CpuPartition
     from recordings.state import State
     from recordings.summary import format_summary, summarize_state
 
@@ -325,7 +330,7 @@ def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(free_gi
     scalars' 4.2 GB: at the H200's 8, 12 and 16 GiB (5.35, 9.35 and 13.35 GiB free) the four
     streamed MSMs run in one pass, no plan is slower than with z on the device, and the
     largest chunk the 16 GiB card then takes is larger."""
-    from engine.cuda_pipeline import interleaved_bytes, plan_streaming
+    from engine.memory.stream_plan import interleaved_bytes, plan_streaming
     from kernels.cuda.msm import INTERLEAVE_BUFFERS, pass_scalar_slots
 
     sizes = query_sizes(27)
@@ -374,7 +379,8 @@ def _pass_kwargs(bound_backend, **kw):
 def test_more_pass_buffers_are_counted_and_reach_the_pass():
     """``PROVETOP_MSM_HOST_BUFFERS``: each buffer more is one more chunk of points (96 bytes a
     point) in the pass's bytes, and the bound backend hands the count to the pass."""
-    from engine.cuda_pipeline import BoundBackend, interleaved_bytes
+    from engine.memory.stream_plan import interleaved_bytes
+    from engine.partition.cuda_backend import BoundBackend
     from kernels.cuda.msm import INTERLEAVE_BUFFERS, pass_scalar_slots
 
     sizes = query_sizes(27).as_dict()
@@ -399,7 +405,8 @@ def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
     """``PROVETOP_MSM_HOST_LEAD``: the bound backend hands it to the pass, and the memory model
     counts the scalar buffers of the order that lead gives; ``auto`` (the default) is no lead
     where the pass reads z from host memory and five where it copies z up whole."""
-    from engine.cuda_pipeline import BoundBackend, interleaved_bytes
+    from engine.memory.stream_plan import interleaved_bytes
+    from engine.partition.cuda_backend import BoundBackend
     from kernels.cuda.msm import HOST_SCALARS_LEAD, INTERLEAVE_LEAD, pass_lead, pass_scalar_slots
 
     assert DEFAULT_TUNING.msm_host_lead is None
@@ -427,7 +434,7 @@ def test_z_stays_on_the_device_where_a_reader_of_it_is_not_in_the_pass():
     """B-G1's points on the device (a 40 GiB card) put B-G1 outside the pass: it reads z from
     a device copy, so the plan keeps z on the device and counts it, and the pass has no scalar
     buffers; with every reader streamed, z stays in host memory."""
-    from engine.cuda_pipeline import interleaved_bytes
+    from engine.memory.stream_plan import interleaved_bytes
 
     sizes = query_sizes(27)
     base = footprint(27, sizes)

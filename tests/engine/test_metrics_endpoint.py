@@ -11,8 +11,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.config import from_preset
-from engine.runner import Engine
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
 from recordings.address import parse_address
 from recordings.framing import encode_frame
 from recordings.reader import open_recording

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-import provetop.nvml as nvml_module
-from engine.bus import Bus
+import provetop.base.nvml as nvml_module
 from engine.devices.modeled import ModeledDevice
-from engine.options import add_engine_arguments, config_from_args
-from engine.sampler import Sampler
-from provetop.errors import UsageError
-from provetop.nvml import NvmlDevice, read_gpu, read_processes
+from engine.run.options import add_engine_arguments, config_from_args
+from engine.telemetry.bus import Bus
+from engine.telemetry.sampler import Sampler
+from provetop.base.errors import UsageError
+from provetop.base.nvml import NvmlDevice, read_gpu, read_processes
 from recordings.schema import GPU_FIELDS, validate
 
 

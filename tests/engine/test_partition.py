@@ -1,6 +1,6 @@
 """The partition as a protocol: both backends implement every step, and the one driver is
 never specialised by overriding its private methods (one partition reads top to bottom in
-``engine/pipeline.py``)."""
+``engine/partition/pipeline.py``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import inspect
 
 import pytest
 
-from engine.cuda_pipeline import CudaPartitionRunner
-from engine.partition import PartitionOps
-from engine.partition_cpu import CpuPartition
-from engine.partition_cuda import CudaPartition
-from engine.pipeline import PartitionRunner
+from engine.partition.cpu import CpuPartition
+from engine.partition.cuda import CudaPartition, CudaPartitionRunner
+from engine.partition.ops import PartitionOps
+from engine.partition.pipeline import PartitionRunner
 
 
 def _steps() -> dict[str, object]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import from_preset
-from engine.runner import Engine
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
 from recordings.state import phantom_bytes
 
 

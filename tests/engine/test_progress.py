@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.progress import Progress, Stopped
-from engine.runner import Engine
+from engine.run.runner import Engine
+from engine.settings.config import EngineConfig
+from engine.telemetry.progress import Progress, Stopped
 from provetop.commands.engine import PROGRESS_PREFIX, progress_printer
 from recordings.progress import progress_line
 from recordings.schema import validate

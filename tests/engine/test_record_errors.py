@@ -11,10 +11,10 @@ import signal
 import time
 import tracemalloc
 
-import engine.runner as runner_mod
-from engine.config import from_preset
-from engine.runner import Engine
-from engine.testing import GatedBackend
+import engine.run.runner as runner_mod
+from engine.partition.testing import GatedBackend
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
 from kernels.backends import get_backend
 from provetop import cli
 from recordings.reader import open_recording

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.bus import Bus
+from engine.telemetry.bus import Bus
 from recordings.reader import RecordingError, open_recording
 from recordings.writer import RecordingWriter
 from tests.recordings.fixtures import hello

@@ -10,8 +10,8 @@ import stat
 
 import pytest
 
-from engine.config import from_preset
-from engine.runner import Engine, EngineError
+from engine.run.runner import Engine, EngineError
+from engine.settings.config import from_preset
 from sources.client import EngineClient
 
 

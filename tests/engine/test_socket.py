@@ -9,10 +9,10 @@ from dataclasses import asdict
 
 import pytest
 
-from engine.bus import Bus
-from engine.config import from_preset
-from engine.runner import Engine
-from engine.testing import GatedBackend
+from engine.partition.testing import GatedBackend
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
+from engine.telemetry.bus import Bus
 from kernels.backends import get_backend
 from recordings.reader import open_recording
 from recordings.state import State

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from engine.tuning import SETTINGS, Tuning, markdown_table
+from engine.settings.tuning import SETTINGS, Tuning, markdown_table
 from kernels.tuning import NEVER_AFFINE, KernelTuning, SettingError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +142,7 @@ def test_no_module_reads_a_provetop_variable_but_the_tuning_record():
 def test_the_hello_event_carries_the_runs_tuning(tmp_path):
     """What an A/B run changed is in its recording: ``hello.tuning`` is the record the engine
     was given, and an engine given none records the defaults (never the environment)."""
-    from engine.config import from_preset
+    from engine.settings.config import from_preset
     from recordings.reader import open_recording
     from tests.engine.run_helper import run_engine
 
@@ -179,7 +179,7 @@ def test_provetop_inject_is_the_default_of_the_inject_flag(monkeypatch):
     """``PROVETOP_INJECT`` reaches the engine through the record; ``--inject`` overrides it."""
     import argparse
 
-    from engine.options import add_engine_arguments
+    from engine.run.options import add_engine_arguments
     from provetop.commands.engine import build_engine
 
     parser = argparse.ArgumentParser()
@@ -197,8 +197,8 @@ def test_provetop_inject_is_the_default_of_the_inject_flag(monkeypatch):
 
 def test_the_engine_hands_the_kernel_settings_to_the_backend(monkeypatch):
     """``get_backend(name, tuning=...)`` receives the kernels' part of the run's record."""
-    import engine.runner
-    from engine.config import from_preset
+    import engine.run.runner
+    from engine.settings.config import from_preset
     from kernels.backends import get_backend
 
     kernels = KernelTuning(msm_sort_group=3)
@@ -208,8 +208,8 @@ def test_the_engine_hands_the_kernel_settings_to_the_backend(monkeypatch):
         seen.append((name, tuning))
         return get_backend(name, tuning=tuning)
 
-    monkeypatch.setattr(engine.runner, "get_backend", spy)
-    run = engine.runner.Engine(from_preset("ci"), listen=False, tuning=Tuning(kernels=kernels))
+    monkeypatch.setattr(engine.run.runner, "get_backend", spy)
+    run = engine.run.runner.Engine(from_preset("ci"), listen=False, tuning=Tuning(kernels=kernels))
     run.close()
     assert seen == [("cpu", kernels)]
 
@@ -219,7 +219,7 @@ def test_the_cuda_run_takes_its_switch_interval_from_the_record():
     it for its life and restores the interpreter's at close (no GPU needed)."""
     import sys
 
-    from engine.cuda_pipeline import CudaRun
+    from engine.run.cuda_run import CudaRun
 
     before = sys.getswitchinterval()
     run = CudaRun(Tuning.from_env({"PROVETOP_SWITCH_INTERVAL": "0.002"}).switch_interval_s)

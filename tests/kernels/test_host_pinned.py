@@ -122,11 +122,11 @@ def test_registered_pool_round_trip(cp) -> None:
 def test_only_a_worker_that_stops_hands_its_pools_to_the_run(monkeypatch, ahead, dies) -> None:
     """A worker that stops keeps its pools with the run until close (``CudaRun.retire``); one
     that dies must not: its replacement pins pools of its own, and the dead one's must be
-    freed first (engine.hostmem plans one set per worker), at the price of the stall that
+    freed first (engine.memory.hostmem plans one set per worker), at the price of the stall that
     unpinning them causes the neighbour."""
-    from engine import cuda_pipeline
-    from engine.runner import Engine
-    from engine.workers import Scheduler, WorkerSlot
+    from engine.partition import cuda as partition_cuda
+    from engine.run.runner import Engine
+    from engine.run.workers import Scheduler, WorkerSlot
 
     class Runner:
         def __init__(self, *args) -> None:
@@ -143,7 +143,7 @@ def test_only_a_worker_that_stops_hands_its_pools_to_the_run(monkeypatch, ahead,
         def complete(self, prepared):
             return self.run(*prepared)
 
-    monkeypatch.setattr(cuda_pipeline, "CudaPartitionRunner", Runner)
+    monkeypatch.setattr(partition_cuda, "CudaPartitionRunner", Runner)
     retired: list = []
     engine = Engine.__new__(Engine)
     engine.config = types.SimpleNamespace(synthesis_ahead=ahead)

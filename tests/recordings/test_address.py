@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.server import ListenError, parse_listen
+from engine.telemetry.server import ListenError, parse_listen
 from recordings.address import Address, AddressError, parse_address
 
 

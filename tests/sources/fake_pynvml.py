@@ -2,7 +2,7 @@
 the format ``tools/record_nvml.py`` writes), for the tests of ``provetop top`` without a GPU.
 
 What it returns is replayed, never read from a card: each device steps to its next recorded
-reading when its utilisation is read (the first field ``provetop.nvml.read_gpu`` asks for), and
+reading when its utilisation is read (the first field ``provetop.base.nvml.read_gpu`` asks for), and
 stays on the last one. A reading recorded as null raises "not supported", as NVML does. XID
 events are queued by the test (:meth:`FakeNvml.xid`) and delivered by ``nvmlEventSetWait_v2``.
 """

@@ -73,6 +73,6 @@ def test_client_refuses_the_default_address_and_bad_ones():
 
 
 def test_cuzk_synthesis_lanes_are_the_engines():
-    from engine.workers import SYNTH_LANE_BASE
+    from engine.settings.config import SYNTH_LANE_BASE
 
     assert SYNTH_WORKER_BASE == SYNTH_LANE_BASE

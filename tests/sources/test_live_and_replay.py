@@ -300,8 +300,8 @@ def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
 
 
 def test_watch_finds_the_local_engine_again_after_a_restart(tmp_path, monkeypatch):
-    from engine.config import from_preset
-    from engine.runner import Engine
+    from engine.run.runner import Engine
+    from engine.settings.config import from_preset
     from sources.discovery import default_address
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # only this test's engines

@@ -1,4 +1,4 @@
-"""``provetop top``'s source: every local GPU as ``gpu`` events, read by ``provetop.nvml``'s
+"""``provetop top``'s source: every local GPU as ``gpu`` events, read by ``provetop.base.nvml``'s
 own code from a fake ``pynvml`` that replays recorded-style readings (tests/sources/
 fake_pynvml.py; not read from a card), XID counts from queued events, and the plain "no NVML"
 case. One GPU test reads a real card."""
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-import provetop.nvml as nvml_module
+import provetop.base.nvml as nvml_module
 from recordings.schema import validate
 from sources.nvml import NvmlSource
 from tests.sources.fake_pynvml import FakeNvml, MissingNvml

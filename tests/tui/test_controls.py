@@ -11,8 +11,8 @@ import time
 import pytest
 from textual.widgets import Input
 
-from engine.config import from_preset
-from engine.runner import Engine
+from engine.run.runner import Engine
+from engine.settings.config import from_preset
 from recordings.reader import open_recording
 from recordings.state import phantom_bytes
 from sources.live import LiveSource

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-import provetop.nvml as nvml_module
+import provetop.base.nvml as nvml_module
 import tui.app as app_module
 from sources.nvml import NvmlSource
 from tests.engine.run_helper import serving_engine

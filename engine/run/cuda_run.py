@@ -1,0 +1,250 @@
+"""A CUDA run's set-up around the one partition driver, per device and per run.
+
+What a CUDA run does once per device or once per run, before and after its partitions:
+:class:`CudaRun` (the warm-up, the SRS placed on each device by ``engine.run.cuda_srs``, the
+memory plan chosen by ``engine.memory.stream_plan`` and emitted, the host check of the pinned
+memory, the bound backend and lazy policy of the device's workers, the retired witness pools,
+the interpreter's switch interval), the plan's ``alloc`` event (:func:`emit_plan`) and the
+devices themselves (:func:`make_cuda_devices`). The steps of a partition on a GPU are
+``engine.partition.cuda``; the one driver every backend runs is ``engine.partition.pipeline``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+from engine.devices.base import Block
+from engine.devices.cuda import CudaDevice
+from engine.memory.allocator import Footprint, LazyAwarePolicy
+from engine.memory.hostmem import (
+    HostMemoryError,
+    PinnedPlan,
+    host_available,
+    refusal,
+    witness_pool_bytes,
+)
+from engine.memory.plan import RESIDENT, MemoryPlan
+from engine.memory.residency import G1_AFFINE_BYTES
+from engine.memory.stream_plan import (
+    aux_scalar_bytes,
+    cuda_footprint,
+    interleaved_order,
+    plan_streaming,
+    window_floor,
+)
+from engine.partition.cuda_backend import BoundBackend
+from engine.partition.pipeline import RunContext
+from engine.run.cuda_srs import HostSrs, place_device_srs
+from engine.settings.tuning import DEFAULT_SWITCH_INTERVAL_S
+from engine.spec.srs import Srs
+from engine.spec.workload import FR_BYTES
+from engine.telemetry.progress import Progress
+from kernels.cuda.host_pinned import take_fallbacks
+from kernels.cuda.msm import pass_lead
+from kernels.cuda.ntt import twiddle_bytes
+
+
+class CudaRun:
+    """Per-device set-up and tear-down of a CUDA run (devices, SRS placement, contexts).
+
+    GIL: a worker in its GPU region launches ~100 small kernels per MSM from Python, each
+    needing the GIL; a neighbour doing pure-Python work (synthesis, verification) keeps the
+    GIL for the whole switch interval (5 ms by default), so each launch can wait 5 ms. On the
+    first H200 run that stretched a 2^20 MSM from 13-19 ms to 670-930 ms (gpu_ms too: the
+    stream idles between launches). The run lowers the interval to ``switch_interval_s``
+    (``PROVETOP_SWITCH_INTERVAL``, 0.5 ms by default: ``engine.settings.tuning``; process-wide;
+    restored at close)."""
+
+    def __init__(self, switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S) -> None:
+        import sys
+
+        self.blocks: dict[int, list[Block]] = {}
+        self.host_srs: HostSrs | None = None
+        self._lock = threading.Lock()
+        self._host_available = host_available()  # before this run pins anything
+        # queries streamed from host memory by any device so far: the one shared host SRS
+        self._host_streamed: dict[str, int] = {}
+        self._scratch_workers = 0  # workers of one-slot devices (a host scratch each)
+        # witness pools of workers that have stopped, freed only at close: unpinning 17 GB
+        # while a neighbour still runs stalled its launches (the last partition's H step took
+        # 1.7-2.2 s instead of 0.32 in every H200 run of 2026-11-30, before e2ae67e)
+        self._retired: list[Any] = []
+        self._old_interval = sys.getswitchinterval()
+        sys.setswitchinterval(switch_interval_s)
+
+    def context(self, ctx: RunContext, device: Any, workers: int) -> RunContext:
+        """The run context for ``device``'s workers: bound backend, placed SRS, footprint
+        and policy for real pools."""
+        backend = ctx.backend
+        host_chunk = int(getattr(backend, "host_chunk", 1 << 22))
+        warm_up = getattr(backend, "warm_up", None)
+        if warm_up is not None:  # tables outside the trimmed pool; compile before partitions
+            progress = Progress(
+                ctx.bus.emit,
+                "warmup",
+                f"CUDA warm-up on device {device.index}",
+                len(backend.WARM_UP_STEPS),  # warm_up calls step() after each of them
+                "steps",
+                device=device.index,
+            )
+            with device.dev:
+                warm_up(ctx.config.domain_log, step=lambda name: progress.advance(1))
+            progress.finish()
+        with self._lock:
+            if self.host_srs is None:
+                self.host_srs = HostSrs(ctx.srs, backend, ctx.tuning.kernels.pin_method)
+        points, blocks, streamed = place_device_srs(
+            device,
+            ctx.srs,
+            ctx.footprint,
+            workers,
+            host_chunk,
+            ctx.bus,
+            self.host_srs,
+            ctx.stopping,
+        )
+
+        for line in take_fallbacks():  # the host SRS, pinned on this thread
+            ctx.bus.emit(
+                "fault", kind="registration", message=line, site="host_srs", device=device.index
+            )
+        sizes, kt = dict(ctx.srs.sizes), ctx.tuning.kernels
+        plan = RESIDENT
+        if ctx.policy.name == "aware":  # naive keeps the seed's path: its OOMs are the point
+            free, _total = device.mem_info()
+            z, tables = aux_scalar_bytes(ctx.sizes), twiddle_bytes(ctx.config.domain_log)
+            where = f"device {device.index}"
+            chosen = plan_streaming(free, ctx.footprint, sizes, streamed, kt, z, tables, where)
+            fp, plan = chosen.footprint, chosen.plan
+            window_max, together, chunk = chosen.window_max, chosen.together, chosen.chunk
+            host_z = chosen.host_scalars
+            emit_plan(ctx.bus, device, plan, fp, window_max, together, chunk, host_z)
+        else:  # naive: the floor's window, the smallest bucket arrays, one query at a time
+            window_max = window_floor(streamed, kt) if streamed else None
+            together, chunk, host_z = False, None, False
+            fp = cuda_footprint(ctx.footprint, sizes, streamed, kt, window_max)
+        with self._lock:
+            if plan.slots == 1:
+                self._scratch_workers += workers
+            self.blocks[device.index] = blocks
+            # after every device: a smaller card may stream queries the first one kept, and
+            # the shared host SRS holds the union (the witness pools are pinned only later,
+            # at each worker's first partition)
+            self._host_streamed.update(streamed)
+            self._check_host(ctx, self._host_streamed, workers)
+        srs = Srs(sigmas=ctx.srs.sigmas, sizes=ctx.srs.sizes, points=points)
+        policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy
+        return replace(
+            ctx,
+            backend=BoundBackend(
+                backend,
+                device,
+                window_max,
+                interleaved_order(streamed) if together else None,
+                chunk,
+                host_z,
+                kt.msm_host_buffers,
+                pass_lead(kt, host_z),
+            ),
+            srs=srs,
+            footprint=fp,
+            policy=policy,
+            plan=plan,
+        )
+
+    def _check_host(self, ctx: RunContext, streamed: dict[str, int], workers: int) -> None:
+        """Refuse (HostMemoryError) a run whose page-locked memory would not fit the host,
+        before the witness pools are pinned (see ``engine.memory.hostmem``)."""
+        cfg, sizes, qs = ctx.config, dict(ctx.srs.sizes), ctx.sizes
+        m = max(qs.l, qs.a, qs.b_g1)  # the aux witness z
+        plan = PinnedPlan(
+            host_srs=sum(sizes[q] * G1_AFFINE_BYTES for q in streamed),
+            pool=witness_pool_bytes(cfg.domain_log, m),
+            pools=len(cfg.devices) * workers * (2 if cfg.synthesis_ahead else 1),
+            scratch=self._scratch_workers * (1 << cfg.domain_log) * FR_BYTES,
+        )
+        line = refusal(plan, self._host_available, cfg.synthesis_ahead)
+        if line is not None:
+            raise HostMemoryError(line)
+
+    def retire(self, runner: Any) -> None:
+        """Keep a stopped worker's pinned pools until :meth:`close` (see ``_retired``)."""
+        detach = getattr(runner, "detach_pools", None)
+        if detach is not None:
+            pools = detach()
+            with self._lock:
+                self._retired.extend(pools)
+
+    def close(self, devices: list[Any]) -> None:
+        """Free the device-resident SRS and the retired witness pools, give the ballast back,
+        trim the pools."""
+        import sys
+
+        sys.setswitchinterval(self._old_interval)
+        with self._lock:
+            self._retired.clear()
+        for d in devices:
+            for blk in self.blocks.pop(d.index, []):
+                d.free(blk)
+            close = getattr(d, "close", None)
+            if close is not None:
+                close()
+
+
+def emit_plan(
+    bus: Any,
+    device: Any,
+    plan: MemoryPlan,
+    fp: Footprint,
+    window_max: int | None = None,
+    together: bool = False,
+    chunk: int | None = None,
+    host_scalars: bool = False,
+) -> None:
+    """The device's plan as an ``alloc`` event of the run (site ``plan``; proof, partition
+    and worker -1, as the SRS placement's), so the dashboard and the recording show it, with
+    the streamed MSMs' window cap where any query is streamed, whether they run in one
+    interleaved pass, their chunk, and whether the pass reads the aux scalars from host
+    memory."""
+    reason = f"memory plan {plan.reason}"
+    if window_max:
+        how = "in one interleaved pass" if together else "one after the other"
+        reason += f"; streamed MSMs {how}, at a window of at most {window_max} bits"
+        if chunk:
+            reason += f", in chunks of {chunk} points"
+        if host_scalars:
+            reason += ", the aux scalars sent up with each chunk"
+    bus.emit(
+        "alloc",
+        proof=-1,
+        partition=-1,
+        worker=-1,
+        device=device.index,
+        site="plan",
+        pool="async",
+        requested=plan.need,
+        decision="fallback" if plan.streamed else "ok",
+        reason=reason,
+        free=plan.free,
+        margin=fp.margin,
+        pools=device.sample(),
+    )
+
+
+def make_cuda_devices(
+    indices: tuple[int, ...],
+    capacity: int | None,
+    sync_scope: str = "worker",
+    priority_to: str = "synthesis",
+) -> list[Any]:
+    """One :class:`engine.devices.cuda.CudaDevice` per index (``--device-memory`` each).
+    ``sync_scope="device"`` (``PROVETOP_SYNC_SCOPE``) makes every synchronise before a trim
+    wait for the whole device (the other worker's kernels too): the variant to measure the
+    trim stall against. ``priority_to="compute"`` (``PROVETOP_PRIORITY_TO``) gives the compute
+    streams the greatest priority instead of the synthesis stream
+    (``engine.devices.cuda.PRIORITY_TO``)."""
+    return [
+        CudaDevice(i, capacity, sync_scope=sync_scope, priority_to=priority_to) for i in indices
+    ]

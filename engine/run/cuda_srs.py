@@ -1,0 +1,146 @@
+"""The run's SRS placed on a real device: the residency decision (``engine.memory.residency``)
+carried out and emitted.
+
+Device queries are made straight into a ``raw`` block; host ones come from one pinned copy
+shared by every device (:class:`HostSrs`: a real prover loads its parameters into host memory
+once). One ``alloc`` event per query, site ``srs``, with proof/partition/worker -1: the SRS
+belongs to the run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from engine.devices.base import Block
+from engine.memory.allocator import Footprint
+from engine.memory.residency import G1_AFFINE_BYTES, plan_residency
+from engine.spec.srs import Srs
+from engine.telemetry.progress import Progress
+from kernels.cuda.host_pinned import pinned_empty
+
+
+class HostSrs:
+    """The queries streamed from the host, made once into pinned memory and shared by every
+    device (a real prover loads its parameters into host memory once)."""
+
+    def __init__(self, srs: Srs, backend: Any, pin_method: str) -> None:
+        self.srs = srs
+        self.backend = backend
+        self.pin_method = pin_method
+        self._lock = threading.Lock()
+
+    def get(self, query: str, device: Any, progress: Progress | None = None) -> Any:
+        """The query's pinned host points, made on ``device`` by the first caller (counted in
+        ``progress``; a later caller counts them at once, already made)."""
+        with self._lock:
+            pts = self.srs.points.get(query)
+            m = self.srs.sizes[query]
+            if pts is None:
+                pts = pinned_empty((m, 12), method=self.pin_method)
+                with device.dev:
+                    self.backend.srs_powers(
+                        self.srs.sigmas[query],
+                        m,
+                        pts,
+                        chunk=SRS_CHUNK,
+                        progress=None if progress is None else progress.advance,
+                        **_srs_args(device),
+                    )
+                self.srs.points[query] = pts
+            elif progress is not None:
+                progress.advance(m)
+            return pts
+
+
+SRS_CHUNK = 1 << 22  # points per SRS generation launch: ~1 GiB of scratch (cuda_srs)
+
+
+def _srs_args(device: Any) -> dict[str, Any]:
+    """Stream and allocator for SRS generation on ``device`` (its stream-ordered pool, so the
+    scratch is trimmed away before the partitions start)."""
+    return {"stream": device.streams().compute, "allocator": device.allocator("srs")}
+
+
+def place_device_srs(
+    device: Any,
+    srs: Srs,
+    fp: Footprint,
+    workers: int,
+    host_chunk: int,
+    bus: Any,
+    host: HostSrs,
+    stopping: Callable[[], bool] | None = None,
+) -> tuple[dict[str, Any], list[Block], dict[str, int]]:
+    """Decide where each query lives on ``device``, make it there (device queries straight
+    into a ``raw`` block; host ones from the shared pinned copy) and emit one ``alloc`` event
+    per query. Returns (points by query, device blocks to free at the end, streamed queries ->
+    chunk points). The points made are counted in one ``progress`` step per device; between
+    two chunks ``stopping()`` ends the generation (``engine.telemetry.progress.Stopped``)."""
+    cupy = device.cupy
+    sizes = dict(srs.sizes)
+    device.synchronize()
+    device.trim()
+    free, _ = device.mem_info()
+    chunk_bytes = host_chunk * G1_AFFINE_BYTES
+    plan = plan_residency(sizes, free, fp, workers, chunk_bytes)
+    points: dict[str, Any] = {}
+    blocks: list[Block] = []
+    progress = Progress(
+        bus.emit,
+        "device_srs",
+        f"SRS on device {device.index}",
+        sum(sizes[p.query] for p in plan),
+        "points",
+        stop=stopping,
+        device=device.index,
+    )
+    try:
+        for p in plan:
+            m = sizes[p.query]
+            if p.where == "device":
+                blk = device.malloc(p.nbytes, "raw", "srs")
+                blocks.append(blk)
+                arr = cupy.ndarray((m, 12), dtype=cupy.uint64, memptr=blk.handle)
+                with device.dev:
+                    host.backend.srs_powers(
+                        srs.sigmas[p.query],
+                        m,
+                        arr,
+                        chunk=SRS_CHUNK,
+                        progress=progress.advance,
+                        **_srs_args(device),
+                    )
+                points[p.query] = arr
+            else:
+                points[p.query] = host.get(p.query, device, progress)
+                device.pin(p.nbytes)
+            bus.emit(
+                "alloc",
+                proof=-1,
+                partition=-1,
+                worker=-1,
+                device=device.index,
+                site="srs",
+                pool="raw" if p.where == "device" else "host",
+                requested=p.nbytes,
+                decision="ok" if p.where == "device" else "fallback",
+                reason=f"{p.query}: {p.reason}",
+                free=p.free,
+                margin=p.need,
+                pools=device.sample(),
+            )
+    except BaseException:  # stopped (or failed) part-way: the blocks made so far go back now
+        try:
+            device.synchronize()  # nothing still writes into them
+        except Exception:
+            pass
+        for blk in blocks:
+            device.free(blk)
+        raise
+    progress.finish()
+    device.synchronize()
+    device.trim()  # the generation scratch goes back before the first pre-stage decision
+    streamed = {p.query: host_chunk for p in plan if p.where == "host"}
+    return points, blocks, streamed
