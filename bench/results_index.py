@@ -129,7 +129,9 @@ def entries(root: Path = ROOT) -> tuple[list[Entry], list[str]]:
         for item in sorted(folder.iterdir()):
             try:
                 if topic_of(item.name) != topic:
-                    problems.append(f"{RESULTS}/{topic}/{item.name}: belongs in {topic_of(item.name)}/")
+                    problems.append(
+                        f"{RESULTS}/{topic}/{item.name}: belongs in {topic_of(item.name)}/"
+                    )
             except ValueError as err:
                 problems.append(f"{RESULTS}/{topic}/{item.name}: {err}")
             inner = tuple(sorted(str(p.relative_to(item)) for p in item.rglob("*") if p.is_file()))
@@ -149,7 +151,14 @@ def expand(pattern: str) -> list[str]:
 def citations(root: Path = ROOT) -> dict[str, set[str]]:
     """``{pattern relative to bench/results: docs citing it}`` from every doc of
     :data:`DOC_GLOBS` (a bare mention of the folder itself is no citation)."""
-    docs = sorted({p for g in DOC_GLOBS for p in root.glob(g) if p.is_file()})
+    docs = sorted(
+        {
+            p
+            for g in DOC_GLOBS
+            for p in root.glob(g)
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        }
+    )
     found: dict[str, set[str]] = {}
     for doc in docs:
         rel = str(doc.relative_to(root))
@@ -162,7 +171,9 @@ def citations(root: Path = ROOT) -> dict[str, set[str]]:
     return found
 
 
-def resolve(found: list[Entry], cited: dict[str, set[str]]) -> tuple[dict[str, set[str]], list[str]]:
+def resolve(
+    found: list[Entry], cited: dict[str, set[str]]
+) -> tuple[dict[str, set[str]], list[str]]:
     """``{entry path: docs citing it}``, and one problem per citation that matches nothing."""
     by_entry: dict[str, set[str]] = {e.path: set() for e in found}
     owner = {p: e.path for e in found for p in e.paths()}
@@ -173,7 +184,9 @@ def resolve(found: list[Entry], cited: dict[str, set[str]]) -> tuple[dict[str, s
             continue  # the index, or a mention of a topic's folder: no file's citation
         hits = {owner[p] for name in expand(pattern) for p in fnmatch.filter(owner, name)}
         if not hits:
-            problems.append(f"{RESULTS}/{pattern} (cited in {', '.join(sorted(docs))}): no such file")
+            problems.append(
+                f"{RESULTS}/{pattern} (cited in {', '.join(sorted(docs))}): no such file"
+            )
         for path in hits:
             by_entry[path] |= docs
     return by_entry, problems
