@@ -141,8 +141,8 @@ runs_16gib() {  # limits (s): the checks at 2^12, then acceptance runs aware16 a
 case "$MODE" in
 acceptance)  # aware16 and naive16 inside one 10-minute call; aware is in busy
     # At 16 GiB all 41 GB of SRS are made into pinned host memory, and the partitions mostly
-    # alternate on the fallback path (docs/performance-notes.md, "Engine on CUDA", 2026-11-29
-    # 21:47-22:35, item 7): the aware16 run at 5535ebd (2026-11-29) did not finish in 200 s, so these two get most of the call.
+    # alternate on the fallback path (bench/notes/memory.md, "16 GiB at bd04ed3
+    # and db942e6"): the aware16 run at 5535ebd (2026-11-29) did not finish in 200 s, so these two get most of the call.
     runs_16gib 40 290 230
     ;;
 final)  # one call for the three acceptance runs: engine GPU tests, aware without and with the
@@ -163,8 +163,8 @@ checks)  # the engine's GPU tests; the checks inside their region against no che
     bench aware16 140 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
     ;;
-sort)  # the counting sort per group of windows (PROVETOP_MSM_SORT_GROUP, docs/performance-notes.md,
-    # "MSM and SRS"): its GPU test, the 2^24 / 2^27 MSM for groups 0 (one launch), 1, 2, 3 with the
+sort)  # the counting sort per group of windows (PROVETOP_MSM_SORT_GROUP, bench/notes/msm.md,
+    # a30e5a8): its GPU test, the 2^24 / 2^27 MSM for groups 0 (one launch), 1, 2, 3 with the
     # stage breakdown, then aware (uncapped) for groups 0, 1 and 2 in the same call
     gpu_tests 90 tests/kernels/test_cuda_msm.py -k "window_groups or window_sizes or host_streamed"
     for g in 0 1 2 3; do

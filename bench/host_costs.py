@@ -1,7 +1,7 @@
 """Host time of each call the fallback upload makes under the mutex, on a real CUDA device.
 
 Why: at 16 GiB the fallback upload of a partition that adopted its a takes 7-17 ms of host
-time while the GPU waits (docs/performance-notes.md, "Engine on CUDA"); it is a few memory
+time while the GPU waits (bench/notes/pipeline.md, 64f4703); it is a few memory
 samples (pool attributes, cudaMemGetInfo and NVML), two stream-ordered allocations and two
 queued copies. This times each alone, medians of ``--repeats`` calls, with the GPU idle and
 again with a kernel running on another stream (the neighbour's synthesis or the pass).

@@ -2,7 +2,7 @@
 
 Why: the medians of ``provetop bench pipeline`` hide which partitions a change moved (a checked
 partition, the first region, the last one without a neighbour); the engine A/Bs in
-docs/performance-notes.md compare these rows. Usage:
+bench/notes/pipeline.md and memory.md compare these rows. Usage:
 
     python3 bench/partition_table.py RUN.pvtrec [TITLE]
 

@@ -69,8 +69,8 @@ def field_mul_meta(fp32_per_fp64: int | None) -> dict[str, Any]:
     """Which units the field multiplications of this run used, and the device figure a choice
     would rest on (FP32 per FP64 throughput: 2 on the H200, 64 on consumer cards). Why the
     integer path on every device: on the H200, which has the most FP64 units per SM of any
-    card, none of 14 FP64 and mixed forms of the Fr or Fp product beat it (docs/
-    performance-notes.md, "Field multiplication on the FP64 units"), so a card with fewer can
+    card, none of 14 FP64 and mixed forms of the Fr or Fp product beat it (bench/
+    notes/field.md, "the FP64 units"), so a card with fewer can
     only do worse and the kernels carry no FP64 product to choose."""
     return {
         "fr": "integer",

@@ -7,7 +7,7 @@ and counts instructions by pipe, divided by 4:
 
 * fp64: DFMA / DADD / DMUL (64 lanes per SM per clock on H100 / H200 SXM);
 * imad_slots: IMAD.WIDE and IMAD.HI at 2 slots, any other IMAD at 1 (64 slots per SM per clock;
-  the cost model of docs/performance-notes.md, "NTT and H step", 2026-11-29 20:15);
+  the cost model of bench/notes/ntt.md, 2026-11-29, 1581305);
 * alu: IADD3, LOP3, SHF, SEL, ISETP, LEA, MOV, ... (64 lanes per SM per clock);
 * total: every instruction (issue: 4 x 32 = 128 thread-instructions per SM per clock).
 

@@ -62,7 +62,7 @@ GREATEST_PRIORITY = -(1 << 10)
 # is the least. "synthesis": the neighbour's witness is made beside the holder's MSMs without
 # waiting behind their blocks (its kernels are short and many). "compute": the holder's GPU
 # region first, the synthesis in its gaps (PROVETOP_PRIORITY_TO; measured in
-# docs/performance-notes.md, "Engine on CUDA", H200 runs of 2026-11-29, 072c514).
+# bench/notes/pipeline.md, "the busy fraction", H200 runs of 2026-11-29).
 PRIORITY_TO = ("synthesis", "compute")
 
 
@@ -335,8 +335,8 @@ class CudaDevice(Device):
         """This thread's CUDA event ``name`` on this device, made once and re-recorded ever
         after. Why not a new one per use: on the H200 (driver 580) creating an event waited for the
         device's running kernel to end, so an upload beside a neighbour's 1 s msm_h took 1.25 s for
-        a 233 ms copy, and the holder stalled ~210 ms between phases (docs/performance-notes.md,
-        "Engine on CUDA", H200 runs of 2026-11-29, 072c514). A stream's wait on an event takes the
+        a 233 ms copy, and the holder stalled ~210 ms between phases (bench/notes/pipeline.md,
+        "the busy fraction", H200 runs of 2026-11-29). A stream's wait on an event takes the
         record made before the wait, so re-recording later never changes a wait already queued;
         every use below is finished, or waited on, before its name is recorded again."""
         events = getattr(self._tl, "events", None)

@@ -8,7 +8,7 @@ H200), and its kernels and copies share the device with the H step (313 ms again
 ``PROVETOP_SYNTHESIS_AFTER_H`` chooses how long a synthesis that starts then waits: ``queued``,
 on the host until the holder has queued its H step; ``done``, also on the GPU (a stream wait on
 a CUDA event, no host block) until the H step has finished, so that it runs beside the MSM
-pass instead (which measured worse: the pass +25-35 ms; docs/performance-notes.md).
+pass instead (which measured worse: the pass +25-35 ms; bench/notes/pipeline.md, 64f4703).
 
 The same holds for a checked partition's host check, which runs in Python right after its
 region (11-18 ms of the GIL): it waits too, so the next holder's fallback upload does not.

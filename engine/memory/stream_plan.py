@@ -145,7 +145,7 @@ def plan_rank(plan: MemoryPlan) -> tuple[int, bool, bool]:
 
 
 # The chunks plan_streaming weighs: the configured one times 4/4, 5/4, ..., 11/4. Why these:
-# measured on the H200 (porep-32g, 2026-12-02; docs/performance-notes.md), the one pass alone
+# measured on the H200 (porep-32g, 2026-12-02; bench/notes/memory.md), the one pass alone
 # (bench/stream_probe.py, z from host memory, four buffers, one call) took 1,315 ms at 6 Mi
 # points, 1,338 at 8 Mi, 1,308 at 11 Mi and 1,391 at 16 Mi, although the cost model (H's
 # additions into kept sums only) keeps falling (1.134 of a resident MSM at 6 Mi, 1.094 at
@@ -215,7 +215,7 @@ def plan_with_window(
     reference; among the variants whose plan is as fast (the same slots, the aux scalars where
     they were, the twiddle table kept if it was), the first of: all streamed MSMs in one
     interleaved pass at the largest cap, then one after the other at the largest cap. Why
-    this order: measured on the H200 (docs/performance-notes.md, 2026-12-02), the copy-bound
+    this order: measured on the H200 (bench/notes/memory.md, 2026-12-02), the copy-bound
     queries' ~700 ms of copies hide under H's sums only when they run together, which is
     worth more than a bit of window (~7 % of H's sums); and a larger window is fewer windows
     of additions per point, but its buckets (192 bytes each, W 2^(c-1) of them) must not push

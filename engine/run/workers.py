@@ -179,7 +179,7 @@ class _AheadThread:
     """The one thread a look-ahead worker prepares its partitions on, for the worker's whole
     life. One thread, not one per partition: a thread's CUDA streams and events are made at
     its first use, and on the H200 creating CUDA events waited for the running kernel
-    (docs/performance-notes.md, "Engine on CUDA", H200 runs of 2026-11-29, 072c514)."""
+    (bench/notes/pipeline.md, "the busy fraction", H200 runs of 2026-11-29)."""
 
     def __init__(self, slot: WorkerSlot) -> None:
         self._queue: queue.SimpleQueue[_Ahead | None] = queue.SimpleQueue()

@@ -156,7 +156,7 @@ class Tuning:
     priority_to: str = "synthesis"
     abc_overlap: str = "on"  # measured on the H200, 2026-12-02: 2,151 -> 1,991 ms at 16 GiB
     a_handover: str = "on"
-    # measured on the H200, 2026-12-02 (docs/performance-notes.md): `queued` 1,584.7 / 1,582.6
+    # measured on the H200, 2026-12-02 (bench/notes/pipeline.md): `queued` 1,584.7 / 1,582.6
     # against `off` 1,588.1 / 1,596.4 at 16 GiB; `done` took the H step 313 -> 301 ms but the
     # pass +25-35
     synthesis_after_h: str = "queued"

@@ -78,7 +78,7 @@ def synthesize_on_gpu(
     # (blocking=False) and the zero/one counts stay on the device. A host round trip per
     # chunk (CuPy's default blocking get) left the stream idle between chunks, and beside a
     # neighbour's MSM each relaunch queued behind its blocks: 2.0 s per 2^27 witness against
-    # 0.6 s alone (docs/performance-notes.md). Each chunk's device arrays are freed in stream
+    # 0.6 s alone (bench/notes/pipeline.md). Each chunk's device arrays are freed in stream
     # order, after their copies, so device memory stays at one chunk's worth.
     with on_stream(stream, allocator) as s:
         if after is not None:

@@ -32,8 +32,7 @@ DEFAULT_DIR = Path(__file__).resolve().parent / "cubin"
 #   sm_86  A10, A40, RTX 30xx, RTX A6000  sm_90  H100, H200, GH200
 #   sm_100 B200, GB200                    sm_120 RTX 50xx, RTX PRO 6000 Blackwell
 # Older GPUs (sm_75 and below) are not targets: nvcc 13 dropped sm_50-sm_72 and the MSM's
-# register budget is tuned for 64K-register SMs with large L2 (docs/performance-notes.md,
-# "MSM and SRS").
+# register budget is tuned for 64K-register SMs with large L2 (bench/notes/msm.md).
 ARCHS: tuple[str, ...] = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
 NVCC_OPTIONS: tuple[str, ...] = ("-O3",)
 

@@ -4,7 +4,7 @@ Why Python here: every step that is not arithmetic (choosing the window, sizing 
 launching the counting sort, the reduction levels and the chunked uploads) is a handful of
 launches whose order is easier to read and test in Python; the arithmetic is in CUDA C.
 
-The pipeline (details in ``src/msm/msm.cu`` and ``docs/performance-notes.md, "MSM and SRS"``):
+The pipeline (details in ``src/msm/msm.cu`` and ``bench/notes/msm.md``):
 signed window digits, a counting sort of (point, sign) entries by bucket on the GPU, a bucket
 accumulation cut into equal chunks of entries (so very uneven buckets cost no more than uniform
 ones), a multi-level segmented reduction of the partial sums, a parallel running-sum bucket
@@ -13,7 +13,7 @@ to 0 are skipped; scalars equal to 1 go to one extra bucket, which the balanced 
 like any other (half of a real witness lands there), or, when enabled (``msm_affine_min_pairs`` of
 the tuning record), which affine pairing passes with one batched inversion per thread batch halve
 first (the batch-addition path; measured no faster on the H200, so off by default:
-docs/performance-notes.md, "MSM and SRS", 2026-11-29, ae63d49).
+bench/notes/msm.md, 2026-11-29, ae63d49).
 
 Layout (``kernels/backend.py``): points ``(n, 12)`` uint64 affine Montgomery, scalars ``(n, 4)``
 uint64 canonical; the result is one affine point as a numpy ``(12,)`` array.
@@ -45,7 +45,7 @@ from kernels.tuning import DEFAULT_TUNING, NEVER_AFFINE, KernelTuning
 
 # Threads per block of each kernel source (``KernelTuning.msm_source``): msm.cu (compiler's
 # choice of registers) or msm_lb.cu (capped at 168 for occupancy, blocks of at most 128
-# threads); docs/performance-notes.md, "MSM and SRS" has the A/B (msm.cu won).
+# threads); bench/notes/msm.md has the A/B (msm.cu won).
 BLOCKS = {"msm.cu": 256, "msm_lb.cu": 128}
 BLOCK = BLOCKS["msm.cu"]  # the default source's
 XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
@@ -55,7 +55,7 @@ LEVEL_L = 8  # chunk length of the reduction levels past the first (latency ~ L 
 # 2 (HEADS_MAX_CHUNKS + 1) = 10 slots, one thread's serial additions (msm.cuh). Why 4, not 2:
 # the top window's digits are small (k < r < 2^255), so its few low buckets hold ~2^(c - 15)
 # times the others' entries; at 2 first chunks only the general MSM at 2^20 took this path
-# (H200, 2026-12-03, docs/performance-notes.md). 0: always the levels (A/B runs and tests).
+# (H200, 2026-12-03, bench/notes/msm.md). 0: always the levels (A/B runs and tests).
 HEADS_MAX_CHUNKS = 4
 MIN_WINDOW, MAX_WINDOW = 4, 23
 # The bucket reduction's launches below this many threads are latency-bound: fewer than two
@@ -87,7 +87,7 @@ COMPANION_WINDOW_MAX = 16
 # by about two copy-bound chunks (~7 ms of copy each, 3 ms of sums), so the copy stream must run
 # three chunks ahead of the sums to stay busy under H's: four buffers (the engine's default,
 # ``KernelTuning.msm_host_buffers``; at chunks of 11 Mi and more a copy-bound chunk's copy
-# outlasts its sums by ~15 ms and three ahead no longer hide them: docs/performance-notes.md,
+# outlasts its sums by ~15 ms and three ahead no longer hide them: bench/notes/memory.md,
 # 2026-12-02, 3b8b310).
 INTERLEAVE_BUFFERS = DEFAULT_TUNING.msm_host_buffers
 
@@ -102,7 +102,7 @@ def companion_window_cap(window_max: int | None) -> int:
 # the link's 55 GB/s) on the pass's copy stream right after H's first chunks, the other
 # queries' first count stage (queued one chunk ahead) waits for them, so H's sums must cover
 # those ~76 ms plus a chunk: at least three chunks of ~37 ms (2^22 points, c = 19). Measured
-# with bench/stream_probe.py on the H200 (2026-12-02, f1f88a5; docs/performance-notes.md):
+# with bench/stream_probe.py on the H200 (2026-12-02, f1f88a5; bench/notes/memory.md):
 # the pass took 1,633 ms at lead 0, 1,575 at 3, 1,555 at 5. Read from host memory chunk by
 # chunk there is no such copy, and a lead leaves fewer of H's chunks to hide the other
 # queries' copies under: at 11 Mi chunks (4 buffers) the pass took 1,250 ms at lead 0 and
@@ -123,7 +123,7 @@ def pass_lead(tuning: KernelTuning, host_scalars: bool) -> int:
 # addition against 10M for an XYZZ mixed addition. A pass can pay only with enough pairs to give
 # every thread of a full GPU (2^16 threads: 132 SMs x 2 blocks of 256 at 122 registers) long
 # batches: 2^16 threads x 128 = 2^23 pairs (inversion <= 4.5M per addition). Measured on the H200
-# (docs/performance-notes.md, "MSM and SRS", 2026-11-29, ae63d49) a pass costs what the XYZZ
+# (bench/notes/msm.md, 2026-11-29, ae63d49) a pass costs what the XYZZ
 # additions it replaces cost (0.41-0.46 ns per addition either way) and needs 96 bytes per output
 # point, so the ones take the affine path only when a tuning record asks (``msm_affine_min_pairs``,
 # e.g. 8388608); the default (2^40, NEVER_AFFINE) never starts a pass.
@@ -153,7 +153,7 @@ RADIX_STAGE = RADIX_THREADS * 16
 # ``msm_sort = "auto"``: the radix sort for an MSM of at least 2^RADIX_AUTO_MIN_LOG scalars
 # whose dense entries (those of the windows, not the ones bucket) number at least
 # n W / RADIX_AUTO_MIN_FILL, the counting sort otherwise. Why, measured on the H200
-# (2026-12-03, 65334a9; docs/performance-notes.md): dense radix against counting 16.5 / 14.3 ms
+# (2026-12-03, 65334a9; bench/notes/msm.md): dense radix against counting 16.5 / 14.3 ms
 # at 2^20, 126.4 / 133.6 at 2^24, 854.2 / 892.9 at 2^27; but a witness of 48 % zeros and 48 %
 # ones (4 % of n W dense entries) 133.7 / 98.7 at 2^27: the partition's cost per launch is
 # mostly fixed per chunk of scalars, and mostly empty chunks waste it. The entries are known
@@ -163,10 +163,10 @@ RADIX_AUTO_MIN_FILL = 2
 # ``msm_sort_group``: windows per launch of both counting-sort kernels, overriding
 # :func:`sort_groups`' rule (0: the rule; for A/B runs). Fewer windows per launch keep the counters
 # they hit (B per window) in L2, at the price of reading the scalars once per launch
-# (docs/performance-notes.md, "MSM and SRS", 2026-11-30, a30e5a8).
+# (bench/notes/msm.md, 2026-11-30, a30e5a8).
 # ``msm_affine_dense``: passes over the dense buckets too (not only the ones): every pass
 # materialises the halved entry list as affine points (96 bytes each), so at 2^27 the first would
-# need ~77 GB; off by default, docs/performance-notes.md, "MSM and SRS" has the measurement that
+# need ~77 GB; off by default, bench/notes/msm.md (ae63d49) has the measurement that
 # decides it.
 
 _lock = threading.Lock()
@@ -190,8 +190,8 @@ def window_cost(n: int, c: int) -> int:
 
 def choose_window_bits(n: int) -> int:
     """The window size for ``n`` scalars that are neither 0 nor 1: the c in [4, 23] minimising
-    :func:`window_cost` (ties to the smaller window, which needs less scratch). The sweep in
-    docs/performance-notes.md checks this rule against measured times around its choice."""
+    :func:`window_cost` (ties to the smaller window, which needs less scratch). The sweeps in
+    bench/notes/msm.md check this rule against measured times around its choice."""
     if n <= 1:
         return MIN_WINDOW
     return min(range(MIN_WINDOW, MAX_WINDOW + 1), key=lambda c: (window_cost(n, c), c))
@@ -323,7 +323,7 @@ def sort_groups(W: int, B: int, l2_bytes: int, group: int = 0) -> tuple[int, int
     a GPU with ``l2_bytes`` of L2; ``group`` (``msm_sort_group``) > 0 fixes both instead. Each
     window has B 4-byte counters; when they do not stay in L2 the kernels' atomics go to DRAM.
     Measured on the H200 (50 MiB L2) at 2^27, c = 22 (8 MiB of counters per window;
-    docs/performance-notes.md, "MSM and SRS", 2026-11-30, a30e5a8): the count is fastest with ~half
+    bench/notes/msm.md, 2026-11-30, a30e5a8): the count is fastest with ~half
     the L2 in counters (3 windows: 28.8 ms, against 62.4 in one launch), the scatter with one window
     (108.7 ms against 181.8), since its writes of the sorted entries share the L2 too: hence L2 / 2
     and L2 / 6 per launch. (At 2^24, c = 20, one window per scatter launch with the count as
@@ -1265,7 +1265,7 @@ def _query_scratch(m: int, c: int, tuning: KernelTuning) -> int:
 class _StreamingKit:
     """The copy stream and events of :func:`msm_host_points`, made once per thread and
     device and reused by every call. On the H200 creating CUDA events waited for the running
-    kernel (2026-11-29, db942e6; docs/performance-notes.md), and the 16 GiB engine streams four MSMs
+    kernel (2026-11-29, db942e6; bench/notes/pipeline.md), and the 16 GiB engine streams four MSMs
     per partition. Reuse is safe: a call returns only after its compute stream has waited for
     every copy, so no wait on these events is pending when the next call records them."""
 

@@ -34,8 +34,8 @@ MAX_ROWS = 1 << 31
 # level of the tree above it is a launch over ONE window's partial sums, so fewer, longer
 # leaves pay sooner than in the general MSM (~2^17 threads over W windows): at 2^20, c = 20
 # (2^19 buckets) S = 16 (2^15 threads) took 9.61 ms against 9.92 with the general rule's S = 4
-# and 10.18 with S = 32 (bench/fixed_reduce_probe.py, H200, 2026-12-03; fan-in 16 was slower
-# at every S).
+# and 10.18 with S = 32 (H200, 2026-12-03, a6c01f7's bench/fixed_reduce_probe.py; bench/notes/
+# msm.md; fan-in 16 was slower at every S).
 REDUCE_THREADS = 1 << 15
 # Buckets per reduction thread for A/B runs (0: the rule above).
 REDUCE_GROUP = 0

@@ -46,7 +46,7 @@ WHOLE_TILE_LOG = 12
 # What CudaNtt plans with when it is given no max_levels: passes of at most 9 levels on 2^9-element
 # tiles, measured faster than 2^10 tiles at every size from 2^13 to 2^27 on the H200
 # (2026-12-03: 2^20 0.281 -> 0.274 ms, 2^22 1.120 -> 1.027, 2^24 4.48 -> 4.28, 2^25 9.26 ->
-# 8.84; docs/performance-notes.md, "finer tiles at every size"), except the H step at 2^19 and
+# 8.84; bench/notes/ntt.md, f6b345e), except the H step at 2^19 and
 # 2^20, where its three passes per transform instead of two cost 6-10 % (default_max_levels).
 FINE_TILE_LOG = 9
 COARSE_H_STEP_LOGS = (19, 20)
@@ -623,7 +623,7 @@ class _Program:
     def _launch_driver(self, buffers: dict[str, Any], stream: int) -> None:
         """Why: CuPy's kernel call converts each of a pass's 19 arguments on every launch, and
         at 2^16 .. 2^20 that host time before the first launch is GPU idle time in every call
-        (docs/performance-notes.md, 2026-12-02, the NTT at 2^20). ``cuLaunchKernel`` copies
+        (bench/notes/ntt.md, 2026-12-02, 9a03df2). ``cuLaunchKernel`` copies
         the argument values before it returns, so the one blob per pass is rewritten under
         the lock by the next call, from whichever thread."""
         driver = self.cupy.cuda.driver
@@ -930,7 +930,7 @@ class CudaNtt:
         comes from CuPy's current allocator."""
         # Why the order below: at 2^16 .. 2^20 everything before the first launch is GPU idle
         # time in every call (a 2^20 call took 19.7 us of host time before this order, 13.0
-        # after it, docs/performance-notes.md, 2026-12-03), so a cached program with ``out``
+        # after it, bench/notes/ntt.md, 8010486), so a cached program with ``out``
         # given touches no stream context and no allocator, and the checks compare against a
         # cached dtype.
         cupy = self._cupy or self._load_cupy()

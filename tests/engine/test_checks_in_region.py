@@ -2,7 +2,7 @@
 
 Why: on the H200 the CUDA runner took A, B, C(tau) during the upload and the aux sums after the
 release, so they ran beside the neighbour's MSMs and stretched them by ~200 ms
-(docs/performance-notes.md, "Engine on CUDA"). The CUDA sums need a GPU; here the driver's placement
+(bench/notes/pipeline.md, b8f7d46). The CUDA sums need a GPU; here the driver's placement
 of the two phases is checked with cpu ops that record what they are asked, on the cpu backend.
 """
 

@@ -1013,7 +1013,7 @@ def test_gpu_cupy_cache_blocks_cudamalloc(cp):
     """The other direction, which no driver can reclaim: CuPy's caching pool (``sync``) holds
     freed blocks the driver knows nothing of, so a plain cudaMalloc is refused although the
     cache would cover it; ``trim`` (free_all_blocks) ends it. (Passed on the H200 on
-    2026-11-29 at 5cb8047; docs/performance-notes.md, "Engine on CUDA".)"""
+    2026-11-29 at 5cb8047; bench/notes/memory.md.)"""
     free, total = cp.cuda.runtime.memGetInfo()
     cap = min(8 * GiB, total // 4)
     dev = dcuda.CudaDevice(0, cap)

@@ -146,7 +146,7 @@ def test_a_larger_chunk_only_where_the_plan_stays_as_fast(free_gib):
     one pass, and takes a larger chunk only where the model finds it cheaper; off, the
     configured chunk. At the H200's 16 GiB (13.35 GiB free): 6 Mi points with z on the device
     (measured -82 ms a partition against 2^22), 11 Mi with z read from host memory (-60 ms
-    against 6 Mi; docs/performance-notes.md, 2026-12-02)."""
+    against 6 Mi; bench/notes/memory.md, 2026-12-02)."""
     from engine.memory.stream_plan import CHUNK_STEPS, plan_streaming
     from kernels.cuda.msm import stream_cost
 

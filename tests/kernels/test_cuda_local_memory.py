@@ -2,7 +2,7 @@
 (``-Xptxas -v``) on the shipped source and options. Why a test: an array indexed by a loop
 variable (a scalar's words, a limit) moves to local memory for the whole kernel without any
 other sign. The counting sort's kernels once got a 64-byte stack frame that way, and the
-2^27 sort went from 129 to 188 ms (docs/performance-notes.md, 2026-12-03). Runs wherever
+2^27 sort went from 129 to 188 ms (bench/notes/msm.md, 2e6ef05). Runs wherever
 nvcc is (the CI machines have it); needs no GPU.
 """
 

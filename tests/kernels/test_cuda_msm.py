@@ -413,7 +413,7 @@ def test_radix_plan_fits_the_kernels() -> None:
     """Every window and size the MSM accepts gives a radix shape its kernels can run: a bin's
     counters fit a block (2^s <= 2^12, low keys fit 16 bits), a launch's bins fit 48 KiB of
     shared memory, the bins tile a window, and tiles cover the scalars; the H200 shapes are the
-    ones docs/performance-notes.md reasons with."""
+    ones bench/notes/msm.md reasons with."""
     from kernels.cuda import msm as cm
 
     for c in range(cm.MIN_WINDOW, cm.MAX_WINDOW + 1):

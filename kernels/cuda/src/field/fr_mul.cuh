@@ -2,7 +2,7 @@
 // path). Same inputs, output and radix R = 2^256 as mont_t::operator* (mont.cuh): a, b < r in,
 // a b R^-1 mod r out, fully reduced, so the result is bit-identical to the generic one.
 //
-// Why a second multiplication (docs/performance-notes.md, "NTT and H step", 2026-11-29, 1581305): the NTT is bound by the IMAD
+// Why a second multiplication (bench/notes/ntt.md, 2026-11-29, 1581305): the NTT is bound by the IMAD
 // pipe, and on sm_90 a 32x32->64 product (IMAD.WIDE, or IMAD.HI) takes two slots of that pipe
 // against one for a plain IMAD (inferred from the SASS of fr_mul_chain and its measured rate:
 // 64 IMAD.WIDE + 64 IMAD.HI + 49 IMAD per multiplication = 305 slots = 4.77 SM clocks per
@@ -16,7 +16,7 @@
 // slots in the SASS); fr_mul_r2 (the default) also works in 64-bit digits, two rows at a time,
 // so that every product pair stays aligned: 112 IMAD.WIDE = 224 slots (SASS of the
 // fr_mul_chain loop, per multiplication: 224 + 18 IMAD slots, 110 other instructions).
-// Measured on the H200 (2026-11-29, 1581305 and dc8bbb2; docs/performance-notes.md): 51.6 / 54.9 / 61.0 G/s for the generic,
+// Measured on the H200 (2026-11-29, 1581305 and dc8bbb2; bench/notes/ntt.md): 51.6 / 54.9 / 61.0 G/s for the generic,
 // fr_mul_r and fr_mul_r2. Note that ptxas balances moves and additions between the IMAD and
 // ALU pipes, so in a kernel with other work the SUM of IMAD slots and ALU instructions is what
 // a multiplication costs (391 generic, ~350 fr_mul_r2).
@@ -286,7 +286,7 @@ MONT_HD fr_t fr_canonical(const fr_t& x) { return fr_t::reduce_once(x.v, 0); }
 // The Fr multiplication of the NTT kernels: FR_MUL_VARIANT 0 = mont.cuh's generic CIOS,
 // 1 = fr_mul_r, 2 (default) = fr_mul_r2. Every variant returns the same fully reduced value.
 // (A Karatsuba product with fr_mul_r2's reduction rows, 96 wide products against 112, measured
-// 0.68x in the chain and 0.69x in the NTT on the H200: docs/performance-notes.md, ce2c0b1, where
+// 0.68x in the chain and 0.69x in the NTT on the H200: bench/notes/field.md, ce2c0b1, where
 // its code is; removed after that measurement.)
 #ifndef FR_MUL_VARIANT
 #define FR_MUL_VARIANT 2

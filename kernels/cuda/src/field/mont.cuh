@@ -409,8 +409,8 @@ struct mont_t {
     // a0 b1 + a1 b0 = z0 + z2 - s z1 where s is the sign of (a0 - a1)(b0 - b1). Three H x H
     // products: 3 N^2 / 4 word products instead of N^2 (108 against 144 for Fp, 48 against 64
     // for Fr), each still one wide multiply-add; the price is ~5 N extra additions on the ALU
-    // pipe, which the IMAD-bound multiplication leaves mostly idle (docs/performance-notes.md,
-    // "Field multiplication"). Any a, b < 2^(32N) (the bound T < 2^(64N) is all it needs).
+    // pipe, which the IMAD-bound multiplication leaves mostly idle (bench/notes/field.md,
+    // ce2c0b1). Any a, b < 2^(32N) (the bound T < 2^(64N) is all it needs).
     MONT_HD static void karatsuba_product(const mont_t& a, const mont_t& b, uint32_t* T) {
         static_assert(N % 4 == 0, "the Karatsuba product needs N divisible by 4");
         using namespace mont_detail;
@@ -671,7 +671,7 @@ struct mont_t {
     // Opt-in (MONT_SQR_SOS): in the SASS (nvcc 13.0, sm_90) the Fp squaring has 221 wide products
     // instead of 288 but ~190 other instructions instead of ~100 (the E + O sum, the doubling,
     // the reduction's carries), so it saves ~5% of the issue cycles of a * a; for Fr it is 8
-    // instructions longer. Default: a * a (docs/performance-notes.md, 2026-11-29, ae63d49).
+    // instructions longer. Default: a * a (bench/notes/field.md, 2026-11-29, ae63d49).
     MONT_HD mont_t sqr() const {
 #if !defined(MONT_SQR_SOS) || defined(MONT_PORTABLE) || defined(MONT_MUL_SPLIT) || \
     defined(MONT_MUL_EVENODD_FIXED)

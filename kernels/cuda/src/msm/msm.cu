@@ -1,5 +1,5 @@
 // Pippenger multi-scalar multiplication on BLS12-381 G1 (host orchestration:
-// kernels/cuda/msm.py; the design and its arithmetic: docs/performance-notes.md, "MSM and SRS").
+// kernels/cuda/msm.py; the design and its arithmetic: bench/notes/msm.md).
 //
 // Pipeline for sum_i k_i P_i with window c, W = ceil(256 / c) windows, B = 2^(c-1) buckets per
 // window and one extra bucket (key W*B) for the scalars equal to 1:
@@ -39,7 +39,7 @@
 
 // Both sort kernels take only windows [w_lo, w_hi), starting from the carry into w_lo
 // (msm_carry_into): launched per group of windows, the counters they hit (B per window) are a
-// smaller, L2-resident set (docs/performance-notes.md, "MSM and SRS", 2026-11-30).
+// smaller, L2-resident set (bench/notes/msm.md, 2026-11-30, a30e5a8).
 //
 // FIXED (the fixed-base setting, kernels/cuda/msm_fixed.py): the points come with their window
 // shifts precomputed, table[w n + i] = 2^(c w) P_i, so every window's digit d of scalar i is

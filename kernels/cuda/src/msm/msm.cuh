@@ -138,7 +138,7 @@ MONT_HD g1_affine msm_point(const g1_affine* __restrict__ points, uint32_t e) {
 // prefetch, which holds no register: the 255-register accumulation has none to spare for a
 // loaded point), so the next iteration's 96-byte random gather finds it in cache instead of
 // waiting a DRAM round trip. 0: none (the default), 1: into L1, 2: into L2. Measured on the
-// H200 (2026-12-02, docs/performance-notes.md, "MSM and SRS"): +0.8 % at 2^27 either way, off.
+// H200 (2026-12-02, bench/notes/msm.md, ca449db): +0.8 % at 2^27 either way, off.
 #ifndef MSM_PREFETCH
 #define MSM_PREFETCH 0
 #endif
@@ -587,7 +587,7 @@ __device__ __forceinline__ void msm_load_scalar(const uint32_t* scalars, uint64_
 // same key share one atomic whatever it is. 0: only the ones bucket's key is shared (a
 // __ballot_sync; the key half a witness's scalars hit), every other key takes its own atomic.
 // Correct either way (atomics on one address serialize). Measured on the H200 (2026-12-02,
-// docs/performance-notes.md, "MSM and SRS"): the count without the match took 28.6 -> 20.6 ms
+// bench/notes/msm.md, 8d673c1 and b70b2a0): the count without the match took 28.6 -> 20.6 ms
 // at 2^27 and 3.9 -> 2.5 at 2^24 on dense scalars (a warp's 32 lanes hold 32 different keys
 // almost always, and the match that finds no peers only costs); the scatter did not move on
 // dense scalars and lost 1.1 -> 2.4 ms at 2^24 on ones-heavy ones (their repeated keys then

@@ -1,6 +1,6 @@
 // Radix-2 NTT passes over Fr in shared memory, plus the fused pre/post steps of the H step.
 //
-// Why this shape (see docs/performance-notes.md, "NTT and H step", for the arithmetic): a 2^k transform is split into
+// Why this shape (see bench/notes/ntt.md for the arithmetic): a 2^k transform is split into
 // passes of at most NTT_MAX_LEVELS levels (27 = 9+9+9). A pass reads each element once from
 // global memory into a shared-memory tile, does its levels there, and writes each element once.
 // Gentleman-Sande (DIF) maps natural order to bit-reversed order, Cooley-Tukey (DIT) the
@@ -28,7 +28,7 @@
 // Elements each thread loads before it stores any into the tile (the load phase's memory-level
 // parallelism): 1 = one at a time (the default); 4 = a whole 2^10 tile of 256 threads in flight
 // at once (32 more registers live in the load phase, when nothing else is): measured 1-5 %
-// slower on the H200 (2026-12-02, docs/performance-notes.md, "NTT and H step").
+// slower on the H200 (2026-12-02, bench/notes/ntt.md, 55c08dc).
 #ifndef NTT_LOAD_BATCH
 #define NTT_LOAD_BATCH 1
 #endif
@@ -119,7 +119,7 @@ __device__ __forceinline__ uint32_t tw_index(const ntt_pass_args& a, int l, uint
 // hi and C consecutive lo columns, so its level l needs w for every (m, c), m < 2^l, c < C, and
 // no other block of the pass needs the same ones (lo differs). Read in the levels' loops, each
 // was a separate global load, 3 per radix-4 group and mostly L2 round trips on the critical path
-// (long-scoreboard stalls, docs/performance-notes.md, 2026-12-02 NTT at 2^20). Instead the block
+// (long-scoreboard stalls, bench/notes/ntt.md, 2026-12-02, 9a03df2). Instead the block
 // loads them once, all at once with its elements, into a second array of the tile's shape:
 // slot ((2^l - 1 + m) << logC) | c, levels 0 .. L-1 packed (2^L - 1 rows of C), in the same
 // structure of arrays as the tile (stride ts in 64-bit units).
