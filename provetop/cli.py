@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from types import ModuleType
+from typing import NoReturn
 
 from provetop.base.errors import UsageError
 from provetop.base.version import __version__
@@ -34,7 +36,7 @@ COMMANDS: dict[str, str] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one clear line, exit 2, no usage dump
+    def error(self, message: str) -> NoReturn:  # one clear line, exit 2, no usage dump
         sys.stderr.write(f"provetop: error: {message}\n")
         raise SystemExit(2)
 
@@ -55,7 +57,7 @@ def build_parser(load: bool | str = True) -> argparse.ArgumentParser:
     return parser
 
 
-def _load(name: str):
+def _load(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(f"provetop.commands.{name.replace('-', '_')}")
     except ModuleNotFoundError as exc:

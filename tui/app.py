@@ -19,7 +19,9 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
+from textual.events import DescendantFocus
 from textual.geometry import Size
+from textual.widget import Widget
 from textual.widgets import Footer
 
 from recordings.state import LogLine, State
@@ -79,7 +81,7 @@ class EngineView:
     state: State = field(default_factory=State)
     conn: str = "connecting"
     last_event_at: float = 0.0  # time.monotonic() of the last batch
-    pending: dict[int, tuple[str, dict]] = field(default_factory=dict)
+    pending: dict[int, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     sessions: int = 0
     discovered: str | None = None  # the socket path, for an engine attached by discovery
 
@@ -180,9 +182,9 @@ class ProvetopApp(App[int]):
         first = f"{panel}-box" if panel in ("memory", "health") else "memory-box"
         self.compact_panel = first
         self.top_right = first  # the wide grid's top-right cell: memory or device health
-        self._enabled: tuple = ()
-        self._grid_rows: tuple = ()
-        self._grid_columns: tuple = ()
+        self._enabled: tuple[bool | None, ...] = ()
+        self._grid_rows: tuple[str, ...] = ()
+        self._grid_columns: tuple[str, ...] = ()
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -268,7 +270,7 @@ class ProvetopApp(App[int]):
         for name in ("memory-box", "health-box"):  # one of the two shares the wide grid's cell
             self.panels[name].set_class(not self.compact and name != self.top_right, "-off")
         if self.compact:
-            rows: tuple = ("auto", "1fr")
+            rows: tuple[str, ...] = ("auto", "1fr")
             if self._grid_columns != ("1fr",):  # inline styles win over the stylesheet's
                 self._grid_columns = ("1fr",)
                 grid.styles.grid_columns = ("1fr",)
@@ -342,7 +344,7 @@ class ProvetopApp(App[int]):
         self._dirty = True
         return view
 
-    def _call(self, fn, *args) -> None:
+    def _call(self, fn: Callable[..., object], *args: object) -> None:
         if self._sources_closed:
             return
         if threading.get_ident() == self._ui_thread:
@@ -782,7 +784,7 @@ class ProvetopApp(App[int]):
             screen.minimize()
             return
         focused = self.focused or self.timeline
-        target = self.timeline
+        target: Widget = self.timeline
         for panel in self.panels.values():
             if focused is panel or panel in focused.ancestors:
                 target = panel
@@ -798,7 +800,7 @@ class ProvetopApp(App[int]):
             self._layout_panels()
         self.query_one(f"#{name}").focus()
 
-    def on_descendant_focus(self, event) -> None:
+    def on_descendant_focus(self, event: DescendantFocus) -> None:
         widget = event.widget
         for name, node in self.panels.items():
             if widget is node or node in widget.ancestors:
@@ -839,7 +841,7 @@ class ProvetopApp(App[int]):
         finally:
             self._call_anyway(self._stopped)
 
-    def _call_anyway(self, fn) -> None:
+    def _call_anyway(self, fn: Callable[[], object]) -> None:
         try:
             self.call_from_thread(fn)
         except RuntimeError:  # the app is already gone

@@ -163,7 +163,7 @@ def bench_live(args: argparse.Namespace) -> dict[str, Any]:
             producer.join(5)
         if not os.path.exists(out):
             raise RuntimeError(f"the dashboard child failed (exit {child.returncode})")
-        result = json.loads(Path(out).read_text())
+        result: dict[str, Any] = json.loads(Path(out).read_text())
         result["terminal_bytes_per_s"] = round(drained / max(1e-9, result.pop("wall_s")))
         result["gpu_samples"] = f"8 GPUs every {GPU_SAMPLE_S:g} s (synthetic NVML samples)"
         return result
@@ -278,11 +278,11 @@ def bench_replay(args: argparse.Namespace) -> dict[str, Any]:
         tmp = tempfile.TemporaryDirectory(prefix="provetop-bench-")
         path = Path(tmp.name) / "hour.pvtrec"
     try:
-        made = None
+        made: dict[str, float] | None = None
         if not path.exists():
             t = time.perf_counter()
-            made = write_synthetic_recording(path, args.hours, args.devices)
-            made = {"events": made, "write_s": round(time.perf_counter() - t, 1)}
+            events = write_synthetic_recording(path, args.hours, args.devices)
+            made = {"events": events, "write_s": round(time.perf_counter() - t, 1)}
         window = int(30e9)
         t0 = time.perf_counter()
         source = open_replay(path)
@@ -304,7 +304,7 @@ def bench_replay(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             state, _ = source.state_at(position, window)
             seeks.append((time.perf_counter() - t0) * 1000)
-        result = {
+        result: dict[str, Any] = {
             "file_mb": round(path.stat().st_size / 1e6, 1),
             "hours": args.hours,
             "devices": args.devices,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from textual.app import App
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 # (action, title, help)
@@ -39,7 +40,7 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _enabled(app, action: str) -> bool:
+def _enabled(app: App[object], action: str) -> bool:
     name = action.split("(", 1)[0]
     check = getattr(app, "check_action", None)
     return check is None or bool(check(name, ()))

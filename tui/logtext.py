@@ -27,12 +27,14 @@ _BYTES = re.compile(
     r"|(?<![\w.#])(?<!proof )(?<!partition )(\d{7,})\b"
 )
 RECENT = 200  # entries a later event may still fold into
+# what folds lines into one entry: (decision, device, proof, partition)
+DecisionKey = tuple[str, int | None, int, int | None]
 
 
 def humanise(text: str) -> str:
     """``text`` with its byte counts as MiB/GiB (see ``_BYTES``)."""
 
-    def one(match: re.Match) -> str:
+    def one(match: re.Match[str]) -> str:
         return size(int(match.group(1) or match.group(2) or match.group(3)))
 
     return _BYTES.sub(one, text)
@@ -67,13 +69,13 @@ def _where(e: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _key(kind: str, e: dict[str, Any]) -> tuple | None:
+def _key(kind: str, e: dict[str, Any]) -> DecisionKey | None:
     if not _of_a_partition(e):
         return None
     return (kind, e.get("device"), e["proof"], e.get("partition"))
 
 
-def describe(line: LogLine) -> tuple[str, str, tuple | None, bool]:
+def describe(line: LogLine) -> tuple[str, str, DecisionKey | None, bool]:
     """(level, text, decision key, whether it only adds to an earlier line of that key)."""
     e = line.event
     text = humanise(line.text)
@@ -118,7 +120,7 @@ class LogFolder:
         self.entries: list[Entry] = []
         self.limit = limit
         self.dropped = 0  # entries dropped from the front (for the widget's bookkeeping)
-        self._open: dict[tuple, Entry] = {}
+        self._open: dict[DecisionKey, Entry] = {}
 
     def add(self, line: LogLine) -> Entry | None:
         """Fold one line; the entry it created, or None when it joined an earlier one (whose
@@ -126,7 +128,7 @@ class LogFolder:
         level, text, key, joins = describe(line)
         event = line.event
         earlier = self._open.get(key) if key is not None else None
-        if earlier is not None and (joins or key[0] == "prestage"):
+        if key is not None and earlier is not None and (joins or key[0] == "prestage"):
             if event is not None:
                 earlier.events.append(event)
             if event and event.get("k") == "alloc" and event.get("site") == "handover":

@@ -3,7 +3,9 @@ behind a line of the event log."""
 
 from __future__ import annotations
 
-from rich.console import Group
+from typing import Any
+
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -80,7 +82,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
 
 def keys_table() -> Group:
     """Every section as a heading and a two-column table (keys, what they do)."""
-    parts: list = []
+    parts: list[RenderableType] = []
     for title, rows in KEYS:
         parts.append(Text(title, style="bold underline"))
         table = Table.grid(padding=(0, 2))
@@ -113,6 +115,8 @@ class HelpScreen(ModalScreen[None]):
             box.border_subtitle = "esc to close"
             yield Static(keys_table())
 
+    # Textual's action_dismiss is a coroutine method; this one dismisses at once, so its
+    # signature differs from the base class's on purpose
     def action_dismiss(self, result: None = None) -> None:  # type: ignore[override]
         self.dismiss(None)
 
@@ -145,7 +149,7 @@ class MarkerPrompt(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-def event_text(event: dict) -> Text:
+def event_text(event: dict[str, Any]) -> Text:
     """One event, field by field; sizes in bytes also as MiB/GiB."""
     text = Text()
 
@@ -187,7 +191,10 @@ class EventScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         entry = self.entry
-        parts: list = [Text(f"{clock(entry.t)}  {entry.text}", style="bold"), Text("")]
+        parts: list[RenderableType] = [
+            Text(f"{clock(entry.t)}  {entry.text}", style="bold"),
+            Text(""),
+        ]
         if not entry.events:
             parts.append(Text("(a line of the dashboard's own: no engine event)", style="dim"))
         for n, event in enumerate(entry.events):
@@ -199,5 +206,7 @@ class EventScreen(ModalScreen[None]):
             box.border_subtitle = "esc to close"
             yield Static(Group(*parts))
 
+    # Textual's action_dismiss is a coroutine method; this one dismisses at once, so its
+    # signature differs from the base class's on purpose
     def action_dismiss(self, result: None = None) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -42,6 +42,7 @@ from kernels.bench_meta import bench_command, gpu_bench_meta, host_bench_meta
 from provetop.base.errors import UsageError
 from recordings.reader import fold_recording
 from recordings.schema import PHASES
+from recordings.state import State
 from recordings.summary import summarize_state
 
 GPU_MS_PHASES = (
@@ -100,22 +101,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def steady_busy(state: Any, device: int) -> tuple[float | None, float | None]:
+def steady_busy(state: State, device: int) -> tuple[float | None, float | None]:
     """(busy fraction in steady state, window seconds) for ``device``; None with fewer than
     three partitions' GPU regions (no steady state between a first and a last)."""
 
     segs = [
-        s
+        (s, s.end)  # (the end beside it: finished, so not None)
         for lane, spans in state.segments.items()
         if lane[0] == "worker" and lane[1] == device
         for s in spans
         if s.end is not None and s.phase in PHASES and PHASES[s.phase].gpu
     ]
-    regions: dict[tuple, list[int]] = {}
-    for s in segs:
+    regions: dict[tuple[int | None, int | None], list[int]] = {}
+    for s, end in segs:
         key = (s.proof, s.partition)
-        lo, hi = regions.get(key, [s.start, s.end])
-        regions[key] = [min(lo, s.start), max(hi, s.end)]
+        lo, hi = regions.get(key, [s.start, end])
+        regions[key] = [min(lo, s.start), max(hi, end)]
     if len(regions) < 3:
         return None, None
     ordered = sorted(regions.values())
@@ -232,7 +233,7 @@ def reduce_recording(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _fmt(v: Any, spec: str = ".1f") -> str:
+def _fmt(v: object, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 

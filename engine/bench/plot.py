@@ -58,7 +58,9 @@ def _label(v: float) -> str:
     return f"{v:.2g}"
 
 
-def _text(x: float, y: float, text: str, anchor: str = "middle", size: int = 12, **extra) -> str:
+def _text(
+    x: float, y: float, text: str, anchor: str = "middle", size: int = 12, **extra: object
+) -> str:
     attrs = "".join(f" {k.replace('_', '-')}={quoteattr(str(v))}" for k, v in extra.items())
     return (
         f'<text x="{_num(x)}" y="{_num(y)}" text-anchor="{anchor}" font-size="{size}"'

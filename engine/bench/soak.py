@@ -33,6 +33,7 @@ import threading
 import time
 import tracemalloc
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from engine.run.runner import Engine
@@ -99,7 +100,7 @@ class _MallInfo2(ctypes.Structure):
 
 
 @functools.cache
-def _mallinfo2() -> Any:
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
     try:
         fn = ctypes.CDLL("libc.so.6").mallinfo2
     except (OSError, AttributeError):
@@ -149,7 +150,7 @@ class RssSeries:
 
     def __init__(self, every: float = RSS_EVERY_S) -> None:
         self.every = every
-        self.samples: list[list[float]] = []
+        self.samples: list[list[float | None]] = []
         self._t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="soak-rss", daemon=True)
@@ -165,7 +166,7 @@ class RssSeries:
             if self._stop.wait(self.every):
                 return
 
-    def stop(self) -> list[list[float]]:
+    def stop(self) -> list[list[float | None]]:
         self._stop.set()
         self._thread.join(5.0)
         return self.samples
@@ -236,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
         times = PartitionTimes()
         engine.bus.add_listener(times)
         engine.start()
+        assert engine.address is not None  # it listens on the socket named above
         path = engine.address[len("unix:") :]
         t0 = time.monotonic()
         series = RssSeries(1.0 if args.short else RSS_EVERY_S).start()

@@ -228,7 +228,7 @@ def _run_point(
 # -- table and plot --------------------------------------------------------------------------
 
 
-def _fmt(v: Any, spec: str) -> str:
+def _fmt(v: object, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 

@@ -18,9 +18,14 @@ CuPy's pools and NVML.
 from __future__ import annotations
 
 import itertools
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+
+from kernels.backend import Array
 
 POOLS = ("raw", "sync", "async")
 _ids = itertools.count(1)
@@ -87,7 +92,7 @@ class Device(ABC):
 
     # Subclasses set these in __init__: the lock that guards their counters, and the host
     # bytes currently pinned or registered for uploads.
-    _lock: Any
+    _lock: threading.RLock
     pinned_host: int
 
     def pin(self, nbytes: int) -> None:
@@ -103,20 +108,20 @@ class Device(ABC):
     @abstractmethod
     def upload(
         self,
-        host: Any,
+        host: np.ndarray,
         block: Block,
         *,
         offset: int = 0,
         chunk: int | None = None,
         pinned: bool = False,
-    ) -> Any:
+    ) -> Array:
         """Copy the host array ``host`` into ``block`` at byte ``offset`` (in pieces of at most
         ``chunk`` bytes when given) and return the device-side array the kernels take.
         ``pinned``: the caller's buffer is page-locked already (a pinned pool), so a device
         that registers host memory for the copy must not try to."""
 
     @abstractmethod
-    def download(self, array: Any) -> Any:
+    def download(self, array: Array) -> np.ndarray:
         """A host (numpy) copy of a device-side array."""
 
     def round(self, nbytes: int) -> int:

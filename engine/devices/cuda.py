@@ -37,14 +37,21 @@ CuPy is imported lazily (``require_cupy``); the pure helpers at the top are test
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
+from kernels.backend import Array
 from kernels.cuda.runtime import require_cupy
 from provetop.base.nvml import NvmlDevice
+
+# CuPy has no type information: its objects are named here for the reader, not checked
+Stream = Any  # cupy.cuda.Stream
+Event = Any  # cupy.cuda.Event
+Allocator = Callable[[int], Any]  # nbytes -> cupy.cuda.MemoryPointer
 
 # cudaMemPoolAttr values (driver_types.h)
 ATTR_RESERVED_CURRENT, ATTR_RESERVED_HIGH, ATTR_USED_CURRENT, ATTR_USED_HIGH = 5, 6, 7, 8
@@ -159,7 +166,9 @@ def gpu_visible() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
 
 
-def choose_backend(requested: str | None, probe: Any = None) -> tuple[str, str]:
+def choose_backend(
+    requested: str | None, probe: Callable[[], str | None] | None = None
+) -> tuple[str, str]:
     """(backend, one-line reason) for ``--backend`` (None = default: cuda when a GPU is
     visible and CuPy can use it, cpu otherwise). ``probe()`` returns None when CUDA is usable
     or the reason it is not (default: ``kernels.cuda.runtime.require_cupy``)."""
@@ -187,12 +196,12 @@ def choose_backend(requested: str | None, probe: Any = None) -> tuple[str, str]:
 
 @dataclass
 class _WorkerStreams:
-    compute: Any
-    upload: Any
+    compute: Stream
+    upload: Stream
     # the synthetic witness's kernels run outside the mutex, beside the neighbour's GPU region;
     # at the device's greatest priority their few short blocks are scheduled ahead of the
     # neighbour's queued MSM blocks instead of after them (see engine/spec/witness_gpu.py)
-    synthesis: Any
+    synthesis: Stream
 
 
 @dataclass
@@ -302,7 +311,7 @@ class CudaDevice(Device):
         stream = st.synthesis if site == "synthesis" else st.compute
         return {"stream": stream, "allocator": self.allocator(site)}
 
-    def allocator(self, site: str) -> Any:
+    def allocator(self, site: str) -> Allocator:
         """The stream-ordered pool as a CuPy allocator; a refusal becomes :class:`DeviceOOM`
         with the pool state (so the pipeline records an ``oom`` fault, not an exception)."""
 
@@ -327,11 +336,11 @@ class CudaDevice(Device):
             self._event("timer.end", timing=True),
         )
 
-    def event(self, name: str) -> Any:
+    def event(self, name: str) -> Event:
         """This thread's reusable (non-timing) CUDA event ``name``: see :meth:`_event`."""
         return self._event(name)
 
-    def _event(self, name: str, timing: bool = False) -> Any:
+    def _event(self, name: str, timing: bool = False) -> Event:
         """This thread's CUDA event ``name`` on this device, made once and re-recorded ever
         after. Why not a new one per use: on the H200 (driver 580) creating an event waited for the
         device's running kernel to end, so an upload beside a neighbour's 1 s msm_h took 1.25 s for
@@ -480,13 +489,13 @@ class CudaDevice(Device):
 
     def upload(
         self,
-        host: Any,
+        host: np.ndarray,
         block: Block,
         *,
         offset: int = 0,
         chunk: int | None = None,
         pinned: bool = False,
-    ) -> Any:
+    ) -> Array:
         """Copy ``host`` into ``block`` at ``offset`` on this worker's upload stream; the
         compute stream waits for it (an event), and the call returns once the copy is done
         (so the host array can be unregistered and the phase time is the copy's). Whole
@@ -529,7 +538,7 @@ class CudaDevice(Device):
 
     def upload_async(
         self, host: np.ndarray, block: Block, event: str = "upload_async.done"
-    ) -> tuple[Any, Any]:
+    ) -> tuple[Array, Event]:
         """Start copying page-locked ``host`` into ``block`` on this worker's upload stream and
         return (the device array, an event recorded after the copy) at once: the caller makes
         the compute stream wait for the event when it needs the data, so kernels launched
@@ -576,7 +585,7 @@ class CudaDevice(Device):
             self.counters.register_ok += 1
         return True
 
-    def _upload_chunked(self, host: np.ndarray, dst: Any, chunk: int, st: _WorkerStreams) -> None:
+    def _upload_chunked(self, host: np.ndarray, dst: Array, chunk: int, st: _WorkerStreams) -> None:
         """Through a pinned staging buffer of ``chunk`` bytes, one piece at a time."""
         flat = host.reshape(-1).view(np.uint8)
         stage = self._staging_buffer(chunk)
@@ -596,10 +605,11 @@ class CudaDevice(Device):
             self._tl.staging = buf
         return buf
 
-    def download(self, array: Any) -> Any:
+    def download(self, array: Array) -> np.ndarray:
         if isinstance(array, np.ndarray):
             return np.array(array, copy=True)
-        return array.get(stream=self.streams().compute)
+        host: np.ndarray = array.get(stream=self.streams().compute)
+        return host
 
     def registration_report(self) -> tuple[int, int, str | None]:
         """(registered, fell back, last failure reason) since the start."""
@@ -626,7 +636,7 @@ class CudaDevice(Device):
 class CopyTimer:
     """Copy time accumulated by a device between start() and stop()."""
 
-    def __init__(self, read: Any) -> None:
+    def __init__(self, read: Callable[[], float]) -> None:
         self._read = read
         self._base = 0.0
 
@@ -641,7 +651,7 @@ class GpuTimer:
     """Elapsed device time between two events on one stream (the thread's own pair: a
     thread's phases run one after another, and stop() waits before the next start())."""
 
-    def __init__(self, cupy: Any, stream: Any, start_ev: Any, end_ev: Any) -> None:
+    def __init__(self, cupy: Any, stream: Stream, start_ev: Event, end_ev: Event) -> None:
         self.cupy = cupy
         self.stream = stream
         self.start_ev = start_ev

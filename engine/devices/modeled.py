@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import POOLS, Block, Device, DeviceOOM
+from kernels.backend import Array
 from provetop.base.units import fmt_bytes
 
 
@@ -157,13 +158,13 @@ class ModeledDevice(Device):
 
     def upload(
         self,
-        host: Any,
+        host: np.ndarray,
         block: Block,
         *,
         offset: int = 0,
         chunk: int | None = None,
         pinned: bool = False,
-    ) -> Any:
+    ) -> np.ndarray:
         """A real copy of ``host`` (the cpu backend's "device" is host memory), made piece by
         piece when ``chunk`` is given, so the upload phases cost what a copy of those bytes
         costs. The block is only checked for room: the model keeps no bytes in it."""
@@ -179,7 +180,7 @@ class ModeledDevice(Device):
             out[start : start + rows] = host[start : start + rows]
         return out
 
-    def download(self, array: Any) -> Any:
+    def download(self, array: Array) -> np.ndarray:
         return np.array(array, copy=True)
 
     def reset_high_water(self) -> None:

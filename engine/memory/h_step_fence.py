@@ -23,7 +23,6 @@ whatever the partition ops return (a CUDA event, or None where nothing needs wai
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 # The longest a synthesis waits on the host for the holder's H step to be queued: the holder
 # queues it within its fallback upload (~10 ms) or, on a checked partition, after the input
@@ -41,7 +40,7 @@ class HStepFence:
         self._wanting: set[int] = set()
         self._holder: int | None = None
         self._queued = False  # the holder's H step is queued (or it has none to wait for)
-        self._marker: Any = None
+        self._marker: object = None  # opaque here: only handed to the waiting host work
 
     def want(self, worker: int) -> None:
         """``worker`` is about to wait for the mutex: its region's H step comes next."""
@@ -56,7 +55,7 @@ class HStepFence:
             self._holder, self._queued, self._marker = worker, not fenced, None
             self._cv.notify_all()
 
-    def queued(self, worker: int, marker: Any) -> None:
+    def queued(self, worker: int, marker: object) -> None:
         """The holder's H step is queued; ``marker`` completes when it is done."""
         with self._cv:
             if self._holder == worker:
@@ -71,7 +70,7 @@ class HStepFence:
                 self._holder, self._queued, self._marker = None, False, None
             self._cv.notify_all()
 
-    def wait_queued(self, timeout: float | None = None) -> Any:
+    def wait_queued(self, timeout: float | None = None) -> object:
         """The marker host work starting now (a synthesis, a host check) may wait for on the
         device, or None: waits (at most ``timeout``, by default the fence's ``wait_s``) while
         a region is wanted or held without its H step queued."""

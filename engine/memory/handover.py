@@ -23,8 +23,8 @@ The protocol, per device (one GPU region at a time, so at most one offer is open
 
 Only for two workers a device: the block a claim receives is held from the giver's release
 to the taker's region, which must be the next region (a third worker's region could find
-4 GiB fewer than its plan). Backend-neutral: blocks, events and copies are opaque here (the
-CUDA ops supply them).
+4 GiB fewer than its plan). Backend-neutral: events and copies are opaque here (the CUDA ops
+supply them), and a block is the device's :class:`~engine.devices.base.Block`.
 """
 
 from __future__ import annotations
@@ -32,9 +32,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-Copier = Callable[[int, int, Any], None]  # (lo, hi, event): queue rows lo..hi after event
+from engine.devices.base import Block
+
+# A backend's marker that work is done (a CUDA event): only passed on, never looked into here
+Event = object
+Copier = Callable[[int, int, Event], None]  # (lo, hi, event): queue rows lo..hi after event
 
 
 @dataclass
@@ -42,17 +45,17 @@ class Taker:
     """A waiting worker's claim on an offer: what was copied, and (after ``close``) the block
     with the giver's final event."""
 
-    bind: Callable[[Any], Copier]  # the copier into a given block
+    bind: Callable[[Block], Copier]  # the copier into a given block
     rows: int
     owner: int = -1  # the claiming worker
     copy: Copier | None = None  # bound to the offer's block once the claim meets an offer
     covered: list[tuple[int, int]] = field(default_factory=list)
-    block: Any = None  # set when the giver's region ends with this claim standing
-    final: Any = None  # the giver's last event on the block
+    block: Block | None = None  # set when the giver's region ends with this claim standing
+    final: Event | None = None  # the giver's last event on the block
     withdrawn: bool = False
     stalled: bool = False  # a copy could not be queued: the rest waits for the adoption
     settled: bool = False  # adopted in the taker's region, or withdrawn
-    drained: Any = None  # on withdrawal: an event after the taker's last queued copy
+    drained: Event | None = None  # on withdrawal: an event after the taker's last queued copy
 
     def uncovered(self) -> list[tuple[int, int]]:
         """Row ranges of [0, rows) no copy has been queued for, in order."""
@@ -70,9 +73,9 @@ class Taker:
 class Offer:
     """One giver's block and the row ranges its pass is done with."""
 
-    block: Any
+    block: Block
     rows: int
-    read: list[tuple[int, int, Any]] = field(default_factory=list)
+    read: list[tuple[int, int, Event]] = field(default_factory=list)
     taker: Taker | None = None
     closed: bool = False
 
@@ -86,7 +89,7 @@ class Handover:
         self._pending: Taker | None = None  # a claim made while no offer was open
         self._handed: Taker | None = None  # a handed-over block not yet in its taker's region
 
-    def open(self, block: Any, rows: int) -> Offer:
+    def open(self, block: Block, rows: int) -> Offer:
         """Offer ``block`` (``rows`` rows of H) for the pass about to run; a claim made while
         no offer was open (the taker came during the H step) meets it here. An offer left
         open by an earlier region (its close never came) loses its taker first."""
@@ -101,18 +104,19 @@ class Handover:
                 offer.taker = pending
             return offer
 
-    def read(self, offer: Offer, lo: int, hi: int, event: Any) -> None:
+    def read(self, offer: Offer, lo: int, hi: int, event: Event) -> None:
         """The giver's pass is done with rows lo..hi once ``event`` completes."""
         with self._lock:
             if offer.closed:
                 return
             offer.read.append((lo, hi, event))
             taker = offer.taker
-            live = taker is not None and taker.copy is not None and not taker.withdrawn
-            if live and not taker.stalled and lo < taker.rows:
+            if taker is None or taker.copy is None or taker.withdrawn:
+                return
+            if not taker.stalled and lo < taker.rows:
                 _forward(taker, lo, min(hi, taker.rows), event)
 
-    def take(self, bind: Callable[[Any], Copier], rows: int, owner: int = -1) -> Taker | None:
+    def take(self, bind: Callable[[Block], Copier], rows: int, owner: int = -1) -> Taker | None:
         """Claim the open offer, or the next one to open if none is: ``bind(block)`` gives
         the copier into the offer's block, and the ranges already read are copied at once.
         None when the open offer is taken already, its block has fewer than ``rows`` rows,
@@ -134,7 +138,7 @@ class Handover:
             offer.taker = taker
             return taker
 
-    def close(self, offer: Offer, final: Any) -> tuple[bool, Any]:
+    def close(self, offer: Offer, final: Event) -> tuple[bool, Event | None]:
         """The giver's region ends: (True, None) when the block is now the taker's (the giver
         must not free it); (False, event) when the giver keeps it, with the event its free
         must wait for (a withdrawn taker's last copy into the block) or None."""
@@ -151,7 +155,7 @@ class Handover:
             self._handed = taker
             return True, None
 
-    def withdraw(self, taker: Taker, drain: Callable[[], Any]) -> Any:
+    def withdraw(self, taker: Taker, drain: Callable[[], Event]) -> Block | None:
         """A taker gives up its claim (its attempt ended before its region): no more ranges
         come to it. ``drain`` records, on the taker's upload stream, an event after its last
         copy into the block (called under the lock, so no copy can be queued after it); the
@@ -196,7 +200,7 @@ class Handover:
             return self._lock.wait_for(lambda: taker.settled, timeout)
 
 
-def _forward(taker: Taker, lo: int, hi: int, event: Any) -> None:
+def _forward(taker: Taker, lo: int, hi: int, event: Event) -> None:
     """Queue one range's copy for the taker. A copy that cannot be queued must not fail the
     giver's pass (it runs on the giver's thread): the taker stops receiving ranges and copies
     what is not covered itself once it adopts the block (``Taker.uncovered``)."""

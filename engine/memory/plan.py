@@ -33,6 +33,7 @@ buffers when its points are streamed; ``margin`` = the allocator's margin):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from engine.memory.allocator import Footprint
 from engine.spec.workload import FR_BYTES
@@ -125,7 +126,7 @@ def choose_plan(
     )
 
 
-def reclaimable(free: int, pools: dict) -> int:
+def reclaimable(free: int, pools: dict[str, Any]) -> int:
     """``free`` plus what the two pools keep cached (a trim gives it back): the memory a
     plan may count on, from a device's ``sample()``."""
     cached = int(pools.get("sync_cached", 0))

@@ -10,7 +10,7 @@ is :func:`markdown_table`'s output; ``tests/engine/test_tuning.py`` compares the
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,9 @@ SYNTHESIS_AFTER_H = ("off", "queued", "done")
 DEFAULT_SWITCH_INTERVAL_S = 0.0005
 
 
-def _number_in(env: str, what: str, lo: float, hi: float, *, open_low: bool = False):
+def _number_in(
+    env: str, what: str, lo: float, hi: float, *, open_low: bool = False
+) -> Callable[[str], float]:
     """A parser of ``env``'s value: a number in [lo, hi] ((lo, hi] with ``open_low``), or a
     :class:`SettingError` naming the variable (nan is refused too)."""
     interval = f"{'(' if open_low else '['}{lo:g}, {hi:g}]"

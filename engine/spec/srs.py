@@ -24,11 +24,12 @@ shared by every device (``engine.run.cuda_srs``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
 from engine.spec.workload import QuerySizes
+from kernels.backend import Array, KernelBackend
 from kernels.cpu.srs import powers
 from kernels.layout import fr_to_limbs, random_fr
 
@@ -38,13 +39,22 @@ QUERIES = ("h", "l", "a", "b_g1")
 HOST_CHUNK = 1024
 
 
+class StepProgress(Protocol):
+    """What a step reports its work to: ``engine.telemetry.progress.Progress``, whose
+    ``advance`` also raises ``Stopped`` once the run is stopping."""
+
+    def advance(self, n: int) -> None: ...
+
+    def finish(self) -> None: ...
+
+
 @dataclass
 class Srs:
     """Secrets (one sigma per query) and the affine points ``(m, 12)`` made so far."""
 
     sigmas: dict[str, int]
     sizes: dict[str, int]
-    points: dict[str, Any] = field(default_factory=dict)
+    points: dict[str, Array] = field(default_factory=dict)
 
     @property
     def tau(self) -> int:
@@ -61,7 +71,7 @@ class Srs:
         return 96 * sum(self.sizes.values())
 
 
-def draw_srs(sizes: QuerySizes, rng: Any) -> Srs:
+def draw_srs(sizes: QuerySizes, rng: np.random.Generator) -> Srs:
     """The secrets only: one uniform sigma per query (``rng``: a numpy Generator)."""
 
     sigmas = dict(zip(QUERIES, random_fr(len(QUERIES), rng), strict=True))
@@ -69,7 +79,11 @@ def draw_srs(sizes: QuerySizes, rng: Any) -> Srs:
 
 
 def make_host_points(
-    backend: Any, srs: Srs, query: str, progress: Any = None, chunk: int = HOST_CHUNK
+    backend: KernelBackend,
+    srs: Srs,
+    query: str,
+    progress: StepProgress | None = None,
+    chunk: int = HOST_CHUNK,
 ) -> np.ndarray:
     """One query's points on the host with the backend's ``srs`` kernel (CPU path), ``chunk``
     points per call; ``progress.advance(points)`` after each (it raises
@@ -85,7 +99,12 @@ def make_host_points(
     return np.concatenate(parts) if parts else np.empty((0, 12), dtype=np.uint64)
 
 
-def generate_srs(backend: Any, sizes: QuerySizes, rng: Any, progress: Any = None) -> Srs:
+def generate_srs(
+    backend: KernelBackend,
+    sizes: QuerySizes,
+    rng: np.random.Generator,
+    progress: StepProgress | None = None,
+) -> Srs:
     """Draw the secrets and make every query's points on the host (``progress``: an
     ``engine.telemetry.progress.Progress`` over all the queries' points, or None)."""
     srs = draw_srs(sizes, rng)

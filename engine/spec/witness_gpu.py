@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.spec.srs import StepProgress
 from engine.spec.workload import QuerySizes, Witness
 from kernels.cuda.fr import elementwise, random_fr
 from kernels.cuda.host_pinned import pinned_empty
@@ -31,7 +32,9 @@ class PinnedBuffers:
     the worker's first partition and reused for every later one (the worker runs one
     partition at a time, and a witness is dropped before the next is made)."""
 
-    def __init__(self, n: int, m: int, pin_method: str, progress: Any = None) -> None:
+    def __init__(
+        self, n: int, m: int, pin_method: str, progress: StepProgress | None = None
+    ) -> None:
         """``progress``: an ``engine.telemetry.progress.Progress`` over both arrays' bytes, or
         None."""
         step = None if progress is None else progress.advance
@@ -60,7 +63,7 @@ def synthesize_on_gpu(
     stream: Any,
     allocator: Any,
     chunk: int = CHUNK,
-    after: Any = None,
+    after: object = None,
 ) -> Witness:
     """A witness like ``engine.spec.workload.synthesize`` in ``bufs`` (see the module docstring);
     ``seed`` makes it reproducible, whatever ``chunk`` is (each vector has its own generator

@@ -11,7 +11,6 @@ witness, labelled as such wherever it is shown.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -79,7 +78,7 @@ def synthesize(
     domain_log: int,
     sizes: QuerySizes,
     profile: tuple[float, float, float],
-    rng: Any,
+    rng: np.random.Generator,
 ) -> Witness:
     """Generate a partition's witness (see the module docstring). Exact: c_i = a_i * b_i."""
 
@@ -99,7 +98,9 @@ def synthesize(
     return Witness(a=a, b=b, c=c, z=z, counts=counts)
 
 
-def aux_scalars(m: int, profile: tuple[float, float, float], rng: Any) -> np.ndarray:
+def aux_scalars(
+    m: int, profile: tuple[float, float, float], rng: np.random.Generator
+) -> np.ndarray:
     """``m`` canonical scalars: each independently zero, one or uniform in Fr with the profile's
     probabilities (a uniform draw is itself 0 or 1 only with probability ~2^-254)."""
 

@@ -34,11 +34,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from engine.telemetry.recorder import RecorderThread
+from engine.telemetry.recorder import RecorderThread, Stop, Writer
 from recordings.schema import make
 from recordings.state import State, Window
 
-_STOP = object()
+_STOP = Stop.STOP
 LIVE_WINDOW = Window()  # see recordings.state.Window and docs/reliability.md
 TRIM_EVERY = 1000  # events between two trims of the live state (amortised)
 # Retained events are kept in immutable chunks of this many: a joining client gets references
@@ -70,7 +70,7 @@ class Subscription:
         self.name = name
         self.counted = counted  # a client in ``counters`` (the engine's own metrics fold: no)
         self.maxlen = maxlen
-        self._q: deque[list] = deque()  # live events: [event, missed just before it]
+        self._q: deque[list[Any]] = deque()  # live events: [event, missed just before it]
         self._protected = 0  # (kept for the overflow arithmetic; initial events live apart)
         # hello, snapshot and the retained history, served before the live queue and never
         # dropped: the bus's own immutable chunks of it (shared by every client, not copied),
@@ -127,6 +127,8 @@ class Subscription:
     def get(self, timeout: float | None = None) -> dict[str, Any] | None:
         """The next event (a ``lag`` event where some were skipped), or None on timeout or
         once closed and drained."""
+        event: dict[str, Any]
+        missed: int
         with self._cv:
             if self._held is not None:
                 event, self._held = self._held, None
@@ -165,7 +167,7 @@ class Subscription:
 
     def drain(self) -> list[dict[str, Any]]:
         """Everything queued now, without waiting."""
-        out = []
+        out: list[dict[str, Any]] = []
         while self.pending():
             event = self.get(0)
             if event is None:
@@ -181,7 +183,7 @@ class Subscription:
 
 
 class Bus:
-    """See the module docstring. ``recorder`` is any object with ``write(event)``."""
+    """See the module docstring. A recorder is any :class:`~engine.telemetry.recorder.Writer`."""
 
     def __init__(
         self,
@@ -214,7 +216,7 @@ class Bus:
         self._recorders: list[RecorderThread] = []
         self._publish_lock = threading.Lock()  # the same order on every queue
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[dict[str, Any] | Stop] = queue.SimpleQueue()
         self._lock = threading.RLock()
         self.events = 0
         self.lagged_events = 0
@@ -252,7 +254,7 @@ class Bus:
                 rec.put(event)
             self._q.put(event)
 
-    def add_recorder(self, recorder: Any) -> None:
+    def add_recorder(self, recorder: Writer) -> None:
         """Every later event goes to ``recorder.write``, on a thread of its own (add before
         ``hello``)."""
         with self._publish_lock:

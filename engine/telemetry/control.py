@@ -35,7 +35,7 @@ class CommandError(ValueError):
     """A command that is malformed, unknown or refused; the message goes into ``error``."""
 
 
-def parse_command(frame: Any) -> tuple[int, str, dict[str, Any]]:
+def parse_command(frame: object) -> tuple[int, str, dict[str, Any]]:
     """Check a client's command frame; return (id, cmd, args) or raise :class:`CommandError`.
 
     The id is recovered whenever it is an int, so even a refusal can be matched by the
@@ -103,7 +103,7 @@ def _check_args(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def frame_id(frame: Any) -> int:
+def frame_id(frame: object) -> int:
     """The command id to acknowledge with, -1 when the frame has none."""
     if isinstance(frame, dict):
         cid = frame.get("id")
@@ -115,7 +115,7 @@ def frame_id(frame: Any) -> int:
 _PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,32}")
 
 
-def _echo(value: Any) -> str:
+def _echo(value: object) -> str:
     """A client's value as quoted in an error: plain short names verbatim, anything else
     described. Errors are shown by dashboards (some render markup), so a client's bytes never
     reach them through a refusal."""
@@ -126,15 +126,14 @@ def _echo(value: Any) -> str:
     return f"(a {type(value).__name__})"
 
 
-def frame_cmd(frame: Any) -> str:
+def frame_cmd(frame: object) -> str:
     """The refused command's name for the ``cmd`` field: a known command's name, else "?"
     (an unknown name is quoted in ``error`` only when it is a plain short word)."""
-    if isinstance(frame, dict) and frame.get("cmd") in CONTROL_COMMANDS:
-        return frame["cmd"]
-    return "?"
+    cmd = frame.get("cmd") if isinstance(frame, dict) else None
+    return cmd if isinstance(cmd, str) and cmd in CONTROL_COMMANDS else "?"
 
 
-def frame_args(frame: Any) -> dict[str, Any]:
+def frame_args(frame: object) -> dict[str, Any]:
     """A refused command's args as echoed in its ``control`` event: at most 16 keys, strings
     cut to 64 characters, containers summarised, so a client cannot make every refusal copy
     a large payload into the recording and to every other client."""
@@ -144,7 +143,7 @@ def frame_args(frame: Any) -> dict[str, Any]:
     return {}
 
 
-def _short(v: Any) -> Any:
+def _short(v: object) -> object:
     if isinstance(v, str):
         return v[:64]
     if isinstance(v, bytes):

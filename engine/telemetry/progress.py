@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 EMIT_INTERVAL_S = 0.5  # at most two events a second per step (the last one always goes out)
 
@@ -24,13 +24,19 @@ class Stopped(Exception):
     """The step ended early because the run was asked to stop."""
 
 
+class Emit(Protocol):
+    """``emit(kind, **fields)``: the bus's (``engine.telemetry.bus.Bus.emit``)."""
+
+    def __call__(self, kind: str, /, **fields: Any) -> object: ...
+
+
 class Progress:
     """One step's counter. ``emit(kind, **fields)`` is the bus's emit; ``stop``: returns True
     once the run is stopping (checked at every :meth:`advance`); ``where``: device/worker."""
 
     def __init__(
         self,
-        emit: Callable[..., Any],
+        emit: Emit,
         task: str,
         label: str,
         total: int,

@@ -10,11 +10,25 @@ dispatcher's in one step (same order in both), and only this thread calls ``writ
 
 from __future__ import annotations
 
+import enum
 import queue
 import threading
-from typing import Any
+from typing import Any, Protocol
 
-_STOP = object()
+
+class Stop(enum.Enum):
+    """What a queue's reader ends at (a sentinel with a type)."""
+
+    STOP = enum.auto()
+
+
+_STOP = Stop.STOP
+
+
+class Writer(Protocol):
+    """What a recorder is: ``recordings.writer.RecordingWriter``, or a test's stand-in."""
+
+    def write(self, event: dict[str, Any]) -> object: ...
 
 
 class RecorderThread:
@@ -24,10 +38,10 @@ class RecorderThread:
     through its ``on_error``); anything it raises here is kept in ``errors`` (at most 10) and
     the thread goes on, so a broken recording never stops the run."""
 
-    def __init__(self, writer: Any) -> None:
+    def __init__(self, writer: Writer) -> None:
         self.writer = writer
         self.errors: list[str] = []
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[dict[str, Any] | Stop] = queue.SimpleQueue()
         self._pending = 0
         self._pending_lock = threading.Lock()
         self._idle = threading.Event()

@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from engine.devices.base import Device
+
+
+class SampleBus(Protocol):
+    """The part of ``engine.telemetry.bus.Bus`` the sampler uses."""
+
+    def emit(self, kind: str, /, **fields: Any) -> object: ...
+
+    def counters(self) -> dict[str, int]: ...
 
 
 class Sampler:
@@ -20,7 +29,11 @@ class Sampler:
     ``gpu`` (NVML's utilisation, power, temperature...)."""
 
     def __init__(
-        self, bus, devices: Sequence[Device], hz: float = 10.0, nvml_interval: float = 1.0
+        self,
+        bus: SampleBus,
+        devices: Sequence[Device],
+        hz: float = 10.0,
+        nvml_interval: float = 1.0,
     ) -> None:
         self.bus = bus
         self.devices = list(devices)

@@ -29,9 +29,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from engine.settings.tuning import ACCEPT_BURST, ACCEPT_RATE
+from engine.telemetry.bus import Bus, Subscription
 from recordings.address import Address, AddressError, parse_address
 from recordings.framing import HEADER_SIZE, FrameDecoder, FrameError, encode_frame
 
@@ -83,7 +84,15 @@ class ListenError(ValueError):
     """A --listen value the engine refuses (one line for the CLI)."""
 
 
-def parse_listen(spec: str | None) -> tuple[str, Any, Any]:
+class ClientDrops(Protocol):
+    """The injected faults the listener asks about (``engine.partition.faults.FaultInjector``)."""
+
+    def drop_client(self) -> bool:
+        """Called once per accepted client; True when this one is to be dropped."""
+        ...
+
+
+def parse_listen(spec: str | None) -> tuple[str, str | None, int | None]:
     """``None``/"unix" -> ("unix", None, None); "unix:PATH" (or a bare path) -> ("unix", PATH,
     None); "tcp://127.0.0.1:PORT" -> ("tcp", host, port). The syntax is the clients' own
     (:func:`recordings.address.parse_address`); the policy is the server's: non-loopback hosts
@@ -130,8 +139,8 @@ class TelemetryServer:
 
     def __init__(
         self,
-        bus: Any,
-        on_command: Callable[[Any, str], None],
+        bus: Bus,
+        on_command: Callable[[dict[str, Any], str], object],
         on_bad_frame: Callable[[str, str], None],
         *,
         listen: str | None = None,
@@ -152,18 +161,21 @@ class TelemetryServer:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self.address = ""
+        self.socket_path: str | None  # the Unix socket (None on TCP), set by start()
         self._counter = 0
         # SO_SNDBUF for client connections (None: the kernel's default). Small buffers make a
         # slow client fall behind, and see ``lag``, after a few events instead of megabytes.
         self.send_buffer: int | None = None
-        self.faults: Any = None  # engine.partition.faults.FaultInjector (drop:client:K), or None
+        self.faults: ClientDrops | None = None  # drop:client:K, or None
         self._auth_lock = threading.Lock()  # the failure counters
         self._auth_unreported = 0
         self._auth_reported_at = float("-inf")
         self._cache: OrderedDict[int, tuple[dict[str, Any], bytes]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._cache_bytes = 0
-        self._chunks: OrderedDict[tuple[int, int, int], tuple[Any, Any, bytes]] = OrderedDict()
+        self._chunks: OrderedDict[
+            tuple[int, int, int], tuple[dict[str, Any], dict[str, Any], bytes]
+        ] = OrderedDict()
         self._chunk_bytes = 0
         self._outs: dict[socket.socket, _Out] = {}  # connections the writer thread serves
         self._outs_lock = threading.Lock()
@@ -224,6 +236,7 @@ class TelemetryServer:
             self.socket_path = path
             self.address = str(Address("unix", path=path))
         else:
+            assert self._path is not None and self._port is not None  # parse_listen's tcp
             family = socket.AF_INET6 if ":" in self._path else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -265,9 +278,10 @@ class TelemetryServer:
             conns = list(self._conns)
         for conn in conns:
             _shutdown(conn)
-        if self.kind == "unix" and getattr(self, "socket_path", None):
+        socket_path = getattr(self, "socket_path", None)  # (none before start())
+        if self.kind == "unix" and socket_path:
             try:
-                os.unlink(self.socket_path)
+                os.unlink(socket_path)
             except OSError:
                 pass
             if self._dir:
@@ -376,7 +390,7 @@ class TelemetryServer:
         decoder = FrameDecoder(
             max_buffer=CLIENT_MAX_FRAME + HEADER_SIZE + RECV_BYTES, max_frame=CLIENT_MAX_FRAME
         )
-        sub = None
+        sub: Subscription | None = None
         try:
             if self.kind == "tcp" and not self._authenticate(conn, decoder, name):
                 return
@@ -427,7 +441,7 @@ class TelemetryServer:
                 self._conns.discard(conn)
                 self._handshaking.pop(conn, None)
 
-    def _drop(self, sub: Any, name: str) -> None:
+    def _drop(self, sub: Subscription, name: str) -> None:
         """Injected fault (drop:client:K): let the initial events go out, then disconnect.
 
         Waits until the writer has *sent* them (``initial_sent``, set once the kernel has them).
@@ -452,7 +466,7 @@ class TelemetryServer:
         AUTH_FAIL_DELAY_S later. A failure costs microseconds of engine time and delays no
         other connection, so a right token gets in at once during a flood of wrong ones."""
         deadline = time.monotonic() + AUTH_TIMEOUT_S
-        frame: Any = None
+        frame: dict[str, Any] | None = None
         try:
             while True:
                 frame = decoder.next_frame()
@@ -652,7 +666,7 @@ class _Out:
 
     __slots__ = ("conn", "sub", "buf", "sent_live", "gone", "lock")
 
-    def __init__(self, conn: socket.socket, sub: Any) -> None:
+    def __init__(self, conn: socket.socket, sub: Subscription) -> None:
         self.conn = conn
         self.sub = sub
         self.buf: memoryview | None = None
@@ -673,7 +687,7 @@ class _Readers:
         self._idle_s = idle_s
         self._on_error = on_error
         self._closed = False
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0  # readers waiting on _jobs
         self.started = 0  # threads started over the server's life
@@ -784,7 +798,7 @@ def _wait_closed(conn: socket.socket, timeout: float) -> None:
         return
 
 
-def _wait_drained(sub: Any, timeout: float, closed: threading.Event) -> None:
+def _wait_drained(sub: Subscription, timeout: float, closed: threading.Event) -> None:
     """Give the writer thread a moment to send what is queued (the refusal) before closing;
     not when the listener closes meanwhile: its writer has stopped, and the reader would
     otherwise outlive the engine's close by the whole timeout."""

@@ -22,36 +22,50 @@ from __future__ import annotations
 import os
 import pwd
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, Literal
 
 PROC = Path("/proc")
 _lock = threading.Lock()
-_state: dict[str, Any] = {"init": None, "error": None}
 
 
-def _nvml() -> Any | None:
+@dataclass
+class _State:
+    """What this process knows of NVML: the initialised ``pynvml`` (False once it failed, None
+    before the first try), why it failed, and the one XID watch."""
+
+    init: ModuleType | Literal[False] | None = None
+    error: str | None = None
+    xids: XidWatch | None = None
+
+
+_state = _State()
+
+
+def _nvml() -> ModuleType | None:
     """The initialised ``pynvml`` module, or None (the reason is kept in :func:`error`)."""
     with _lock:
-        if _state["init"] is not None:
-            return _state["init"] or None
+        if _state.init is not None:
+            return _state.init or None
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            _state["init"] = pynvml
+            _state.init = pynvml
         except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, ...
-            _state["init"] = False
-            _state["error"] = f"{type(exc).__name__}: {exc}"
-        return _state["init"] or None
+            _state.init = False
+            _state.error = f"{type(exc).__name__}: {exc}"
+        return _state.init or None
 
 
 def error() -> str | None:
     """Why NVML is unavailable (None when it works or was never asked)."""
-    return _state["error"]
+    return _state.error
 
 
-def module() -> Any | None:
+def module() -> ModuleType | None:
     """The initialised ``pynvml`` module, or None when NVML is unavailable (:func:`error` says
     why): what a reader that enumerates every local GPU starts from."""
     return _nvml()
@@ -112,6 +126,9 @@ class NvmlDevice:
         if self.handle is None:
             return out
         nv = _nvml()
+        if nv is None:  # only after a reset() whose next initialisation failed
+            self.error = error()
+            return out
         try:
             info = nv.nvmlDeviceGetMemoryInfo(self.handle, version=nv.nvmlMemory_v2)
             out.update(nvml_used=int(info.used), nvml_free=int(info.free))
@@ -163,7 +180,7 @@ def read_gpu(
     util = _read(nv, "nvmlDeviceGetUtilizationRates", handle)
     if util is not None:
         out["sm_util_pct"], out["mem_util_pct"] = int(util.gpu), int(util.memory)
-    reads = {
+    reads: dict[str, tuple[str, *tuple[Any, ...]]] = {
         "power_mw": ("nvmlDeviceGetPowerUsage", handle),
         "power_limit_mw": ("nvmlDeviceGetEnforcedPowerLimit", handle),
         "temp_c": ("nvmlDeviceGetTemperature", handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0)),
@@ -312,10 +329,10 @@ def shared_xid_watch(nv: Any) -> XidWatch | None:
     if nv is None:
         return None
     with _lock:
-        watch = _state.get("xids")
+        watch = _state.xids
         if watch is None:
             handles = {d["index"]: d["handle"] for d in local_devices(nv)}
-            watch = _state["xids"] = XidWatch(nv, handles)
+            watch = _state.xids = XidWatch(nv, handles)
         return watch
 
 
@@ -386,8 +403,8 @@ def process_usage(nv: Any, handle: Any, pid: int) -> int | None:
 def reset() -> None:
     """Forget the initialisation and stop the XID watch (tests swap the ``pynvml`` module)."""
     with _lock:
-        watch = _state.pop("xids", None)
-        _state["init"] = None
-        _state["error"] = None
+        watch, _state.xids = _state.xids, None
+        _state.init = None
+        _state.error = None
     if watch is not None:
         watch.close()

@@ -6,6 +6,7 @@ import argparse
 import importlib
 
 from provetop.base.errors import UsageError
+from provetop.commands import Subparsers
 
 # target -> module providing add_arguments(parser) and run(args) -> int
 TARGETS: dict[str, str] = {
@@ -19,7 +20,7 @@ TARGETS: dict[str, str] = {
 }
 
 
-def add_parser(sub, name: str, help_text: str) -> None:
+def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
     parser = sub.add_parser(name, help=help_text)
     targets = parser.add_subparsers(dest="target", metavar="TARGET", parser_class=type(parser))
     for target, module_name in TARGETS.items():

@@ -11,12 +11,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, TextIO
 
 from engine.run.options import add_engine_arguments, backend_note, config_from_args, tuning_from_env
 from engine.run.runner import Engine, EngineError
 from provetop.base.errors import UsageError
 from provetop.base.units import fmt_bytes
+from provetop.commands import Subparsers
 from recordings.progress import progress_line
 from recordings.writer import default_recording_path
 
@@ -27,12 +29,12 @@ PROGRESS_AFTER_S = 2.0  # a step shorter than this writes nothing (the event log
 __all__ = ["add_engine_arguments", "add_parser", "build_engine", "config_from_args", "run"]
 
 
-def add_parser(sub, name: str, help_text: str) -> None:
+def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
     p = sub.add_parser(name, help=help_text, description=help_text)
     add_engine_arguments(p)
 
 
-def build_engine(args: argparse.Namespace, log=None):
+def build_engine(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> Engine:
     """Check the flags and the ``PROVETOP_*`` settings and construct (not start) the Engine;
     UsageError on bad values."""
 
@@ -74,7 +76,7 @@ def progress_printer(
     :data:`PROGRESS_AFTER_S`: one line per step at most every ``interval`` seconds (the events
     come twice a second), and the line that says the step is done. Why stderr: stdout carries
     the address ``provetop run`` reads."""
-    last: dict[tuple, float] = {}
+    last: dict[tuple[object, object, object], float] = {}
 
     def on_event(e: dict[str, Any]) -> None:
         if e.get("k") != "progress" or float(e.get("elapsed_s") or 0.0) < PROGRESS_AFTER_S:
@@ -101,7 +103,7 @@ def _sigterm_as_interrupt() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)

@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 from provetop.base.errors import UsageError
+from provetop.commands import Subparsers
 from recordings.errors import RecordingError
 from recordings.export_perfetto import write_perfetto
 
 FORMATS = ("perfetto",)
 
 
-def add_parser(sub, name: str, help_text: str) -> None:
+def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
     parser = sub.add_parser(name, help=help_text, description=help_text)
     parser.add_argument("file", metavar="FILE", help="a recording (.pvtrec)")
     parser.add_argument(

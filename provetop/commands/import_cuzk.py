@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from provetop.base.errors import UsageError
+from provetop.commands import Subparsers
 from recordings.errors import RecordingError
 from recordings.writer import RecordingWriter
 from sources.cuzk.convert import MS, Converter
@@ -22,7 +23,7 @@ from sources.cuzk.follow import iter_lines
 from sources.cuzk.parse import TimelineLine, parse_line
 
 
-def add_parser(sub, name: str, help_text: str) -> None:
+def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
     parser = sub.add_parser(
         name,
         help=help_text,
@@ -87,7 +88,7 @@ def _check_output(args: argparse.Namespace) -> str:
     """Where to write: ``-o`` itself when it does not exist, else (``--force``) a fresh name
     beside it. Never the input log (a typo must not destroy the only copy of a run), never a
     directory, never an existing file without ``--force``; each refusal is one line."""
-    out = args.output
+    out: str = args.output
     if os.path.isdir(out):
         raise UsageError(f"-o {out} is a directory; give the recording's file name")
     if args.log != "-" and os.path.exists(out):

@@ -12,13 +12,14 @@ import argparse
 import os
 
 from provetop.base.errors import UsageError
+from provetop.commands import Subparsers
 from provetop.commands.watch import add_display_arguments
 from recordings.errors import RecordingError
 from recordings.reader import fold_recording
 from tui.app import ProvetopApp
 
 
-def add_parser(sub, name: str, help_text: str) -> None:
+def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
     p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("file", metavar="FILE", help="a recording (.pvtrec)")
     p.add_argument(

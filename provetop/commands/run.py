@@ -22,8 +22,10 @@ import sys
 import tempfile
 import threading
 import time
+from typing import IO
 
 from provetop.base.errors import UsageError
+from provetop.commands import Subparsers
 from provetop.commands.engine import PROGRESS_PREFIX, add_engine_arguments, config_from_args
 from provetop.commands.watch import add_display_arguments, read_token
 from recordings.writer import default_recording_path
@@ -36,7 +38,7 @@ STOP_GRACE_S = 15.0  # after Ctrl-C, partitions in flight finish (a 2^27 one tak
 STOP_TERM_S = 3.0  # then SIGTERM, then SIGKILL: quitting never hangs on the engine
 
 
-def add_parser(sub, name: str, help_text: str) -> None:
+def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
     p = sub.add_parser(name, help=help_text, description=help_text)
     add_engine_arguments(p)
     add_display_arguments(p)
@@ -78,12 +80,16 @@ def _check_flags(args: argparse.Namespace) -> str | None:
             raise UsageError(
                 f"--record {args.record}: the path exists; the engine never overwrites"
             )
-        return args.record
+        record: str = args.record
+        return record
     return str(default_recording_path())
 
 
-def _start_engine(args: argparse.Namespace, record: str | None) -> tuple[subprocess.Popen, str]:
-    """Start the child engine; return it and the address it serves (read from its stdout)."""
+def _start_engine(
+    args: argparse.Namespace, record: str | None
+) -> tuple[subprocess.Popen[str], str, IO[str]]:
+    """Start the child engine; return it, the address it serves (read from its stdout) and
+    the file its stderr goes to."""
     argv = engine_argv(args)
     if record is not None and not args.record:
         argv += ["--record", record]
@@ -111,11 +117,10 @@ def _start_engine(args: argparse.Namespace, record: str | None) -> tuple[subproc
         raise UsageError("the engine did not start serving in time")
     # keep reading its stdout so the child never blocks on a full pipe
     threading.Thread(target=child.stdout.read, daemon=True).start()
-    child.err = err  # type: ignore[attr-defined]
-    return child, address
+    return child, address, err
 
 
-def _stop_engine(child: subprocess.Popen, grace: float = STOP_GRACE_S) -> int:
+def _stop_engine(child: subprocess.Popen[str], grace: float = STOP_GRACE_S) -> int:
     """Ctrl-C for the engine (SIGINT): intake stops, partitions in flight finish, the
     recording is closed; SIGTERM after ``grace`` seconds, SIGKILL STOP_TERM_S later."""
     for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, STOP_TERM_S)):
@@ -139,7 +144,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 def run(args: argparse.Namespace) -> int:
     record = _check_flags(args)
     token = read_token(args.token_file) if args.token_file else None
-    child, address = _start_engine(args, record)
+    child, address, err = _start_engine(args, record)
     code = 0
     if threading.current_thread() is threading.main_thread():
         # a SIGTERM to the dashboard must still stop the child cleanly (the finally below),
@@ -158,8 +163,8 @@ def run(args: argparse.Namespace) -> int:
     if record is not None:
         print(f"recording: {record}")
     if engine_code != 0:
-        child.err.seek(0)  # type: ignore[attr-defined]
-        lines = child.err.read().strip().splitlines()  # type: ignore[attr-defined]
+        err.seek(0)
+        lines = err.read().strip().splitlines()
         tail = [line for line in lines if not line.startswith(PROGRESS_PREFIX)][-3:]
         for line in tail:
             print(line, file=sys.stderr)

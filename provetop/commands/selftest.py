@@ -19,9 +19,10 @@ from kernels.selftest.registry import CheckResult
 from kernels.selftest.runner import run_selftest
 from kernels.tuning import KernelTuning, SettingError
 from provetop.base.errors import UsageError
+from provetop.commands import Subparsers
 
 
-def add_parser(sub, name: str, help_text: str) -> None:
+def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
     parser = sub.add_parser(name, help=help_text, description=help_text)
     parser.add_argument(
         "--backend",

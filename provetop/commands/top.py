@@ -12,17 +12,19 @@ from __future__ import annotations
 import argparse
 
 from provetop.base.errors import UsageError
+from provetop.commands import Subparsers
 from provetop.commands.watch import (
     add_cuzk_arguments,
     add_display_arguments,
     cuzk_source,
     run_monitor,
 )
+from sources.protocol import EventSource
 
 INTERVAL_MAX = 3600.0
 
 
-def add_parser(sub, name: str, help_text: str) -> None:
+def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
     p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument(
         "--interval",
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             f"--interval must be above 0 and at most {INTERVAL_MAX:.0f} seconds, "
             f"got {args.interval:g}"
         )
-    sources = []
+    sources: list[EventSource] = []
     if args.cuzk_log is not None or args.cuzk_status is not None:
         sources.append(cuzk_source(args))
     return run_monitor(args, sources, interval=args.interval)

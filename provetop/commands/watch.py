@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from typing import Any
 
 from provetop.base.errors import UsageError
+from provetop.commands import Subparsers
 from recordings.address import AddressError, parse_address
 from recordings.metrics import MetricsFold
 from recordings.metrics_http import MetricsAddressError, MetricsServer
@@ -21,10 +24,11 @@ from sources.discovery import default_address
 from sources.headless import run_headless
 from sources.live import LiveSource
 from sources.nvml import NvmlSource
+from sources.protocol import EventSource
 from tui.app import ProvetopApp
 
 
-def add_parser(sub, name: str, help_text: str) -> None:
+def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
     p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument(
         "addresses",
@@ -101,7 +105,9 @@ def _readable_or_pending(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.R_OK)
 
 
-def cuzk_source(args: argparse.Namespace, on_events=None) -> CuzkSource:
+def cuzk_source(
+    args: argparse.Namespace, on_events: Callable[[list[dict[str, Any]]], None] | None = None
+) -> CuzkSource:
     """The cuzk prover's source from ``--cuzk-log``/``--cuzk-status`` (checked first)."""
     if args.cuzk_interval <= 0:
         raise UsageError("--cuzk-interval must be a positive number of seconds")
@@ -112,7 +118,7 @@ def cuzk_source(args: argparse.Namespace, on_events=None) -> CuzkSource:
     )
 
 
-def run_monitor(args: argparse.Namespace, sources: list, interval: float) -> int:
+def run_monitor(args: argparse.Namespace, sources: list[EventSource], interval: float) -> int:
     """``provetop top``: the local GPUs (NVML, every ``interval`` seconds), then ``sources``
     (a cuzk prover's), and every local engine that starts later, attached as it appears."""
     monitor = NvmlSource(interval=interval)
@@ -129,7 +135,7 @@ def run_monitor(args: argparse.Namespace, sources: list, interval: float) -> int
 def run(args: argparse.Namespace) -> int:
     addresses = list(args.addresses)
     token = read_token(args.token_file)
-    sources = []
+    sources: list[EventSource] = []
     cuzk = args.cuzk_log is not None or args.cuzk_status is not None
     metrics = getattr(args, "metrics", None)
     if metrics is not None and not cuzk:
@@ -170,7 +176,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--metrics {metrics}: {exc.strerror or exc}") from None
     try:
+        code: int | None
         if getattr(args, "no_ui", False):
+            assert server is not None  # --no-ui was refused above without --metrics
             print(f"metrics on {server.url}", flush=True)
             code = run_headless(sources)
         else:

@@ -29,7 +29,7 @@ class DevicePanel(Widget, can_focus=True):
         self.state: State | None = None
         self.device: int | None = None
         self.window: tuple[int, int] = (0, 1)
-        self._shape: tuple = ()
+        self._shape: tuple[object, ...] = ()
 
     def show(self, state: State, device: int | None, window: tuple[int, int]) -> None:
         """Draw ``state`` for ``device``; ``window`` is the timeline's (start, end)."""

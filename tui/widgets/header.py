@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
 from textual.widget import Widget
@@ -42,7 +43,7 @@ class HeaderInfo:
     stopping: bool = False  # the operator quit and the engine is being stopped
 
 
-def gpu_names(hello: dict | None) -> str:
+def gpu_names(hello: dict[str, Any] | None) -> str:
     if not hello:
         return "?"
     names = Counter(str(d.get("name", "?")) for d in hello.get("devices", []))

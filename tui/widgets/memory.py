@@ -10,6 +10,7 @@ phantom line adds them up.
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import Any
 
 from rich.console import Group
 from rich.text import Text
@@ -35,7 +36,7 @@ LEGENDS = (
 )
 
 
-def parts(sample: dict) -> dict[str, int]:
+def parts(sample: dict[str, Any]) -> dict[str, int]:
     """The card split into the bar's parts, in bytes; they add up to the driver total."""
     total = int(sample.get("nvml_total") or sample.get("driver_total") or 0)
     a_used = int(sample.get("async_used", 0))
@@ -59,7 +60,7 @@ def parts(sample: dict) -> dict[str, int]:
     }
 
 
-def bar(sample: dict, width: int) -> Text:
+def bar(sample: dict[str, Any], width: int) -> Text:
     """The card as ``width`` cells, each part rounded so every non-zero part stays visible."""
     p = parts(sample)
     total = max(1, p["total"])
@@ -85,13 +86,14 @@ def bar(sample: dict, width: int) -> Text:
 def _series_value(series: MemorySeries, name: str, i: int) -> int:
     if name == "phantom":
         c = series.columns
-        return max(0, c["async_reserved"][i] - c["async_used"][i]) + max(0, c["sync_cached"][i])
-    return series.columns[name][i]
+        phantom = max(0, c["async_reserved"][i] - c["async_used"][i]) + max(0, c["sync_cached"][i])
+        return int(phantom)
+    return int(series.columns[name][i])
 
 
 def history(
     series: MemorySeries | None,
-    faults: list[dict],
+    faults: list[dict[str, Any]],
     device: int,
     start: int,
     end: int,
@@ -275,7 +277,7 @@ class MemoryPanel(DevicePanel):
         out.append(self._legend(width))
         return Group(*out)
 
-    def _figures(self, sample: dict, p: dict[str, int], phantom: int, width: int) -> Text:
+    def _figures(self, sample: dict[str, Any], p: dict[str, int], phantom: int, width: int) -> Text:
         """Every figure of the pool asymmetry as an atomic chunk, flowed to the width."""
         bold = "bold"
 

@@ -126,10 +126,10 @@ def cells(row: PartitionRow) -> list[tuple[str, str]]:
     ]
 
 
-def sort_value(row: PartitionRow, column: str) -> object:
+def sort_value(row: PartitionRow, column: str) -> tuple[object, ...] | float:
     """The value a column sorts by (numbers as numbers, missing values last)."""
     big = float("inf")
-    return {
+    values: dict[str, tuple[object, ...] | float] = {
         "proof": (row.proof, row.partition),
         "part": (row.partition, row.proof),
         "where": (row.device if row.device is not None else -1, row.worker or 0),
@@ -141,10 +141,11 @@ def sort_value(row: PartitionRow, column: str) -> object:
         "gpu": row.gpu_total_ms if row.gpu_total_ms is not None else big,
         "verified": {True: 0, None: 1, False: 2}[row.verified],
         "status": {None: 1, True: 0, False: 2}[row.ok],
-    }[column]
+    }
+    return values[column]
 
 
-def _stamp(row: PartitionRow) -> tuple:
+def _stamp(row: PartitionRow) -> tuple[object, ...]:
     return (row.ok, row.attempt, row.prestage, row.t_done, row.worker, row.forced, row.verified)
 
 
@@ -173,8 +174,8 @@ class PartitionsTable(ScrollView, can_focus=True):
         self.sort_column: str | None = None
         self.sort_reverse = False
         self.cursor = 0
-        self._stamps: dict[tuple[int, int], tuple] = {}
-        self._strips: dict[tuple[int, int], tuple[tuple, Strip]] = {}
+        self._stamps: dict[tuple[int, int], tuple[object, ...]] = {}
+        self._strips: dict[tuple[int, int], tuple[tuple[object, ...], Strip]] = {}
         self._follow = True
         self.widths = [c.width for c in COLUMNS]
 

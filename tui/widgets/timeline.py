@@ -12,6 +12,7 @@ import math
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import Any
 
 from rich.segment import Segment as RichSegment
 from rich.style import Style
@@ -37,6 +38,8 @@ from tui.style import (
     phase_group,
 )
 
+# a lane of State.lanes(): ("worker", device, worker), ("gpu", device) or ("upload", device)
+Lane = tuple[Any, ...]
 _GROUP_OF = {name: spec.group for name, spec in PHASES.items()}
 ZOOMS_NS = [
     int(x * 1e9) for x in (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
@@ -118,13 +121,13 @@ class Timeline(Widget, can_focus=True):
         self.auto_zoom = True  # until the operator zooms: fit a young run (5 s .. 30 s)
         self.builds = 0  # frames built, and when the last one was (for provetop bench tui)
         self.built_at = 0.0
-        self._lanes: list[tuple] = []
+        self._lanes: list[Lane] = []
         self._rows: list[Strip] = []
-        self._key: tuple | None = None
-        self._indexes: dict[tuple, LaneIndex] = {}
+        self._key: tuple[object, ...] | None = None  # what the rows were built from
+        self._indexes: dict[Lane, LaneIndex] = {}
         self._state_id = 0
-        self._styles_key: tuple | None = None
-        self._glyph_cache: dict[tuple, dict[str, tuple[str, Style]]] = {}
+        self._styles_key: tuple[object, ...] | None = None
+        self._glyph_cache: dict[tuple[Style, str], dict[str, tuple[str, Style]]] = {}
 
     # -- data in ------------------------------------------------------------------------------
 
@@ -151,7 +154,7 @@ class Timeline(Widget, can_focus=True):
         return self.now if self.follow else self.end_t
 
     @property
-    def selected_lane(self) -> tuple | None:
+    def selected_lane(self) -> Lane | None:
         lanes = self.visible_lanes()
         if not lanes:
             return None
@@ -162,7 +165,7 @@ class Timeline(Widget, can_focus=True):
         lane = self.selected_lane
         return None if lane is None else lane[1]
 
-    def visible_lanes(self) -> list[tuple]:
+    def visible_lanes(self) -> list[Lane]:
         if self.state is None:
             return []
         lanes = self.state.lanes()
@@ -317,19 +320,20 @@ class Timeline(Widget, can_focus=True):
         rows.extend(self._legend(width, base))
         self._rows = rows
 
-    def _label(self, lane: tuple) -> str:
+    def _label(self, lane: Lane) -> str:
         if lane[0] == "worker":
             # synthesis drawn apart from the GPU workers, as workers from synth_worker_base
             # on: the cuzk adapter's CPU synthesis slots, the engine's --synthesis-ahead
-            n = self.state.synth_lane(lane[2]) if self.state is not None else None
-            if n is not None:
-                devices = ((self.state.hello or {}).get("config") or {}).get("devices")
+            state = self.state
+            n = state.synth_lane(lane[2]) if state is not None else None
+            if state is not None and n is not None:
+                devices = ((state.hello or {}).get("config") or {}).get("devices")
                 on = f"gpu{lane[1]} " if isinstance(devices, list) and len(devices) > 1 else ""
                 return f"{on}synth {n}"
             return f"gpu{lane[1]} w{lane[2]}"
         return f"gpu{lane[1]} {'GPU' if lane[0] == 'gpu' else 'upl'}"
 
-    def _cells(self, lane: tuple, start: int, end: int, cols: int) -> list[Cell]:
+    def _cells(self, lane: Lane, start: int, end: int, cols: int) -> list[Cell]:
         """What each column of ``lane`` shows over [start, end): the phase covering most of
         the column (one segment's overlap; failures always win)."""
         assert self.state is not None
@@ -386,6 +390,7 @@ class Timeline(Widget, can_focus=True):
             else:
                 kind = "busy" if busy else groups.get(seg.phase, "host")
             fail = kind == "fail"
+            overlap: float
             if c0 == c1:
                 overlap = e - s
                 if fail or (kinds[c0] != "fail" and overlap > cover[c0]):
@@ -429,7 +434,7 @@ class Timeline(Widget, can_focus=True):
 
     def _lane_strip(
         self,
-        lane: tuple,
+        lane: Lane,
         cells: list[Cell],
         selected: bool,
         cursor_col: int | None,
@@ -445,13 +450,13 @@ class Timeline(Widget, can_focus=True):
         glyphs = self._glyphs(base, lane[0])
         fallback = glyphs["host"]
         run: list[str] = []
-        run_kind: str | None = None
+        run_kind = ""  # the kind of the cells in ``run`` (none yet)
         for c, cell in enumerate(cells):
             kind = cell.kind
             if selected and c == cursor_col:
                 if run:
                     segments.append(RichSegment("".join(run), glyphs.get(run_kind, fallback)[1]))
-                    run, run_kind = [], None
+                    run, run_kind = [], ""
                 char, style = glyphs.get(kind, fallback)
                 segments.append(
                     RichSegment("│" if char == " " else char, style + Style(reverse=True))
