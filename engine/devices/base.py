@@ -161,5 +161,5 @@ class Device(ABC):
         """Device time of a phase's copies to the device, or None where it keeps none."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: a modeled device holds nothing)
         """Give back what the device holds for the run (a real device's ballast)."""

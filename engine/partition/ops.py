@@ -1,12 +1,16 @@
-"""What a backend does to one partition: the steps, as one documented interface.
+"""What a backend does to one partition: the steps, as documented interfaces.
 
-Why a protocol: the order of a partition (phases, the mutex, the pre-stage decision, faults,
-the retry) is the same on every backend and lives in one driver, ``engine.partition.pipeline``; only
-*how* some steps are carried out differs. :class:`PartitionOps` names those steps, and each
-backend implements them once: ``engine.partition.cpu`` (the cpu backend on the modeled device)
-and ``engine.partition.cuda`` (CuPy and our kernels on a real device). The driver calls the
-steps in pipeline order and never asks which implementation it has; an implementation never
-calls back into the driver, it acts through the :class:`WorkerScope` the driver lends it.
+Why protocols: the order of a partition (phases, the mutex, the pre-stage decision, faults,
+the retry) is the same on every backend and lives in one driver, ``engine.partition.pipeline``;
+only *how* some steps are carried out differs. :class:`PartitionOps` names the steps every
+backend takes, and each backend implements them once: ``engine.partition.cpu`` (the cpu
+backend on the modeled device) and ``engine.partition.cuda`` (CuPy and our kernels on a real
+device). Steps only a device with streams has (checks in the region, the H-step fence, the
+H block's hand-over, the one pass, copies in flight, pinned pools) are protocols of their own
+that a backend implements or leaves out: the driver asks once (:class:`OptionalSteps`) and runs
+the partition without those it lacks, so no backend answers a step with a no-op. The driver
+never asks which implementation it has; an implementation never calls back into the driver,
+it acts through the :class:`WorkerScope` the driver lends it.
 
 Who emits what: the driver emits every ``phase_begin``/``phase_end``, ``mutex`` and
 ``partition_done`` event and the ``fault`` of a failed step; a step emits only ``alloc``

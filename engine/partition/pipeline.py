@@ -10,7 +10,11 @@ the engine synchronises and trims the device.
 
 What differs between backends is *how* a step is carried out: the driver calls the steps of
 :class:`engine.partition.ops.PartitionOps` (``engine.partition.cpu`` on the cpu backend,
-``engine.partition.cuda`` on a GPU) and never asks which implementation it has.
+``engine.partition.cuda`` on a GPU), and the optional ones the ops take (asked once, when
+the driver is built); it never asks which implementation it has. An attempt takes one of
+three paths, chosen from the device's plan and the pre-stage decision (:meth:`_path`), each
+one short method over the same named steps: pre-staged (a, b, c up before the mutex),
+fallback (under it) and streamed (through the plan's slots, inside the H step).
 """
 
 from __future__ import annotations
