@@ -84,7 +84,7 @@ class CudaPartition:
             # every decision that does not fit; naive never does, so its cached blocks are the
             # phantom that refuses the stream-ordered pool.
             self.prestage_pool = "sync"
-            self.checks_on_device = True  # in the region: see PartitionRunner._attempt
+            self.checks_on_device = True  # in the region: see PartitionRunner._state
         # the H step returns once queued, on a real device (engine.memory.h_step_fence)
         self.h_step_async = self.real
         # pinned witness pools, used in turn: one, or two with --synthesis-ahead (the next
