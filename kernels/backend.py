@@ -21,6 +21,7 @@ Layout summary (the single source of truth is ``kernels/layout.py``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, Protocol, runtime_checkable
 
 Order = Literal["natural", "bitrev"]
@@ -73,3 +74,23 @@ class KernelBackend(Protocol):
     def srs(self, secrets: Array, *, stream: Any = None, allocator: Any = None) -> Array:
         """P_i = [s_i]G for canonical secrets ``(n, 4)``; returns affine points ``(n, 12)``."""
         ...
+
+
+@runtime_checkable
+class WarmUp(Protocol):
+    """A backend with modules to compile and tables to build before its first partition
+    (the CUDA one): an engine warms it up per device, counting :attr:`WARM_UP_STEPS`."""
+
+    WARM_UP_STEPS: tuple[str, ...]
+
+    def warm_up(self, domain_log: int, step: Callable[[str], None] | None = None) -> None:
+        """Build what a partition of 2^domain_log uses; ``step(name)`` after each step."""
+        ...
+
+
+@runtime_checkable
+class HostStreaming(Protocol):
+    """A backend whose MSMs stream their points from host memory in chunks of
+    :attr:`host_chunk` points (the CUDA one, where a query's points do not fit the device)."""
+
+    host_chunk: int

@@ -132,9 +132,6 @@ def _median(values: list[float]) -> float | None:
 
 def reduce_recording(path: str | Path) -> dict[str, Any]:
     """The figures of the module docstring from a recording file."""
-    # here, not at the top: every command's parser imports this module, and the reader
-    # brings msgpack and the reducer
-
     copies: dict[str, list[float]] = {p: [] for p in COPY_PHASES}
 
     def copy_time(e: dict[str, Any]) -> None:
@@ -144,61 +141,71 @@ def reduce_recording(path: str | Path) -> dict[str, Any]:
     rec, state = fold_recording(path, also=copy_time)
     summary = summarize_state(state, rec)
     ok_rows = [a for a in state.attempts if a.ok]
+    return {
+        **_outcomes(state, summary["totals"]),
+        **_medians(ok_rows, copies),
+        **_run_figures(state, summary),
+        "rows": [_row(a) for a in state.attempts],
+    }
+
+
+def _outcomes(state: Any, totals: dict[str, Any]) -> dict[str, Any]:
+    """How the partitions ended (each one's last attempt), the faults, the pre-stages."""
     final = {(a.proof, a.partition): a for a in state.attempts}
-    lost = sum(1 for a in final.values() if not a.ok)
     prestage: dict[str, int] = {}
     for a in state.attempts:
         prestage[a.prestage or "-"] = prestage.get(a.prestage or "-", 0) + 1
-    devices = sorted({a.device for a in state.attempts if isinstance(a.device, int)})
-    steady = {str(d): steady_busy(state, d) for d in devices}
-    known = [b for b, _ in steady.values() if b is not None]
-    totals = summary["totals"]
-    workers = sorted({a.worker for a in ok_rows if isinstance(a.worker, int)})
     return {
         "partitions": len(final),
         "partitions_ok": sum(1 for a in final.values() if a.ok),
-        "partitions_lost": lost,
+        "partitions_lost": sum(1 for a in final.values() if not a.ok),
         "partitions_verified": sum(1 for a in final.values() if a.verified),
         "attempts_failed": sum(1 for a in state.attempts if not a.ok),
         "ooms": totals.get("ooms"),
         "faults": totals.get("faults"),
         "prestage": prestage,
+    }
+
+
+def _medians(ok_rows: list[Any], copies: dict[str, list[float]]) -> dict[str, Any]:
+    """The medians over the attempts that completed: the GPU region, its phases, the host
+    cycle, each worker's synthesis, the copies, the mutex wait."""
+
+    def phase(p: str, rows: list[Any]) -> float | None:
+        return _median([a.phases_ms[p] for a in rows if p in a.phases_ms])
+
+    workers = sorted({a.worker for a in ok_rows if isinstance(a.worker, int)})
+    checked = [a for a in ok_rows if a.verified is not None]
+    return {
         "gpu_total_ms_median": _median([a.gpu_total_ms for a in ok_rows if a.gpu_total_ms]),
         # the region without a check's sums in it (they add to the checked partitions' own)
         "gpu_total_ms_median_unchecked": _median(
             [a.gpu_total_ms for a in ok_rows if a.gpu_total_ms and a.verified is None]
         ),
-        "check_ms_median": {
-            p: _median([a.phases_ms[p] for a in ok_rows if p in a.phases_ms]) for p in CHECK_PHASES
-        },
-        "phase_ms_median": {
-            p: _median([a.phases_ms[p] for a in ok_rows if p in a.phases_ms]) for p in GPU_MS_PHASES
-        },
+        "check_ms_median": {p: phase(p, ok_rows) for p in CHECK_PHASES},
+        "phase_ms_median": {p: phase(p, ok_rows) for p in GPU_MS_PHASES},
         # verify: over the partitions that were checked (with --verify sampled most are not)
         "host_phase_ms_median": {
-            p: _median(
-                [
-                    a.phases_ms[p]
-                    for a in ok_rows
-                    if p in a.phases_ms and (p != "verify" or a.verified is not None)
-                ]
-            )
-            for p in HOST_PHASES
+            p: phase(p, checked if p == "verify" else ok_rows) for p in HOST_PHASES
         },
         "synthesis_ms_median_by_worker": {
-            str(w): _median(
-                [
-                    a.phases_ms["synthesis"]
-                    for a in ok_rows
-                    if a.worker == w and "synthesis" in a.phases_ms
-                ]
-            )
-            for w in workers
+            str(w): phase("synthesis", [a for a in ok_rows if a.worker == w]) for w in workers
         },
         "copy_ms_median": {p: _median(v) for p, v in copies.items()},
         "mutex_wait_ms_median": _median(
             [a.mutex_wait_ms for a in ok_rows if a.mutex_wait_ms is not None]
         ),
+    }
+
+
+def _run_figures(state: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    """The run's throughput, how busy each device was (in steady state too), and what each
+    device had to work with (a --device-memory cap, the card or the model)."""
+    totals = summary["totals"]
+    devices = sorted({a.device for a in state.attempts if isinstance(a.device, int)})
+    steady = {str(d): steady_busy(state, d) for d in devices}
+    known = [b for b, _ in steady.values() if b is not None]
+    return {
         "s_per_proof": totals.get("s_per_proof"),
         "rolling_s_per_proof": totals.get("rolling_s_per_proof"),
         "gpu_busy_fraction": totals.get("gpu_busy_fraction"),
@@ -207,29 +214,29 @@ def reduce_recording(path: str | Path) -> dict[str, Any]:
         "steady_window_s": {d: w for d, (_, w) in steady.items()},
         "wall_s": totals.get("wall_s"),
         "modeled": summary.get("modeled"),
-        # what each device had to work with (a --device-memory cap, the card or the model)
         "device_capacity": [
             d.get("capacity")
             for d in (summary.get("engine") or {}).get("devices") or []
             if isinstance(d, dict)
         ],
-        "rows": [
-            {
-                "proof": a.proof,
-                "partition": a.partition,
-                "attempt": a.attempt,
-                "worker": a.worker,
-                "device": a.device,
-                "ok": a.ok,
-                "prestage": a.prestage,
-                "gpu_total_ms": a.gpu_total_ms,
-                "mutex_wait_ms": a.mutex_wait_ms,
-                "verified": a.verified,
-                "phases_ms": a.phases_ms,
-                "failure": a.failure,
-            }
-            for a in state.attempts
-        ],
+    }
+
+
+def _row(a: Any) -> dict[str, Any]:
+    """One attempt, as the JSON's ``rows`` list it."""
+    return {
+        "proof": a.proof,
+        "partition": a.partition,
+        "attempt": a.attempt,
+        "worker": a.worker,
+        "device": a.device,
+        "ok": a.ok,
+        "prestage": a.prestage,
+        "gpu_total_ms": a.gpu_total_ms,
+        "mutex_wait_ms": a.mutex_wait_ms,
+        "verified": a.verified,
+        "phases_ms": a.phases_ms,
+        "failure": a.failure,
     }
 
 

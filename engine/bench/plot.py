@@ -12,7 +12,7 @@ breaks its line and is marked on the axis with why (``missing``, else "no result
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
@@ -78,14 +78,7 @@ def line_chart(
 ) -> str:
     """The chart as an SVG document (a string; well-formed XML: every text is escaped).
     ``missing``: per x label, what to write where a series has no value."""
-    if not labels:
-        raise ValueError("a chart needs at least one x label")
-    why = list(missing) if missing is not None else ["no result"] * len(labels)
-    if len(why) != len(labels):
-        raise ValueError(f"{len(why)} notes for {len(labels)} labels")
-    for s in series:
-        if len(s.values) != len(labels):
-            raise ValueError(f"{s.name}: {len(s.values)} values for {len(labels)} labels")
+    why = _notes(labels, series, missing)
     height = TOP + len(series) * (PANEL_HEIGHT + GAP) + 8
     inner_w = WIDTH - LEFT - RIGHT
     step = inner_w / len(labels)
@@ -98,59 +91,99 @@ def line_chart(
         _text(WIDTH / 2, 44, subtitle, size=12, fill="#444444"),
     ]
     for i, s in enumerate(series):
-        colour = COLOURS[i % len(COLOURS)]
-        top = TOP + i * (PANEL_HEIGHT + GAP)
-        bottom = top + PANEL_HEIGHT
-        known = [v for v in s.values if v is not None and math.isfinite(v)]
-        ticks = nice_ticks(max(known) if known else 1.0)
-        scale = PANEL_HEIGHT / ticks[-1]
-
-        def y_of(v: float, bottom: float = bottom, scale: float = scale) -> float:
-            return bottom - v * scale
-
-        out.append(f'<g class="panel" data-series={quoteattr(s.name)}>')
-        out.append(_text(LEFT, top - 10, f"{s.name} ({s.unit})", anchor="start", size=13))
-        for t in ticks:
-            y = y_of(t)
-            out.append(
-                f'<line x1="{LEFT}" y1="{_num(y)}" x2="{WIDTH - RIGHT}" y2="{_num(y)}" '
-                f'stroke="#dddddd" stroke-width="1"/>'
-            )
-            out.append(_text(LEFT - 6, y + 4, _label(t), anchor="end", size=11))
-        out.append(
-            f'<line x1="{LEFT}" y1="{bottom}" x2="{WIDTH - RIGHT}" y2="{bottom}" '
-            f'stroke="black" stroke-width="1"/>'
-        )
-        out.append(
-            f'<line x1="{LEFT}" y1="{top}" x2="{LEFT}" y2="{bottom}" stroke="black" '
-            f'stroke-width="1"/>'
-        )
-        runs: list[list[str]] = [[]]  # unbroken stretches of the line
-        for x, v in zip(xs, s.values, strict=True):
-            if v is None or not math.isfinite(v):
-                runs.append([])
-            else:
-                runs[-1].append(f"{_num(x)},{_num(y_of(v))}")
-        for run in runs:
-            if len(run) > 1:
-                out.append(
-                    f'<polyline points="{" ".join(run)}" fill="none" stroke="{colour}" '
-                    f'stroke-width="2"/>'
-                )
-        for x, v, name, note in zip(xs, s.values, labels, why, strict=True):
-            if v is None or not math.isfinite(v):
-                out.append(_text(x, bottom - 8, note, size=10, fill="#888888"))
-                continue
-            y = y_of(v)
-            out.append(
-                f'<circle cx="{_num(x)}" cy="{_num(y)}" r="4" fill="{colour}">'
-                f"<title>{escape(f'{name}: {_label(v)} {s.unit}')}</title></circle>"
-            )
-            out.append(_text(x, y - 9, _label(v), size=10))
-        for x, name in zip(xs, labels, strict=True):
-            out.append(_text(x, bottom + 16, name, size=11))
-        out.append("</g>")
+        out += _panel(s, COLOURS[i % len(COLOURS)], TOP + i * (PANEL_HEIGHT + GAP), xs, labels, why)
     last_bottom = TOP + len(series) * (PANEL_HEIGHT + GAP) - GAP
     out.append(_text(LEFT + inner_w / 2, last_bottom + 36, x_label, size=12))
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def _notes(
+    labels: Sequence[str], series: Sequence[Series], missing: Sequence[str] | None
+) -> list[str]:
+    """Per x label, the note for a missing value; refuses series that do not fit the
+    labels."""
+    if not labels:
+        raise ValueError("a chart needs at least one x label")
+    why = list(missing) if missing is not None else ["no result"] * len(labels)
+    if len(why) != len(labels):
+        raise ValueError(f"{len(why)} notes for {len(labels)} labels")
+    for s in series:
+        if len(s.values) != len(labels):
+            raise ValueError(f"{s.name}: {len(s.values)} values for {len(labels)} labels")
+    return why
+
+
+def _panel(
+    s: Series,
+    colour: str,
+    top: float,
+    xs: list[float],
+    labels: Sequence[str],
+    why: list[str],
+) -> list[str]:
+    """One series' panel: its axes and ticks, its line (broken where a value is missing),
+    its points with their values, and the x labels."""
+    bottom = top + PANEL_HEIGHT
+    known = [v for v in s.values if v is not None and math.isfinite(v)]
+    ticks = nice_ticks(max(known) if known else 1.0)
+    scale = PANEL_HEIGHT / ticks[-1]
+
+    def y_of(v: float) -> float:
+        return bottom - v * scale
+
+    out = [f'<g class="panel" data-series={quoteattr(s.name)}>']
+    out.append(_text(LEFT, top - 10, f"{s.name} ({s.unit})", anchor="start", size=13))
+    out += _axes(ticks, top, bottom, y_of)
+    out += _line(s, colour, xs, y_of)
+    for x, v, name, note in zip(xs, s.values, labels, why, strict=True):
+        if v is None or not math.isfinite(v):
+            out.append(_text(x, bottom - 8, note, size=10, fill="#888888"))
+            continue
+        y = y_of(v)
+        out.append(
+            f'<circle cx="{_num(x)}" cy="{_num(y)}" r="4" fill="{colour}">'
+            f"<title>{escape(f'{name}: {_label(v)} {s.unit}')}</title></circle>"
+        )
+        out.append(_text(x, y - 9, _label(v), size=10))
+    for x, name in zip(xs, labels, strict=True):
+        out.append(_text(x, bottom + 16, name, size=11))
+    out.append("</g>")
+    return out
+
+
+def _axes(
+    ticks: list[float], top: float, bottom: float, y_of: Callable[[float], float]
+) -> list[str]:
+    """A panel's grid lines with their tick labels, and its two axes."""
+    out = []
+    for t in ticks:
+        y = y_of(t)
+        out.append(
+            f'<line x1="{LEFT}" y1="{_num(y)}" x2="{WIDTH - RIGHT}" y2="{_num(y)}" '
+            f'stroke="#dddddd" stroke-width="1"/>'
+        )
+        out.append(_text(LEFT - 6, y + 4, _label(t), anchor="end", size=11))
+    out.append(
+        f'<line x1="{LEFT}" y1="{bottom}" x2="{WIDTH - RIGHT}" y2="{bottom}" '
+        f'stroke="black" stroke-width="1"/>'
+    )
+    out.append(
+        f'<line x1="{LEFT}" y1="{top}" x2="{LEFT}" y2="{bottom}" stroke="black" stroke-width="1"/>'
+    )
+    return out
+
+
+def _line(s: Series, colour: str, xs: list[float], y_of: Callable[[float], float]) -> list[str]:
+    """The series' line, one polyline per unbroken stretch of values."""
+    runs: list[list[str]] = [[]]
+    for x, v in zip(xs, s.values, strict=True):
+        if v is None or not math.isfinite(v):
+            runs.append([])
+        else:
+            runs[-1].append(f"{_num(x)},{_num(y_of(v))}")
+    return [
+        f'<polyline points="{" ".join(run)}" fill="none" stroke="{colour}" stroke-width="2"/>'
+        for run in runs
+        if len(run) > 1
+    ]

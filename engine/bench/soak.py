@@ -34,6 +34,7 @@ import time
 import tracemalloc
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.run.runner import Engine
@@ -210,18 +211,70 @@ def storm_in_child(path: str, cycles: int) -> int:
     return int(done.stdout.strip() or 0)
 
 
-def run(args: argparse.Namespace) -> int:
-    unit = 1.0 if args.short else 60.0
-    quiet_s = (12.0 if args.short and args.minutes == 30.0 else args.minutes) * unit
-    early_s = (4.0 if args.short and args.early == 2.0 else args.early) * unit
-    cycles = 100 if args.short and args.cycles == 1000 else args.cycles
-    window_s = 2.0 if args.short else QUIET_WINDOW_S
-    rounds = args.rounds
-    if not 0 < early_s < quiet_s or cycles < 1 or not 1 <= rounds <= cycles:
-        raise UsageError(
-            "bench soak needs 0 < --early < --minutes, --cycles >= 1 and 1 <= --rounds <= --cycles"
+@dataclass(frozen=True)
+class SoakPlan:
+    """The stages' lengths: ``--short`` scales minutes to seconds (and the defaults down)."""
+
+    unit: float
+    quiet_s: float
+    early_s: float
+    cycles: int
+    window_s: float
+    rounds: int
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SoakPlan:
+        unit = 1.0 if args.short else 60.0
+        plan = cls(
+            unit=unit,
+            quiet_s=(12.0 if args.short and args.minutes == 30.0 else args.minutes) * unit,
+            early_s=(4.0 if args.short and args.early == 2.0 else args.early) * unit,
+            cycles=100 if args.short and args.cycles == 1000 else args.cycles,
+            window_s=2.0 if args.short else QUIET_WINDOW_S,
+            rounds=args.rounds,
         )
-    out = sys.stdout
+        early, quiet, cycles = plan.early_s, plan.quiet_s, plan.cycles
+        if not 0 < early < quiet or cycles < 1 or not 1 <= plan.rounds <= cycles:
+            raise UsageError(
+                "bench soak needs 0 < --early < --minutes, --cycles >= 1 and "
+                "1 <= --rounds <= --cycles"
+            )
+        return plan
+
+
+@dataclass
+class SoakFigures:
+    """What the stages measured."""
+
+    rss_early: int = 0
+    rss_late: int = 0
+    rss_after: int = 0
+    grown: list[Any] | None = None  # tracemalloc's sites that grew most, with --tracemalloc
+    served: int = 0
+    storm_s: float = 0.0
+    quiet_ms: float | None = None
+    storm_ms: float | None = None
+    rounds_ratio: list[float] = field(default_factory=list)
+    partitions: int = 0
+    rss_series: list[Any] = field(default_factory=list)
+    rss_every: float = 0.0
+    heap: Any = None  # the engine's HeapTrimmer
+    started: float = 0.0  # time.monotonic() once the engine had started
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = SoakPlan.from_args(args)
+    figures = _soak(args, plan)
+    rows = _rows(args, plan, figures)
+    _print(sys.stdout, args, figures, rows, time.monotonic() - figures.started)
+    if args.json:
+        _write_json(args.json, args, plan, figures, rows)
+    return 0 if all(ok for _, ok in rows) else 1
+
+
+def _soak(args: argparse.Namespace, plan: SoakPlan) -> SoakFigures:
+    """A ci engine run for the stages: RSS early and late in the quiet stage, then the
+    connect/close bursts from another process, each after a quiet window."""
     with tempfile.TemporaryDirectory(prefix="provetop-soak-") as tmp:
         cfg = from_preset("ci", proofs=10**9, verify="never")
         record = None if args.no_record else os.path.join(tmp, "soak.pvtrec")
@@ -237,61 +290,80 @@ def run(args: argparse.Namespace) -> int:
         times = PartitionTimes()
         engine.bus.add_listener(times)
         engine.start()
-        assert engine.address is not None  # it listens on the socket named above
-        path = engine.address[len("unix:") :]
-        t0 = time.monotonic()
+        assert engine.address is not None  # a unix socket, started
+        figures = SoakFigures(started=time.monotonic())
         series = RssSeries(1.0 if args.short else RSS_EVERY_S).start()
         try:
-            time.sleep(early_s)
-            rss_early = rss_bytes()
-            traced = tracemalloc.take_snapshot() if args.tracemalloc else None
-            time.sleep(quiet_s - early_s)
-            rss_late = rss_bytes()
-            if traced is not None:
-                grown = tracemalloc.take_snapshot().compare_to(traced, "lineno")[:15]
-                tracemalloc.stop()
-            quiet_spans, storm_spans, served = [], [], 0
-            for r in range(rounds):
-                start = time.monotonic()
-                time.sleep(window_s)
-                quiet_spans.append((start, time.monotonic()))
-                start = time.monotonic()
-                served += storm_in_child(path, cycles // rounds + (r < cycles % rounds))
-                storm_spans.append((start, time.monotonic()))
-            quiet_ms = times.median_of(quiet_spans)
-            storm_ms = times.median_of(storm_spans)
-            storm_s = sum(b - a for a, b in storm_spans)
-            rounds_ratio = [
-                (times.median(*s) or 0) / (times.median(*q) or 1) - 1
-                for q, s in zip(quiet_spans, storm_spans, strict=True)
-            ]
+            _quiet_stage(args, plan, figures)
+            _storm_stage(engine.address[len("unix:") :], plan, times, figures)
             time.sleep(2.0)
-            rss_after = rss_bytes()
-            partitions = engine.state.totals()["partitions_ok"]
-            heap = engine.heap
+            figures.rss_after = rss_bytes()
+            figures.partitions = engine.state.totals()["partitions_ok"]
+            figures.heap = engine.heap
         finally:
-            rss_series = series.stop()
+            figures.rss_series = series.stop()
+            figures.rss_every = series.every
             engine.stop("soak bench done")
             engine.close()
-    drift = (rss_late - rss_early) / rss_early
+    return figures
+
+
+def _quiet_stage(args: argparse.Namespace, plan: SoakPlan, figures: SoakFigures) -> None:
+    """RSS early and late in the quiet stage (and what grew between, with tracemalloc)."""
+    time.sleep(plan.early_s)
+    figures.rss_early = rss_bytes()
+    traced = tracemalloc.take_snapshot() if args.tracemalloc else None
+    time.sleep(plan.quiet_s - plan.early_s)
+    figures.rss_late = rss_bytes()
+    if traced is not None:
+        figures.grown = tracemalloc.take_snapshot().compare_to(traced, "lineno")[:15]
+        tracemalloc.stop()
+
+
+def _storm_stage(path: str, plan: SoakPlan, times: PartitionTimes, figures: SoakFigures) -> None:
+    """The connect/close bursts, each after a quiet window: partition times compared."""
+    quiet_spans: list[tuple[float, float]] = []
+    storm_spans: list[tuple[float, float]] = []
+    cycles, rounds = plan.cycles, plan.rounds
+    for r in range(rounds):
+        start = time.monotonic()
+        time.sleep(plan.window_s)
+        quiet_spans.append((start, time.monotonic()))
+        start = time.monotonic()
+        figures.served += storm_in_child(path, cycles // rounds + (r < cycles % rounds))
+        storm_spans.append((start, time.monotonic()))
+    figures.quiet_ms = times.median_of(quiet_spans)
+    figures.storm_ms = times.median_of(storm_spans)
+    figures.storm_s = sum(b - a for a, b in storm_spans)
+    figures.rounds_ratio = [
+        (times.median(*s) or 0) / (times.median(*q) or 1) - 1
+        for q, s in zip(quiet_spans, storm_spans, strict=True)
+    ]
+
+
+def _rows(args: argparse.Namespace, plan: SoakPlan, f: SoakFigures) -> list[tuple[str, bool]]:
+    """The three targets, each a line and whether it passed."""
+    drift = (f.rss_late - f.rss_early) / f.rss_early
+    quiet_ms, storm_ms = f.quiet_ms, f.storm_ms
     slowdown = None if not quiet_ms or not storm_ms else storm_ms / quiet_ms - 1
-    rows = [
+    unit, rounds = plan.unit, plan.rounds
+    return [
         (
-            f"RSS at {quiet_s / unit:g} {'s' if args.short else 'min'} vs "
-            f"{early_s / unit:g}: {rss_late / 2**20:.1f} vs {rss_early / 2**20:.1f} MiB "
+            f"RSS at {plan.quiet_s / unit:g} {'s' if args.short else 'min'} vs "
+            f"{plan.early_s / unit:g}: {f.rss_late / 2**20:.1f} vs {f.rss_early / 2**20:.1f} MiB "
             f"({drift:+.1%}, target within {RSS_DRIFT:.0%})",
             abs(drift) <= RSS_DRIFT,
         ),
         (
-            f"{cycles} connect/close cycles from another process in {rounds} bursts "
-            f"({served} served, {storm_s:.1f} s): "
-            f"RSS {rss_late / 2**20:.1f} -> {rss_after / 2**20:.1f} MiB "
+            f"{plan.cycles} connect/close cycles from another process in {rounds} bursts "
+            f"({f.served} served, {f.storm_s:.1f} s): "
+            f"RSS {f.rss_late / 2**20:.1f} -> {f.rss_after / 2**20:.1f} MiB "
             f"(target within {STORM_RSS_BYTES >> 20} MB)",
-            abs(rss_after - rss_late) <= STORM_RSS_BYTES,
+            abs(f.rss_after - f.rss_late) <= STORM_RSS_BYTES,
         ),
         (
             f"partition time quiet {quiet_ms or 0:.2f} ms, during the storm {storm_ms or 0:.2f} ms"
-            f" (medians over {rounds} {window_s:g}-s quiet windows and the bursts after them)"
+            f" (medians over {rounds} {plan.window_s:g}-s quiet windows and the bursts after them)"
             + (
                 f" ({slowdown:+.1%}, target within {STORM_SLOWDOWN:.0%})"
                 if slowdown is not None
@@ -300,45 +372,58 @@ def run(args: argparse.Namespace) -> int:
             slowdown is not None and slowdown <= STORM_SLOWDOWN,
         ),
     ]
+
+
+def _print(
+    out: Any, args: argparse.Namespace, f: SoakFigures, rows: list[tuple[str, bool]], took: float
+) -> None:
     print(
         f"soak: ci preset, --verify never, {'no recording' if args.no_record else 'recorded'}, "
-        f"{partitions} partitions in "
-        f"{time.monotonic() - t0:.0f} s",
+        f"{f.partitions} partitions in "
+        f"{took:.0f} s",
         file=out,
     )
     for text, ok in rows:
         print(f"  {'PASS' if ok else 'FAIL'}  {text}", file=out)
-    if traced is not None:
+    if f.grown is not None:
         print("  tracemalloc, the sites that grew most during the quiet stage:", file=out)
-        for stat in grown:
+        for stat in f.grown:
             print(f"    {stat}", file=out)
-    if args.json:
-        figures = {
-            "quiet_s": quiet_s,
-            "early_s": early_s,
-            "rss_early": rss_early,
-            "rss_late": rss_late,
-            "rss_after_storm": rss_after,
-            "rss_every_s": series.every,
-            # [seconds since the engine started, RSS, malloc in use, malloc free] (bytes)
-            "rss_series": rss_series,
-            "cycles": cycles,
-            "served": served,
-            "rounds": rounds,
-            "quiet_window_s": window_s,
-            "storm_s": round(storm_s, 3),
-            # each burst's median partition time against the quiet window before it
-            "storm_rounds_slowdown": [round(x, 4) for x in rounds_ratio],
-            "quiet_partition_ms": quiet_ms,
-            "storm_partition_ms": storm_ms,
-            "partitions": partitions,
-            # engine.run.heap: malloc_trim every heap_trim_every_s (0: off, PROVETOP_HEAP_TRIM_S)
-            "heap_trim_every_s": heap.every if heap.active else 0,
-            "heap_trims": heap.trims,
-            "heap_trim_longest_ms": round(heap.longest_ms, 3),
-            "recorded": not args.no_record,
-            "pass": [ok for _, ok in rows],
-        }
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=2)
-    return 0 if all(ok for _, ok in rows) else 1
+
+
+def _write_json(
+    path: str,
+    args: argparse.Namespace,
+    plan: SoakPlan,
+    f: SoakFigures,
+    rows: list[tuple[str, bool]],
+) -> None:
+    heap = f.heap
+    figures = {
+        "quiet_s": plan.quiet_s,
+        "early_s": plan.early_s,
+        "rss_early": f.rss_early,
+        "rss_late": f.rss_late,
+        "rss_after_storm": f.rss_after,
+        "rss_every_s": f.rss_every,
+        # [seconds since the engine started, RSS, malloc in use, malloc free] (bytes)
+        "rss_series": f.rss_series,
+        "cycles": plan.cycles,
+        "served": f.served,
+        "rounds": plan.rounds,
+        "quiet_window_s": plan.window_s,
+        "storm_s": round(f.storm_s, 3),
+        # each burst's median partition time against the quiet window before it
+        "storm_rounds_slowdown": [round(x, 4) for x in f.rounds_ratio],
+        "quiet_partition_ms": f.quiet_ms,
+        "storm_partition_ms": f.storm_ms,
+        "partitions": f.partitions,
+        # engine.run.heap: malloc_trim every heap_trim_every_s (0: off, PROVETOP_HEAP_TRIM_S)
+        "heap_trim_every_s": heap.every if heap.active else 0,
+        "heap_trims": heap.trims,
+        "heap_trim_longest_ms": round(heap.longest_ms, 3),
+        "recorded": not args.no_record,
+        "pass": [ok for _, ok in rows],
+    }
+    with open(path, "w") as fh:
+        json.dump(figures, fh, indent=2)

@@ -21,7 +21,10 @@ import itertools
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from engine.devices.cuda import CudaDevice
 
 import numpy as np
 
@@ -34,6 +37,8 @@ _ids = itertools.count(1)
 class DeviceOOM(MemoryError):
     """An allocation the device refused. Carries what a fault event needs."""
 
+    injected = False  # True on a refusal made on purpose (engine.partition.faults)
+
     def __init__(self, requested: int, pool: str, site: str, pools: dict[str, Any]) -> None:
         self.requested = requested
         self.pool = pool
@@ -43,6 +48,14 @@ class DeviceOOM(MemoryError):
             f"out of memory: {pool} allocation of {requested} bytes for {site} "
             f"(driver free {pools.get('driver_free')})"
         )
+
+
+class PhaseTimer(Protocol):
+    """Device time of one phase: ``start()`` as it begins, ``stop()`` -> milliseconds."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> float: ...
 
 
 @dataclass
@@ -136,3 +149,22 @@ class Device(ABC):
             "capacity": self.capacity,
             "modeled": self.modeled,
         }
+
+    # -- what only a device with streams has (a modeled device answers None, or nothing) ------
+
+    @property
+    def cuda(self) -> CudaDevice | None:
+        """The device's CUDA side (streams, events, the kernels' arguments), or None: on a
+        modeled device the steps that need one take the host's way."""
+        return None
+
+    def gpu_timer(self) -> PhaseTimer | None:
+        """Device time of a kernel phase, or None where the device keeps none."""
+        return None
+
+    def copy_timer(self) -> PhaseTimer | None:
+        """Device time of a phase's copies to the device, or None where it keeps none."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 (optional: a modeled device holds nothing)
+        """Give back what the device holds for the run (a real device's ballast)."""

@@ -278,6 +278,11 @@ class CudaDevice(Device):
 
     # -- streams ------------------------------------------------------------------------------
 
+    @property
+    def cuda(self) -> CudaDevice:
+        """This device is its own CUDA side (``Device.cuda``)."""
+        return self
+
     def streams(self) -> _WorkerStreams:
         """The calling thread's compute and upload streams (created on first use), with this
         device made current for the thread on every call.

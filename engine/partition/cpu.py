@@ -15,13 +15,16 @@ from engine.memory.allocator import Decision
 from engine.memory.plan import OPERAND_BYTES, MemoryPlan
 from engine.partition.ops import Attempt, PhaseTimer, WorkerScope
 from engine.spec.srs import QUERIES
-from engine.spec.workload import Witness, synthesize
+from engine.spec.workload import QuerySizes, Witness, synthesize
 from kernels.cpu.srs import check_h_identity, check_msm_identity
 from kernels.layout import fr_from_limbs, g1_from_limbs
 
 
 class CpuPartition:
-    """:class:`engine.partition.ops.PartitionOps` for the cpu backend on a modeled device."""
+    """:class:`engine.partition.ops.PartitionOps` for the cpu backend on a modeled device:
+    the steps every backend takes, and none of the optional ones (its checks run on the host
+    after the release, its H step is over when it returns, its copies are synchronous and
+    its MSMs have no copies to hide)."""
 
     # plain cudaMalloc/cudaFree, as in the seed: the modeled device's pre-stage buffers
     prestage_pool = "raw"
@@ -76,15 +79,8 @@ class CpuPartition:
         att.pinned -= chunk
         return d_a, [d_b, d_c], out[0], out[1], out[2]
 
-    def check_inputs(self, att: Attempt, a: Any, b: Any, c: Any) -> None:
-        """Never called (``checks_on_device`` is false)."""
-
     def h_step(self, a: Any, b: Any, c: Any) -> Any:
         return self.ctx.backend.h_step(a, b, c)
-
-    def h_step_done(self) -> Any:
-        """Nothing to wait for: the host's H step is over."""
-        return None
 
     def h_step_streamed(self, att: Attempt, w: Witness, plan: MemoryPlan) -> tuple[Block, Any]:
         """The modeled device's share of a streamed plan: its slots (and the one-slot plan's
@@ -104,24 +100,12 @@ class CpuPartition:
         scope.free(att, blocks[1:])
         return blocks[0], h
 
-    def take_offer(self, att: Attempt, w: Witness, handover: Any) -> None:
-        """No device copies here: a goes up in :meth:`fallback_upload`."""
-
-    def offer_h(self, att: Attempt, block: Block, h: Any, handover: Any) -> None:
-        """Nothing to offer: no pass reads H's block chunk by chunk here."""
-
-    def close_offer(self, att: Attempt) -> bool:
-        return False
-
     def msm_scalars(self, att: Attempt, w: Witness, h: Any) -> dict[str, Any]:
         """The scalars where the witness is."""
         out = host_scalars(self.ctx.sizes, w, h)
         if h is None:
             del out["h"]
         return out
-
-    def wait_for_scalars(self, query: str) -> None:
-        """Nothing in flight: the scalars are the witness's own arrays."""
 
     def msm_scratch(self, att: Attempt, nbytes: int) -> Block:
         """The planned scratch, allocated from the stream-ordered pool (the model's MSM uses
@@ -130,22 +114,6 @@ class CpuPartition:
 
     def msm(self, query: str, scalars: Any) -> Any:
         return self.ctx.backend.msm(self.ctx.srs.points[query], scalars)
-
-    def msm_together(self) -> list[str]:
-        """None: the reference MSMs have no copies to hide."""
-        return []
-
-    def msm_many(self, queries: list[str], scalars: dict[str, Any]) -> dict[str, Any]:
-        return {q: self.msm(q, scalars[q]) for q in queries}
-
-    def check_sums(self, att: Attempt, w: Witness, h: Any) -> dict[str, int]:
-        raise NotImplementedError("ops with checks_on_device provide the device sums")
-
-    def check_h(self, att: Attempt, h: Any) -> int:
-        raise NotImplementedError("ops with checks_on_device provide the device sums")
-
-    def free_scalars(self, att: Attempt) -> None:
-        """Nothing was allocated for the scalars."""
 
     def verify(self, att: Attempt, w: Witness, h: Any, results: dict[str, Any]) -> bool:
         """The checks of ``kernels.cpu.srs`` on the host (the CPU reference's speed)."""
@@ -164,13 +132,7 @@ class CpuPartition:
             ok = ok and check_msm_identity(srs.secrets(q), ks, g1_from_limbs(results[q])[0])
         return bool(ok)
 
-    def drain_uploads(self, att: Attempt) -> None:
-        """Every copy here is synchronous."""
 
-    def detach_pools(self) -> list[Any]:
-        return []
-
-
-def host_scalars(sizes: Any, w: Witness, h: Any) -> dict[str, Any]:
+def host_scalars(sizes: QuerySizes, w: Witness, h: Any) -> dict[str, Any]:
     """Each MSM's scalars: H's coefficients, and prefixes of the aux witness z."""
     return {"h": h, "l": w.z[: sizes.l], "a": w.z[: sizes.a], "b_g1": w.z[: sizes.b_g1]}

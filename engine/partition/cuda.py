@@ -24,15 +24,17 @@ CuPy fall back on the cpu ops; the timers and the MSM-scratch reservation still 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
-from engine.devices.base import Block
-from engine.devices.cuda import H2D
+from engine.devices.base import Block, Device
+from engine.devices.cuda import H2D, CudaDevice
 from engine.memory.allocator import Decision
 from engine.memory.gate import DeviceGate
+from engine.memory.handover import Handover, Offer, Taker
 from engine.memory.hostmem import witness_pool_bytes
 from engine.memory.plan import MemoryPlan
 from engine.partition.cpu import CpuPartition
+from engine.partition.cuda_backend import BoundBackend
 from engine.partition.ops import MSM_PHASES, Attempt, PhaseTimer, WorkerScope
 from engine.partition.pipeline import PartitionRunner, RunContext
 from engine.spec.srs import QUERIES
@@ -69,7 +71,7 @@ class CudaPartition:
         self.worker = scope.worker
         self.bus = scope.bus
         self.host = CpuPartition(scope)  # the steps a device without CUDA takes
-        self.real = hasattr(self.device, "kernel_args")  # a CudaDevice (tests use modeled ones)
+        self.real = self.device.cuda is not None  # a CudaDevice (tests use modeled ones)
         self.prestage_pool = self.host.prestage_pool
         self.checks_on_device = self.host.checks_on_device
         if self.real:
@@ -82,7 +84,7 @@ class CudaPartition:
             # every decision that does not fit; naive never does, so its cached blocks are the
             # phantom that refuses the stream-ordered pool.
             self.prestage_pool = "sync"
-            self.checks_on_device = True  # in the region: see PartitionRunner._attempt
+            self.checks_on_device = True  # in the region: see PartitionRunner._state
         # the H step returns once queued, on a real device (engine.memory.h_step_fence)
         self.h_step_async = self.real
         # pinned witness pools, used in turn: one, or two with --synthesis-ahead (the next
@@ -97,10 +99,25 @@ class CudaPartition:
         self._scratch: Any = None  # the one-slot plan's pinned host scratch
         # engine.memory.handover: this worker's offer of its H block to the next partition's a (as
         # giver), its claim on a neighbour's (as taker), and the claimed block once adopted
-        self._handover: Any = None
-        self._offer: Any = None
-        self._taker: Any = None
+        self._handover: Handover | None = None
+        self._offer: Offer | None = None
+        self._taker: Taker | None = None
         self._adopted: Block | None = None
+
+    @property
+    def gpu(self) -> CudaDevice:
+        """The device's CUDA side: only the steps of a real device (``real``) reach for it."""
+        cuda = self.device.cuda
+        if cuda is None:
+            raise RuntimeError(f"device {self.device.index} has no CUDA side")
+        return cuda
+
+    @property
+    def kernels(self) -> BoundBackend:
+        """The run's backend as a CUDA run binds it to this worker (``engine.run.cuda_run``:
+        its streams, the device's pool, the streamed MSMs' plan). Only the steps of a real
+        device reach for it; elsewhere the context's backend is called as it is."""
+        return cast(BoundBackend, self.ctx.backend)
 
     # -- synthesis ----------------------------------------------------------------------------
 
@@ -109,7 +126,7 @@ class CudaPartition:
             return self.host.synthesize(rng, tries)
         cfg, sizes = self.ctx.config, self.ctx.sizes
         n, m = 1 << cfg.domain_log, max(sizes.l, sizes.a, sizes.b_g1)
-        kw = self.device.kernel_args("synthesis")  # first: makes the device current here
+        kw = self.gpu.kernel_args("synthesis")  # first: makes the device current here
         depth = 2 if cfg.synthesis_ahead else 1
         if len(self._bufs) < depth:
             progress = Progress(
@@ -175,8 +192,7 @@ class CudaPartition:
         """Whether this partition copies the aux scalars to the device: not where the one
         pass reads them from the witness's pinned memory chunk by chunk
         (``BoundBackend.host_scalars``: its scalar buffers are in the pass's footprint)."""
-        pass_reads_host = getattr(getattr(self.ctx, "backend", None), "host_scalars", False)
-        return bool(self.real and w.pinned and not pass_reads_host)
+        return bool(self.real and w.pinned and not self.kernels.host_scalars)
 
     def gpu_extra(self, w: Any, prestaged: bool) -> int:
         """The ledger entry with the aux scalars' block (msm_scalars, 4.2 GB at 2^27), which
@@ -208,7 +224,7 @@ class CudaPartition:
         never released are copied here."""
         if not (self.real and w.pinned):
             return self.host.fallback_upload(att, w)
-        dev, fp = self.device, self.ctx.footprint
+        dev, gpu, fp = self.device, self.gpu, self.ctx.footprint
         free, _total = dev.mem_info()
         overlap = self.ctx.tuning.abc_overlap == "on"
         handed = self._adopt(att, w)
@@ -233,21 +249,20 @@ class CudaPartition:
             if overlap:
                 self._abc_ready["a"] = a_ready
             else:
-                dev.streams().compute.wait_event(a_ready)
+                gpu.streams().compute.wait_event(a_ready)
         if overlap:
             # the phase times a's copy; b's and c's run on the upload stream, and the H step
             # waits for each just before its own transforms (kernels.cuda.ntt.run_h_step)
-            b, self._abc_ready["b"] = dev.upload_async(w.b, blocks[1], event="abc.b")
-            c, self._abc_ready["c"] = dev.upload_async(w.c, blocks[2], event="abc.c")
+            b, self._abc_ready["b"] = gpu.upload_async(w.b, blocks[1], event="abc.b")
+            c, self._abc_ready["c"] = gpu.upload_async(w.c, blocks[2], event="abc.c")
         else:
             b = dev.upload(w.b, blocks[1], pinned=True)
             c = dev.upload(w.c, blocks[2], pinned=True)
         return blocks[0], blocks[1:], a, b, c
 
-    # -- the H block handed to the next partition's a (engine.memory.handover)
-    # ----------------------
+    # -- the H block handed to the next partition's a (engine.memory.handover) ---------------
 
-    def offer_h(self, att: Attempt, block: Block, h: Any, handover: Any) -> None:
+    def offer_h(self, att: Attempt, block: Block, h: Any, handover: Handover) -> None:
         """Before the one pass of a partition that reads H nowhere after it: offer H's block
         (d_a) to the worker waiting for the mutex, row range by row range as the pass is done
         with them. Only where H fills the block from its start (the in-place H step)."""
@@ -255,21 +270,21 @@ class CudaPartition:
             return
         rows = int(block.size) // int(h.strides[0])  # H has n - 1 rows, a has n
         for k in range(-(-int(h.shape[0]) // self._pass_chunk())):
-            self.device.event(f"handover.read.{k}")  # made now: see CudaDevice.event
+            self.gpu.event(f"handover.read.{k}")  # made now: see CudaDevice.event
         self._handover = handover
         self._offer = handover.open(block, rows)
 
     def _pass_chunk(self) -> int:
         """Points per chunk of the one pass (the plan's, else the configured one)."""
-        chunk = getattr(self.ctx.backend, "chunk", None) or self.ctx.tuning.kernels.msm_host_chunk
+        chunk = self.kernels.chunk or self.ctx.tuning.kernels.msm_host_chunk
         return max(1, int(chunk))
 
     def _rows_read(self) -> Any:
         """The one pass's ``rows_read`` for H (query 0): an event per chunk, to the offer."""
         offer, handover = self._offer, self._handover
-        if offer is None:
+        if offer is None or handover is None:
             return None
-        dev = self.device
+        dev = self.gpu
         count = [0]
 
         def read(q: int, lo: int, hi: int, stream: Any) -> None:
@@ -287,25 +302,26 @@ class CudaPartition:
         the taker (it is taken off this attempt's blocks: the driver must not free it)."""
         offer, handover = self._offer, self._handover
         self._offer = None
-        if offer is None:
+        if offer is None or handover is None:
             return False
-        final = self.device.event("handover.final")
-        final.record(self.device.streams().compute)
+        gpu = self.gpu
+        final = gpu.event("handover.final")
+        final.record(gpu.streams().compute)
         handed, wait = handover.close(offer, final)
         if handed:
             att.blocks[:] = [b for b in att.blocks if b is not offer.block]
             return True
         if wait is not None:  # a withdrawn taker's copies into the block come first
-            self.device.streams().compute.wait_event(wait)
+            gpu.streams().compute.wait_event(wait)
         return False
 
-    def take_offer(self, att: Attempt, w: Any, handover: Any) -> None:
+    def take_offer(self, att: Attempt, w: Any, handover: Handover) -> None:
         """While waiting for the mutex on the fallback path: claim the running pass's H block
         for this partition's a (``engine.memory.handover``); its copies go on this worker's upload
         stream, queued by whichever thread learns that a range is free."""
         if not (self.real and w.pinned) or self._taker is not None:
             return
-        dev = self.device
+        dev = self.gpu
         st = dev.streams()  # this thread's: the copier may run on the giver's thread
         a = w.a
         row_bytes = int(a.strides[0])
@@ -330,20 +346,22 @@ class CudaPartition:
         copy (the rows the giver's pass never released are copied now, after the giver's
         final event); None without a claim, or when the giver kept the block."""
         taker, self._taker = self._taker, None
-        if taker is None:
+        handover = self._handover
+        if taker is None or handover is None:
             return None
-        dev = self.device
+        dev = self.gpu
         st = dev.streams()
         block = taker.block
         if block is None:  # the giver kept it: stop any copies into it, wait for ours
-            self._handover.withdraw(taker, lambda: self._drained(st))
+            handover.withdraw(taker, lambda: self._drained(st))
             return None
         att.blocks.append(block)
         self._adopted = block
-        self._handover.adopted(taker)
-        gaps = taker.uncovered()
+        handover.adopted(taker)
+        gaps, copy = taker.uncovered(), taker.copy
         for lo, hi in gaps:  # the same copier, on this worker's upload stream
-            taker.copy(lo, hi, taker.final)
+            assert copy is not None  # bound when the claim met the offer
+            copy(lo, hi, taker.final)
         ready = dev.event("abc.a")
         ready.record(st.upload)
         rows = int(w.a.shape[0])
@@ -359,7 +377,7 @@ class CudaPartition:
         return block, view, ready
 
     def _drained(self, st: Any) -> Any:
-        event = self.device.event("handover.drained")
+        event = self.gpu.event("handover.drained")
         event.record(st.upload)
         return event
 
@@ -368,10 +386,11 @@ class CudaPartition:
         the giver's block; a block already handed over becomes this attempt's to free, after
         its copies."""
         taker, self._taker = self._taker, None
-        if taker is None:
+        handover = self._handover
+        if taker is None or handover is None:
             return
-        st = self.device.streams()
-        block = self._handover.withdraw(taker, lambda: self._drained(st))
+        st = self.gpu.streams()
+        block = handover.withdraw(taker, lambda: self._drained(st))
         if block is not None:
             att.blocks.append(block)
             self._adopted = block
@@ -383,7 +402,7 @@ class CudaPartition:
         order on the compute stream, and the pool must not hand them out mid-copy)."""
         ready, self._abc_ready = self._abc_ready, {}
         for event in ready.values():
-            self.device.streams().compute.wait_event(event)
+            self.gpu.streams().compute.wait_event(event)
 
     # -- the GPU region -----------------------------------------------------------------------
 
@@ -393,8 +412,9 @@ class CudaPartition:
         a*b - c would then not vanish on the domain, and no H satisfies the identity."""
 
         self._wait_for_abc()  # the check reads b and c whole
-        with self.device.dev:
-            kw = self.device.kernel_args("check_inputs")  # an OOM names the phase as its site
+        gpu = self.gpu
+        with gpu.dev:
+            kw = gpu.kernel_args("check_inputs")  # an OOM names the phase as its site
             kw["tuning"] = self.ctx.tuning.kernels
             att.abc_at_tau = cuda_check.interpolants_at(a, b, c, self.ctx.srs.tau, **kw)
 
@@ -404,7 +424,7 @@ class CudaPartition:
         if not self._abc_ready:
             return self.ctx.backend.h_step(a, b, c)
         ready, self._abc_ready = self._abc_ready, {}
-        return self.ctx.backend.h_step(a, b, c, ready=ready)
+        return self.kernels.h_step(a, b, c, ready=ready)
 
     def h_step_done(self) -> Any:
         """This thread's event ``h_step.done``, recorded after the H step's kernels on the
@@ -412,8 +432,9 @@ class CudaPartition:
         keeps the record it was queued against)."""
         if not self.real:
             return None
-        event = self.device.event("h_step.done")
-        event.record(self.device.streams().compute)
+        gpu = self.gpu
+        event = gpu.event("h_step.done")
+        event.record(gpu.streams().compute)
         return event
 
     def h_step_streamed(self, att: Attempt, w: Any, plan: MemoryPlan) -> tuple[Block, Any]:
@@ -423,19 +444,19 @@ class CudaPartition:
         trims CuPy's pool, where it lived."""
         if not (self.real and w.pinned):
             return self.host.h_step_streamed(att, w, plan)
-        dev, fp, scope = self.device, self.ctx.footprint, self.scope
+        dev, gpu, fp, scope = self.device, self.gpu, self.ctx.footprint, self.scope
         n = 1 << self.ctx.config.domain_log
         free = self._room(plan.slots * fp.u + fp.margin)
         reason = f"the H step through {plan.name}, a, b, c one at a time from the pinned pool"
         decision = Decision("fallback", reason, free=free, margin=fp.margin)
         scope.alloc_event(att, "h_slots", "async", plan.slots * fp.u, decision)
         blocks = [scope.malloc(att, fp.u, "async", "h_slots") for _ in range(plan.slots)]
-        cupy = dev.cupy
+        cupy = gpu.cupy
         slots = [cupy.ndarray((n, 4), dtype=cupy.uint64, memptr=b.handle) for b in blocks]
         scratch = self._host_scratch(n) if plan.slots == 1 else None
         self.ctx.sample(dev)
-        with dev.dev:
-            h, released = self.ctx.backend.h_step_streamed(
+        with gpu.dev:
+            h, released = self.kernels.h_step_streamed(
                 w.a, w.b, w.c, slots, scratch=scratch, release_twiddles=plan.release_tables
             )
         del slots
@@ -478,16 +499,16 @@ class CudaPartition:
         if h is not None and self.msm_together():
             # the one pass copies z itself, after H's first chunks (msm_many's prelude), so
             # that H's first chunks do not share the link with 4.2 GB of scalars
-            z = self.device.cupy.ndarray(w.z.shape, dtype=w.z.dtype, memptr=blk.handle)
+            z = self.gpu.cupy.ndarray(w.z.shape, dtype=w.z.dtype, memptr=blk.handle)
             self._z_pending = (w.z, z)
         else:
-            z, self._z_ready = self.device.upload_async(w.z, blk)
+            z, self._z_ready = self.gpu.upload_async(w.z, blk)
         out = {"l": z[: s.l], "a": z[: s.a], "b_g1": z[: s.b_g1]}
         return out if h is None else {"h": h, **out}
 
     def wait_for_scalars(self, query: str) -> None:
         if query != "h" and self._z_ready is not None:  # msm_h overlaps the scalar upload
-            self.device.streams().compute.wait_event(self._z_ready)
+            self.gpu.streams().compute.wait_event(self._z_ready)
             self._z_ready = None
 
     def msm_scratch(self, att: Attempt, nbytes: int) -> Block:
@@ -503,8 +524,10 @@ class CudaPartition:
     def msm_together(self) -> list[str]:
         """The streamed queries, H first, where the device's plan runs them in one pass
         (``engine.memory.stream_plan.plan_with_window``)."""
-        together = getattr(self.ctx.backend, "together", None)
-        return list(together) if (self.real and together) else []
+        if not self.real:
+            return []
+        together = self.kernels.together
+        return list(together) if together else []
 
     def msm_many(self, queries: list[str], scalars: dict[str, Any]) -> dict[str, Any]:
         """One interleaved pass. The aux scalars go up inside it, on its copy stream after
@@ -518,7 +541,7 @@ class CudaPartition:
         extra = {}
         if queries and queries[0] == "h" and self._offer is not None:
             extra["rows_read"] = self._rows_read()
-        out = self.ctx.backend.msm_many(
+        out = self.kernels.msm_many(
             points, [scalars[q] for q in queries], ready=ready, prelude=prelude, **extra
         )
         if any(q != "h" for q in queries):
@@ -528,8 +551,9 @@ class CudaPartition:
     def check_h(self, att: Attempt, h: Any) -> int:
         """<h, tau^i> from H's device copy, before a plan with the aux scalars after H gives
         H's memory back."""
-        with self.device.dev:
-            kw = self.device.kernel_args("check_sums")
+        gpu = self.gpu
+        with gpu.dev:
+            kw = gpu.kernel_args("check_sums")
             kw["tuning"] = self.ctx.tuning.kernels
             return cuda_check.dot_powers(h, self.ctx.srs.tau, **kw)
 
@@ -538,18 +562,18 @@ class CudaPartition:
         pass over the *host* z: the scalars as the witness holds them, not the device copy
         the MSMs read, so a wrong scalar upload fails the check too."""
 
-        srs, sizes = self.ctx.srs, self.ctx.sizes
+        srs, sizes, gpu = self.ctx.srs, self.ctx.sizes.as_dict(), self.gpu
         aux = ("l", "a", "b_g1")
-        terms = [(srs.sigmas[q], getattr(sizes, q)) for q in aux]
-        with self.device.dev:
-            kw = self.device.kernel_args("check_sums")
+        terms = [(srs.sigmas[q], sizes[q]) for q in aux]
+        with gpu.dev:
+            kw = gpu.kernel_args("check_sums")
             kw["tuning"] = self.ctx.tuning.kernels
             sums = {} if h is None else {"h": cuda_check.dot_powers(h, srs.tau, **kw)}
             sums.update(zip(aux, cuda_check.dot_powers_prefixes(w.z, terms, **kw), strict=True))
         return sums
 
     def free_scalars(self, att: Attempt) -> None:
-        blk = getattr(att, "scalars_block", None)
+        blk = att.scalars_block
         if blk is not None:
             self.scope.free(att, blk)
             att.scalars_block = None
@@ -587,10 +611,10 @@ class CudaPartition:
         if adopted is not None and not adopted.freed:
             # an adopted block goes back in the order of the giver's stream (where it was
             # allocated), which knows nothing of this worker's kernels and copies on it
-            self.device.streams().compute.synchronize()
+            self.gpu.streams().compute.synchronize()
         if self._z_ready is not None:
             z_ready, self._z_ready = self._z_ready, None
-            self.device.streams().compute.wait_event(z_ready)
+            self.gpu.streams().compute.wait_event(z_ready)
 
 
 class CudaPartitionRunner(PartitionRunner):
@@ -600,7 +624,7 @@ class CudaPartitionRunner(PartitionRunner):
     def __init__(
         self,
         ctx: RunContext,
-        device: Any,
+        device: Device,
         worker: int,
         mutex: threading.Lock,
         gate: DeviceGate | None = None,

@@ -9,9 +9,13 @@ buffers: the footprint the allocator plans for).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernels.cuda.msm import INTERLEAVE_BUFFERS, INTERLEAVE_LEAD, companion_window_cap
+
+if TYPE_CHECKING:
+    from engine.devices.cuda import CudaDevice
+    from kernels.cuda.backend import CudaBackend
 
 
 class BoundBackend:
@@ -19,8 +23,8 @@ class BoundBackend:
 
     def __init__(
         self,
-        backend: Any,
-        device: Any,
+        backend: CudaBackend,
+        device: CudaDevice,
         window_max: int | None = None,
         together: list[str] | None = None,
         chunk: int | None = None,

@@ -32,7 +32,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from engine.devices.base import DeviceOOM
+from engine.devices.base import Block, Device, DeviceOOM, PhaseTimer
+from engine.devices.cuda import CudaDevice
+from engine.partition.context import Emit
 from engine.partition.pipeline import PartitionFailed
 from recordings.schema import PHASES
 
@@ -161,7 +163,7 @@ class FaultInjector:
         self._counts: dict[tuple[str, str], int] = {}
         self._killed: set[int] = set()
         self.fired: list[str] = []  # what fired, in order (for tests and the final report)
-        self._emit: Any = None
+        self._emit: Emit | None = None
         self.ntt_bytes = 0  # what the H step's NTT scratch would ask for (set by the engine)
 
     @classmethod
@@ -171,7 +173,7 @@ class FaultInjector:
             return None
         return cls(parse_spec(spec), spec.strip())
 
-    def bind(self, emit: Any) -> None:
+    def bind(self, emit: Emit) -> None:
         """``emit(kind, **fields)``: the bus's emit."""
         self._emit = emit
 
@@ -187,7 +189,7 @@ class FaultInjector:
 
     # -- hooks --------------------------------------------------------------------------------
 
-    def on_alloc(self, device: Any, nbytes: int, pool: str, site: str) -> None:
+    def on_alloc(self, device: Device, nbytes: int, pool: str, site: str) -> None:
         """Before an allocation at ``site``: raise an injected :class:`DeviceOOM` when due."""
         wanted = [f for f in self.faults if f.kind == "alloc" and f.target == site]
         if not wanted:
@@ -196,14 +198,16 @@ class FaultInjector:
         if any(f.count == n for f in wanted):
             self._record(f"alloc:{site}:{n}")
             exc = DeviceOOM(int(nbytes), pool, site, device.sample())
-            exc.injected = True  # type: ignore[attr-defined]
+            exc.injected = True
             exc.args = (f"{exc} (injected: allocation {n} at {site})",)
             raise exc
 
-    def on_phase(self, phase: str, device: Any, where: dict[str, int]) -> None:
+    def on_phase(self, phase: str, device: Device, where: dict[str, int]) -> None:
         """As ``phase`` starts (``where``: proof, partition, worker, device)."""
         for f in self.faults:
-            if f.kind == "kill" and f.phase == phase and where.get("worker") == f.count:
+            if f.kind != "kill" or f.count is None:
+                continue
+            if f.phase == phase and where.get("worker") == f.count:
                 with self._lock:
                     if f.count in self._killed:
                         continue
@@ -252,25 +256,77 @@ class FaultInjector:
             return True
         return False
 
-    def wrap_device(self, device: Any) -> FaultyDevice:
+    def wrap_device(self, device: Device) -> FaultyDevice:
         return FaultyDevice(device, self)
 
 
-class FaultyDevice:
+class FaultyDevice(Device):
     """A device whose ``malloc`` and ``pin`` pass through the injector first; everything else
-    is the wrapped device's (so the pool counters stay the real ones)."""
+    is the wrapped device's (so the pool counters stay the real ones): the interface's members
+    by name, and any other attribute (a CUDA device's NVML handle) through ``__getattr__``."""
 
-    def __init__(self, inner: Any, injector: FaultInjector) -> None:
+    def __init__(self, inner: Device, injector: FaultInjector) -> None:
         self._inner = inner
         self._injector = injector
 
-    def malloc(self, nbytes: int, pool: str, site: str) -> Any:
+    def malloc(self, nbytes: int, pool: str, site: str) -> Block:
         self._injector.on_alloc(self._inner, nbytes, pool, site)
         return self._inner.malloc(nbytes, pool, site)
 
     def pin(self, nbytes: int) -> None:
         self._injector.on_alloc(self._inner, nbytes, "host", "host_register")
         self._inner.pin(nbytes)
+
+    def unpin(self, nbytes: int) -> None:
+        self._inner.unpin(nbytes)
+
+    def free(self, block: Block) -> None:
+        self._inner.free(block)
+
+    def synchronize(self) -> None:
+        self._inner.synchronize()
+
+    def trim(self, pools: tuple[str, ...] = ("async", "sync")) -> int:
+        return self._inner.trim(pools)
+
+    def mem_info(self) -> tuple[int, int]:
+        return self._inner.mem_info()
+
+    def sample(self) -> dict[str, Any]:
+        return self._inner.sample()
+
+    def upload(
+        self,
+        host: Any,
+        block: Block,
+        *,
+        offset: int = 0,
+        chunk: int | None = None,
+        pinned: bool = False,
+    ) -> Any:
+        return self._inner.upload(host, block, offset=offset, chunk=chunk, pinned=pinned)
+
+    def download(self, array: Any) -> Any:
+        return self._inner.download(array)
+
+    def round(self, nbytes: int) -> int:
+        return self._inner.round(nbytes)
+
+    def describe(self) -> dict[str, Any]:
+        return self._inner.describe()
+
+    @property
+    def cuda(self) -> CudaDevice | None:
+        return self._inner.cuda
+
+    def gpu_timer(self) -> PhaseTimer | None:
+        return self._inner.gpu_timer()
+
+    def copy_timer(self) -> PhaseTimer | None:
+        return self._inner.copy_timer()
+
+    def close(self) -> None:
+        self._inner.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -1,12 +1,16 @@
-"""What a backend does to one partition: the steps, as one documented interface.
+"""What a backend does to one partition: the steps, as documented interfaces.
 
-Why a protocol: the order of a partition (phases, the mutex, the pre-stage decision, faults,
-the retry) is the same on every backend and lives in one driver, ``engine.partition.pipeline``; only
-*how* some steps are carried out differs. :class:`PartitionOps` names those steps, and each
-backend implements them once: ``engine.partition.cpu`` (the cpu backend on the modeled device)
-and ``engine.partition.cuda`` (CuPy and our kernels on a real device). The driver calls the
-steps in pipeline order and never asks which implementation it has; an implementation never
-calls back into the driver, it acts through the :class:`WorkerScope` the driver lends it.
+Why protocols: the order of a partition (phases, the mutex, the pre-stage decision, faults,
+the retry) is the same on every backend and lives in one driver, ``engine.partition.pipeline``;
+only *how* some steps are carried out differs. :class:`PartitionOps` names the steps every
+backend takes, and each backend implements them once: ``engine.partition.cpu`` (the cpu
+backend on the modeled device) and ``engine.partition.cuda`` (CuPy and our kernels on a real
+device). Steps only a device with streams has (checks in the region, the H-step fence, the
+H block's hand-over, the one pass, copies in flight, pinned pools) are protocols of their own
+that a backend implements or leaves out: the driver asks once (:class:`OptionalSteps`) and runs
+the partition without those it lacks, so no backend answers a step with a no-op. The driver
+never asks which implementation it has; an implementation never calls back into the driver,
+it acts through the :class:`WorkerScope` the driver lends it.
 
 Who emits what: the driver emits every ``phase_begin``/``phase_end``, ``mutex`` and
 ``partition_done`` event and the ``fault`` of a failed step; a step emits only ``alloc``
@@ -19,12 +23,29 @@ exception: the driver turns both into the attempt's fault and its retry.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from engine.devices.base import Block, Device, DeviceOOM
+from engine.devices.base import Block, Device, DeviceOOM, PhaseTimer
 from engine.memory.allocator import Decision
+from engine.memory.handover import Handover
 from engine.memory.plan import MemoryPlan
+from engine.partition.context import RunContext
 from engine.spec.workload import Witness
+
+__all__ = [
+    "MSM_PHASES",
+    "AsyncCopies",
+    "Attempt",
+    "DeviceChecks",
+    "FenceSteps",
+    "HandoverSteps",
+    "OnePass",
+    "OptionalSteps",
+    "PartitionOps",
+    "PhaseTimer",
+    "PinnedPools",
+    "WorkerScope",
+]
 
 # The phase of each query's MSM, in pipeline order (``engine.spec.srs.QUERIES``).
 MSM_PHASES = {"h": "msm_h", "l": "msm_l", "a": "msm_a", "b_g1": "msm_b_g1"}
@@ -60,8 +81,8 @@ class WorkerScope:
     coordinates; the driver and the ops both act through this one object, so an ``alloc``
     event or a ``fault`` looks the same whichever of them made it."""
 
-    def __init__(self, ctx: Any, device: Device, worker: int) -> None:
-        self.ctx = ctx  # engine.partition.pipeline.RunContext
+    def __init__(self, ctx: RunContext, device: Device, worker: int) -> None:
+        self.ctx = ctx
         self.device = device
         self.worker = worker
         self.bus = ctx.bus
@@ -114,7 +135,7 @@ class WorkerScope:
         )
 
     def fault_oom(self, att: Attempt, exc: DeviceOOM) -> None:
-        injected = {"injected": True} if getattr(exc, "injected", False) else {}
+        injected = {"injected": True} if exc.injected else {}
         self.bus.emit(
             "fault",
             kind="registration" if exc.site == "host_register" else "oom",
@@ -128,19 +149,16 @@ class WorkerScope:
         self.ctx.sample(self.device)
 
 
-class PhaseTimer(Protocol):
-    """Device time of one phase: ``start()`` as it begins, ``stop()`` -> milliseconds."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> float: ...
-
-
 class PartitionOps(Protocol):
-    """The steps of one partition that depend on the backend, in the order the driver
-    (``engine.partition.pipeline.PartitionRunner``) calls them. One instance per worker, built from
-    its
-    :class:`WorkerScope`; it may keep state across that worker's partitions (pinned pools)."""
+    """The steps of one partition that every backend takes, in the order the driver
+    (``engine.partition.pipeline.PartitionRunner``) calls them. One instance per worker, built
+    from its :class:`WorkerScope`; it may keep state across that worker's partitions.
+
+    Steps that only some backends have are optional protocols of their own
+    (:class:`DeviceChecks`, :class:`FenceSteps`, :class:`HandoverSteps`, :class:`OnePass`,
+    :class:`AsyncCopies`, :class:`PinnedPools`): the driver asks once which of them the ops
+    take (:class:`OptionalSteps`) and runs the partition without the others, so a backend
+    implements only the steps it has."""
 
     prestage_pool: str
     """Where the pre-stage buffers (d_a, d_bc) come from: ``raw`` (plain cudaMalloc/cudaFree,
@@ -149,18 +167,21 @@ class PartitionOps(Protocol):
 
     checks_on_device: bool
     """Whether a checked partition's sums are taken on the device inside its own GPU region
-    (phases ``check_inputs`` and ``check_sums``); else the host checks everything after the
-    release, from H's coefficients."""
+    (phases ``check_inputs`` and ``check_sums``: the ops then implement
+    :class:`DeviceChecks`); else the host checks everything after the release, from H's
+    coefficients."""
 
     h_step_async: bool
     """Whether :meth:`h_step` returns once the step is queued on a device, so a neighbour's
-    synthesis can wait for :meth:`h_step_done`'s marker there (``engine.memory.h_step_fence``)."""
+    synthesis can wait for its marker there (the ops then implement :class:`FenceSteps`;
+    ``engine.memory.h_step_fence``)."""
 
     def synthesize(self, rng: Any, tries: int = 0, after: Any = None) -> Witness:
         """The partition's witness from its ``rng`` (phase ``synthesis``). ``tries`` counts
         earlier refusals of device memory: the driver pauses and asks again, and a device
         witness is then made in smaller chunks; the same witness must come out. ``after``:
-        another worker's :meth:`h_step_done` marker that the device work waits for."""
+        another worker's H-step marker (:meth:`FenceSteps.h_step_done`) that the device work
+        waits for."""
         ...
 
     def phase_timer(self, phase: str) -> PhaseTimer | None:
@@ -185,19 +206,9 @@ class PartitionOps(Protocol):
         try's blocks and may try again)."""
         ...
 
-    def check_inputs(self, att: Attempt, a: Any, b: Any, c: Any) -> None:
-        """A checked partition's sums of a, b, c (into ``att.abc_at_tau``), before the H step
-        overwrites them (phase ``check_inputs``; only with ``checks_on_device``)."""
-        ...
-
     def h_step(self, a: Any, b: Any, c: Any) -> Any:
         """H's coefficients from a, b, c (phase ``h_step``); H stays on the device for
         ``msm_h`` and the check."""
-        ...
-
-    def h_step_done(self) -> Any:
-        """A marker that completes when the H step just queued is done (a CUDA event on the
-        compute stream), or None where :meth:`h_step` returned only at its end."""
         ...
 
     def h_step_streamed(self, att: Attempt, w: Witness, plan: MemoryPlan) -> tuple[Block, Any]:
@@ -207,40 +218,11 @@ class PartitionOps(Protocol):
         holding H, H)."""
         ...
 
-    def take_offer(self, att: Attempt, w: Witness, handover: Any) -> None:
-        """On the fallback path, before waiting for the mutex: claim the running pass's H
-        block for this partition's a (``engine.memory.handover``); :meth:`fallback_upload` adopts
-        it. A backend without device copies ignores it."""
-        ...
-
-    def offer_h(self, att: Attempt, block: Block, h: Any, handover: Any) -> None:
-        """Before the one pass of a partition that reads H nowhere after it: offer H's block
-        to the next partition's a, rows as the pass is done with them."""
-        ...
-
-    def close_offer(self, att: Attempt) -> bool:
-        """The region ends (or the attempt fails): True when the offered block now belongs
-        to the taker, and is no longer this attempt's to free."""
-        ...
-
     def msm_scalars(self, att: Attempt, w: Witness, h: Any) -> dict[str, Any]:
         """Each MSM's scalars as the MSMs read them: H (unless ``h`` is None: a plan that
         puts the aux scalars up only after H's memory is given back), and prefixes of the aux
-        witness z (a device copy may be started here; :meth:`wait_for_scalars` orders it)."""
-        ...
-
-    def msm_together(self) -> list[str]:
-        """The queries whose MSMs run in one interleaved pass (H first; phase
-        ``msm_interleaved``), or none: each in its own phase."""
-        ...
-
-    def msm_many(self, queries: list[str], scalars: dict[str, Any]) -> dict[str, Any]:
-        """The MSMs of ``queries`` in one pass (:meth:`msm_together`), results by query."""
-        ...
-
-    def wait_for_scalars(self, query: str) -> None:
-        """Called before each MSM's phase begins: the MSM of ``query`` may only start once
-        its scalars are on the device."""
+        witness z (a device copy may be started here: :meth:`AsyncCopies.wait_for_scalars`
+        orders it)."""
         ...
 
     def msm_scratch(self, att: Attempt, nbytes: int) -> Block:
@@ -253,26 +235,95 @@ class PartitionOps(Protocol):
         ``msm_b_g1``); the result may stay on the device until ``copy_back``."""
         ...
 
-    def check_sums(self, att: Attempt, w: Witness, h: Any) -> dict[str, int]:
-        """A checked partition's sums after its MSMs, for :meth:`verify`: each query's
-        <scalars, secrets> (phase ``check_sums``; only with ``checks_on_device``); H's only
-        when ``h`` is not None (else :meth:`check_h` took it)."""
-        ...
-
-    def check_h(self, att: Attempt, h: Any) -> int:
-        """A checked partition's <h, tau^i> taken before H's memory is given back (a plan with
-        the aux scalars after H; phase ``check_sums``; only with ``checks_on_device``)."""
-        ...
-
-    def free_scalars(self, att: Attempt) -> None:
-        """Give back what :meth:`msm_scalars` allocated (at ``copy_back``, inside the
-        region)."""
-        ...
-
     def verify(self, att: Attempt, w: Witness, h: Any, results: dict[str, Any]) -> bool:
         """The exact identities of a checked partition (phase ``verify``, after the release,
         outside the mutex): the H step, then every MSM. ``h`` is H's host copy, or None when
         the device summed it."""
+        ...
+
+
+@runtime_checkable
+class DeviceChecks(Protocol):
+    """A checked partition's sums taken on the device inside its own region (ops with
+    ``checks_on_device``): taken outside it, they ran beside another worker's MSMs."""
+
+    def check_inputs(self, att: Attempt, a: Any, b: Any, c: Any) -> None:
+        """A, B, C at tau from a, b, c (into ``att.abc_at_tau``), before the H step
+        overwrites them (phase ``check_inputs``)."""
+        ...
+
+    def check_h(self, att: Attempt, h: Any) -> int:
+        """<h, tau^i>, taken before H's memory is given back (H's block handed over, or a
+        plan with the aux scalars after H; phase ``check_sums``)."""
+        ...
+
+    def check_sums(self, att: Attempt, w: Witness, h: Any) -> dict[str, int]:
+        """Each query's <scalars, secrets> after the MSMs, for ``verify`` (phase
+        ``check_sums``); H's only when ``h`` is not None (else :meth:`check_h` took it)."""
+        ...
+
+
+@runtime_checkable
+class FenceSteps(Protocol):
+    """The H step's marker for the fence (ops with ``h_step_async``,
+    ``engine.memory.h_step_fence``): a neighbour's synthesis, queued on the device, waits for
+    it instead of starting its launches beside the holder's host steps."""
+
+    def h_step_done(self) -> Any:
+        """A marker that completes when the H step just queued is done (a CUDA event on the
+        compute stream), or None when there is nothing to wait for."""
+        ...
+
+
+@runtime_checkable
+class HandoverSteps(Protocol):
+    """H's block handed to the next partition's a (``engine.memory.handover``): the taker's
+    a goes up into the rows the giver's MSM pass has finished reading, while it waits for the
+    mutex."""
+
+    def take_offer(self, att: Attempt, w: Witness, handover: Handover) -> None:
+        """On the fallback path, before waiting for the mutex: claim the running pass's H
+        block for this partition's a; ``fallback_upload`` adopts it."""
+        ...
+
+    def offer_h(self, att: Attempt, block: Block, h: Any, handover: Handover) -> None:
+        """Before the one pass of a partition that reads H nowhere after it: offer H's block
+        to the next partition's a, rows as the pass is done with them."""
+        ...
+
+    def close_offer(self, att: Attempt) -> bool:
+        """The region ends (or the attempt fails): True when the offered block now belongs
+        to the taker, and is no longer this attempt's to free."""
+        ...
+
+
+@runtime_checkable
+class OnePass(Protocol):
+    """Streamed MSMs run in one interleaved pass (phase ``msm_interleaved``), their copies
+    hidden under H's sums."""
+
+    def msm_together(self) -> list[str]:
+        """The queries of the one pass (H first), or none: each MSM in its own phase."""
+        ...
+
+    def msm_many(self, queries: list[str], scalars: dict[str, Any]) -> dict[str, Any]:
+        """The MSMs of ``queries`` in one pass, results by query."""
+        ...
+
+
+@runtime_checkable
+class AsyncCopies(Protocol):
+    """Copies that run on a stream beside the kernels (the aux scalars' upload, b and c
+    under the H step, a hand-over's rows): the driver orders each MSM after its scalars and
+    drains them before it frees anything they write into."""
+
+    def wait_for_scalars(self, query: str) -> None:
+        """Before each MSM's phase begins: the MSM of ``query`` may only start once its
+        scalars are on the device."""
+        ...
+
+    def free_scalars(self, att: Attempt) -> None:
+        """Give back what ``msm_scalars`` allocated (at ``copy_back``, inside the region)."""
         ...
 
     def drain_uploads(self, att: Attempt) -> None:
@@ -281,7 +332,42 @@ class PartitionOps(Protocol):
         free anything itself."""
         ...
 
+
+@runtime_checkable
+class PinnedPools(Protocol):
+    """Host buffers that live as long as the worker (pinned witness pools)."""
+
     def detach_pools(self) -> list[Any]:
         """The worker-lifetime host buffers, handed over when the worker stops (the run
         frees them at its close); the ops keep none."""
         ...
+
+
+@dataclass(frozen=True)
+class OptionalSteps:
+    """Which optional steps a worker's ops take, asked once when its driver is built; each
+    is the ops themselves, typed as that protocol, or None."""
+
+    checks: DeviceChecks | None = None
+    fence: FenceSteps | None = None
+    handover: HandoverSteps | None = None
+    one_pass: OnePass | None = None
+    copies: AsyncCopies | None = None
+    pools: PinnedPools | None = None
+
+    @classmethod
+    def of(cls, ops: PartitionOps) -> OptionalSteps:
+        """The optional steps of ``ops``. A flag that promises steps the ops lack
+        (``checks_on_device``, ``h_step_async``) is refused here, not mid-partition."""
+        if ops.checks_on_device and not isinstance(ops, DeviceChecks):
+            raise TypeError(f"{type(ops).__name__}: checks_on_device without DeviceChecks")
+        if ops.h_step_async and not isinstance(ops, FenceSteps):
+            raise TypeError(f"{type(ops).__name__}: h_step_async without FenceSteps")
+        return cls(
+            checks=ops if ops.checks_on_device and isinstance(ops, DeviceChecks) else None,
+            fence=ops if ops.h_step_async and isinstance(ops, FenceSteps) else None,
+            handover=ops if isinstance(ops, HandoverSteps) else None,
+            one_pass=ops if isinstance(ops, OnePass) else None,
+            copies=ops if isinstance(ops, AsyncCopies) else None,
+            pools=ops if isinstance(ops, PinnedPools) else None,
+        )

@@ -10,30 +10,39 @@ the engine synchronises and trims the device.
 
 What differs between backends is *how* a step is carried out: the driver calls the steps of
 :class:`engine.partition.ops.PartitionOps` (``engine.partition.cpu`` on the cpu backend,
-``engine.partition.cuda`` on a GPU) and never asks which implementation it has.
+``engine.partition.cuda`` on a GPU), and the optional ones the ops take (asked once, when
+the driver is built); it never asks which implementation it has. An attempt takes one of
+three paths, chosen from the device's plan and the pre-stage decision (:meth:`_path`), each
+one short method over the same named steps: pre-staged (a, b, c up before the mutex),
+fallback (under it) and streamed (through the plan's slots, inside the H step).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from engine.devices.base import Device, DeviceOOM
-from engine.memory.allocator import Decision, Footprint
+from engine.devices.base import Block, Device, DeviceOOM
+from engine.memory.allocator import Decision
 from engine.memory.gate import DeviceGate
-from engine.memory.plan import RESIDENT, MemoryPlan
+from engine.partition.context import RunContext
 from engine.partition.cpu import CpuPartition
-from engine.partition.ops import MSM_PHASES, Attempt, PartitionOps, WorkerScope
-from engine.settings.config import EngineConfig
-from engine.settings.tuning import Tuning
-from engine.spec.srs import QUERIES, Srs
-from engine.spec.workload import QuerySizes, Witness, partition_rng
+from engine.partition.ops import (
+    MSM_PHASES,
+    Attempt,
+    DeviceChecks,
+    HandoverSteps,
+    OnePass,
+    OptionalSteps,
+    PartitionOps,
+    WorkerScope,
+)
+from engine.spec.srs import QUERIES
+from engine.spec.workload import Witness, partition_rng
 
 __all__ = [
     "MSM_PHASES",
@@ -47,26 +56,6 @@ __all__ = [
 ]
 
 
-@dataclass
-class RunContext:
-    """What every partition of a run shares (read-only for the pipeline, except controls)."""
-
-    config: EngineConfig
-    backend: Any
-    srs: Srs
-    sizes: QuerySizes
-    footprint: Footprint
-    policy: Any
-    bus: Any
-    controls: Any  # engine.telemetry.control.Controls
-    sample: Any  # callable(device) -> None: emit a memory sample now
-    faults: Any = None  # engine.partition.faults.FaultInjector, or None (no injection)
-    tuning: Tuning = field(default_factory=Tuning)  # the run's PROVETOP_* settings
-    plan: MemoryPlan = RESIDENT  # how the device's memory is used (engine.memory.plan)
-    # True once the run is stopping: the start-up steps (the SRS on CUDA) end between chunks
-    stopping: Callable[[], bool] = lambda: False
-
-
 SKIP_WAIT_S = 120.0  # longest a skipped pre-stage waits for its neighbours' pre-stages
 # A synthesis refused device memory tries this many times in all, pausing 0.5 s, then 1 s: a
 # neighbour's fallback under the mutex holds the card for about one GPU region (~1.6 s at 2^27)
@@ -74,16 +63,15 @@ SYNTH_OOM_TRIES = 3
 SYNTH_OOM_PAUSE_S = 0.5
 # A fallback refused its a, b, c (policy.fallback_tries > 1) pauses 0.5, 1, 2 s between tries,
 # holding the mutex: 3.5 s outlast what a neighbour does on the device outside the mutex at 2^27
-# (its exact check ~0.2 s, its next synthesis 0.6-2.1 s; bench/notes/pipeline.md, 2026-11-29).
-# On the H200 at 16 GiB such a neighbour's live blocks kept a stream-ordered pool chunk from
+# (its exact check ~0.2 s, its next synthesis 0.6-2.1 s; bench/notes/pipeline.md, 2026-11-29;
+# CUDA"). On the H200 at 16 GiB such a neighbour's live blocks kept a stream-ordered pool chunk from
 # being reused: 5.5 GB reserved and unused, and the fallback's third 4 GiB array refused.
 FALLBACK_OOM_PAUSE_S = 0.5
 
 
 # The longest a worker that took the mutex back waits for the other worker's region when it
-# has handed that worker its H block (engine.memory.handover): that worker is already waiting for
-# the
-# mutex, so it comes within a thread switch; a worker that died never comes.
+# has handed that worker its H block (engine.memory.handover): that worker is already waiting
+# for the mutex, so it comes within a thread switch; a worker that died never comes.
 HANDOVER_WAIT_S = 2.0
 
 
@@ -111,6 +99,31 @@ class PartitionResult:
     attempts: int
 
 
+@dataclass
+class _AttemptState:
+    """One attempt's arrays and blocks between the steps of its path. A field is cleared
+    where the step that last reads it ends: CuPy frees device memory with its last
+    reference, and a view kept here would keep its block reserved."""
+
+    att: Attempt
+    w: Witness
+    retry: bool
+    checks: DeviceChecks | None = None  # this partition's device checks, if it has them
+    host_check: bool = False  # checked on the host, from H's coefficients, after the release
+    d_a: Block | None = None  # a's block, then H's
+    d_bc: Block | list[Block] | None = None  # b's and c's
+    a: Any = None
+    b: Any = None
+    c: Any = None
+    h: Any = None
+    scalars: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    h_sum: int | None = None  # <h, tau^i>, where it was taken before H's block went back
+    h_host: Any = None  # H's host copy, where it was taken before H's block went back
+    held: bool = False  # the device mutex
+    t_acquired: int = 0
+
+
 class PartitionRunner:
     """Runs partitions for one worker (``worker`` is its index within ``device``), calling the
     backend's steps through ``ops`` (:class:`engine.partition.ops.PartitionOps`; a factory taking
@@ -133,11 +146,13 @@ class PartitionRunner:
         self.bus = ctx.bus
         self.scope = WorkerScope(ctx, device, worker)
         self.ops: PartitionOps = ops(self.scope)
+        self.steps = OptionalSteps.of(self.ops)  # asked once: the paths run without the rest
 
     def detach_pools(self) -> list[Any]:
         """The worker's pinned pools, handed to the run when the worker stops
-        (``engine.run.cuda_run.CudaRun.retire``)."""
-        return self.ops.detach_pools()
+        (``engine.run.cuda_run.CudaRun.retire``); none where the ops keep none."""
+        pools = self.steps.pools
+        return pools.detach_pools() if pools is not None else []
 
     # -- the whole partition ------------------------------------------------------------------
 
@@ -165,27 +180,29 @@ class PartitionRunner:
     def complete(self, prep: Prepared) -> PartitionResult:
         """Everything after synthesis: the attempt, and on failure the retry."""
         att, witness = prep.att, prep.witness
-        proof, partition = att.proof, att.partition
+        if witness is None:  # the synthesis failed: nothing to attempt, nothing to retry
+            failure = prep.failure or PartitionFailed("synthesis: no witness", False)
+            self._done(att, ok=False, failure=str(failure), will_retry=False)
+            return PartitionResult(False, None, 1)
         try:
-            if prep.failure is not None:
-                raise prep.failure
             self._attempt(att, witness, retry=False)
             self._done(att, ok=True)
             return PartitionResult(True, att.verified, 1)
         except PartitionFailed as exc:
-            retry = witness is not None
-            self._done(att, ok=False, failure=str(exc), will_retry=retry)
-            if not retry:
-                return PartitionResult(False, None, 1)
-        att2 = Attempt(proof, partition, 1)
+            self._done(att, ok=False, failure=str(exc), will_retry=True)
+        return self._retry(att, witness)
+
+    def _retry(self, failed: Attempt, witness: Witness) -> PartitionResult:
+        """The second attempt, on the fallback path, once the device has recovered."""
+        att = Attempt(failed.proof, failed.partition, 1)
         self.gate.begin_recovery()
         try:
             self._recover()
-            self._attempt(att2, witness, retry=True)
-            self._done(att2, ok=True)
-            return PartitionResult(True, att2.verified, 2)
+            self._attempt(att, witness, retry=True)
+            self._done(att, ok=True)
+            return PartitionResult(True, att.verified, 2)
         except PartitionFailed as exc:
-            self._done(att2, ok=False, failure=str(exc), will_retry=False)
+            self._done(att, ok=False, failure=str(exc), will_retry=False)
             self._recover()
             return PartitionResult(False, None, 2)
         finally:
@@ -228,190 +245,335 @@ class PartitionRunner:
                 raise PartitionFailed(f"synthesis: {type(exc).__name__}: {exc}", False) from None
         raise AssertionError("unreachable")
 
-    # -- one attempt --------------------------------------------------------------------------
+    # -- one attempt ------------------------------------------------------------------------
 
     def _attempt(self, att: Attempt, w: Witness, retry: bool) -> None:
-        dev, fp, ops, scope = self.device, self.ctx.footprint, self.ops, self.scope
-        plan = self.ctx.plan
-        held = False
-        t_acquired = 0
+        """One attempt: the pre-stage decision, the path it picks (:meth:`_path`), the mutex
+        given back, the check and the release. Any failure becomes the attempt's ``fault``
+        and a :class:`PartitionFailed`; whatever it held goes back either way."""
+        st = self._state(att, w, retry)
         try:
-            with self._phase(att, "prestage"), self.gate.decide:
-                if retry:
-                    decision = Decision("fallback", "retry on the fallback path after a failure")
-                elif plan.streamed:  # this device's memory has no room for a, b, c at once
-                    decision = Decision("fallback", f"memory plan {plan.reason}")
-                else:
-                    forced = self.ctx.controls.is_forced(dev.index)
-                    reserved = self.gate.reserved_by_others(self.worker)
-                    decision = self.ctx.policy.prestage(dev, fp, forced, reserved)
-                    if decision.status == "ok":
-                        att.holds_prestage = self.gate.try_prestage()
-                        if not att.holds_prestage:
-                            reason = self.gate.refusal
-                            decision = Decision("skip", reason, decision.free, decision.margin)
-                att.prestage, att.prestage_reason = decision.status, decision.reason
-                att.forced = decision.forced
-                scope.alloc_event(att, "prestage", ops.prestage_pool, fp.prestage, decision)
-                if decision.status == "ok":
-                    dev.pin(w.abc_bytes)  # cudaHostRegister of a, b, c for async upload
-                    att.pinned += w.abc_bytes
-                    how = (
-                        "a, b, c already in the worker's pinned pool"
-                        if w.pinned
-                        else "register a, b, c for the upload stream"
-                    )
-                    pinned = Decision("ok", how)
-                    scope.alloc_event(att, "host_register", "host", w.abc_bytes, pinned)
-                    d_a = scope.malloc(att, fp.u, ops.prestage_pool, "prestage")
-                    d_bc = scope.malloc(att, 2 * fp.u, ops.prestage_pool, "prestage")
-                    self.ctx.sample(dev)
-                self.gate.commit(self.worker, ops.gpu_extra(w, decision.status == "ok"))
-            prestaged = att.prestage == "ok"
-            if prestaged:
-                with self._phase(att, "upload"):
-                    a = dev.upload(w.a, d_a, pinned=w.pinned)
-                    b = dev.upload(w.b, d_bc, pinned=w.pinned)
-                    c = dev.upload(w.c, d_bc, offset=int(w.b.nbytes), pinned=w.pinned)
-            if not (prestaged or plan.streamed or retry) and self._hands_over():
-                # a from the pinned pool into the running pass's H block (engine.memory.handover)
-                ops.take_offer(att, w, self.gate.handover)
-            with self._phase(att, "mutex_wait"):
-                t0 = time.monotonic_ns()
-                if att.prestage == "skip":
-                    # Memory was short: the fallback's working set (a, b, c under the mutex)
-                    # may only fit once the neighbours' pre-staged buffers are gone. Taking
-                    # the mutex before them OOMed every such partition on a 16 GiB H200.
-                    self.gate.wait_no_prestage(SKIP_WAIT_S)
-                self.gate.h_step.want(self.worker)
-                self.mutex.acquire()
-                held = True
-                self._let_the_taker_first()
-                self.gate.h_step.acquired(self.worker, self._fences() and not plan.streamed)
-                t_acquired = time.monotonic_ns()
-                att.wait_ns = t_acquired - t0
-                self._mutex_event(att, "acquire", t_acquired)
-            if not (prestaged or plan.streamed):
-                with self._phase(att, "fallback_upload"):
-                    # the pre-stage blocks a neighbour (or this worker) gave back while this
-                    # one waited sit in the caching pool, and the CUDA ops' pinned fallback
-                    # takes a, b, c from the stream-ordered pool without a policy trim
-                    self._reclaim_cache(att, 3 * fp.u + fp.margin, "prestage")
-                    d_a, d_bc, a, b, c = self._fallback_upload_tries(att, w)
-            # A checked partition's device sums run inside its own region. Taken outside
-            # (during its upload, after its release) they ran beside another worker's MSMs
-            # and stretched them by ~200 ms (H200, bench/notes/pipeline.md, b8f7d46).
-            device_check = ops.checks_on_device and self._verifies(att)
-            host_check = self._verifies(att) and not device_check
-            if device_check:
-                with self._phase(att, "check_inputs"):
-                    if plan.streamed:  # from the witness: a, b, c never sit on the device
-                        ops.check_inputs(att, w.a, w.b, w.c)
-                    else:
-                        ops.check_inputs(att, a, b, c)
-            with self._phase(att, "h_step"):
-                if plan.streamed:
-                    d_a, h = ops.h_step_streamed(att, w, plan)
-                    a = None
-                else:
-                    h = ops.h_step(a, b, c)  # stays on the device for msm_h
-                    self.gate.h_step.queued(self.worker, ops.h_step_done())
-                    del b, c
-                    scope.free(att, d_bc)
-            if prestaged:
-                self._reclaim_cache(att, ops.region_need(w), "msm_scratch")
-            results: dict[str, np.ndarray] = {}
-            h_sum: int | None = None
-            h_host: Any = None
-            if plan.z_with_h:
-                scalars = ops.msm_scalars(att, w, h)
-            else:  # the aux scalars go up only once H's block is free (below, before msm_l)
-                scalars = {"h": h}
-            together = ops.msm_together() if plan.z_with_h else []
-            if together and not (host_check or plan.streamed) and self._hands_over():
-                if device_check:  # H's check sum first: nothing reads H after the pass
-                    with self._phase(att, "check_sums"):
-                        h_sum = ops.check_h(att, h)
-                # the next partition's a may take H's rows as the pass finishes with them
-                ops.offer_h(att, d_a, h, self.gate.handover)
-            if together:  # the streamed MSMs in one pass: copies hidden under H's sums
-                with self._phase(att, "msm_interleaved"):
-                    scratch = ops.msm_scratch(att, fp.together or fp.msm_max)
-                    results.update(ops.msm_many(together, scalars))
-                    scope.free(att, scratch)
-            for q in QUERIES:
-                if q in results:
-                    continue
-                if q not in scalars:  # the aux scalars go up where H was (engine.memory.plan)
-                    if device_check:
-                        with self._phase(att, "check_sums"):
-                            h_sum = ops.check_h(att, h)
-                    elif host_check:
-                        h_host = dev.download(h)
-                    # every view of H goes before its block: CuPy frees the memory with the
-                    # last reference, and the aux scalars are to be allocated in its place
-                    scalars = h = a = None
-                    scope.free(att, d_a)
-                    scalars = ops.msm_scalars(att, w, None)
-                ops.wait_for_scalars(q)
-                with self._phase(att, MSM_PHASES[q]):
-                    scratch = ops.msm_scratch(att, fp.msm[q])
-                    res = ops.msm(q, scalars[q])
-                    results[q] = res
-                    scope.free(att, scratch)
-            if device_check:
-                with self._phase(att, "check_sums"):
-                    att.device_sums = ops.check_sums(att, w, h if h_sum is None else None)
-                    if h_sum is not None:
-                        att.device_sums["h"] = h_sum
-            with self._phase(att, "copy_back"):
-                results = {q: dev.download(r) for q, r in results.items()}
-                # H leaves the device only for a host check: its copy dies with d_a below
-                if h is not None:
-                    h = dev.download(h) if host_check else None
-                else:
-                    h = h_host
-                # the last views of d_a and the scalars: a stream-ordered block (fallback path)
-                # goes back to the pool only when no array refers to it, and ``a`` otherwise
-                # kept d_a's 4 GiB (2^27) reserved through verify, outside the mutex
-                del scalars, a
-                if not ops.close_offer(att):  # else H's block is now the next partition's a
-                    scope.free(att, d_a)
-                ops.free_scalars(att)
-                self._prestage_done(att)
-                self.gate.uncommit(self.worker)
-            t_release = time.monotonic_ns()
-            att.hold_ns = t_release - t_acquired
-            held = False
-            self.gate.h_step.released(self.worker)
-            self.mutex.release()
-            self._mutex_event(att, "release", t_release)
-            self.ctx.sample(dev)
-            if self._verifies(att):  # Python on the GIL: after the next holder's host steps
-                self._after_the_h_step()
-            with self._phase(att, "verify"):
-                att.verified = ops.verify(att, w, h, results) if self._verifies(att) else None
+            self._prestage(st)
+            self._path(att)(st)
+            self._end_region(st)
+            self._verify(st)
             with self._phase(att, "release"):
                 self._release(att)
         except DeviceOOM as exc:
             if exc.site == "prestage" and att.prestage == "ok":
                 att.prestage = "fallback"
                 att.prestage_reason = f"{exc.pool} allocation of {exc.requested} bytes refused"
-            scope.fault_oom(att, exc)
+            self.scope.fault_oom(att, exc)
             raise PartitionFailed(f"OOM: {exc}", oom=True) from None
         except PartitionFailed:
             raise
         except Exception as exc:
-            scope.fault_exception(att, exc)
+            self.scope.fault_exception(att, exc)
             raise PartitionFailed(f"{type(exc).__name__}: {exc}", oom=False) from None
         finally:
-            self.gate.h_step.released(self.worker)  # also a want that never got the mutex
-            if held:
-                t_release = time.monotonic_ns()
-                att.hold_ns = t_release - t_acquired
-                self.mutex.release()
-                self._mutex_event(att, "release", t_release)
-            self._release(att)
+            self._after_attempt(st)
+
+    def _path(self, att: Attempt) -> Callable[[_AttemptState], None]:
+        """The attempt's way through the device: streamed where the device's plan has no room
+        for a, b, c at once, else pre-staged or fallback as the pre-stage decided."""
+        if self.ctx.plan.streamed:
+            return self._streamed
+        return self._prestaged if att.prestage == "ok" else self._fallback
+
+    # -- the three paths ----------------------------------------------------------------------
+
+    def _prestaged(self, st: _AttemptState) -> None:
+        """a, b, c went up outside the mutex, into the buffers the pre-stage allocated."""
+        self._upload(st)
+        self._acquire(st, fenced=self._fences())
+        self._check_inputs(st, st.a, st.b, st.c)
+        self._h_step(st)
+        self._reclaim_cache(st.att, self.ops.region_need(st.w), "msm_scratch")
+        self._msms(st, offer=True)
+        self._check_sums(st)
+        self._copy_back(st)
+
+    def _fallback(self, st: _AttemptState) -> None:
+        """a, b, c go up under the mutex (a early, into the previous partition's H block,
+        where the ops hand it over)."""
+        self._take_offer(st)
+        self._acquire(st, fenced=self._fences())
+        self._fallback_upload(st)
+        self._check_inputs(st, st.a, st.b, st.c)
+        self._h_step(st)
+        self._msms(st, offer=True)
+        self._check_sums(st)
+        self._copy_back(st)
+
+    def _streamed(self, st: _AttemptState) -> None:
+        """a, b, c never sit on the device together: the H step takes them from the witness
+        one at a time, through the plan's slots (``engine.memory.plan``)."""
+        self._acquire(st, fenced=False)
+        self._check_inputs(st, st.w.a, st.w.b, st.w.c)
+        self._h_step_streamed(st)
+        self._msms(st, offer=False)
+        self._check_sums(st)
+        self._copy_back(st)
+
+    # -- the steps of the paths ---------------------------------------------------------------
+
+    def _state(self, att: Attempt, w: Witness, retry: bool) -> _AttemptState:
+        """A fresh attempt's state. A checked partition's device sums run inside its own
+        region: taken outside (during its upload, after its release) they ran beside another
+        worker's MSMs and stretched them by ~200 ms (H200, docs/performance-notes.md, "Engine
+        on CUDA")."""
+        checked = self._verifies(att)
+        checks = self.steps.checks if checked else None
+        return _AttemptState(att, w, retry, checks=checks, host_check=checked and checks is None)
+
+    def _prestage(self, st: _AttemptState) -> None:
+        """Phase ``prestage``, one worker at a time: the decision and its ``alloc`` event, an
+        ``ok`` partition's buffers, and the ledger entry of what its region may still take."""
+        att, w, fp = st.att, st.w, self.ctx.footprint
+        with self._phase(att, "prestage"), self.gate.decide:
+            decision = self._decide(att, st.retry)
+            att.prestage, att.prestage_reason = decision.status, decision.reason
+            att.forced = decision.forced
+            self.scope.alloc_event(att, "prestage", self.ops.prestage_pool, fp.prestage, decision)
+            if decision.status == "ok":
+                self._prestage_buffers(st)
+            self.gate.commit(self.worker, self.ops.gpu_extra(w, decision.status == "ok"))
+
+    def _decide(self, att: Attempt, retry: bool) -> Decision:
+        """The pre-stage decision: a retry and a streamed plan take no pre-stage; else the
+        policy decides, and an ``ok`` the gate refuses (a recovery, a waiting fallback) is a
+        ``skip``."""
+        plan = self.ctx.plan
+        if retry:
+            return Decision("fallback", "retry on the fallback path after a failure")
+        if plan.streamed:  # this device's memory has no room for a, b, c at once
+            return Decision("fallback", f"memory plan {plan.reason}")
+        forced = self.ctx.controls.is_forced(self.device.index)
+        reserved = self.gate.reserved_by_others(self.worker)
+        decision = self.ctx.policy.prestage(self.device, self.ctx.footprint, forced, reserved)
+        if decision.status == "ok":
+            att.holds_prestage = self.gate.try_prestage()
+            if not att.holds_prestage:
+                return Decision("skip", self.gate.refusal, decision.free, decision.margin)
+        return decision
+
+    def _prestage_buffers(self, st: _AttemptState) -> None:
+        """An ``ok`` partition's host registration and device buffers (d_a, d_bc)."""
+        att, w, fp, dev = st.att, st.w, self.ctx.footprint, self.device
+        dev.pin(w.abc_bytes)  # cudaHostRegister of a, b, c for async upload
+        att.pinned += w.abc_bytes
+        how = (
+            "a, b, c already in the worker's pinned pool"
+            if w.pinned
+            else "register a, b, c for the upload stream"
+        )
+        self.scope.alloc_event(att, "host_register", "host", w.abc_bytes, Decision("ok", how))
+        st.d_a = self.scope.malloc(att, fp.u, self.ops.prestage_pool, "prestage")
+        st.d_bc = self.scope.malloc(att, 2 * fp.u, self.ops.prestage_pool, "prestage")
+        self.ctx.sample(dev)
+
+    def _upload(self, st: _AttemptState) -> None:
+        """Phase ``upload`` (pre-staged): a, b, c into d_a and d_bc, outside the mutex."""
+        w, dev = st.w, self.device
+        assert isinstance(st.d_a, Block) and isinstance(st.d_bc, Block)  # the pre-stage's
+        with self._phase(st.att, "upload"):
+            st.a = dev.upload(w.a, st.d_a, pinned=w.pinned)
+            st.b = dev.upload(w.b, st.d_bc, pinned=w.pinned)
+            st.c = dev.upload(w.c, st.d_bc, offset=int(w.b.nbytes), pinned=w.pinned)
+
+    def _take_offer(self, st: _AttemptState) -> None:
+        """Before waiting for the mutex (fallback, first attempt): a from the pinned pool into
+        the running pass's H block (``engine.memory.handover``)."""
+        handover = self._handover()
+        if handover is not None and not st.retry:
+            handover.take_offer(st.att, st.w, self.gate.handover)
+
+    def _acquire(self, st: _AttemptState, fenced: bool) -> None:
+        """Phase ``mutex_wait``: the device mutex, and the ``mutex`` event with the wait.
+        ``fenced``: a neighbour's synthesis waits for this region's H step to be queued."""
+        att = st.att
+        with self._phase(att, "mutex_wait"):
+            t0 = time.monotonic_ns()
+            if att.prestage == "skip":
+                # Memory was short: the fallback's working set (a, b, c under the mutex)
+                # may only fit once the neighbours' pre-staged buffers are gone. Taking
+                # the mutex before them OOMed every such partition on a 16 GiB H200.
+                self.gate.wait_no_prestage(SKIP_WAIT_S)
+            self.gate.h_step.want(self.worker)
+            self.mutex.acquire()
+            st.held = True
+            if self.steps.handover is not None:
+                self._let_the_taker_first()
+            self.gate.h_step.acquired(self.worker, fenced)
+            st.t_acquired = time.monotonic_ns()
+            att.wait_ns = st.t_acquired - t0
+            self._mutex_event(att, "acquire", st.t_acquired)
+
+    def _fallback_upload(self, st: _AttemptState) -> None:
+        """Phase ``fallback_upload``: a, b, c on the device under the mutex."""
+        fp = self.ctx.footprint
+        with self._phase(st.att, "fallback_upload"):
+            # the pre-stage blocks a neighbour (or this worker) gave back while this
+            # one waited sit in the caching pool, and the CUDA ops' pinned fallback
+            # takes a, b, c from the stream-ordered pool without a policy trim
+            self._reclaim_cache(st.att, 3 * fp.u + fp.margin, "prestage")
+            st.d_a, st.d_bc, st.a, st.b, st.c = self._fallback_upload_tries(st.att, st.w)
+
+    def _check_inputs(self, st: _AttemptState, a: Any, b: Any, c: Any) -> None:
+        """Phase ``check_inputs`` (a partition checked on the device): A, B, C at tau."""
+        if st.checks is not None:
+            with self._phase(st.att, "check_inputs"):
+                st.checks.check_inputs(st.att, a, b, c)
+
+    def _h_step(self, st: _AttemptState) -> None:
+        """Phase ``h_step`` from a, b, c on the device; H stays there for ``msm_h``, and d_bc
+        goes back. Where the step is only queued, the fence learns of it."""
+        with self._phase(st.att, "h_step"):
+            st.h = self.ops.h_step(st.a, st.b, st.c)
+            if self.steps.fence is not None:
+                self.gate.h_step.queued(self.worker, self.steps.fence.h_step_done())
+            st.b = st.c = None
+            assert st.d_bc is not None  # the pre-stage's, or the fallback upload's
+            self.scope.free(st.att, st.d_bc)
+
+    def _h_step_streamed(self, st: _AttemptState) -> None:
+        """Phase ``h_step`` of a streamed plan: H in the block the ops return."""
+        with self._phase(st.att, "h_step"):
+            st.d_a, st.h = self.ops.h_step_streamed(st.att, st.w, self.ctx.plan)
+
+    def _msms(self, st: _AttemptState, offer: bool) -> None:
+        """The four MSMs: those of the one pass first (where the ops run one), then each
+        query left in a phase of its own. ``offer``: H's block may go to the next
+        partition's a as the pass finishes reading it (not from a streamed plan's slot)."""
+        plan, one_pass = self.ctx.plan, self.steps.one_pass
+        if plan.z_with_h:
+            st.scalars = self.ops.msm_scalars(st.att, st.w, st.h)
+        else:  # the aux scalars go up only once H's block is free (before msm_l)
+            st.scalars = {"h": st.h}
+        together = one_pass.msm_together() if one_pass is not None and plan.z_with_h else []
+        if one_pass is not None and together:
+            if offer and not st.host_check:
+                self._offer_h(st)
+            self._one_pass(st, one_pass, together)
+        for q in QUERIES:
+            if q not in st.results:
+                self._msm(st, q)
+
+    def _offer_h(self, st: _AttemptState) -> None:
+        """Before the one pass: H's check sum first (nothing reads H after the pass), then
+        H's rows offered to the next partition's a as the pass is done with them."""
+        handover = self._handover()
+        if handover is None:
+            return
+        if st.checks is not None:
+            with self._phase(st.att, "check_sums"):
+                st.h_sum = st.checks.check_h(st.att, st.h)
+        assert st.d_a is not None  # H's block, set by the H step
+        handover.offer_h(st.att, st.d_a, st.h, self.gate.handover)
+
+    def _one_pass(self, st: _AttemptState, one_pass: OnePass, together: list[str]) -> None:
+        """Phase ``msm_interleaved``: the streamed MSMs in one pass, copies hidden under H's
+        sums."""
+        fp = self.ctx.footprint
+        with self._phase(st.att, "msm_interleaved"):
+            scratch = self.ops.msm_scratch(st.att, fp.together or fp.msm_max)
+            st.results.update(one_pass.msm_many(together, st.scalars))
+            self.scope.free(st.att, scratch)
+
+    def _msm(self, st: _AttemptState, q: str) -> None:
+        """The MSM of query ``q`` in its own phase, with its planned scratch."""
+        if q not in st.scalars:  # the aux scalars go up where H was (engine.memory.plan)
+            self._scalars_after_h(st)
+        if self.steps.copies is not None:
+            self.steps.copies.wait_for_scalars(q)
+        with self._phase(st.att, MSM_PHASES[q]):
+            scratch = self.ops.msm_scratch(st.att, self.ctx.footprint.msm[q])
+            st.results[q] = self.ops.msm(q, st.scalars[q])
+            self.scope.free(st.att, scratch)
+
+    def _scalars_after_h(self, st: _AttemptState) -> None:
+        """A plan with the aux scalars after H: H's sum (device check) or host copy (host
+        check) is taken, H's block goes back, and the aux scalars go up in its place."""
+        if st.checks is not None:
+            with self._phase(st.att, "check_sums"):
+                st.h_sum = st.checks.check_h(st.att, st.h)
+        elif st.host_check:
+            st.h_host = self.device.download(st.h)
+        # every view of H goes before its block: CuPy frees the memory with the last
+        # reference, and the aux scalars are to be allocated in its place
+        st.scalars, st.h, st.a = {}, None, None
+        assert st.d_a is not None  # H's block, set by the H step
+        self.scope.free(st.att, st.d_a)
+        st.scalars = self.ops.msm_scalars(st.att, st.w, None)
+
+    def _check_sums(self, st: _AttemptState) -> None:
+        """Phase ``check_sums`` (a partition checked on the device): every query's sum."""
+        if st.checks is None:
+            return
+        att = st.att
+        with self._phase(att, "check_sums"):
+            att.device_sums = st.checks.check_sums(att, st.w, st.h if st.h_sum is None else None)
+            if st.h_sum is not None:
+                att.device_sums["h"] = st.h_sum
+
+    def _copy_back(self, st: _AttemptState) -> None:
+        """Phase ``copy_back``: the results (and, for a host check, H) to the host, then
+        d_a, the scalars, the pre-stage count and the ledger entry given back, inside the
+        region."""
+        att, dev = st.att, self.device
+        with self._phase(att, "copy_back"):
+            st.results = {q: dev.download(r) for q, r in st.results.items()}
+            # H leaves the device only for a host check: its copy dies with d_a below
+            if st.h is not None:
+                st.h = dev.download(st.h) if st.host_check else None
+            else:
+                st.h = st.h_host
+            # the last views of d_a and the scalars: a stream-ordered block (fallback path)
+            # goes back to the pool only when no array refers to it, and ``a`` otherwise
+            # kept d_a's 4 GiB (2^27) reserved through verify, outside the mutex
+            st.scalars, st.a = {}, None
+            if not self._close_offer(att):  # else H's block is now the next partition's a
+                assert st.d_a is not None  # set by every path by its H step
+                self.scope.free(att, st.d_a)
+            if self.steps.copies is not None:
+                self.steps.copies.free_scalars(att)
+            self._prestage_done(att)
+            self.gate.uncommit(self.worker)
+
+    def _close_offer(self, att: Attempt) -> bool:
+        """The region ends: True when H's block was handed to the next partition's a."""
+        handover = self.steps.handover
+        return handover is not None and handover.close_offer(att)
+
+    def _end_region(self, st: _AttemptState) -> None:
+        """The mutex given back (the ``mutex`` event stamped with the instant), a sample."""
+        t_release = time.monotonic_ns()
+        st.att.hold_ns = t_release - st.t_acquired
+        st.held = False
+        self.gate.h_step.released(self.worker)
+        self.mutex.release()
+        self._mutex_event(st.att, "release", t_release)
+        self.ctx.sample(self.device)
+
+    def _verify(self, st: _AttemptState) -> None:
+        """Phase ``verify``, outside the mutex: the exact identities of a checked partition."""
+        att = st.att
+        checked = self._verifies(att)
+        if checked:  # Python on the GIL: after the next holder's host steps
+            self._after_the_h_step()
+        with self._phase(att, "verify"):
+            att.verified = self.ops.verify(att, st.w, st.h, st.results) if checked else None
+
+    def _after_attempt(self, st: _AttemptState) -> None:
+        """Whatever the attempt's end: the fence and the mutex given back (an attempt that
+        failed inside its region still holds it), then everything it holds."""
+        self.gate.h_step.released(self.worker)  # also a want that never got the mutex
+        if st.held:
+            t_release = time.monotonic_ns()
+            st.att.hold_ns = t_release - st.t_acquired
+            self.mutex.release()
+            self._mutex_event(st.att, "release", t_release)
+        self._release(st.att)
 
     def _let_the_taker_first(self) -> None:
         """Holding the mutex: if H's block was handed to the other worker's waiting a, that
@@ -434,19 +596,25 @@ class PartitionRunner:
         """Whether a synthesis waits for the running region's H step to be queued, and with
         ``done`` finished (``engine.memory.h_step_fence``): only where the H step is queued on a
         device and returns at once."""
-        return self.ctx.tuning.synthesis_after_h != "off" and self.ops.h_step_async
+        return self.ctx.tuning.synthesis_after_h != "off" and self.steps.fence is not None
 
-    def _hands_over(self) -> bool:
-        """Whether H's block may pass to the next partition's a (``engine.memory.handover``): with
-        two workers a device, the waiting one holds the next region."""
-        return self.ctx.config.workers_per_device == 2 and self.ctx.tuning.a_handover == "on"
+    def _handover(self) -> HandoverSteps | None:
+        """The ops' hand-over steps where H's block may pass to the next partition's a
+        (``engine.memory.handover``): with two workers a device, the waiting one holds the
+        next region; else None."""
+        cfg, tuning = self.ctx.config, self.ctx.tuning
+        if cfg.workers_per_device != 2 or tuning.a_handover != "on":
+            return None
+        return self.steps.handover
 
-    def _fallback_upload_tries(self, att: Attempt, w: Witness) -> tuple:
+    def _fallback_upload_tries(
+        self, att: Attempt, w: Witness
+    ) -> tuple[Block, list[Block], Any, Any, Any]:
         """``ops.fallback_upload``, tried up to ``policy.fallback_tries`` times: after a
         refusal (an ``oom`` fault with the pool state) this try's blocks go back, the worker's
         own streams are synchronised, the pools trimmed, and it pauses before the next try.
         Each try starts from nothing, so what a refusal leaves cannot add up."""
-        tries = int(getattr(self.ctx.policy, "fallback_tries", 1))
+        tries = int(self.ctx.policy.fallback_tries)
         for k in range(tries):
             first = len(att.blocks)
             try:
@@ -495,7 +663,8 @@ class PartitionRunner:
         kernel): a pre-stage left counted would keep a neighbour's fallback waiting for
         ``SKIP_WAIT_S`` and its recovery for ten minutes."""
         try:
-            self.ops.drain_uploads(att)
+            if self.steps.copies is not None:
+                self.steps.copies.drain_uploads(att)
         finally:
             try:
                 for blk in att.blocks:
@@ -516,7 +685,7 @@ class PartitionRunner:
     # -- events -------------------------------------------------------------------------------
 
     @contextmanager
-    def _phase(self, att: Attempt, name: str):
+    def _phase(self, att: Attempt, name: str) -> Iterator[None]:
         where = self.scope.where(att)
         lane = where if att.lane is None else {**where, "worker": att.lane}
         self.bus.emit("phase_begin", **lane, phase=name)
@@ -533,11 +702,11 @@ class PartitionRunner:
             yield
             ok = True
         finally:
-            gpu = {}
+            gpu: dict[str, float] = {}
             # Only a started timer has a time: the CUDA timers re-record one pair of events per
             # thread, so stopping one that never started (a fault injected at the phase's
             # start) measured from the previous phase's start and reported that as gpu_ms.
-            if started:
+            if started and timer is not None:
                 try:
                     gpu["gpu_ms"] = timer.stop()
                 except Exception:  # a failed phase may leave its stream in error: no time

@@ -12,12 +12,14 @@ import threading
 import time
 from typing import Any
 
+from kernels.backend import KernelBackend
+
 
 class GatedBackend:
     """Delegates to ``inner``; ``h_step`` first sleeps ``delay_s`` and, when ``gate`` is set
     up with :meth:`hold`, waits until :meth:`release`. ``entered`` counts h_step calls."""
 
-    def __init__(self, inner: Any, delay_s: float = 0.0) -> None:
+    def __init__(self, inner: KernelBackend, delay_s: float = 0.0) -> None:
         self.inner = inner
         self.name = inner.name
         self.delay_s = delay_s

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from engine.devices.base import Block
+from engine.devices.base import Block, Device
 from engine.devices.cuda import CudaDevice
 from engine.memory.allocator import Footprint, LazyAwarePolicy
 from engine.memory.hostmem import (
@@ -28,22 +28,29 @@ from engine.memory.hostmem import (
 from engine.memory.plan import RESIDENT, MemoryPlan
 from engine.memory.residency import G1_AFFINE_BYTES
 from engine.memory.stream_plan import (
+    StreamPlan,
     aux_scalar_bytes,
     cuda_footprint,
     interleaved_order,
     plan_streaming,
     window_floor,
 )
+from engine.partition.context import EventBus, RunContext
 from engine.partition.cuda_backend import BoundBackend
-from engine.partition.pipeline import RunContext
+from engine.partition.pipeline import PartitionRunner
 from engine.run.cuda_srs import HostSrs, place_device_srs
 from engine.settings.tuning import DEFAULT_SWITCH_INTERVAL_S
 from engine.spec.srs import Srs
 from engine.spec.workload import FR_BYTES
 from engine.telemetry.progress import Progress
+from kernels.backend import HostStreaming, KernelBackend, WarmUp
 from kernels.cuda.host_pinned import take_fallbacks
 from kernels.cuda.msm import pass_lead
 from kernels.cuda.ntt import twiddle_bytes
+from kernels.tuning import DEFAULT_TUNING
+
+if TYPE_CHECKING:
+    from kernels.cuda.backend import CudaBackend
 
 
 class CudaRun:
@@ -74,85 +81,120 @@ class CudaRun:
         self._old_interval = sys.getswitchinterval()
         sys.setswitchinterval(switch_interval_s)
 
-    def context(self, ctx: RunContext, device: Any, workers: int) -> RunContext:
+    def context(self, ctx: RunContext, device: Device, workers: int) -> RunContext:
         """The run context for ``device``'s workers: bound backend, placed SRS, footprint
         and policy for real pools."""
+        gpu = cuda_side(device)
+        backend = cast("CudaBackend", ctx.backend)  # a CUDA run's (or a test's stand-in)
+        self._warm_up(ctx, device, gpu)
+        points, blocks, streamed = self._place_srs(ctx, device, workers)
+        chosen = self._plan(ctx, device, streamed)
+        self._keep(ctx, device, workers, chosen.plan, blocks, streamed)
+        kt = ctx.tuning.kernels
+        bound = BoundBackend(
+            backend,
+            gpu,
+            chosen.window_max,
+            interleaved_order(streamed) if chosen.together else None,
+            chosen.chunk,
+            chosen.host_scalars,
+            kt.msm_host_buffers,
+            pass_lead(kt, chosen.host_scalars),
+        )
+        srs = Srs(sigmas=ctx.srs.sigmas, sizes=ctx.srs.sizes, points=points)
+        policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy
+        return replace(
+            ctx, backend=bound, srs=srs, footprint=chosen.footprint, policy=policy, plan=chosen.plan
+        )
+
+    def _warm_up(self, ctx: RunContext, device: Device, gpu: CudaDevice) -> None:
+        """Tables outside the trimmed pool, modules compiled, before any partition (a
+        ``progress`` step of its own: minutes of NVRTC on a new machine)."""
         backend = ctx.backend
-        host_chunk = int(getattr(backend, "host_chunk", 1 << 22))
-        warm_up = getattr(backend, "warm_up", None)
-        if warm_up is not None:  # tables outside the trimmed pool; compile before partitions
-            progress = Progress(
-                ctx.bus.emit,
-                "warmup",
-                f"CUDA warm-up on device {device.index}",
-                len(backend.WARM_UP_STEPS),  # warm_up calls step() after each of them
-                "steps",
-                device=device.index,
-            )
-            with device.dev:
-                warm_up(ctx.config.domain_log, step=lambda name: progress.advance(1))
-            progress.finish()
+        if not isinstance(backend, WarmUp):
+            return
+        progress = Progress(
+            ctx.bus.emit,
+            "warmup",
+            f"CUDA warm-up on device {device.index}",
+            len(backend.WARM_UP_STEPS),  # warm_up calls step() after each of them
+            "steps",
+            device=device.index,
+        )
+        with gpu.dev:
+            backend.warm_up(ctx.config.domain_log, step=lambda name: progress.advance(1))
+        progress.finish()
+
+    def _place_srs(
+        self, ctx: RunContext, device: Device, workers: int
+    ) -> tuple[dict[str, Any], list[Block], dict[str, int]]:
+        """The SRS on ``device`` (``engine.run.cuda_srs``); the host queries from the one
+        pinned copy every device shares, made by the first device that streams them."""
         with self._lock:
             if self.host_srs is None:
+                backend = cast("CudaBackend", ctx.backend)
                 self.host_srs = HostSrs(ctx.srs, backend, ctx.tuning.kernels.pin_method)
-        points, blocks, streamed = place_device_srs(
+            host = self.host_srs
+        placed = place_device_srs(
             device,
             ctx.srs,
             ctx.footprint,
             workers,
-            host_chunk,
+            host_chunk(ctx.backend),
             ctx.bus,
-            self.host_srs,
+            host,
             ctx.stopping,
         )
-
         for line in take_fallbacks():  # the host SRS, pinned on this thread
             ctx.bus.emit(
                 "fault", kind="registration", message=line, site="host_srs", device=device.index
             )
+        return placed
+
+    def _plan(self, ctx: RunContext, device: Device, streamed: dict[str, int]) -> StreamPlan:
+        """The device's memory plan and how its streamed MSMs run; aware's plan is emitted.
+        Naive keeps the seed's path (its OOMs are the point): the floor's window, the
+        smallest bucket arrays, one query at a time."""
         sizes, kt = dict(ctx.srs.sizes), ctx.tuning.kernels
-        plan = RESIDENT
-        if ctx.policy.name == "aware":  # naive keeps the seed's path: its OOMs are the point
-            free, _total = device.mem_info()
-            z, tables = aux_scalar_bytes(ctx.sizes), twiddle_bytes(ctx.config.domain_log)
-            where = f"device {device.index}"
-            chosen = plan_streaming(free, ctx.footprint, sizes, streamed, kt, z, tables, where)
-            fp, plan = chosen.footprint, chosen.plan
-            window_max, together, chunk = chosen.window_max, chosen.together, chosen.chunk
-            host_z = chosen.host_scalars
-            emit_plan(ctx.bus, device, plan, fp, window_max, together, chunk, host_z)
-        else:  # naive: the floor's window, the smallest bucket arrays, one query at a time
+        if ctx.policy.name != "aware":
             window_max = window_floor(streamed, kt) if streamed else None
-            together, chunk, host_z = False, None, False
             fp = cuda_footprint(ctx.footprint, sizes, streamed, kt, window_max)
+            return StreamPlan(fp, RESIDENT, window_max)
+        free, _total = device.mem_info()
+        z, tables = aux_scalar_bytes(ctx.sizes), twiddle_bytes(ctx.config.domain_log)
+        where = f"device {device.index}"
+        chosen = plan_streaming(free, ctx.footprint, sizes, streamed, kt, z, tables, where)
+        emit_plan(
+            ctx.bus,
+            device,
+            chosen.plan,
+            chosen.footprint,
+            chosen.window_max,
+            chosen.together,
+            chosen.chunk,
+            chosen.host_scalars,
+        )
+        return chosen
+
+    def _keep(
+        self,
+        ctx: RunContext,
+        device: Device,
+        workers: int,
+        plan: MemoryPlan,
+        blocks: list[Block],
+        streamed: dict[str, int],
+    ) -> None:
+        """The device's SRS blocks kept for :meth:`close`, and the host check redone with
+        every device so far: a smaller card may stream queries the first one kept, and the
+        shared host SRS holds the union (the witness pools are pinned only later, at each
+        worker's first partition)."""
         with self._lock:
             if plan.slots == 1:
                 self._scratch_workers += workers
             self.blocks[device.index] = blocks
-            # after every device: a smaller card may stream queries the first one kept, and
-            # the shared host SRS holds the union (the witness pools are pinned only later,
-            # at each worker's first partition)
             self._host_streamed.update(streamed)
             self._check_host(ctx, self._host_streamed, workers)
-        srs = Srs(sigmas=ctx.srs.sigmas, sizes=ctx.srs.sizes, points=points)
-        policy = LazyAwarePolicy() if ctx.policy.name == "aware" else ctx.policy
-        return replace(
-            ctx,
-            backend=BoundBackend(
-                backend,
-                device,
-                window_max,
-                interleaved_order(streamed) if together else None,
-                chunk,
-                host_z,
-                kt.msm_host_buffers,
-                pass_lead(kt, host_z),
-            ),
-            srs=srs,
-            footprint=fp,
-            policy=policy,
-            plan=plan,
-        )
 
     def _check_host(self, ctx: RunContext, streamed: dict[str, int], workers: int) -> None:
         """Refuse (HostMemoryError) a run whose page-locked memory would not fit the host,
@@ -169,15 +211,13 @@ class CudaRun:
         if line is not None:
             raise HostMemoryError(line)
 
-    def retire(self, runner: Any) -> None:
+    def retire(self, runner: PartitionRunner) -> None:
         """Keep a stopped worker's pinned pools until :meth:`close` (see ``_retired``)."""
-        detach = getattr(runner, "detach_pools", None)
-        if detach is not None:
-            pools = detach()
-            with self._lock:
-                self._retired.extend(pools)
+        pools = runner.detach_pools()
+        with self._lock:
+            self._retired.extend(pools)
 
-    def close(self, devices: list[Any]) -> None:
+    def close(self, devices: list[Device]) -> None:
         """Free the device-resident SRS and the retired witness pools, give the ballast back,
         trim the pools."""
         import sys
@@ -188,14 +228,12 @@ class CudaRun:
         for d in devices:
             for blk in self.blocks.pop(d.index, []):
                 d.free(blk)
-            close = getattr(d, "close", None)
-            if close is not None:
-                close()
+            d.close()
 
 
 def emit_plan(
-    bus: Any,
-    device: Any,
+    bus: EventBus,
+    device: Device,
     plan: MemoryPlan,
     fp: Footprint,
     window_max: int | None = None,
@@ -238,7 +276,7 @@ def make_cuda_devices(
     capacity: int | None,
     sync_scope: str = "worker",
     priority_to: str = "synthesis",
-) -> list[Any]:
+) -> list[Device]:
     """One :class:`engine.devices.cuda.CudaDevice` per index (``--device-memory`` each).
     ``sync_scope="device"`` (``PROVETOP_SYNC_SCOPE``) makes every synchronise before a trim
     wait for the whole device (the other worker's kernels too): the variant to measure the
@@ -248,3 +286,19 @@ def make_cuda_devices(
     return [
         CudaDevice(i, capacity, sync_scope=sync_scope, priority_to=priority_to) for i in indices
     ]
+
+
+def cuda_side(device: Device) -> CudaDevice:
+    """``device``'s CUDA side: a CUDA run's devices all have one."""
+    gpu = device.cuda
+    if gpu is None:
+        raise TypeError(f"device {device.index} has no CUDA side: a CUDA run needs CUDA devices")
+    return gpu
+
+
+def host_chunk(backend: KernelBackend) -> int:
+    """Points per chunk of a query streamed from host memory: the backend's, else the
+    kernels' default (a backend that streams nothing names none)."""
+    if isinstance(backend, HostStreaming):
+        return int(backend.host_chunk)
+    return DEFAULT_TUNING.msm_host_chunk

@@ -57,6 +57,7 @@ from engine.telemetry.metrics import EngineMetrics
 from engine.telemetry.progress import Progress, Stopped
 from engine.telemetry.sampler import Sampler
 from engine.telemetry.server import ListenError, TelemetryServer, parse_listen, read_token
+from kernels.backend import KernelBackend
 from kernels.backends import BackendUnavailable, get_backend
 from provetop.base.units import fmt_bytes
 from provetop.base.version import __version__
@@ -68,6 +69,14 @@ from recordings.writer import RecordingWriter
 
 class EngineError(ValueError):
     """The engine cannot start with these settings; the message is one line."""
+
+
+def _fault_injector(spec: str | None) -> FaultInjector | None:
+    """Fault injection (``engine.partition.faults``); None unless asked for."""
+    try:
+        return FaultInjector.from_spec(spec)
+    except FaultSpecError as exc:
+        raise EngineError(str(exc)) from None
 
 
 class Engine:
@@ -91,7 +100,7 @@ class Engine:
         read_only: bool = False,
         record: str | os.PathLike[str] | None = None,
         log: Callable[[str], None] | None = None,
-        backend: Any = None,
+        backend: KernelBackend | None = None,
         inject: str | None = None,
         tuning: Tuning | None = None,
         metrics: str | None = None,
@@ -99,30 +108,17 @@ class Engine:
         self.config = config.validate()
         # the defaults, not the environment, unless the caller read it (the CLI does, once)
         self.tuning = tuning if tuning is not None else Tuning()
-        try:  # fault injection (engine.partition.faults); None unless asked for
-            self.faults = FaultInjector.from_spec(inject)
-        except FaultSpecError as exc:
-            raise EngineError(str(exc)) from None
+        self.faults = _fault_injector(inject)
         self.read_only = read_only
         self.log = log or (lambda line: None)
         self._log_given = log is not None
         self.engine_id = uuid.uuid4().hex[:16]
         self.record_path = Path(record) if record is not None else None
-        if backend is None:
-            try:
-                backend = get_backend(config.backend, tuning=self.tuning.kernels)
-            except BackendUnavailable as exc:
-                raise EngineError(f"--backend {config.backend} is not available: {exc}") from None
-        self.cuda_run = None  # engine.run.cuda_run.CudaRun on the cuda backend
-        self.backend = backend  # any KernelBackend; tests pass a wrapped one
+        self.cuda_run: cuda_run.CudaRun | None = None  # on the cuda backend
+        self.backend = backend if backend is not None else self._default_backend()
         self.sizes = query_sizes(config.domain_log)
         self.footprint = footprint(config.domain_log, self.sizes, config.prestage_margin)
-        self.devices: list[Device] = self._make_devices()
-        if config.allocator == "aware":
-            self._check_plans()
-        if self.faults is not None:
-            self.devices = [self.faults.wrap_device(d) for d in self.devices]
-            self.faults.ntt_bytes = self.footprint.u
+        self.devices: list[Device] = self._build_devices()
         self.policy = make_policy(config.allocator)
         self.controls = Controls()
         self.clock = Clock()
@@ -134,38 +130,10 @@ class Engine:
         self.scheduler = Scheduler(config.proofs, config.partitions, config.concurrency)
         self.sampler = Sampler(self.bus, self.devices, config.sample_hz, config.nvml_interval)
         self.heap = HeapTrimmer(self.tuning.heap_trim_s)  # RSS flat over a long run
-        self.metrics: EngineMetrics | None = None
+        self.metrics: EngineMetrics | None = self._build_metrics(metrics)
         self.metrics_url: str | None = None
-        if metrics is not None:  # subscribed now, before hello, so the fold sees everything
-            try:
-                self.metrics = EngineMetrics(self.bus, metrics)
-            except MetricsAddressError as exc:
-                self.bus.close()
-                raise EngineError(str(exc)) from None
-        token = None
-        if listen is not False:
-            try:
-                kind = listen if isinstance(listen, str) else None
-                if parse_listen(kind)[0] == "tcp":
-                    if not token_file:
-                        raise ListenError("--listen tcp:// needs --token-file F")
-                    token = read_token(token_file)
-                self.server: TelemetryServer | None = TelemetryServer(
-                    self.bus,
-                    self._on_frame,
-                    self._on_bad_frame,
-                    listen=kind,
-                    token=token,
-                )
-            except ListenError as exc:
-                self.bus.close()
-                raise EngineError(str(exc)) from None
-        else:
-            self.server = None
-        if self.server is not None:
-            self.server.faults = self.faults
-            self.server.accept_rate = self.tuning.accept_rate
-        self.recorder = None
+        self.server: TelemetryServer | None = self._build_server(listen, token_file)
+        self.recorder: RecordingWriter | None = None
         self.address: str | None = None
         self._run_thread: threading.Thread | None = None
         self._done = threading.Event()
@@ -177,6 +145,61 @@ class Engine:
         self.error: str | None = None
         self.record_error: str | None = None  # the recording's write error, once
         self._record_error_lock = threading.Lock()
+
+    def _default_backend(self) -> KernelBackend:
+        """The backend ``config.backend`` names (tests pass a wrapped one instead)."""
+        try:
+            return get_backend(self.config.backend, tuning=self.tuning.kernels)
+        except BackendUnavailable as exc:
+            raise EngineError(f"--backend {self.config.backend} is not available: {exc}") from None
+
+    def _build_devices(self) -> list[Device]:
+        """The run's devices, each refused before anything is made where no memory plan fits
+        one partition (aware), and wrapped for fault injection when asked for."""
+        devices = self._make_devices()
+        if self.config.allocator == "aware":
+            self._check_plans(devices)
+        if self.faults is None:
+            return devices
+        self.faults.ntt_bytes = self.footprint.u
+        return [self.faults.wrap_device(d) for d in devices]
+
+    def _build_metrics(self, address: str | None) -> EngineMetrics | None:
+        """``--metrics``: subscribed now, before hello, so the fold sees everything."""
+        if address is None:
+            return None
+        try:
+            return EngineMetrics(self.bus, address)
+        except MetricsAddressError as exc:
+            self.bus.close()
+            raise EngineError(str(exc)) from None
+
+    def _build_server(
+        self, listen: str | None | bool, token_file: str | None
+    ) -> TelemetryServer | None:
+        """The telemetry socket (none with ``listen=False``); TCP needs a token file."""
+        if listen is False:
+            return None
+        try:
+            kind = listen if isinstance(listen, str) else None
+            token = None
+            if parse_listen(kind)[0] == "tcp":
+                if not token_file:
+                    raise ListenError("--listen tcp:// needs --token-file F")
+                token = read_token(token_file)
+            server = TelemetryServer(
+                self.bus,
+                self._serve_frame,
+                self._on_bad_frame,
+                listen=kind,
+                token=token,
+            )
+        except ListenError as exc:
+            self.bus.close()
+            raise EngineError(str(exc)) from None
+        server.faults = self.faults
+        server.accept_rate = self.tuning.accept_rate
+        return server
 
     # -- construction helpers -----------------------------------------------------------------
 
@@ -204,24 +227,24 @@ class Engine:
             physical = max(DEFAULT_MODELED_MEMORY, capacity)
         return [ModeledDevice(i, capacity, physical) for i in cfg.devices]
 
-    def _check_plans(self) -> None:
+    def _check_plans(self, devices: list[Device]) -> None:
         """Refuse, before anything is made, a device on which no memory plan fits one
         partition (``engine.memory.plan``), naming the device memory that would."""
         cfg = self.config
         fp, z, tables = self.footprint, 0, 0
         if cfg.backend == "cuda":  # every query streamed: the smallest footprint
-            host_chunk = int(getattr(self.backend, "host_chunk", 1 << 22))
+            chunk = cuda_run.host_chunk(self.backend)
             fp, z, tables = startup_plan_inputs(
-                self.footprint, self.sizes, cfg.domain_log, host_chunk, self.tuning.kernels
+                self.footprint, self.sizes, cfg.domain_log, chunk, self.tuning.kernels
             )
-        for d in self.devices:
+        for d in devices:
             free, total = d.mem_info()
             # the twiddle table is not built yet (the backend's warm-up makes it)
             free = reclaimable(free, d.sample()) - tables
             try:
                 choose_plan(free, fp, z, tables, device=f"device {d.index}")
             except PlanError as exc:
-                capacity = int(getattr(d, "capacity", None) or total)
+                capacity = int(d.capacity or total)
                 need = minimum_capacity(capacity, free, fp, z, tables)
                 raise EngineError(
                     f"{exc}: use a device (or --device-memory) of at least {fmt_bytes(need)}"
@@ -389,7 +412,7 @@ class Engine:
     def _worker_target(
         self, ctx: RunContext, device: Device, w: int, mutex: threading.Lock, gate: DeviceGate
     ) -> Callable[[WorkerSlot], None]:
-        runner_cls = PartitionRunner
+        runner_cls: type[PartitionRunner] = PartitionRunner
         if self.cuda_run is not None:
             runner_cls = partition_cuda.CudaPartitionRunner
 
@@ -575,6 +598,10 @@ class Engine:
         """Run a control command in-process; returns the ``control`` acknowledgement."""
         frame = {"k": "command", "id": id, "cmd": cmd, "args": args or {}}
         return self._on_frame(frame, client)
+
+    def _serve_frame(self, frame: Any, client: str) -> None:
+        """A socket client's frame: the acknowledgement reaches it as an event."""
+        self._on_frame(frame, client)
 
     def _on_frame(self, frame: Any, client: str) -> dict[str, Any]:
         try:

@@ -33,9 +33,14 @@ def _fake_device_checks(monkeypatch) -> list[tuple[str, int, int]]:
         assert h is None  # no host copy of H when the device summed it
         return att.abc_at_tau == (1, 2, 3) and att.device_sums == {"h": 4}
 
+    def h_sum(self, att, h):  # the device checks' third step (H's sum before its block goes)
+        return 4
+
+    # the cpu ops have no device checks of their own: these are the DeviceChecks they take
     monkeypatch.setattr(CpuPartition, "checks_on_device", True)
-    monkeypatch.setattr(CpuPartition, "check_inputs", inputs)
-    monkeypatch.setattr(CpuPartition, "check_sums", sums)
+    monkeypatch.setattr(CpuPartition, "check_inputs", inputs, raising=False)
+    monkeypatch.setattr(CpuPartition, "check_h", h_sum, raising=False)
+    monkeypatch.setattr(CpuPartition, "check_sums", sums, raising=False)
     monkeypatch.setattr(CpuPartition, "verify", exact)
     return calls
 

@@ -337,6 +337,10 @@ def test_failed_attempt_orders_the_scalars_free_after_their_upload():
     class Dev:  # records calls; stands in for CudaDevice
         index = 0
 
+        @property
+        def cuda(self):  # its own CUDA side, as a CudaDevice is
+            return self
+
         def streams(self):
             return types.SimpleNamespace(compute=Stream())
 
@@ -383,6 +387,10 @@ def test_cuda_ops_hand_the_copies_in_flight_to_the_h_step_or_the_check():
     class Dev:
         index = 0
 
+        @property
+        def cuda(self):  # its own CUDA side, as a CudaDevice is
+            return self
+
         def streams(self):
             return types.SimpleNamespace(compute=Stream())
 
@@ -410,8 +418,10 @@ def test_cuda_ops_reserve_their_scalars_block_for_the_gpu_region():
 
     u, z = 4 * GiB, random.randrange(1, 5 * GiB)
     fp = Footprint(u=u, msm={"h": 3 * GiB, "l": GiB}, margin=512 << 20)
-    ctx = types.SimpleNamespace(footprint=fp, bus=None)
-    device = types.SimpleNamespace(round=lambda n: -(-n // 512) * 512)
+    ctx = types.SimpleNamespace(
+        footprint=fp, bus=None, backend=types.SimpleNamespace(host_scalars=False)
+    )
+    device = types.SimpleNamespace(round=lambda n: -(-n // 512) * 512, cuda=None)
     ops = CudaPartition(WorkerScope(ctx, device, 0))
     ops.real = True
     w = types.SimpleNamespace(pinned=True, z=types.SimpleNamespace(nbytes=z))
@@ -1431,7 +1441,11 @@ class _Corrupting:
         self.inner = CudaBackend()
         self.what = what
         self.name = "cuda"
+        # the capabilities the engine asks for (kernels.backend.HostStreaming, WarmUp) are
+        # checked on the object itself, not through __getattr__
         self.host_chunk = self.inner.host_chunk
+        self.WARM_UP_STEPS = self.inner.WARM_UP_STEPS
+        self.warm_up = self.inner.warm_up
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -50,6 +50,15 @@ def test_the_look_ahead_beside_a_host_srs_is_refused_on_a_128_gib_host_with_the_
     assert refusal(ahead, None, ahead=True) is None
 
 
+def _cuda_device(**fields):
+    """A stand-in CUDA device: its CUDA side is itself, as a CudaDevice's is."""
+    from types import SimpleNamespace
+
+    device = SimpleNamespace(**fields)
+    device.cuda = device
+    return device
+
+
 def test_the_cuda_run_refuses_before_pinning_the_witness_pools():
     import sys
     from types import SimpleNamespace
@@ -122,7 +131,7 @@ def test_the_host_check_counts_every_devices_streamed_queries(monkeypatch):
     run = CudaRun()
     try:
         for index in (0, 1):
-            run.context(ctx, SimpleNamespace(index=index), workers=2)
+            run.context(ctx, _cuda_device(index=index), workers=2)
     finally:
         run.close([])
     assert seen == [{"h": 1 << 22}, {"h": 1 << 22, "l": 1 << 22}]
@@ -138,6 +147,7 @@ def test_stopped_workers_pools_are_freed_only_at_close() -> None:
     from types import SimpleNamespace
 
     from engine.partition.cuda import CudaPartitionRunner
+    from engine.partition.pipeline import PartitionRunner
     from engine.run.cuda_run import CudaRun
 
     class Pool:
@@ -145,6 +155,7 @@ def test_stopped_workers_pools_are_freed_only_at_close() -> None:
 
     class Dev:  # a stand-in without CUDA: only the ops' pools matter here
         index = 0
+        cuda = None
 
     runner = CudaPartitionRunner(SimpleNamespace(bus=None), Dev(), 0, threading.Lock())
     pools = [Pool(), Pool()]
@@ -154,7 +165,8 @@ def test_stopped_workers_pools_are_freed_only_at_close() -> None:
     run = CudaRun()
     try:
         run.retire(runner)
-        run.retire(object())  # a runner without pools (the cpu one) is ignored
+        cpu = PartitionRunner(SimpleNamespace(bus=None), Dev(), 0, threading.Lock())
+        run.retire(cpu)  # a runner without pools (the cpu one) is ignored
         assert runner.ops._bufs == []
         del runner
         gc.collect()
@@ -207,7 +219,7 @@ def test_cuda_warm_up_reports_its_steps_as_progress(monkeypatch):
     )
     run = CudaRun()
     try:
-        run.context(ctx, SimpleNamespace(index=3, dev=contextlib.nullcontext()), workers=2)
+        run.context(ctx, _cuda_device(index=3, dev=contextlib.nullcontext()), workers=2)
     finally:
         run.close([])
     assert calls == [cfg.domain_log]

@@ -313,7 +313,13 @@ def test_msms_in_one_pass_complete_every_partition_exactly(monkeypatch):
     from recordings.state import State
     from recordings.summary import format_summary, summarize_state
 
-    monkeypatch.setattr(CpuPartition, "msm_together", lambda self: ["h", "l", "a", "b_g1"])
+    def msm_many(self, queries, scalars):
+        return {q: self.msm(q, scalars[q]) for q in queries}
+
+    # the cpu ops have no one pass of their own: this is the OnePass they take
+    together = ["h", "l", "a", "b_g1"]
+    monkeypatch.setattr(CpuPartition, "msm_together", lambda self: together, raising=False)
+    monkeypatch.setattr(CpuPartition, "msm_many", msm_many, raising=False)
     cfg = from_preset("ci", partitions=3, workers_per_device=2, allocator="aware", verify="always")
     engine, events = run_engine(cfg)
     done = [e for e in events if e["k"] == "partition_done"]

@@ -1,5 +1,6 @@
-"""The partition as a protocol: both backends implement every step, and the one driver is
-never specialised by overriding its private methods (one partition reads top to bottom in
+"""The partition as a protocol: both backends implement every step of the base protocol,
+the CUDA ops every optional one and the cpu ops none, and the one driver is never
+specialised by overriding its private methods (one partition reads top to bottom in
 ``engine/partition/pipeline.py``)."""
 
 from __future__ import annotations
@@ -10,25 +11,40 @@ import pytest
 
 from engine.partition.cpu import CpuPartition
 from engine.partition.cuda import CudaPartition, CudaPartitionRunner
-from engine.partition.ops import PartitionOps
+from engine.partition.ops import (
+    AsyncCopies,
+    DeviceChecks,
+    FenceSteps,
+    HandoverSteps,
+    OnePass,
+    PartitionOps,
+    PinnedPools,
+)
 from engine.partition.pipeline import PartitionRunner
 
+OPTIONAL = (DeviceChecks, FenceSteps, HandoverSteps, OnePass, AsyncCopies, PinnedPools)
 
-def _steps() -> dict[str, object]:
-    names = {n for n in vars(PartitionOps) if not n.startswith("_")}
-    names |= set(PartitionOps.__annotations__)
-    return {n: getattr(PartitionOps, n, None) for n in sorted(names)}
+
+def _steps(protocol: type = PartitionOps) -> dict[str, object]:
+    names = {n for n in vars(protocol) if not n.startswith("_")}
+    names |= set(getattr(protocol, "__annotations__", {}))
+    return {n: getattr(protocol, n, None) for n in sorted(names)}
+
+
+def _same_signatures(impl: type, protocol: type) -> None:
+    for name, proto in _steps(protocol).items():
+        if callable(proto):
+            got = getattr(impl, name)
+            want = [p for p in inspect.signature(proto).parameters]
+            assert [p for p in inspect.signature(got).parameters] == want, name
 
 
 @pytest.mark.parametrize("impl", [CpuPartition, CudaPartition])
 def test_each_implementation_has_every_step_with_its_signature(impl):
     steps = _steps()
-    assert {"synthesize", "h_step", "msm", "verify", "drain_uploads"} <= set(steps)
-    for name, proto in steps.items():
-        if callable(proto):
-            got = getattr(impl, name)
-            want = [p for p in inspect.signature(proto).parameters]
-            assert [p for p in inspect.signature(got).parameters] == want, name
+    assert {"synthesize", "h_step", "msm", "verify"} <= set(steps)
+    assert "drain_uploads" in _steps(AsyncCopies)  # a step of the ops with copies in flight
+    _same_signatures(impl, PartitionOps)
     # the two attributes: class-level on the cpu ops, decided per device by the cuda ops
     assert {"prestage_pool", "checks_on_device"} <= set(steps)
     assert CpuPartition.prestage_pool == "raw" and CpuPartition.checks_on_device is False
@@ -39,3 +55,10 @@ def test_the_driver_is_specialised_by_its_ops_only():
     assert issubclass(CudaPartitionRunner, PartitionRunner)
     dunders = {"__init__", "__doc__", "__module__", "__qualname__", "__firstlineno__"}
     assert set(vars(CudaPartitionRunner)) - dunders <= {"__static_attributes__"}
+
+
+def test_the_cuda_ops_take_every_optional_step_and_the_cpu_ops_none():
+    """The cpu backend implements only the steps it has: no no-op stands in for a step."""
+    for protocol in OPTIONAL:
+        _same_signatures(CudaPartition, protocol)
+        assert not any(hasattr(CpuPartition, n) for n in _steps(protocol)), protocol.__name__
