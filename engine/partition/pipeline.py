@@ -63,8 +63,8 @@ SYNTH_OOM_TRIES = 3
 SYNTH_OOM_PAUSE_S = 0.5
 # A fallback refused its a, b, c (policy.fallback_tries > 1) pauses 0.5, 1, 2 s between tries,
 # holding the mutex: 3.5 s outlast what a neighbour does on the device outside the mutex at 2^27
-# (its exact check ~0.2 s, its next synthesis 0.6-2.1 s; bench/notes/pipeline.md, 2026-11-29;
-# CUDA"). On the H200 at 16 GiB such a neighbour's live blocks kept a stream-ordered pool chunk from
+# (its exact check ~0.2 s, its next synthesis 0.6-2.1 s; bench/notes/pipeline.md, 2026-11-29).
+# On the H200 at 16 GiB such a neighbour's live blocks kept a stream-ordered pool chunk from
 # being reused: 5.5 GB reserved and unused, and the fallback's third 4 GiB array refused.
 FALLBACK_OOM_PAUSE_S = 0.5
 
@@ -320,8 +320,7 @@ class PartitionRunner:
     def _state(self, att: Attempt, w: Witness, retry: bool) -> _AttemptState:
         """A fresh attempt's state. A checked partition's device sums run inside its own
         region: taken outside (during its upload, after its release) they ran beside another
-        worker's MSMs and stretched them by ~200 ms (H200, docs/performance-notes.md, "Engine
-        on CUDA")."""
+        worker's MSMs and stretched them by ~200 ms (H200, bench/notes/pipeline.md, b8f7d46)."""
         checked = self._verifies(att)
         checks = self.steps.checks if checked else None
         return _AttemptState(att, w, retry, checks=checks, host_check=checked and checks is None)
