@@ -18,6 +18,7 @@ import numpy as np
 from kernels import layout
 from kernels.cuda import msm as cm
 from kernels.cuda import msm_fixed as mf
+from kernels.cuda import msm_plan as mp
 from kernels.cuda.runtime import require_cupy
 from kernels.cuda.srs import srs
 
@@ -39,7 +40,7 @@ def main() -> None:
     ap.add_argument("--log-sizes", default="20,24")
     ap.add_argument("--fixed-max-log", type=int, default=24)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--heads", type=int, default=cm.HEADS_MAX_CHUNKS, help="HEADS_MAX_CHUNKS")
+    ap.add_argument("--heads", type=int, default=mp.HEADS_MAX_CHUNKS, help="HEADS_MAX_CHUNKS")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     cp = require_cupy()
@@ -62,10 +63,10 @@ def main() -> None:
             outs = {}
             for _ in range(args.rounds):
                 for heads in (on, 0):
-                    cm.HEADS_MAX_CHUNKS = heads
+                    mp.HEADS_MAX_CHUNKS = heads
                     t, outs[heads] = _timed(cp, fn, reps)
                     times[heads] += t
-            cm.HEADS_MAX_CHUNKS = on
+            mp.HEADS_MAX_CHUNKS = on
             assert np.array_equal(outs[on], outs[0]), (k, name)
             marks: list = []
             fn(marks)

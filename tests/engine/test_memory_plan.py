@@ -27,8 +27,8 @@ from engine.memory_plan import (
 )
 from engine.runner import Engine, EngineError
 from engine.workload import query_sizes
-from kernels.cuda.msm import stream_window_bits
-from kernels.cuda.ntt import twiddle_bytes
+from kernels.cuda.msm_plan import stream_window_bits
+from kernels.cuda.ntt_plan import twiddle_bytes
 from kernels.tuning import DEFAULT_TUNING
 from provetop.cli import main
 from tests.engine.run_helper import run_engine
@@ -143,7 +143,7 @@ def test_a_larger_chunk_only_where_the_plan_stays_as_fast(free_gib):
     (measured -82 ms a partition against 2^22), 11 Mi with z read from host memory (-60 ms
     against 6 Mi; docs/performance-notes.md, 2026-12-02)."""
     from engine.cuda_pipeline import CHUNK_STEPS, plan_streaming
-    from kernels.cuda.msm import stream_cost
+    from kernels.cuda.msm_plan import stream_cost
 
     sizes = query_sizes(27)
     base = footprint(27, sizes)
@@ -326,7 +326,7 @@ def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(free_gi
     streamed MSMs run in one pass, no plan is slower than with z on the device, and the
     largest chunk the 16 GiB card then takes is larger."""
     from engine.cuda_pipeline import interleaved_bytes, plan_streaming
-    from kernels.cuda.msm import INTERLEAVE_BUFFERS, pass_scalar_slots
+    from kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, pass_scalar_slots
 
     sizes = query_sizes(27)
     base = footprint(27, sizes)
@@ -375,7 +375,7 @@ def test_more_pass_buffers_are_counted_and_reach_the_pass():
     """``PROVETOP_MSM_HOST_BUFFERS``: each buffer more is one more chunk of points (96 bytes a
     point) in the pass's bytes, and the bound backend hands the count to the pass."""
     from engine.cuda_pipeline import BoundBackend, interleaved_bytes
-    from kernels.cuda.msm import INTERLEAVE_BUFFERS, pass_scalar_slots
+    from kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, pass_scalar_slots
 
     sizes = query_sizes(27).as_dict()
     chunk = 6 << 20
@@ -400,7 +400,12 @@ def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
     counts the scalar buffers of the order that lead gives; ``auto`` (the default) is no lead
     where the pass reads z from host memory and five where it copies z up whole."""
     from engine.cuda_pipeline import BoundBackend, interleaved_bytes
-    from kernels.cuda.msm import HOST_SCALARS_LEAD, INTERLEAVE_LEAD, pass_lead, pass_scalar_slots
+    from kernels.cuda.msm_plan import (
+        HOST_SCALARS_LEAD,
+        INTERLEAVE_LEAD,
+        pass_lead,
+        pass_scalar_slots,
+    )
 
     assert DEFAULT_TUNING.msm_host_lead is None
     assert pass_lead(DEFAULT_TUNING, host_scalars=True) == HOST_SCALARS_LEAD == 0
