@@ -19,6 +19,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,19 @@ def _check(cp: Any, secrets: Any, scalars: Any, result: Any) -> bool:
     return g1_from_limbs(result)[0] == g1.scalar_mul(g1.GENERATOR, e)
 
 
+@dataclass
+class _Size:
+    """One size's inputs, shared by its timed call and its window sweep."""
+
+    cp: Any
+    pts: Any  # device points (None once they are streamed from host memory)
+    scalars: Any
+    n_tail: int
+    args: argparse.Namespace
+    tuning: KernelTuning
+    tracker: PeakTracker
+
+
 def _bench_size(
     cp: Any, k: int, args: argparse.Namespace, sweep: list[int], tuning: KernelTuning
 ) -> dict[str, Any] | None:
@@ -177,20 +191,21 @@ def _bench_size(
     n_tail = msm_stages.tail_count(scalars)
     c = args.window or mp.choose_window_bits(n_tail)  # what msm() itself picks
     row.update(window_bits=c, n_tail=n_tail)
-    tracker = PeakTracker(cp)
+    size = _Size(cp, pts, scalars, n_tail, args, tuning, PeakTracker(cp))
+    del pts
     if args.points == "host":
-        call = _host_call(pts, scalars, n_tail, args, tuning, tracker, row)
-        pts = None  # the device copy goes: the points are streamed
+        call = _host_call(size, row)
     elif args.points == "fixed":
         c = args.window or mf.choose_fixed_window_bits(n_tail)
-        call = _fixed_call(cp, pts, scalars, c, tuning, tracker, row)
+        call = _fixed_call(size, c, row)
         if call is None:
             return None
     else:
-        call = _device_call(pts, scalars, c, tuning, tracker, row)
+        call = _device_call(size, c, row)
     reps = args.repeats if k < 27 else max(3, args.repeats - 2)
     ms, times = _median_ms(cp, call, reps, args.warmup)
     row.update(median_ms=ms, times_ms=times, points_per_s=n / (ms * 1e-3))
+    tracker = size.tracker
     row["peak_scratch_bytes_measured"] = None if tracker.broken else tracker.peak
     row["scratch_pool_total_bytes"] = tracker.pool.total_bytes()
     if args.points in ("device", "fixed"):
@@ -199,10 +214,10 @@ def _bench_size(
         row["check"] = _check(cp, secrets, scalars, call())
     if sweep and args.points != "host" and k <= args.sweep_max_log:
         del call  # (the fixed-base table it holds: each window of the sweep builds its own)
-        timed, base = _sweep_fixed, c  # around the window timed
-        if args.points == "device":
-            timed, base = _sweep_device, mp.choose_window_bits(n_tail)  # around the rule's
-        row["sweep"] = timed(cp, pts, scalars, base, n_tail, sweep, args, tuning, tracker.pool)
+        if args.points == "fixed":
+            row["sweep"] = _sweep_fixed(size, c, sweep)  # around the window timed
+        else:
+            row["sweep"] = _sweep_device(size, mp.choose_window_bits(n_tail), sweep)
     tracker.pool.free_all_blocks()
     return row
 
@@ -222,23 +237,17 @@ def _srs_points(cp: Any, n: int, tuning: KernelTuning, row: dict[str, Any]) -> t
     return secrets, pts
 
 
-def _host_call(
-    pts: Any,
-    scalars: Any,
-    n_tail: int,
-    args: argparse.Namespace,
-    tuning: KernelTuning,
-    tracker: PeakTracker,
-    row: dict[str, Any],
-) -> Any:
-    """The timed call with the points copied into pinned host memory and streamed from
-    there, at the window msm_host_points itself picks (one bucket array for the query)."""
-    n = int(pts.shape[0])
+def _host_call(size: _Size, row: dict[str, Any]) -> Any:
+    """The timed call with the points copied into pinned host memory (their device copy
+    dropped) and streamed from there, at the window msm_host_points itself picks (one bucket
+    array for the query)."""
+    n, tuning, tracker, scalars = int(size.pts.shape[0]), size.tuning, size.tracker, size.scalars
     host = pinned_empty((n, 12), method=tuning.pin_method)
-    pts.get(out=host)
-    chunk = args.chunk or 1 << args.chunk_log
+    size.pts.get(out=host)
+    size.pts = None
+    chunk = size.args.chunk or 1 << size.args.chunk_log
     row["chunk"] = chunk
-    c = args.window or mp.stream_window_bits(n_tail, None, -(-n // chunk))
+    c = size.args.window or mp.stream_window_bits(size.n_tail, None, -(-n // chunk))
     row["window_bits"] = c
     row["scratch_bytes_model"] = mp.host_scratch_bytes(n, chunk, c, tuning=tuning)
 
@@ -250,25 +259,18 @@ def _host_call(
     return call
 
 
-def _fixed_call(
-    cp: Any,
-    pts: Any,
-    scalars: Any,
-    c: int,
-    tuning: KernelTuning,
-    tracker: PeakTracker,
-    row: dict[str, Any],
-) -> Any:
+def _fixed_call(size: _Size, c: int, row: dict[str, Any]) -> Any:
     """The timed call of the fixed-base MSM, its table built first (outside the timing), or
     None where the table does not fit (the reason on stderr)."""
-    n = int(pts.shape[0])
-    too_big = _fixed_table_too_big(cp, n, c)
+    n = int(size.pts.shape[0])
+    too_big = _fixed_table_too_big(size.cp, n, c)
     if too_big:
         print(f"bench msm: 2^{n.bit_length() - 1} skipped: {too_big}", file=sys.stderr)
         return None
-    table, build_ms = _fixed_table(cp, pts, c, tuning)
+    table, build_ms = _fixed_table(size.cp, size.pts, c, size.tuning)
     row.update(window_bits=c, table_bytes=table.nbytes, table_build_ms=build_ms)
     row["scratch_bytes_model"] = None
+    scalars, tracker, tuning = size.scalars, size.tracker, size.tuning
 
     def call(marks=None):
         return mf.msm_fixed(table, scalars, allocator=tracker, marks=marks, tuning=tuning)
@@ -276,15 +278,9 @@ def _fixed_call(
     return call
 
 
-def _device_call(
-    pts: Any,
-    scalars: Any,
-    c: int,
-    tuning: KernelTuning,
-    tracker: PeakTracker,
-    row: dict[str, Any],
-) -> Any:
+def _device_call(size: _Size, c: int, row: dict[str, Any]) -> Any:
     """The timed call of the general MSM on device points."""
+    pts, scalars, tracker, tuning = size.pts, size.scalars, size.tracker, size.tuning
     row["scratch_bytes_model"] = mp.scratch_bytes(int(pts.shape[0]), c, tuning=tuning)
 
     def call(marks=None):
@@ -293,18 +289,9 @@ def _device_call(
     return call
 
 
-def _sweep_fixed(
-    cp: Any,
-    pts: Any,
-    scalars: Any,
-    base: int,
-    n_tail: int,
-    sweep: list[int],
-    args: argparse.Namespace,
-    tuning: KernelTuning,
-    pool: Any,
-) -> dict[int, dict[str, Any]]:
+def _sweep_fixed(size: _Size, base: int, sweep: list[int]) -> dict[int, dict[str, Any]]:
     """The fixed-base MSM at windows ``base + d`` for d in ``sweep``, a table built for each."""
+    cp, pts, scalars, tuning, pool = size.cp, size.pts, size.scalars, size.tuning, size.tracker.pool
     n = int(pts.shape[0])
     out: dict[int, dict[str, Any]] = {}
     for d in sweep:
@@ -313,10 +300,10 @@ def _sweep_fixed(
             continue
         tab, bms = _fixed_table(cp, pts, cw, tuning)
         f = lambda tab=tab: mf.msm_fixed(tab, scalars, allocator=pool.malloc, tuning=tuning)  # noqa: E731
-        sms, _ = _median_ms(cp, f, max(3, args.repeats // 2), 1)
+        sms, _ = _median_ms(cp, f, max(3, size.args.repeats // 2), 1)
         out[cw] = {
             "median_ms": sms,
-            "model_cost": mf.fixed_window_cost(n_tail, cw),
+            "model_cost": mf.fixed_window_cost(size.n_tail, cw),
             "table_bytes": tab.nbytes,
             "table_build_ms": bms,
         }
@@ -325,18 +312,9 @@ def _sweep_fixed(
     return out
 
 
-def _sweep_device(
-    cp: Any,
-    pts: Any,
-    scalars: Any,
-    base: int,
-    n_tail: int,
-    sweep: list[int],
-    args: argparse.Namespace,
-    tuning: KernelTuning,
-    pool: Any,
-) -> dict[int, dict[str, Any]]:
+def _sweep_device(size: _Size, base: int, sweep: list[int]) -> dict[int, dict[str, Any]]:
     """The general MSM at windows ``base + d`` for d in ``sweep``."""
+    cp, pts, scalars, tuning, pool = size.cp, size.pts, size.scalars, size.tuning, size.tracker.pool
     n = int(pts.shape[0])
     out: dict[int, dict[str, Any]] = {}
     for d in sweep:
@@ -346,8 +324,8 @@ def _sweep_device(
         f = lambda cw=cw: cm.msm(  # noqa: E731
             pts, scalars, allocator=pool.malloc, window_bits=cw, tuning=tuning
         )
-        sms, _ = _median_ms(cp, f, max(3, args.repeats // 2), 1)
-        out[cw] = {"median_ms": sms, "model_cost": mp.window_cost(n_tail, cw)}
+        sms, _ = _median_ms(cp, f, max(3, size.args.repeats // 2), 1)
+        out[cw] = {"median_ms": sms, "model_cost": mp.window_cost(size.n_tail, cw)}
     return out
 
 

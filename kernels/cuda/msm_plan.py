@@ -480,10 +480,10 @@ def stream_cost(n: int, c: int, chunks: int = 1) -> float:
     chunk's entries reach (a bucket of B receives about n / (chunks B) of them, so it is
     reached with probability 1 - exp(-that))."""
     W, B = num_windows(c), 1 << (c - 1)
-    merges = 0.0
+    kept_adds = 0.0
     if chunks > 1:
-        merges = (chunks - 1) * W * B * -math.expm1(-n / (chunks * B))
-    return W * (MADD_MULS * n + BUCKET_MULS * B) + KEPT_MULS * merges
+        kept_adds = (chunks - 1) * W * B * -math.expm1(-n / (chunks * B))
+    return W * (MADD_MULS * n + BUCKET_MULS * B) + KEPT_MULS * kept_adds
 
 
 def stream_window_bits(n: int, window_max: int | None = None, chunks: int = 1) -> int:

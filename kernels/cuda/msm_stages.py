@@ -13,7 +13,10 @@ equal chunks of entries (so very uneven buckets cost no more than uniform ones),
 segmented reduction of the partial sums, a parallel running-sum bucket reduction per window,
 and the window combination (c doublings per window) on the host. Scalars equal to 0 are
 skipped; scalars equal to 1 go to one extra bucket, which the balanced accumulation sums like
-any other (half of a real witness lands there).
+any other (half of a real witness lands there). Affine pairing passes with a batched inversion
+over the ones (or the dense buckets) cost what the XYZZ additions they replace cost, at 3-8x
+the scratch (H200, 2026-11-29, ae63d49; docs/performance-notes.md), so the kernels' affine
+pass is not launched.
 """
 
 from __future__ import annotations
@@ -34,7 +37,11 @@ from kernels.layout import fast_int, g1_to_limbs, g1_xyzz_from_limbs
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 SOURCE = "msm/msm.cu"
-BLOCK = 256  # threads per block of the MSM's point and sort kernels
+# Threads per block of the MSM's point and sort kernels, built with the compiler's choice of
+# registers (255 in the accumulation: one block per SM). Capped at 168 registers for a third
+# block per SM (blocks of 128), the MSM was 6-8 % slower: the spills cost more than the warps
+# gained (H200, 2026-11-29, 289fd6e and 2026-12-02, 99482d4; docs/performance-notes.md).
+BLOCK = 256
 
 _lock = threading.Lock()
 _l2_cache: dict[int, int] = {}
