@@ -38,6 +38,7 @@ import numpy as np
 from engine.spec.workload import query_sizes
 from kernels.bench_meta import gpu_bench_meta
 from kernels.cuda import msm as cm
+from kernels.cuda import msm_plan as mp
 from kernels.cuda.host_pinned import pinned_empty
 from kernels.cuda.srs import srs
 from kernels.tuning import KernelTuning
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     m = max(sizes[q] for q in QUERIES if q != "h")
     z_host = pinned_empty((m, 4), method=tuning.pin_method)
     witness_z(cp, m).get(out=z_host)
-    cap_c = min(args.window, cm.COMPANION_WINDOW_MAX)
+    cap_c = min(args.window, mp.COMPANION_WINDOW_MAX)
     ctx = {
         "sizes": sizes,
         "points": points,

@@ -19,6 +19,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from kernels.cpu import g1
 from kernels.cpu.srs import R
 from kernels.cuda import msm as cm
 from kernels.cuda import msm_fixed as mf
+from kernels.cuda import msm_plan as mp
+from kernels.cuda import msm_stages
 from kernels.cuda import srs as cs
 from kernels.cuda.host_pinned import pinned_empty
 from kernels.cuda.runtime import CudaUnavailable, require_cupy
@@ -163,11 +166,64 @@ def _check(cp: Any, secrets: Any, scalars: Any, result: Any) -> bool:
     return g1_from_limbs(result)[0] == g1.scalar_mul(g1.GENERATOR, e)
 
 
+@dataclass
+class _Size:
+    """One size's inputs, shared by its timed call and its window sweep."""
+
+    cp: Any
+    pts: Any  # device points (None once they are streamed from host memory)
+    scalars: Any
+    n_tail: int
+    args: argparse.Namespace
+    tuning: KernelTuning
+    tracker: PeakTracker
+
+
 def _bench_size(
     cp: Any, k: int, args: argparse.Namespace, sweep: list[int], tuning: KernelTuning
 ) -> dict[str, Any] | None:
+    """One size's row: the SRS that makes its points, then the MSM where ``--points`` puts
+    them (None: the size was skipped, with the reason on stderr)."""
     n = 1 << k
     row: dict[str, Any] = {"log_size": k, "n": n, "scalars": args.scalars, "points": args.points}
+    secrets, pts = _srs_points(cp, n, tuning, row)
+    scalars = random_scalars(cp, n, args.scalars)
+    n_tail = msm_stages.tail_count(scalars)
+    c = args.window or mp.choose_window_bits(n_tail)  # what msm() itself picks
+    row.update(window_bits=c, n_tail=n_tail)
+    size = _Size(cp, pts, scalars, n_tail, args, tuning, PeakTracker(cp))
+    del pts
+    if args.points == "host":
+        call = _host_call(size, row)
+    elif args.points == "fixed":
+        c = args.window or mf.choose_fixed_window_bits(n_tail)
+        call = _fixed_call(size, c, row)
+        if call is None:
+            return None
+    else:
+        call = _device_call(size, c, row)
+    reps = args.repeats if k < 27 else max(3, args.repeats - 2)
+    ms, times = _median_ms(cp, call, reps, args.warmup)
+    row.update(median_ms=ms, times_ms=times, points_per_s=n / (ms * 1e-3))
+    tracker = size.tracker
+    row["peak_scratch_bytes_measured"] = None if tracker.broken else tracker.peak
+    row["scratch_pool_total_bytes"] = tracker.pool.total_bytes()
+    if args.points in ("device", "fixed"):
+        row["breakdown_ms"] = _breakdown(cp, call)
+    if args.check and k <= 22:
+        row["check"] = _check(cp, secrets, scalars, call())
+    if sweep and args.points != "host" and k <= args.sweep_max_log:
+        del call  # (the fixed-base table it holds: each window of the sweep builds its own)
+        if args.points == "fixed":
+            row["sweep"] = _sweep_fixed(size, c, sweep)  # around the window timed
+        else:
+            row["sweep"] = _sweep_device(size, mp.choose_window_bits(n_tail), sweep)
+    tracker.pool.free_all_blocks()
+    return row
+
+
+def _srs_points(cp: Any, n: int, tuning: KernelTuning, row: dict[str, Any]) -> tuple[Any, Any]:
+    """(secrets, points [s_i]G) for ``n`` random secrets, the SRS's time and rate in ``row``."""
     secrets = random_scalars(cp, n, "dense")
     cs.srs(secrets[:1024], tuning=tuning)  # the table, outside the timing
     cp.cuda.Device().synchronize()
@@ -178,100 +234,107 @@ def _bench_size(
     t1.synchronize()
     row["srs_ms"] = cp.cuda.get_elapsed_time(t0, t1)
     row["srs_points_per_s"] = n / (row["srs_ms"] * 1e-3)
-    scalars = random_scalars(cp, n, args.scalars)
-    n_tail = cm.tail_count(scalars)
-    c = args.window or cm.choose_window_bits(n_tail)  # what msm() itself picks
-    row.update(window_bits=c, n_tail=n_tail)
-    tracker = PeakTracker(cp)
-    pool = tracker.pool
-    if args.points == "host":
-        host = pinned_empty((n, 12), method=tuning.pin_method)
-        pts.get(out=host)
-        del pts
-        chunk = args.chunk or 1 << args.chunk_log
-        row["chunk"] = chunk
-        if tuning.msm_host_buckets == "chunk":  # each chunk its own MSM, its own window
-            c = args.window or cm.choose_window_bits(min(n, chunk))
-        else:  # one bucket array for the whole query: what msm_host_points itself picks
-            c = args.window or cm.stream_window_bits(n_tail, None, -(-n // chunk), tuning=tuning)
-        row.update(window_bits=c, host_buckets=tuning.msm_host_buckets)
+    return secrets, pts
 
-        def call(marks=None):
-            return cm.msm_host_points(
-                host, scalars, chunk=chunk, allocator=tracker, window_bits=c, tuning=tuning
-            )
 
-        row["scratch_bytes_model"] = cm.host_scratch_bytes(n, chunk, c, tuning=tuning)
-    elif args.points == "fixed":
-        c = args.window or mf.choose_fixed_window_bits(n_tail)
-        too_big = _fixed_table_too_big(cp, n, c)
-        if too_big:
-            print(f"bench msm: 2^{k} skipped: {too_big}", file=sys.stderr)
-            return None
-        table, build_ms = _fixed_table(cp, pts, c, tuning)
-        row.update(window_bits=c, table_bytes=table.nbytes, table_build_ms=build_ms)
+def _host_call(size: _Size, row: dict[str, Any]) -> Any:
+    """The timed call with the points copied into pinned host memory (their device copy
+    dropped) and streamed from there, at the window msm_host_points itself picks (one bucket
+    array for the query)."""
+    n, tuning, tracker, scalars = int(size.pts.shape[0]), size.tuning, size.tracker, size.scalars
+    host = pinned_empty((n, 12), method=tuning.pin_method)
+    size.pts.get(out=host)
+    size.pts = None
+    chunk = size.args.chunk or 1 << size.args.chunk_log
+    row["chunk"] = chunk
+    c = size.args.window or mp.stream_window_bits(size.n_tail, None, -(-n // chunk))
+    row["window_bits"] = c
+    row["scratch_bytes_model"] = mp.host_scratch_bytes(n, chunk, c, tuning=tuning)
 
-        def call(marks=None):
-            return mf.msm_fixed(table, scalars, allocator=tracker, marks=marks, tuning=tuning)
+    def call(marks=None):
+        return cm.msm_host_points(
+            host, scalars, chunk=chunk, allocator=tracker, window_bits=c, tuning=tuning
+        )
 
-        row["scratch_bytes_model"] = None
-    else:
+    return call
 
-        def call(marks=None):
-            return cm.msm(
-                pts, scalars, allocator=tracker, window_bits=c, marks=marks, tuning=tuning
-            )
 
-        row["scratch_bytes_model"] = cm.scratch_bytes(n, c, tuning=tuning)
-    reps = args.repeats if k < 27 else max(3, args.repeats - 2)
-    ms, times = _median_ms(cp, call, reps, args.warmup)
-    row.update(median_ms=ms, times_ms=times, points_per_s=n / (ms * 1e-3))
-    row["peak_scratch_bytes_measured"] = None if tracker.broken else tracker.peak
-    row["scratch_pool_total_bytes"] = pool.total_bytes()
-    if args.points in ("device", "fixed"):
-        row["breakdown_ms"] = _breakdown(cp, call)
-    if args.check and k <= 22:
-        row["check"] = _check(cp, secrets, scalars, call())
-    if sweep and args.points == "fixed" and k <= args.sweep_max_log:
-        del table, call
-        row["sweep"] = {}
-        for d in sweep:
-            cw = c + d
-            if not cm.MIN_WINDOW <= cw <= cm.MAX_WINDOW or n * cm.num_windows(cw) >= mf.MAX_ROWS:
-                continue
-            tab, bms = _fixed_table(cp, pts, cw, tuning)
-            f = lambda tab=tab: mf.msm_fixed(tab, scalars, allocator=pool.malloc, tuning=tuning)  # noqa: E731
-            sms, _ = _median_ms(cp, f, max(3, args.repeats // 2), 1)
-            row["sweep"][cw] = {
-                "median_ms": sms,
-                "model_cost": mf.fixed_window_cost(n_tail, cw),
-                "table_bytes": tab.nbytes,
-                "table_build_ms": bms,
-            }
-            del tab, f
-            pool.free_all_blocks()
-    if sweep and args.points == "device" and k <= args.sweep_max_log:
-        base = cm.choose_window_bits(n_tail)
-        row["sweep"] = {}
-        for d in sweep:
-            cw = base + d
-            if not cm.MIN_WINDOW <= cw <= cm.MAX_WINDOW or n * cm.num_windows(cw) >= 1 << 32:
-                continue
-            f = lambda cw=cw: cm.msm(  # noqa: E731
-                pts, scalars, allocator=pool.malloc, window_bits=cw, tuning=tuning
-            )
-            sms, _ = _median_ms(cp, f, max(3, args.repeats // 2), 1)
-            row["sweep"][cw] = {"median_ms": sms, "model_cost": cm.window_cost(n_tail, cw)}
-    pool.free_all_blocks()
-    return row
+def _fixed_call(size: _Size, c: int, row: dict[str, Any]) -> Any:
+    """The timed call of the fixed-base MSM, its table built first (outside the timing), or
+    None where the table does not fit (the reason on stderr)."""
+    n = int(size.pts.shape[0])
+    too_big = _fixed_table_too_big(size.cp, n, c)
+    if too_big:
+        print(f"bench msm: 2^{n.bit_length() - 1} skipped: {too_big}", file=sys.stderr)
+        return None
+    table, build_ms = _fixed_table(size.cp, size.pts, c, size.tuning)
+    row.update(window_bits=c, table_bytes=table.nbytes, table_build_ms=build_ms)
+    row["scratch_bytes_model"] = None
+    scalars, tracker, tuning = size.scalars, size.tracker, size.tuning
+
+    def call(marks=None):
+        return mf.msm_fixed(table, scalars, allocator=tracker, marks=marks, tuning=tuning)
+
+    return call
+
+
+def _device_call(size: _Size, c: int, row: dict[str, Any]) -> Any:
+    """The timed call of the general MSM on device points."""
+    pts, scalars, tracker, tuning = size.pts, size.scalars, size.tracker, size.tuning
+    row["scratch_bytes_model"] = mp.scratch_bytes(int(pts.shape[0]), c, tuning=tuning)
+
+    def call(marks=None):
+        return cm.msm(pts, scalars, allocator=tracker, window_bits=c, marks=marks, tuning=tuning)
+
+    return call
+
+
+def _sweep_fixed(size: _Size, base: int, sweep: list[int]) -> dict[int, dict[str, Any]]:
+    """The fixed-base MSM at windows ``base + d`` for d in ``sweep``, a table built for each."""
+    cp, pts, scalars, tuning, pool = size.cp, size.pts, size.scalars, size.tuning, size.tracker.pool
+    n = int(pts.shape[0])
+    out: dict[int, dict[str, Any]] = {}
+    for d in sweep:
+        cw = base + d
+        if not mp.MIN_WINDOW <= cw <= mp.MAX_WINDOW or n * mp.num_windows(cw) >= mf.MAX_ROWS:
+            continue
+        tab, bms = _fixed_table(cp, pts, cw, tuning)
+        f = lambda tab=tab: mf.msm_fixed(tab, scalars, allocator=pool.malloc, tuning=tuning)  # noqa: E731
+        sms, _ = _median_ms(cp, f, max(3, size.args.repeats // 2), 1)
+        out[cw] = {
+            "median_ms": sms,
+            "model_cost": mf.fixed_window_cost(size.n_tail, cw),
+            "table_bytes": tab.nbytes,
+            "table_build_ms": bms,
+        }
+        del tab, f
+        pool.free_all_blocks()
+    return out
+
+
+def _sweep_device(size: _Size, base: int, sweep: list[int]) -> dict[int, dict[str, Any]]:
+    """The general MSM at windows ``base + d`` for d in ``sweep``."""
+    cp, pts, scalars, tuning, pool = size.cp, size.pts, size.scalars, size.tuning, size.tracker.pool
+    n = int(pts.shape[0])
+    out: dict[int, dict[str, Any]] = {}
+    for d in sweep:
+        cw = base + d
+        if not mp.MIN_WINDOW <= cw <= mp.MAX_WINDOW or n * mp.num_windows(cw) >= 1 << 32:
+            continue
+        f = lambda cw=cw: cm.msm(  # noqa: E731
+            pts, scalars, allocator=pool.malloc, window_bits=cw, tuning=tuning
+        )
+        sms, _ = _median_ms(cp, f, max(3, size.args.repeats // 2), 1)
+        out[cw] = {"median_ms": sms, "model_cost": mp.window_cost(size.n_tail, cw)}
+    return out
 
 
 def _fixed_table_too_big(cp: Any, n: int, c: int) -> str:
     """Why the fixed-base table of ``n`` points for window ``c`` cannot be built on this device
     ('' if it can): with the points and scalars already there, the table must fit the free
     memory with a quarter to spare for the call's scratch (at 2^27 it alone is 144 GiB)."""
-    if n * cm.num_windows(c) >= mf.MAX_ROWS:
-        return f"{cm.num_windows(c)} windows of {n} points exceed {mf.MAX_ROWS - 1} table rows"
+    if n * mp.num_windows(c) >= mf.MAX_ROWS:
+        return f"{mp.num_windows(c)} windows of {n} points exceed {mf.MAX_ROWS - 1} table rows"
     need = mf.table_bytes(n, c)
     free = cp.cuda.runtime.memGetInfo()[0]
     if need > 0.75 * free:
@@ -304,9 +367,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     sizes = _parse_ints(args.log_sizes, "--log-sizes", 1, 27)
     sweep = _parse_ints(args.sweep, "--sweep", -8, 8) if args.sweep else []
-    if args.window and not cm.MIN_WINDOW <= args.window <= cm.MAX_WINDOW:
+    if args.window and not mp.MIN_WINDOW <= args.window <= mp.MAX_WINDOW:
         raise UsageError(
-            f"--window must be 0 (the rule) or lie in [{cm.MIN_WINDOW}, {cm.MAX_WINDOW}], "
+            f"--window must be 0 (the rule) or lie in [{mp.MIN_WINDOW}, {mp.MAX_WINDOW}], "
             f"got {args.window}"
         )
     if args.chunk < 0 or not 0 <= args.chunk_log <= 31:

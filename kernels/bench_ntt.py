@@ -5,7 +5,7 @@ same run this measures the two ceilings that bound an NTT (a large device-to-dev
 bandwidth, a chain of Fr Montgomery multiplications for integer throughput), then reports for
 each size the medians (CUDA events, after warm-up, inputs rotated so L2 cannot serve them),
 the bytes per second and multiplications per second implied by the plan's cost model
-(``kernels.cuda.ntt.plan_cost``), and which ceiling is closer: that is what bounds the size.
+(``kernels.cuda.ntt_plan.plan_cost``), and which ceiling is closer: that is what bounds the size.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 
 from kernels.bench_meta import bench_command, gpu_bench_meta
 from kernels.cuda import ntt as cn
+from kernels.cuda import ntt_plan as npl
 from kernels.cuda.fr import elementwise, random_fr
 from kernels.cuda.runtime import CudaUnavailable, require_cupy
 from kernels.tuning import KernelTuning, SettingError
@@ -75,8 +76,8 @@ def _parse_sizes(text: str) -> list[int]:
 def _check_max_levels(value: int) -> int:
     """0 (the planner's rule) or 1 .. SMALL_TILE_LOG levels per pass: more would need a tile
     beyond the shared memory the passes are planned for."""
-    if value != 0 and not 1 <= value <= cn.SMALL_TILE_LOG:
-        raise UsageError(f"--max-levels must be 0 or lie in 1..{cn.SMALL_TILE_LOG}, got {value}")
+    if value != 0 and not 1 <= value <= npl.SMALL_TILE_LOG:
+        raise UsageError(f"--max-levels must be 0 or lie in 1..{npl.SMALL_TILE_LOG}, got {value}")
     return value
 
 
@@ -178,7 +179,7 @@ def _bound(ms: float, nbytes: int, mults: int, ceil: dict[str, float]) -> dict[s
 
 def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil: dict) -> dict:
     n = 1 << k
-    size_bytes = n * cn.ELEM_BYTES
+    size_bytes = n * npl.ELEM_BYTES
     rotate = max(3, -(-3 * L2_BYTES // size_bytes)) if size_bytes < L2_BYTES else 3
     xs = [random_fr((n,), tuning=eng.tuning) for _ in range(rotate)]
     out = cp.empty((n, 4), dtype=cp.uint64)
@@ -210,7 +211,7 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
             input_order="natural",
             output_order=kw.get("output_order", "natural"),
         )
-        row[name] = _bound(ms, *cn.plan_cost(plans), ceil)
+        row[name] = _bound(ms, *npl.plan_cost(plans), ceil)
     if not args.no_h_step:
         a, b = xs[0], xs[1 % rotate]
         c = elementwise("mul", a, b, tuning=eng.tuning)
@@ -219,7 +220,7 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
         ms = _time(
             cp, lambda i: eng.h_step(a, b, c, out=hout), reps, args.warmup, 1, args.warmup_ms
         )
-        row["h_step"] = _bound(ms, *cn.plan_cost(eng.h_plan(k)), ceil)
+        row["h_step"] = _bound(ms, *npl.plan_cost(eng.h_plan(k)), ceil)
     # device-to-device copy of the same size, for scale
     ms = _time(cp, lambda i: cp.copyto(out, xs[i]), args.repeats, args.warmup, rotate)
     row["copy_same_size_ms"] = ms
@@ -265,8 +266,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     sizes = _parse_sizes(args.log_sizes)
     max_levels = _check_max_levels(args.max_levels)
-    if args.lowest_levels is not None and not 0 <= args.lowest_levels <= cn.TILE_LOG:
-        raise UsageError(f"--lowest-levels must lie in 0..{cn.TILE_LOG}, got {args.lowest_levels}")
+    if args.lowest_levels is not None and not 0 <= args.lowest_levels <= npl.TILE_LOG:
+        raise UsageError(f"--lowest-levels must lie in 0..{npl.TILE_LOG}, got {args.lowest_levels}")
     if not 0.0 <= args.warmup_ms <= 60_000.0:  # also rejects nan
         raise UsageError(f"--warmup-ms must lie in 0..60000, got {args.warmup_ms}")
     try:
@@ -276,9 +277,9 @@ def run(args: argparse.Namespace) -> int:
     eng = cn.CudaNtt(max_levels=max_levels or None, tuning=tuning, lowest_levels=args.lowest_levels)
     meta = gpu_bench_meta(cp, bench_command(), tuning)
     meta["warmup_ms"] = args.warmup_ms
-    # "auto": each size's plans follow cn.default_lowest_levels (the row's "lowest_levels")
+    # "auto": each size's plans follow npl.default_lowest_levels (the row's "lowest_levels")
     meta["lowest_levels"] = eng.lowest_levels if eng.lowest_levels is not None else "auto"
-    # "auto": each size's plans follow cn.default_max_levels (the row's "max_levels" says which)
+    # "auto": each size's plans follow npl.default_max_levels (the row's "max_levels" says which)
     meta["max_levels"] = eng.max_levels if eng.max_levels is not None else "auto"
     meta["compile_defines"] = cn.ntt_defines(tuning)
     ceil = _ceilings(cp, args.repeats, tuning)

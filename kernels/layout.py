@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random as _random
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -63,15 +63,24 @@ def _ints_to_array(values: Sequence[int], nbytes: int, limbs: int) -> np.ndarray
     return arr.astype(np.uint64, copy=False)  # native byte order (no copy on little-endian)
 
 
-def _host(arr: Any) -> np.ndarray:
-    """numpy view of ``arr``; a CuPy array (anything with ``.get()``) is copied to the host."""
-    if not isinstance(arr, np.ndarray) and hasattr(arr, "get"):
+@runtime_checkable
+class DeviceArray(Protocol):
+    """An array that lives elsewhere and is copied to the host with ``get()`` (CuPy's
+    ``ndarray``). Why a protocol: ``kernels/`` imports CuPy only when a kernel runs, so a
+    device array is recognised by what it offers."""
+
+    def get(self, stream: Any = None) -> np.ndarray: ...
+
+
+def to_host(arr: Any) -> np.ndarray:
+    """numpy view of ``arr``; a device array (:class:`DeviceArray`) is copied to the host."""
+    if not isinstance(arr, np.ndarray) and isinstance(arr, DeviceArray):
         arr = arr.get()
     return np.asarray(arr)
 
 
 def _array_to_ints(arr: Any, nbytes: int, limbs: int) -> list[int]:
-    a = _host(arr)
+    a = to_host(arr)
     if a.shape[-1:] != (limbs,):
         raise ValueError(f"expected an array of shape (..., {limbs}), got {a.shape}")
     buf = np.ascontiguousarray(a, dtype=_DTYPE).tobytes()
@@ -151,7 +160,7 @@ def g1_to_limbs(points: Sequence[Point]) -> np.ndarray:
 def g1_from_limbs(arr: Any) -> list[Point]:
     """``(n, 12)`` (or ``(12,)``) affine Montgomery limbs -> points; all-zero rows -> None.
     Accepts numpy or CuPy arrays (the latter are copied to the host)."""
-    a = _host(arr)
+    a = to_host(arr)
     if a.shape[-1:] != (2 * FP_LIMBS,):
         raise ValueError(f"expected shape (..., 12), got {a.shape}")
     a = a.reshape(-1, 2 * FP_LIMBS)
@@ -168,7 +177,7 @@ def _proj_to_limbs(points: Sequence[tuple[int, ...]], width: int) -> np.ndarray:
 
 
 def _proj_from_limbs(arr: Any, width: int) -> list[tuple[int, ...]]:
-    a = _host(arr).reshape(-1, width * FP_LIMBS)
+    a = to_host(arr).reshape(-1, width * FP_LIMBS)
     c = fp_from_limbs(a.reshape(-1, FP_LIMBS))
     return [tuple(c[width * i : width * i + width]) for i in range(a.shape[0])]
 

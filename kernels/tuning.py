@@ -21,16 +21,8 @@ from typing import Any
 
 PIN_METHODS = ("register", "alloc")
 ON_OFF = ("off", "on")
-NTT_TWIDDLES = ("global", "shared")
-NTT_LAUNCHES = ("driver", "pdl", "cupy")
-MSM_SOURCES = ("msm.cu", "msm_lb.cu")
 MSM_SORTS = ("counting", "radix", "auto")
-MSM_HOST_BUCKETS = ("query", "query-merge", "chunk")
 MSM_PASS_SCALARS = ("device", "host")
-MSM_REDUCES = ("span", "scaled", "auto")
-# The default affine-pairing threshold: 2^40 pairs is more than any MSM here ever has (2^27
-# scalars), so no pass runs unless a run asks for one.
-NEVER_AFFINE = 1 << 40
 
 
 class SettingError(ValueError):
@@ -99,16 +91,6 @@ def parse_defines(raw: str, source: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _power_of_two_at_least(env: str, low: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        value = _int_at_least(env, low)(raw)
-        if value & (value - 1):
-            raise SettingError(f"{env}={raw!r}: must be a power of two")
-        return value
-
-    return parse
-
-
 def _defines_of(env: str) -> Callable[[str], tuple[tuple[str, str], ...]]:
     """The setting parser of ``env``'s defines (:func:`parse_defines`)."""
     return lambda raw: parse_defines(raw, env)
@@ -123,37 +105,22 @@ class KernelTuning:
     """The kernels' settings; the defaults are what the published figures use."""
 
     ntt_defines: tuple[tuple[str, str], ...] = ()
-    ntt_small: str = "on"  # measured on the H200, 2026-12-02: faster or equal at every size
-    # measured on the H200, 2026-12-03 (3c90f38): shared twiddles 2^20 forward 0.284 -> 0.295 ms,
-    # 2^27 39.98 -> 40.29; driver launches 2^16 0.050 -> 0.045, 2^20 0.284 -> 0.281, the rest
-    # equal; pdl 2^16 0.073, 2^20 0.296
-    ntt_twiddles: str = "global"
-    ntt_launch: str = "driver"
     pin_method: str = "register"
-    msm_source: str = "msm.cu"
     msm_defines: tuple[tuple[str, str], ...] = ()
-    msm_affine_min_pairs: int = NEVER_AFFINE
-    msm_sort_group: int = 0
     # measured on the H200, 2026-12-03 (8338651): auto against counting 12.6 / 12.6 ms at 2^20
     # (counting taken), 39.4 / 40.1 at 2^22, 122.8 / 132.2 at 2^24, 848.8 / 890.6 at 2^27,
     # ones-heavy 2^27 94.7 / 94.8 (counting taken); the pools within the model
     msm_sort: str = "auto"
-    msm_affine_dense: int = 0
-    # measured on the H200, 2026-12-02: the bucket-reduce stage 2.80 -> 2.10 ms at 2^20, 10.2
-    # -> 9.9 at 2^24, 32.3 -> 32.4 at 2^27 against span with fan-in 8
-    msm_reduce: str = "auto"
-    msm_reduce_fanin: int = 4
     # points per chunk of an MSM whose points stream from host memory: 2^22 = 384 MiB per
     # device buffer (two buffers) plus the chunk's own scratch (~1 GiB at a 2^22 chunk)
     msm_host_chunk: int = 1 << 22
-    msm_host_buckets: str = "query"
     msm_host_interleave: str = "on"
     msm_host_chunk_grow: str = "on"
-    # chunk buffers of the engine's one streamed pass (why four: kernels.cuda.msm, at
+    # chunk buffers of the engine's one streamed pass (why four: kernels.cuda.msm_plan, at
     # INTERLEAVE_BUFFERS, which is this default)
     msm_host_buffers: int = 4
     # H's chunks the one pass takes before any other query's; None: by where the aux scalars
-    # come from (kernels.cuda.msm.pass_lead: 0 read from host memory, 5 copied up whole)
+    # come from (kernels.cuda.msm_plan.pass_lead: 0 read from host memory, 5 copied up whole)
     msm_host_lead: int | None = None
     # measured on the H200, 2026-12-02 (4db55d1): porep-32g aware at 16 GiB 1,802 -> 1,743 ms
     # (the chunk 6 Mi -> 11 Mi); 12 GiB 2,111 -> 1,968 and 8 GiB 2,638 -> 2,487 (one pass)
@@ -189,37 +156,6 @@ SETTINGS: tuple[Setting, ...] = (
         "the NTT module is compiled again for each distinct set",
     ),
     Setting(
-        "PROVETOP_NTT_SMALL",
-        "ntt_small",
-        choice("PROVETOP_NTT_SMALL", ON_OFF),
-        "`on` (default), `off`",
-        "the NTT's small plans: a whole transform of up to 2^12 in one block, 2^11-element "
-        "tiles in longer ones (2^21, 2^22 in two passes), full coset and scaling tables up to "
-        "2^22 (one multiplication per element instead of two), and launches resolved once "
-        "per shape instead of on every call",
-    ),
-    Setting(
-        "PROVETOP_NTT_TWIDDLES",
-        "ntt_twiddles",
-        choice("PROVETOP_NTT_TWIDDLES", NTT_TWIDDLES),
-        "`shared`, `global` (default)",
-        "where an NTT pass that is not a transform's lowest levels reads its twiddles: loaded "
-        "once per block into shared memory beside its tile (`shared`; passes of tiles up to "
-        "2^10 elements), or from the device's table at every butterfly (`global`)",
-    ),
-    Setting(
-        "PROVETOP_NTT_LAUNCH",
-        "ntt_launch",
-        choice("PROVETOP_NTT_LAUNCH", NTT_LAUNCHES),
-        "`driver` (default), `pdl`, `cupy`",
-        "how the small plans' cached NTT launches reach the GPU: `cuLaunchKernel` with the "
-        "arguments packed once per shape (`driver`); the same through `cuLaunchKernelEx` with "
-        "each pass after a transform's first launched as a programmatic dependent of the one "
-        "before (`pdl`, sm_90 and newer: a pass's blocks start in the slots its predecessor's "
-        "last wave leaves idle); or CuPy's kernel call, which converts 19 arguments on every "
-        "launch (`cupy`)",
-    ),
-    Setting(
         "PROVETOP_PIN_METHOD",
         "pin_method",
         choice("PROVETOP_PIN_METHOD", PIN_METHODS),
@@ -229,35 +165,12 @@ SETTINGS: tuple[Setting, ...] = (
         "`registration` fault)",
     ),
     Setting(
-        "PROVETOP_MSM_SOURCE",
-        "msm_source",
-        choice("PROVETOP_MSM_SOURCE", MSM_SOURCES),
-        "`msm.cu` (default), `msm_lb.cu`",
-        "the MSM kernel source: the compiler's choice of registers, or capped at 168 for "
-        "occupancy with blocks of at most 128 threads",
-    ),
-    Setting(
         "PROVETOP_MSM_DEFINES",
         "msm_defines",
         _defines_of("PROVETOP_MSM_DEFINES"),
         "`NAME=VALUE,...` (default none)",
         "compile-time defines of the MSM source (e.g. `MONT_MUL_KARATSUBA`, `MONT_SQR_SOS`); "
         "the MSM module is compiled again for each distinct set",
-    ),
-    Setting(
-        "PROVETOP_MSM_AFFINE_MIN_PAIRS",
-        "msm_affine_min_pairs",
-        _int_at_least("PROVETOP_MSM_AFFINE_MIN_PAIRS", 1),
-        "pairs (default 2^40: never)",
-        "the fewest ones-bucket pairs for which the MSM halves them with affine pairing "
-        "passes (one batched inversion per thread) before the XYZZ accumulation",
-    ),
-    Setting(
-        "PROVETOP_MSM_SORT_GROUP",
-        "msm_sort_group",
-        _int_at_least("PROVETOP_MSM_SORT_GROUP", 0),
-        "0 (default: the L2 rule), or windows per launch",
-        "how many windows each launch of the MSM's counting sort takes",
     ),
     Setting(
         "PROVETOP_MSM_SORT",
@@ -270,48 +183,12 @@ SETTINGS: tuple[Setting, ...] = (
         "(`auto`)",
     ),
     Setting(
-        "PROVETOP_MSM_AFFINE_DENSE",
-        "msm_affine_dense",
-        _int_at_least("PROVETOP_MSM_AFFINE_DENSE", 0),
-        "passes (default 0)",
-        "affine pairing passes over the dense buckets too (96 bytes per entry per pass)",
-    ),
-    Setting(
-        "PROVETOP_MSM_REDUCE",
-        "msm_reduce",
-        choice("PROVETOP_MSM_REDUCE", MSM_REDUCES),
-        "`auto` (default), `span`, `scaled`",
-        "how the bucket reduction's tree weighs each child's bucket sum by the buckets before "
-        "it: doublings at every node by the node's whole span (`span`: more doublings at each "
-        "level up), sums carried pre-multiplied by their span (`scaled`: log2 of the fan-in "
-        "doublings per level, more at the leaves), or `span` while a launch fills the GPU and "
-        "`scaled` from the first that does not (`auto`)",
-    ),
-    Setting(
-        "PROVETOP_MSM_REDUCE_FANIN",
-        "msm_reduce_fanin",
-        _power_of_two_at_least("PROVETOP_MSM_REDUCE_FANIN", 2),
-        "a power of two (default 4)",
-        "children per node of the bucket reduction's tree (fewer: more levels, each shorter)",
-    ),
-    Setting(
         "PROVETOP_MSM_HOST_CHUNK",
         "msm_host_chunk",
         _int_at_least("PROVETOP_MSM_HOST_CHUNK", 1 << 10),
         "points (default 4194304 = 2^22)",
         "chunk of an MSM whose points stream from host memory (two device buffers of this many "
         "points, 96 bytes each, plus the chunk's scratch; the memory plan counts them)",
-    ),
-    Setting(
-        "PROVETOP_MSM_HOST_BUCKETS",
-        "msm_host_buckets",
-        choice("PROVETOP_MSM_HOST_BUCKETS", MSM_HOST_BUCKETS),
-        "`query` (default), `query-merge`, `chunk`",
-        "how an MSM whose points stream from host memory sums its chunks: into one bucket "
-        "array of the whole query with the query's window, reduced once (`query`: each chunk "
-        "added straight into it; `query-merge`: each later chunk into a second array that a "
-        "merge kernel adds in, the way before), or each chunk as an MSM of its own with the "
-        "chunk's window (`chunk`)",
     ),
     Setting(
         "PROVETOP_MSM_HOST_INTERLEAVE",

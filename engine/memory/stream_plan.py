@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from engine.memory.allocator import Footprint
 from engine.memory.plan import MemoryPlan, PlanError, choose_plan
 from engine.spec.workload import FR_BYTES, QuerySizes
-from kernels.cuda.msm import (
+from kernels.cuda.msm_plan import (
     companion_window_cap,
     host_scratch_bytes,
     many_scratch_bytes,
@@ -26,7 +26,7 @@ from kernels.cuda.msm import (
     stream_window_bits,
     stream_window_floor,
 )
-from kernels.cuda.ntt import twiddle_bytes
+from kernels.cuda.ntt_plan import twiddle_bytes
 from kernels.tuning import KernelTuning
 
 
@@ -48,7 +48,7 @@ def cuda_footprint(
     for q, m in sizes.items():
         chunk = streamed.get(q)
         if chunk:
-            c = stream_window_bits(m, window_max, -(-m // chunk), tuning=tuning)
+            c = stream_window_bits(m, window_max, -(-m // chunk))
             msm[q] = host_scratch_bytes(m, chunk, c, tuning=tuning)
         else:
             msm[q] = scratch_bytes(m, tuning=tuning)
@@ -58,14 +58,9 @@ def cuda_footprint(
 
 def can_interleave(streamed: dict[str, int], tuning: KernelTuning) -> bool:
     """Whether the streamed MSMs may run in one pass: H among them with at least one other
-    (the point is to hide the copy-bound queries' copies under H's sums), buckets kept per
-    query, and not switched off (``PROVETOP_MSM_HOST_INTERLEAVE``)."""
-    return (
-        "h" in streamed
-        and len(streamed) >= 2
-        and tuning.msm_host_buckets in ("query", "query-merge")
-        and tuning.msm_host_interleave == "on"
-    )
+    (the point is to hide the copy-bound queries' copies under H's sums), and not switched
+    off (``PROVETOP_MSM_HOST_INTERLEAVE``)."""
+    return "h" in streamed and len(streamed) >= 2 and tuning.msm_host_interleave == "on"
 
 
 def interleaved_order(streamed: dict[str, int]) -> list[str]:
@@ -76,7 +71,7 @@ def interleaved_order(streamed: dict[str, int]) -> list[str]:
 def interleaved_bytes(
     sizes: dict[str, int], streamed: dict[str, int], tuning: KernelTuning, window_max: int | None
 ) -> int:
-    """Device bytes of the joint pass (:func:`kernels.cuda.msm.many_scratch_bytes`): H at a
+    """Device bytes of the joint pass (:func:`kernels.cuda.msm_plan.many_scratch_bytes`): H at a
     window of at most ``window_max``, the others at most COMPANION_WINDOW_MAX, with
     ``tuning.msm_host_buffers`` chunk buffers."""
     qs = interleaved_order(streamed)
@@ -84,7 +79,7 @@ def interleaved_bytes(
     windows = []
     for q in qs:
         cap = window_max if q == "h" else companion_window_cap(window_max)
-        windows.append(stream_window_bits(sizes[q], cap, -(-sizes[q] // chunk), tuning=tuning))
+        windows.append(stream_window_bits(sizes[q], cap, -(-sizes[q] // chunk)))
     slots = 0
     if pass_reads_host_scalars(tuning, sizes, streamed):  # every query but H reads z there
         shared = [q != "h" for q in qs]
@@ -119,7 +114,7 @@ def pass_reads_host_scalars(
 
 def window_floor(streamed: dict[str, int], tuning: KernelTuning) -> int:
     """The smallest window cap a streamed MSM is given
-    (:func:`kernels.cuda.msm.stream_window_floor` of the largest chunk): no plan needs more
+    (:func:`kernels.cuda.msm_plan.stream_window_floor` of the largest chunk): no plan needs more
     memory with the buckets kept per query than with a bucket array per chunk."""
     return stream_window_floor(max(streamed.values(), default=1), tuning)
 
@@ -168,7 +163,7 @@ def plan_streaming(
     """:func:`plan_with_window` with the chunk chosen too: among the chunks of CHUNK_STEPS
     (with ``tuning.msm_host_chunk_grow`` on), those whose plan is as fast as the configured
     chunk's (the same slots, aux scalars and table) and no less interleaved, the one whose
-    H-sized query the model (:func:`kernels.cuda.msm.stream_cost`, at the window the plan
+    H-sized query the model (:func:`kernels.cuda.msm_plan.stream_cost`, at the window the plan
     allows) finds cheapest; ties to the smaller chunk. Why a larger chunk pays: every chunk
     after the first adds into the kept buckets it reaches, so fewer chunks are fewer of those
     additions (and fewer count stages)."""
@@ -180,8 +175,8 @@ def plan_streaming(
 
     def cost(sp: StreamPlan, chunk: int) -> float:
         chunks = -(-n // chunk)
-        c = min(sp.window_max or 0, stream_window_bits(n, None, chunks, tuning=tuning))
-        return stream_cost(n, c, chunks, tuning=tuning)
+        c = min(sp.window_max or 0, stream_window_bits(n, None, chunks))
+        return stream_cost(n, c, chunks)
 
     best, best_cost = replace(reference, chunk=small), cost(reference, small)
     for step in CHUNK_STEPS[1:]:
@@ -225,10 +220,7 @@ def plan_with_window(
         fp = cuda_footprint(base, sizes, streamed, tuning)
         return StreamPlan(fp, choose_plan(free, fp, z, tables, device=device))
     floor = window_floor(streamed, tuning)
-    top = max(
-        stream_window_bits(sizes[q], None, -(-sizes[q] // streamed[q]), tuning=tuning)
-        for q in streamed
-    )
+    top = max(stream_window_bits(sizes[q], None, -(-sizes[q] // streamed[q])) for q in streamed)
     fp = cuda_footprint(base, sizes, streamed, tuning, floor)
     reference = choose_plan(free, fp, z, tables, device=device)
 

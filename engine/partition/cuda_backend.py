@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kernels.cuda.msm import INTERLEAVE_BUFFERS, INTERLEAVE_LEAD, companion_window_cap
+from kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, INTERLEAVE_LEAD, companion_window_cap
 
 if TYPE_CHECKING:
     from engine.devices.cuda import CudaDevice

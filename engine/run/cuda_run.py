@@ -45,8 +45,8 @@ from engine.spec.workload import FR_BYTES
 from engine.telemetry.progress import Progress
 from kernels.backend import HostStreaming, KernelBackend, WarmUp
 from kernels.cuda.host_pinned import take_fallbacks
-from kernels.cuda.msm import pass_lead
-from kernels.cuda.ntt import twiddle_bytes
+from kernels.cuda.msm_plan import pass_lead
+from kernels.cuda.ntt_plan import twiddle_bytes
 from kernels.tuning import DEFAULT_TUNING
 
 if TYPE_CHECKING:

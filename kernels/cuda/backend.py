@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda import check, msm, srs
+from kernels.cuda import check, msm, msm_stages, srs
 from kernels.cuda.h_streamed import run_streamed_h_step
-from kernels.cuda.ntt import CudaNtt, log2_size
-from kernels.cuda.runtime import on_stream, require_cupy, to_device
+from kernels.cuda.ntt import CudaNtt
+from kernels.cuda.ntt_plan import log2_size
+from kernels.cuda.runtime import CudaArray, on_stream, require_cupy, to_device
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 DEFAULT_HOST_CHUNK = DEFAULT_TUNING.msm_host_chunk  # points per streamed chunk (kernels.tuning)
@@ -40,8 +41,9 @@ SRS_HOST_CHUNK = 1 << 23  # points generated per device round trip for numpy sec
 
 
 def is_host(x: Any) -> bool:
-    """True for numpy arrays (and anything that is not a CuPy array)."""
-    return isinstance(x, np.ndarray) or not hasattr(x, "data") or not hasattr(x, "device")
+    """True for numpy arrays (and anything else that is not in device memory: no CUDA array
+    interface, :class:`kernels.cuda.runtime.CudaArray`)."""
+    return isinstance(x, np.ndarray) or not isinstance(x, CudaArray)
 
 
 def _host_scalars(x: Any) -> np.ndarray:
@@ -123,7 +125,7 @@ class CudaBackend:
         for p in self._ntt.h_plan(k):
             self._ntt.pass_tables(p)
         done("NTT tables")
-        msm.kernels(self.tuning)
+        msm_stages.kernels(self.tuning)
         done("MSM module")
         check.module(self.tuning)
         done("check module")

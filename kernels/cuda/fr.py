@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from kernels.constants import FR_MODULUS
-from kernels.cuda.ntt import from_words, module, to_words
+from kernels.cuda.ntt import module
+from kernels.cuda.ntt_plan import from_words, to_words
 from kernels.cuda.runtime import require_cupy
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 

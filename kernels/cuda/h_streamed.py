@@ -11,13 +11,14 @@ until the one pointwise product, so it can go through the device one polynomial 
   copied to S; C' in P, P = S - P; the same last transform.
 
 Every transform runs in place (tile-local DIF passes from natural order, DIT passes from
-bit-reversed order: no gather, ``kernels.cuda.ntt.plan_transform``); the one gathering pass of
-the in-place H step (the last inverse transform into natural order) becomes a DIF pass into
-bit-reversed order plus an in-place swap of bit-reversed pairs (``fr_bitrev_swap``). The
+bit-reversed order: no gather, ``kernels.cuda.ntt_plan.plan_transform``); the one gathering
+pass of the in-place H step (the last inverse transform into natural order) becomes a DIF pass
+into bit-reversed order plus an in-place swap of bit-reversed pairs (``fr_bitrev_swap``). The
 arithmetic is the H step's: the same factor tables ("hprep", "h_final"), so H comes out
 canonical and identical to :meth:`kernels.cuda.ntt.CudaNtt.h_step`'s.
 
-Planner and executor as in ``kernels.cuda.ntt``: :func:`plan_streamed_h_step` is pure Python
+Planner and executor as for the resident H step (``kernels.cuda.ntt_plan``,
+``kernels.cuda.ntt``): :func:`plan_streamed_h_step` is pure Python
 over named buffers (a, b, c and S on the host, P and Q on the device), run on the GPU by
 :func:`run_streamed_h_step` and on numpy buffers by the CPU tests (with the host build of
 ``ntt.cuh`` for the passes), so the sequence is proven in CI.
@@ -33,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda.ntt import (
+from kernels.cuda.ntt import CudaNtt
+from kernels.cuda.ntt_plan import (
     TILE_LOG,
-    CudaNtt,
     Pass,
     log2_size,
     plan_coset_evaluations,
@@ -65,7 +66,7 @@ class Step:
 
 def _coset_evaluations(k: int, buf: str, max_levels: int) -> Step:
     """Natural evaluations on the domain -> natural evaluations on the coset, in place (the
-    resident H step's recipe, ``kernels.cuda.ntt.plan_coset_evaluations``)."""
+    resident H step's recipe, ``kernels.cuda.ntt_plan.plan_coset_evaluations``)."""
     return Step("passes", buf, passes=tuple(plan_coset_evaluations(k, buf, buf, max_levels)))
 
 
@@ -125,19 +126,8 @@ def run_streamed_h_step(
     is the (n, 4) host array S (page-locked). The operand buffer of the one-slot plan comes
     from ``allocator``. Everything runs on ``stream`` in order."""
     cupy = require_cupy()
-    n = int(a.shape[0])
-    for v in (a, b, c):
-        if v.shape != (n, 4) or v.dtype != np.uint64 or not v.flags.c_contiguous:
-            raise ValueError(f"expected C-contiguous ({n}, 4) uint64 host inputs")
+    n = _check_streamed_inputs(cupy, a, b, c, p, q, scratch)
     slots = 2 if q is not None else 1
-    devs = [p] + ([q] if q is not None else [])
-    for v in devs:
-        if v.shape != (n, 4) or v.dtype != cupy.uint64 or not v.flags.c_contiguous:
-            raise ValueError(f"slots must be C-contiguous ({n}, 4) uint64 device arrays")
-    if slots == 2 and int(p.data.ptr) == int(q.data.ptr):
-        raise ValueError("the two slots must be distinct buffers")
-    if slots == 1 and (scratch is None or scratch.shape != (n, 4) or scratch.dtype != np.uint64):
-        raise ValueError(f"one slot needs a ({n}, 4) uint64 host scratch")
     k = log2_size(n)
     steps = plan_streamed_h_step(k, slots, ntt.levels_for(k, h_step=True))
     bufs: dict[str, Any] = {"a": a, "b": b, "c": c, "P": p}
@@ -147,9 +137,8 @@ def run_streamed_h_step(
         bufs["S"] = scratch
     s = stream or cupy.cuda.get_current_stream()
     mod = ntt.module()
-    elementwise = mod.get_function("fr_elementwise")
     swap = mod.get_function("fr_bitrev_swap")
-    operand = None
+    ops = _Elementwise(cupy, mod.get_function("fr_elementwise"), n, operand_chunk, allocator, s)
     with s:
         for st in steps:
             if st.op == "copy":
@@ -161,30 +150,69 @@ def run_streamed_h_step(
             elif st.op == "passes":
                 ntt.run_plan(list(st.passes), {st.dst: bufs[st.dst]}, 1, s)
             elif st.op in OPS:
-                x, y = (bufs[name] for name in st.src)
-                out, code = bufs[st.dst], np.int32(OPS[st.op])
-                host = [name in HOST_BUFFERS for name in st.src]
-                if not any(host):
-                    elementwise(_grid(n), (ELEMENTWISE_BLOCK,), (out, x, y, code, np.uint64(n)))
-                    continue
-                if operand is None:
-                    rows = min(n, operand_chunk)
-                    if allocator is None:
-                        operand = cupy.empty((rows, 4), dtype=cupy.uint64)
-                    else:
-                        operand = cupy.ndarray(
-                            (rows, 4), dtype=cupy.uint64, memptr=allocator(rows * 32)
-                        )
-                for lo in range(0, n, operand.shape[0]):
-                    hi = min(n, lo + operand.shape[0])
-                    t = operand[: hi - lo]
-                    t.set((x if host[0] else y)[lo:hi], stream=s)
-                    xs = t if host[0] else x[lo:hi]
-                    ys = t if host[1] else y[lo:hi]
-                    m = np.uint64(hi - lo)
-                    elementwise(_grid(hi - lo), (ELEMENTWISE_BLOCK,), (out[lo:hi], xs, ys, code, m))
+                ops(st, bufs)
             elif st.op == "swap":
                 swap(_grid(n), (ELEMENTWISE_BLOCK,), (bufs[st.dst], np.int32(k)))
             else:  # pragma: no cover - the planner makes no other step
                 raise AssertionError(st.op)
     return p[: n - 1]
+
+
+def _check_streamed_inputs(
+    cupy: Any, a: np.ndarray, b: np.ndarray, c: np.ndarray, p: Any, q: Any, scratch: Any
+) -> int:
+    """n, once the inputs are what :func:`run_streamed_h_step` takes (else ValueError)."""
+    n = int(a.shape[0])
+    for v in (a, b, c):
+        if v.shape != (n, 4) or v.dtype != np.uint64 or not v.flags.c_contiguous:
+            raise ValueError(f"expected C-contiguous ({n}, 4) uint64 host inputs")
+    devs = [p] + ([q] if q is not None else [])
+    for v in devs:
+        if v.shape != (n, 4) or v.dtype != cupy.uint64 or not v.flags.c_contiguous:
+            raise ValueError(f"slots must be C-contiguous ({n}, 4) uint64 device arrays")
+    if q is not None and int(p.data.ptr) == int(q.data.ptr):
+        raise ValueError("the two slots must be distinct buffers")
+    if q is None and (scratch is None or scratch.shape != (n, 4) or scratch.dtype != np.uint64):
+        raise ValueError(f"one slot needs a ({n}, 4) uint64 host scratch")
+    return n
+
+
+class _Elementwise:
+    """The ``mul`` and ``sub`` steps (``fr_elementwise``): on two device buffers at once; with
+    one operand on the host (S of the one-slot plan), that operand streamed up through one
+    device buffer of ``operand_chunk`` rows, made at the first such step."""
+
+    def __init__(
+        self, cupy: Any, fn: Any, n: int, operand_chunk: int, allocator: Any, stream: Any
+    ) -> None:
+        self.cupy, self.fn, self.n, self.stream = cupy, fn, n, stream
+        self.operand_chunk, self.allocator = operand_chunk, allocator
+        self.operand: Any = None
+
+    def __call__(self, st: Step, bufs: dict[str, Any]) -> None:
+        n, fn, s = self.n, self.fn, self.stream
+        x, y = (bufs[name] for name in st.src)
+        out, code = bufs[st.dst], np.int32(OPS[st.op])
+        host = [name in HOST_BUFFERS for name in st.src]
+        if not any(host):
+            fn(_grid(n), (ELEMENTWISE_BLOCK,), (out, x, y, code, np.uint64(n)))
+            return
+        operand = self._operand()
+        for lo in range(0, n, operand.shape[0]):
+            hi = min(n, lo + operand.shape[0])
+            t = operand[: hi - lo]
+            t.set((x if host[0] else y)[lo:hi], stream=s)
+            xs = t if host[0] else x[lo:hi]
+            ys = t if host[1] else y[lo:hi]
+            m = np.uint64(hi - lo)
+            fn(_grid(hi - lo), (ELEMENTWISE_BLOCK,), (out[lo:hi], xs, ys, code, m))
+
+    def _operand(self) -> Any:
+        if self.operand is None:
+            cupy, rows = self.cupy, min(self.n, self.operand_chunk)
+            if self.allocator is None:
+                self.operand = cupy.empty((rows, 4), dtype=cupy.uint64)
+            else:
+                memptr = self.allocator(rows * 32)
+                self.operand = cupy.ndarray((rows, 4), dtype=cupy.uint64, memptr=memptr)
+        return self.operand

@@ -32,7 +32,16 @@ METHODS = PIN_METHODS  # ("register", "alloc"): the first is the default
 # cudaHostRegisterPortable / cudaHostAllocPortable (the CUDA runtime's flag value, 1 for both)
 PORTABLE = 1
 
-_local = threading.local()  # .fallbacks: this thread's register -> alloc fallbacks, in order
+
+class _Fallbacks(threading.local):
+    """This thread's register -> alloc fallbacks, in order (per thread: a worker reports its
+    own)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+
+_local = _Fallbacks()
 
 
 class _Registration:
@@ -117,9 +126,7 @@ def pinned_empty(
 
 
 def _fallbacks() -> list[str]:
-    if not hasattr(_local, "fallbacks"):
-        _local.fallbacks = []
-    return _local.fallbacks
+    return _local.lines
 
 
 def take_fallbacks() -> list[str]:

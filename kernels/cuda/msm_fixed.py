@@ -8,7 +8,7 @@ them, and the window rule trades differently (:func:`fixed_window_cost`: the red
 longer scales with W, so wider windows and fewer additions pay). The price is the table's
 memory, W n 96 bytes (1.4 GiB at n = 2^20), and its build, c (W - 1) doublings per point,
 paid once per point set. The accumulation, the bucket reduction and the final affine step
-are the general MSM's (kernels/cuda/msm.py) with one window.
+are the general MSM's (kernels/cuda/msm_stages.py) with one window.
 
 Where it is used: ``provetop bench msm --points fixed``. The engine's queries have 2^27 points
 (a table of ~150 GB), so the engine keeps the general MSM.
@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda import msm as cm
+from kernels.cuda import msm_plan as mp
+from kernels.cuda import msm_stages
 from kernels.cuda import srs as cs
 from kernels.cuda.runtime import on_stream, require_cupy, to_device
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
@@ -43,14 +44,14 @@ REDUCE_GROUP = 0
 
 def table_bytes(n: int, c: int) -> int:
     """Device bytes of the table for ``n`` points and window ``c``: W n affine points."""
-    return cm.num_windows(c) * n * AFFINE_BYTES
+    return mp.num_windows(c) * n * AFFINE_BYTES
 
 
 def fixed_window_cost(n: int, c: int) -> int:
     """Modelled work of one fixed-base MSM in field multiplications: n W mixed additions
     (every digit non-zero) and ONE bucket set's running-sum reduction (2^(c-1) buckets, 28
-    multiplications each), against :func:`kernels.cuda.msm.window_cost`'s W sets."""
-    return cm.MADD_MULS * n * cm.num_windows(c) + cm.BUCKET_MULS * (1 << (c - 1))
+    multiplications each), against :func:`kernels.cuda.msm_plan.window_cost`'s W sets."""
+    return mp.MADD_MULS * n * mp.num_windows(c) + mp.BUCKET_MULS * (1 << (c - 1))
 
 
 def choose_fixed_window_bits(n: int, max_table_bytes: int | None = None) -> int:
@@ -59,15 +60,15 @@ def choose_fixed_window_bits(n: int, max_table_bytes: int | None = None) -> int:
     Raises ValueError when no window's table fits."""
     fits = [
         c
-        for c in range(cm.MIN_WINDOW, cm.MAX_WINDOW + 1)
-        if cm.num_windows(c) * max(n, 1) < MAX_ROWS
+        for c in range(mp.MIN_WINDOW, mp.MAX_WINDOW + 1)
+        if mp.num_windows(c) * max(n, 1) < MAX_ROWS
         and (max_table_bytes is None or table_bytes(n, c) <= max_table_bytes)
     ]
     if not fits:
-        smallest = table_bytes(n, cm.MAX_WINDOW)
+        smallest = table_bytes(n, mp.MAX_WINDOW)
         raise ValueError(
-            f"no fixed-base table for {n} points fits: the smallest (c = {cm.MAX_WINDOW}) "
-            f"needs {smallest} bytes and {cm.num_windows(cm.MAX_WINDOW) * n} rows "
+            f"no fixed-base table for {n} points fits: the smallest (c = {mp.MAX_WINDOW}) "
+            f"needs {smallest} bytes and {mp.num_windows(mp.MAX_WINDOW) * n} rows "
             f"(limits: {max_table_bytes} bytes, {MAX_ROWS - 1} rows)"
         )
     return min(fits, key=lambda c: (fixed_window_cost(n, c), table_bytes(n, c)))
@@ -84,7 +85,7 @@ class FixedBaseTable:
 
     @property
     def windows(self) -> int:
-        return cm.num_windows(self.c)
+        return mp.num_windows(self.c)
 
     @property
     def nbytes(self) -> int:
@@ -109,9 +110,9 @@ def build_table(
         raise ValueError(f"points must be a uint64 (n, 12) array, got {points.shape}")
     n = int(points.shape[0])
     c = c or choose_fixed_window_bits(n)
-    if not cm.MIN_WINDOW <= c <= cm.MAX_WINDOW:
-        raise ValueError(f"window bits must lie in [{cm.MIN_WINDOW}, {cm.MAX_WINDOW}], got {c}")
-    W = cm.num_windows(c)
+    if not mp.MIN_WINDOW <= c <= mp.MAX_WINDOW:
+        raise ValueError(f"window bits must lie in [{mp.MIN_WINDOW}, {mp.MAX_WINDOW}], got {c}")
+    W = mp.num_windows(c)
     if W * n >= MAX_ROWS:
         raise ValueError(f"{n} points x {W} windows exceed {MAX_ROWS - 1} table rows")
     mod = cs.module(tuning)
@@ -121,7 +122,7 @@ def build_table(
         rows = cupy.empty((W * n, 12), dtype=np.uint64)
         rows[:n] = points
         if n and W > 1:
-            run = cupy.empty((n, cm.XYZZ_WORDS), dtype=np.uint64)
+            run = cupy.empty((n, mp.XYZZ_WORDS), dtype=np.uint64)
             prefix = cupy.empty((n, 6), dtype=np.uint64)
             u32 = np.uint32
             cs.launch(mod, "affine_double_k", n, (points, u32(n), u32(c), run), s)
@@ -134,7 +135,7 @@ def build_table(
     return FixedBaseTable(rows, n, c)
 
 
-def fixed_plan(n: int, c: int) -> cm.Plan:
+def fixed_plan(n: int, c: int) -> mp.Plan:
     """The general MSM's plan with one window of buckets (the bucket reduction's shape) and
     the ones bucket after them (key B)."""
     B = 1 << (c - 1)
@@ -143,7 +144,7 @@ def fixed_plan(n: int, c: int) -> cm.Plan:
     else:
         s = max(2, min(32, B // REDUCE_THREADS))
         S = min(B, 1 << (s.bit_length() - 1))
-    return cm.Plan(n=n, c=c, W=1, B=B, K=B + 1, S=S, G=-(-B // S))
+    return mp.Plan(n=n, c=c, W=1, B=B, K=B + 1, S=S, G=-(-B // S))
 
 
 def msm_fixed(
@@ -165,14 +166,14 @@ def msm_fixed(
     n = int(scalars.shape[0])
     if n != table.n:
         raise ValueError(f"{n} scalars for a table of {table.n} points")
-    mod = cm.kernels(tuning)
+    mod = msm_stages.kernels(tuning)
     c, W = table.c, table.windows
     p = fixed_plan(n, c)
     u32 = np.uint32
     with on_stream(stream, allocator) as s:
         if isinstance(scalars, np.ndarray):
             scalars = to_device(cupy, scalars)
-        mark = cm.stage_marker(cupy, s, marks)
+        mark = msm_stages.stage_marker(cupy, s, marks)
         mark("start")
         if n == 0:
             return np.zeros(12, dtype=np.uint64)
@@ -184,7 +185,7 @@ def msm_fixed(
         offs[0] = 0
         offs[1:] = cupy.cumsum(counts[: p.K], dtype=np.uint32)
         del counts
-        tail = cupy.concatenate([offs[p.K :], cm.largest_bucket(offs)])
+        tail = cupy.concatenate([offs[p.K :], msm_stages.largest_bucket(offs)])
         m, largest = (int(v) for v in tail.get(stream=s))
         # (one host sync: it sizes everything after)
         mark("count+scan")
@@ -196,10 +197,10 @@ def msm_fixed(
         del cursor
         mark("scatter")
         # stages 4-7 as in the general MSM, with K = B + 1 keys and one window
-        buckets = cupy.zeros((p.K, cm.XYZZ_WORDS), dtype=np.uint64)
-        cm.accumulate(
+        buckets = cupy.zeros((p.K, mp.XYZZ_WORDS), dtype=np.uint64)
+        msm_stages.accumulate(
             mod, table.rows, entries, offs, p.K, m, n * W, buckets, s, mark, largest=largest
         )
         del entries
-        sums = cm.reduce_buckets(mod, buckets, p, s, mark, tuning).get(stream=s)
-    return cm.combine_windows(sums, c)
+        sums = msm_stages.reduce_buckets(mod, buckets, p, s, mark).get(stream=s)
+    return msm_stages.combine_windows(sums, c)

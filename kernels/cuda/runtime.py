@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -51,6 +51,16 @@ INSTALL_HINT = (
     "install the CuPy extra for this machine's NVIDIA driver: "
     "pip install 'provetop[cuda12]' (driver >= 525) or 'provetop[cuda13]' (driver >= 580)"
 )
+
+
+@runtime_checkable
+class CudaArray(Protocol):
+    """An array in device memory, as the kernels recognise one: it offers the CUDA array
+    interface (CuPy's ``ndarray`` does; a numpy array does not). Why a protocol: nothing in
+    ``kernels/`` imports CuPy before a kernel runs, so a device array is known by what it
+    offers, in one place, instead of by attribute probes wherever one is met."""
+
+    __cuda_array_interface__: Any
 
 
 class CudaUnavailable(RuntimeError):

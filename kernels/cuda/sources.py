@@ -22,7 +22,6 @@ SRC_DIR = Path(__file__).resolve().parent / "src"
 SOURCES: tuple[str, ...] = (
     "ntt/ntt.cu",
     "msm/msm.cu",
-    "msm/msm_lb.cu",
     "srs/srs.cu",
     "checks/fr_check.cu",
 )

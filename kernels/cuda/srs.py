@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from kernels.constants import G1_GENERATOR
-from kernels.cuda.msm import XYZZ_WORDS, num_windows
+from kernels.cuda.msm_plan import XYZZ_WORDS, num_windows
 from kernels.cuda.runtime import KernelModule, load, on_stream, require_cupy
 from kernels.layout import fr_to_limbs, g1_to_limbs, random_fr
 from kernels.tuning import DEFAULT_TUNING, KernelTuning

@@ -41,17 +41,16 @@ class Warmed:
 
 def builds(tuning: KernelTuning = DEFAULT_TUNING) -> list[tuple[str, Defines]]:
     """Every source a run under ``tuning`` loads, with its defines (the NTT and MSM sources take
-    them; of the two MSM sources, the one the record selects)."""
-    msm = f"msm/{tuning.msm_source}"
+    them)."""
 
     def defines(src: str) -> Defines:
         if src == "ntt/ntt.cu":
             return normalize_defines(tuning.ntt_defines)
-        if src == msm:
+        if src == "msm/msm.cu":
             return normalize_defines(tuning.msm_defines)
         return ()
 
-    return [(src, defines(src)) for src in SOURCES if not src.startswith("msm/") or src == msm]
+    return [(src, defines(src)) for src in SOURCES]
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,8 @@ def prebuild_missing(
         try:
             cubins.build(src, arch, folder, defs, nvcc=nvcc)
         except (subprocess.CalledProcessError, OSError) as exc:
-            err = getattr(exc, "stderr", "") or str(exc)
+            out = exc.stderr if isinstance(exc, subprocess.CalledProcessError) else None
+            err = out or str(exc)
             return Built(src, arch, time.perf_counter() - t0, err.strip().splitlines()[-1])
         return Built(src, arch, time.perf_counter() - t0)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from kernels.constants import FR_MODULUS as R
 from kernels.cpu import g1, ntt, srs
-from kernels.layout import fr_from_limbs, fr_to_limbs, g1_from_limbs, random_fr
+from kernels.layout import fr_from_limbs, fr_to_limbs, g1_from_limbs, random_fr, to_host
 from kernels.selftest.registry import Check
 
 
@@ -36,9 +36,6 @@ def backend_checks(
     input where the backend expects it (the CUDA rows pass ``cupy.asarray``)."""
     n = 1 << log_n
     tag = backend.name
-
-    def to_host(x: Any) -> np.ndarray:
-        return x.get() if hasattr(x, "get") else np.asarray(x)
 
     dev = to_device
 

@@ -23,7 +23,8 @@ from kernels.cpu.ntt import evaluate_interpolant
 from kernels.cuda import check as gcheck
 from kernels.cuda.fr import elementwise, evaluate, random_fr
 from kernels.cuda.msm import msm
-from kernels.cuda.ntt import ORDERS, CudaNtt, from_words, to_words
+from kernels.cuda.ntt import CudaNtt
+from kernels.cuda.ntt_plan import ORDERS, from_words, to_words
 from kernels.cuda.runtime import require_cupy, to_device
 from kernels.cuda.srs import srs_random_points
 from kernels.selftest.registry import Check

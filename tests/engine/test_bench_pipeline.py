@@ -14,7 +14,7 @@ def test_bench_pipeline_cpu_run_reduces_its_recording(tmp_path, capsys, monkeypa
     from engine.settings.tuning import Tuning
     from recordings.reader import open_recording
 
-    monkeypatch.setenv("PROVETOP_MSM_SORT_GROUP", "2")  # recorded, not used on the cpu backend
+    monkeypatch.setenv("PROVETOP_MSM_HOST_BUFFERS", "6")  # recorded, not used on the cpu backend
     out = tmp_path / "res.json"
     rec = tmp_path / "run.pvtrec"
     args = ["bench", "pipeline", "--backend", "cpu", "--preset", "small", "--proofs", "1"]
@@ -27,7 +27,7 @@ def test_bench_pipeline_cpu_run_reduces_its_recording(tmp_path, capsys, monkeypa
     assert res["partitions"] == res["partitions_ok"] == res["partitions_verified"] == 4
     assert res["partitions_lost"] == 0 and res["recording"] == str(rec)
     assert res["meta"]["command"]
-    tuning = Tuning.from_env({"PROVETOP_MSM_SORT_GROUP": "2"}).as_dict()
+    tuning = Tuning.from_env({"PROVETOP_MSM_HOST_BUFFERS": "6"}).as_dict()
     assert res["meta"]["tuning"] == tuning == open_recording(rec).hello["tuning"]
     summary = build_summary(rec)
     gpu = sorted(a["gpu_total_ms"] for a in summary["attempts"])

@@ -491,7 +491,7 @@ def test_lazy_aware_policy_trims_only_when_short():
 
 def test_cuda_footprint_uses_the_gpu_msm_scratch():
     from engine.memory.stream_plan import cuda_footprint
-    from kernels.cuda.msm import host_scratch_bytes, scratch_bytes, stream_window_bits
+    from kernels.cuda.msm_plan import host_scratch_bytes, scratch_bytes, stream_window_bits
 
     sizes = query_sizes(20)
     fp = footprint(20, sizes)
@@ -543,7 +543,7 @@ def test_bound_backend_injects_stream_allocator_and_in_place():
 
 def test_bound_backend_runs_the_one_pass_with_caps_lead_and_buffers():
     from engine.partition.cuda_backend import BoundBackend
-    from kernels.cuda.msm import COMPANION_WINDOW_MAX, INTERLEAVE_BUFFERS, INTERLEAVE_LEAD
+    from kernels.cuda.msm_plan import COMPANION_WINDOW_MAX, INTERLEAVE_BUFFERS, INTERLEAVE_LEAD
 
     calls = []
 

@@ -32,8 +32,8 @@ from engine.memory.stream_plan import (
 from engine.run.runner import Engine, EngineError
 from engine.settings.config import from_preset
 from engine.spec.workload import query_sizes
-from kernels.cuda.msm import stream_window_bits
-from kernels.cuda.ntt import twiddle_bytes
+from kernels.cuda.msm_plan import stream_window_bits
+from kernels.cuda.ntt_plan import twiddle_bytes
 from kernels.tuning import DEFAULT_TUNING
 from provetop.cli import main
 from tests.engine.run_helper import run_engine
@@ -148,7 +148,7 @@ def test_a_larger_chunk_only_where_the_plan_stays_as_fast(free_gib):
     (measured -82 ms a partition against 2^22), 11 Mi with z read from host memory (-60 ms
     against 6 Mi; bench/notes/memory.md, 2026-12-02)."""
     from engine.memory.stream_plan import CHUNK_STEPS, plan_streaming
-    from kernels.cuda.msm import stream_cost
+    from kernels.cuda.msm_plan import stream_cost
 
     sizes = query_sizes(27)
     base = footprint(27, sizes)
@@ -337,7 +337,7 @@ def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(free_gi
     streamed MSMs run in one pass, no plan is slower than with z on the device, and the
     largest chunk the 16 GiB card then takes is larger."""
     from engine.memory.stream_plan import interleaved_bytes, plan_streaming
-    from kernels.cuda.msm import INTERLEAVE_BUFFERS, pass_scalar_slots
+    from kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, pass_scalar_slots
 
     sizes = query_sizes(27)
     base = footprint(27, sizes)
@@ -387,7 +387,7 @@ def test_more_pass_buffers_are_counted_and_reach_the_pass():
     point) in the pass's bytes, and the bound backend hands the count to the pass."""
     from engine.memory.stream_plan import interleaved_bytes
     from engine.partition.cuda_backend import BoundBackend
-    from kernels.cuda.msm import INTERLEAVE_BUFFERS, pass_scalar_slots
+    from kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, pass_scalar_slots
 
     sizes = query_sizes(27).as_dict()
     chunk = 6 << 20
@@ -413,7 +413,12 @@ def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
     where the pass reads z from host memory and five where it copies z up whole."""
     from engine.memory.stream_plan import interleaved_bytes
     from engine.partition.cuda_backend import BoundBackend
-    from kernels.cuda.msm import HOST_SCALARS_LEAD, INTERLEAVE_LEAD, pass_lead, pass_scalar_slots
+    from kernels.cuda.msm_plan import (
+        HOST_SCALARS_LEAD,
+        INTERLEAVE_LEAD,
+        pass_lead,
+        pass_scalar_slots,
+    )
 
     assert DEFAULT_TUNING.msm_host_lead is None
     assert pass_lead(DEFAULT_TUNING, host_scalars=True) == HOST_SCALARS_LEAD == 0

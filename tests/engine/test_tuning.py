@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from engine.settings.tuning import SETTINGS, Tuning, markdown_table
-from kernels.tuning import NEVER_AFFINE, KernelTuning, SettingError
+from kernels.tuning import KernelTuning, SettingError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,27 +18,17 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_defaults_from_an_empty_environment():
     t = Tuning.from_env({})
     assert t == Tuning()
-    assert t.kernels.msm_affine_min_pairs == NEVER_AFFINE
+    assert t.kernels.msm_sort == "auto" and t.kernels.msm_host_lead is None
     assert t.switch_interval_s == 0.0005
 
 
 def test_every_setting_is_read_into_its_field():
     env = {
         "PROVETOP_NTT_DEFINES": "NTT_MIN_BLOCKS=2, MONT_PORTABLE",
-        "PROVETOP_NTT_SMALL": "off",
-        "PROVETOP_NTT_TWIDDLES": "global",
-        "PROVETOP_NTT_LAUNCH": "cupy",
         "PROVETOP_PIN_METHOD": "alloc",
-        "PROVETOP_MSM_SOURCE": "msm_lb.cu",
         "PROVETOP_MSM_DEFINES": "MONT_MUL_KARATSUBA",
-        "PROVETOP_MSM_AFFINE_MIN_PAIRS": "8388608",
-        "PROVETOP_MSM_SORT_GROUP": "3",
         "PROVETOP_MSM_SORT": "radix",
-        "PROVETOP_MSM_AFFINE_DENSE": "1",
-        "PROVETOP_MSM_REDUCE": "scaled",
-        "PROVETOP_MSM_REDUCE_FANIN": "4",
         "PROVETOP_MSM_HOST_CHUNK": "8388608",
-        "PROVETOP_MSM_HOST_BUCKETS": "chunk",
         "PROVETOP_MSM_HOST_INTERLEAVE": "off",
         "PROVETOP_MSM_HOST_CHUNK_GROW": "off",
         "PROVETOP_MSM_PASS_SCALARS": "host",
@@ -61,16 +51,12 @@ def test_every_setting_is_read_into_its_field():
     k = t.kernels
     assert k.ntt_defines == (("NTT_MIN_BLOCKS", "2"), ("MONT_PORTABLE", "1"))
     assert k.msm_defines == (("MONT_MUL_KARATSUBA", "1"),)
-    assert k.ntt_small == "off"
-    assert (k.ntt_twiddles, k.ntt_launch) == ("global", "cupy")
-    assert (k.pin_method, k.msm_source) == ("alloc", "msm_lb.cu")
-    assert (k.msm_affine_min_pairs, k.msm_sort_group, k.msm_affine_dense) == (8388608, 3, 1)
-    assert (k.msm_host_chunk, k.msm_host_buckets) == (1 << 23, "chunk")
+    assert k.pin_method == "alloc"
+    assert k.msm_host_chunk == 1 << 23
     assert k.msm_pass_scalars == "host" and k.msm_host_buffers == 6
     assert k.msm_host_lead == 0
     assert k.msm_host_interleave == "off" and k.msm_host_chunk_grow == "off"
     assert k.msm_sort == "radix"
-    assert (k.msm_reduce, k.msm_reduce_fanin) == ("scaled", 4)
     assert (k.cubin_dir, k.commit) == ("/opt/cubin", "abc1234")
     assert (t.sync_scope, t.priority_to, t.switch_interval_s) == ("device", "compute", 0.005)
     assert t.a_handover == "off" and t.synthesis_after_h == "done"
@@ -88,23 +74,16 @@ def test_every_setting_is_read_into_its_field():
     "env, value",
     [
         ("PROVETOP_PIN_METHOD", "mlock"),
-        ("PROVETOP_MSM_SOURCE", "msm_fast.cu"),
-        ("PROVETOP_MSM_SORT_GROUP", "-1"),
-        ("PROVETOP_MSM_SORT_GROUP", "two"),
         ("PROVETOP_MSM_SORT", "bitonic"),
-        ("PROVETOP_MSM_AFFINE_MIN_PAIRS", "0"),
-        ("PROVETOP_MSM_AFFINE_DENSE", "-2"),
         ("PROVETOP_MSM_HOST_CHUNK", "12"),
-        ("PROVETOP_MSM_REDUCE", "tree"),
-        ("PROVETOP_MSM_REDUCE_FANIN", "6"),
-        ("PROVETOP_MSM_REDUCE_FANIN", "1"),
+        ("PROVETOP_MSM_HOST_BUFFERS", "1"),
+        ("PROVETOP_MSM_HOST_BUFFERS", "two"),
+        ("PROVETOP_MSM_HOST_LEAD", "-1"),
+        ("PROVETOP_MSM_HOST_INTERLEAVE", "yes"),
+        ("PROVETOP_MSM_PASS_SCALARS", "both"),
         ("PROVETOP_NTT_DEFINES", "1BAD=2"),
-        ("PROVETOP_NTT_SMALL", "yes"),
-        ("PROVETOP_NTT_TWIDDLES", "local"),
-        ("PROVETOP_NTT_LAUNCH", "graph"),
         ("PROVETOP_ACCEPT_RATE", "-1"),
         ("PROVETOP_ACCEPT_RATE", "fast"),
-        ("PROVETOP_NTT_SMALL", "yes"),
         ("PROVETOP_SYNC_SCOPE", "host"),
         ("PROVETOP_PRIORITY_TO", "both"),
         ("PROVETOP_SWITCH_INTERVAL", "0"),
@@ -146,14 +125,16 @@ def test_the_hello_event_carries_the_runs_tuning(tmp_path):
     from recordings.reader import open_recording
     from tests.engine.run_helper import run_engine
 
-    tuning = Tuning.from_env({"PROVETOP_SWITCH_INTERVAL": "0.002", "PROVETOP_MSM_SORT_GROUP": "2"})
+    tuning = Tuning.from_env(
+        {"PROVETOP_SWITCH_INTERVAL": "0.002", "PROVETOP_MSM_HOST_BUFFERS": "6"}
+    )
     rec = tmp_path / "run.pvtrec"
     cfg = from_preset("ci", partitions=1, workers_per_device=1)
     _engine, events = run_engine(cfg, record=str(rec), tuning=tuning)
     (hello,) = [e for e in events if e["k"] == "hello"]
     assert hello["tuning"] == tuning.as_dict()
     assert hello["tuning"]["switch_interval_s"] == 0.002
-    assert hello["tuning"]["kernels"]["msm_sort_group"] == 2
+    assert hello["tuning"]["kernels"]["msm_host_buffers"] == 6
     assert open_recording(rec).hello["tuning"] == tuning.as_dict()  # and in the file
     _engine, events = run_engine(cfg)
     (hello,) = [e for e in events if e["k"] == "hello"]
@@ -201,7 +182,7 @@ def test_the_engine_hands_the_kernel_settings_to_the_backend(monkeypatch):
     from engine.settings.config import from_preset
     from kernels.backends import get_backend
 
-    kernels = KernelTuning(msm_sort_group=3)
+    kernels = KernelTuning(msm_host_buffers=3)
     seen = []
 
     def spy(name, tuning=None):

@@ -384,11 +384,11 @@ def test_carry_into_a_window_matches_the_digits(driver: Path) -> None:
     whose low c w bits sit at the limit M_w (every lower digit 2^(c-1)), one above and one
     below it, next to random ones, r - 1 and small values. The digit of window w from an
     iterator started there equals the reference's."""
-    from kernels.cuda import msm as cm
+    from kernels.cuda import msm_plan as mp
 
     rng = random.Random()
     lines, want = [], []
-    for c in range(max(2, cm.MIN_WINDOW), cm.MAX_WINDOW + 1):
+    for c in range(max(2, mp.MIN_WINDOW), mp.MAX_WINDOW + 1):
         W = -(-256 // c)
         ks = [0, 1, 2, R - 1, rng.randrange(R), rng.randrange(R)]
         for _ in range(3):
@@ -424,22 +424,20 @@ def rand_points(rng: random.Random, k: int) -> list[tuple[int, int]]:
     "case",
     ["dense", "ones-heavy", "zeros", "ones", "repeats", "one-bucket", "infinity", "cancel"],
 )
-@pytest.mark.parametrize("parts", [1, 3, "3-merge"])
+@pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("reduce", ["span", "scaled", "switch"])
-def test_msm_pipeline_on_host(driver: Path, case: str, parts: int | str, reduce: str) -> None:
+def test_msm_pipeline_on_host(driver: Path, case: str, parts: int, reduce: str) -> None:
     """The whole GPU pipeline (digits, counting sort, balanced multi-level accumulation, bucket
     reduction, tree sums) run on the host with small windows and chunks, so that buckets cross
     many chunk boundaries and several reduction levels run; against the reference MSM. With
-    ``parts`` > 1 the points go through in chunks accumulated into the same buckets, as a
-    streamed MSM's do (``"3-merge"``: each later chunk into a second array and merged, the
-    ``query-merge`` setting; otherwise straight into the kept array, ``query``); ``reduce``
-    is the bucket-reduction tree's setting (tuning msm_reduce; ``switch``: "auto"'s change
-    from span to scaled, at a random level of the tree)."""
+    ``parts`` > 1 the points go through in chunks summed straight into the same kept
+    buckets, as a streamed MSM's are; ``reduce``: where the tree's doublings go (by each
+    node's span throughout, pre-scaled throughout, or the switch from one to the other at a
+    random level of the tree, as :func:`kernels.cuda.msm_plan.reduce_tree` makes it)."""
     from kernels.cpu.msm import pippenger
 
     rng = random.Random()
-    kept = 0 if parts == "3-merge" else 1
-    parts = 3 if parts == "3-merge" else int(parts)
+    kept = 1  # (the driver's 0, a second array merged in, is no path of the MSM's)
     n = 97
     pts: list[g1.Affine] = list(rand_points(rng, 24))
     pts = [pts[rng.randrange(len(pts))] for _ in range(n)]  # repeated points throughout

@@ -20,7 +20,8 @@ from kernels.cpu import ntt as ref
 from kernels.cuda import fr as cuda_fr
 from kernels.cuda.h_streamed import run_streamed_h_step
 from kernels.cuda.host_pinned import pinned_empty
-from kernels.cuda.ntt import CudaNtt, from_words, to_words
+from kernels.cuda.ntt import CudaNtt
+from kernels.cuda.ntt_plan import from_words, to_words
 from tests.kernels.test_cuda_ntt import PoisonAllocator
 
 pytestmark = pytest.mark.gpu

@@ -18,7 +18,7 @@ import pytest
 from kernels.constants import FR_MODULUS
 from kernels.cpu import ntt as ref
 from kernels.cuda import h_streamed as hs
-from kernels.cuda import ntt as cn
+from kernels.cuda import ntt_plan as npl
 from tests.kernels.test_cuda_ntt_host import Emulator
 from tests.kernels.test_cuda_ntt_host import emu as emu  # the fixture (host build of ntt.cuh)
 
@@ -33,12 +33,12 @@ def _run(em: Emulator, steps: list[hs.Step], bufs: dict[str, np.ndarray], k: int
         elif st.op == "passes":
             em.run(list(st.passes), bufs, 1, k)
         elif st.op in ("mul", "sub"):
-            x, y = (cn.from_words(bufs[name], True) for name in st.src)
+            x, y = (npl.from_words(bufs[name], True) for name in st.src)
             if st.op == "mul":
                 out = [u * v % R for u, v in zip(x, y, strict=True)]
             else:
                 out = [(u - v) % R for u, v in zip(x, y, strict=True)]
-            np.copyto(bufs[st.dst], cn.to_words(out, True))
+            np.copyto(bufs[st.dst], npl.to_words(out, True))
         elif st.op == "swap":
             idx = ref.bitrev_indices(k)
             bufs[st.dst][:] = bufs[st.dst][np.asarray(idx, dtype=np.int64)]
@@ -55,14 +55,14 @@ def test_streamed_h_step_matches_reference(emu: ctypes.CDLL, slots: int, k: int)
     b = [rng.randrange(R) for _ in range(n)]
     c = [x * y % R for x, y in zip(a, b, strict=True)]
     c[n // 2] = (c[n // 2] + 1) % R  # not a satisfied system: every coefficient matters
-    bufs = {name: cn.to_words(v, True) for name, v in (("a", a), ("b", b), ("c", c))}
+    bufs = {name: npl.to_words(v, True) for name, v in (("a", a), ("b", b), ("c", c))}
     inputs = {name: arr.copy() for name, arr in bufs.items()}
     for name in ("P", "Q", "S"):
         bufs[name] = np.full((n, 4), POISON, dtype=np.uint64)
     steps = hs.plan_streamed_h_step(k, slots)
     _run(Emulator(emu), steps, bufs, k)
     want = [int(v) for v in ref.h_step_objects(*(ref._as_objects(v) for v in (a, b, c)))]
-    assert cn.from_words(bufs["P"], False) == want  # all n (the last is not zero here)
+    assert npl.from_words(bufs["P"], False) == want  # all n (the last is not zero here)
     for name, arr in inputs.items():  # the witness is read, never written
         assert np.array_equal(bufs[name], arr), name
     used = {name for st in steps for name in (st.dst, *st.src)}
@@ -75,7 +75,7 @@ def test_every_transform_runs_in_place() -> None:
         for st in hs.plan_streamed_h_step(20, slots):
             for p in st.passes:
                 assert p.src == p.dst == st.dst
-                assert not p.flags & cn.F_GATHER
+                assert not p.flags & npl.F_GATHER
                 assert p.qa is None and p.qb is None
 
 

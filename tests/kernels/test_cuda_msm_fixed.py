@@ -23,6 +23,7 @@ from kernels.cpu import g1
 from kernels.cpu import msm as cmsm
 from kernels.cuda import msm as cm
 from kernels.cuda import msm_fixed as mf
+from kernels.cuda import msm_plan as mp
 from tests.kernels.test_cuda_msm import (  # noqa: F401 (poison: a fixture)
     poison,
     random_points,
@@ -45,7 +46,7 @@ def test_table_rows_are_the_shifted_points(cp, poison, n: int, c: int) -> None: 
     pts_dev[1] = 0  # the point at infinity stays infinity in every window
     pts[1] = None
     table = mf.build_table(pts_dev, c, allocator=poison)
-    assert table.rows.shape == (cm.num_windows(c) * n, 12) and table.nbytes == table.rows.nbytes
+    assert table.rows.shape == (mp.num_windows(c) * n, 12) and table.nbytes == table.rows.nbytes
     rows = layout.g1_from_limbs(table.rows.get())
     rng = random.Random()
     for w in range(table.windows):
@@ -139,19 +140,19 @@ def test_fixed_window_rule_minimises_its_model_within_the_memory_limit() -> None
         c = mf.choose_fixed_window_bits(n)
         costs = {
             w: mf.fixed_window_cost(n, w)
-            for w in range(cm.MIN_WINDOW, cm.MAX_WINDOW + 1)
-            if cm.num_windows(w) * n < mf.MAX_ROWS
+            for w in range(mp.MIN_WINDOW, mp.MAX_WINDOW + 1)
+            if mp.num_windows(w) * n < mf.MAX_ROWS
         }
         assert costs[c] == min(costs.values()), log_n
         # one bucket set: never more modelled work than the general MSM's W sets
-        assert mf.fixed_window_cost(n, c) <= cm.window_cost(n, cm.choose_window_bits(n))
+        assert mf.fixed_window_cost(n, c) <= mp.window_cost(n, mp.choose_window_bits(n))
     n = 1 << 20
     limit = 10 * n * mf.AFFINE_BYTES  # ten windows' rows at most: c >= 26 would be needed
     with pytest.raises(ValueError, match="no fixed-base table"):
         mf.choose_fixed_window_bits(n, limit)
     limit = 14 * n * mf.AFFINE_BYTES
     c = mf.choose_fixed_window_bits(n, limit)
-    assert mf.table_bytes(n, c) <= limit and cm.num_windows(c) <= 14
+    assert mf.table_bytes(n, c) <= limit and mp.num_windows(c) <= 14
 
 
 def test_fixed_plan_is_one_window_with_the_ones_bucket_last() -> None:

@@ -1,5 +1,6 @@
-"""The host-side planning of the GPU MSM (kernels/cuda/msm.py), on the CPU: window rule, level
-sizes, scratch model. Why: these decide launch shapes and how much memory the engine budgets; a
+"""The planning of the GPU MSM (kernels/cuda/msm_plan.py), on the CPU: window rule, level
+sizes, scratch model; and the streamed pass's orchestration (kernels/cuda/msm.py) with every
+CUDA step replaced. Why: these decide launch shapes and how much memory the engine budgets; a
 level plan that does not shrink would hang, and a scratch model below the real peak would let
 the engine's allocator over-commit."""
 
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 
 from kernels.cuda import msm as cm
+from kernels.cuda import msm_plan as mp
+from kernels.cuda import msm_stages
 from kernels.tuning import DEFAULT_TUNING
 
 
@@ -18,19 +21,19 @@ def test_window_rule_is_the_cost_argmin_and_grows_with_n() -> None:
     prev = 0
     for k in range(0, 31):
         n = 1 << k
-        c = cm.choose_window_bits(n)
-        assert cm.MIN_WINDOW <= c <= cm.MAX_WINDOW
+        c = mp.choose_window_bits(n)
+        assert mp.MIN_WINDOW <= c <= mp.MAX_WINDOW
         if n > 1:
-            best = min(cm.window_cost(n, d) for d in range(cm.MIN_WINDOW, cm.MAX_WINDOW + 1))
-            assert cm.window_cost(n, c) == best
+            best = min(mp.window_cost(n, d) for d in range(mp.MIN_WINDOW, mp.MAX_WINDOW + 1))
+            assert mp.window_cost(n, c) == best
         assert c >= prev
         prev = c
-    assert [cm.choose_window_bits(1 << k) for k in (16, 20, 24, 27)] == [13, 16, 20, 22]
+    assert [mp.choose_window_bits(1 << k) for k in (16, 20, 24, 27)] == [13, 16, 20, 22]
 
 
 @pytest.mark.parametrize("m", [1, 2, 7, 8, 9, 1000, 12345, 1 << 20, 218_000_000, 1_610_612_736])
 def test_levels_shrink_to_one_thread(m: int) -> None:
-    levels = cm._level_sizes(m, m)
+    levels = mp.level_sizes(m, m)
     assert levels[-1][2] == 1
     for (size, L, T), nxt in zip(levels, levels[1:], strict=False):
         assert T == -(-size // L) and nxt[0] == 2 * T and nxt[2] < T
@@ -40,50 +43,54 @@ def test_levels_shrink_to_one_thread(m: int) -> None:
 def test_plan_and_scratch_model() -> None:
     for k in (4, 10, 16, 20, 24, 27):
         n = 1 << k
-        c = cm.choose_window_bits(n)
-        p = cm.make_plan(n, c)
+        c = mp.choose_window_bits(n)
+        p = mp.make_plan(n, c)
         assert p.K == p.W * p.B + 1 and p.S & (p.S - 1) == 0 and p.G * p.S == p.B
         assert n * p.W < 1 << 32  # offsets fit 32 bits
-        b = cm.scratch_bytes(n, c)
+        b = mp.scratch_bytes(n, c)
         assert b >= 192 * p.K + 4 * n * p.W  # at least buckets and sorted entries
-        assert b <= cm.scratch_bytes(2 * n, c)
+        assert b <= mp.scratch_bytes(2 * n, c)
     # fewer entries (zeros, ones) never need more
-    assert cm.scratch_bytes(1 << 20, 16, n_entries=1000) < cm.scratch_bytes(1 << 20, 16)
+    assert mp.scratch_bytes(1 << 20, 16, n_entries=1000) < mp.scratch_bytes(1 << 20, 16)
 
 
 def test_host_scratch_model() -> None:
-    """Per chunk: two point buffers, a chunk's MSM and the window sums. Whole-query buckets:
-    two point buffers and the chunk's scratch for the largest of the windows the query may
-    take (fewer non-trivial scalars pick smaller ones, with more windows), so a cap on the
-    window caps the bytes, and the bound holds whatever window the scalars choose."""
+    """Per chunk (the reference of the window floor): two point buffers, a chunk's MSM and the
+    window sums. Whole-query buckets: two point buffers and the chunk's scratch for the largest
+    of the windows the query may take (fewer non-trivial scalars pick smaller ones, with more
+    windows), so a cap on the window caps the bytes, and the bound holds whatever window the
+    scalars choose."""
 
     n, chunk = 1 << 27, 1 << 22
-    per_chunk = replace(DEFAULT_TUNING, msm_host_buckets="chunk")
-    c = cm.choose_window_bits(chunk)
+    c = mp.choose_window_bits(chunk)
     # a streamed chunk sorts as the counting sort when the setting is auto (streamed_tuning)
-    streamed = cm.streamed_tuning(DEFAULT_TUNING)
-    assert cm.host_scratch_bytes(n, chunk, c, tuning=per_chunk) == (
+    streamed = mp.streamed_tuning(DEFAULT_TUNING)
+    assert mp.per_chunk_scratch_bytes(chunk, c) == (
         2 * chunk * 96
-        + 2 * 192 * (cm.num_windows(c) + 1)
-        + cm.scratch_bytes(chunk, c, tuning=streamed)
+        + 2 * 192 * (mp.num_windows(c) + 1)
+        + mp.scratch_bytes(chunk, c, tuning=streamed)
     )
-    assert cm.host_scratch_bytes(1000, chunk) < cm.host_scratch_bytes(n, chunk)
-    assert cm.stream_window_bits(n) == cm.choose_window_bits(n)
-    assert cm.stream_window_bits(n, 20) == 20 and cm.stream_window_bits(1000, 20) < 20
-    caps = [cm.host_scratch_bytes(n, chunk, w) for w in range(16, 23)]
+    floor = mp.stream_window_floor(chunk)
+    assert floor < c  # the kept array spans the query's windows beside the chunk's sort
+    assert mp.host_scratch_bytes(2 * chunk, chunk, floor) <= mp.per_chunk_scratch_bytes(chunk, c)
+    assert mp.host_scratch_bytes(2 * chunk, chunk, floor + 1) > mp.per_chunk_scratch_bytes(chunk, c)
+    assert mp.host_scratch_bytes(1000, chunk) < mp.host_scratch_bytes(n, chunk)
+    assert mp.stream_window_bits(n) == mp.choose_window_bits(n)
+    assert mp.stream_window_bits(n, 20) == 20 and mp.stream_window_bits(1000, 20) < 20
+    caps = [mp.host_scratch_bytes(n, chunk, w) for w in range(16, 23)]
     assert caps == sorted(caps)  # a smaller cap never needs more
     for w in range(16, 23):
-        bound = cm.host_scratch_bytes(n, chunk, w)
-        p = cm.make_plan(chunk, w)  # dense scalars at the cap: the query's buckets and entries
+        bound = mp.host_scratch_bytes(n, chunk, w)
+        p = mp.make_plan(chunk, w)  # dense scalars at the cap: the query's buckets and entries
         assert bound >= 2 * chunk * 96 + 192 * p.K + 4 * chunk * p.W
-        assert bound >= 2 * chunk * 96 + cm.scratch_bytes(chunk, w, tuning=streamed)
+        assert bound >= 2 * chunk * 96 + mp.scratch_bytes(chunk, w, tuning=streamed)
     # the resident rule is monotone in n, so a query's scalars never pick more than its size
-    ws = [cm.choose_window_bits(1 << k) for k in range(1, 28)]
+    ws = [mp.choose_window_bits(1 << k) for k in range(1, 28)]
     assert ws == sorted(ws)
     for chunks in (1, 2, 8, 32, 1000):  # never below the streamed floor, never above a cap
         for x in (0, 1, 1000, 1 << 20, 1 << 27):
-            assert cm.STREAM_MIN_WINDOW <= cm.stream_window_bits(x, None, chunks) <= 23
-            assert cm.stream_window_bits(x, 14, chunks) <= 14
+            assert mp.STREAM_MIN_WINDOW <= mp.stream_window_bits(x, None, chunks) <= 23
+            assert mp.stream_window_bits(x, 14, chunks) <= 14
 
 
 def test_streamed_msms_take_the_counting_sort_for_auto() -> None:
@@ -93,17 +100,17 @@ def test_streamed_msms_take_the_counting_sort_for_auto() -> None:
     auto, counting, radix = (
         replace(DEFAULT_TUNING, msm_sort=s) for s in ("auto", "counting", "radix")
     )
-    assert cm.streamed_tuning(auto) == counting
-    assert cm.streamed_tuning(radix) is radix and cm.streamed_tuning(counting) is counting
+    assert mp.streamed_tuning(auto) == counting
+    assert mp.streamed_tuning(radix) is radix and mp.streamed_tuning(counting) is counting
     n, chunk = 1 << 27, 1 << 22
-    assert cm.host_scratch_bytes(n, chunk, tuning=auto) == cm.host_scratch_bytes(
+    assert mp.host_scratch_bytes(n, chunk, tuning=auto) == mp.host_scratch_bytes(
         n, chunk, tuning=counting
     )
-    assert cm.host_scratch_bytes(n, chunk, tuning=radix) > cm.host_scratch_bytes(
+    assert mp.host_scratch_bytes(n, chunk, tuning=radix) > mp.host_scratch_bytes(
         n, chunk, tuning=counting
     )
     sizes, windows = [n, n // 2], [20, 19]
-    assert cm.many_scratch_bytes(sizes, chunk, windows, tuning=auto) == cm.many_scratch_bytes(
+    assert mp.many_scratch_bytes(sizes, chunk, windows, tuning=auto) == mp.many_scratch_bytes(
         sizes, chunk, windows, tuning=counting
     )
 
@@ -112,60 +119,51 @@ def test_streamed_window_weighs_the_additions_into_kept_buckets() -> None:
     """One chunk: the resident rule. Many chunks: a smaller window than the query's own (each
     chunk adds its sum into every bucket it reaches), and never above a cap."""
     n = 1 << 27
-    assert cm.stream_window_bits(n, None, 1) == cm.choose_window_bits(n) == 22
-    c32 = cm.stream_window_bits(n, None, 32)
-    assert c32 < 22 and cm.stream_cost(n, c32, 32) < cm.stream_cost(n, 22, 32)
-    assert cm.stream_cost(n, 22, 1) == cm.window_cost(n, 22)
-    assert cm.stream_window_bits(n, 17, 32) <= 17
+    assert mp.stream_window_bits(n, None, 1) == mp.choose_window_bits(n) == 22
+    c32 = mp.stream_window_bits(n, None, 32)
+    assert c32 < 22 and mp.stream_cost(n, c32, 32) < mp.stream_cost(n, 22, 32)
+    assert mp.stream_cost(n, 22, 1) == mp.window_cost(n, 22)
+    assert mp.stream_window_bits(n, 17, 32) <= 17
     # more chunks never favour more buckets
-    assert cm.stream_window_bits(n, None, 16) >= c32
+    assert mp.stream_window_bits(n, None, 16) >= c32
 
 
 def test_interleave_order_takes_every_chunk_once_in_order_and_spread() -> None:
     chunks = [32, 31, 31, 8]
-    order = cm.interleave_order(chunks)
+    order = mp.interleave_order(chunks)
     assert sorted(order) == [(q, k) for q, n in enumerate(chunks) for k in range(n)]
     for q, n in enumerate(chunks):  # each query's chunks in their own order
         assert [k for qq, k in order if qq == q] == list(range(n))
     # spread: no two chunks of the big query with more than 4 others between them
     pos = [i for i, (q, _) in enumerate(order) if q == 0]
     assert max(b - a for a, b in zip(pos, pos[1:], strict=False)) <= 5
-    assert cm.interleave_order([1]) == [(0, 0)] and cm.interleave_order([]) == []
+    assert mp.interleave_order([1]) == [(0, 0)] and mp.interleave_order([]) == []
     # a lead: the first query's first chunks before any other's, every chunk still once
-    led = cm.interleave_order(chunks, lead=2)
+    led = mp.interleave_order(chunks, lead=2)
     assert led[:2] == [(0, 0), (0, 1)] and sorted(led) == sorted(order)
-    assert sorted(cm.interleave_order(chunks, lead=99)) == sorted(order)
+    assert sorted(mp.interleave_order(chunks, lead=99)) == sorted(order)
 
 
-@pytest.mark.parametrize("mode", ["query", "query-merge"])
-def test_one_pass_scratch_counts_every_query_buckets_and_the_buffers(mode: str) -> None:
-    """The buffers, each query's bucket arrays (two with the merge kernel, else one), a
-    chunk's sort and levels (its own bucket array too with ``query-merge``, which never
-    exists: the old bound, kept), and a single query never below msm_host_points' bound."""
-    tuning = replace(DEFAULT_TUNING, msm_host_buckets=mode)
+def test_one_pass_scratch_counts_every_query_buckets_and_the_buffers() -> None:
+    """The buffers, each query's kept bucket array, a chunk's sort and levels (without a bucket
+    array of its own: its sums go into the query's), and a single query never below
+    msm_host_points' bound."""
     chunk = 1 << 22
     sizes, windows = [1 << 27, 130_000_000, 33_000_000], [19, 16, 16]
-    one = cm.many_scratch_bytes(sizes, chunk, windows, 4, tuning=tuning)
-    two = cm.many_scratch_bytes(sizes, chunk, windows, 2, tuning=tuning)
+    one = mp.many_scratch_bytes(sizes, chunk, windows, 4)
+    two = mp.many_scratch_bytes(sizes, chunk, windows, 2)
     assert one - two == 2 * chunk * 96
-    per_query = 2 if mode == "query-merge" else 1
-    arrays = sum(per_query * 192 * cm.make_plan(chunk, w).K for w in windows)
-    chunk_scratch = cm.scratch_bytes(chunk, 19)
-    if mode == "query":
-        chunk_scratch -= 192 * cm.make_plan(chunk, 19).K
+    arrays = sum(192 * mp.make_plan(chunk, w).K for w in windows)
+    chunk_scratch = mp.scratch_bytes(chunk, 19) - 192 * mp.make_plan(chunk, 19).K
     assert one >= 4 * chunk * 96 + arrays + chunk_scratch
-    assert cm.many_scratch_bytes([1 << 27], chunk, [19], tuning=tuning) >= cm.host_scratch_bytes(
-        1 << 27, chunk, 19, tuning=tuning
+    assert mp.many_scratch_bytes([1 << 27], chunk, [19]) >= mp.host_scratch_bytes(
+        1 << 27, chunk, 19
     )
-    # summed straight into the kept arrays: less than through a second array each
-    if mode == "query":
-        merge = replace(tuning, msm_host_buckets="query-merge")
-        assert one < cm.many_scratch_bytes(sizes, chunk, windows, 4, tuning=merge)
 
 
 def test_grouped_order_takes_chunk_k_of_the_later_queries_together() -> None:
     chunks = [22, 21, 21, 6]
-    order = cm.interleave_order(chunks, lead=5, grouped=True)
+    order = mp.interleave_order(chunks, lead=5, grouped=True)
     assert sorted(order) == [(q, k) for q, n in enumerate(chunks) for k in range(n)]
     assert order[:5] == [(0, k) for k in range(5)]
     for k in range(6):  # L_k, A_k, B_k one after the other
@@ -174,7 +172,7 @@ def test_grouped_order_takes_chunk_k_of_the_later_queries_together() -> None:
     for q, n in enumerate(chunks):
         assert [k for qq, k in order if qq == q] == list(range(n))
     # not grouped: B's chunks spread over the run as before
-    spread = cm.interleave_order(chunks, lead=5)
+    spread = mp.interleave_order(chunks, lead=5)
     assert spread.index((3, 5)) > spread.index((1, 15))
 
 
@@ -206,9 +204,9 @@ def test_scalar_feed_shares_prefix_rows_and_never_refills_a_buffer_still_read(
 ) -> None:
     sizes = [(1 << 27) - 1, 130_169_893, 129_753_620, 33_112_282]
     chunks = [-(-n // chunk) for n in sizes]
-    order = cm.interleave_order(chunks, lead, grouped=True)
+    order = mp.interleave_order(chunks, lead, grouped=True)
     keys = [None, "z", "z", "z"]
-    feed = cm.plan_scalar_feed(order, sizes, chunk, keys, buffers)
+    feed = mp.plan_scalar_feed(order, sizes, chunk, keys, buffers)
     # H reads device scalars; every other chunk reads the upload of its own rows
     for i, (q, k) in enumerate(order):
         u = feed.use[i]
@@ -221,23 +219,23 @@ def test_scalar_feed_shares_prefix_rows_and_never_refills_a_buffer_still_read(
     assert feed.slots >= 2 and not _feed_violations(order, feed, buffers)
     # one buffer fewer would break the rule (the minimum is taken), unless 2 is the floor
     if feed.slots > 2:
-        fewer = cm.ScalarFeed(feed.use, feed.uploads, feed.first, feed.last, feed.slots - 1)
+        fewer = mp.ScalarFeed(feed.use, feed.uploads, feed.first, feed.last, feed.slots - 1)
         assert _feed_violations(order, fewer, buffers)
-    assert cm.pass_scalar_slots(sizes, chunk, [False, True, True, True], buffers, lead) == (
+    assert mp.pass_scalar_slots(sizes, chunk, [False, True, True, True], buffers, lead) == (
         feed.slots
     )
 
 
 def test_scalar_feed_of_separate_arrays_and_of_device_scalars() -> None:
-    order = cm.interleave_order([3, 3])
-    feed = cm.plan_scalar_feed(order, [30, 30], 10, ["x", "y"], 2)
+    order = mp.interleave_order([3, 3])
+    feed = mp.plan_scalar_feed(order, [30, 30], 10, ["x", "y"], 2)
     assert len(feed.uploads) == 6 and not _feed_violations(order, feed, 2)
-    none = cm.plan_scalar_feed(order, [30, 30], 10, [None, None], 2)
+    none = mp.plan_scalar_feed(order, [30, 30], 10, [None, None], 2)
     assert none.slots == 0 and none.uploads == [] and none.use == [None] * 6
     # the pass's memory counts the scalar buffers
-    base = cm.many_scratch_bytes([1 << 27], 1 << 22, [19])
+    base = mp.many_scratch_bytes([1 << 27], 1 << 22, [19])
     assert (
-        cm.many_scratch_bytes([1 << 27], 1 << 22, [19], scalar_slots=2) == base + 2 * (1 << 22) * 32
+        mp.many_scratch_bytes([1 << 27], 1 << 22, [19], scalar_slots=2) == base + 2 * (1 << 22) * 32
     )
 
 
@@ -311,7 +309,7 @@ def test_the_pass_feeds_every_chunk_its_own_rows(monkeypatch, buffers, lead, chu
     seen = []
     uploads = []
 
-    def count_stage(mod, scalars, n, p, stream, tuning, done=None):
+    def count_stage(mod, scalars, n, p, stream, done=None):
         seen.append(("count", n, np.array(scalars)))
         return None
 
@@ -320,14 +318,14 @@ def test_the_pass_feeds_every_chunk_its_own_rows(monkeypatch, buffers, lead, chu
 
     fake = _FakeCupy()
     monkeypatch.setattr(cm, "require_cupy", lambda: fake)
-    monkeypatch.setattr(cm, "kernels", lambda tuning: None)
-    monkeypatch.setattr(cm, "_kits", __import__("threading").local())
+    monkeypatch.setattr(cm, "_kits", cm._Kits())
     monkeypatch.setattr(cm, "on_stream", lambda s, a: contextlib.nullcontext(fake.cuda.Stream()))
-    monkeypatch.setattr(cm, "tail_count", lambda sc: len(sc))
-    monkeypatch.setattr(cm, "count_stage", count_stage)
-    monkeypatch.setattr(cm, "accumulate_buckets", accumulate_buckets)
-    monkeypatch.setattr(cm, "reduce_buckets", lambda *a, **kw: fake.zeros((2, 24)))
-    monkeypatch.setattr(cm, "combine_windows", lambda sums, c: c)
+    monkeypatch.setattr(msm_stages, "kernels", lambda tuning: None)
+    monkeypatch.setattr(msm_stages, "tail_count", lambda sc: len(sc))
+    monkeypatch.setattr(msm_stages, "count_stage", count_stage)
+    monkeypatch.setattr(msm_stages, "accumulate_buckets", accumulate_buckets)
+    monkeypatch.setattr(msm_stages, "reduce_buckets", lambda *a, **kw: fake.zeros((2, 24)))
+    monkeypatch.setattr(msm_stages, "combine_windows", lambda sums, c: c)
     real_set = _HostArray.set
 
     def counting_set(self, host, stream=None):
@@ -348,7 +346,7 @@ def test_the_pass_feeds_every_chunk_its_own_rows(monkeypatch, buffers, lead, chu
         jobs, chunk=chunk, buffers=buffers, lead=lead, rows_read=rows_read
     )
     assert len(got) == 4
-    order = cm.interleave_order([-(-n // chunk) for n in sizes], lead, grouped=True)
+    order = mp.interleave_order([-(-n // chunk) for n in sizes], lead, grouped=True)
     # H's rows (device scalars) are reported free once each, right after the accumulation
     # of their chunk (the last kernel reading them); the host-scalar queries' never
     h_at = [i for i, (q, _k) in enumerate(order) if q == 0]

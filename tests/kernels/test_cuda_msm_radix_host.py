@@ -1,5 +1,6 @@
-"""The MSM's radix sort (``msm_sort = "radix"``) on the CPU: the host side of kernels/cuda/msm.py
-(``_radix_sort``, its plans, scans and buffers, with numpy for CuPy) driving a host build of
+"""The MSM's radix sort (``msm_sort = "radix"``) on the CPU: the host side of
+kernels/cuda/msm_stages.py (``_radix_sort``, its plans from kernels/cuda/msm_plan.py, scans and
+buffers, with numpy for CuPy) driving a host build of
 kernels/cuda/src/msm/radix.cuh, against buckets computed here from the signed digits.
 
 Why: the radix kernels' bodies stride every loop by blockDim.x between barriers and write their
@@ -22,8 +23,8 @@ import pytest
 from kernels import layout
 from kernels.constants import FR_MODULUS as R
 from kernels.cpu.msm import signed_digits
-from kernels.cuda import msm as cm
-from kernels.tuning import KernelTuning
+from kernels.cuda import msm_plan as mp
+from kernels.cuda import msm_stages
 from tests.kernels.host_build import build_driver
 
 SHIM = r"""
@@ -104,7 +105,7 @@ def emu(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
 
 
 class HostKernels:
-    """Stands for kernels.cuda.msm.MsmKernels: launch_blocks runs the host build, one thread
+    """Stands for kernels.cuda.msm_stages.MsmKernels: launch_blocks runs the host build, one thread
     per block, with numpy arrays as the device buffers."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
@@ -115,8 +116,8 @@ class HostKernels:
         self, name: str, blocks: int, threads: int, args: tuple, shared: int, stream: object
     ) -> None:
         assert shared <= 4 * SHARED_WORDS, (name, shared)
-        assert cm.RADIX_STAGE <= 4096, "one host thread holds at most 4,096 entries"
-        assert threads == cm.RADIX_THREADS
+        assert mp.RADIX_STAGE <= 4096, "one host thread holds at most 4,096 entries"
+        assert threads == mp.RADIX_THREADS
         self.launched.append(name)
         if blocks <= 0:
             return
@@ -134,7 +135,7 @@ def bucket_entries(ks: list[int], c: int) -> tuple[np.ndarray, dict[int, list[in
     """The offsets (K + 1) and each bucket's entries (point index | sign << 31), from the
     signed digits: a scalar 1 is one entry of the ones bucket (key W B), a 0 none, and digit d
     of window w the bucket w B + |d| - 1."""
-    W, B = cm.num_windows(c), 1 << (c - 1)
+    W, B = mp.num_windows(c), 1 << (c - 1)
     K = W * B + 1
     want: dict[int, list[int]] = {}
     for i, k in enumerate(ks):
@@ -160,7 +161,7 @@ def scalars_for(kind: str, n: int, c: int, rng: random.Random) -> list[int]:
     if kind == "witness":  # half ones, some zeros, the rest dense
         return [rng.choice([1, 1, 0, rng.randrange(R)]) for _ in range(n)]
     # the ends of the bucket range in every window, and one heavy bucket
-    W = cm.num_windows(c)
+    W = mp.num_windows(c)
     pool = [R - 1, R - 2, (1 << c) - 1, 2, 1, 0, (1 << (c - 1)) + 1]
     pool += [(1 << (c - 1)) << (c * w) for w in range(W - 1)]
     pool = [k % R for k in pool]
@@ -169,9 +170,9 @@ def scalars_for(kind: str, n: int, c: int, rng: random.Random) -> list[int]:
     return ks
 
 
-def run_radix(lib: ctypes.CDLL, ks: list[int], c: int, group: int) -> tuple:
+def run_radix(lib: ctypes.CDLL, ks: list[int], c: int) -> tuple:
     n = len(ks)
-    p = cm.make_plan(n, c)
+    p = mp.make_plan(n, c)
     offs, want = bucket_entries(ks, c)
     m = int(offs[-1])
     scalars = np.ascontiguousarray(layout.fr_to_limbs(ks, montgomery=False)).view(np.uint32)
@@ -180,16 +181,15 @@ def run_radix(lib: ctypes.CDLL, ks: list[int], c: int, group: int) -> tuple:
     cursor = offs[: p.K].copy()
     sorted_e = np.full(max(m, 1), 0xDEADBEEF, dtype=np.uint32)  # poisoned
     mod = HostKernels(lib)
-    tuning = KernelTuning(msm_sort="radix", msm_sort_group=group)
-    cm._radix_sort(mod, scalars, n, p, offs, starts, cursor, sorted_e, None, tuning,
-                   lambda _stage: None, m, xp=np)  # fmt: skip
+    msm_stages._radix_sort(mod, scalars, n, p, offs, starts, cursor, sorted_e, None,
+                           lambda _stage: None, m, xp=np)  # fmt: skip
     return offs, want, sorted_e, mod.launched
 
 
 # (tiles, superbins, stage, bin entries, chunk): the shipped shape, and small ones that make a
 # tile span many level-a chunks, a superbin many level-b blocks and a bin many bucket chunks
 SHAPES = [
-    (cm.RADIX_TILES, cm.RADIX_SUPERBINS, cm.RADIX_STAGE, cm.RADIX_BIN_ENTRIES, cm.RADIX_CHUNK),
+    (mp.RADIX_TILES, mp.RADIX_SUPERBINS, mp.RADIX_STAGE, mp.RADIX_BIN_ENTRIES, mp.RADIX_CHUNK),
     (3, 4, 64, 32, 48),
     (7, 3, 32, 64, 5),
     (2, 16, 512, 8, 1 << 15),
@@ -202,17 +202,22 @@ def test_radix_sort_on_the_host(
     emu: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch, shape: tuple, group: int
 ) -> None:
     """Every bucket's entries, exactly, in the slots the offsets give it, every slot written;
-    fresh random scalars of three kinds at several windows and sizes."""
+    fresh random scalars of three kinds at several windows and sizes; with the rule's windows
+    per launch (``group`` 0: all of them at these sizes) and with 1 or 3 (several launches, as
+    at 2^27)."""
     tiles, superbins, stage, bin_entries, chunk = shape
-    monkeypatch.setattr(cm, "RADIX_TILES", tiles)
-    monkeypatch.setattr(cm, "RADIX_SUPERBINS", superbins)
-    monkeypatch.setattr(cm, "RADIX_STAGE", stage)
-    monkeypatch.setattr(cm, "RADIX_BIN_ENTRIES", bin_entries)
-    monkeypatch.setattr(cm, "RADIX_CHUNK", chunk)
+    if group:
+        rule = mp.radix_plan
+        monkeypatch.setattr(mp, "radix_plan", lambda n, c, g=0, budget=0: rule(n, c, group))
+    monkeypatch.setattr(mp, "RADIX_TILES", tiles)
+    monkeypatch.setattr(mp, "RADIX_SUPERBINS", superbins)
+    monkeypatch.setattr(mp, "RADIX_STAGE", stage)
+    monkeypatch.setattr(mp, "RADIX_BIN_ENTRIES", bin_entries)
+    monkeypatch.setattr(mp, "RADIX_CHUNK", chunk)
     rng = random.Random()
     for kind, n, c in [("dense", 700, 9), ("witness", 1100, 13), ("edges", 513, 7)]:
         ks = scalars_for(kind, n, c, rng)
-        offs, want, got, launched = run_radix(emu, ks, c, group)
+        offs, want, got, launched = run_radix(emu, ks, c)
         what = f"{shape} group={group}: {kind} n={n} c={c}"
         assert {"msm_radix_hist", "msm_radix_part_a"} <= set(launched), what
         assert len(got) == max(int(offs[-1]), 1), what
@@ -225,6 +230,6 @@ def test_radix_sort_on_the_host(
 def test_every_kernel_has_a_host_build() -> None:
     """Each radix kernel the host code launches has its stand-in here, and its body is in
     radix.cuh (the GPU wrappers in msm.cu hold nothing else)."""
-    src = (Path(cm.__file__).parent / "src" / "msm" / "radix.cuh").read_text()
+    src = (Path(mp.__file__).parent / "src" / "msm" / "radix.cuh").read_text()
     for kernel in EMU:
         assert f"void {kernel}_body(" in src

@@ -11,14 +11,15 @@ with 0xFF.. before each run):
   (P(g^c w^i), independent of the NTT code);
 - H step: the full output against the reference at k = 10, and the identity
   (A B - C)(tau) = H(tau) Z(tau) at a random tau for k up to 24, evaluations on the GPU;
-- the small plans (tuning ntt_small on): the same checks at k = 1 .. 13 (every combination,
-  each twice so the cached launches run with other buffers), 15, 16 (reference), and at 17, 20,
-  21, 22 bit-equality with the default plans plus round trips and Horner spot checks; their
-  H step against the reference (k = 5, 12) and the identity at tau (k = 1 .. 22); all of them
-  for three settings of where the upper passes keep their twiddles and how the cached launches
-  go out (shared + driver, global + CuPy, shared + dependent launches);
-- the driver launches from two threads sharing one cached program, and from a thread whose
-  first CUDA call is the transform, against the CuPy-launched output.
+  the checks above run the plans without the small ones' tiles and tables (``small=False``,
+  the kind the streamed H step runs) through CudaNtt's executor;
+- the small plans (what ``CudaNtt.ntt`` and ``h_step`` run): the same checks at k = 1 .. 13
+  (every combination, each twice so the cached launches run with other buffers), 15, 16
+  (reference), and at 17, 20, 21, 22 bit-equality with the plans above plus round trips and
+  Horner spot checks; their H step against the reference (k = 5, 12) and the identity at tau
+  (k = 1 .. 22);
+- the packed driver launches from two threads sharing one cached program, and from a thread
+  whose first CUDA call is the transform, against one thread's output.
 """
 
 from __future__ import annotations
@@ -43,14 +44,49 @@ COMBOS = [
 ]
 
 
+class PlainPlans:
+    """CudaNtt's executor running the plans without the small ones' 2^11 tiles, whole-block
+    transforms and full factor tables (``small=False``: the kind the streamed H step runs), so
+    that the planner's other branch stays checked against the reference, and the small plans
+    have an oracle where the reference is too slow."""
+
+    def __init__(self, cp, ntt) -> None:
+        self.cp, self.eng = cp, ntt
+
+    def ntt(self, x, *, inverse=False, coset=False, input_order="natural", output_order="natural",
+            out=None):  # fmt: skip
+        from kernels.cuda.ntt_plan import log2_size, plan_ntt
+
+        k = log2_size(x.shape[-2])
+        out = self.cp.empty_like(x) if out is None else out
+        plans = plan_ntt(k, inverse=inverse, coset=coset, input_order=input_order,
+                         output_order=output_order, max_levels=self.eng.levels_for(k),
+                         small=False, lowest_levels=self.eng.lowest_for(k))  # fmt: skip
+        batch = x.shape[0] if x.ndim == 3 else 1
+        stream = self.cp.cuda.get_current_stream()
+        self.eng.run_plan(plans, {"x": x, "out": out}, batch, stream)
+        return out
+
+    def h_step(self, a, b, c, *, out=None, allocator=None):
+        from kernels.cuda.ntt_plan import log2_size, plan_h_step
+
+        cp, n = self.cp, a.shape[0]
+        k = log2_size(n)
+        out = cp.empty((n, 4), dtype=cp.uint64) if out is None else out
+        wb, wc = (cp.ndarray((n, 4), dtype=cp.uint64, memptr=allocator(32 * n)) for _ in "bc")
+        bufs = {"a": a, "b": b, "c": c, "out": out, "wb": wb, "wc": wc}
+        plans = plan_h_step(k, self.eng.levels_for(k, h_step=True), small=False)
+        self.eng.run_plan(plans, bufs, 1, cp.cuda.get_current_stream())
+        return out[: n - 1]
+
+
 @pytest.fixture(scope="module")
 def eng(cp):
-    """The plans before the small ones (tuning ntt_small off), which the small ones are
+    """The plans without the small ones (:class:`PlainPlans`), which the small ones are
     checked against at the sizes the reference is too slow for."""
     from kernels.cuda.ntt import CudaNtt
-    from kernels.tuning import KernelTuning
 
-    return CudaNtt(tuning=KernelTuning(ntt_small="off", ntt_twiddles="global"))
+    return PlainPlans(cp, CudaNtt())
 
 
 def _rand(n: int) -> list[int]:
@@ -90,7 +126,7 @@ class PoisonAllocator:
 
 def test_device_field_ops_match_python_ints(cp) -> None:
     from kernels.cuda import fr as cuda_fr
-    from kernels.cuda.ntt import from_words, to_words
+    from kernels.cuda.ntt_plan import from_words, to_words
 
     n = 4096
     edges = [0, 1, 2, R - 1, R - 2, (1 << 256) % R]
@@ -120,7 +156,8 @@ def test_device_fr_mul_variants_match_python_ints(cp) -> None:
     device build: fresh random inputs plus the edge values of tests/kernels/test_cuda_fr_mul_host.py
     (low words 0 / 0xffffffff exercise the r_0 = 1, r_1 = 2^32 - 1 shortcuts), output
     poisoned."""
-    from kernels.cuda.ntt import from_words, module, to_words
+    from kernels.cuda.ntt import module
+    from kernels.cuda.ntt_plan import from_words, to_words
     from tests.kernels.test_cuda_fr_mul_host import edge_values
 
     edges = edge_values()
@@ -141,7 +178,7 @@ def test_device_fr_mul_variants_match_python_ints(cp) -> None:
 @pytest.mark.parametrize("k", [1, 2, 5, 10, 11])
 def test_ntt_matches_reference_all_combinations(cp, eng, k: int) -> None:
     from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt import from_words, to_words
+    from kernels.cuda.ntt_plan import from_words, to_words
 
     n, batch = 1 << k, 2
     for inv, coset, io, oo in COMBOS:
@@ -158,7 +195,7 @@ def test_ntt_matches_reference_all_combinations(cp, eng, k: int) -> None:
 
 def test_ntt_matches_reference_2_16(cp, eng) -> None:
     from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt import from_words, to_words
+    from kernels.cuda.ntt_plan import from_words, to_words
 
     k, n = 16, 1 << 16
     rng = random.Random()
@@ -188,7 +225,7 @@ def _natural(cp, arr, order: str, k: int):
 def test_ntt_2_20_round_trip_and_point_evaluations(cp, eng) -> None:
     from kernels.cpu.ntt import domain_root
     from kernels.cuda import fr as cuda_fr
-    from kernels.cuda.ntt import from_words
+    from kernels.cuda.ntt_plan import from_words
 
     k = 20
     n = 1 << k
@@ -217,7 +254,7 @@ def test_ntt_2_20_round_trip_and_point_evaluations(cp, eng) -> None:
 
 def test_h_step_matches_reference(cp, eng) -> None:
     from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt import from_words, to_words
+    from kernels.cuda.ntt_plan import from_words, to_words
 
     n = 1 << 10
     a, b = _rand(n), _rand(n)
@@ -272,37 +309,29 @@ def test_random_fr_continues_one_sequence_across_launches(cp) -> None:
     assert int(cp.count_nonzero(cp.all(other == whole, axis=1))) == 0
 
 
-# --- the small plans (tuning ntt_small on) ----------------------------------------------------
+# --- the small plans (CudaNtt's) --------------------------------------------------------------
 
 
-@pytest.fixture(
-    scope="module",
-    params=[("shared", "driver"), ("global", "cupy"), ("shared", "pdl")],
-    ids=lambda v: f"tw-{v[0]}-{v[1]}",
-)
-def eng_small(cp, request):
-    """The small plans with the default twiddle placement and launch, and with the others."""
+@pytest.fixture(scope="module")
+def eng_small(cp):
+    """The plans and the cached launches of ``CudaNtt.ntt`` and ``h_step``."""
     from kernels.cuda.ntt import CudaNtt
-    from kernels.tuning import KernelTuning
 
-    twiddles, launch = request.param
-    return CudaNtt(tuning=KernelTuning(ntt_small="on", ntt_twiddles=twiddles, ntt_launch=launch))
+    return CudaNtt()
 
 
-@pytest.mark.parametrize("launch", ["driver", "pdl"])
-def test_driver_launches_from_two_threads(cp, launch: str) -> None:
+def test_driver_launches_from_two_threads(cp) -> None:
     """The packed arguments of one cached program are rewritten per call: two threads running
     the same shape on their own buffers and streams, many times, each get their own transform
-    (compared with the CuPy-launched plans)."""
+    (compared with another instance's, computed on this thread first)."""
     import threading
 
     from kernels.cuda import fr as cuda_fr
     from kernels.cuda.ntt import CudaNtt
-    from kernels.tuning import KernelTuning
 
-    fast = CudaNtt(tuning=KernelTuning(ntt_launch=launch))
-    slow = CudaNtt(tuning=KernelTuning(ntt_launch="cupy"))
-    k, rounds = 18, 40  # two passes: the second one a programmatic dependent with "pdl"
+    fast = CudaNtt()
+    slow = CudaNtt()
+    k, rounds = 18, 40  # two passes
     xs = [cuda_fr.random_fr((1 << k,), seed=random.getrandbits(64)) for _ in range(2)]
     want = [slow.ntt(x) for x in xs]
     cp.cuda.Device().synchronize()  # the threads' streams do not wait for the null stream
@@ -349,7 +378,7 @@ def test_small_ntt_matches_reference_all_combinations(cp, eng_small, k: int) -> 
     """Every combination, twice each with fresh inputs (the second call reuses the cached
     launches with other buffers), batched, against the CPU reference; outputs poisoned."""
     from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt import from_words, to_words
+    from kernels.cuda.ntt_plan import from_words, to_words
 
     n, batch = 1 << k, 2
     for inv, coset, io, oo in COMBOS:
@@ -368,7 +397,7 @@ def test_small_ntt_matches_reference_all_combinations(cp, eng_small, k: int) -> 
 @pytest.mark.parametrize("k", [15, 16])
 def test_small_ntt_matches_reference_mid_sizes(cp, eng_small, k: int) -> None:
     from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt import from_words, to_words
+    from kernels.cuda.ntt_plan import from_words, to_words
 
     rng = random.Random()
     for inv in (False, True):
@@ -390,7 +419,7 @@ def test_small_ntt_large_sizes(cp, eng, eng_small, k: int) -> None:
     the input back, and 2 random outputs equal a direct Horner evaluation on the GPU."""
     from kernels.cpu.ntt import domain_root
     from kernels.cuda import fr as cuda_fr
-    from kernels.cuda.ntt import from_words
+    from kernels.cuda.ntt_plan import from_words
 
     n = 1 << k
     w = domain_root(k)
@@ -419,7 +448,7 @@ def test_small_ntt_large_sizes(cp, eng, eng_small, k: int) -> None:
 @pytest.mark.parametrize("k", [5, 12])
 def test_small_h_step_matches_reference(cp, eng_small, k: int) -> None:
     from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt import from_words, to_words
+    from kernels.cuda.ntt_plan import from_words, to_words
 
     n = 1 << k
     for _ in range(2):  # the second call runs the cached launches

@@ -1,4 +1,4 @@
-"""The NTT plans of kernels/cuda/ntt.py, executed by a host build of kernels/cuda/src/ntt/ntt.cuh.
+"""The NTT plans of kernels/cuda/ntt_plan.py, run by a host build of kernels/cuda/src/ntt/ntt.cuh.
 
 Why: a CUDA kernel whose every loop strides by blockDim.x between __syncthreads() runs
 correctly with one thread per block, so compiling ntt.cuh as C++ with tiny shims (one thread,
@@ -18,6 +18,7 @@ import pytest
 from kernels.constants import FR_MODULUS
 from kernels.cpu import ntt as ref
 from kernels.cuda import ntt as cn
+from kernels.cuda import ntt_plan as npl
 from tests.kernels.host_build import build_driver
 
 SHIM = r"""
@@ -41,8 +42,7 @@ static inline void __syncthreads() {}
 #define __global__
 #define __shared__
 #define __forceinline__ inline
-// 2^12 elements of 32 bytes: the largest tile a plan uses, and twice the largest tile with
-// its twiddles beside it (F_TW_SHARED)
+// 2^12 elements of 32 bytes (the largest tile a plan uses), twice over
 uint32_t sm[32 << 10];
 #include "ntt/ntt.cuh"
 
@@ -88,14 +88,13 @@ def _ptr(a: np.ndarray) -> ctypes.c_void_p:
 
 
 class Emulator:
-    """Runs kernels.cuda.ntt plans on numpy buffers through the host build."""
+    """Runs kernels.cuda.ntt_plan plans on numpy buffers through the host build."""
 
-    def __init__(self, lib: ctypes.CDLL, shared_twiddles: bool = False) -> None:
+    def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
-        self.shared_twiddles = shared_twiddles  # as CudaNtt with tuning ntt_twiddles shared
 
     def twiddles(self, K: int) -> np.ndarray:
-        hi, lo, sb, count = cn.twiddle_split(K)
+        hi, lo, sb, count = npl.twiddle_split(K)
         out = np.zeros((count, 4), dtype=np.uint64)
         self.lib.emu_build_powers(_ptr(out), _ptr(hi), _ptr(lo), sb, ctypes.c_ulonglong(count))
         return out
@@ -103,22 +102,21 @@ class Emulator:
     def table(self, kind: str, k: int, full: bool) -> tuple[np.ndarray, np.ndarray, int]:
         """As CudaNtt.table: split, or full (every factor, built from the split table). A full
         table comes with a poisoned hi, so a pass that ignored the FULL flag would fail."""
-        hi, lo, sb = cn.factor_table_values(kind, k)
+        hi, lo, sb = npl.factor_table_values(kind, k)
         if not full:
             return hi, lo, sb
         f = np.zeros((1 << k, 4), dtype=np.uint64)
         self.lib.emu_build_powers(_ptr(f), _ptr(hi), _ptr(lo), sb, ctypes.c_ulonglong(1 << k))
         return np.full_like(hi, np.uint64(0xFFFFFFFFFFFFFFFF)), f, k
 
-    def run(self, plans: list[cn.Pass], bufs: dict[str, np.ndarray], batch: int, K: int) -> None:
+    def run(self, plans: list[npl.Pass], bufs: dict[str, np.ndarray], batch: int, K: int) -> None:
         k = plans[0].k
         tw = self.twiddles(K)
-        consts = cn.const_values(k)
+        consts = npl.const_values(k)
         keep = []
         for p in plans:
-            p = cn.place_twiddles(p, self.shared_twiddles)
             assert p.shared_bytes <= 4 * (32 << 10)  # the shim's shared array
-            pre_full, post_full = bool(p.flags & cn.F_PRE_FULL), bool(p.flags & cn.F_POST_FULL)
+            pre_full, post_full = bool(p.flags & npl.F_PRE_FULL), bool(p.flags & npl.F_POST_FULL)
             pre = self.table(p.pre, k, pre_full) if p.pre else (consts, consts, 0)
             post = self.table(p.post, k, post_full) if p.post else (consts, consts, 0)
             keep += [pre, post]
@@ -145,16 +143,13 @@ def _reorder(vals: list[int], order: str) -> list[int]:
     return [vals[int(i)] for i in idx]
 
 
-@pytest.mark.parametrize("shared_twiddles", [False, True], ids=["tw-global", "tw-shared"])
 @pytest.mark.parametrize(
     "k, small",
     [(1, False), (2, False), (3, False), (5, False), (8, False), (11, False), (12, False)]
     + [(1, True), (2, True), (7, True), (11, True), (12, True), (13, True)],
 )
-def test_plans_match_reference(
-    emu: ctypes.CDLL, k: int, small: bool, shared_twiddles: bool
-) -> None:
-    em = Emulator(emu, shared_twiddles)
+def test_plans_match_reference(emu: ctypes.CDLL, k: int, small: bool) -> None:
+    em = Emulator(emu)
     n = 1 << k
     batch = 2
     # a table built for a larger size must serve smaller ones through the stride
@@ -164,9 +159,9 @@ def test_plans_match_reference(
             for io in ("natural", "bitrev"):
                 for oo in ("natural", "bitrev"):
                     vecs = [_rand(n) for _ in range(batch)]
-                    x = np.stack([cn.to_words(v, True) for v in vecs])
+                    x = np.stack([npl.to_words(v, True) for v in vecs])
                     out = np.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))  # poisoned
-                    plans = cn.plan_ntt(
+                    plans = npl.plan_ntt(
                         k,
                         inverse=inverse,
                         coset=coset,
@@ -178,27 +173,24 @@ def test_plans_match_reference(
                     for b in range(batch):
                         natural_in = _reorder(vecs[b], io)  # vecs[b] is stored in order io
                         want = ref.ntt(natural_in, inverse=inverse, coset=coset)
-                        got = cn.from_words(out[b], True)
+                        got = npl.from_words(out[b], True)
                         assert _reorder(got, oo) == want, (k, inverse, coset, io, oo, b)
 
 
-@pytest.mark.parametrize("shared_twiddles", [False, True], ids=["tw-global", "tw-shared"])
 @pytest.mark.parametrize(
     "k, small", [(1, False), (2, False), (4, False), (7, False), (11, False), (3, True), (12, True)]
 )
-def test_h_step_plan_matches_reference(
-    emu: ctypes.CDLL, k: int, small: bool, shared_twiddles: bool
-) -> None:
-    em = Emulator(emu, shared_twiddles)
+def test_h_step_plan_matches_reference(emu: ctypes.CDLL, k: int, small: bool) -> None:
+    em = Emulator(emu)
     n = 1 << k
     a, b = _rand(n), _rand(n)
     c = [x * y % FR_MODULUS for x, y in zip(a, b, strict=True)]
     c[0] = (c[0] + 1) % FR_MODULUS  # not a satisfied system: every coefficient matters
-    bufs = {name: cn.to_words(v, True) for name, v in (("a", a), ("b", b), ("c", c))}
+    bufs = {name: npl.to_words(v, True) for name, v in (("a", a), ("b", b), ("c", c))}
     for name in ("out", "wb", "wc"):
         bufs[name] = np.full((n, 4), np.uint64(0xFFFFFFFFFFFFFFFF), dtype=np.uint64)
-    em.run(cn.plan_h_step(k, small=small), bufs, 1, k)
-    got = cn.from_words(bufs["out"], False)  # canonical output
+    em.run(npl.plan_h_step(k, small=small), bufs, 1, k)
+    got = npl.from_words(bufs["out"], False)  # canonical output
     want = [int(v) for v in ref.h_step_objects(*(ref._as_objects(v) for v in (a, b, c)))]
     assert got == want
 
@@ -208,9 +200,9 @@ def test_h_step_parts_read_their_input_only_from_their_part_on(k: int, small: bo
     """The parts a caller waits between (an input's copy still in flight): nothing before
     part "b" touches b or its work buffer, nothing before part "c" touches c or wc, and the
     parts in order are exactly the H step's plan (so the emulated plan above checks them)."""
-    parts = cn.plan_h_step_parts(k, small=small)
+    parts = npl.plan_h_step_parts(k, small=small)
     assert [name for name, _ in parts] == ["a", "b", "c"]
-    assert [p for _, part in parts for p in part] == cn.plan_h_step(k, small=small)
+    assert [p for _, part in parts for p in part] == npl.plan_h_step(k, small=small)
     touched: set[str] = set()
     for name, plans in parts:
         assert name not in touched and plans[0].src == name
@@ -227,36 +219,31 @@ def test_h_step_parts_read_their_input_only_from_their_part_on(k: int, small: bo
 
 
 def _check_one(
-    em: Emulator, plans: list[cn.Pass], K: int, inverse: bool, coset: bool, io: str, oo: str
+    em: Emulator, plans: list[npl.Pass], K: int, inverse: bool, coset: bool, io: str, oo: str
 ) -> None:
     """One transform of fresh random input through ``plans`` (a table built for 2^K), its
     output poisoned first, against the reference."""
     k = plans[0].k
     vals = _rand(1 << k)
-    x = cn.to_words(vals, True)[None]
+    x = npl.to_words(vals, True)[None]
     out = np.full_like(x, np.uint64(0xFFFFFFFFFFFFFFFF))
     em.run(plans, {"x": x, "out": out}, 1, K)
     want = ref.ntt(_reorder(vals, io), inverse=inverse, coset=coset)
-    assert _reorder(cn.from_words(out[0], True), oo) == want, (k, inverse, coset, io, oo)
+    assert _reorder(npl.from_words(out[0], True), oo) == want, (k, inverse, coset, io, oo)
 
 
 @pytest.mark.parametrize("k, max_levels", [(5, 2), (9, 3), (10, 4), (14, 5), (16, 10)])
-def test_shared_twiddles_with_many_passes(emu: ctypes.CDLL, k: int, max_levels: int) -> None:
-    """Plans of three to five passes, odd and even levels per pass, one column or many per tile:
-    every pass above the lowest levels reads its twiddles from the block's shared copy, and the
-    results equal the reference in every direction and order (outputs poisoned); the table is
-    built for a larger size half the time, so the preload's stride is exercised too."""
-    em = Emulator(emu, shared_twiddles=True)
+def test_plans_with_many_passes(emu: ctypes.CDLL, k: int, max_levels: int) -> None:
+    """Plans of two to five passes, odd and even levels per pass, one column or many per tile:
+    the results equal the reference in every direction and order (outputs poisoned); the table
+    is built for a larger size half the time, so its stride is exercised too."""
+    em = Emulator(emu)
     K = k + random.choice([0, 2])
     for inverse in (False, True):
         for coset in (False, True):
-            io, oo = random.choice(cn.ORDERS), random.choice(cn.ORDERS)
-            plans = cn.plan_ntt(k, inverse=inverse, coset=coset, input_order=io,
+            io, oo = random.choice(npl.ORDERS), random.choice(npl.ORDERS)
+            plans = npl.plan_ntt(k, inverse=inverse, coset=coset, input_order=io,
                                 output_order=oo, max_levels=max_levels)  # fmt: skip
-            placed = [cn.place_twiddles(p, True) for p in plans]
-            assert [bool(p.flags & cn.F_TW_SHARED) for p in placed] == [
-                p.lowbits > 0 for p in plans
-            ]
             _check_one(em, plans, K, inverse, coset, io, oo)
 
 
@@ -269,14 +256,14 @@ def test_small_plans_with_small_tiles(emu: ctypes.CDLL, k: int, levels: int) -> 
     em = Emulator(emu)
     for inverse in (False, True):
         for coset in (False, True):
-            io, oo = random.choice(cn.ORDERS), random.choice(cn.ORDERS)
-            plans = cn.plan_ntt(k, inverse=inverse, coset=coset, input_order=io,
+            io, oo = random.choice(npl.ORDERS), random.choice(npl.ORDERS)
+            plans = npl.plan_ntt(k, inverse=inverse, coset=coset, input_order=io,
                                 output_order=oo, max_levels=levels, small=True)  # fmt: skip
             # 2^levels wherever the levels below the pass leave room for its columns
             want = [p.L + min(levels - p.L, p.lowbits) for p in plans]
             assert [p.tile_log for p in plans] == want
             _check_one(em, plans, k, inverse, coset, io, oo)
-    p20 = cn.plan_ntt(20, inverse=False, coset=False, input_order="natural",
+    p20 = npl.plan_ntt(20, inverse=False, coset=False, input_order="natural",
                       output_order="natural", max_levels=7, small=True)  # fmt: skip
     assert [(p.L, p.tile_log, p.grid(1)[0]) for p in p20] == [(7, 7, 8192)] * 2 + [(6, 7, 8192)]
 
@@ -289,8 +276,8 @@ def test_plans_with_more_lowest_levels(emu: ctypes.CDLL, k: int) -> None:
     em = Emulator(emu)
     for inverse in (False, True):
         for coset in (False, True):
-            io, oo = random.choice(cn.ORDERS), random.choice(cn.ORDERS)
-            plans = cn.plan_ntt(k, inverse=inverse, coset=coset, input_order=io, output_order=oo,
+            io, oo = random.choice(npl.ORDERS), random.choice(npl.ORDERS)
+            plans = npl.plan_ntt(k, inverse=inverse, coset=coset, input_order=io, output_order=oo,
                                 max_levels=5, small=True, lowest_levels=7)  # fmt: skip
             lowest = plans[0] if oo == "natural" else plans[-1]
             assert lowest.lowbits == 0 and lowest.L == 7 and lowest.tile_log == 7
@@ -304,7 +291,7 @@ def test_lowest_levels_shapes() -> None:
     range is refused."""
 
     def levels(k: int, oo: str, lowest: int) -> list[int]:
-        plans = cn.plan_ntt(k, inverse=False, coset=False, input_order="natural",
+        plans = npl.plan_ntt(k, inverse=False, coset=False, input_order="natural",
                             output_order=oo, max_levels=9, small=True,
                             lowest_levels=lowest)  # fmt: skip
         return [p.L for p in plans]
@@ -315,7 +302,7 @@ def test_lowest_levels_shapes() -> None:
     assert levels(12, "natural", 9) == [12]
     assert levels(9, "natural", 10) == [9]
     with pytest.raises(ValueError, match="lowest_levels"):
-        cn.plan_ntt(20, inverse=False, coset=False, input_order="natural",
+        npl.plan_ntt(20, inverse=False, coset=False, input_order="natural",
                     output_order="natural", lowest_levels=11)  # fmt: skip
     with pytest.raises(ValueError, match="lowest_levels"):
         cn.CudaNtt(lowest_levels=-1)
@@ -329,21 +316,21 @@ def test_default_levels_rule() -> None:
     eng, pinned = cn.CudaNtt(), cn.CudaNtt(max_levels=10)
     off = cn.CudaNtt(lowest_levels=0)
     for k in range(1, 28):
-        for oo in cn.ORDERS:
+        for oo in npl.ORDERS:
             plans = eng.plan(k, inverse=False, coset=True, input_order="natural",
                              output_order=oo)  # fmt: skip
             lowest = plans[0] if oo == "natural" else plans[-1]
             assert lowest.lowbits == 0
             if len(plans) > 1:
-                assert lowest.L == cn.FINE_TILE_LOG, (k, oo)
+                assert lowest.L == npl.FINE_TILE_LOG, (k, oo)
             assert sum(p.L for p in plans) == k
-        assert eng.levels_for(k) == cn.FINE_TILE_LOG
-        assert eng.lowest_for(k) == cn.FINE_TILE_LOG
+        assert eng.levels_for(k) == npl.FINE_TILE_LOG
+        assert eng.lowest_for(k) == npl.FINE_TILE_LOG
         assert off.lowest_for(k) == pinned.lowest_for(k) == 0
-        assert all(p.tile_log <= max(p.L, cn.FINE_TILE_LOG) for p in plans), k
-        h_levels = cn.TILE_LOG if k in (19, 20) else cn.FINE_TILE_LOG
+        assert all(p.tile_log <= max(p.L, npl.FINE_TILE_LOG) for p in plans), k
+        h_levels = npl.TILE_LOG if k in (19, 20) else npl.FINE_TILE_LOG
         assert eng.levels_for(k, h_step=True) == h_levels
-        assert eng.h_plan(k) == cn.plan_h_step(k, h_levels, small=eng.small)
+        assert eng.h_plan(k) == npl.plan_h_step(k, h_levels, small=True)
         assert pinned.levels_for(k) == pinned.levels_for(k, h_step=True) == 10
 
     def levels(e: cn.CudaNtt, k: int) -> list[int]:
@@ -356,33 +343,13 @@ def test_default_levels_rule() -> None:
     assert levels(eng, 27) == levels(off, 27) == [9, 9, 9]
 
 
-def test_place_twiddles() -> None:
-    """Only passes above the lowest levels, only tiles of at most 2^10, and the shared bytes
-    double with the flag; nothing changes when the setting is global."""
-    for k in (11, 20, 22, 24, 27):
-        for oo in cn.ORDERS:
-            for small in (False, True):
-                plans = cn.plan_ntt(k, inverse=False, coset=False, input_order="natural",
-                                    output_order=oo, small=small)  # fmt: skip
-                for p in plans:
-                    q = cn.place_twiddles(p, True)
-                    want = p.lowbits > 0 and p.tile_log <= cn.TILE_LOG
-                    assert bool(q.flags & cn.F_TW_SHARED) == want, (k, oo, small, p)
-                    assert q.shared_bytes == p.shared_bytes * (2 if want else 1)
-                    assert cn.place_twiddles(p, False) == p
-    # 2^22 in two passes of 2^11-element tiles keeps its twiddles in the table
-    p22 = cn.plan_ntt(22, inverse=False, coset=False, input_order="natural",
-                      output_order="natural", small=True)  # fmt: skip
-    assert not any(cn.place_twiddles(p, True).flags & cn.F_TW_SHARED for p in p22)
-
-
 def test_split_levels() -> None:
-    assert cn.split_levels(27) == [9, 9, 9]
-    assert cn.split_levels(20) == [10, 10]
-    assert cn.split_levels(11) == [6, 5]
+    assert npl.split_levels(27) == [9, 9, 9]
+    assert npl.split_levels(20) == [10, 10]
+    assert npl.split_levels(11) == [6, 5]
     for k in range(1, 28):
-        parts = cn.split_levels(k)
-        assert sum(parts) == k and max(parts) <= cn.TILE_LOG
+        parts = npl.split_levels(k)
+        assert sum(parts) == k and max(parts) <= npl.TILE_LOG
 
 
 def test_small_plans_shape() -> None:
@@ -390,26 +357,26 @@ def test_small_plans_shape() -> None:
     2^10-element tiles wherever a pass has at most 10 levels (the default grids), full tables up
     to 2^22 and split ones above, and nothing changed with small off."""
     for k in range(1, 28):
-        plans = cn.plan_ntt(k, inverse=True, coset=True, input_order="natural",
+        plans = npl.plan_ntt(k, inverse=True, coset=True, input_order="natural",
                             output_order="natural", small=True)  # fmt: skip
         levels = [p.L for p in plans]
         assert sum(levels) == k
-        if k <= cn.WHOLE_TILE_LOG:
+        if k <= npl.WHOLE_TILE_LOG:
             assert levels == [k]
         else:
-            assert max(levels) <= cn.SMALL_TILE_LOG
-            assert len(plans) == len(cn.split_levels(k, cn.SMALL_TILE_LOG))
-        assert all(p.tile_log <= max(p.L, cn.TILE_LOG) for p in plans)
-        assert bool(plans[-1].flags & cn.F_POST_FULL) == (k <= cn.FULL_TABLE_MAX_LOG)
-        default = cn.plan_ntt(k, inverse=True, coset=True, input_order="natural",
+            assert max(levels) <= npl.SMALL_TILE_LOG
+            assert len(plans) == len(npl.split_levels(k, npl.SMALL_TILE_LOG))
+        assert all(p.tile_log <= max(p.L, npl.TILE_LOG) for p in plans)
+        assert bool(plans[-1].flags & npl.F_POST_FULL) == (k <= npl.FULL_TABLE_MAX_LOG)
+        default = npl.plan_ntt(k, inverse=True, coset=True, input_order="natural",
                               output_order="natural")  # fmt: skip
-        if cn.WHOLE_TILE_LOG < k <= 2 * cn.TILE_LOG:  # the same passes and tiles
+        if npl.WHOLE_TILE_LOG < k <= 2 * npl.TILE_LOG:  # the same passes and tiles
             assert [(p.L, p.log_c) for p in plans] == [(p.L, p.log_c) for p in default]
-        assert all(not p.flags & (cn.F_PRE_FULL | cn.F_POST_FULL) for p in default)
-        assert max(p.tile_log for p in default) <= cn.TILE_LOG
-    assert [p.L for p in cn.plan_ntt(22, inverse=False, coset=False, input_order="natural",
+        assert all(not p.flags & (npl.F_PRE_FULL | npl.F_POST_FULL) for p in default)
+        assert max(p.tile_log for p in default) <= npl.TILE_LOG
+    assert [p.L for p in npl.plan_ntt(22, inverse=False, coset=False, input_order="natural",
                                      output_order="natural", small=True)] == [11, 11]  # fmt: skip
     # one multiplication per element less for each full table (coset forward at 2^20)
     kw = dict(inverse=False, coset=True, input_order="natural", output_order="natural")
-    small_cost = cn.plan_cost(cn.plan_ntt(20, small=True, **kw))[1]
-    assert cn.plan_cost(cn.plan_ntt(20, **kw))[1] - small_cost == 1 << 20
+    small_cost = npl.plan_cost(npl.plan_ntt(20, small=True, **kw))[1]
+    assert npl.plan_cost(npl.plan_ntt(20, **kw))[1] - small_cost == 1 << 20

@@ -170,12 +170,10 @@ def test_warm_loads_every_source_a_run_uses_on_every_device(fake_cupy) -> None:
 
     seen = []
     done = warm(KernelTuning(ntt_defines=(("A", "1"),)), on_module=seen.append, log=lambda s: None)
-    used = [s for s in sources.SOURCES if s != "msm/msm_lb.cu"]  # the MSM the record selects
+    used = list(sources.SOURCES)
     assert [(w.device, w.source) for w in done] == [(d, s) for d in (0, 1) for s in used]
     assert seen == done
     assert done[0].defines == (("A", "1"),) and all(not w.defines for w in done[1:4])
-    lb = warm(KernelTuning(msm_source="msm_lb.cu"), devices=[0], log=lambda s: None)
-    assert [w.source for w in lb if w.source.startswith("msm/")] == ["msm/msm_lb.cu"]
 
 
 def test_prebuild_missing_compiles_only_what_has_no_cubin(tmp_path) -> None:
@@ -217,7 +215,7 @@ def test_warmup_without_a_gpu(monkeypatch, capsys) -> None:
     assert main(["warmup", "--backend", "cuda"]) == 2
     assert "warmup --backend cuda: CuPy is not importable" in capsys.readouterr().err
     assert main(["warmup", "--backend", "cpu"]) == 0
-    monkeypatch.setenv("PROVETOP_MSM_SOURCE", "nope.cu")
+    monkeypatch.setenv("PROVETOP_MSM_SORT", "bitonic")
     assert main(["warmup"]) == 2
 
 
