@@ -131,20 +131,22 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
 def default_backend(args: argparse.Namespace) -> str:
     """``--backend``, else cuda when a GPU is visible and CuPy can use it, else cpu (the
     choice and its reason are kept on ``args`` for :func:`backend_note`)."""
-    if getattr(args, "_backend_choice", None) is None:
-        # here, not at the top: every command's parser imports this module, and the device
-        # probe's module brings numpy
+    return _backend_choice(args)[0]
 
-        args._backend_choice = choose_backend(args.backend)
-    return args._backend_choice[0]
+
+def _backend_choice(args: argparse.Namespace) -> tuple[str, str]:
+    """(backend, why), probed once per parsed command line and kept on ``args``."""
+    choice: tuple[str, str] | None = getattr(args, "_backend_choice", None)
+    if choice is None:
+        choice = args._backend_choice = choose_backend(args.backend)
+    return choice
 
 
 def backend_note(args: argparse.Namespace) -> str:
     """Why this backend: said once at start-up."""
     if args.backend:
         return f"backend {args.backend}"
-    default_backend(args)
-    return args._backend_choice[1]
+    return _backend_choice(args)[1]
 
 
 def tuning_from_env() -> Tuning:

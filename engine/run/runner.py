@@ -64,6 +64,7 @@ from provetop.base.version import __version__
 from recordings.errors import RecordingError
 from recordings.metrics_http import MetricsAddressError
 from recordings.schema import SCHEMA_VERSION
+from recordings.state import State
 from recordings.writer import RecordingWriter
 
 
@@ -580,7 +581,7 @@ class Engine:
         return self.bus.subscribe(name, maxlen)
 
     @property
-    def state(self):
+    def state(self) -> State:
         """The live reducer state (``recordings.state.State``); read it after
         ``bus.flush()`` for a consistent picture."""
         return self.bus.state
