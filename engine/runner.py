@@ -60,7 +60,7 @@ from kernels.backends import BackendUnavailable, get_backend
 from provetop.units import fmt_bytes
 from provetop.version import __version__
 from recordings.errors import RecordingError
-from recordings.metrics_http import MetricsAddressError
+from recordings.prometheus.http_server import MetricsAddressError
 from recordings.schema import SCHEMA_VERSION
 from recordings.writer import RecordingWriter
 
