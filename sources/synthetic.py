@@ -18,12 +18,11 @@ import time
 from typing import Any
 
 from recordings.framing import encode_frame
-from recordings.schema import SCHEMA_VERSION
+from recordings.schema import MS, SCHEMA_VERSION
 from recordings.writer import RecordingWriter
 
 GIB = 1 << 30
 MIB = 1 << 20
-MS = 1_000_000
 
 # phase -> mean duration in ms (a small-domain partition; shapes, not a benchmark)
 _HOST = (("synthesis", 220.0), ("prestage", 30.0), ("upload", 90.0))

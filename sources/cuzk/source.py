@@ -21,13 +21,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sources.cuzk.convert import MS, Converter
+from recordings.schema import MS
+from sources.cuzk.convert import Converter
 from sources.cuzk.follow import FileFollower, StreamFollower, open_follower
 from sources.cuzk.status import StatusPoller, StatusResult, fetch_status, status_url
 from sources.errors import SourceError
+from sources.protocol import BATCH_SECONDS
 
 Events = list[dict[str, Any]]
-BATCH_SECONDS = 0.05  # a batch for the dashboard is flushed at least this often
 
 
 class CuzkSource:
