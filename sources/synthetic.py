@@ -20,6 +20,7 @@ from typing import Any
 from recordings.framing import encode_frame
 from recordings.schema import MS, SCHEMA_VERSION
 from recordings.writer import RecordingWriter
+from sources.protocol import THREAD_PREFIX
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -484,7 +485,8 @@ def serve_synthetic(path: str, rate: float, ready: Any, devices: int = 8) -> Non
 
     while True:
         conn, _ = server.accept()
-        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+        name = f"{THREAD_PREFIX}synthetic-client"
+        threading.Thread(target=serve, args=(conn,), name=name, daemon=True).start()
 
 
 def write_synthetic_recording(path: str | os.PathLike[str], hours: float, devices: int) -> int:

@@ -26,6 +26,8 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO, Protocol
 
+from sources.protocol import THREAD_PREFIX
+
 CHUNK = 1 << 16
 # A line longer than this is cut: its first MAX_LINE bytes are handed out as a partial (cut)
 # line and the rest is skipped up to the next newline. Without a cap a 100 MB line with no
@@ -211,7 +213,8 @@ class StreamFollower:
         self.eof = False
         self.rotations = self.truncations = 0
         self.partials: list[str] = []
-        self._thread = threading.Thread(target=self._pump, name="cuzk-stdin", daemon=True)
+        name = f"{THREAD_PREFIX}cuzk-stdin"
+        self._thread = threading.Thread(target=self._pump, name=name, daemon=True)
         self._thread.start()
 
     def _pump(self) -> None:

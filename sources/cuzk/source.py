@@ -26,7 +26,7 @@ from sources.cuzk.convert import Converter
 from sources.cuzk.follow import Follower, open_follower
 from sources.cuzk.status import StatusPoller, StatusResult, fetch_status, status_url
 from sources.errors import SourceError
-from sources.protocol import BATCH_SECONDS
+from sources.protocol import BATCH_SECONDS, THREAD_PREFIX, names_its_thread
 
 Events = list[dict[str, Any]]
 
@@ -72,7 +72,7 @@ class CuzkSource:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._done = False
-        self._thread = threading.Thread(target=self._run, name="cuzk-source", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}cuzk", daemon=True)
         self._poller: StatusPoller | None = None
         self._follower: Follower | None = None
         self._mark: tuple[int, float] | None = None  # (clock, monotonic) at the last TIMELINE
@@ -133,6 +133,7 @@ class CuzkSource:
             return f"cuzk:{'stdin' if self.log == '-' else self.log.rsplit('/', 1)[-1]}"
         return f"cuzk:{self.status_url}"
 
+    @names_its_thread
     def run(self, sink: Any) -> None:
         """Deliver batches to ``sink.events(self, batch)`` and state changes to
         ``sink.status(self, text, level)`` until :meth:`close` (or the end of stdin). Starts the
