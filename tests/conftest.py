@@ -9,7 +9,7 @@ import pytest
 from sources.protocol import THREAD_PREFIX
 from tests import tuning_env
 
-pytest_plugins = ("pytester",)  # tests/sources/test_threads.py runs a session of its own
+pytest_plugins = ("pytester",)  # tests/sources/test_threads.py runs a pytest of its own
 
 # before any test module imports the kernels (PROVETOP_TEST_TUNING=env: an A/B build's settings)
 tuning_env.apply(os.environ)

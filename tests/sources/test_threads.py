@@ -13,7 +13,7 @@ from tests.sources.helpers import Collect
 
 CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
 
-SESSION = """
+LEAKY_TESTS = """
 import threading
 import time
 
@@ -58,7 +58,7 @@ def test_a_helper_thread_that_ends_soon_after():
 
 
 def test_a_thread_that_is_not_a_daemon_and_ends_too_late():
-    # (it ends after the grace, so that this session's process can exit)
+    # (it ends after the grace, so that this pytest's process can exit)
     threading.Thread(target=time.sleep, args=(3.5,), name="late").start()
 """
 
@@ -78,7 +78,7 @@ def test_a_feed_names_the_thread_it_runs_on_and_gives_the_name_back():
 
 def test_the_fixture_fails_the_tests_that_leave_a_thread_behind(pytester):
     pytester.makeconftest(CONFTEST.read_text())
-    pytester.makepyfile(test_session=SESSION)
+    pytester.makepyfile(test_leaky=LEAKY_TESTS)
     # its own process: the threads left behind on purpose end with it
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-q", "--rootdir", str(pytester.path)
