@@ -74,113 +74,18 @@ def trace_from_state(state: State, gpu: GpuSeries | None = None) -> dict[str, An
         gpu = GpuSeries.of(e for samples in state.gpu_history.values() for e in samples)
     hello = state.hello or {}
     modeled = bool(hello.get("modeled"))
-    events: list[dict[str, Any]] = []
-    names: dict[int, str] = {}
-    for d in hello.get("devices") or []:
-        if isinstance(d, dict) and isinstance(d.get("index"), int):
-            names[d["index"]] = str(d.get("name") or "")
-    devices: set[int] = set()
-
-    def meta(pid: int, tid: int | None, name: str, args: dict[str, Any]) -> None:
-        e: dict[str, Any] = {"ph": "M", "name": name, "pid": pid, "args": args}
-        if tid is not None:
-            e["tid"] = tid
-        events.append(e)
-
-    threads: set[tuple[int, int]] = set()
-    for lane in state.lanes():
-        pid, tid, label = _lane_ids(lane, state)
-        if pid is None:
-            continue
-        devices.add(pid - 1)
-        threads.add((pid, tid))
-        meta(pid, tid, "thread_name", {"name": label})
-        meta(pid, tid, "thread_sort_index", {"sort_index": tid})
-    end = state.t
-    spans: dict[tuple, list[tuple[Segment, int, bool]]] = {}
-    for lane, segments in state.segments.items():
-        for seg in segments:
-            stop = seg.end if seg.end is not None else end
-            spans.setdefault(lane, []).append((seg, stop, False))
-    for seg in state.open.values():
-        spans.setdefault(seg.lane, []).append((seg, max(end, seg.start), True))
-    for lane, items in spans.items():
-        pid, tid, label = _lane_ids(lane, state)
-        if pid is None:
-            continue
-        # Slices of one thread must not overlap partially (Perfetto would mis-nest them); a
-        # phase that overlaps the previous one on its lane goes to an overflow thread.
-        free_at: list[int] = []  # per overflow level: when its last slice ends
-        for seg, stop, unfinished in sorted(items, key=lambda x: (x[0].start, x[1])):
-            level = next((i for i, f in enumerate(free_at) if seg.start >= f), len(free_at))
-            if level == len(free_at):
-                free_at.append(stop)
-                if level:
-                    extra = OVERFLOW_TID + 100 * level + tid
-                    threads.add((pid, extra))
-                    meta(pid, extra, "thread_name", {"name": f"{label} (overlap {level})"})
-                    meta(pid, extra, "thread_sort_index", {"sort_index": extra})
-            free_at[level] = max(free_at[level], stop)
-            where = tid if level == 0 else OVERFLOW_TID + 100 * level + tid
-            _slice(events, lane, seg, stop, unfinished, where)
-    suffix = " (modeled)" if modeled else ""
-    for device, series in state.series.items():
-        if not isinstance(device, int):
-            continue
-        devices.add(device)
-        pid = device + 1
-        for track, columns in COUNTERS:
-            cols = {label: series.columns[name] for label, name in columns.items()}
-            for i, t in enumerate(series.t):
-                args = {label: col[i] for label, col in cols.items() if col[i] >= 0}
-                if args:
-                    events.append(
-                        {
-                            "ph": "C",
-                            "name": f"{track} (bytes){suffix}",
-                            "pid": pid,
-                            "tid": 0,
-                            "ts": _us(t),
-                            "args": args,
-                        }
-                    )
+    trace = _Trace(state, modeled)
+    trace.lane_threads()
+    trace.phase_slices()
+    trace.memory_counters()
     for device in gpu.devices():
-        devices.add(device)
-        events.extend(_gpu_counters(gpu, device))
-    for fault in state.faults:
-        device = fault.get("device")
-        worker = fault.get("worker")
-        pid = device + 1 if isinstance(device, int) and device >= 0 else ENGINE_PID
-        tid = worker if pid != ENGINE_PID and isinstance(worker, int) else 0
-        if pid != ENGINE_PID:
-            devices.add(pid - 1)
-            if (pid, tid) not in threads and isinstance(worker, int):
-                threads.add((pid, tid))
-                meta(pid, tid, "thread_name", {"name": f"worker {worker}"})
-        args = {k: v for k, v in fault.items() if k not in ("k", "t")}
-        events.append(
-            _instant(f"fault: {fault.get('kind')}", fault.get("t", 0), pid, tid, "t", args)
-        )
-    for t, name in state.markers:
-        events.append(_instant(f"marker: {name}", t, ENGINE_PID, 0, "g", {"name": name}))
-    for c in state.controls:
-        outcome = "ok" if c.get("ok") else f"refused: {c.get('error')}"
-        args = {"id": c.get("id"), "args": c.get("args"), "outcome": outcome}
-        if c.get("client"):
-            args["client"] = c["client"]
-        events.append(_instant(f"control: {c.get('cmd')}", c.get("t", 0), ENGINE_PID, 0, "p", args))
-    for t, proof, ok, wall_ms in state.proofs_done:
-        args = {"proof": proof, "ok": ok, "wall_ms": wall_ms}
-        events.append(_instant(f"proof {proof} done", t, ENGINE_PID, 0, "p", args))
-    meta(ENGINE_PID, None, "process_name", {"name": f"engine {hello.get('engine_id', '?')}"})
-    meta(ENGINE_PID, 0, "thread_name", {"name": "events"})
-    meta(ENGINE_PID, None, "process_sort_index", {"sort_index": 0})
-    for d in sorted(devices):
-        label = f"gpu{d}" + (f" {names[d]}" if names.get(d) else "") + suffix
-        meta(d + 1, None, "process_name", {"name": label})
-        meta(d + 1, None, "process_sort_index", {"sort_index": d + 1})
+        trace.devices.add(device)
+        trace.events.extend(_gpu_counters(gpu, device))
+    trace.fault_instants()
+    trace.engine_instants()
+    trace.processes(hello)
     return {
-        "traceEvents": json_safe(events),
+        "traceEvents": json_safe(trace.events),
         "displayTimeUnit": "ms",
         "otherData": json_safe(
             {
@@ -191,6 +96,139 @@ def trace_from_state(state: State, gpu: GpuSeries | None = None) -> dict[str, An
             }
         ),
     }
+
+
+class _Trace:
+    """The trace events of one state as they are built, in the order the steps add them, with
+    the threads and devices named so far."""
+
+    def __init__(self, state: State, modeled: bool) -> None:
+        self.state = state
+        self.suffix = " (modeled)" if modeled else ""
+        self.events: list[dict[str, Any]] = []
+        self.threads: set[tuple[int, int]] = set()
+        self.devices: set[int] = set()
+
+    def meta(self, pid: int, tid: int | None, name: str, args: dict[str, Any]) -> None:
+        e: dict[str, Any] = {"ph": "M", "name": name, "pid": pid, "args": args}
+        if tid is not None:
+            e["tid"] = tid
+        self.events.append(e)
+
+    def lane_threads(self) -> None:
+        """A named, ordered thread per lane of the timeline."""
+        for lane in self.state.lanes():
+            pid, tid, label = _lane_ids(lane, self.state)
+            if pid is None:
+                continue
+            self.devices.add(pid - 1)
+            self.threads.add((pid, tid))
+            self.meta(pid, tid, "thread_name", {"name": label})
+            self.meta(pid, tid, "thread_sort_index", {"sort_index": tid})
+
+    def phase_slices(self) -> None:
+        """A slice per finished or still open segment of every lane."""
+        state, end = self.state, self.state.t
+        spans: dict[tuple, list[tuple[Segment, int, bool]]] = {}
+        for lane, segments in state.segments.items():
+            for seg in segments:
+                stop = seg.end if seg.end is not None else end
+                spans.setdefault(lane, []).append((seg, stop, False))
+        for seg in state.open.values():
+            spans.setdefault(seg.lane, []).append((seg, max(end, seg.start), True))
+        for lane, items in spans.items():
+            self._lane_slices(lane, items)
+
+    def _lane_slices(self, lane: tuple, items: list[tuple[Segment, int, bool]]) -> None:
+        # Slices of one thread must not overlap partially (Perfetto would mis-nest them); a
+        # phase that overlaps the previous one on its lane goes to an overflow thread.
+        pid, tid, label = _lane_ids(lane, self.state)
+        if pid is None:
+            return
+        free_at: list[int] = []  # per overflow level: when its last slice ends
+        for seg, stop, unfinished in sorted(items, key=lambda x: (x[0].start, x[1])):
+            level = next((i for i, f in enumerate(free_at) if seg.start >= f), len(free_at))
+            if level == len(free_at):
+                free_at.append(stop)
+                if level:
+                    extra = OVERFLOW_TID + 100 * level + tid
+                    self.threads.add((pid, extra))
+                    self.meta(pid, extra, "thread_name", {"name": f"{label} (overlap {level})"})
+                    self.meta(pid, extra, "thread_sort_index", {"sort_index": extra})
+            free_at[level] = max(free_at[level], stop)
+            where = tid if level == 0 else OVERFLOW_TID + 100 * level + tid
+            _slice(self.events, lane, seg, stop, unfinished, where)
+
+    def memory_counters(self) -> None:
+        """The memory series of each device, one counter track per COUNTERS entry."""
+        for device, series in self.state.series.items():
+            if not isinstance(device, int):
+                continue
+            self.devices.add(device)
+            pid = device + 1
+            for track, columns in COUNTERS:
+                cols = {label: series.columns[name] for label, name in columns.items()}
+                for i, t in enumerate(series.t):
+                    args = {label: col[i] for label, col in cols.items() if col[i] >= 0}
+                    if args:
+                        self.events.append(
+                            {
+                                "ph": "C",
+                                "name": f"{track} (bytes){self.suffix}",
+                                "pid": pid,
+                                "tid": 0,
+                                "ts": _us(t),
+                                "args": args,
+                            }
+                        )
+
+    def fault_instants(self) -> None:
+        """An instant per fault, on its worker's thread where the fault names one."""
+        for fault in self.state.faults:
+            device = fault.get("device")
+            worker = fault.get("worker")
+            pid = device + 1 if isinstance(device, int) and device >= 0 else ENGINE_PID
+            tid = worker if pid != ENGINE_PID and isinstance(worker, int) else 0
+            if pid != ENGINE_PID:
+                self.devices.add(pid - 1)
+                if (pid, tid) not in self.threads and isinstance(worker, int):
+                    self.threads.add((pid, tid))
+                    self.meta(pid, tid, "thread_name", {"name": f"worker {worker}"})
+            args = {k: v for k, v in fault.items() if k not in ("k", "t")}
+            name = f"fault: {fault.get('kind')}"
+            self.events.append(_instant(name, fault.get("t", 0), pid, tid, "t", args))
+
+    def engine_instants(self) -> None:
+        """Markers, control actions and completed proofs, on the engine's process."""
+        state, events = self.state, self.events
+        for t, name in state.markers:
+            events.append(_instant(f"marker: {name}", t, ENGINE_PID, 0, "g", {"name": name}))
+        for c in state.controls:
+            outcome = "ok" if c.get("ok") else f"refused: {c.get('error')}"
+            args = {"id": c.get("id"), "args": c.get("args"), "outcome": outcome}
+            if c.get("client"):
+                args["client"] = c["client"]
+            name = f"control: {c.get('cmd')}"
+            events.append(_instant(name, c.get("t", 0), ENGINE_PID, 0, "p", args))
+        for t, proof, ok, wall_ms in state.proofs_done:
+            args = {"proof": proof, "ok": ok, "wall_ms": wall_ms}
+            events.append(_instant(f"proof {proof} done", t, ENGINE_PID, 0, "p", args))
+
+    def processes(self, hello: dict[str, Any]) -> None:
+        """The engine's process and one per device, named and ordered."""
+        names: dict[int, str] = {}
+        for d in hello.get("devices") or []:
+            if isinstance(d, dict) and isinstance(d.get("index"), int):
+                names[d["index"]] = str(d.get("name") or "")
+        self.meta(
+            ENGINE_PID, None, "process_name", {"name": f"engine {hello.get('engine_id', '?')}"}
+        )
+        self.meta(ENGINE_PID, 0, "thread_name", {"name": "events"})
+        self.meta(ENGINE_PID, None, "process_sort_index", {"sort_index": 0})
+        for d in sorted(self.devices):
+            label = f"gpu{d}" + (f" {names[d]}" if names.get(d) else "") + self.suffix
+            self.meta(d + 1, None, "process_name", {"name": label})
+            self.meta(d + 1, None, "process_sort_index", {"sort_index": d + 1})
 
 
 def _gpu_counters(gpu: GpuSeries, device: int) -> list[dict[str, Any]]:

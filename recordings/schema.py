@@ -23,6 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 SCHEMA_VERSION = 1
+MS = 1_000_000  # ns per ms: partition_done's durations are milliseconds, every other time ns
+# The synthesis lanes' first worker number that our producers (the engine's look-ahead, the cuzk
+# adapter's synthesis slots) send in hello.config.synth_worker_base ("Synthesis lanes" in
+# docs/telemetry.md); a reader takes the number from the stream, never from here.
+SYNTH_WORKER_BASE = 100
 
 # ---------------------------------------------------------------------------------------------
 # Phases of one partition, in pipeline order. ``group`` is what the dashboard colours and the
@@ -308,6 +313,16 @@ EVENTS: dict[str, dict[str, Field]] = {
         "reader_threads": _opt(INT, "threads serving connections, busy or idle"),
     },
 }
+
+
+def is_integer(value: Any) -> bool:
+    """An integer as the schema means one: ``bool`` is not one (:func:`validate`)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """An int or a float as the schema means one: ``bool`` is not one (:func:`validate`)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class SchemaError(ValueError):

@@ -55,6 +55,32 @@ class Window:
 
 GPU_HISTORY = 3600  # ``gpu`` samples kept per device: an hour at the engine's 1 Hz, the
 # timeline's widest window; older samples live in the recording
+TRIM_EVERY = 1000  # events between two trims of a live state (amortised)
+
+# What a GPU worker is doing, from the phases it has open; with several open the last of
+# these wins (a worker synthesising ahead while its GPU region runs is on the GPU).
+WORKER_STATES = ("idle", "synthesis", "prestage", "waiting", "gpu", "finishing")
+_STATE_OF_GROUP = {
+    "host": "finishing",
+    "prestage": "prestage",
+    "upload": "prestage",
+    "mutex_wait": "waiting",
+}
+
+
+_RANK = {state: i for i, state in enumerate(WORKER_STATES)}
+
+
+def worker_state(phase: str) -> str:
+    """The state a worker is in while ``phase`` runs."""
+    if phase in ("synthesis", "gpu_prove"):
+        return "synthesis" if phase == "synthesis" else "gpu"
+    spec = PHASES.get(phase)
+    if spec is None:
+        return "finishing"
+    if spec.gpu:
+        return "gpu"
+    return _STATE_OF_GROUP.get(spec.group, "finishing")
 
 
 @dataclass
@@ -232,6 +258,19 @@ class State:
             return worker - base
         return None
 
+    def worker_states(self) -> dict[tuple[int, int], str]:
+        """(device, worker) -> :func:`worker_state` of every GPU worker with a phase open, the
+        last in :data:`WORKER_STATES` where several are; a worker not listed is idle."""
+        out: dict[tuple[int, int], str] = {}
+        for key in self.open:
+            if len(key) != 3 or self.synth_lane(key[1]) is not None:
+                continue  # a GPU or upload lane, or a synthesis lane: not a GPU worker
+            state = worker_state(key[2])
+            current = out.get(key[:2])
+            if current is None or _RANK[state] > _RANK[current]:
+                out[key[:2]] = state
+        return out
+
     def _on_phase_end(self, e: dict[str, Any]) -> None:
         key = (e["device"], e["worker"], e["phase"])
         seg = self.open.pop(key, None)
@@ -400,11 +439,11 @@ class State:
 
     def totals(self) -> dict[str, Any]:
         """Run totals as ``summary`` prints them (what :meth:`trim` let go of included)."""
-        done = [p for p in self.proofs_done if p[2]]
         gone = self.trimmed
+        proofs_ok, proofs_failed = self.proof_counts()
         return {
-            "proofs_done": len(done) + gone["proofs_ok"],
-            "proofs_failed": sum(1 for p in self.proofs_done if not p[2]) + gone["proofs_failed"],
+            "proofs_done": proofs_ok,
+            "proofs_failed": proofs_failed,
             "partitions": len(self.partitions) + gone["partitions"],
             "partitions_ok": sum(1 for r in self.partitions.values() if r.ok)
             + gone["partitions_ok"],
@@ -419,6 +458,12 @@ class State:
             # only where a device had a plan (aware), so other totals read exactly as before
             **({"memory_plans": {str(d): r for d, r in self.plans.items()}} if self.plans else {}),
         }
+
+    def proof_counts(self) -> tuple[int, int]:
+        """(completed, failed) proofs of the whole run, what :meth:`trim` let go of included."""
+        ok = sum(1 for p in self.proofs_done if p[2])
+        failed = len(self.proofs_done) - ok
+        return ok + self.trimmed["proofs_ok"], failed + self.trimmed["proofs_failed"]
 
     def s_per_proof(self) -> float | None:
         """Seconds per proof over the whole run: wall span from the first phase to the last
@@ -471,8 +516,7 @@ class State:
             gone["proofs_ok"] += sum(1 for p in dropped_proofs if p[2])
             gone["proofs_failed"] += sum(1 for p in dropped_proofs if not p[2])
             del self.proofs_done[: len(dropped_proofs)]
-        for name in ("controls", "markers"):
-            items = getattr(self, name)
+        for name, items in (("controls", self.controls), ("markers", self.markers)):
             if len(items) > limit:
                 gone[name] += len(items) - window.items
                 del items[: len(items) - window.items]
@@ -582,8 +626,12 @@ def _fields(obj: PartitionRow | Segment) -> dict[str, Any]:
     return {k: dict(v) if isinstance(v, dict) else v for k, v in vars(obj).items()}
 
 
+def async_cached(pools: dict[str, Any]) -> int:
+    """The stream-ordered pool's reserved-but-unused bytes: its cache, usable by it alone."""
+    return max(0, int(pools.get("async_reserved", 0)) - int(pools.get("async_used", 0)))
+
+
 def phantom_bytes(pools: dict[str, Any]) -> int:
     """Memory free inside one pool that the other allocator cannot use: the stream-ordered
     pool's reserved-but-unused bytes plus the synchronous pool's cache."""
-    async_free = max(0, int(pools.get("async_reserved", 0)) - int(pools.get("async_used", 0)))
-    return async_free + max(0, int(pools.get("sync_cached", 0)))
+    return async_cached(pools) + max(0, int(pools.get("sync_cached", 0)))

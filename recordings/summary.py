@@ -158,29 +158,43 @@ _SHORT = {
 
 def format_summary(summary: dict[str, Any]) -> str:
     """A readable report: header, one line per partition attempt, totals."""
-    lines: list[str] = []
-    lines.append(f"recording: {summary.get('file')}")
+    lines = _header_lines(summary)
+    lines.extend(_attempt_lines(summary.get("attempts") or []))
+    lines.append("")
+    lines.extend(_totals_lines(summary.get("totals") or {}, bool(summary.get("modeled"))))
+    lines.extend(_gpu_lines(summary.get("gpu") or {}))
+    return "\n".join(lines) + "\n"
+
+
+def _header_lines(summary: dict[str, Any]) -> list[str]:
+    """The recording (and whether it is whole), the engine and its devices."""
+    lines = [f"recording: {summary.get('file')}"]
     if summary.get("truncated"):
         lines.append(f"  TRUNCATED: {summary.get('truncation')} (read up to the last whole frame)")
     elif summary.get("complete") is False:
         lines.append("  incomplete: no index/footer")
     engine = summary.get("engine")
-    if engine:
-        modeled = ", device memory modeled" if summary.get("modeled") else ""
-        lines.append(
-            f"engine {engine.get('engine_id')} on {engine.get('host')}: "
-            f"{engine.get('source')} {engine.get('version')}, backend {engine.get('backend')}"
-            f"{modeled}; state {summary.get('engine_state')}"
-        )
-        for d in engine.get("devices") or []:
-            if isinstance(d, dict):
-                cap = d.get("capacity")
-                size = fmt_bytes(cap) if isinstance(cap, (int, float)) else "?"
-                tag = " (modeled)" if d.get("modeled") else ""
-                lines.append(f"  device {d.get('index')}: {d.get('name')}, {size}{tag}")
-    else:
+    if not engine:
         lines.append("no hello event: the recording holds no engine run")
-    rows = summary.get("attempts") or []
+        return lines
+    modeled = ", device memory modeled" if summary.get("modeled") else ""
+    lines.append(
+        f"engine {engine.get('engine_id')} on {engine.get('host')}: "
+        f"{engine.get('source')} {engine.get('version')}, backend {engine.get('backend')}"
+        f"{modeled}; state {summary.get('engine_state')}"
+    )
+    for d in engine.get("devices") or []:
+        if isinstance(d, dict):
+            cap = d.get("capacity")
+            size = fmt_bytes(cap) if isinstance(cap, (int, float)) else "?"
+            tag = " (modeled)" if d.get("modeled") else ""
+            lines.append(f"  device {d.get('index')}: {d.get('name')}, {size}{tag}")
+    return lines
+
+
+def _attempt_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The table of partition attempts: a column per phase any attempt ran (the schema's
+    phases in pipeline order, then unknown ones by name), aligned."""
     # mutex_wait is the mwait_ms column already
     phases = [
         p
@@ -193,51 +207,47 @@ def format_summary(summary: dict[str, Any]) -> str:
     phases += extra
     head = ["proof", "part", "try", "dev", "wkr", "status", "prestage", "mwait_ms"]
     head += [_SHORT.get(p, str(p)[:8]) for p in phases] + ["gpu_ms", "verified", "note"]
-    table = [head]
-    for r in rows:
-        ms = r.get("phases_ms") or {}
-        prestage = str(r.get("prestage") or "-")
-        if r.get("forced"):
-            prestage += "*"
-        note = r.get("failure") or ""
-        reason = r.get("prestage_reason")
-        if reason and r.get("prestage") != "ok":
-            if str(reason).startswith("memory plan "):  # one line per device below, not per row
-                reason = f"gpu{r.get('device')} memory plan (below)"
-            note = f"{note}; {reason}" if note else str(reason)
-        table.append(
-            [
-                _s(r.get("proof")),
-                _s(r.get("partition")),
-                _s(r.get("attempt")),
-                _s(r.get("device")),
-                _s(r.get("worker")),
-                str(r.get("status")),
-                prestage,
-                _ms(r.get("mutex_wait_ms")),
-                *(_ms(ms.get(p)) for p in phases),
-                _ms(r.get("gpu_total_ms")),
-                {True: "yes", False: "NO", None: "-"}.get(r.get("verified"), "?"),
-                note,
-            ]
-        )
-    if len(table) > 1:
-        widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-        lines.append("")
-        for row in table:
-            cells = [
-                c.rjust(w) if i < len(head) - 1 else c
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            ]
-            lines.append("  ".join(cells).rstrip())
-        if any(r.get("forced") for r in rows):
-            lines.append("  * fallback forced by the operator")
-    else:
-        lines.append("no partition attempts recorded")
-    lines.append("")
-    lines.extend(_totals_lines(summary.get("totals") or {}, bool(summary.get("modeled"))))
-    lines.extend(_gpu_lines(summary.get("gpu") or {}))
-    return "\n".join(lines) + "\n"
+    table = [head] + [_attempt_cells(r, phases) for r in rows]
+    if len(table) == 1:
+        return ["no partition attempts recorded"]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = [""]
+    for row in table:
+        cells = [
+            c.rjust(w) if i < len(head) - 1 else c
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    if any(r.get("forced") for r in rows):
+        lines.append("  * fallback forced by the operator")
+    return lines
+
+
+def _attempt_cells(r: dict[str, Any], phases: list[str]) -> list[str]:
+    ms = r.get("phases_ms") or {}
+    prestage = str(r.get("prestage") or "-")
+    if r.get("forced"):
+        prestage += "*"
+    note = r.get("failure") or ""
+    reason = r.get("prestage_reason")
+    if reason and r.get("prestage") != "ok":
+        if str(reason).startswith("memory plan "):  # one line per device below, not per row
+            reason = f"gpu{r.get('device')} memory plan (below)"
+        note = f"{note}; {reason}" if note else str(reason)
+    return [
+        _s(r.get("proof")),
+        _s(r.get("partition")),
+        _s(r.get("attempt")),
+        _s(r.get("device")),
+        _s(r.get("worker")),
+        str(r.get("status")),
+        prestage,
+        _ms(r.get("mutex_wait_ms")),
+        *(_ms(ms.get(p)) for p in phases),
+        _ms(r.get("gpu_total_ms")),
+        {True: "yes", False: "NO", None: "-"}.get(r.get("verified"), "?"),
+        note,
+    ]
 
 
 def _gpu_lines(gpu: dict[str, Any]) -> list[str]:

@@ -261,7 +261,7 @@ class RecordingWriter:
     def _fail(self, exc: BaseException) -> str:
         """Keep the first write error (as a line, not the exception and its frames), tell
         ``on_error`` once, and return the line."""
-        reason = getattr(exc, "strerror", None) or exc
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or exc
         message = f"cannot write recording {self.path}: {reason}"
         with self._lock:
             first = self.error is None

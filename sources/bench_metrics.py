@@ -17,8 +17,8 @@ import time
 import urllib.request
 from typing import Any
 
-from recordings.metrics import MetricsFold
-from recordings.metrics_http import MetricsServer
+from recordings.prometheus.fold import MetricsFold
+from recordings.prometheus.http_server import MetricsServer
 from sources.synthetic import generate
 
 TARGET_MS = 50.0

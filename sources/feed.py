@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from sources.errors import SourceError
-from sources.protocol import BATCH_SECONDS, Sink
+from sources.protocol import BATCH_SECONDS, Sink, names_its_thread
 
 __all__ = ["FeedSource"]
 
@@ -37,6 +37,7 @@ class FeedSource:
         self.delivered = 0
         self._closed = threading.Event()
 
+    @names_its_thread
     def run(self, sink: Sink) -> None:
         sink.status(self, "connected", "info")
         if self.rate is None:

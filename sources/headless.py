@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from sources.protocol import EventSource
+from sources.protocol import THREAD_PREFIX, EventSource
 
 
 class StatusLines:
@@ -43,7 +43,10 @@ def run_headless(sources: list[EventSource], out: TextIO = sys.stderr) -> int:
             source.close()
 
     previous = {s: signal.signal(s, close_all) for s in (signal.SIGINT, signal.SIGTERM)}
-    threads = [threading.Thread(target=s.run, args=(sink,), daemon=True) for s in sources]
+    threads = [
+        threading.Thread(target=s.run, args=(sink,), name=f"{THREAD_PREFIX}{s.label}", daemon=True)
+        for s in sources
+    ]
     try:
         for t in threads:
             t.start()

@@ -24,7 +24,7 @@ from recordings.schema import SchemaError, validate
 from sources.client import EngineClient
 from sources.discovery import default_address
 from sources.errors import SourceError
-from sources.protocol import BATCH_MAX, BATCH_SECONDS, Sink
+from sources.protocol import BATCH_MAX, BATCH_SECONDS, Sink, names_its_thread
 
 __all__ = ["KEEP_MAX", "LiveSource"]
 
@@ -76,6 +76,7 @@ class LiveSource:
 
     # -- the loop -------------------------------------------------------------------------------
 
+    @names_its_thread
     def run(self, sink: Sink) -> None:
         """Deliver batches to ``sink`` until :meth:`close` (or the first failure, without
         ``reconnect``). Blocks: the dashboard runs it in a thread worker."""

@@ -21,7 +21,7 @@ from provetop.base import nvml
 from provetop.base.version import __version__
 from recordings.schema import SCHEMA_VERSION, make
 from sources.errors import SourceError
-from sources.protocol import Sink
+from sources.protocol import Sink, names_its_thread
 
 __all__ = ["NvmlSource"]
 
@@ -40,6 +40,7 @@ class NvmlSource:
         self._closed = threading.Event()
         self._xids: nvml.XidWatch | None = None
 
+    @names_its_thread
     def run(self, sink: Sink) -> None:
         start = time.monotonic_ns()
         nv = nvml.module()

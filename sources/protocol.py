@@ -10,12 +10,28 @@ checkpoints (:mod:`sources.replay`).
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["BATCH_MAX", "BATCH_SECONDS", "EventSource", "Sink"]
+__all__ = [
+    "BATCH_MAX",
+    "BATCH_SECONDS",
+    "THREAD_PREFIX",
+    "EventSource",
+    "Sink",
+    "names_its_thread",
+]
 
 BATCH_SECONDS = 0.05  # a live batch is flushed at least this often
 BATCH_MAX = 5000  # ... or when it holds this many events
+# Every thread a source starts, and every thread while a source's ``run`` holds it, is named
+# from this prefix: a stack dump says which source a thread serves, and the tests check by it
+# that no source outlives its test.
+THREAD_PREFIX = "source-"
+
+S = TypeVar("S", bound="EventSource")
 
 
 class Sink(Protocol):
@@ -43,3 +59,24 @@ class EventSource(Protocol):
     def close(self) -> None: ...
 
     def send(self, cmd: str, args: dict[str, Any]) -> int: ...
+
+
+def names_its_thread(
+    run: Callable[[S, Sink], None],
+) -> Callable[[S, Sink], None]:
+    """For a source's blocking ``run``: while it runs, the thread it holds (a dashboard's
+    worker, a test's thread, the headless runner's) is named ``source-<label>``, and gets its
+    name back when ``run`` returns. Why: ``run`` blocks until :meth:`EventSource.close`, so a
+    source nobody closed holds its thread for good; by its name that thread is found."""
+
+    @functools.wraps(run)
+    def named(self: S, sink: Sink) -> None:
+        thread = threading.current_thread()
+        before = thread.name
+        thread.name = f"{THREAD_PREFIX}{self.label}"
+        try:
+            run(self, sink)
+        finally:
+            thread.name = before
+
+    return named

@@ -399,12 +399,10 @@ class FileReplaySource:
 
     def close(self) -> None:
         self._closed = True  # stops prepare() between intervals
-        mm = getattr(self, "_mm", None)
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:  # a decoded view still alive: the GC will close it
-                pass
+        try:  # mapped in __init__, which closes the file itself when it fails before that
+            self._mm.close()
+        except BufferError:  # a decoded view still alive: the GC will close it
+            pass
         self._file.close()
 
 

@@ -18,12 +18,12 @@ import time
 from typing import Any
 
 from recordings.framing import encode_frame
-from recordings.schema import SCHEMA_VERSION
+from recordings.schema import MS, SCHEMA_VERSION
 from recordings.writer import RecordingWriter
+from sources.protocol import THREAD_PREFIX
 
 GIB = 1 << 30
 MIB = 1 << 20
-MS = 1_000_000
 
 # phase -> mean duration in ms (a small-domain partition; shapes, not a benchmark)
 _HOST = (("synthesis", 220.0), ("prestage", 30.0), ("upload", 90.0))
@@ -106,178 +106,249 @@ def generate(
     panel. ``time_scale`` stretches every phase (3.0 is closer to a large-domain partition)."""
     rng = random.Random(seed)
     end_t = int(duration_s * 1e9)
-    events: list[dict[str, Any]] = [
+    run = _Run(
+        rng,
+        devices=devices,
+        workers=workers,
+        partitions_per_proof=partitions_per_proof,
+        capacity=capacity,
+        oom_every=oom_every,
+        backend=backend,
+        time_scale=time_scale,
+    )
+    run.events += [
         hello(devices, 0, backend=backend, capacity=capacity, read_only=read_only, workers=workers),
         {"k": "engine_state", "t": 1000, "state": "running"},
     ]
-    next_partition = [0]  # shared intake across devices: (proof, partition) = divmod
-    proof_left: dict[int, int] = {}
-    proof_start: dict[int, int] = {}
-    # per-device memory state the samples are drawn from
-    mem = {
-        d: {"sync_used": 2 * GIB, "sync_cached": 0, "async_used": 0, "async_reserved": 0}
-        for d in range(devices)
-    }
-    mem_changes: list[tuple[int, int, dict[str, int]]] = []  # (t, device, new pool values)
-    gpu_free = dict.fromkeys(range(devices), 0)
-    worker_t = {
-        (d, w): int(rng.uniform(0, 80) * MS) + w * 40 * MS
-        for d in range(devices)
-        for w in range(workers)
-    }
-    serial = 0
-
-    def dur(mean: float) -> int:
-        return int(rng.uniform(0.8, 1.2) * mean * time_scale * MS)
-
     while True:
         # the worker that becomes free first takes the next partition
-        (d, w), t = min(worker_t.items(), key=lambda kv: (kv[1], kv[0]))
+        (d, w), t = min(run.worker_t.items(), key=lambda kv: (kv[1], kv[0]))
         if t >= end_t:
             break
-        proof, part = divmod(next_partition[0], partitions_per_proof)
-        next_partition[0] += 1
-        serial += 1
-        proof_left.setdefault(proof, partitions_per_proof)
-        proof_start.setdefault(proof, t)
-        where = _where(proof, part, w, d)
-        phases_ms: dict[str, float] = {}
-        oom = bool(oom_every) and serial % oom_every == 0
+        run.partition(d, w, t)
+    events = run.events
+    events.extend(
+        _memory_samples(run.mem, run.mem_changes, devices, end_t, memory_hz, capacity, backend)
+    )
+    for at_s, name in markers:
+        events.append({"k": "marker", "t": int(at_s * 1e9), "name": name})
+    events.sort(key=lambda e: e["t"])
+    return [e for e in events if e["t"] <= end_t]
 
-        def phase(name: str, start: int, length: int, ok: bool = True) -> int:
-            events.append({"k": "phase_begin", "t": start, **where, "phase": name})  # noqa: B023
-            events.append(
-                {"k": "phase_end", "t": start + length, **where, "phase": name, "ok": ok}  # noqa: B023
-            )
-            phases_ms[name] = phases_ms.get(name, 0.0) + length / MS  # noqa: B023
-            return start + length
 
+class _Partition:
+    """One partition being generated: where it runs and its phase times so far (ms)."""
+
+    def __init__(self, where: dict[str, int], device: int) -> None:
+        self.where = where
+        self.device = device
+        self.phases_ms: dict[str, float] = {}
+
+
+class _Run:
+    """The state of a synthetic run while :func:`generate` lays it out: the events so far, the
+    pools each device's memory samples are drawn from, when each device's mutex and each worker
+    are free. The random draws happen in one fixed order, so a seed gives one run."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        *,
+        devices: int,
+        workers: int,
+        partitions_per_proof: int,
+        capacity: int,
+        oom_every: int,
+        backend: str,
+        time_scale: float,
+    ) -> None:
+        self.rng = rng
+        self.partitions_per_proof = partitions_per_proof
+        self.capacity = capacity
+        self.oom_every = oom_every
+        self.backend = backend
+        self.time_scale = time_scale
+        self.events: list[dict[str, Any]] = []
+        self.next_partition = 0  # shared intake across devices: (proof, partition) = divmod
+        self.proof_left: dict[int, int] = {}
+        self.proof_start: dict[int, int] = {}
+        self.mem = {
+            d: {"sync_used": 2 * GIB, "sync_cached": 0, "async_used": 0, "async_reserved": 0}
+            for d in range(devices)
+        }
+        self.mem_changes: list[tuple[int, int, dict[str, int]]] = []  # (t, device, deltas)
+        self.gpu_free = dict.fromkeys(range(devices), 0)
+        self.worker_t = {
+            (d, w): int(rng.uniform(0, 80) * MS) + w * 40 * MS
+            for d in range(devices)
+            for w in range(workers)
+        }
+        self.serial = 0
+
+    def dur(self, mean: float) -> int:
+        return int(self.rng.uniform(0.8, 1.2) * mean * self.time_scale * MS)
+
+    def phase(self, p: _Partition, name: str, start: int, length: int, ok: bool = True) -> int:
+        """A phase_begin/phase_end pair; the phase's end."""
+        self.events.append({"k": "phase_begin", "t": start, **p.where, "phase": name})
+        self.events.append(
+            {"k": "phase_end", "t": start + length, **p.where, "phase": name, "ok": ok}
+        )
+        p.phases_ms[name] = p.phases_ms.get(name, 0.0) + length / MS
+        return start + length
+
+    def partition(self, d: int, w: int, t: int) -> None:
+        """The next partition on worker ``w`` of device ``d`` from ``t``: one attempt, or an
+        OOM at pre-stage and its retry on the fallback path; then the worker's next start and
+        the proof's end when it was its last partition."""
+        proof, part = divmod(self.next_partition, self.partitions_per_proof)
+        self.next_partition += 1
+        self.serial += 1
+        self.proof_left.setdefault(proof, self.partitions_per_proof)
+        self.proof_start.setdefault(proof, t)
+        p = _Partition(_where(proof, part, w, d), d)
+        oom = bool(self.oom_every) and self.serial % self.oom_every == 0
         for attempt in (0, 1) if oom else (0,):
-            t = phase("synthesis", t, dur(_HOST[0][1])) if attempt == 0 else t
-            prestage_len = dur(_HOST[1][1])
+            t = self.phase(p, "synthesis", t, self.dur(_HOST[0][1])) if attempt == 0 else t
+            prestage_len = self.dur(_HOST[1][1])
             if attempt == 0 and oom:
-                t = phase("prestage", t, prestage_len, ok=False)
-                pools = {**mem[d], "driver_free": 1 * GIB, "driver_total": capacity}
-                events.append(
-                    {
-                        "k": "fault",
-                        "t": t,
-                        "kind": "oom",
-                        "message": "cudaMalloc failed for the pre-stage buffers",
-                        **where,
-                        "site": "prestage",
-                        "requested": 12 * GIB,
-                        "pools": {**pools, "modeled": backend == "cpu"},
-                    }
-                )
-                events.append(
-                    {
-                        "k": "partition_done",
-                        "t": t + 1000,
-                        **where,
-                        "attempt": 0,
-                        "ok": False,
-                        "phases_ms": dict(phases_ms),
-                        "gpu_total_ms": 0.0,
-                        "mutex_wait_ms": 0.0,
-                        "prestage": "fallback",
-                        "prestage_reason": "OOM at pre-stage",
-                        "failure": "oom: cudaMalloc 12.00 GiB",
-                        "will_retry": True,
-                    }
-                )
-                t += 2000
-                phases_ms = {}
+                t = self._oom_at_prestage(p, t, prestage_len)
+                p.phases_ms = {}
                 continue
-            fallback = attempt == 1
-            if not fallback:
-                t = phase("prestage", t, prestage_len)
-                events.append(
-                    {
-                        "k": "alloc",
-                        "t": t,
-                        **where,
-                        "site": "prestage",
-                        "pool": "sync",
-                        "requested": 3 * GIB,
-                        "decision": "ok",
-                    }
-                )
-                mem_changes.append((t, d, {"sync_used": +3 * GIB}))
-                t = phase("upload", t, dur(_HOST[2][1]))
-            wait_start = t
-            acquire = max(t, gpu_free[d])
-            events.append({"k": "phase_begin", "t": wait_start, **where, "phase": "mutex_wait"})
-            events.append(
-                {"k": "phase_end", "t": acquire, **where, "phase": "mutex_wait", "ok": True}
-            )
-            phases_ms["mutex_wait"] = (acquire - wait_start) / MS
-            events.append(
-                {
-                    "k": "mutex",
-                    "t": acquire,
-                    **where,
-                    "wait_ns": acquire - wait_start,
-                    "hold_ns": 0,
-                    "action": "acquire",
-                }
-            )
-            t = acquire
-            if fallback:
-                t = phase("fallback_upload", t, dur(140.0))
-            mem_changes.append((t, d, {"async_used": +4 * GIB}))
-            for name, mean in _GPU:
-                t = phase(name, t, dur(mean))
-            mem_changes.append((t, d, {"async_used": -4 * GIB}))
-            gpu_free[d] = t
-            events.append(
-                {
-                    "k": "mutex",
-                    "t": t,
-                    **where,
-                    "wait_ns": acquire - wait_start,
-                    "hold_ns": t - acquire,
-                    "action": "release",
-                }
-            )
-            gpu_total = (t - acquire) / MS
-            for name, mean in _AFTER:
-                t = phase(name, t, dur(mean))
-            if not fallback:
-                mem_changes.append((t, d, {"sync_used": -3 * GIB, "sync_cached": +3 * GIB}))
-            events.append(
-                {
-                    "k": "partition_done",
-                    "t": t,
-                    **where,
-                    "attempt": attempt,
-                    "ok": True,
-                    "phases_ms": dict(phases_ms),
-                    "gpu_total_ms": gpu_total,
-                    "mutex_wait_ms": (acquire - wait_start) / MS,
-                    "prestage": "fallback" if fallback else "ok",
-                    "prestage_reason": "retry after OOM" if fallback else None,
-                    "verified": True,
-                }
-            )
-        worker_t[(d, w)] = t + int(rng.uniform(1, 20) * MS)
-        proof_left[proof] -= 1
-        if proof_left[proof] == 0:
-            events.append(
+            t = self._attempt(p, t, attempt, prestage_len)
+        self.worker_t[(d, w)] = t + int(self.rng.uniform(1, 20) * MS)
+        self.proof_left[proof] -= 1
+        if self.proof_left[proof] == 0:
+            self.events.append(
                 {
                     "k": "proof_done",
                     "t": t + 1,
                     "proof": proof,
                     "ok": True,
-                    "wall_ms": (t - proof_start[proof]) / MS,
+                    "wall_ms": (t - self.proof_start[proof]) / MS,
                 }
             )
 
-    events.extend(_memory_samples(mem, mem_changes, devices, end_t, memory_hz, capacity, backend))
-    for at_s, name in markers:
-        events.append({"k": "marker", "t": int(at_s * 1e9), "name": name})
-    events.sort(key=lambda e: e["t"])
-    return [e for e in events if e["t"] <= end_t]
+    def _oom_at_prestage(self, p: _Partition, t: int, prestage_len: int) -> int:
+        """A first attempt whose pre-stage runs out of memory: the fault, the failed
+        partition_done that says it will be retried; when the retry may start."""
+        t = self.phase(p, "prestage", t, prestage_len, ok=False)
+        pools = {**self.mem[p.device], "driver_free": 1 * GIB, "driver_total": self.capacity}
+        self.events.append(
+            {
+                "k": "fault",
+                "t": t,
+                "kind": "oom",
+                "message": "cudaMalloc failed for the pre-stage buffers",
+                **p.where,
+                "site": "prestage",
+                "requested": 12 * GIB,
+                "pools": {**pools, "modeled": self.backend == "cpu"},
+            }
+        )
+        self.events.append(
+            {
+                "k": "partition_done",
+                "t": t + 1000,
+                **p.where,
+                "attempt": 0,
+                "ok": False,
+                "phases_ms": dict(p.phases_ms),
+                "gpu_total_ms": 0.0,
+                "mutex_wait_ms": 0.0,
+                "prestage": "fallback",
+                "prestage_reason": "OOM at pre-stage",
+                "failure": "oom: cudaMalloc 12.00 GiB",
+                "will_retry": True,
+            }
+        )
+        return t + 2000
+
+    def _attempt(self, p: _Partition, t: int, attempt: int, prestage_len: int) -> int:
+        """An attempt that succeeds: pre-stage and upload (not on the fallback path), the GPU
+        region under the device's mutex, the host's tail, its partition_done; its end."""
+        fallback = attempt == 1
+        if not fallback:
+            t = self._prestage_and_upload(p, t, prestage_len)
+        wait_start = t
+        acquire, t = self._gpu_region(p, t, fallback)
+        gpu_total = (t - acquire) / MS
+        for name, mean in _AFTER:
+            t = self.phase(p, name, t, self.dur(mean))
+        if not fallback:
+            self.mem_changes.append((t, p.device, {"sync_used": -3 * GIB, "sync_cached": +3 * GIB}))
+        self.events.append(
+            {
+                "k": "partition_done",
+                "t": t,
+                **p.where,
+                "attempt": attempt,
+                "ok": True,
+                "phases_ms": dict(p.phases_ms),
+                "gpu_total_ms": gpu_total,
+                "mutex_wait_ms": (acquire - wait_start) / MS,
+                "prestage": "fallback" if fallback else "ok",
+                "prestage_reason": "retry after OOM" if fallback else None,
+                "verified": True,
+            }
+        )
+        return t
+
+    def _prestage_and_upload(self, p: _Partition, t: int, prestage_len: int) -> int:
+        t = self.phase(p, "prestage", t, prestage_len)
+        self.events.append(
+            {
+                "k": "alloc",
+                "t": t,
+                **p.where,
+                "site": "prestage",
+                "pool": "sync",
+                "requested": 3 * GIB,
+                "decision": "ok",
+            }
+        )
+        self.mem_changes.append((t, p.device, {"sync_used": +3 * GIB}))
+        return self.phase(p, "upload", t, self.dur(_HOST[2][1]))
+
+    def _gpu_region(self, p: _Partition, t: int, fallback: bool) -> tuple[int, int]:
+        """The wait for the device's mutex from ``t``, the GPU phases while it is held (the
+        fallback path uploads first), the release; (acquired, released)."""
+        d, wait_start = p.device, t
+        acquire = max(t, self.gpu_free[d])
+        self.events.append({"k": "phase_begin", "t": wait_start, **p.where, "phase": "mutex_wait"})
+        self.events.append(
+            {"k": "phase_end", "t": acquire, **p.where, "phase": "mutex_wait", "ok": True}
+        )
+        p.phases_ms["mutex_wait"] = (acquire - wait_start) / MS
+        self.events.append(
+            {
+                "k": "mutex",
+                "t": acquire,
+                **p.where,
+                "wait_ns": acquire - wait_start,
+                "hold_ns": 0,
+                "action": "acquire",
+            }
+        )
+        t = acquire
+        if fallback:
+            t = self.phase(p, "fallback_upload", t, self.dur(140.0))
+        self.mem_changes.append((t, d, {"async_used": +4 * GIB}))
+        for name, mean in _GPU:
+            t = self.phase(p, name, t, self.dur(mean))
+        self.mem_changes.append((t, d, {"async_used": -4 * GIB}))
+        self.gpu_free[d] = t
+        self.events.append(
+            {
+                "k": "mutex",
+                "t": t,
+                **p.where,
+                "wait_ns": acquire - wait_start,
+                "hold_ns": t - acquire,
+                "action": "release",
+            }
+        )
+        return acquire, t
 
 
 def _memory_samples(
@@ -414,7 +485,8 @@ def serve_synthetic(path: str, rate: float, ready: Any, devices: int = 8) -> Non
 
     while True:
         conn, _ = server.accept()
-        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+        name = f"{THREAD_PREFIX}synthetic-client"
+        threading.Thread(target=serve, args=(conn,), name=name, daemon=True).start()
 
 
 def write_synthetic_recording(path: str | os.PathLike[str], hours: float, devices: int) -> int:

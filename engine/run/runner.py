@@ -62,7 +62,7 @@ from kernels.backends import BackendUnavailable, get_backend
 from provetop.base.units import fmt_bytes
 from provetop.base.version import __version__
 from recordings.errors import RecordingError
-from recordings.metrics_http import MetricsAddressError
+from recordings.prometheus.http_server import MetricsAddressError
 from recordings.schema import SCHEMA_VERSION
 from recordings.state import State
 from recordings.writer import RecordingWriter

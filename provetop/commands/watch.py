@@ -17,8 +17,8 @@ from typing import Any
 from provetop.base.errors import UsageError
 from provetop.commands import Subparsers
 from recordings.address import AddressError, parse_address
-from recordings.metrics import MetricsFold
-from recordings.metrics_http import MetricsAddressError, MetricsServer
+from recordings.prometheus.fold import MetricsFold
+from recordings.prometheus.http_server import MetricsAddressError, MetricsServer
 from sources.cuzk.source import CuzkSource
 from sources.discovery import default_address
 from sources.headless import run_headless

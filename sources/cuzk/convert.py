@@ -21,6 +21,9 @@ once nothing earlier can still come (the *watermark*: the clock minus a slack, h
 oldest unfinished GPU call). Output times never go backwards, as recordings and the reducer
 require; an event that still arrives late is clamped forward and counted.
 
+What one call's own lines say (its pre-stage outcome, the layout of its region) is rebuilt in
+``sources/cuzk/calls.py``; which ``CUZK_TIMING`` line is which, in ``sources/cuzk/timing.py``.
+
 The converter is a plain object with no threads and no I/O: ``feed_line``, ``feed_status`` and
 ``feed_status_error`` return the events now releasable, ``flush`` releases the rest. Lines it
 does not understand are counted (``stats``) and sampled (``unknown_samples``), never fatal.
@@ -31,138 +34,56 @@ from __future__ import annotations
 import heapq
 import socket
 from collections import Counter, deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from provetop.base.version import __version__
-from recordings.schema import SCHEMA_VERSION, make
+from recordings.schema import (
+    MS,
+    SCHEMA_VERSION,
+    SYNTH_WORKER_BASE,
+    is_integer,
+    is_number,
+    make,
+)
+from sources.cuzk.calls import (
+    MIB,
+    PRESTAGE_MARGIN,
+    Attempt,
+    Job,
+    is_oom,
+    lay_out_region,
+    ms_to_ns,
+    prestage_outcome,
+)
 from sources.cuzk.parse import (
     Malformed,
     PanicLine,
     TimelineLine,
     TimingLine,
     TraceLine,
-    Value,
     parse_line,
 )
+from sources.cuzk.timing import (
+    AFTER_KEYS,
+    CALL_KEYS,
+    PHASE_MS,
+    PRESTAGE_FOLLOWS,
+    PRESTAGE_SLOTS,
+    REGION_KEYS,
+    REGION_SLOTS,
+    timing_slot,
+)
 
-MS = 1_000_000  # ns per ms
-MIB = 1 << 20
-PRESTAGE_MARGIN = 512 * MIB  # cuzk's SAFETY_MARGIN in groth16_cuda.cu
-# Synthesis slots are drawn as workers 100, 101, ... of device 0: the lanes the engine's
-# look-ahead uses (engine.settings.config.SYNTH_LANE_BASE; a test keeps the two equal). The number
-# is
-# sent in hello.config.synth_worker_base, so the dashboard reads it from the stream; it is
-# repeated here because a source does not import the engine.
-SYNTH_WORKER_BASE = 100
+__all__ = ["MS", "SYNTH_WORKER_BASE", "Converter"]
+
+# Synthesis slots are drawn as workers SYNTH_WORKER_BASE (100), 101, ... of device 0: the lanes
+# the engine's look-ahead uses (a test keeps the engine's equal); the number is sent in
+# hello.config.synth_worker_base, so the dashboard reads it from the stream.
 SYNTH_LANES = 8  # at most this many synthesis lanes (cuzk may synthesize dozens at once)
 SLACK_NS = 100 * MS  # TIMELINE lines of different threads may print slightly out of order
 STALE_NS = 120 * 1_000_000_000  # an unfinished GPU call stops holding the watermark after this
 SAMPLES = 20
 TRACE_AHEAD_NS = 10 * 1_000_000_000  # a tracing time never runs further ahead of the clock
-
-CUDA_ERRORS = {
-    1: "cudaErrorInvalidValue",
-    2: "cudaErrorMemoryAllocation",
-    3: "cudaErrorInitializationError",
-    100: "cudaErrorNoDevice",
-    201: "cudaErrorDeviceUninitialized",
-    700: "cudaErrorIllegalAddress",
-    712: "cudaErrorHostMemoryAlreadyRegistered",
-    999: "cudaErrorUnknown",
-}
-OOM_WORDS = ("out of memory", "memoryallocation", "memory allocation", "oom")
-
-# CUZK_TIMING keys, by where in a GPU call they are printed.
-REGION_KEYS = ("ntt_msm_h_ms", "batch_add_ms", "tail_msm_ms", "mutex_wait_ms", "mutex_held_ms")
-CALL_KEYS = (
-    "split_vectors_ms",
-    "prep_msm_ms",
-    "b_g2_msm_ms",
-    "epilogue_ms",
-    "host_register",
-)
-AFTER_KEYS = ("async_dealloc_ms",)
-REGION_SLOTS = frozenset(REGION_KEYS) | {"prestage_vram", "prestage_setup"}
-# Pre-stage lines are outcomes of the GPU call that prints them, and one call may print more
-# than one: ``prestage_vram`` then its setup line, ``skip_vram`` or ``host_register=fallback``
-# then ``prestage_setup=fallback``. A line that may follow the call's last pre-stage line
-# belongs to that call; any other starts the next call's pre-stage.
-PRESTAGE_SLOTS = frozenset({"prestage_vram", "prestage_setup", "host_register"})
-PRESTAGE_FOLLOWS = {
-    "vram": frozenset({"ok", "skip_vram", "fallback"}),
-    "skip_vram": frozenset({"fallback"}),
-    "host_register": frozenset({"fallback", "skip_vram"}),
-}
-# CUZK_TIMING key -> phases_ms name in partition_done
-PHASE_MS = {
-    "split_vectors_ms": "split_vectors",
-    "ntt_msm_h_ms": "ntt_msm_h",
-    "batch_add_ms": "batch_add",
-    "tail_msm_ms": "tail_msm",
-    "prep_msm_ms": "prep_msm",
-    "b_g2_msm_ms": "b_g2_msm",
-    "epilogue_ms": "epilogue",
-}
-
-
-def cuda_error(code: Value) -> str:
-    """``2`` -> ``cudaErrorMemoryAllocation (2)``."""
-    if isinstance(code, int) and code in CUDA_ERRORS:
-        return f"{CUDA_ERRORS[code]} ({code})"
-    return f"CUDA error {code}"
-
-
-def is_oom(text: str) -> bool:
-    """Whether an error text says the device ran out of memory."""
-    low = text.lower().replace("_", " ")
-    return any(word in low for word in OOM_WORDS) or "cudaerrormemoryallocation" in low
-
-
-@dataclass
-class Attempt:
-    """One partition of one job, from synthesis to the end of its GPU call."""
-
-    job: str
-    partition: int
-    proof: int
-    synth_start: int | None = None
-    synth_end: int | None = None
-    synth_ms: float | None = None
-    synth_slot: int | None = None
-    queued: int | None = None
-    pickup: int | None = None
-    start: int | None = None  # GPU_START (entry of the C++ call)
-    end: int | None = None
-    gworker: int | None = None  # cuzk's global worker id
-    gpu_ms: float | None = None
-    timing: dict[str, Value] = field(default_factory=dict)
-    slots: set[str] = field(default_factory=set)
-    region_closed: bool = False
-    region_emitted: bool = False
-    finished: bool = False
-    mutex_wait_ms: float = 0.0
-    hold_ms: float = 0.0
-    anonymous: bool = False
-    number: int = 0  # 0, then 1, 2... each time cuzk starts the partition's GPU work again
-    # the call's pre-stage lines in order: ("vram"|"ok"|"skip_vram"|"fallback"|"host_register",
-    # err or None)
-    prestage_lines: list[tuple[str, Value]] = field(default_factory=list)
-    region_end: int | None = None  # the latest time of an event laid out for the call
-
-
-@dataclass
-class Job:
-    job_id: str
-    proof: int
-    first_t: int
-    total: int | None = None
-    kind: str | None = None
-    attempts: dict[int, Attempt] = field(default_factory=dict)
-    done_ok: set[int] = field(default_factory=set)
-    failed: bool = False
-    proof_sent: bool = False
-    last_t: int = 0
 
 
 class Converter:
@@ -292,9 +213,9 @@ class Converter:
         if isinstance(workers, list):
             by_gpu: dict[int, list[int]] = {}
             for w in workers:
-                if isinstance(w, dict) and _is_int(w.get("worker_id")):
+                if isinstance(w, dict) and is_integer(w.get("worker_id")):
                     gpu = w.get("gpu_ordinal")
-                    by_gpu.setdefault(gpu if _is_int(gpu) else 0, []).append(w["worker_id"])
+                    by_gpu.setdefault(gpu if is_integer(gpu) else 0, []).append(w["worker_id"])
             for gpu, ids in by_gpu.items():
                 for index, wid in enumerate(sorted(ids)):
                     self.worker_map[wid] = (gpu, index)
@@ -302,7 +223,7 @@ class Converter:
             if isinstance(pipe, dict) and isinstance(pipe.get("job_id"), str):
                 job = self.jobs.get(pipe["job_id"])
                 if job is not None:
-                    if _is_int(pipe.get("total_partitions")) and pipe["total_partitions"] > 0:
+                    if is_integer(pipe.get("total_partitions")) and pipe["total_partitions"] > 0:
                         job.total = pipe["total_partitions"]
                     if isinstance(pipe.get("proof_kind"), str):
                         job.kind = pipe["proof_kind"]
@@ -534,7 +455,7 @@ class Converter:
     # -- CUZK_TIMING ----------------------------------------------------------------------------
 
     def _on_timing(self, rec: TimingLine) -> None:
-        slot = _timing_slot(rec)
+        slot = timing_slot(rec)
         if slot is None:
             self.stats["timing_unmapped"] += 1
             return
@@ -649,7 +570,7 @@ class Converter:
         partition = rec.get("partition")
         error = rec.get("error")
         error_text = str(error) if error is not None else msg
-        if _is_int(rec.fields.get("num_partitions")) and isinstance(job_id, str):
+        if is_integer(rec.fields.get("num_partitions")) and isinstance(job_id, str):
             self._job(job_id, now).total = rec.fields["num_partitions"]
             return
         if "self-check FAILED" in msg or "self-check error" in msg:
@@ -669,14 +590,14 @@ class Converter:
             self._proof_done(job, now, ok=True)
             return
         if msg.startswith("skipping GPU prove for failed") and job is not None:
-            if _is_int(partition):
+            if is_integer(partition):
                 a = self._attempt(job, partition)
                 self._finish(a, now, ok=False, failure="skipped: the job had failed", fault=False)
             return
         gpu_fail = msg.startswith(("partition GPU proving", "GPU prove start", "GPU proving"))
         synth_fail = msg.startswith(("partition synthesis failed", "partition synthesis task"))
         if rec.level == "ERROR" and (gpu_fail or synth_fail) and job is not None:
-            if _is_int(partition):
+            if is_integer(partition):
                 a = self._attempt(job, partition)
                 if synth_fail:
                     self._end_synthesis(a, now, ok=False)
@@ -701,63 +622,15 @@ class Converter:
     # -- GPU call reconstruction ---------------------------------------------------------------
 
     def _emit_region(self, a: Attempt, fail_t: int | None = None) -> None:
-        """Lay out the GPU call's phases from its CUZK_TIMING durations (module docstring).
-
-        With the ``gpu_total_ms`` line the region ends ``gpu_total_ms`` after the mutex was
-        acquired and ``tail_msm`` ends it, ``batch_add`` right before (the gap, cuzk's barrier
-        wait for the CPU preprocessing, goes after ``ntt_msm_h``). Without it (a failure, a lost
-        line) the known phases follow each other and a failed call ends in a failed phase."""
+        """The GPU call's phases, laid out from its CUZK_TIMING durations (``lay_out_region``),
+        with its mutex and pre-stage events."""
         if a.region_emitted:
             return
         a.region_emitted = True
         ids = self._ids(a)
         device = ids["device"]
-        tm = a.timing
-        start = next((x for x in (a.start, a.pickup) if x is not None), self.clock)
-        ready = start + _ns(tm.get("setup_to_split_ms"))
-        if _is_num(tm.get("mutex_wait_ms")):
-            acquire = ready + _ns(tm["mutex_wait_ms"])
-        else:
-            acquire = max(ready, self.last_release.get(device, 0))
-        present = [
-            (name, _ns(tm[key]))
-            for key, name in (
-                ("ntt_msm_h_ms", "ntt_msm_h"),
-                ("batch_add_ms", "batch_add"),
-                ("tail_msm_ms", "tail_msm"),
-            )
-            if _is_num(tm.get(key))
-        ]
-        spans: list[tuple[str, int, int, bool]] = []
-        if a.region_closed:
-            total = max(_ns(tm.get("gpu_total_ms")), _ns(tm.get("mutex_held_ms")))
-            release = acquire + max(total, sum(d for _, d in present))
-            cursor = release
-            for name, d in reversed(present):  # pack from the end, ntt_msm_h from the start
-                t0 = acquire if name == "ntt_msm_h" else cursor - d
-                spans.insert(0, (name, t0, t0 + d, True))
-                cursor = t0
-        else:
-            cursor = acquire
-            for name, d in present:
-                spans.append((name, cursor, cursor + d, True))
-                cursor += d
-            if fail_t is not None:
-                done = {name for name, _ in present}
-                failing = next(
-                    (p for p in ("ntt_msm_h", "batch_add", "tail_msm") if p not in done),
-                    "tail_msm",
-                )
-                spans.append((failing, cursor, max(cursor, fail_t), False))
-                cursor = max(cursor, fail_t)
-            release = cursor
-        if a.end is not None and release > a.end:  # the call ended by its GPU_END: move the
-            back = min(release - a.end, max(0, acquire - ready))  # region earlier, within its
-            acquire, release = acquire - back, release - back  # wait, and cut what is left
-            spans = [(n, min(t0 - back, a.end), min(t1 - back, a.end), ok)
-                     for n, t0, t1, ok in spans]  # fmt: skip
-            release = min(release, a.end)
-            acquire = min(acquire, release)
+        region = lay_out_region(a, self.clock, self.last_release.get(device, 0), fail_t)
+        ready, acquire, release = region.ready, region.acquire, region.release
         a.region_end = release
         self.last_release[device] = max(self.last_release.get(device, 0), release)
         a.mutex_wait_ms = (acquire - ready) / MS
@@ -769,7 +642,7 @@ class Converter:
             make("mutex", acquire, **ids, wait_ns=acquire - ready, hold_ns=0, action="acquire")
         )
         self._prestage_events(a, ids, acquire)
-        for name, t0, t1, ok in spans:
+        for name, t0, t1, ok in region.spans:
             self._push(make("phase_begin", t0, **ids, phase=name))
             self._push(make("phase_end", t1, **ids, phase=name, ok=ok))
         self._push(
@@ -779,56 +652,14 @@ class Converter:
             )
         )  # fmt: skip
 
-    def _prestage(self, a: Attempt) -> tuple[str, str | None, bool]:
-        """(status, reason, out of memory) of an attempt's pre-staging, from every pre-stage
-        line its call printed: a fallback (of the setup or of ``cudaHostRegister``) decides
-        the call whatever came before it, then ``ok``, then ``skip_vram``."""
-        tm = a.timing
-        kinds = [kind for kind, _ in a.prestage_lines]
-        need, usable, free = (tm.get(f"vram_{k}") for k in ("total_mib", "usable_mib", "free_mib"))
-        skip_reason = (
-            f"needs {need} MiB, {usable} MiB usable ({free} MiB free less the 512 MiB margin)"
-        )
-        reasons: list[str] = []
-        oom = False
-        for kind, err in a.prestage_lines:
-            if kind == "host_register":
-                reasons.append(
-                    f"cudaHostRegister of a/b/c failed ({cuda_error(err)}); "
-                    "a/b/c uploaded inside the mutex"
-                )
-            elif kind == "fallback":
-                reasons.append(f"pre-stage setup failed: {cuda_error(err)}")
-                oom = oom or err == 2
-            elif kind == "skip_vram":
-                reasons.append(f"skip_vram: {skip_reason}")
-        if "fallback" in kinds or "host_register" in kinds:
-            return "fallback", "; then ".join(reasons), oom
-        if "ok" in kinds:
-            return "ok", None, False
-        if "skip_vram" in kinds:
-            return "skip", skip_reason, False
-        if "vram" in kinds:
-            return (
-                "fallback",
-                f"cudaMalloc of {need} MiB failed (out of memory) with {free} MiB reported "
-                "free; no prestage_setup line",
-                True,
-            )
-        if not tm:
-            if a.start is None:
-                return "skip", None, False  # never reached the GPU
-            return "skip", "unknown: no CUZK_TIMING lines for this call", False
-        return "skip", "not pre-staged: no pre-stage lines (build before Phase 9?)", False
-
     def _prestage_events(self, a: Attempt, ids: dict[str, int], t: int) -> None:
         tm = a.timing
-        status, reason, oom = self._prestage(a)
+        status, reason, oom = prestage_outcome(a)
         need = tm.get("vram_total_mib")
-        if _is_int(need):
+        if is_integer(need):
             requested = need * MIB
             self._last_prestage_need = requested
-        elif _is_int(tm.get("domain")):
+        elif is_integer(tm.get("domain")):
             requested = tm["domain"] * 32 * (3 if tm.get("lot_of_memory") else 2)
         else:
             requested = self._last_prestage_need or 0
@@ -841,7 +672,7 @@ class Converter:
             )  # fmt: skip
         elif "prestage_vram" in tm or "prestage_setup" in tm:
             extra: dict[str, Any] = {}
-            if _is_int(tm.get("vram_free_mib")):
+            if is_integer(tm.get("vram_free_mib")):
                 extra = {"free": tm["vram_free_mib"] * MIB, "margin": PRESTAGE_MARGIN}
             self._push(
                 make(
@@ -897,7 +728,7 @@ class Converter:
                     message=failure or "partition failed", **ids,
                 )
             )  # fmt: skip
-        status, reason, _ = self._prestage(a)
+        status, reason, _ = prestage_outcome(a)
         phases_ms: dict[str, float] = {}
         if a.synth_ms is not None:
             phases_ms["synthesis"] = float(a.synth_ms)
@@ -906,10 +737,10 @@ class Converter:
         if a.region_emitted and a.start is not None and timed:
             phases_ms["mutex_wait"] = a.mutex_wait_ms
         for key, name in PHASE_MS.items():
-            if _is_num(a.timing.get(key)):
+            if is_number(a.timing.get(key)):
                 phases_ms[name] = float(a.timing[key])
         gpu_total = a.timing.get("gpu_total_ms")
-        if not _is_num(gpu_total):  # no region line: the GPU call's own time, from GPU_END
+        if not is_number(gpu_total):  # no region line: the GPU call's own time, from GPU_END
             gpu_total = a.gpu_ms if a.gpu_ms is not None else (a.hold_ms if timed else 0.0)
         fields: dict[str, Any] = {}
         if reason:
@@ -948,16 +779,16 @@ class Converter:
         workers: dict[tuple[str, int], int] = {}
         for w in snap.get("gpu_workers") or []:
             if isinstance(w, dict) and isinstance(w.get("current_job"), str):
-                if _is_int(w.get("current_partition")) and _is_int(w.get("worker_id")):
+                if is_integer(w.get("current_partition")) and is_integer(w.get("worker_id")):
                     workers[(w["current_job"], w["current_partition"])] = w["worker_id"]
         for pipe in snap.get("pipelines") or []:
             if not (isinstance(pipe, dict) and isinstance(pipe.get("job_id"), str)):
                 continue
             job = self._job(pipe["job_id"], t)
-            if _is_int(pipe.get("total_partitions")) and pipe["total_partitions"] > 0:
+            if is_integer(pipe.get("total_partitions")) and pipe["total_partitions"] > 0:
                 job.total = pipe["total_partitions"]
             for p in pipe.get("partitions") or []:
-                if isinstance(p, dict) and _is_int(p.get("index")):
+                if isinstance(p, dict) and is_integer(p.get("index")):
                     self._status_partition(job, p, workers.get((job.job_id, p["index"])), t)
 
     def _status_partition(self, job: Job, p: dict[str, Any], gworker: int | None, t: int) -> None:
@@ -965,41 +796,28 @@ class Converter:
         if a.finished:
             return
         state = p.get("state")
-        synth_ms = p.get("synth_ms") if _is_num(p.get("synth_ms")) else None
-        gpu_ms = p.get("gpu_ms") if _is_num(p.get("gpu_ms")) else None
+        synth_ms = p.get("synth_ms") if is_number(p.get("synth_ms")) else None
+        gpu_ms = p.get("gpu_ms") if is_number(p.get("gpu_ms")) else None
         if state == "synthesizing" and a.synth_start is None:
-            a.synth_start = t - _ns(synth_ms)
+            a.synth_start = t - ms_to_ns(synth_ms)
             self._begin_synthesis(a, a.synth_start)
         if state in ("synth_done", "gpu", "done", "failed") and synth_ms is not None:
             a.synth_ms = float(synth_ms)
             if a.synth_slot is not None:
-                self._end_synthesis(a, (a.synth_start or t) + _ns(synth_ms), ok=state != "failed")
+                self._end_synthesis(
+                    a, (a.synth_start or t) + ms_to_ns(synth_ms), ok=state != "failed"
+                )
         if gworker is not None:
             a.gworker = gworker
         if state == "gpu" and a.start is None:
-            a.start = t - _ns(gpu_ms)
+            a.start = t - ms_to_ns(gpu_ms)
             a.pickup = a.start
         if state == "done":
             a.gpu_ms = float(gpu_ms) if gpu_ms is not None else None
-            end = (a.start + _ns(gpu_ms)) if a.start is not None else t
+            end = (a.start + ms_to_ns(gpu_ms)) if a.start is not None else t
             self._finish(a, end, ok=True)
         elif state == "failed":
             self._finish(a, t, ok=False, failure="failed (reported by the status endpoint)")
-
-
-def _timing_slot(rec: TimingLine) -> str | None:
-    """Which kind of CUZK_TIMING line this is (the key used for in-order attribution)."""
-    if "prestage_vram" in rec.tags:
-        return "prestage_vram"
-    for key in ("prestage_setup", "host_register"):
-        if key in rec.fields:
-            return key
-    for key in REGION_KEYS + CALL_KEYS + AFTER_KEYS:
-        if key in rec.fields:
-            return key
-    if "gpu_total_ms" in rec.fields:
-        return "tail_msm_ms"
-    return None
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -1018,18 +836,6 @@ def _clamp_wide_ints(obj: dict[str, Any] | list[Any], path: str = "") -> list[st
         elif isinstance(value, dict | list):
             wide += _clamp_wide_ints(value, where)
     return wide
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _ns(ms: object) -> int:
-    return int(round(float(ms) * MS)) if _is_num(ms) else 0
 
 
 def _ms(start: int | None, end: int) -> float | None:

@@ -24,7 +24,9 @@ import queue
 import sys
 import threading
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
+
+from sources.protocol import THREAD_PREFIX
 
 CHUNK = 1 << 16
 # A line longer than this is cut: its first MAX_LINE bytes are handed out as a partial (cut)
@@ -34,6 +36,20 @@ MAX_LINE = 1 << 20
 # One poll reads at most this much, so a caller's loop (and its quit key) gets control back
 # within milliseconds whatever arrives; the rest is read by the next polls.
 POLL_BYTES = 8 << 20
+
+
+class Follower(Protocol):
+    """What the cuzk source reads a log through: a followed file or standard input."""
+
+    rotations: int  # the path named another file (log rotation)
+    truncations: int  # the file got shorter than what was read
+    eof: bool  # the input ended for good: standard input closed (a file may always grow)
+
+    def poll(self) -> list[str]: ...
+
+    def take_partial(self) -> list[str]: ...
+
+    def close(self) -> list[str]: ...
 
 
 def _decode(raw: bytes) -> str:
@@ -48,6 +64,7 @@ class FileFollower:
         self.from_start = from_start
         self.rotations = 0
         self.truncations = 0
+        self.eof = False  # a followed file never ends: it may grow, or come back
         self.partials: list[str] = []
         self._file: BinaryIO | None = None
         self._ident: tuple[int, int] | None = None
@@ -196,7 +213,8 @@ class StreamFollower:
         self.eof = False
         self.rotations = self.truncations = 0
         self.partials: list[str] = []
-        self._thread = threading.Thread(target=self._pump, name="cuzk-stdin", daemon=True)
+        name = f"{THREAD_PREFIX}cuzk-stdin"
+        self._thread = threading.Thread(target=self._pump, name=name, daemon=True)
         self._thread.start()
 
     def _pump(self) -> None:
@@ -251,9 +269,7 @@ def claim_stdin() -> BinaryIO:
     return stream
 
 
-def open_follower(
-    path: str, *, from_start: bool = True, reopen_tty: bool = False
-) -> FileFollower | StreamFollower:
+def open_follower(path: str, *, from_start: bool = True, reopen_tty: bool = False) -> Follower:
     """``"-"`` follows standard input (``reopen_tty``: through :func:`claim_stdin`), anything
     else a file path."""
     if path == "-":

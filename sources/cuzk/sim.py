@@ -104,7 +104,47 @@ def simulate(
     noise: bool = False,
 ) -> Run:
     """Model one run; ``scenarios`` maps (job, partition) to a pre-stage scenario (default OK)."""
-    scenarios = scenarios or {}
+    job_ids, calls = _draw_calls(rng, jobs, partitions, scenarios or {}, synth_workers)
+    log = _Log(trace)
+    log.trace(0, "INFO", "cuzk_core::engine: starting cuzk engine pipeline_enabled=true")
+    for j, job_id in enumerate(job_ids):
+        t0 = min(c.synth_start for c in calls if c.job == j)
+        log.trace(
+            t0,
+            "INFO",
+            f"cuzk_core::engine: dispatching per-partition synthesis (budget-gated) "
+            f"job_id={job_id} num_partitions={partitions} budget_available_gib=200",
+        )
+    for c in calls:
+        log.timeline(c.synth_start, "SYNTH_START", c.job_id, f"partition={c.partition}")
+        detail = f"partition={c.partition},synth_ms={c.synth_ms}"
+        log.timeline(c.synth_end, "SYNTH_END", c.job_id, detail)
+        log.timeline(c.synth_end, "GPU_QUEUE", c.job_id, f"partition={c.partition}")
+    gpu = _Gpu(rng, log, workers_per_device, noise)
+    for c in sorted(calls, key=lambda c: (c.synth_end, c.job, c.partition)):
+        gpu.call(c)
+    for j, job_id in enumerate(job_ids):
+        if j in gpu.failed_at:
+            continue
+        t_end = max(c.end for c in calls if c.job == j)
+        log.trace(
+            t_end,
+            "INFO",
+            f"cuzk_core::engine: Phase 7: all partitions complete, proof assembled "
+            f"job_id={job_id} proof_len={192 * partitions} total_ms={t_end}",
+        )
+    return Run(log.lines(), calls, job_ids, workers_per_device, set(gpu.failed_at))
+
+
+def _draw_calls(
+    rng: random.Random,
+    jobs: int,
+    partitions: int,
+    scenarios: dict[tuple[int, int], str],
+    synth_workers: int,
+) -> tuple[list[str], list[Call]]:
+    """The job ids and every partition's call with its drawn durations, synthesised on the
+    synthesis worker that is free first."""
     setup = rng.randint(1, 6)  # one value per run keeps the lock order equal to the start order
     job_ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(jobs)]
     calls: list[Call] = []
@@ -129,68 +169,86 @@ def simulate(
             )
             synth_free[slot] = call.synth_end
             calls.append(call)
+    return job_ids, calls
 
-    out: list[tuple[int, int, str]] = []
-    seq = 0
 
-    def emit(t: int, line: str) -> None:
-        nonlocal seq
-        seq += 1
-        out.append((t, seq, line))
+class _Log:
+    """The daemon's log lines with their times; :meth:`lines` in time order (ties: as
+    written)."""
 
-    def tl(t: int, event: str, job_id: str, detail: str) -> None:
-        emit(t, f"TIMELINE,{t},{event},{job_id},{detail}")
+    def __init__(self, trace: bool) -> None:
+        self.with_trace = trace
+        self._out: list[tuple[int, int, str]] = []
 
-    def tr(t: int, level: str, text: str) -> None:
-        if trace:
-            emit(t, f"{_wall(t)} {level:>5} {text}")
+    def emit(self, t: int, line: str) -> None:
+        self._out.append((t, len(self._out) + 1, line))
 
-    tr(0, "INFO", "cuzk_core::engine: starting cuzk engine pipeline_enabled=true")
-    for j, job_id in enumerate(job_ids):
-        t0 = min(c.synth_start for c in calls if c.job == j)
-        tr(
-            t0,
-            "INFO",
-            f"cuzk_core::engine: dispatching per-partition synthesis (budget-gated) "
-            f"job_id={job_id} num_partitions={partitions} budget_available_gib=200",
-        )
-    for c in calls:
-        tl(c.synth_start, "SYNTH_START", c.job_id, f"partition={c.partition}")
-        tl(c.synth_end, "SYNTH_END", c.job_id, f"partition={c.partition},synth_ms={c.synth_ms}")
-        tl(c.synth_end, "GPU_QUEUE", c.job_id, f"partition={c.partition}")
+    def timeline(self, t: int, event: str, job_id: str, detail: str) -> None:
+        self.emit(t, f"TIMELINE,{t},{event},{job_id},{detail}")
 
-    worker_free = [0] * workers_per_device
-    mutex_free = 0
-    failed_at: dict[int, int] = {}  # job -> when its failure was logged
-    for c in sorted(calls, key=lambda c: (c.synth_end, c.job, c.partition)):
-        w = min(range(workers_per_device), key=lambda i: (max(worker_free[i], c.synth_end), i))
+    def trace(self, t: int, level: str, text: str) -> None:
+        if self.with_trace:
+            self.emit(t, f"{_wall(t)} {level:>5} {text}")
+
+    def lines(self) -> list[str]:
+        return [line for _, _, line in sorted(self._out)]
+
+
+class _Gpu:
+    """The GPU workers and the one mutex of the modeled GPU, and the jobs that failed."""
+
+    def __init__(self, rng: random.Random, log: _Log, workers: int, noise: bool) -> None:
+        self.rng, self.log, self.noise = rng, log, noise
+        self.worker_free = [0] * workers
+        self.mutex_free = 0
+        self.failed_at: dict[int, int] = {}  # job -> when its failure was logged
+
+    def call(self, c: Call) -> None:
+        """One partition's GPU call on the worker free first, its lines as cuzk prints them."""
+        free_at = self.worker_free
+        w = min(range(len(free_at)), key=lambda i: (max(free_at[i], c.synth_end), i))
         c.worker = w
-        c.pickup = max(worker_free[w], c.synth_end) + 1
-        tl(c.pickup, "GPU_PICKUP", c.job_id, f"worker={w},partition={c.partition}")
-        if c.job in failed_at and c.pickup >= failed_at[c.job]:
-            c.skipped = True
-            tr(
-                c.pickup,
-                "INFO",
-                f"gpu_worker{{worker_id={w} gpu=0 job_id={c.job_id} proof_kind=PoRep "
-                f"partition=Some({c.partition})}}: cuzk_core::engine: skipping GPU prove for "
-                f"failed partitioned job job_id={c.job_id} partition=Some({c.partition})",
-            )
-            worker_free[w] = c.pickup + 1
-            continue
+        c.pickup = max(free_at[w], c.synth_end) + 1
+        self.log.timeline(c.pickup, "GPU_PICKUP", c.job_id, f"worker={w},partition={c.partition}")
+        if c.job in self.failed_at and c.pickup >= self.failed_at[c.job]:
+            self._skip(c)
+            return
         c.start = c.pickup + 1
-        tl(c.start, "GPU_START", c.job_id, f"worker={w},partition={c.partition}")
+        self.log.timeline(c.start, "GPU_START", c.job_id, f"worker={w},partition={c.partition}")
+        self._prestage(c)
+        prep_end = c.start + c.prep
+        self.log.emit(prep_end, f"CUZK_TIMING: prep_msm_ms={c.prep}")
+        if c.scenario == FAIL_OOM:
+            self._fail(c)
+        else:
+            self._region(c, prep_end)
+
+    def _skip(self, c: Call) -> None:
+        c.skipped = True
+        self.log.trace(
+            c.pickup,
+            "INFO",
+            f"gpu_worker{{worker_id={c.worker} gpu=0 job_id={c.job_id} proof_kind=PoRep "
+            f"partition=Some({c.partition})}}: cuzk_core::engine: skipping GPU prove for "
+            f"failed partitioned job job_id={c.job_id} partition=Some({c.partition})",
+        )
+        self.worker_free[c.worker] = c.pickup + 1
+
+    def _prestage(self, c: Call) -> None:
+        """The split line, then the mutex and the pre-stage lines of ``c.scenario``."""
         ready = c.start + c.setup
-        emit(ready, f"CUZK_TIMING: split_vectors_ms={c.setup - 1} setup_to_split_ms={c.setup}")
+        self.log.emit(
+            ready, f"CUZK_TIMING: split_vectors_ms={c.setup - 1} setup_to_split_ms={c.setup}"
+        )
         if c.scenario == HOST_REGISTER:
-            emit(ready, "CUZK_TIMING: host_register=fallback err=712")
-        c.acquire = max(ready, mutex_free)
-        free = rng.randint(13_000, 15_800)
+            self.log.emit(ready, "CUZK_TIMING: host_register=fallback err=712")
+        c.acquire = max(ready, self.mutex_free)
+        free = self.rng.randint(13_000, 15_800)
         if c.scenario == SKIP:
-            free = rng.randint(1_000, 12_000)
+            free = self.rng.randint(1_000, 12_000)
         usable = max(0, free - 512)
         if c.scenario != HOST_REGISTER:
-            emit(
+            self.log.emit(
                 c.acquire,
                 f"CUZK_TIMING: prestage_vram free_mib={free} usable_mib={usable} "
                 f"need_da_mib=4096 need_dbc_mib=8192 total_mib=12288",
@@ -202,24 +260,27 @@ def simulate(
             FAIL_OOM: "prestage_setup=fallback err=2",
         }.get(c.scenario)
         if setup_line:
-            emit(c.acquire, f"CUZK_TIMING: {setup_line}")
-        prep_end = c.start + c.prep
-        emit(prep_end, f"CUZK_TIMING: prep_msm_ms={c.prep}")
-        if c.scenario == FAIL_OOM:
-            c.failed = True
-            c.release = c.acquire + rng.randint(50, 300)
-            mutex_free = c.release
-            failed_at[c.job] = c.release
-            tr(
-                c.release,
-                "ERROR",
-                f"gpu_worker{{worker_id={w} gpu=0 job_id={c.job_id} proof_kind=PoRep "
-                f"partition=Some({c.partition})}}: cuzk_core::engine: GPU prove start failed "
-                f"error=CUDA error 2: out of memory",
-            )
-            c.end = c.release
-            worker_free[w] = c.release + 1
-            continue
+            self.log.emit(c.acquire, f"CUZK_TIMING: {setup_line}")
+
+    def _fail(self, c: Call) -> None:
+        """The fallback path runs out of memory: the call fails, and its job with it."""
+        c.failed = True
+        c.release = c.acquire + self.rng.randint(50, 300)
+        self.mutex_free = c.release
+        self.failed_at[c.job] = c.release
+        self.log.trace(
+            c.release,
+            "ERROR",
+            f"gpu_worker{{worker_id={c.worker} gpu=0 job_id={c.job_id} proof_kind=PoRep "
+            f"partition=Some({c.partition})}}: cuzk_core::engine: GPU prove start failed "
+            f"error=CUDA error 2: out of memory",
+        )
+        c.end = c.release
+        self.worker_free[c.worker] = c.release + 1
+
+    def _region(self, c: Call, prep_end: int) -> None:
+        """The GPU region's timing lines, the release, the B-G2 MSM and the call's end."""
+        emit = self.log.emit
         ntt_end = c.acquire + c.ntt
         emit(ntt_end, f"CUZK_TIMING: gpu_tid=0 ntt_msm_h_ms={c.ntt}")
         batch_start = max(ntt_end, prep_end)
@@ -227,33 +288,20 @@ def simulate(
         c.release = batch_start + c.batch + c.tail
         c.gpu_total = c.release - c.acquire
         emit(c.release, f"CUZK_TIMING: gpu_tid=0 tail_msm_ms={c.tail} gpu_total_ms={c.gpu_total}")
-        mutex_free = c.release
-        worker_free[w] = c.release + 1
+        self.mutex_free = c.release
+        self.worker_free[c.worker] = c.release + 1
         b2_end = prep_end + c.b_g2
         emit(b2_end, f"CUZK_TIMING: b_g2_msm_ms={c.b_g2} num_circuits=1")
-        c.end = max(c.release, b2_end) + rng.randint(1, 30)
-        tl(
+        c.end = max(c.release, b2_end) + self.rng.randint(1, 30)
+        self.log.timeline(
             c.end,
             "GPU_END",
             c.job_id,
-            f"worker={w},partition={c.partition},gpu_ms={c.end - c.start}",
+            f"worker={c.worker},partition={c.partition},gpu_ms={c.end - c.start}",
         )
-        emit(c.end + 2, f"CUZK_TIMING: async_dealloc_ms={rng.randint(5, 90)}")
-        if noise:
+        emit(c.end + 2, f"CUZK_TIMING: async_dealloc_ms={self.rng.randint(5, 90)}")
+        if self.noise:
             emit(c.end, f"garbage line {c.job}.{c.partition} \x00\xff with no format")
-    for j, job_id in enumerate(job_ids):
-        if j in failed_at:
-            continue
-        t_end = max(c.end for c in calls if c.job == j)
-        tr(
-            t_end,
-            "INFO",
-            f"cuzk_core::engine: Phase 7: all partitions complete, proof assembled "
-            f"job_id={job_id} proof_len={192 * partitions} total_ms={t_end}",
-        )
-    out.sort()
-    lines = [line for _, _, line in out]
-    return Run(lines, calls, job_ids, workers_per_device, set(failed_at))
 
 
 def status_snapshot(run: Run, t_ms: int) -> dict:

@@ -21,13 +21,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sources.cuzk.convert import MS, Converter
-from sources.cuzk.follow import FileFollower, StreamFollower, open_follower
+from recordings.schema import MS
+from sources.cuzk.convert import Converter
+from sources.cuzk.follow import Follower, open_follower
 from sources.cuzk.status import StatusPoller, StatusResult, fetch_status, status_url
 from sources.errors import SourceError
+from sources.protocol import BATCH_SECONDS, THREAD_PREFIX, names_its_thread
 
 Events = list[dict[str, Any]]
-BATCH_SECONDS = 0.05  # a batch for the dashboard is flushed at least this often
 
 
 class CuzkSource:
@@ -71,9 +72,9 @@ class CuzkSource:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._done = False
-        self._thread = threading.Thread(target=self._run, name="cuzk-source", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}cuzk", daemon=True)
         self._poller: StatusPoller | None = None
-        self._follower: FileFollower | StreamFollower | None = None
+        self._follower: Follower | None = None
         self._mark: tuple[int, float] | None = None  # (clock, monotonic) at the last TIMELINE
         self._timeline_seen = 0
 
@@ -132,6 +133,7 @@ class CuzkSource:
             return f"cuzk:{'stdin' if self.log == '-' else self.log.rsplit('/', 1)[-1]}"
         return f"cuzk:{self.status_url}"
 
+    @names_its_thread
     def run(self, sink: Any) -> None:
         """Deliver batches to ``sink.events(self, batch)`` and state changes to
         ``sink.status(self, text, level)`` until :meth:`close` (or the end of stdin). Starts the
@@ -176,12 +178,12 @@ class CuzkSource:
     def stats(self) -> dict[str, Any]:
         """Line and event counts, the last unknown lines, follower and status state."""
         with self._lock:
-            conv = self.converter
+            conv, follower = self.converter, self._follower
             return {
                 **dict(conv.stats),
                 "unknown_samples": list(conv.unknown_samples),
-                "rotations": getattr(self._follower, "rotations", 0),
-                "truncations": getattr(self._follower, "truncations", 0),
+                "rotations": follower.rotations if follower is not None else 0,
+                "truncations": follower.truncations if follower is not None else 0,
                 "status_state": conv.status_state,
                 "jobs": conv.proofs,
             }
@@ -251,7 +253,7 @@ class CuzkSource:
             with self._lock:
                 events += self._tick(busy)
             self._publish(events)
-            if isinstance(self._follower, StreamFollower) and self._follower.eof:
+            if self._follower is not None and self._follower.eof:
                 with self._lock:
                     events = self.converter.flush(final=True)
                 self._publish(events)

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from sources.protocol import THREAD_PREFIX
+
 MAX_BODY = 4 << 20  # a status body is a few KiB; refuse anything absurd
 MAX_DEPTH = 32  # cuzk's status nests 3-4 levels; a deeper body is refused, not walked
 CHUNK = 1 << 16
@@ -144,7 +146,8 @@ class StatusPoller:
         self.on_result = on_result
         self.polls = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cuzk-status", daemon=True)
+        name = f"{THREAD_PREFIX}cuzk-status"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> StatusPoller:
         self._thread.start()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from recordings.metrics import MetricsFold
-from recordings.metrics_http import MetricsServer
+from recordings.prometheus.fold import MetricsFold
+from recordings.prometheus.http_server import MetricsServer
 from recordings.state import State
 from sources.cuzk.source import CuzkSource
 

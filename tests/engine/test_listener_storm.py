@@ -50,7 +50,7 @@ def test_a_storm_is_accepted_at_the_pace_after_the_burst():
 def test_the_listener_counters_ride_the_counters_event_to_metrics():
     """What the listener counted (paced accepts, reader threads) is in every ``counters``
     event the bus makes, and so on /metrics (the fold of those events)."""
-    from recordings.metrics import MetricsFold
+    from recordings.prometheus.fold import MetricsFold
 
     bus = Bus(retain=100)
     server = server_mod.TelemetryServer(bus, lambda *a: None, lambda *a: None)

@@ -12,10 +12,15 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from recordings import metrics_http
-from recordings.metrics import METRICS, MetricsFold, markdown_table, worker_state
-from recordings.metrics_http import MetricsAddressError, MetricsServer, parse_metrics_address
-from recordings.state import State, phantom_bytes
+from recordings.prometheus import http_server
+from recordings.prometheus.families import METRICS, markdown_table
+from recordings.prometheus.fold import MetricsFold
+from recordings.prometheus.http_server import (
+    MetricsAddressError,
+    MetricsServer,
+    parse_metrics_address,
+)
+from recordings.state import State, phantom_bytes, worker_state
 from sources.synthetic import generate
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -27,7 +32,8 @@ def families(body: bytes | str) -> dict[str, list]:
 
 
 def test_docs_match_the_table():
-    assert markdown_table() in DOC.read_text(), "regenerate with: python -m recordings.metrics"
+    regenerate = "regenerate with: python -m recordings.prometheus.families"
+    assert markdown_table() in DOC.read_text(), regenerate
 
 
 def test_names_follow_prometheus_conventions():
@@ -191,7 +197,7 @@ def test_slow_clients_cannot_pin_the_server(server, monkeypatch):
     """More silent or trickling clients than threads: the extra ones are closed at once, the
     rest are cut at their deadline, and a scrape gets through."""
     slow = []
-    for i in range(metrics_http.MAX_THREADS + 4):
+    for i in range(http_server.MAX_THREADS + 4):
         s = socket.create_connection((server.host, server.port), timeout=10)
         if i % 2:
             s.sendall(b"GET /metr")  # a request that never finishes
@@ -204,8 +210,8 @@ def test_slow_clients_cannot_pin_the_server(server, monkeypatch):
             assert conn.getresponse().status == 200
             break
         except (OSError, http.client.HTTPException):
-            assert time.monotonic() - t0 < metrics_http.DEADLINE_S + 3, "scrape never answered"
+            assert time.monotonic() - t0 < http_server.DEADLINE_S + 3, "scrape never answered"
             time.sleep(0.1)
-    assert time.monotonic() - t0 < metrics_http.DEADLINE_S + 3
+    assert time.monotonic() - t0 < http_server.DEADLINE_S + 3
     for s in slow:
         s.close()

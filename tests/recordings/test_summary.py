@@ -7,7 +7,7 @@ import msgpack
 import pytest
 
 from recordings.export_perfetto import export_perfetto, write_perfetto
-from recordings.metrics import MetricsFold
+from recordings.prometheus.fold import MetricsFold
 from recordings.reader import open_recording
 from recordings.schema import PHASES, make
 from recordings.summary import build_summary, format_summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 
 
@@ -29,3 +30,15 @@ class Collect:
     def wait(self, predicate, timeout=10.0) -> bool:
         with self.changed:
             return self.changed.wait_for(predicate, timeout)
+
+
+def close_listener(sock: socket.socket, thread: threading.Thread | None = None) -> None:
+    """Close a test server's listening socket so that the thread blocked in its ``accept``
+    returns (a plain close leaves it blocked for the rest of the run), and wait for it."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+    if thread is not None:
+        thread.join(5)

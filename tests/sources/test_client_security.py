@@ -16,6 +16,7 @@ import pytest
 from recordings.framing import HEADER, FrameDecoder, encode_frame
 from recordings.state import State
 from sources.live import LiveSource
+from tests.sources.helpers import close_listener
 from tests.tui.helpers import pilot_test, tap
 
 
@@ -30,7 +31,8 @@ class HostileEngine:
         self.sock.listen(4)
         self.connections = 0
         self.conns: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.thread = threading.Thread(target=self._accept, name="hostile-engine", daemon=True)
+        self.thread.start()
 
     def _accept(self) -> None:
         while True:
@@ -46,9 +48,14 @@ class HostileEngine:
                 pass
 
     def close(self) -> None:
-        self.sock.close()
-        for c in self.conns:
+        close_listener(self.sock)
+        for c in self.conns:  # (AnsweringEngine's accept thread may be reading one)
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             c.close()
+        self.thread.join(5)
 
 
 class FoldingSink:

@@ -132,16 +132,18 @@ def test_source_speaks_the_dashboard_protocol(tmp_path):
     sink = Sink()
     worker = threading.Thread(target=source.run, args=(sink,))
     worker.start()
-    deadline = time.monotonic() + 8
-    while time.monotonic() < deadline:
-        got = [e for b in sink.batches for e in b]
-        if sum(e["k"] == "partition_done" for e in got) == 2 and len(sink.statuses) >= 2:
-            break
-        time.sleep(0.02)
-    with pytest.raises(SourceError):
-        source.send("pause", {})
-    source.close()
-    worker.join(timeout=5)
+    try:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            got = [e for b in sink.batches for e in b]
+            if sum(e["k"] == "partition_done" for e in got) == 2 and len(sink.statuses) >= 2:
+                break
+            time.sleep(0.02)
+        with pytest.raises(SourceError):
+            source.send("pause", {})
+    finally:  # a source left running holds its (not a daemon) thread: the run would not end
+        source.close()
+        worker.join(timeout=5)
     assert not worker.is_alive()
     events = [e for b in sink.batches for e in b]
     assert events[0]["k"] == "hello" and events[0]["source"] == "cuzk"

@@ -48,16 +48,18 @@ def test_live_source_folds_a_whole_run(engine):
     sink = Collect()
     reader = threading.Thread(target=source.run, args=(sink,), daemon=True)
     reader.start()
-    assert engine.wait(60), "the engine did not finish"
-    deadline = time.monotonic() + 30
-    state = State()
-    while time.monotonic() < deadline:
-        state = State().fold(sink.flat())
-        if state.totals()["partitions_ok"] == engine.config.proofs * engine.config.partitions:
-            break
-        time.sleep(0.1)
-    source.close()
-    reader.join(10)
+    try:
+        assert engine.wait(60), "the engine did not finish"
+        deadline = time.monotonic() + 30
+        state = State()
+        while time.monotonic() < deadline:
+            state = State().fold(sink.flat())
+            if state.totals()["partitions_ok"] == engine.config.proofs * engine.config.partitions:
+                break
+            time.sleep(0.1)
+    finally:
+        source.close()
+        reader.join(10)
     assert not reader.is_alive()
     assert state.hello is not None and state.hello["engine_id"] in source.label
     assert state.totals()["partitions_ok"] == engine.config.proofs * engine.config.partitions

@@ -21,7 +21,7 @@ from sources.feed import FeedSource
 from sources.live import LiveSource
 from sources.replay_memory import ReplaySource
 from sources.synthetic import generate
-from tests.sources.helpers import Collect
+from tests.sources.helpers import Collect, close_listener
 
 
 def test_synthetic_events_follow_the_schema():
@@ -52,7 +52,8 @@ class FakeEngine:
             self.address = f"unix:{path}"
         self.sock.listen(4)
         self.conns: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.thread = threading.Thread(target=self._accept, name="fake-engine", daemon=True)
+        self.thread.start()
 
     def _accept(self):
         while True:
@@ -99,7 +100,7 @@ class FakeEngine:
         self.conns.clear()
 
     def close(self):
-        self.sock.close()
+        close_listener(self.sock, self.thread)
         self.drop_clients()
 
 
@@ -189,12 +190,14 @@ def test_unreachable_engine_is_retried_not_fatal(sock_dir):
     sink = Collect()
     thread = threading.Thread(target=source.run, args=(sink,), daemon=True)
     thread.start()
-    assert sink.wait(lambda: len(sink.statuses) >= 2)
-    # never reached: "unreachable" each time, with the failed tries and the next one counted
-    assert all(s.startswith("unreachable") for s in sink.statuses)
-    assert source.failures >= 2 and not source.ever_connected
-    source.close()
-    thread.join(5)
+    try:
+        assert sink.wait(lambda: len(sink.statuses) >= 2)
+        # never reached: "unreachable" each time, with the failed tries and the next one counted
+        assert all(s.startswith("unreachable") for s in sink.statuses)
+        assert source.failures >= 2 and not source.ever_connected
+    finally:
+        source.close()
+        thread.join(5)
     assert not thread.is_alive()
 
 

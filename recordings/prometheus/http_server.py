@@ -12,8 +12,8 @@ run. Here that means:
   still open after :data:`DEADLINE_S`, so a client sending one byte at a time cannot pin a
   thread;
 - at most :data:`MAX_THREADS` connections are served at once; one more is closed at once;
-- a request only calls ``render()``, which copies a snapshot under a short lock
-  (``recordings.metrics``); the fold itself runs elsewhere.
+- a request only calls ``render()``, which copies the fold's numbers under a short lock
+  (:mod:`recordings.prometheus.fold`); the fold itself runs elsewhere.
 
 Addresses: ``HOST:PORT``, ``:PORT`` or ``PORT`` (host 127.0.0.1), ``[::1]:PORT`` for IPv6. A
 host other than loopback is served only when named; port 0 picks a free port (the bound address
@@ -32,7 +32,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from recordings.metrics import CONTENT_TYPE
+from recordings.prometheus.exposition import CONTENT_TYPE
 
 DEFAULT_HOST = "127.0.0.1"
 MAX_REQUEST_BYTES = 8192  # request line and headers together

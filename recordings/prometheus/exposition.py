@@ -1,0 +1,190 @@
+"""What a scrape answers: the families of :data:`~recordings.prometheus.families.METRICS`, built
+from one :class:`Reading` and written in prometheus-client's text format.
+
+Why a reading and not the fold itself: a scrape must not hold the fold's lock while it formats
+(the fold runs beside the proving run), so the fold copies its numbers into a :class:`Reading`
+under the lock and everything here runs on the HTTP thread, outside it. An absent figure gives
+no sample, never a zero: a family with no sample is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from recordings.prometheus.families import COUNTER_FIELDS, DURATION_BUCKETS, METRICS
+from recordings.schema import is_number
+from recordings.state import WORKER_STATES, async_cached, phantom_bytes
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Families = dict[str, Metric]
+# a histogram as the fold keeps it: counts per bucket (not cumulative, +Inf last), sum, count
+HistogramCopy = tuple[list[int], float, int]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The fold's numbers at one instant, copied under its lock."""
+
+    hello: dict[str, Any] | None
+    events: int  # events folded
+    missed: int  # events missed (lag)
+    memory: dict[int, dict[str, Any]]  # the latest memory sample per device
+    gpu: dict[int, dict[str, Any]]  # the latest NVML sample per device
+    workers: list[tuple[int, int, str]]  # (device, worker, current state), sorted
+    counters: dict[tuple[str, tuple[str, ...]], float]  # (metric, label values) -> count
+    hists: dict[tuple[str, tuple[str, ...]], HistogramCopy]
+    s_per_proof: float | None
+    listener: dict[str, Any]  # the latest ``counters`` event's figures
+
+
+def build_families(reading: Reading) -> list[Metric]:
+    """The families of ``reading`` in table order, those without a sample left out."""
+    fams = _empty_families()
+    _producer(fams, reading)
+    _memory(fams, reading.memory)
+    _gpu(fams, reading.gpu)
+    _workers(fams, reading.workers)
+    _counts(fams, reading)
+    _run(fams, reading)
+    return [fam for fam in fams.values() if fam.samples]
+
+
+def registry(read: Callable[[], Reading]) -> CollectorRegistry:
+    """A registry whose one collector answers every scrape from ``read()``."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Collector(read))
+    return reg
+
+
+def render(reg: CollectorRegistry) -> bytes:
+    """The text exposition of ``reg``."""
+    return generate_latest(reg)
+
+
+class _Collector(Collector):
+    def __init__(self, read: Callable[[], Reading]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        yield from build_families(self.read())
+
+
+# -- the steps of build_families, one group of the table each ------------------------------------
+
+
+def _empty_families() -> Families:
+    fams: Families = {}
+    for spec in METRICS.values():
+        if spec.kind == "gauge":
+            fams[spec.name] = GaugeMetricFamily(spec.full_name, spec.help, labels=spec.labels)
+        elif spec.kind == "counter":
+            fams[spec.name] = CounterMetricFamily(spec.full_name, spec.help, labels=spec.labels)
+        else:
+            fams[spec.name] = HistogramMetricFamily(spec.full_name, spec.help, labels=spec.labels)
+    return fams
+
+
+def _gauge(fams: Families, name: str, labels: tuple, value: Any, scale: float = 1.0) -> None:
+    """One sample, only where ``value`` is a number (absent, not zero)."""
+    if is_number(value):
+        fams[name].add_metric(list(labels), float(value) * scale)
+
+
+def _producer(fams: Families, reading: Reading) -> None:
+    """The producer and its devices (hello), and the events folded and missed."""
+    hello = reading.hello
+    if hello is not None:
+        _gauge(
+            fams,
+            "info",
+            tuple(str(hello.get(k, "")) for k in ("engine_id", "host", "source", "backend")) +
+            (str(hello.get("version", "")),),
+            1,
+        )  # fmt: skip
+        for dev in hello.get("devices") or []:
+            if isinstance(dev, dict):
+                modeled = "true" if dev.get("modeled") else "false"
+                labels = (str(dev.get("index")), str(dev.get("name")), modeled)
+                _gauge(fams, "device_info", labels, 1)
+    fams["events_total"].add_metric([], reading.events)
+    fams["missed_events_total"].add_metric([], reading.missed)
+
+
+def _memory(fams: Families, memory: dict[int, dict[str, Any]]) -> None:
+    """Per device: the two CUDA pools, the phantom bytes between them, the driver's and
+    NVML's figures."""
+    for device, m in sorted(memory.items()):
+        d, modeled = str(device), "true" if m.get("modeled") else "false"
+        sync_used, sync_cached = m.get("sync_used"), m.get("sync_cached")
+        a_used, a_reserved = m.get("async_used"), m.get("async_reserved")
+        _gauge(fams, "pool_used_bytes", (d, "sync", modeled), sync_used)
+        _gauge(fams, "pool_used_bytes", (d, "async", modeled), a_used)
+        if is_number(sync_used) and is_number(sync_cached):
+            _gauge(fams, "pool_reserved_bytes", (d, "sync", modeled), sync_used + sync_cached)
+        _gauge(fams, "pool_reserved_bytes", (d, "async", modeled), a_reserved)
+        _gauge(fams, "pool_cached_bytes", (d, "sync", modeled), sync_cached)
+        if is_number(a_used) and is_number(a_reserved):
+            _gauge(fams, "pool_cached_bytes", (d, "async", modeled), async_cached(m))
+        _gauge(fams, "phantom_bytes", (d, modeled), phantom_bytes(m))
+        for key in ("pinned_host", "driver_free", "driver_total", "nvml_used", "nvml_total"):
+            _gauge(fams, f"{key}_bytes", (d, modeled), m.get(key))
+
+
+def _gpu(fams: Families, gpu: dict[int, dict[str, Any]]) -> None:
+    """Per device: NVML's view besides memory, in base units (ratios, watts, hertz)."""
+    for device, g in sorted(gpu.items()):
+        d = str(device)
+        _gauge(fams, "gpu_utilization_ratio", (d, "sm"), g.get("sm_util_pct"), 0.01)
+        _gauge(fams, "gpu_utilization_ratio", (d, "memory"), g.get("mem_util_pct"), 0.01)
+        _gauge(fams, "gpu_power_watts", (d,), g.get("power_mw"), 1e-3)
+        _gauge(fams, "gpu_power_limit_watts", (d,), g.get("power_limit_mw"), 1e-3)
+        _gauge(fams, "gpu_temperature_celsius", (d,), g.get("temp_c"))
+        _gauge(fams, "gpu_clock_hertz", (d, "sm"), g.get("sm_clock_mhz"), 1e6)
+        _gauge(fams, "gpu_clock_hertz", (d, "memory"), g.get("mem_clock_mhz"), 1e6)
+        _gauge(fams, "gpu_pcie_throughput_bytes_per_second", (d, "rx"), g.get("pcie_rx_bytes_s"))
+        _gauge(fams, "gpu_pcie_throughput_bytes_per_second", (d, "tx"), g.get("pcie_tx_bytes_s"))
+        _gauge(fams, "gpu_fan_ratio", (d,), g.get("fan_pct"), 0.01)
+        _gauge(fams, "gpu_ecc_errors", (d, "corrected"), g.get("ecc_corrected"))
+        _gauge(fams, "gpu_ecc_errors", (d, "uncorrected"), g.get("ecc_uncorrected"))
+        _gauge(fams, "gpu_retired_pages", (d,), g.get("retired_pages"))
+        _gauge(fams, "gpu_xid_errors", (d,), g.get("xid_count"))
+
+
+def _workers(fams: Families, workers: list[tuple[int, int, str]]) -> None:
+    """One 0/1 sample per worker and state: 1 for the state it is in."""
+    for device, worker, current in workers:
+        for state in WORKER_STATES:
+            labels = (str(device), str(worker), state)
+            _gauge(fams, "worker_state", labels, 1 if state == current else 0)
+
+
+def _counts(fams: Families, reading: Reading) -> None:
+    """The counters and the histograms (buckets made cumulative, as Prometheus reads them)."""
+    for (name, labels), value in sorted(reading.counters.items()):
+        fams[name].add_metric(list(labels), value)
+    bounds = [str(b) for b in DURATION_BUCKETS] + ["+Inf"]
+    for (name, labels), (counts, total, _count) in sorted(reading.hists.items()):
+        running, buckets = 0, []
+        for bound, n in zip(bounds, counts, strict=True):
+            running += n
+            buckets.append((bound, running))
+        fams[name].add_metric(list(labels), buckets, total)
+
+
+def _run(fams: Families, reading: Reading) -> None:
+    """The run's s/proof and the telemetry listener's figures."""
+    _gauge(fams, "seconds_per_proof", (), reading.s_per_proof)
+    for name, field in COUNTER_FIELDS.items():
+        _gauge(fams, name, (), reading.listener.get(field))

@@ -1,0 +1,90 @@
+"""The outputs of the sample recordings, pinned byte for byte: ``summary`` (its stored text), the
+Perfetto export and ``/metrics``.
+
+Why pinned: these functions are reshaped from time to time (split into steps, their helpers
+moved), and a reshaping must not change a byte of what they write. An intended change of output
+updates the stored summaries (``provetop summary FILE``) or the digests below; print the
+current digests with ``python -m tests.recordings.test_outputs_pinned``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from recordings.export_perfetto import export_perfetto, trace_from_state
+from recordings.prometheus.fold import MetricsFold
+from recordings.reader import open_recording
+from recordings.state import State
+from recordings.summary import build_summary, format_summary, summarize_state
+from tests.recordings.fixtures import make_run
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = sorted((ROOT / "recordings" / "samples").glob("*.pvtrec"))
+
+# sample -> (Perfetto export, /metrics) sha256, first 16 hex digits
+DIGESTS = {
+    "h200-porep32g-ahead": ("0df916d7923f75e3", "b74f9947d0758608"),
+    "h200-porep32g-aware": ("5c9b659f0de7791c", "2de94fd30391447d"),
+    "h200-porep32g-aware12": ("50eadb68b6fcfe78", "112321455ac8b770"),
+    "h200-porep32g-aware16": ("4fb1bbcf3c0d85d7", "b1275da0ba18fa5e"),
+    "h200-porep32g-aware8": ("c3c21c39e2d53fe0", "b027cbe55d2de677"),
+    "h200-porep32g-naive16": ("8b2a67e0dd24b5ad", "ab8ce21e5fd73351"),
+    "h200x2-porep32g-multi": ("10de0488334f78f5", "b67aab92a07632fc"),
+}
+# a fixture run (an OOM retried on the fallback path, a marker, controls): export, summary, /metrics
+FIXTURE_RUN = ("5acb96bc62dad396", "a34f54edb70579ff", "1c9ae1f6f7e5c150")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def perfetto_bytes(path: Path) -> bytes:
+    """The export as ``provetop export --format perfetto`` writes it, the file's own path left
+    out (it names where the recording lies)."""
+    trace = export_perfetto(path)
+    trace["otherData"]["recording"] = path.name
+    return json.dumps(trace, separators=(",", ":"), allow_nan=False).encode()
+
+
+def metrics_bytes(path: Path) -> bytes:
+    return MetricsFold().fold(open_recording(path).events).render()
+
+
+def fixture_run_digests() -> tuple[str, str, str]:
+    events = make_run(partitions=4, workers=2, devices=2, proofs=3, seed=20261204)
+    state = State().fold(events)
+    trace = json.dumps(trace_from_state(state), separators=(",", ":"), allow_nan=False)
+    summary = format_summary(summarize_state(state))
+    metrics = MetricsFold().fold(events).render()
+    return _sha(trace.encode()), _sha(summary.encode()), _sha(metrics)
+
+
+def test_every_sample_is_pinned():
+    assert sorted(DIGESTS) == [p.stem for p in SAMPLES]
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_the_summary_of_a_sample_is_its_stored_text(path):
+    summary = build_summary(path)
+    summary["file"] = str(path.relative_to(ROOT))  # as it was run, from the repository root
+    assert format_summary(summary) == path.with_suffix(".summary.txt").read_text()
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_the_perfetto_export_and_metrics_of_a_sample_are_unchanged(path):
+    assert (_sha(perfetto_bytes(path)), _sha(metrics_bytes(path))) == DIGESTS[path.stem]
+
+
+def test_the_outputs_of_a_fixture_run_are_unchanged():
+    assert fixture_run_digests() == FIXTURE_RUN
+
+
+if __name__ == "__main__":
+    print(f"FIXTURE_RUN = {fixture_run_digests()}")
+    for p in SAMPLES:
+        print(f'    "{p.stem}": ("{_sha(perfetto_bytes(p))}", "{_sha(metrics_bytes(p))}"),')
