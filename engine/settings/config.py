@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from recordings.schema import SYNTH_WORKER_BASE
+
 # Synthesis lanes: with the look-ahead, a worker's next partition is synthesised while its
 # current one runs, and those phases are drawn on lane SYNTH_LANE_BASE + worker of the device
-# (telemetry ``worker``); the cuzk adapter draws its CPU synthesis slots the same way. 100 is
-# above any worker count a device gets.
-SYNTH_LANE_BASE = 100
+# (telemetry ``worker``); the number is the schema's, which the cuzk adapter draws on too.
+SYNTH_LANE_BASE = SYNTH_WORKER_BASE
 
 MAX_DEVICES = 64  # device indices 0..63 (a bound on threads and modeled devices, not hardware)
 MAX_DOMAIN_LOG = 28  # 2^28 is the largest domain the engine plans for (Fr allows 2^32)

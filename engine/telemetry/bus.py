@@ -36,11 +36,10 @@ from typing import Any
 
 from engine.telemetry.recorder import RecorderThread, Stop, Writer
 from recordings.schema import make
-from recordings.state import State, Window
+from recordings.state import TRIM_EVERY, State, Window
 
 _STOP = Stop.STOP
 LIVE_WINDOW = Window()  # see recordings.state.Window and docs/reliability.md
-TRIM_EVERY = 1000  # events between two trims of the live state (amortised)
 # Retained events are kept in immutable chunks of this many: a joining client gets references
 # to them (and the chunks' encodings are cached by the server for every client) instead of a
 # copy of the whole history under the bus lock
