@@ -4,8 +4,8 @@
 # with the published figures. Run from the repository root on the GPU machine:
 #   bash bench/gpu_check.sh coldstart  # first selftest with the carried cubins; then, with
 #                                      # none, `provetop warmup` (nvcc) and selftest; GPU tests
-#   bash bench/gpu_check.sh bench      # bench ntt and msm (2^20, 2^24, 2^27), an MSM source
-#                                      # chosen by PROVETOP_MSM_SOURCE, engine acceptance runs
+#   bash bench/gpu_check.sh bench      # bench ntt and msm (2^20, 2^24, 2^27), the engine's
+#                                      # acceptance run aware (porep-32g, uncapped)
 #   bash bench/gpu_check.sh metrics    # NVML samples and /metrics of a running cuda engine
 #                                      # (bench/gpu_metrics_check.py); porep-32g, aware, one
 #                                      # proof at 24 and 40 GiB (points of the memory curve)
@@ -62,8 +62,6 @@ if [ "$MODE" = "coldstart" ]; then
 elif [ "$MODE" = "bench" ]; then
     timed bench-ntt 150 $P bench ntt --log-sizes 20,24,27 --json --results-dir "$W"
     timed bench-msm 200 $P bench msm --log-sizes 20,24,27 --check --json --results-dir "$W"
-    PROVETOP_MSM_SOURCE=msm_lb.cu timed bench-msm-lb 100 $P bench msm --log-sizes 20 --check \
-        --json --results-dir "$W" --tag msm_lb
     timed pipeline-aware 300 $P bench pipeline --preset porep-32g --proofs 2 \
         --workers-per-device 2 --allocator aware --json --out "$W/pipeline-aware.json" \
         --record "$W/pipeline-aware.pvtrec"

@@ -15,32 +15,22 @@
 #                                      # (TESTS=1: the engine's GPU tests first)
 #   bash bench/gpu_engine.sh naive     # acceptance run naive16 (16 GiB, naive)
 #   bash bench/gpu_engine.sh aware     # acceptance runs aware16 and aware (16 GiB / uncapped)
-#   bash bench/gpu_engine.sh trim      # the trim-stall A/B (PROVETOP_SYNC_SCOPE)
 #   bash bench/gpu_engine.sh multi     # two GPUs (--devices 0,1), on nvidia-h200-x2
-#   bash bench/gpu_engine.sh sort      # sort per window group: MSM A/B, then aware A/B
 #   bash bench/gpu_engine.sh samples   # GPU tests, the MSM by the sort rule, aware, aware16, naive16
 #   bash bench/gpu_engine.sh pinning   # registered large-page pools: GPU tests, aware
 #   bash bench/gpu_engine.sh pin       # page-locking a witness pool, by method
 #   bash bench/gpu_engine.sh plans     # the H step in one/two slots: GPU tests, aware at
 #                                      # 12 and 8 GiB (memory plans two slots / one slot)
 #   bash bench/gpu_engine.sh sweep     # porep-32g aware, 1 proof at 8..80 GiB and uncapped
-#   bash bench/gpu_engine.sh stream    # streamed MSMs: buckets per query / per chunk, one
-#                                      # interleaved pass / in turn: GPU tests, 2^27 host-point
-#                                      # MSM A/B, aware16 three ways, naive16
-#   bash bench/gpu_engine.sh aware16   # porep-32g aware at 16 GiB: one interleaved pass, then
-#                                      # in turn (PROVETOP_MSM_HOST_INTERLEAVE=off); no tests
-#   bash bench/gpu_engine.sh overlap   # b and c copied under the H step (PROVETOP_ABC_OVERLAP):
-#                                      # its GPU tests, then aware16 off / on, aware at 24 GiB on
+#   bash bench/gpu_engine.sh stream    # streamed MSMs: GPU tests, the 2^27 host-point MSM,
+#                                      # aware16 at the plan's chunk and at 2^23, naive16
+#   bash bench/gpu_engine.sh aware16   # porep-32g aware at 16 GiB, 1 proof; no tests
 #   bash bench/gpu_engine.sh workers   # GPU tests (engine, streamed H step), then aware16 with
 #                                      # one worker, alone and with --synthesis-ahead
 #   bash bench/gpu_engine.sh workers-small  # aware at 8 and 12 GiB (one-slot and two-slot plans)
 #                                      # with one worker and with two; no tests
 #   bash bench/gpu_engine.sh refresh   # the engine's GPU tests with today's default builds, then
 #                                      # aware16, naive16 and aware (uncapped), 1 proof each
-#   bash bench/gpu_engine.sh hostz     # the one pass reading the aux scalars from host memory
-#                                      # per chunk (PROVETOP_MSM_PASS_SCALARS=host) against z
-#                                      # copied up whole (=device): GPU tests, aware16 both ways,
-#                                      # aware12 and aware8 with host
 #   bash bench/gpu_engine.sh chunks    # the streamed chunk size with z read from host memory:
 #                                      # the pass probed at 6 (z on the device), 8, 11, 16 Mi,
 #                                      # then aware16 at 8 and 11 Mi, aware24 at the plan's
@@ -48,21 +38,9 @@
 #                                      # 16 Mi with 4, 5, 6 buffers and leads 0 and 5, then
 #                                      # aware16 at lead 0, at 8 Mi with 5 buffers, and aware24
 #                                      # at 16 Mi with 6
-#   bash bench/gpu_engine.sh handover  # a copied into the running pass's H block: its GPU
-#                                      # tests, aware16 with PROVETOP_A_HANDOVER off and on,
-#                                      # aware24 on
-#   bash bench/gpu_engine.sh handover2  # the engine's GPU tests, aware16 twice, naive16
+#   bash bench/gpu_engine.sh handover2  # every partition offering its H block: the engine's
+#                                      # GPU tests, aware16 twice, naive16
 #   bash bench/gpu_engine.sh switch    # aware16 at switch intervals 0.5 (default), 0.1, 2 ms
-#   bash bench/gpu_engine.sh fence     # the neighbour's synthesis behind the H step
-#                                      # (PROVETOP_SYNTHESIS_AFTER_H=done, then named `on`): the
-#                                      # engine's GPU tests, host_costs, aware16 on / off
-#                                      # alternated twice, then on with the compute streams first
-#   bash bench/gpu_engine.sh queued    # aware16 with PROVETOP_SYNTHESIS_AFTER_H=queued and off,
-#                                      # alternated twice
-#   bash bench/gpu_engine.sh kept      # streamed chunks summed straight into the kept buckets
-#                                      # (PROVETOP_MSM_HOST_BUCKETS=query) against the merge
-#                                      # kernel (=query-merge): GPU tests, the 2^27 host-point
-#                                      # MSM, aware16 three ways (merge, kept, kept in 6 Mi chunks)
 # Each run is `provetop bench pipeline` (table + JSON) with its recording and `provetop
 # summary`. Everything is written to $W and packed into $OUT/engine-$MODE.tgz (the device tool
 # brings back at most 8 files); the tables are printed last.
@@ -163,26 +141,6 @@ checks)  # the engine's GPU tests; the checks inside their region against no che
     bench aware16 140 --preset porep-32g --proofs 2 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
     ;;
-sort)  # the counting sort per group of windows (PROVETOP_MSM_SORT_GROUP, bench/notes/msm.md,
-    # a30e5a8): its GPU test, the 2^24 / 2^27 MSM for groups 0 (one launch), 1, 2, 3 with the
-    # stage breakdown, then aware (uncapped) for groups 0, 1 and 2 in the same call
-    gpu_tests 90 tests/kernels/test_cuda_msm.py -k "window_groups or window_sizes or host_streamed"
-    for g in 0 1 2 3; do
-        echo "== msm sort group $g" | tee -a "$TABLES"
-        PROVETOP_MSM_SORT_GROUP=$g timeout 60 python3 -m kernels.bench_msm --log-sizes 24,27 \
-            --repeats 5 --json --results-dir "$W" --tag "group$g" >"$W/msm-group$g.log" 2>&1
-        grep -E '^\{' "$W/msm-group$g.log" | python3 -c '
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line)
-    st = " ".join(f"{k} {v:.1f}" for k, v in (r.get("breakdown_ms") or {}).items())
-    print(f"2^{r[\"log_size\"]} median {r[\"median_ms\"]:.1f} ms  {st}")' | tee -a "$TABLES"
-    done
-    for g in 0 1 2; do
-        PROVETOP_MSM_SORT_GROUP=$g bench "aware-group$g" 90 --preset porep-32g --proofs 2 \
-            --workers-per-device 2 --allocator aware
-    done
-    ;;
 samples)  # after the sort rule (a30e5a8): its GPU tests and the engine's (these also compile
     # CuPy's synthesis kernels, ~30 s on a bare machine, before any timed run), the MSM at 2^24
     # and 2^27, then the three acceptance runs for recordings/samples; limits sum to < 570 s
@@ -241,58 +199,34 @@ aware)
         --workers-per-device 2 --allocator aware
     bench aware 280 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
     ;;
-trim)
-    bench trim-worker 280 --preset porep-32g --proofs 1 --device-memory 16GiB \
-        --workers-per-device 2 --allocator aware
-    PROVETOP_SYNC_SCOPE=device bench trim-device 280 --preset porep-32g --proofs 1 \
-        --device-memory 16GiB --workers-per-device 2 --allocator aware
-    ;;
 pin)
     timeout 200 python3 bench/pin_probe.py --gib 1,4,17 2>&1 | tee -a "$TABLES"
     ;;
-stream)  # the streamed MSMs: one bucket array per query (PROVETOP_MSM_HOST_BUCKETS=query, the
-    # default) against a bucket reduction per chunk (=chunk); the four queries in one
-    # interleaved pass (PROVETOP_MSM_HOST_INTERLEAVE=on, the default where the plan has room)
-    # against one after the other; all in the same call: the GPU tests, the 2^27 dense MSM from
-    # host points, porep-32g aware at 16 GiB (interleaved, not, chunks of 2^23) and naive16
+stream)  # the streamed MSMs at their defaults, all in the same call: the GPU tests, the 2^27
+    # dense MSM from host points (chunks of 2^22), porep-32g aware at 16 GiB (the plan's chunk,
+    # then chunks of 2^23) and naive16
     gpu_tests 100 tests/kernels/test_cuda_msm.py -k "host_streamed or window or selftest"
     gpu_tests 100 tests/engine/test_cuda.py
     mkdir -p "$W/msm"
-    for v in query-22 chunk-22; do
-        echo "== msm host points 2^27 dense, buckets ${v%-*}, chunk 2^${v#*-}" | tee -a "$TABLES"
-        PROVETOP_MSM_HOST_BUCKETS=${v%-*} timeout 90 python3 -m kernels.bench_msm \
-            --log-sizes 27 --points host --chunk-log "${v#*-}" --repeats 3 --json \
-            --results-dir "$W/msm" --tag "host-$v" >"$W/msm-$v.log" 2>&1
-        echo "rc=$?" >>"$W/msm-$v.log"
-        tail -n 3 "$W/msm-$v.log" | tee -a "$TABLES"
-    done
+    echo "== msm host points 2^27 dense, chunk 2^22" | tee -a "$TABLES"
+    timeout 90 python3 -m kernels.bench_msm --log-sizes 27 --points host --chunk-log 22 \
+        --repeats 3 --json --results-dir "$W/msm" --tag host-22 >"$W/msm-host-22.log" 2>&1
+    echo "rc=$?" >>"$W/msm-host-22.log"
+    tail -n 3 "$W/msm-host-22.log" | tee -a "$TABLES"
     bench aware16 100 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
-    PROVETOP_MSM_HOST_INTERLEAVE=off bench aware16-inturn 100 --preset porep-32g --proofs 1 \
-        --device-memory 16GiB --workers-per-device 2 --allocator aware
-    PROVETOP_MSM_HOST_CHUNK=8388608 bench aware16-chunk23 100 --preset porep-32g --proofs 1 \
-        --device-memory 16GiB --workers-per-device 2 --allocator aware
+    PROVETOP_MSM_HOST_CHUNK_GROW=off PROVETOP_MSM_HOST_CHUNK=8388608 bench aware16-chunk23 100 \
+        --preset porep-32g --proofs 1 --device-memory 16GiB --workers-per-device 2 \
+        --allocator aware
     bench naive16 110 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 2 --allocator naive
     ;;
-aware16)  # the 16 GiB point alone, the one pass against the queries in turn, same call
+aware16)  # the 16 GiB point alone
     bench aware16 100 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 2 --allocator aware
-    PROVETOP_MSM_HOST_INTERLEAVE=off bench aware16-inturn 100 --preset porep-32g --proofs 1 \
-        --device-memory 16GiB --workers-per-device 2 --allocator aware
-    ;;
-overlap)  # the fallback's b and c copies under the H step's transforms of a, A/B at 16 GiB
-    gpu_tests 150 tests/engine/test_cuda.py -k "h_step or fallback_path or one_pass"
-    gpu_tests 100 tests/kernels/test_cuda_ntt.py -k "h_step"
-    PROVETOP_ABC_OVERLAP=off bench aware16-off 100 --preset porep-32g --proofs 1 \
-        --device-memory 16GiB --workers-per-device 2 --allocator aware
-    PROVETOP_ABC_OVERLAP=on bench aware16-on 100 --preset porep-32g --proofs 1 \
-        --device-memory 16GiB --workers-per-device 2 --allocator aware
-    PROVETOP_ABC_OVERLAP=on bench aware24-on 100 --preset porep-32g --proofs 1 \
-        --device-memory 24GiB --workers-per-device 2 --allocator aware
     ;;
 workers)  # one worker with deep pipelining against two sharing the mutex, at 16 GiB (the
-    # two-worker run is the sweep's and the overlap call's 16 GiB point)
+    # two-worker run is the sweep's 16 GiB point)
     gpu_tests 240 tests/engine/test_cuda.py tests/kernels/test_cuda_h_streamed.py
     bench aware16-w1 100 --preset porep-32g --proofs 1 --device-memory 16GiB \
         --workers-per-device 1 --allocator aware
@@ -319,45 +253,6 @@ refresh)  # the samples' runs again after a kernel change: the engine's GPU test
         tail -n 8 "$W/stream-probe.txt" | tee -a "$TABLES"
     fi
     ;;
-kept)  # a streamed MSM's later chunks summed straight into the kept buckets (query, the default)
-    # against a second array and the merge kernel (query-merge), all in one call: the streamed
-    # MSMs' GPU tests, the 2^27 dense MSM from host points (chunks of 2^22, and 6 Mi = 6291456,
-    # the largest chunk whose one pass fits the 16 GiB plan), then porep-32g aware at 16 GiB
-    gpu_tests 90 tests/kernels/test_cuda_msm.py -k "host_streamed"
-    gpu_tests 120 tests/engine/test_cuda.py -k "one_pass or streamed or fallback"
-    mkdir -p "$W/msm"
-    for v in query-merge:4194304 query:4194304 query:6291456; do
-        tag="${v%:*}-${v#*:}"
-        echo "== msm host points 2^27 dense, buckets ${v%:*}, chunk ${v#*:}" | tee -a "$TABLES"
-        PROVETOP_MSM_HOST_BUCKETS=${v%:*} timeout 60 python3 -m kernels.bench_msm \
-            --log-sizes 27 --points host --chunk "${v#*:}" --repeats 3 --json \
-            --results-dir "$W/msm" --tag "host-$tag" >"$W/msm-$tag.log" 2>&1
-        echo "rc=$?" >>"$W/msm-$tag.log"
-        tail -n 3 "$W/msm-$tag.log" | tee -a "$TABLES"
-    done
-    PROVETOP_MSM_HOST_BUCKETS=query-merge bench aware16-merge 90 --preset porep-32g \
-        --proofs 1 --device-memory 16GiB --workers-per-device 2 --allocator aware
-    PROVETOP_MSM_HOST_BUCKETS=query bench aware16-kept 90 --preset porep-32g \
-        --proofs 1 --device-memory 16GiB --workers-per-device 2 --allocator aware
-    PROVETOP_MSM_HOST_BUCKETS=query PROVETOP_MSM_HOST_CHUNK=6291456 bench aware16-kept6m 90 \
-        --preset porep-32g --proofs 1 --device-memory 16GiB --workers-per-device 2 \
-        --allocator aware
-    for r in aware16-merge aware16-kept aware16-kept6m; do
-        grep -E "plan|gpu_total|msm_h|pass|lost|OOM" "$W/$r.summary.txt" | head -n 12 \
-            | sed "s/^/$r: /" | tee -a "$TABLES"
-    done
-    ;;
-hostz)  # the aux scalars of the one pass: copied up whole before it (device) or sent up with
-    # each chunk from the witness's pinned pool (host), which frees 4.2 GB for larger chunks
-    # (16 GiB) and lets 12 and 8 GiB run the one pass at a larger window; same call
-    gpu_tests 100 tests/kernels/test_cuda_msm.py -k "host_scalars or host_streamed_queries"
-    gpu_tests 100 tests/engine/test_cuda.py -k "one_pass or streamed or fallback"
-    PROVETOP_MSM_PASS_SCALARS=device porep1 aware16-device 100 16GiB
-    PROVETOP_MSM_PASS_SCALARS=host porep1 aware16-host 100 16GiB
-    PROVETOP_MSM_PASS_SCALARS=host porep1 aware12-host 100 12GiB
-    PROVETOP_MSM_PASS_SCALARS=host porep1 aware8-host 110 8GiB
-    plans_of aware16-device aware16-host aware12-host aware8-host
-    ;;
 chunks)  # why 16 Mi chunks lost at 24 GiB (5a95826 sweep) while 11 Mi won at 16 GiB: the pass
     # alone at each chunk (per-query sums, gaps, before/after), then the engine at 16 GiB with 8
     # and 11 Mi chunks and at 24 GiB with the plan's (capped) chunk, same call
@@ -381,23 +276,6 @@ buffers)  # the gaps between large chunks (3b8b310 probe: 97 ms at 11 Mi, 167 at
         porep1 aware24-16m-b6 90 24GiB
     plans_of aware16-lead0 aware16-8m-b5 aware24-16m-b6
     ;;
-handover)  # the next partition's a copied into H's block as the pass finishes with its rows
-    # (PROVETOP_A_HANDOVER, engine/memory/handover.py): its GPU tests, then aware16 off / on, aware24 on
-    gpu_tests 240 tests/engine/test_cuda.py -k "rows_released or hands_h_blocks or h_step_waits or one_pass"
-    PROVETOP_A_HANDOVER=off porep1 aware16-off 100 16GiB
-    porep1 aware16-on 100 16GiB
-    porep1 aware24-on 100 24GiB
-    plans_of aware16-off aware16-on aware24-on
-    for r in aware16-off aware16-on aware24-on; do
-        python3 -c "
-import sys
-from recordings.reader import open_recording
-ev = open_recording(sys.argv[1]).events
-got = [e for e in ev if e['k'] == 'alloc' and e.get('site') == 'handover']
-print(sys.argv[2] + ': handovers', len(got), '|', got[-1]['reason'] if got else '-')
-" "$W/$r.pvtrec" "$r" 2>&1 | tail -n 2 | tee -a "$TABLES"
-    done
-    ;;
 handover2)  # every partition offering its H block (a checked one sums H before its pass):
     # the engine's GPU tests, aware16 twice, naive16 (its OOMs and recoveries unchanged)
     gpu_tests 150 tests/engine/test_cuda.py
@@ -413,32 +291,6 @@ switch)  # the interpreter's thread switch interval (PROVETOP_SWITCH_INTERVAL) a
     porep1 aware16-sw0005 100 16GiB
     PROVETOP_SWITCH_INTERVAL=0.0001 porep1 aware16-sw0001 100 16GiB
     PROVETOP_SWITCH_INTERVAL=0.002 porep1 aware16-sw002 100 16GiB
-    ;;
-queued)  # a synthesis that starts while the next region is due waits on the host until that
-    # region's H step is queued (PROVETOP_SYNTHESIS_AFTER_H=queued), alternated with off
-    for r in a b; do
-        PROVETOP_SYNTHESIS_AFTER_H=queued porep1 aware16-queued-$r 100 16GiB
-        PROVETOP_SYNTHESIS_AFTER_H=off porep1 aware16-off-$r 100 16GiB
-    done
-    for r in aware16-queued-a aware16-off-a aware16-queued-b aware16-off-b; do
-        python3 bench/partition_table.py "$W/$r.pvtrec" "$r" 2>&1 | tail -n 14 | tee -a "$TABLES"
-    done
-    ;;
-fence)  # a synthesis waits on the GPU for the running region's H step (engine/memory/h_step_fence.py)
-    # and runs beside the MSM pass instead: on / off alternated, so drift shows in both
-    gpu_tests 240 tests/engine/test_cuda.py
-    echo "== host time of the fallback upload's calls (bench/host_costs.py)" | tee -a "$TABLES"
-    timeout 120 python3 bench/host_costs.py 2>&1 | tail -n 12 | tee -a "$TABLES"
-    export PROVETOP_SYNTHESIS_AFTER_H=done  # the setting was on/off when this mode was measured
-    porep1 aware16-on-a 100 16GiB
-    PROVETOP_SYNTHESIS_AFTER_H=off porep1 aware16-off-a 100 16GiB
-    porep1 aware16-on-b 100 16GiB
-    PROVETOP_SYNTHESIS_AFTER_H=off porep1 aware16-off-b 100 16GiB
-    PROVETOP_PRIORITY_TO=compute porep1 aware16-on-compute 100 16GiB
-    plans_of aware16-on-a aware16-off-a
-    for r in aware16-on-a aware16-off-a aware16-on-b aware16-off-b aware16-on-compute; do
-        python3 bench/partition_table.py "$W/$r.pvtrec" "$r" 2>&1 | tail -n 14 | tee -a "$TABLES"
-    done
     ;;
 workers-small)  # one worker against two where the memory plan streams the H step (8 GiB: one
     # slot, 12 GiB: two slots); the 16 GiB pair is the workers mode's (d34abfe)
@@ -484,10 +336,5 @@ plans)  # memory plans: the streamed H step's GPU tests, then porep-32g aware at
         --workers-per-device 2 --allocator aware
     for r in aware12 aware8; do grep -E "plan|lost|pre-stage|OOM" "$W/$r.summary.txt" | head -n 8 \
         | tee -a "$TABLES"; done
-    ;;
-prio)  # the stream-priority A/B (measured at c3b2654, 2026-11-29)
-    bench prio-synth 62 --preset porep-32g --proofs 1 --workers-per-device 2 --allocator aware
-    PROVETOP_PRIORITY_TO=compute bench prio-compute 62 --preset porep-32g --proofs 1 \
-        --workers-per-device 2 --allocator aware
     ;;
 esac

@@ -1,23 +1,21 @@
 #!/usr/bin/env bash
-# One device call (< 10 minutes) for the two opt-in kernel settings, each against its default
-# in the same run: the small NTT plans (PROVETOP_NTT_SMALL) and the MSM's radix-partition sort
-# (PROVETOP_MSM_SORT), after their GPU tests; then the NVML tests of `provetop top`'s source.
-# Run from the repository root on the GPU machine with the sm_90 cubins carried
+# One device call (< 10 minutes) for the MSM's radix-partition sort (PROVETOP_MSM_SORT) against
+# the counting sort in the same run, after their GPU tests; then the NVML tests of `provetop
+# top`'s source. Run from the repository root on the GPU machine with the sm_90 cubins carried
 # (python3 -m kernels.cuda.prebuild --arch sm_90):
 #   PROVETOP_COMMIT=<hash> bash bench/gpu_kernels_ab.sh
-# The full modes are `bash bench/gpu_ntt.sh small` and `bash bench/gpu_msm.sh sort` (longer
-# test runs, the ones-heavy MSM too). Logs and JSON are packed into $OUT/kernels-ab.tgz; the
-# tables are printed last.
+# The full mode is `bash bench/gpu_msm.sh sort` (longer test runs, the auto sort and the
+# ones-heavy MSM too). Logs and JSON are packed into $OUT/kernels-ab.tgz; the table is printed
+# last.
 set -u
 export PYTHONPATH=${PYTHONPATH:-$PWD} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/kernels_ab_out}
 W=/tmp/kernels-ab
-mkdir -p "$OUT" "$W/ntt-off" "$W/ntt-on" "$W/msm"
+mkdir -p "$OUT" "$W/msm"
 export PROVETOP_COMMIT=$(bash bench/commit.sh)  # pass it in: the device copy's git may lag
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv \
     | tee "$W/gpu.txt"
 trap 'tar czf "$OUT/kernels-ab.tgz" -C /tmp kernels-ab' EXIT
-P="python3 -m provetop"
 t() {  # label, limit (s), command...: the log's last lines
     local label=$1 limit=$2
     shift 2
@@ -25,12 +23,6 @@ t() {  # label, limit (s), command...: the log's last lines
     echo "== $label rc=$?"
     tail -n 4 "$W/$label.log"
 }
-t ntt-tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_cuda_ntt.py \
-    -k "small or h_step or identity"
-for s in off on; do
-    PROVETOP_NTT_SMALL=$s t "ntt-bench-$s" 75 $P bench ntt --log-sizes 16,20,22,24,27 \
-        --repeats 9 --json --results-dir "$W/ntt-$s"
-done
 t msm-tests 110 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_cuda_msm.py \
     -k "radix or sort"
 for s in counting radix; do
@@ -42,18 +34,6 @@ t nvml-tests 40 python3 -m pytest -q -s -m gpu -p no:cacheprovider \
 python3 - "$W" <<'PY'
 import glob, json, sys
 w = sys.argv[1]
-print("NTT medians (ms), off -> on")
-runs = {}
-for s in ("off", "on"):
-    files = sorted(glob.glob(f"{w}/ntt-{s}/ntt-*.json"))
-    runs[s] = {r["log_size"]: r for r in json.load(open(files[-1]))["sizes"]} if files else {}
-for k in sorted(set(runs["off"]) | set(runs["on"])):
-    cells = []
-    for c in ("forward", "inverse", "coset_forward", "h_step"):
-        a, b = (runs[s].get(k, {}).get(c) for s in ("off", "on"))
-        if a or b:
-            cells.append(f"{c} {a['ms'] if a else float('nan'):.4f} -> {b['ms'] if b else float('nan'):.4f}")
-    print(f"2^{k}: " + "; ".join(cells))
 print("MSM dense, device points, medians (ms): counting -> radix")
 rows = {}
 for s in ("counting", "radix"):

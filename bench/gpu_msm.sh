@@ -3,13 +3,11 @@
 # Run from the repository root on the GPU machine, with the nvcc-built cubins carried in
 # kernels/cuda/cubin (python3 -m kernels.cuda.prebuild --arch sm_90).
 #   bash bench/gpu_msm.sh quick   # tests + 2^16..2^24 bench with the window sweep
-#   bash bench/gpu_msm.sh full    # kernel A/B, + 2^26, 2^27, host-streamed, ones-heavy
-#   bash bench/gpu_msm.sh final   # all GPU tests, then the full bench without the A/B
-#   bash bench/gpu_msm.sh affine  # all GPU tests, the full bench, then the affine-pass
-#                                         # variants (dense passes 1-3, ones on/off), host points
-#   bash bench/gpu_msm.sh sortgroup  # all GPU tests, the full bench with the sort in one
-#                                         # launch and per window (group 1), group 3 at 2^24/2^27,
-#                                         # ones-heavy, host points
+#   bash bench/gpu_msm.sh full    # the GPU MSM tests but the slow ones (to the first failure),
+#                                         # then 2^16..2^27 with the SRS, host-streamed, ones-heavy
+#   bash bench/gpu_msm.sh benchonly  # full without the tests
+#   bash bench/gpu_msm.sh final   # all GPU tests, then the full bench with the window sweep
+#                                         # up to 2^20
 #   bash bench/gpu_msm.sh sort   # all GPU MSM tests, then 2^20, 2^22, 2^24, 2^27 with the
 #                                         # counting, radix and auto sorts (PROVETOP_MSM_SORT),
 #                                         # a ones-heavy 2^27 with each; a table of medians, sort
@@ -112,35 +110,6 @@ for v in variants:
         for k in sorted(cells))
     print(f"{v:>34}: {line}")
 PY
-elif [ "$MODE" = "sortgroup" ]; then
-    timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
-        2>&1 | tee -a "$OUT/msm.log" | tail -n 30
-    timeout 120 $B --log-sizes 16,20,24,26,27 --srs --check --tag group0 2>&1 \
-        | tee -a "$OUT/msm.log" | tail -n 9
-    PROVETOP_MSM_SORT_GROUP=1 timeout 120 $B --log-sizes 16,20,24,26,27 --check --tag group1 \
-        2>&1 | tee -a "$OUT/msm.log" | tail -n 9
-    PROVETOP_MSM_SORT_GROUP=3 timeout 60 $B --log-sizes 24,27 --repeats 3 --tag group3 2>&1 \
-        | tee -a "$OUT/msm.log" | tail -n 5
-    timeout 60 $B --log-sizes 20,24,27 --scalars ones-heavy --check --tag ones 2>&1 \
-        | tee -a "$OUT/msm.log" | tail -n 6
-    timeout 60 $B --log-sizes 27 --points host --repeats 3 2>&1 | tee -a "$OUT/msm.log" | tail -n 4
-    grep -h -A7 "^MSM on" "$OUT/msm.log" | grep -E "^(MSM|2\^)" | tail -n 30
-elif [ "$MODE" = "affine" ]; then
-    timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
-        2>&1 | tee -a "$OUT/msm.log" | tail -n 30
-    timeout 120 $B --log-sizes 16,20,24,26,27 --srs --check --sweep=-1,0,1 --sweep-max-log 24 \
-        --tag main 2>&1 | tee -a "$OUT/msm.log" | tail -n 9
-    for a in 1 2 3; do  # affine pairing passes over the dense buckets too
-        PROVETOP_MSM_AFFINE_DENSE=$a timeout 60 $B --log-sizes 20,24 --repeats 3 --check \
-            --tag "dense-affine$a" 2>&1 | tee -a "$OUT/msm.log" | tail -n 4
-    done
-    timeout 60 $B --log-sizes 20,24,27 --scalars ones-heavy --check --tag ones-affine 2>&1 \
-        | tee -a "$OUT/msm.log" | tail -n 6
-    PROVETOP_MSM_AFFINE_MIN_PAIRS=4294967296 timeout 60 $B --log-sizes 24,27 --scalars ones-heavy \
-        --tag ones-xyzz 2>&1 | tee -a "$OUT/msm.log" | tail -n 5
-    timeout 60 $B --log-sizes 27 --points host --repeats 3 2>&1 | tee -a "$OUT/msm.log" | tail -n 4
-    # the table again, last, so the reply carries it
-    grep -h -A7 "^MSM on" "$OUT/msm.log" | grep -E "^(MSM|2\^)" | tail -n 30
 elif [ "$MODE" = "final" ]; then
     timeout 150 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/msm.log" | tail -n 30
@@ -153,22 +122,7 @@ elif [ "$MODE" = "quick" ]; then
         2>&1 | tee -a "$OUT/msm.log" | tail -n 30
     timeout 120 $B --log-sizes 16,20,24 --sweep=-2,-1,0,1,2 --check --srs 2>&1 | tee -a "$OUT/msm.log" | tail -n 12
 else
-    # A/B of the kernel variants at 2^20 and 2^24; the faster one runs everything after
-    for v in msm.cu msm_lb.cu; do
-        PROVETOP_MSM_SOURCE=$v timeout 60 $B --log-sizes 20,24 --tag "ab-${v%.cu}" 2>&1 \
-            | tee -a "$OUT/msm.log" | tail -n 3
-    done
-    export PROVETOP_MSM_SOURCE=$(python3 - "$OUT" <<'PY'
-import glob, json, sys
-best = {}
-for f in glob.glob(sys.argv[1] + "/msm-*-ab-*.json"):
-    d = json.load(open(f))
-    v = "msm_lb.cu" if "ab-msm_lb" in f else "msm.cu"
-    best[v] = sum(r["median_ms"] for r in d["rows"])
-print(min(best, key=best.get) if best else "msm.cu")
-PY
-)
-    echo "variant: $PROVETOP_MSM_SOURCE"
+    # full (any other mode name runs it too); benchonly: without the tests
     if [ "$MODE" != "benchonly" ]; then
         timeout 150 python3 -m pytest -q -x -m "gpu and not slow" tests/kernels/test_cuda_msm.py -p no:cacheprovider \
             2>&1 | tee -a "$OUT/msm.log" | tail -n 30

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One device call for the small sizes, where the serial tails of an MSM and the NTT's last wave
-# weigh most: the MSM's bucket-reduction tree (PROVETOP_MSM_REDUCE span / scaled, fan-in 8, 4,
-# 2), the host window combination on plain ints and on gmpy2's (a dependency of the package that
-# the GPU image lacks: carry its wheel in .whl), and two NTT builds against today's: four blocks
-# per SM (NTT_MIN_BLOCKS=4) and the load phase four elements deep (NTT_LOAD_BATCH=4). GPU tests
-# of both reduction settings first; a table last.
+# weigh most: the MSM at today's settings (MSM_SIZES, two rounds), the MSM builds MSM_BUILDS
+# names (PROVETOP_MSM_DEFINES) in alternating rounds, and two NTT builds against today's: four
+# blocks per SM (NTT_MIN_BLOCKS=4) and the load phase four elements deep (NTT_LOAD_BATCH=4). The
+# MSM runs with gmpy2 for the host window combination (a dependency of the package that the GPU
+# image lacks: carry its wheel in .whl). The MSM's reduction, reference and window GPU tests
+# first; a table last.
 # Usage on the device machine (carry .whl and kernels/cuda/cubin):
 #   PROVETOP_COMMIT=<sha> bash bench/gpu_small.sh
-#   REDUCES="span:span:8 auto8:auto:8" NTT_VARIANTS="" bash bench/gpu_small.sh  # MSM part only
-#   REDUCES="" NTT_VARIANTS="" MSM_BUILDS="base:msm.cu:- pf1:msm.cu:MSM_PREFETCH=1" \
+#   NTT_VARIANTS="" bash bench/gpu_small.sh          # MSM part only
+#   MSM_SIZES="" NTT_VARIANTS="" MSM_BUILDS="base:- pf1:MSM_PREFETCH=1" \
 #       bash bench/gpu_small.sh                       # MSM builds A/B only
 # Everything lands in /tmp/small, packed into $OUT/small.tgz (the device tool brings back at most
 # 8 files).
@@ -36,20 +37,14 @@ msm() {  # tag sizes env... (MSM_EXTRA: more bench msm flags, e.g. --scalars one
     env "$@" timeout 150 $BM --log-sizes "$sizes" --check --tag "$tag" ${MSM_EXTRA:-} 2>&1 \
         | tee -a "$M/log" | tail -n 1
 }
-# REDUCES: "tag:msm_reduce:fan-in ..." with gmpy2 (span-int, plain ints, always runs first)
-REDUCES=${REDUCES-"span:span:8 scaled8:scaled:8 scaled4:scaled:4 scaled2:scaled:2"}
+# MSM_SIZES: the sizes of the MSM at today's settings, with gmpy2, two rounds (empty: none)
+MSM_SIZES=${MSM_SIZES-16,20,24,27}
 for r in 1 2; do
-    [ -z "$REDUCES" ] && break
-    sizes=16,20,24,27
-    [ $r = 2 ] && sizes=16,20,24
-    msm "span-int-r$r" $sizes PYTHONPATH=. PROVETOP_MSM_REDUCE=span
-    for v in $REDUCES; do
-        IFS=: read -r tag mode fan <<<"$v"
-        msm "$tag-r$r" $sizes $WITH PROVETOP_MSM_REDUCE=$mode PROVETOP_MSM_REDUCE_FANIN=$fan
-    done
+    [ -z "$MSM_SIZES" ] && break
+    msm "default-r$r" "$MSM_SIZES" $WITH
 done
 
-# MSM_BUILDS: "tag:source:defines ..." (defines comma-separated, '-' for none), timed at
+# MSM_BUILDS: "tag:defines ..." (defines comma-separated, '-' for none), timed at
 # 2^20, 2^24, 2^27 (dense, device points, gmpy2) in two rounds; each call's --check verifies
 # its build's result at 2^20 against the CPU reference. Empty (the default): no such part.
 # BUILD_TESTS=1: every MSM GPU test on each build first, or BUILD_TESTS="tag ...": on those
@@ -57,23 +52,23 @@ done
 # suite's default settings the build's: tests/tuning_env.py)
 for v in ${MSM_BUILDS:-}; do
     [ "${BUILD_TESTS:-0}" = 0 ] && break
-    IFS=: read -r tag src defs <<<"$v"
+    IFS=: read -r tag defs <<<"$v"
     [ "${BUILD_TESTS}" = 1 ] || [[ " ${BUILD_TESTS} " == *" $tag "* ]] || continue
     [ "$defs" = "-" ] && defs=""
     echo "== GPU tests, build $tag" | tee -a "$M/log"
-    PYTHONPATH=.:$SITE PROVETOP_TEST_TUNING=env PROVETOP_MSM_SOURCE=$src \
+    PYTHONPATH=.:$SITE PROVETOP_TEST_TUNING=env \
         PROVETOP_MSM_DEFINES=$defs timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
         tests/kernels/test_cuda_msm.py 2>&1 | tee -a "$M/log" | tail -n 3
 done
 for r in 1 2; do
     for v in ${MSM_BUILDS:-}; do
-        IFS=: read -r tag src defs <<<"$v"
+        IFS=: read -r tag defs <<<"$v"
         [ "$defs" = "-" ] && defs=""
-        msm "build-$tag-r$r" 20,24,27 $WITH PROVETOP_MSM_SOURCE=$src PROVETOP_MSM_DEFINES=$defs
+        msm "build-$tag-r$r" 20,24,27 $WITH PROVETOP_MSM_DEFINES=$defs
         # BUILD_ONES=1: the same build on ones-heavy scalars too (checked at 2^20), once
         if [ "${BUILD_ONES:-0}" = 1 ] && [ $r = 1 ]; then
             MSM_EXTRA="--scalars ones-heavy" msm "build-$tag-ones" 20,24 $WITH \
-                PROVETOP_MSM_SOURCE=$src PROVETOP_MSM_DEFINES=$defs
+                PROVETOP_MSM_DEFINES=$defs
         fi
     done
 done
@@ -105,7 +100,7 @@ done
 unset PROVETOP_NTT_DEFINES
 
 grep -E "selftest\]|passed|failed" "$M/log" | tail -n 12
-python3 - "$M" "$REDUCES" "${MSM_BUILDS:-}" <<'PY'
+python3 - "$M" "$MSM_SIZES" "${MSM_BUILDS:-}" <<'PY'
 import glob, json, sys
 m = sys.argv[1]
 def msm_rows(prefix: str, names: list[str], stage: str, sizes: tuple[int, ...], width: int) -> None:
@@ -121,9 +116,10 @@ def msm_rows(prefix: str, names: list[str], stage: str, sizes: tuple[int, ...], 
         print(f"{name:>14} " + " ".join(f"{' '.join(cells.get(k, ['-'])):>{width}}" for k in sizes))
 
 
-print("MSM dense, device points: median ms (bucket-reduce stage ms), two rounds")
-msm_rows("", ["span-int"] + [v.split(":")[0] for v in sys.argv[2].split()], "bucket-reduce",
-         (16, 20, 24, 27), 22)
+sizes = tuple(int(k) for k in sys.argv[2].split(",") if k)
+if sizes:
+    print("MSM dense, device points: median ms (bucket-reduce stage ms), two rounds")
+    msm_rows("", ["default"], "bucket-reduce", sizes, 22)
 builds = [v.split(":")[0] for v in sys.argv[3].split()]
 if builds:
     for stage in ("accumulate", "count+scan", "scatter"):

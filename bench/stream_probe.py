@@ -15,9 +15,10 @@ the GPU and repeated through each query (the sums are not checked here: the GPU 
 
 Rows: each query on its own, in turn (what the engine runs where the plan has no room for the
 pass), then the pass for every ``--leads`` x ``--buffers``, with z uploaded beside it on a
-side stream (``pass``) or by the pass itself after H's first chunks (``prelude``, what the
-engine did with ``PROVETOP_MSM_PASS_SCALARS=device``), or left in pinned host memory and sent
-up with each chunk (``host``, the engine's default: L, A and B-G1 then take chunk k together).
+side stream (``pass``) or by the pass itself after H's first chunks (``prelude``, the engine's
+pass where a query that reads z keeps its points on the device), or left in pinned host memory
+and sent up with each chunk (``host``, the engine's pass where every query that reads z is
+streamed: L, A and B-G1 then take chunk k together).
 ``--modes`` picks the rows, ``--chunks`` runs each at several chunk sizes. Medians of
 ``--repeats``.
 
