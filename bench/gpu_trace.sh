@@ -22,7 +22,7 @@ export PROVETOP_COMMIT=$(bash bench/commit.sh)
 SUMMARY="$W/summary.txt"
 : >"$SUMMARY"
 pack() {
-    tar czf "$OUT/gpu-trace.tgz" -C /tmp gpu-trace --exclude='*.bin'
+    tar czf "$OUT/gpu-trace.tgz" --exclude='*.bin' -C /tmp gpu-trace
     cp "$SUMMARY" "$OUT/summary.txt"
 }
 trap pack EXIT

@@ -126,6 +126,8 @@ class KernelTuning:
     # (the chunk 6 Mi -> 11 Mi); 12 GiB 2,111 -> 1,968 and 8 GiB 2,638 -> 2,487 (one pass)
     msm_pass_scalars: str = "host"
     cubin_dir: str = ""  # empty: the package's own prebuilt folder
+    inject_dir: str = ""  # empty: the user's cache (the trace library's build folder)
+    cupti_dir: str = ""  # empty: CUPTI from the pip wheels, then the toolkit
     commit: str = ""  # empty: ``git rev-parse HEAD`` where git is there
 
     @classmethod
@@ -243,6 +245,20 @@ SETTINGS: tuple[Setting, ...] = (
         _text,
         "a folder (default: the package's prebuilt cubins)",
         "where nvcc-built cubins are looked for before compiling with NVRTC",
+    ),
+    Setting(
+        "PROVETOP_INJECT_DIR",
+        "inject_dir",
+        _text,
+        "a folder (default: `~/.cache/provetop/inject`)",
+        "where the trace library is built and looked for (the package's folder may be read-only)",
+    ),
+    Setting(
+        "PROVETOP_CUPTI",
+        "cupti_dir",
+        _text,
+        "a folder (default: the `nvidia-cuda-cupti` wheel, then the CUDA toolkit)",
+        "the CUPTI (headers and `libcupti.so`) the trace library is built against, tried first",
     ),
     Setting(
         "PROVETOP_COMMIT",

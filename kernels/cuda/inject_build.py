@@ -39,6 +39,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernels.tuning import KernelTuning
+
 SRC_DIR = Path(__file__).resolve().parent / "src"
 INJECT_DIR = SRC_DIR / "inject"
 MAIN_SOURCE = INJECT_DIR / "inject.cpp"
@@ -93,7 +95,7 @@ class BuildResult:
 def cache_dir() -> Path:
     """Where built libraries go: ``PROVETOP_INJECT_DIR``, else the user's cache (the package's
     own folder may be read-only once installed)."""
-    configured = os.environ.get("PROVETOP_INJECT_DIR")
+    configured = KernelTuning.from_env().inject_dir
     if configured:
         return Path(configured)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -134,7 +136,7 @@ def _toolkit_roots() -> list[Path]:
 def find_cupti() -> list[Cupti]:
     """Every CUPTI found, in the order they are tried (module docstring)."""
     out: list[Cupti] = []
-    env = os.environ.get("PROVETOP_CUPTI")
+    env = KernelTuning.from_env().cupti_dir
     if env:
         root = Path(env)
         for inc, lib in (

@@ -35,6 +35,8 @@ def test_every_setting_is_read_into_its_field():
         "PROVETOP_MSM_HOST_BUFFERS": "6",
         "PROVETOP_MSM_HOST_LEAD": "0",
         "PROVETOP_CUBIN_DIR": "/opt/cubin",
+        "PROVETOP_INJECT_DIR": "/opt/inject",
+        "PROVETOP_CUPTI": "/opt/cupti",
         "PROVETOP_COMMIT": "abc1234",
         "PROVETOP_SYNC_SCOPE": "device",
         "PROVETOP_PRIORITY_TO": "compute",
@@ -58,6 +60,7 @@ def test_every_setting_is_read_into_its_field():
     assert k.msm_host_interleave == "off" and k.msm_host_chunk_grow == "off"
     assert k.msm_sort == "radix"
     assert (k.cubin_dir, k.commit) == ("/opt/cubin", "abc1234")
+    assert (k.inject_dir, k.cupti_dir) == ("/opt/inject", "/opt/cupti")
     assert (t.sync_scope, t.priority_to, t.switch_interval_s) == ("device", "compute", 0.005)
     assert t.a_handover == "off" and t.synthesis_after_h == "done"
     assert t.abc_overlap == "on"

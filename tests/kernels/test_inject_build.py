@@ -216,7 +216,7 @@ INTERVAL_MS = "10"  # several samples inside the harness's 60 ms pause
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The library (built once per session by inject_build), the two stand-ins and the
+    """The library (built once per test module by inject_build), the two stand-ins and the
     harness; skips with inject_build's reason where this machine cannot build it."""
     folder = tmp_path_factory.mktemp("inject")
     result = inject_build.build(folder / "cache")
