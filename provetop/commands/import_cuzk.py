@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -159,26 +160,7 @@ def run(args: argparse.Namespace) -> int:
     done = False
     foreign = False  # not one cuzk line nor status: refused, and nothing is left behind
     try:
-        for message in bad:
-            for event in conv.feed_status_error(message):
-                writer.write(event)
-                written += 1
-        pending = list(snapshots)
-        for line, complete in iter_lines(args.log):
-            for event in conv.feed_line(line, truncated=not complete):
-                writer.write(event)
-                written += 1
-            while pending and pending[0][0] * 1000 * MS <= conv.clock:
-                for event in conv.feed_status(pending.pop(0)[1]):
-                    writer.write(event)
-                    written += 1
-        for _, snap in pending:
-            for event in conv.feed_status(snap):
-                writer.write(event)
-                written += 1
-        for event in conv.flush(final=True):
-            writer.write(event)
-            written += 1
+        written = _convert(conv, writer, args.log, snapshots, bad)
         stats = conv.stats
         recognised = sum(stats[k] for k in ("timeline", "timing", "trace", "panic"))
         foreign = recognised == 0 and not snapshots
@@ -203,6 +185,45 @@ def run(args: argparse.Namespace) -> int:
             "tracing line); is this a cuzk daemon log?"
         )
 
+    _report(args, conv, written, bad, recognised)
+    return 0
+
+
+def _convert(
+    conv: Converter,
+    writer: RecordingWriter,
+    log: str,
+    snapshots: list[tuple[float, dict[str, Any]]],
+    bad: list[str],
+) -> int:
+    """Every event of the log and the status snapshots, in time order, into ``writer``: a
+    snapshot goes in once the log's clock has passed its time. Returns the events written."""
+    written = 0
+
+    def put(events: Iterable[dict[str, Any]]) -> None:
+        nonlocal written
+        for event in events:
+            writer.write(event)
+            written += 1
+
+    for message in bad:
+        put(conv.feed_status_error(message))
+    pending = list(snapshots)
+    for line, complete in iter_lines(log):
+        put(conv.feed_line(line, truncated=not complete))
+        while pending and pending[0][0] * 1000 * MS <= conv.clock:
+            put(conv.feed_status(pending.pop(0)[1]))
+    for _, snap in pending:
+        put(conv.feed_status(snap))
+    put(conv.flush(final=True))
+    return written
+
+
+def _report(
+    args: argparse.Namespace, conv: Converter, written: int, bad: list[str], recognised: int
+) -> None:
+    """What the import made of the log, and what it did not understand, on stderr."""
+    stats = conv.stats
     out = sys.stderr
     out.write(
         f"import-cuzk: {stats['lines']} lines ({stats['timeline']} TIMELINE, "
@@ -226,4 +247,3 @@ def run(args: argparse.Namespace) -> int:
         )
     if recognised == 0:  # status snapshots only
         out.write("import-cuzk: warning: no cuzk line found; is this a cuzk daemon log?\n")
-    return 0
