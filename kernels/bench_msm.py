@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kernels.bench_meta import bench_command, gpu_bench_meta
 from kernels.cpu import g1
 from kernels.cpu.srs import R
@@ -151,7 +153,7 @@ def _median_ms(cp: Any, fn: Any, repeats: int, warmup: int) -> tuple[float, list
 
 
 def _breakdown(cp: Any, fn: Any) -> dict[str, float]:
-    marks: list = []
+    marks: msm_stages.StageMarks = []
     fn(marks)
     out: dict[str, float] = {}
     for (_, e0), (name, e1) in zip(marks, marks[1:], strict=False):
@@ -251,7 +253,7 @@ def _host_call(size: _Size, row: dict[str, Any]) -> Any:
     row["window_bits"] = c
     row["scratch_bytes_model"] = mp.host_scratch_bytes(n, chunk, c, tuning=tuning)
 
-    def call(marks=None):
+    def call(marks: msm_stages.StageMarks | None = None) -> np.ndarray:
         return cm.msm_host_points(
             host, scalars, chunk=chunk, allocator=tracker, window_bits=c, tuning=tuning
         )
@@ -272,7 +274,7 @@ def _fixed_call(size: _Size, c: int, row: dict[str, Any]) -> Any:
     row["scratch_bytes_model"] = None
     scalars, tracker, tuning = size.scalars, size.tracker, size.tuning
 
-    def call(marks=None):
+    def call(marks: msm_stages.StageMarks | None = None) -> np.ndarray:
         return mf.msm_fixed(table, scalars, allocator=tracker, marks=marks, tuning=tuning)
 
     return call
@@ -283,7 +285,7 @@ def _device_call(size: _Size, c: int, row: dict[str, Any]) -> Any:
     pts, scalars, tracker, tuning = size.pts, size.scalars, size.tracker, size.tuning
     row["scratch_bytes_model"] = mp.scratch_bytes(int(pts.shape[0]), c, tuning=tuning)
 
-    def call(marks=None):
+    def call(marks: msm_stages.StageMarks | None = None) -> np.ndarray:
         return cm.msm(pts, scalars, allocator=tracker, window_bits=c, marks=marks, tuning=tuning)
 
     return call

@@ -15,7 +15,7 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import numpy as np
 
@@ -100,7 +100,7 @@ def _time(
         if i % 16 == 0:  # keep the queue short, so the wall time is the GPU's
             cp.cuda.get_current_stream().synchronize()
     cp.cuda.get_current_stream().synchronize()
-    times = []
+    times: list[float] = []
     for i in range(repeats):
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         start.record()
@@ -177,7 +177,17 @@ def _bound(ms: float, nbytes: int, mults: int, ceil: dict[str, float]) -> dict[s
     }
 
 
-def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil: dict) -> dict:
+class _Variant(TypedDict, total=False):
+    """One timed transform: its keyword arguments to :meth:`kernels.cuda.ntt.CudaNtt.ntt`."""
+
+    inverse: Required[bool]
+    coset: Required[bool]
+    output_order: str
+
+
+def _bench_size(
+    cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil: dict[str, float]
+) -> dict[str, Any]:
     n = 1 << k
     size_bytes = n * npl.ELEM_BYTES
     rotate = max(3, -(-3 * L2_BYTES // size_bytes)) if size_bytes < L2_BYTES else 3
@@ -189,11 +199,11 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
     row["lowest_levels"] = eng.lowest_for(k)
     row["h_step_max_levels"] = eng.levels_for(k, h_step=True)
     variants = {
-        "forward": dict(inverse=False, coset=False),
-        "forward_nat_to_bitrev": dict(inverse=False, coset=False, output_order="bitrev"),
-        "inverse": dict(inverse=True, coset=False),
-        "coset_forward": dict(inverse=False, coset=True),
-        "coset_inverse": dict(inverse=True, coset=True),
+        "forward": _Variant(inverse=False, coset=False),
+        "forward_nat_to_bitrev": _Variant(inverse=False, coset=False, output_order="bitrev"),
+        "inverse": _Variant(inverse=True, coset=False),
+        "coset_forward": _Variant(inverse=False, coset=True),
+        "coset_inverse": _Variant(inverse=True, coset=True),
     }
     for name, kw in variants.items():
         ms = _time(
@@ -230,7 +240,7 @@ def _bench_size(cp: Any, eng: cn.CudaNtt, k: int, args: argparse.Namespace, ceil
 TARGETS_MS = {("forward", 24): 3.0, ("forward", 27): 30.0, ("h_step", 27): 250.0}
 
 
-def _table(rows: list[dict], ceil: dict) -> str:
+def _table(rows: list[dict[str, Any]], ceil: dict[str, float]) -> str:
     lines = [
         f"copy ceiling {ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s (2 GiB D2D), "
         f"Fr mult ceiling {ceil['fr_mul_per_s'] / 1e9:.1f} G/s "

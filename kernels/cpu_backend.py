@@ -101,7 +101,8 @@ class CpuBackend:
         res = _msm.msm_fast(
             g1_from_limbs(pts), fr_from_limbs(sc, montgomery=False), use_arkworks=self.use_arkworks
         )
-        return g1_to_limbs([res])[0]
+        limbs: np.ndarray = g1_to_limbs([res])[0]
+        return limbs
 
     def srs(self, secrets: Any, *, stream: Any = None, allocator: Any = None) -> np.ndarray:
         """[s_i]G for canonical secrets ``(n, 4)`` -> affine ``(n, 12)``."""

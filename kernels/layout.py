@@ -25,8 +25,8 @@ Values outside ``[0, modulus)`` are rejected with ``ValueError`` (no silent redu
 from __future__ import annotations
 
 import random as _random
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -44,9 +44,13 @@ from kernels.constants import (
 )
 
 try:  # gmpy2's integers: the Montgomery conversion ~2x faster, the MSM's host combination ~2.8x
-    from gmpy2 import mpz as fast_int
+    from gmpy2 import mpz as _mpz
 except ImportError:  # pragma: no cover - the GPU image has no gmpy2
-    fast_int = int
+    _mpz = int
+# gmpy2's mpz where installed, else int: typed as the conversion it is used as (gmpy2 has no
+# type information), and bound here rather than imported as, so that it is this module's own
+# name for kernels.cuda.msm_stages to import.
+fast_int: Callable[[int], int] = _mpz
 
 Point = tuple[int, int] | None  # affine point, canonical coordinates; None = infinity
 
@@ -164,7 +168,8 @@ def g1_from_limbs(arr: Any) -> list[Point]:
     if a.shape[-1:] != (2 * FP_LIMBS,):
         raise ValueError(f"expected shape (..., 12), got {a.shape}")
     a = a.reshape(-1, 2 * FP_LIMBS)
-    inf = ~a.any(axis=1)
+    # a 2-D array reduced over one axis is an array (numpy's stubs also allow a scalar)
+    inf = cast("np.ndarray", ~a.any(axis=1))
     c = fp_from_limbs(a.reshape(-1, FP_LIMBS))
     return [None if inf[i] else (c[2 * i], c[2 * i + 1]) for i in range(a.shape[0])]
 
@@ -190,6 +195,7 @@ def g1_jacobian_to_limbs(points: Sequence[tuple[int, int, int]]) -> np.ndarray:
 
 def g1_jacobian_from_limbs(arr: Any) -> list[tuple[int, int, int]]:
     """``(n, 18)`` Montgomery limbs -> Jacobian (X, Y, Z) canonical ints."""
+    # each tuple has ``width`` coordinates, a run-time length that its type cannot carry
     return _proj_from_limbs(arr, 3)  # type: ignore[return-value]
 
 
@@ -201,6 +207,7 @@ def g1_xyzz_to_limbs(points: Sequence[tuple[int, int, int, int]]) -> np.ndarray:
 
 def g1_xyzz_from_limbs(arr: Any) -> list[tuple[int, int, int, int]]:
     """``(n, 24)`` Montgomery limbs -> XYZZ (X, Y, ZZ, ZZZ) canonical ints."""
+    # each tuple has ``width`` coordinates, a run-time length that its type cannot carry
     return _proj_from_limbs(arr, 4)  # type: ignore[return-value]
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 from kernels.constants import FP_MODULUS, FR_MODULUS
 from kernels.cpu.fields import FP
@@ -118,19 +118,19 @@ def batch_add(points: Sequence[Affine]) -> Affine:
     coordinates, sharing one field inversion (Montgomery's trick) across the level. This is
     the "batch addition" path for scalars equal to 1. Handles infinity, equal points
     (doubling) and opposite points (their sum, infinity, is dropped)."""
-    level = [pt for pt in points if pt is not None]
+    level: list[tuple[int, int]] = [pt for pt in points if pt is not None]
     while len(level) > 1:
         pairs: list[tuple[int, int, int, int, bool]] = []
         dens: list[int] = []
         for i in range(0, len(level) - 1, 2):
-            (x1, y1), (x2, y2) = level[i], level[i + 1]  # type: ignore[misc]
+            (x1, y1), (x2, y2) = level[i], level[i + 1]
             if x1 != x2:
                 pairs.append((x1, y1, x2, y2, False))
                 dens.append((x2 - x1) % P)
             elif y1 == y2 and y1 != 0:
                 pairs.append((x1, y1, x2, y2, True))
                 dens.append(2 * y1 % P)
-        nxt: list[Affine] = [level[-1]] if len(level) % 2 else []
+        nxt: list[tuple[int, int]] = [level[-1]] if len(level) % 2 else []
         if dens:
             for (x1, y1, x2, y2, dbl), inv in zip(pairs, FP.batch_inverse(dens), strict=True):
                 lam = (3 * x1 * x1 if dbl else y2 - y1) * inv % P
@@ -160,6 +160,47 @@ class MsmTrace:
     buckets: list[list[Affine]] = field(default_factory=list)
     window_sums: list[Affine] = field(default_factory=list)
     ones_sum: Affine = None
+
+
+@overload
+def pippenger(
+    points: Sequence[Affine],
+    scalars: Sequence[int],
+    window_bits: int | None = None,
+    return_buckets: Literal[False] = False,
+    split_ones: bool = True,
+) -> Affine: ...
+
+
+@overload
+def pippenger(
+    points: Sequence[Affine],
+    scalars: Sequence[int],
+    window_bits: int | None,
+    return_buckets: Literal[True],
+    split_ones: bool = True,
+) -> tuple[Affine, MsmTrace]: ...
+
+
+@overload
+def pippenger(
+    points: Sequence[Affine],
+    scalars: Sequence[int],
+    window_bits: int | None = None,
+    *,
+    return_buckets: Literal[True],
+    split_ones: bool = True,
+) -> tuple[Affine, MsmTrace]: ...
+
+
+@overload
+def pippenger(
+    points: Sequence[Affine],
+    scalars: Sequence[int],
+    window_bits: int | None = None,
+    return_buckets: bool = False,
+    split_ones: bool = True,
+) -> Affine | tuple[Affine, MsmTrace]: ...
 
 
 def pippenger(
@@ -275,7 +316,7 @@ def msm_fast(
     if use_arkworks is None:
         use_arkworks = ARKWORKS_AVAILABLE
     if not use_arkworks:
-        return pippenger(points, ks)  # type: ignore[return-value]
+        return pippenger(points, ks)
     keep = [i for i, k in enumerate(ks) if k and points[i] is not None]
     if not keep:
         return None

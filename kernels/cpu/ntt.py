@@ -135,7 +135,7 @@ def ntt_objects(
     if k > FR_TWO_ADICITY:
         raise ValueError("NTT size exceeds 2^32")
     idx = bitrev_indices(k)
-    x = a[idx] if input_order == "bitrev" else a.copy()  # x: natural order
+    x: np.ndarray = a[idx] if input_order == "bitrev" else a.copy()  # x: natural order
     if coset and not inverse:
         x = x * _coset_powers(k, False) % R
     x = x[idx]  # to bit-reversed for the DIT butterflies

@@ -70,7 +70,7 @@ def _python_table() -> list[list[Affine]]:
 
 
 @lru_cache(maxsize=1)
-def _ark_table() -> list[list[object]]:
+def _ark_table() -> list[list[_ArkG1]]:
     g = _ArkG1()  # arkworks' default G1Point is the standard generator (checked in tests)
     table = []
     base = g
@@ -113,11 +113,11 @@ def srs_points(secrets: Sequence[int], use_arkworks: bool | None = None) -> list
     table_py = _python_table()
     accs = []
     for s in ss:
-        acc = XYZZ_INFINITY
+        acc_xyzz = XYZZ_INFINITY
         for j, d in enumerate(_digits(s)):
             if d:
-                acc = xyzz_add_mixed(acc, table_py[j][d - 1])
-        accs.append(acc)
+                acc_xyzz = xyzz_add_mixed(acc_xyzz, table_py[j][d - 1])
+        accs.append(acc_xyzz)
     return batch_xyzz_to_affine(accs)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kernels.constants import FR_MODULUS
-from kernels.cpu.g1 import GENERATOR, scalar_mul
+from kernels.cpu.g1 import GENERATOR, Affine, scalar_mul
 from kernels.cpu.ntt import domain_root, evaluate_interpolant
 from kernels.cuda.runtime import KernelModule, load, on_stream, require_cupy, to_device
 from kernels.layout import fr_from_limbs, fr_to_limbs
@@ -178,7 +178,8 @@ def interpolants_at(
     if zx == 0:  # a domain point: no division by x - w^i (probability ~n/r for a random x)
         s = stream or cupy.cuda.get_current_stream()  # read after the kernels queued on it
         rows = [fr_from_limbs(np.asarray(cupy.asnumpy(v, stream=s))) for v in (a, b, c)]
-        return tuple(evaluate_interpolant(rows, x))  # type: ignore[return-value]
+        at_a, at_b, at_c = evaluate_interpolant(rows, x)
+        return at_a, at_b, at_c
     fn = module(tuning).get_function("fr_barycentric3")
     k = n.bit_length() - 1
     with on_stream(stream, allocator) as s:
@@ -193,7 +194,8 @@ def interpolants_at(
         sums = _sum_partials(acc, 3, montgomery=True)
         s.synchronize()
     scale = zx * pow(n, -1, R) % R
-    return tuple(v * scale % R for v in sums)  # type: ignore[return-value]
+    at_a, at_b, at_c = (v * scale % R for v in sums)
+    return at_a, at_b, at_c
 
 
 def check_h_identity(a: Any, b: Any, c: Any, h: Any, tau: int, **kw: Any) -> bool:
@@ -205,7 +207,7 @@ def check_h_identity(a: Any, b: Any, c: Any, h: Any, tau: int, **kw: Any) -> boo
     return (A * B - C) % R == dot_powers(h, tau, **kw) * z % R
 
 
-def check_msm_identity(sigma: int, scalars: Any, result: Any, **kw: Any) -> bool:
+def check_msm_identity(sigma: int, scalars: Any, result: Affine, **kw: Any) -> bool:
     """``kernels.cpu.srs.check_msm_identity`` for the points [sigma^i]G: ``result`` (an
     affine point as ``kernels.cpu.g1`` represents it) = [<k, s>]G, k canonical rows."""
     e = dot_powers(scalars, sigma, **kw)

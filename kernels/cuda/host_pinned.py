@@ -75,7 +75,7 @@ def _registered(
         except OSError:
             pass
     buf = (ctypes.c_uint8 * nbytes).from_buffer(mapping)
-    view = np.frombuffer(buf, np.uint8, nbytes)
+    view = np.frombuffer(memoryview(buf), np.uint8, nbytes)  # numpy's stubs omit ctypes arrays
     for lo in range(0, nbytes, TOUCH_CHUNK):  # fault every page in before pinning
         hi = min(nbytes, lo + TOUCH_CHUNK)
         view[lo:hi] = 0
@@ -84,7 +84,10 @@ def _registered(
     del view
     ptr = ctypes.addressof(buf)
     runtime.hostRegister(ptr, nbytes, PORTABLE)
-    buf.registration = _Registration(runtime, mapping, ptr)
+    # Kept on the buffer, so that it lives exactly as long as the arrays over it. A ctypes array
+    # takes attributes at run time, but its stub declares none, and its type is made here for
+    # this length: there is no class to declare the attribute on, hence the ignore.
+    buf.registration = _Registration(runtime, mapping, ptr)  # type: ignore[attr-defined]
     return buf, ptr
 
 

@@ -33,8 +33,8 @@ from kernels.cuda import msm_plan as mp
 
 # Read through the module: tests stand in for its launchers to follow the pass on the host.
 from kernels.cuda import msm_stages
-from kernels.cuda.msm_stages import Counted, MsmKernels
-from kernels.cuda.runtime import CudaArray, on_stream, require_cupy, to_device
+from kernels.cuda.msm_stages import Counted, MsmKernels, StageMarks
+from kernels.cuda.runtime import CudaArray, Event, on_stream, require_cupy, to_device
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 
@@ -43,7 +43,7 @@ def window_sums(
     scalars: Any,
     c: int,
     stream: Any,
-    marks: list | None = None,
+    marks: StageMarks | None = None,
     *,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> Any:
@@ -94,7 +94,7 @@ def msm(
     stream: Any = None,
     allocator: Any = None,
     window_bits: int | None = None,
-    marks: list | None = None,
+    marks: StageMarks | None = None,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> np.ndarray:
     """sum_i scalars[i] * points[i] for ``points`` (n, 12) and ``scalars`` (n, 4); returns the
@@ -234,6 +234,9 @@ def _host_key(scalars: Any) -> int | None:
 
 
 RowsRead = Callable[[int, int, int, Any], None]
+# A probe's chunk events: (start, end) event pairs on the way in, (query, chunk, start, end)
+# rows on the way out (:func:`msm_host_points_many`).
+ChunkEvents = list[tuple[Any, ...]]
 
 
 class _JointPass:
@@ -361,7 +364,7 @@ class _JointPass:
             self.mod, self.scalars_of(i), hi - lo, self.plans[q], self.s, done
         )
 
-    def sum_chunk(self, i: int, counted: Counted | None, pair: tuple[Any, Any] | None) -> None:
+    def sum_chunk(self, i: int, counted: Counted | None, pair: tuple[Event, Event] | None) -> None:
         """Chunk i's sums straight into its query's kept buckets (the first chunk: into
         zeros), between ``pair``'s events when given; then the events that free its buffers
         (and the caller's ``rows_read`` for device scalars)."""
@@ -385,7 +388,7 @@ class _JointPass:
         if pair is not None:
             pair[1].record(s)
 
-    def stream_chunks(self, pairs: list | None, chunk_events: list | None) -> None:
+    def stream_chunks(self, pairs: ChunkEvents | None, chunk_events: ChunkEvents | None) -> None:
         """Every chunk in order, the copy stream up to nb - 1 chunks ahead of the sums and
         each chunk's count stage queued before the previous chunk's accumulation (its
         read-back is then complete, or nearly, when the host needs it)."""
@@ -434,7 +437,7 @@ def msm_host_points_many(
     buffers: int = 2,
     lead: int = 0,
     prelude: list[tuple[np.ndarray, Any]] | None = None,
-    chunk_events: list | None = None,
+    chunk_events: ChunkEvents | None = None,
     rows_read: RowsRead | None = None,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> list[np.ndarray]:

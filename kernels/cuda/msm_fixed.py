@@ -153,7 +153,7 @@ def msm_fixed(
     *,
     stream: Any = None,
     allocator: Any = None,
-    marks: list | None = None,
+    marks: msm_stages.StageMarks | None = None,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> np.ndarray:
     """sum_i scalars[i] P_i for the points of ``table`` and ``scalars`` ((n, 4) canonical Fr,

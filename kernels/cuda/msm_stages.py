@@ -32,7 +32,7 @@ from kernels.cpu import g1
 # Read through the module, not copied: tests change its constants (the radix sort's shapes,
 # HEADS_MAX_CHUNKS) for one run, and the launches here must see what its planners see.
 from kernels.cuda import msm_plan as mp
-from kernels.cuda.runtime import KernelModule, load, require_cupy
+from kernels.cuda.runtime import Event, KernelArgs, KernelModule, load, require_cupy
 from kernels.layout import fast_int, g1_to_limbs, g1_xyzz_from_limbs
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
@@ -46,6 +46,8 @@ BLOCK = 256
 _lock = threading.Lock()
 _l2_cache: dict[int, int] = {}
 
+StageMarks = list[tuple[str, Event]]  # (stage, an event recorded after it), in stage order
+
 
 # --- module loading --------------------------------------------------------------------------
 
@@ -56,7 +58,7 @@ class MsmKernels:
 
     module: KernelModule
 
-    def launch(self, name: str, threads: int, args: tuple, stream: Any) -> None:
+    def launch(self, name: str, threads: int, args: KernelArgs, stream: Any) -> None:
         """Kernel ``name`` over ``threads`` threads (none: nothing) on ``stream``."""
         if threads <= 0:
             return
@@ -64,7 +66,7 @@ class MsmKernels:
         fn((-(-threads // BLOCK),), (BLOCK,), args, stream=stream)
 
     def launch_blocks(
-        self, name: str, blocks: int, threads: int, args: tuple, shared: int, stream: Any
+        self, name: str, blocks: int, threads: int, args: KernelArgs, shared: int, stream: Any
     ) -> None:
         """Kernel ``name`` on ``blocks`` blocks of ``threads`` with ``shared`` bytes of dynamic
         shared memory (the radix kernels, whose blocks each own a tile or a bin)."""
@@ -122,7 +124,7 @@ def tail_count(scalars: Any) -> int:
     return int(scalars.shape[0] - int(cupy.count_nonzero(small)))
 
 
-def stage_marker(cupy: Any, stream: Any, marks: list | None) -> Any:
+def stage_marker(cupy: Any, stream: Any, marks: StageMarks | None) -> Any:
     """The stage marker: records an event per stage into ``marks`` (None: marks nothing)."""
     if marks is None:
         return no_mark
@@ -290,7 +292,7 @@ def _radix_sort(
         nsb = -(-nbin // (1 << rp.t))  # regular superbins; hist has the ones' row last
         hist = xp.empty((nsb + 1, rp.tiles), dtype=np.uint32)
         head = (_u32(n), _u32(p.c), _u32(p.W), _u32(w_lo), _u32(w_hi), _u32(rp.tile))
-        args = (scalars, *head, _u32(rp.s), _u32(rp.t), kbuf, hist)
+        args: KernelArgs = (scalars, *head, _u32(rp.s), _u32(rp.t), kbuf, hist)
         shared = 4 * (nsb + 1)
         mod.launch_blocks("msm_radix_hist", rp.tiles, mp.RADIX_THREADS, args, shared, stream)
         # bin j of the launch starts at offs[w_lo B + j 2^s] (relative to the launch's first
@@ -298,8 +300,8 @@ def _radix_sort(
         first = w_lo * p.B + (xp.arange(nbin + 1, dtype=np.int64) << rp.s)
         edges = offs[first]
         bin_start = xp.concatenate([edges[:-1] - edges[0], offs[p.K - 1 : p.K]])
-        args = (mod, kbuf, n, p, rp, w_hi - w_lo, hist, bin_start, size, bufs, stream)
-        _radix_partition(*args, xp=xp)
+        g = w_hi - w_lo
+        _radix_partition(mod, kbuf, n, p, rp, g, hist, bin_start, size, bufs, stream, xp=xp)
         del hist
         mark("partition")
         if size:
@@ -363,7 +365,7 @@ def _radix_partition(
     base -= hist
     base += starts_a[:, None]
     head = (kbuf, _u32(n), _u32(p.B), _u32(g), _u32(rp.tile), _u32(rp.s), _u32(t))
-    args = (*head, _u32(stage), base, a1_e, a1_k, sorted_e)
+    args: KernelArgs = (*head, _u32(stage), base, a1_e, a1_k, sorted_e)
     shared = 4 * (3 * (nsb + 1) + 32 + 2 * stage)
     mod.launch_blocks("msm_radix_part_a", rp.tiles, mp.RADIX_THREADS, args, shared, stream)
     del base
@@ -410,6 +412,7 @@ def accumulate(
     levels."""
     cupy = require_cupy()
     vals = keys = None
+    args: KernelArgs  # the first level's launch and the later levels' differ in shape
     heads = mp.takes_heads(largest, m_max)
     for depth, (size, L, T) in enumerate(mp.level_sizes(m, m_max)):
         if depth == 1 and heads:
@@ -478,7 +481,7 @@ def reduce_buckets(mod: MsmKernels, buckets: Any, p: mp.Plan, stream: Any, mark:
     out = cupy.empty((p.W + 1, mp.XYZZ_WORDS), dtype=np.uint64)
     red_a = cupy.empty((p.W * p.G, mp.XYZZ_WORDS), dtype=np.uint64)
     red_r = cupy.empty((p.W * p.G, mp.XYZZ_WORDS), dtype=np.uint64)
-    args = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), _u32(leaf))
+    args: KernelArgs = (buckets, _u32(p.W), _u32(p.B), _u32(p.S), _u32(p.G), _u32(leaf))
     mod.launch("msm_bucket_reduce", p.W * p.G, (*args, red_a, red_r), stream)
     for lv in levels:
         na = cupy.empty((p.W * lv.out_len, mp.XYZZ_WORDS), dtype=np.uint64)
@@ -526,4 +529,5 @@ def combine_windows(sums: np.ndarray, c: int) -> np.ndarray:
         X, Y, Z = g1.jac_add_mixed((X, Y, Z), aff[w])
     X, Y, Z = g1.jac_add_mixed((X, Y, Z), aff[-1])
     out = g1.jac_to_affine((X, Y, Z))
-    return g1_to_limbs([None if out is None else (int(out[0]), int(out[1]))])[0]
+    limbs: np.ndarray = g1_to_limbs([None if out is None else (int(out[0]), int(out[1]))])[0]
+    return limbs

@@ -44,6 +44,12 @@ SLOW_COMPILE_S = 10.0
 
 Log = Callable[[str], None]
 
+# CuPy has no type information: its objects are named here for the reader, not checked.
+Event = Any  # cupy.cuda.Event
+# A launch's arguments in the kernel's parameter order: device arrays (cupy.ndarray) and the
+# numpy scalars of its integer parameters.
+KernelArgs = tuple[Any, ...]
+
 
 # What to install where CuPy is missing: the extras of pyproject.toml's optional-dependencies
 # (tests/kernels/test_cuda_runtime.py checks they are there) and the drivers each one needs.

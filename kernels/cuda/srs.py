@@ -19,7 +19,7 @@ import numpy as np
 
 from kernels.constants import G1_GENERATOR
 from kernels.cuda.msm_plan import XYZZ_WORDS, num_windows
-from kernels.cuda.runtime import KernelModule, load, on_stream, require_cupy
+from kernels.cuda.runtime import KernelArgs, KernelModule, load, on_stream, require_cupy
 from kernels.layout import fr_to_limbs, g1_to_limbs, random_fr
 from kernels.tuning import DEFAULT_TUNING, KernelTuning
 
@@ -55,7 +55,7 @@ def _u32(x: int) -> np.uint32:
     return np.uint32(x)
 
 
-def launch(mod: KernelModule, name: str, threads: int, args: tuple, stream: Any) -> None:
+def launch(mod: KernelModule, name: str, threads: int, args: KernelArgs, stream: Any) -> None:
     """Kernel ``name`` of srs.cu over ``threads`` threads in blocks of :data:`BLOCK` (also the
     fixed-base MSM's table build, kernels/cuda/msm_fixed.py)."""
     mod.get_function(name)((-(-threads // BLOCK),), (BLOCK,), args, stream=stream)
@@ -125,7 +125,7 @@ def srs(
         for lo in range(0, n, CHUNK):
             m = min(CHUNK, n - lo)
             tmp = cupy.empty((m, XYZZ_WORDS), dtype=np.uint64)
-            args = (secrets[lo : lo + m], _u32(m), tab, _u32(TABLE_BITS), _u32(W), tmp)
+            args: KernelArgs = (secrets[lo : lo + m], _u32(m), tab, _u32(TABLE_BITS), _u32(W), tmp)
             launch(mod, "srs_mul", m, args, s)
             prefix = cupy.empty((m, 6), dtype=np.uint64)
             args = (tmp, _u32(m), _u32(BATCH_INV), prefix, out[lo : lo + m])

@@ -134,8 +134,9 @@ def warm(
     for dev in visible_devices() if devices is None else devices:
         for src, defines in builds(tuning):
             t0 = time.perf_counter()
-            kw = {"defines": defines, "device": dev, "cubin_dir": tuning.cubin_dir, "log": log}
-            mod = runtime.load(src, **kw)
+            mod = runtime.load(
+                src, defines=defines, device=dev, cubin_dir=tuning.cubin_dir, log=log
+            )
             w = Warmed(dev, mod.arch, src, defines, mod.origin, time.perf_counter() - t0)
             out.append(w)
             if on_module is not None:

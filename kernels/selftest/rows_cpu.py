@@ -12,6 +12,7 @@ under a second, and raises AssertionError with a message on any mismatch.
 from __future__ import annotations
 
 import random
+from types import ModuleType
 from typing import Any
 
 from kernels import constants
@@ -38,7 +39,7 @@ def _rng() -> random.Random:
     return random.Random()  # OS-seeded: fresh inputs every run
 
 
-def _py_ecc():
+def _py_ecc() -> tuple[ModuleType, ModuleType]:
     try:
         from py_ecc import optimized_bls12_381 as ecc
         from py_ecc.bls import g2_primitives
@@ -169,7 +170,7 @@ def _check_buckets() -> None:
     res, tr = pippenger(pts, ks, window_bits=c, return_buckets=True)
     assert res == msm_naive(pts, ks), "pippenger != naive"
     for j in range(tr.num_windows):
-        want: list = [None] * (1 << (c - 1))
+        want: list[g1.Affine] = [None] * (1 << (c - 1))
         for i in tr.tail_indices:
             d = signed_digits(ks[i], c)[j]
             if d:

@@ -174,10 +174,11 @@ def _check_sums_vs_reference(k: int, tuning: KernelTuning) -> None:
     vecs = [layout.random_fr(n, rng) for _ in range(3)]
     x = rng.randrange(R)
     want = tuple(evaluate_interpolant(vecs, x))
-    rows = [layout.fr_to_limbs(v) for v in vecs]
-    got = gcheck.interpolants_at(*rows, x, chunk=n // 3 + 1, tuning=tuning)
+    a, b, c = (layout.fr_to_limbs(v) for v in vecs)
+    got = gcheck.interpolants_at(a, b, c, x, chunk=n // 3 + 1, tuning=tuning)
     assert got == want, "interpolants (host) wrong"
-    got = gcheck.interpolants_at(*(cupy.asarray(r) for r in rows), x, tuning=tuning)
+    d_a, d_b, d_c = (cupy.asarray(r) for r in (a, b, c))
+    got = gcheck.interpolants_at(d_a, d_b, d_c, x, tuning=tuning)
     assert got == want, "interpolants wrong"
     ks = vecs[0]
     dot = sum(v * pow(x, i, R) for i, v in enumerate(ks)) % R
