@@ -445,7 +445,7 @@ def _split_snapshot(payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
     return frame["state"], rows
 
 
-def open_replay(path: str | os.PathLike[str]) -> Any:
+def open_replay(path: str | os.PathLike[str]) -> FileReplaySource | ReplaySource:
     """The fastest way to replay ``path``: lazily when it has an index, else fully read."""
     try:
         return FileReplaySource(path)

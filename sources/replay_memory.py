@@ -107,6 +107,12 @@ class ReplaySource:
         source.recording = rec
         return source
 
+    @property
+    def event_count(self) -> int:
+        """How many events the recording holds (as :class:`sources.replay.FileReplaySource`
+        says from its index)."""
+        return len(self.events)
+
     def set_checkpoints(self, checkpoints: list[Checkpoint]) -> None:
         with self._ck_lock:
             self.checkpoints = sorted(checkpoints, key=lambda c: c.index)
