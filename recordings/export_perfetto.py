@@ -31,7 +31,7 @@ from typing import Any
 from recordings.gpu_series import MISSING, GpuSeries
 from recordings.reader import Recording
 from recordings.schema import PHASES
-from recordings.state import Segment, State
+from recordings.state import Lane, Segment, State
 from recordings.summary import fold_with_gpu, json_safe
 
 ENGINE_PID = 0
@@ -129,7 +129,7 @@ class _Trace:
     def phase_slices(self) -> None:
         """A slice per finished or still open segment of every lane."""
         state, end = self.state, self.state.t
-        spans: dict[tuple, list[tuple[Segment, int, bool]]] = {}
+        spans: dict[Lane, list[tuple[Segment, int, bool]]] = {}
         for lane, segments in state.segments.items():
             for seg in segments:
                 stop = seg.end if seg.end is not None else end
@@ -139,7 +139,7 @@ class _Trace:
         for lane, items in spans.items():
             self._lane_slices(lane, items)
 
-    def _lane_slices(self, lane: tuple, items: list[tuple[Segment, int, bool]]) -> None:
+    def _lane_slices(self, lane: Lane, items: list[tuple[Segment, int, bool]]) -> None:
         # Slices of one thread must not overlap partially (Perfetto would mis-nest them); a
         # phase that overlaps the previous one on its lane goes to an overflow thread.
         pid, tid, label = _lane_ids(lane, self.state)
@@ -256,7 +256,7 @@ def _gpu_counters(gpu: GpuSeries, device: int) -> list[dict[str, Any]]:
     return out
 
 
-def _lane_ids(lane: tuple, state: State | None = None) -> tuple[int | None, int, str]:
+def _lane_ids(lane: Lane, state: State | None = None) -> tuple[int | None, int, str]:
     """(pid, tid, thread name) of a lane; ``state`` names the synthesis lanes."""
     kind = lane[0] if lane else None
     device = lane[1] if len(lane) > 1 else None
@@ -274,7 +274,9 @@ def _lane_ids(lane: tuple, state: State | None = None) -> tuple[int | None, int,
     return None, 0, ""
 
 
-def _slice(events: list, lane: tuple, seg: Segment, end: int, unfinished: bool, tid: int) -> None:
+def _slice(
+    events: list[dict[str, Any]], lane: Lane, seg: Segment, end: int, unfinished: bool, tid: int
+) -> None:
     pid = _lane_ids(lane)[0]
     if lane[0] == "worker":
         spec = PHASES.get(seg.phase)
@@ -298,7 +300,9 @@ def _slice(events: list, lane: tuple, seg: Segment, end: int, unfinished: bool, 
     )
 
 
-def _instant(name: str, t: Any, pid: int, tid: int, scope: str, args: dict) -> dict[str, Any]:
+def _instant(
+    name: str, t: Any, pid: int, tid: int, scope: str, args: dict[str, Any]
+) -> dict[str, Any]:
     ts = _us(t) if isinstance(t, int) else 0.0
     return {"ph": "i", "name": name, "pid": pid, "tid": tid, "ts": ts, "s": scope, "args": args}
 

@@ -33,7 +33,7 @@ def encode_frame(obj: dict[str, Any]) -> bytes:
     if not isinstance(obj, dict):
         raise FrameError(f"a frame holds a map, not a {type(obj).__name__}")
     try:
-        payload = msgpack.packb(obj, use_bin_type=True)
+        payload: bytes = msgpack.packb(obj, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise FrameError(f"cannot encode frame: {exc}") from None
     if len(payload) > MAX_FRAME:
@@ -43,6 +43,7 @@ def encode_frame(obj: dict[str, Any]) -> bytes:
 
 def frame_length(header: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME) -> int:
     """The payload length announced by a 4-byte header; :class:`FrameError` when oversized."""
+    length: int
     (length,) = HEADER.unpack(header)
     if length > max_frame:
         raise FrameError(f"frame length {length} exceeds the {max_frame}-byte limit")
@@ -106,7 +107,8 @@ def decode_payload(
 
 
 def _kind(obj: Any) -> str:
-    return {list: "array", str: "string", bytes: "binary"}.get(type(obj), type(obj).__name__)
+    kinds: dict[type[object], str] = {list: "array", str: "string", bytes: "binary"}
+    return kinds.get(type(obj), type(obj).__name__)
 
 
 _SCALARS = frozenset((str, bytes, int, float, bool, type(None)))

@@ -32,8 +32,8 @@ class GpuSeries:
     """Per device: sample times and one column per field (``MISSING`` where absent)."""
 
     def __init__(self) -> None:
-        self.t: dict[int, array] = {}
-        self.columns: dict[int, dict[str, array]] = {}
+        self.t: dict[int, array[int]] = {}
+        self.columns: dict[int, dict[str, array[int]]] = {}
 
     def __call__(self, event: dict[str, Any]) -> None:
         """Keep ``event`` when it is a ``gpu`` sample (the ``also`` hook of a fold)."""

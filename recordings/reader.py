@@ -444,13 +444,12 @@ def index_snapshots(index: dict[str, Any], path: Path, offset: int) -> list[tupl
     """The (time, byte offset) of every seek snapshot an index frame lists;
     :class:`RecordingError` when the list is malformed."""
     refs = index.get("snapshots")
-    ok = isinstance(refs, list) and all(
+    if not isinstance(refs, list) or not all(
         isinstance(r, list)
         and len(r) == 2
         and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
         for r in refs
-    )
-    if not ok:
+    ):
         raise RecordingError(f"{path}: malformed index at byte {offset}")
     return [(r[0], r[1]) for r in refs]
 

@@ -20,7 +20,7 @@ removing one does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 SCHEMA_VERSION = 1
 MS = 1_000_000  # ns per ms: partition_done's durations are milliseconds, every other time ns
@@ -315,12 +315,12 @@ EVENTS: dict[str, dict[str, Field]] = {
 }
 
 
-def is_integer(value: Any) -> bool:
+def is_integer(value: Any) -> TypeGuard[int]:
     """An integer as the schema means one: ``bool`` is not one (:func:`validate`)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     """An int or a float as the schema means one: ``bool`` is not one (:func:`validate`)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 

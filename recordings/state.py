@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,11 @@ _STATE_OF_GROUP = {
 
 _RANK = {state: i for i, state in enumerate(WORKER_STATES)}
 
+# A timeline lane, in the order :meth:`State.lanes` gives them: ("worker", device, worker),
+# ("gpu", device) or ("upload", device). Its device and worker are an event's fields as
+# decoded (a snapshot's lanes, read back, are whatever the recording holds).
+Lane = tuple[Any, ...]
+
 
 def worker_state(phase: str) -> str:
     """The state a worker is in while ``phase`` runs."""
@@ -87,7 +93,7 @@ def worker_state(phase: str) -> str:
 class Segment:
     """A span on one timeline lane. ``end`` is None while the phase is still running."""
 
-    lane: tuple
+    lane: Lane
     phase: str
     start: int
     end: int | None = None
@@ -130,7 +136,7 @@ class MemorySeries:
 
     def __init__(self) -> None:
         self.t = array("q")
-        self.columns: dict[str, array] = {name: array("q") for name in SERIES_FIELDS}
+        self.columns: dict[str, array[int]] = {name: array("q") for name in SERIES_FIELDS}
 
     def append(self, t: int, sample: dict[str, Any]) -> None:
         self.t.append(t)
@@ -160,9 +166,10 @@ class State:
         self.events = 0
         self.partitions: dict[tuple[int, int], PartitionRow] = {}
         self.attempts: list[PartitionRow] = []  # every finished attempt, in order
-        self.open: dict[tuple, Segment] = {}  # (device, worker, phase) -> open segment
-        self.segments: dict[tuple, list[Segment]] = {}  # lane -> finished segments
-        self._active: dict[tuple, int] = {}  # ("gpu"|"upload", device) -> running phases
+        # (device, worker, phase) of a worker's phase, or a GPU or upload lane -> open segment
+        self.open: dict[tuple[Any, ...], Segment] = {}
+        self.segments: dict[Lane, list[Segment]] = {}  # lane -> finished segments
+        self._active: dict[tuple[str, int], int] = {}  # ("gpu"|"upload", device) -> running phases
         self.memory: dict[int, dict[str, Any]] = {}
         self.series: dict[int, MemorySeries] = {}
         self.gpu: dict[int, dict[str, Any]] = {}  # latest ``gpu`` event per device
@@ -177,7 +184,7 @@ class State:
         self.counters: dict[str, int] = {}
         # running start-up steps (``progress`` events), by (task, device, worker): the latest
         # event of each, dropped when the step ends or the engine is done
-        self.progress: dict[tuple, dict[str, Any]] = {}
+        self.progress: dict[tuple[str, int | None, int | None], dict[str, Any]] = {}
         # each device's memory plan (the ``alloc`` event with site ``plan``): its reason
         self.plans: dict[int, str] = {}
         # per-attempt tallies kept incrementally so snapshots stay small; the pre-stage
@@ -210,7 +217,7 @@ class State:
             if log and log[-1] is not last and log is self.log:
                 log[-1].event = event  # the line's event, for a reader that shows it whole
 
-    def fold(self, events) -> State:
+    def fold(self, events: Iterable[dict[str, Any]]) -> State:
         for event in events:
             self.apply(event)
         return self
@@ -357,8 +364,8 @@ class State:
         self.tally["attempts"] += 1
         self.tally["retries"] += e["attempt"] > 0
         if row.prestage in ("fallback", "ok", "skip"):
-            key = {"fallback": "fallbacks", "ok": "prestage_ok", "skip": "prestage_skip"}
-            self.tally[key[row.prestage]] += 1
+            key_of = {"fallback": "fallbacks", "ok": "prestage_ok", "skip": "prestage_skip"}
+            self.tally[key_of[row.prestage]] += 1
         if not row.ok:
             retry = " (will retry on the fallback path)" if e.get("will_retry") else ""
             self.log.append(
@@ -528,11 +535,11 @@ class State:
             return self.s_per_proof()
         return (times[-1] - times[0]) / 1e9 / (len(times) - 1)
 
-    def lanes(self) -> list[tuple]:
+    def lanes(self) -> list[Lane]:
         """Timeline lanes in display order: per device, workers, then GPU, then upload."""
         keys = set(self.segments) | {s.lane for s in self.open.values()}
         devices = sorted({k[1] for k in keys})
-        out: list[tuple] = []
+        out: list[Lane] = []
         for d in devices:
             out += sorted(k for k in keys if k[0] == "worker" and k[1] == d)
             out += [k for k in (("gpu", d), ("upload", d)) if k in keys]

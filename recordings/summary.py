@@ -103,10 +103,10 @@ def summarize_state(
         "totals": totals,
         "gpu": gpu.medians(),
     }
-    return json_safe(out)
+    return {key: json_safe(value) for key, value in out.items()}
 
 
-def _order(row: dict[str, Any]) -> tuple:
+def _order(row: dict[str, Any]) -> tuple[int, ...]:
     return tuple(v if isinstance(v, int) else -1 for v in (row["proof"], row["partition"]))
 
 

@@ -265,10 +265,11 @@ class RecordingWriter:
         message = f"cannot write recording {self.path}: {reason}"
         with self._lock:
             first = self.error is None
-            if first:
+            if self.error is None:
                 self.error = message
                 self._pending = bytearray()  # nothing more will reach the file
-            message = self.error
+            else:
+                message = self.error
         if first and self.on_error is not None:
             try:
                 self.on_error(message)

@@ -28,7 +28,8 @@ __all__ = ["NvmlSource"]
 
 class NvmlSource:
     """Every local GPU, one ``gpu`` event each per ``interval`` seconds, until :meth:`close`.
-    Read-only. ``monitor`` tells the dashboard this view is the machine's, not an engine's."""
+    Read-only. ``monitor`` (:class:`sources.protocol.MachineMonitor`) tells the dashboard this
+    view is the machine's, not an engine's."""
 
     monitor = True
 

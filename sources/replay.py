@@ -229,7 +229,7 @@ class FileReplaySource:
             state.apply(frame)
             offset = nxt
         devices = len((state.hello or self.hello).get("devices") or ()) or 1
-        seen: set[int] = set()
+        seen: set[int | None] = set()  # devices; None: a damaged sample without one
         latest: list[dict[str, Any]] = []
         for at in reversed(memory):
             sample, _ = self._frame_at(at)
@@ -262,7 +262,8 @@ class FileReplaySource:
         """Before a ``partition_done`` is folded: give ``state`` its own copy of the row it
         may update in place (a repeated report of a finished attempt), never the shared one.
         (Every other change to a finished row replaces it with a new row.)"""
-        key = (event.get("proof"), event.get("partition"))
+        # a damaged frame may lack these (the reducer raises on it next): then no row matches
+        key: tuple[Any, Any] = (event.get("proof"), event.get("partition"))
         row = state.partitions.get(key)
         if row is not None and id(row) in self._shared:
             state.partitions[key] = copy.copy(row)  # phases_ms is replaced, never updated
@@ -444,7 +445,7 @@ def _split_snapshot(payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
     return frame["state"], rows
 
 
-def open_replay(path: str | os.PathLike[str]) -> Any:
+def open_replay(path: str | os.PathLike[str]) -> FileReplaySource | ReplaySource:
     """The fastest way to replay ``path``: lazily when it has an index, else fully read."""
     try:
         return FileReplaySource(path)

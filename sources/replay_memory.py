@@ -10,6 +10,7 @@ once by :meth:`ReplaySource.build_checkpoints` (the dashboard runs it in the bac
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from bisect import bisect_right
@@ -94,17 +95,23 @@ class ReplaySource:
         self.recording: Any = None
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> ReplaySource:
+    def open(cls, path: str | os.PathLike[str]) -> ReplaySource:
         """Read a whole recording file (:func:`recordings.reader.open_recording`)."""
         rec = open_recording(path)
         source = cls(rec.events, label=Path(path).name, truncated=rec.truncated, path=str(path))
         cks = []
         for ref in rec.snapshots:  # the writer's seek snapshots, loaded only when used
             index = bisect_right(source.times, ref.t)
-            cks.append(Checkpoint(index, ref.t, load=lambda t=ref.t: rec.state_at(t)))
+            cks.append(Checkpoint(index, ref.t, load=functools.partial(rec.state_at, ref.t)))
         source.set_checkpoints(cks)
         source.recording = rec
         return source
+
+    @property
+    def event_count(self) -> int:
+        """How many events the recording holds (as :class:`sources.replay.FileReplaySource`
+        says from its index)."""
+        return len(self.events)
 
     def set_checkpoints(self, checkpoints: list[Checkpoint]) -> None:
         with self._ck_lock:

@@ -29,8 +29,15 @@ from recordings.writer import RecordingWriter, default_recording_dir, default_re
 from sources.discovery import POLL_S, new_engines
 from sources.errors import SourceError
 from sources.live import LiveSource
-from sources.protocol import EventSource
-from sources.replay import open_replay
+from sources.protocol import (
+    Connects,
+    EventSource,
+    KeepsEvents,
+    MachineMonitor,
+    Prepares,
+    Reconnecting,
+)
+from sources.replay import FileReplaySource, open_replay
 from sources.replay_memory import ReplaySource
 from tui.commands import DashboardCommands
 from tui.screens import EventScreen, HelpScreen, MarkerPrompt
@@ -59,12 +66,24 @@ def _why(text: str) -> str:
 def _conn_text(view: EngineView) -> str:
     """The header's connection state of a view: while a source waits to retry, how many
     attempts failed and when the next one is."""
-    retry_at = getattr(view.source, "retry_at", None)
+    source = view.source
+    if not isinstance(source, Reconnecting):
+        return view.conn
+    retry_at = source.retry_at
     if view.conn in ("unreachable", "reconnecting", "disconnected") and retry_at is not None:
         left = max(0.0, retry_at - time.monotonic())
-        failures = getattr(view.source, "failures", 0)
-        return f"{view.conn}, {failures} tries, next in {left:.0f} s"
+        return f"{view.conn}, {source.failures} tries, next in {left:.0f} s"
     return view.conn
+
+
+def _waiting(source: EventSource) -> bool:
+    """Whether ``source`` waits to retry a connection (the header counts down)."""
+    return isinstance(source, Reconnecting) and bool(source.retry_at)
+
+
+def _monitor(source: EventSource) -> bool:
+    """Whether ``source`` is the machine's view (its GPUs), not an engine's."""
+    return isinstance(source, MachineMonitor) and source.monitor
 
 
 # An engine attached by discovery stays listed this long after it ended, for a last look
@@ -88,7 +107,7 @@ class EngineView:
 
 @dataclass
 class ReplayState:
-    source: ReplaySource
+    source: FileReplaySource | ReplaySource
     position: int = 0
     index: int = 0
     speed: float = 1.0
@@ -136,7 +155,7 @@ class ProvetopApp(App[int]):
         self,
         sources: list[EventSource] | None = None,
         *,
-        replay: ReplaySource | None = None,
+        replay: FileReplaySource | ReplaySource | None = None,
         replay_path: str | None = None,
         save_dir: str | Path | None = None,
         refresh_hz: float = REFRESH_HZ,
@@ -391,7 +410,7 @@ class ProvetopApp(App[int]):
         current = self.view
         if view.sessions != 1 or current is None or current is view or self.mode != "live":
             return
-        if getattr(view.source, "monitor", False) or not getattr(current.source, "monitor", False):
+        if _monitor(view.source) or not _monitor(current.source):
             return
         self.selected = self.views.index(view)
         self.notify(f"attached {view.source.label} (e: next source)", timeout=4, markup=False)
@@ -417,7 +436,7 @@ class ProvetopApp(App[int]):
         if conn == "unreachable" and len(self.views) == 1 and self.mode == "live":
             # the only source cannot be reached: say so in one line and quit (exit 2)
             self.close_sources()
-            where = getattr(source, "address", None) or source.label
+            where = source.address if isinstance(source, Connects) else source.label
             message = f"provetop: error: cannot reach {where}: {_why(text)}"
             self.exit(2, return_code=2, message=message)
             return
@@ -477,7 +496,7 @@ class ProvetopApp(App[int]):
             and view.conn == "connected"
             and view.state.engine_state == "running"
         )
-        waiting = any(getattr(v.source, "retry_at", None) for v in self.views)  # countdown
+        waiting = any(_waiting(v.source) for v in self.views)  # countdown
         if not (
             self._dirty or live_moving or waiting or self.replay is not None and self.replay.playing
         ):
@@ -532,7 +551,7 @@ class ProvetopApp(App[int]):
             speed=r.speed if r else 1.0,
             playing=r.playing if r else True,
             elapsed_ns=now,  # since the engine started, as the timeline's axis
-            read_only=getattr(view.source, "read_only", False) and self.mode == "live",
+            read_only=view.source.read_only and self.mode == "live",
             stopping=self.stopping,
         )
 
@@ -551,7 +570,7 @@ class ProvetopApp(App[int]):
             if self.mode == "replay" or view is None:
                 return None
             if action == "save":
-                return True if getattr(view.source, "received", None) is not None else None
+                return True if isinstance(view.source, KeepsEvents) else None
             if view.source.read_only or view.conn != "connected":
                 return None
             return True
@@ -640,8 +659,8 @@ class ProvetopApp(App[int]):
 
     def save_view(self, view: EngineView, path: Path | None = None) -> Path:
         """Write every event this dashboard received from ``view`` as a recording."""
-        received = getattr(view.source, "received_events", None)
-        if received is None:
+        source = view.source
+        if not isinstance(source, KeepsEvents):
             raise ValueError("this source keeps no events")
         hello = view.state.hello or {}
         engine_id = f"{hello.get('engine_id', 'engine')}-saved"
@@ -650,7 +669,7 @@ class ProvetopApp(App[int]):
         writer = RecordingWriter(path)
         count = 0
         try:
-            for event in received():
+            for event in source.received_events():
                 writer.write(event)
                 count += 1
         finally:
@@ -677,15 +696,14 @@ class ProvetopApp(App[int]):
         )
         self.exit(2, message=f"provetop: error: {message}")
 
-    def _replay_loaded(self, source: ReplaySource) -> None:
+    def _replay_loaded(self, source: FileReplaySource | ReplaySource) -> None:
         view = EngineView(source, conn="replay")
         self.views = [view]
         self.replay = ReplayState(
             source, position=source.start, playing=self.autoplay, speed=self.initial_speed
         )
-        prepare = getattr(source, "prepare", None)
-        if prepare is not None:  # a file: find its faults and markers in the background
-            self.run_worker(prepare, thread=True, name="replay-prepare")
+        if isinstance(source, Prepares):  # a file: find its faults and markers in the background
+            self.run_worker(source.prepare, thread=True, name="replay-prepare")
         elif not source.checkpoints:
             self.run_worker(source.build_checkpoints, thread=True, name="checkpoints")
         self.seek(source.start if self.start_at is None else source.start + self.start_at)

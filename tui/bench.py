@@ -31,6 +31,7 @@ from typing import Any
 
 from provetop.base.errors import UsageError
 from sources.live import LiveSource
+from sources.protocol import Prepares
 from sources.replay import open_replay
 from sources.synthetic import GPU_SAMPLE_S, serve_synthetic, write_synthetic_recording
 from tui.app import ProvetopApp
@@ -296,7 +297,8 @@ def bench_replay(args: argparse.Namespace) -> dict[str, Any]:
             state, _ = source.state_at(position, window)
             cold.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
-        source.prepare() if hasattr(source, "prepare") else None
+        if isinstance(source, Prepares):
+            source.prepare()
         prepare_s = time.perf_counter() - t0
         seeks = []
         for _ in range(args.seeks):
@@ -321,10 +323,8 @@ def bench_replay(args: argparse.Namespace) -> dict[str, Any]:
         if made:
             result.update(made)
         else:
-            result["events"] = getattr(source, "event_count", None) or len(source.events)
-        close = getattr(source, "close", None)
-        if close:
-            close()
+            result["events"] = source.event_count
+        source.close()
         return result
     finally:
         if tmp is not None:

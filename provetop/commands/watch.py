@@ -106,7 +106,7 @@ def _readable_or_pending(path: str) -> bool:
 
 
 def cuzk_source(
-    args: argparse.Namespace, on_events: Callable[[list[dict[str, Any]]], None] | None = None
+    args: argparse.Namespace, on_events: Callable[[list[dict[str, Any]]], object] | None = None
 ) -> CuzkSource:
     """The cuzk prover's source from ``--cuzk-log``/``--cuzk-status`` (checked first)."""
     if args.cuzk_interval <= 0:

@@ -28,7 +28,6 @@ from recordings.state import WORKER_STATES, async_cached, phantom_bytes
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-Families = dict[str, Metric]
 # a histogram as the fold keeps it: counts per bucket (not cumulative, +Inf last), sum, count
 HistogramCopy = tuple[list[int], float, int]
 
@@ -49,6 +48,16 @@ class Reading:
     listener: dict[str, Any]  # the latest ``counters`` event's figures
 
 
+@dataclass
+class Families:
+    """The families of :data:`METRICS`: in table order, and by name apart by the shape of a
+    sample: one value (gauges, counters) or buckets and a sum (histograms)."""
+
+    ordered: list[Metric]
+    values: dict[str, GaugeMetricFamily | CounterMetricFamily]
+    histograms: dict[str, HistogramMetricFamily]
+
+
 def build_families(reading: Reading) -> list[Metric]:
     """The families of ``reading`` in table order, those without a sample left out."""
     fams = _empty_families()
@@ -58,7 +67,7 @@ def build_families(reading: Reading) -> list[Metric]:
     _workers(fams, reading.workers)
     _counts(fams, reading)
     _run(fams, reading)
-    return [fam for fam in fams.values() if fam.samples]
+    return [fam for fam in fams.ordered if fam.samples]
 
 
 def registry(read: Callable[[], Reading]) -> CollectorRegistry:
@@ -85,21 +94,28 @@ class _Collector(Collector):
 
 
 def _empty_families() -> Families:
-    fams: Families = {}
+    fams = Families([], {}, {})
     for spec in METRICS.values():
+        fam: Metric
         if spec.kind == "gauge":
-            fams[spec.name] = GaugeMetricFamily(spec.full_name, spec.help, labels=spec.labels)
+            fam = GaugeMetricFamily(spec.full_name, spec.help, labels=spec.labels)
+            fams.values[spec.name] = fam
         elif spec.kind == "counter":
-            fams[spec.name] = CounterMetricFamily(spec.full_name, spec.help, labels=spec.labels)
+            fam = CounterMetricFamily(spec.full_name, spec.help, labels=spec.labels)
+            fams.values[spec.name] = fam
         else:
-            fams[spec.name] = HistogramMetricFamily(spec.full_name, spec.help, labels=spec.labels)
+            fam = HistogramMetricFamily(spec.full_name, spec.help, labels=spec.labels)
+            fams.histograms[spec.name] = fam
+        fams.ordered.append(fam)
     return fams
 
 
-def _gauge(fams: Families, name: str, labels: tuple, value: Any, scale: float = 1.0) -> None:
+def _gauge(
+    fams: Families, name: str, labels: tuple[str, ...], value: Any, scale: float = 1.0
+) -> None:
     """One sample, only where ``value`` is a number (absent, not zero)."""
     if is_number(value):
-        fams[name].add_metric(list(labels), float(value) * scale)
+        fams.values[name].add_metric(list(labels), float(value) * scale)
 
 
 def _producer(fams: Families, reading: Reading) -> None:
@@ -118,8 +134,8 @@ def _producer(fams: Families, reading: Reading) -> None:
                 modeled = "true" if dev.get("modeled") else "false"
                 labels = (str(dev.get("index")), str(dev.get("name")), modeled)
                 _gauge(fams, "device_info", labels, 1)
-    fams["events_total"].add_metric([], reading.events)
-    fams["missed_events_total"].add_metric([], reading.missed)
+    fams.values["events_total"].add_metric([], reading.events)
+    fams.values["missed_events_total"].add_metric([], reading.missed)
 
 
 def _memory(fams: Families, memory: dict[int, dict[str, Any]]) -> None:
@@ -173,14 +189,14 @@ def _workers(fams: Families, workers: list[tuple[int, int, str]]) -> None:
 def _counts(fams: Families, reading: Reading) -> None:
     """The counters and the histograms (buckets made cumulative, as Prometheus reads them)."""
     for (name, labels), value in sorted(reading.counters.items()):
-        fams[name].add_metric(list(labels), value)
+        fams.values[name].add_metric(list(labels), value)
     bounds = [str(b) for b in DURATION_BUCKETS] + ["+Inf"]
     for (name, labels), (counts, total, _count) in sorted(reading.hists.items()):
         running, buckets = 0, []
         for bound, n in zip(bounds, counts, strict=True):
             running += n
             buckets.append((bound, running))
-        fams[name].add_metric(list(labels), buckets, total)
+        fams.histograms[name].add_metric(list(labels), buckets, total)
 
 
 def _run(fams: Families, reading: Reading) -> None:

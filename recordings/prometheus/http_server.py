@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import BufferedIOBase
 from typing import Any
 
 from recordings.prometheus.exposition import CONTENT_TYPE
@@ -87,7 +88,7 @@ class _CappedReader:
     """The request's reader, refusing more than ``limit`` bytes of request line and headers
     (``http.client.LineTooLong`` makes the handler answer 431)."""
 
-    def __init__(self, raw: Any, limit: int) -> None:
+    def __init__(self, raw: BufferedIOBase, limit: int) -> None:
         self.raw = raw
         self.left = limit
 
@@ -118,6 +119,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # typeshed declares rfile a BufferedIOBase; the capped reader has only what the
+        # handler calls on it (readline, read, close), so it is not one and is not typed as one
         self.rfile = _CappedReader(self.rfile, MAX_REQUEST_BYTES)  # type: ignore[assignment]
 
     def handle_one_request(self) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 import socket
 from collections import Counter, deque
+from collections.abc import Iterable
 from typing import Any
 
 from provetop.base.version import __version__
@@ -570,8 +571,9 @@ class Converter:
         partition = rec.get("partition")
         error = rec.get("error")
         error_text = str(error) if error is not None else msg
-        if is_integer(rec.fields.get("num_partitions")) and isinstance(job_id, str):
-            self._job(job_id, now).total = rec.fields["num_partitions"]
+        total = rec.fields.get("num_partitions")
+        if is_integer(total) and isinstance(job_id, str):
+            self._job(job_id, now).total = total
             return
         if "self-check FAILED" in msg or "self-check error" in msg:
             if job is not None:
@@ -655,12 +657,12 @@ class Converter:
     def _prestage_events(self, a: Attempt, ids: dict[str, int], t: int) -> None:
         tm = a.timing
         status, reason, oom = prestage_outcome(a)
-        need = tm.get("vram_total_mib")
+        need, domain = tm.get("vram_total_mib"), tm.get("domain")
         if is_integer(need):
             requested = need * MIB
             self._last_prestage_need = requested
-        elif is_integer(tm.get("domain")):
-            requested = tm["domain"] * 32 * (3 if tm.get("lot_of_memory") else 2)
+        elif is_integer(domain):
+            requested = domain * 32 * (3 if tm.get("lot_of_memory") else 2)
         else:
             requested = self._last_prestage_need or 0
         if "host_register" in tm:
@@ -672,8 +674,9 @@ class Converter:
             )  # fmt: skip
         elif "prestage_vram" in tm or "prestage_setup" in tm:
             extra: dict[str, Any] = {}
-            if is_integer(tm.get("vram_free_mib")):
-                extra = {"free": tm["vram_free_mib"] * MIB, "margin": PRESTAGE_MARGIN}
+            free = tm.get("vram_free_mib")
+            if is_integer(free):
+                extra = {"free": free * MIB, "margin": PRESTAGE_MARGIN}
             self._push(
                 make(
                     "alloc", t, **ids, site="prestage", pool="sync", requested=requested,
@@ -737,8 +740,9 @@ class Converter:
         if a.region_emitted and a.start is not None and timed:
             phases_ms["mutex_wait"] = a.mutex_wait_ms
         for key, name in PHASE_MS.items():
-            if is_number(a.timing.get(key)):
-                phases_ms[name] = float(a.timing[key])
+            ms = a.timing.get(key)
+            if is_number(ms):
+                phases_ms[name] = float(ms)
         gpu_total = a.timing.get("gpu_total_ms")
         if not is_number(gpu_total):  # no region line: the GPU call's own time, from GPU_END
             gpu_total = a.gpu_ms if a.gpu_ms is not None else (a.hold_ms if timed else 0.0)
@@ -827,11 +831,12 @@ def _clamp_wide_ints(obj: dict[str, Any] | list[Any], path: str = "") -> list[st
     """Clamp, in place, every integer of ``obj`` (nested dicts and lists) that does not fit in
     64 bits to the int64 range; the dotted paths of those clamped."""
     wide: list[str] = []
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+    # a dict's keys or a list's indexes: Any, as no one key type indexes both containers
+    items: Iterable[tuple[Any, object]] = obj.items() if isinstance(obj, dict) else enumerate(obj)
     for key, value in list(items):
         where = f"{path}.{key}" if path else str(key)
         if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-            obj[key] = INT64_MAX if value > 0 else INT64_MIN  # type: ignore[index]
+            obj[key] = INT64_MAX if value > 0 else INT64_MIN
             wide.append(where)
         elif isinstance(value, dict | list):
             wide += _clamp_wide_ints(value, where)

@@ -23,6 +23,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 Value = int | float | str | None
 
@@ -262,7 +263,8 @@ def _json_trace(text: str) -> TraceLine | None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("level"), str):
         return None
-    raw_fields = obj.get("fields") if isinstance(obj.get("fields"), dict) else {}
+    raw = obj.get("fields")
+    raw_fields: dict[Any, Any] = raw if isinstance(raw, dict) else {}
     fields = {str(k): _json_value(v) for k, v in raw_fields.items() if k != "message"}
     spans: dict[str, Value] = {}
     for span in obj.get("spans") or []:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 BASE_WALL_NS = 1_795_000_000_000_000_000  # a fixed wall clock for t = 0 (2026-11-18)
 
@@ -304,7 +305,7 @@ class _Gpu:
             emit(c.end, f"garbage line {c.job}.{c.partition} \x00\xff with no format")
 
 
-def status_snapshot(run: Run, t_ms: int) -> dict:
+def status_snapshot(run: Run, t_ms: int) -> dict[str, Any]:
     """The ``GET /status`` body (cuzk-core/src/status.rs) of the modeled run at ``t_ms``."""
     pipelines = []
     for j, job_id in enumerate(run.job_ids):
@@ -340,15 +341,15 @@ def status_snapshot(run: Run, t_ms: int) -> dict:
     workers = []
     for w in range(run.workers_per_device):
         busy = [c for c in run.calls if c.worker == w and c.start and c.start <= t_ms < c.end]
-        c = busy[0] if busy else None
+        current = busy[0] if busy else None
         workers.append(
             {
                 "worker_id": w,
                 "gpu_ordinal": 0,
-                "state": "proving" if c else "idle",
-                "current_job": c.job_id if c else None,
-                "current_partition": c.partition if c else None,
-                "busy_secs": (t_ms - c.start) / 1000 if c else None,
+                "state": "proving" if current else "idle",
+                "current_job": current.job_id if current else None,
+                "current_partition": current.partition if current else None,
+                "busy_secs": (t_ms - current.start) / 1000 if current else None,
             }
         )
     done = [j for j in range(len(run.job_ids)) if j not in run.failed_jobs]

@@ -47,7 +47,7 @@ class CuzkSource:
         poll_interval: float = 0.2,
         from_start: bool = True,
         workers_per_device: int = 2,
-        on_events: Callable[[Events], None] | None = None,
+        on_events: Callable[[Events], object] | None = None,
         reopen_tty: bool = True,
     ) -> None:
         if log is None and status_url is None:

@@ -12,7 +12,6 @@ import math
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any
 
 from rich.segment import Segment as RichSegment
 from rich.style import Style
@@ -24,7 +23,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from recordings.schema import PHASES
-from recordings.state import Segment, State
+from recordings.state import Lane, Segment, State
 from tui.style import (
     FAILURE_COLOUR,
     GPU_BUSY,
@@ -38,8 +37,6 @@ from tui.style import (
     phase_group,
 )
 
-# a lane of State.lanes(): ("worker", device, worker), ("gpu", device) or ("upload", device)
-Lane = tuple[Any, ...]
 _GROUP_OF = {name: spec.group for name, spec in PHASES.items()}
 ZOOMS_NS = [
     int(x * 1e9) for x in (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
