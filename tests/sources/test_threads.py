@@ -4,6 +4,7 @@ source and a short-lived helper thread pass."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -76,7 +77,12 @@ def test_a_feed_names_the_thread_it_runs_on_and_gives_the_name_back():
     assert not thread.is_alive() and thread.name == "test-thread"
 
 
-def test_the_fixture_fails_the_tests_that_leave_a_thread_behind(pytester):
+def test_the_fixture_fails_the_tests_that_leave_a_thread_behind(pytester, monkeypatch):
+    # the child runs in pytester's folder: the repository must be on its path for ``tests.``
+    root = str(CONFTEST.parents[1])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    )
     pytester.makeconftest(CONFTEST.read_text())
     pytester.makepyfile(test_leaky=LEAKY_TESTS)
     # its own process: the threads left behind on purpose end with it
