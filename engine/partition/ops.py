@@ -155,8 +155,8 @@ class PartitionOps(Protocol):
 
     Steps that only some backends have are optional protocols of their own
     (:class:`DeviceChecks`, :class:`HandoverSteps`, :class:`OnePass`, :class:`AsyncCopies`,
-    :class:`PinnedPools`): the driver asks once which of them the ops
-    take (:class:`OptionalSteps`) and runs the partition without the others, so a backend
+    :class:`PinnedPools`): the driver asks once which of them the ops take
+    (:class:`OptionalSteps`) and runs the partition without the others, so a backend
     implements only the steps it has."""
 
     prestage_pool: str
@@ -172,8 +172,7 @@ class PartitionOps(Protocol):
 
     h_step_async: bool
     """Whether :meth:`h_step` returns once the step is queued on a device, so that a
-    neighbour's synthesis can wait on the host until it is queued
-    (``engine.memory.h_step_fence``)."""
+    neighbour's synthesis can wait on the host until it is (``engine.memory.h_step_fence``)."""
 
     def synthesize(self, rng: Any, tries: int = 0) -> Witness:
         """The partition's witness from its ``rng`` (phase ``synthesis``). ``tries`` counts
