@@ -22,7 +22,6 @@ from typing import Any
 PIN_METHODS = ("register", "alloc")
 ON_OFF = ("off", "on")
 MSM_SORTS = ("counting", "radix", "auto")
-MSM_PASS_SCALARS = ("device", "host")
 
 
 class SettingError(ValueError):
@@ -114,7 +113,6 @@ class KernelTuning:
     # points per chunk of an MSM whose points stream from host memory: 2^22 = 384 MiB per
     # device buffer (two buffers) plus the chunk's own scratch (~1 GiB at a 2^22 chunk)
     msm_host_chunk: int = 1 << 22
-    msm_host_interleave: str = "on"
     msm_host_chunk_grow: str = "on"
     # chunk buffers of the engine's one streamed pass (why four: kernels.cuda.msm_plan, at
     # INTERLEAVE_BUFFERS, which is this default)
@@ -122,9 +120,6 @@ class KernelTuning:
     # H's chunks the one pass takes before any other query's; None: by where the aux scalars
     # come from (kernels.cuda.msm_plan.pass_lead: 0 read from host memory, 5 copied up whole)
     msm_host_lead: int | None = None
-    # measured on the H200, 2026-12-02 (4db55d1): porep-32g aware at 16 GiB 1,802 -> 1,743 ms
-    # (the chunk 6 Mi -> 11 Mi); 12 GiB 2,111 -> 1,968 and 8 GiB 2,638 -> 2,487 (one pass)
-    msm_pass_scalars: str = "host"
     cubin_dir: str = ""  # empty: the package's own prebuilt folder
     inject_dir: str = ""  # empty: the user's cache (the trace library's build folder)
     cupti_dir: str = ""  # empty: CUPTI from the pip wheels, then the toolkit
@@ -193,15 +188,6 @@ SETTINGS: tuple[Setting, ...] = (
         "points, 96 bytes each, plus the chunk's scratch; the memory plan counts them)",
     ),
     Setting(
-        "PROVETOP_MSM_HOST_INTERLEAVE",
-        "msm_host_interleave",
-        choice("PROVETOP_MSM_HOST_INTERLEAVE", ON_OFF),
-        "`on` (default), `off`",
-        "whether the engine streams the MSMs of every host-resident query in one pass, their "
-        "chunks interleaved (where the memory plan has room for all their buckets at once), "
-        "or one query after the other",
-    ),
-    Setting(
         "PROVETOP_MSM_HOST_CHUNK_GROW",
         "msm_host_chunk_grow",
         choice("PROVETOP_MSM_HOST_CHUNK_GROW", ON_OFF),
@@ -228,16 +214,6 @@ SETTINGS: tuple[Setting, ...] = (
         "B-G1: room for the aux scalars' copy when they go up whole (`auto`: 5), none when "
         "the pass reads them from host memory chunk by chunk (`auto`: 0; a lead leaves fewer "
         "of H's chunks to hide the other queries' copies under)",
-    ),
-    Setting(
-        "PROVETOP_MSM_PASS_SCALARS",
-        "msm_pass_scalars",
-        choice("PROVETOP_MSM_PASS_SCALARS", MSM_PASS_SCALARS),
-        "`host` (default), `device`",
-        "where the aux scalars of the engine's one streamed pass live: copied up whole into "
-        "the device before the pass (`device`: 4.2 GB at 2^27, held through the pass), or "
-        "left in the witness's pinned memory and sent up chunk by chunk beside the points "
-        "(`host`: two chunk-sized buffers; the memory plan counts either)",
     ),
     Setting(
         "PROVETOP_CUBIN_DIR",

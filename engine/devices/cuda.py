@@ -65,12 +65,6 @@ H2D = 1  # cudaMemcpyHostToDevice
 # Ampere and Hopper), so any value far below them is the greatest; the stream's .priority
 # (cudaStreamGetPriority) reads back what the driver chose.
 GREATEST_PRIORITY = -(1 << 10)
-# Which of a worker's streams gets the greatest priority; the others keep the default, 0, which
-# is the least. "synthesis": the neighbour's witness is made beside the holder's MSMs without
-# waiting behind their blocks (its kernels are short and many). "compute": the holder's GPU
-# region first, the synthesis in its gaps (PROVETOP_PRIORITY_TO; measured in
-# bench/notes/pipeline.md, "the busy fraction", H200 runs of 2026-11-29).
-PRIORITY_TO = ("synthesis", "compute")
 
 
 class CudaDeviceError(RuntimeError):
@@ -217,25 +211,8 @@ class CudaDevice(Device):
     ``--device-memory`` (None: the whole card)."""
 
     kernels_allocate = True  # the kernels draw their scratch through allocator(); see pipeline
-    priority_to = "synthesis"  # which worker stream runs at the greatest priority (PRIORITY_TO)
 
-    def __init__(
-        self,
-        index: int,
-        capacity: int | None = None,
-        *,
-        cupy: Any = None,
-        sync_scope: str = "worker",
-        priority_to: str = "synthesis",
-    ) -> None:
-        if sync_scope not in ("worker", "device"):
-            raise CudaDeviceError(f"sync scope must be worker or device, got {sync_scope!r}")
-        self.sync_scope = sync_scope  # "device": the cuzk-style wait, kept to measure it
-        if priority_to not in PRIORITY_TO:
-            raise CudaDeviceError(
-                f"stream priority must go to one of {', '.join(PRIORITY_TO)}, got {priority_to!r}"
-            )
-        self.priority_to = priority_to
+    def __init__(self, index: int, capacity: int | None = None, *, cupy: Any = None) -> None:
         if cupy is None:
             cupy = require_cupy()
         self.cupy = cupy
@@ -298,13 +275,14 @@ class CudaDevice(Device):
         if self.rt.getDevice() != self.index:
             self.dev.use()
         if st is None:
-            first = {self.priority_to: GREATEST_PRIORITY}
+            # The synthesis stream gets the greatest priority, the compute stream the default,
+            # 0, the least: the neighbour's witness is made beside the holder's MSMs without
+            # waiting behind their blocks (its kernels are short and many).
+            # decided: bench/notes/pipeline.md, c3b2654 and 64f4703
             st = _WorkerStreams(
-                compute=self.cupy.cuda.Stream(non_blocking=True, priority=first.get("compute", 0)),
+                compute=self.cupy.cuda.Stream(non_blocking=True, priority=0),
                 upload=self.cupy.cuda.Stream(non_blocking=True),
-                synthesis=self.cupy.cuda.Stream(
-                    non_blocking=True, priority=first.get("synthesis", 0)
-                ),
+                synthesis=self.cupy.cuda.Stream(non_blocking=True, priority=GREATEST_PRIORITY),
             )
             self._tl.streams = st
         return st
@@ -420,7 +398,7 @@ class CudaDevice(Device):
 
     def synchronize(self) -> None:
         st = getattr(self._tl, "streams", None)
-        if st is not None and self.sync_scope == "worker":
+        if st is not None:  # the worker's own streams; decided: bench/notes/memory.md, bd04ed3
             st.upload.synchronize()
             st.compute.synchronize()
             st.synthesis.synchronize()

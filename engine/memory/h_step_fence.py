@@ -5,10 +5,9 @@ region ends, which is when the other worker's region begins: its fallback upload
 under the mutex), then its H step. The synthesis's Python launch loop takes the GIL from the
 holder's host steps (the fallback upload took 10-20 ms beside it against 3-7 alone on a 16 GiB
 H200), and its kernels and copies share the device with the H step (313 ms against 301 alone).
-``PROVETOP_SYNTHESIS_AFTER_H`` chooses how long a synthesis that starts then waits: ``queued``,
-on the host until the holder has queued its H step; ``done``, also on the GPU (a stream wait on
-a CUDA event, no host block) until the H step has finished, so that it runs beside the MSM
-pass instead (which measured worse: the pass +25-35 ms; bench/notes/pipeline.md, 64f4703).
+A synthesis that starts then waits on the host until the holder has queued its H step, and no
+longer: waiting on the GPU for the H step to finish as well moved the synthesis beside the MSM
+pass, which measured worse (the pass +25-35 ms; bench/notes/pipeline.md, 64f4703).
 
 The same holds for a checked partition's host check, which runs in Python right after its
 region (11-18 ms of the GIL): it waits too, so the next holder's fallback upload does not.
@@ -16,8 +15,8 @@ region (11-18 ms of the GIL): it waits too, so the next holder's fallback upload
 The difficulty is the order: the synthesis starts before the next holder has even taken the
 mutex, so a worker announces that it wants the mutex (``want``), and a synthesis that starts
 while a region is wanted or running but its H step not yet queued waits on the host, briefly,
-for the holder to publish the H step's marker (``queued``). Backend-neutral: the marker is
-whatever the partition ops return (a CUDA event, or None where nothing needs waiting on).
+for the holder to say that its H step is queued (``queued``). Backend-neutral: only ops whose H
+step returns once queued on a device fence at all.
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ QUEUE_WAIT_S = 1.5
 
 
 class HStepFence:
-    """Per device: which worker wants or holds the GPU region, and the holder's H-step marker
-    once its H step is queued. Every method is cheap and never raises."""
+    """Per device: which worker wants or holds the GPU region, and whether the holder's H step
+    is queued. Every method is cheap and never raises."""
 
     def __init__(self, wait_s: float = QUEUE_WAIT_S) -> None:
         self.wait_s = wait_s
@@ -40,7 +39,6 @@ class HStepFence:
         self._wanting: set[int] = set()
         self._holder: int | None = None
         self._queued = False  # the holder's H step is queued (or it has none to wait for)
-        self._marker: object = None  # opaque here: only handed to the waiting host work
 
     def want(self, worker: int) -> None:
         """``worker`` is about to wait for the mutex: its region's H step comes next."""
@@ -48,18 +46,18 @@ class HStepFence:
             self._wanting.add(worker)
 
     def acquired(self, worker: int, fenced: bool) -> None:
-        """``worker`` holds the region; ``fenced`` False (a streamed H step, the setting off)
-        lets every synthesis go ahead at once."""
+        """``worker`` holds the region; ``fenced`` False (a streamed H step) lets every
+        synthesis go ahead at once."""
         with self._cv:
             self._wanting.discard(worker)
-            self._holder, self._queued, self._marker = worker, not fenced, None
+            self._holder, self._queued = worker, not fenced
             self._cv.notify_all()
 
-    def queued(self, worker: int, marker: object) -> None:
-        """The holder's H step is queued; ``marker`` completes when it is done."""
+    def queued(self, worker: int) -> None:
+        """The holder's H step is queued."""
         with self._cv:
             if self._holder == worker:
-                self._queued, self._marker = True, marker
+                self._queued = True
                 self._cv.notify_all()
 
     def released(self, worker: int) -> None:
@@ -67,13 +65,13 @@ class HStepFence:
         with self._cv:
             self._wanting.discard(worker)
             if self._holder == worker:
-                self._holder, self._queued, self._marker = None, False, None
+                self._holder, self._queued = None, False
             self._cv.notify_all()
 
-    def wait_queued(self, timeout: float | None = None) -> object:
-        """The marker host work starting now (a synthesis, a host check) may wait for on the
-        device, or None: waits (at most ``timeout``, by default the fence's ``wait_s``) while
-        a region is wanted or held without its H step queued."""
+    def wait_queued(self, timeout: float | None = None) -> bool:
+        """Host work starting now (a synthesis, a host check) waits, at most ``timeout`` (by
+        default the fence's ``wait_s``), while a region is wanted or held without its H step
+        queued. False when the wait ran out (the work then goes ahead unfenced)."""
         if timeout is None:
             timeout = self.wait_s
         with self._cv:
@@ -83,5 +81,4 @@ class HStepFence:
                     return self._queued
                 return not self._wanting
 
-            self._cv.wait_for(settled, timeout)
-            return self._marker if self._holder is not None and self._queued else None
+            return self._cv.wait_for(settled, timeout)

@@ -56,11 +56,10 @@ def cuda_footprint(
     return Footprint(u=fp.u, msm=msm, margin=fp.margin, together=both)
 
 
-def can_interleave(streamed: dict[str, int], tuning: KernelTuning) -> bool:
+def can_interleave(streamed: dict[str, int]) -> bool:
     """Whether the streamed MSMs may run in one pass: H among them with at least one other
-    (the point is to hide the copy-bound queries' copies under H's sums), and not switched
-    off (``PROVETOP_MSM_HOST_INTERLEAVE``)."""
-    return "h" in streamed and len(streamed) >= 2 and tuning.msm_host_interleave == "on"
+    (the point is to hide the copy-bound queries' copies under H's sums)."""
+    return "h" in streamed and len(streamed) >= 2  # decided: bench/notes/memory.md, c1e7701
 
 
 def interleaved_order(streamed: dict[str, int]) -> list[str]:
@@ -81,7 +80,7 @@ def interleaved_bytes(
         cap = window_max if q == "h" else companion_window_cap(window_max)
         windows.append(stream_window_bits(sizes[q], cap, -(-sizes[q] // chunk)))
     slots = 0
-    if pass_reads_host_scalars(tuning, sizes, streamed):  # every query but H reads z there
+    if pass_reads_host_scalars(sizes, streamed):  # every query but H reads z there
         shared = [q != "h" for q in qs]
         slots = pass_scalar_slots(
             [sizes[q] for q in qs],
@@ -100,16 +99,14 @@ def interleaved_bytes(
     )
 
 
-def pass_reads_host_scalars(
-    tuning: KernelTuning, sizes: dict[str, int], streamed: dict[str, int]
-) -> bool:
-    """Whether a joint pass reads the aux scalars from host memory, chunk by chunk
-    (``PROVETOP_MSM_PASS_SCALARS=host``): then its plan needs no device copy of z, only the
-    pass's scalar buffers (:func:`interleaved_bytes`). Only where every query that reads z is
-    streamed (in the pass): a query whose points are on the device (B-G1 on a 40 GiB card)
-    reads a device copy of z, which its MSM would otherwise upload inside its own phase
-    (+21 ms at 5a95826)."""
-    return tuning.msm_pass_scalars == "host" and set(sizes) - {"h"} <= set(streamed)
+def pass_reads_host_scalars(sizes: dict[str, int], streamed: dict[str, int]) -> bool:
+    """Whether a joint pass reads the aux scalars from host memory, chunk by chunk: then its
+    plan needs no device copy of z, only the pass's scalar buffers (:func:`interleaved_bytes`).
+    Only where every query that reads z is streamed (in the pass): a query whose points are on
+    the device (B-G1 on a 40 GiB card) reads a device copy of z, which its MSM would otherwise
+    upload inside its own phase (+21 ms at 5a95826); the pass then copies z up whole."""
+    # decided: bench/notes/memory.md, 4db55d1 and 5a95826
+    return set(sizes) - {"h"} <= set(streamed)
 
 
 def window_floor(streamed: dict[str, int], tuning: KernelTuning) -> int:
@@ -224,9 +221,9 @@ def plan_with_window(
     fp = cuda_footprint(base, sizes, streamed, tuning, floor)
     reference = choose_plan(free, fp, z, tables, device=device)
 
-    modes = (True, False) if can_interleave(streamed, tuning) else (False,)
+    modes = (True, False) if can_interleave(streamed) else (False,)
     for together in modes:
-        host_z = together and pass_reads_host_scalars(tuning, sizes, streamed)
+        host_z = together and pass_reads_host_scalars(sizes, streamed)
         for cap in range(top, floor - 1, -1):
             fp_c = cuda_footprint(base, sizes, streamed, tuning, cap, together)
             try:

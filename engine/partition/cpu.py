@@ -37,9 +37,8 @@ class CpuPartition:
         self.ctx = scope.ctx
         self.device = scope.device
 
-    def synthesize(self, rng: Any, tries: int = 0, after: Any = None) -> Witness:
-        """The synthetic witness (``tries``: earlier attempts refused device memory; ``after``
-        is for device work, and the host has none)."""
+    def synthesize(self, rng: Any, tries: int = 0) -> Witness:
+        """The synthetic witness (``tries``: earlier attempts refused device memory)."""
         cfg = self.ctx.config
         return synthesize(cfg.domain_log, self.ctx.sizes, cfg.witness_profile, rng)
 

@@ -121,7 +121,7 @@ class CudaPartition:
 
     # -- synthesis ----------------------------------------------------------------------------
 
-    def synthesize(self, rng: Any, tries: int = 0, after: Any = None) -> Any:
+    def synthesize(self, rng: Any, tries: int = 0) -> Any:
         if not self.real:
             return self.host.synthesize(rng, tries)
         cfg, sizes = self.ctx.config, self.ctx.sizes
@@ -150,7 +150,6 @@ class CudaPartition:
             seed,
             bufs,
             chunk=max(CHUNK >> (2 * tries), MIN_SYNTH_CHUNK),  # a quarter per refusal
-            after=after,
             **kw,
         )
 
@@ -226,13 +225,11 @@ class CudaPartition:
             return self.host.fallback_upload(att, w)
         dev, gpu, fp = self.device, self.gpu, self.ctx.footprint
         free, _total = dev.mem_info()
-        overlap = self.ctx.tuning.abc_overlap == "on"
         handed = self._adopt(att, w)
         reason = "a, b, c from the worker's pinned pool into the stream-ordered pool, whole"
         if handed is not None:
             reason = "b and c from the worker's pinned pool into the stream-ordered pool, whole"
-        if overlap:
-            reason += "; b and c go up under the H step's transforms of a"
+        reason += "; b and c go up under the H step's transforms of a"
         decision = Decision("fallback", reason, free=free, margin=fp.margin)
         count = 3 if handed is None else 2
         self.scope.alloc_event(att, "prestage", "async", count * fp.u, decision)
@@ -245,19 +242,12 @@ class CudaPartition:
         if handed is None:
             a = dev.upload(w.a, blocks[0], pinned=True)
         else:
-            a, a_ready = handed[1], handed[2]
-            if overlap:
-                self._abc_ready["a"] = a_ready
-            else:
-                gpu.streams().compute.wait_event(a_ready)
-        if overlap:
-            # the phase times a's copy; b's and c's run on the upload stream, and the H step
-            # waits for each just before its own transforms (kernels.cuda.ntt.run_h_step)
-            b, self._abc_ready["b"] = gpu.upload_async(w.b, blocks[1], event="abc.b")
-            c, self._abc_ready["c"] = gpu.upload_async(w.c, blocks[2], event="abc.c")
-        else:
-            b = dev.upload(w.b, blocks[1], pinned=True)
-            c = dev.upload(w.c, blocks[2], pinned=True)
+            a, self._abc_ready["a"] = handed[1], handed[2]
+        # the phase times a's copy; b's and c's run on the upload stream, and the H step
+        # waits for each just before its own transforms (kernels.cuda.ntt.run_h_step)
+        # decided: bench/notes/memory.md, 1eb9006
+        b, self._abc_ready["b"] = gpu.upload_async(w.b, blocks[1], event="abc.b")
+        c, self._abc_ready["c"] = gpu.upload_async(w.c, blocks[2], event="abc.c")
         return blocks[0], blocks[1:], a, b, c
 
     # -- the H block handed to the next partition's a (engine.memory.handover) ---------------
@@ -425,17 +415,6 @@ class CudaPartition:
             return self.ctx.backend.h_step(a, b, c)
         ready, self._abc_ready = self._abc_ready, {}
         return self.kernels.h_step(a, b, c, ready=ready)
-
-    def h_step_done(self) -> Any:
-        """This thread's event ``h_step.done``, recorded after the H step's kernels on the
-        compute stream (re-recorded every partition: a neighbour's stream wait queued before
-        keeps the record it was queued against)."""
-        if not self.real:
-            return None
-        gpu = self.gpu
-        event = gpu.event("h_step.done")
-        event.record(gpu.streams().compute)
-        return event
 
     def h_step_streamed(self, att: Attempt, w: Any, plan: MemoryPlan) -> tuple[Block, Any]:
         """a, b, c from the worker's pinned pool through ``plan.slots`` stream-ordered blocks

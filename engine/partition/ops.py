@@ -5,12 +5,12 @@ the retry) is the same on every backend and lives in one driver, ``engine.partit
 only *how* some steps are carried out differs. :class:`PartitionOps` names the steps every
 backend takes, and each backend implements them once: ``engine.partition.cpu`` (the cpu
 backend on the modeled device) and ``engine.partition.cuda`` (CuPy and our kernels on a real
-device). Steps only a device with streams has (checks in the region, the H-step fence, the
-H block's hand-over, the one pass, copies in flight, pinned pools) are protocols of their own
-that a backend implements or leaves out: the driver asks once (:class:`OptionalSteps`) and runs
-the partition without those it lacks, so no backend answers a step with a no-op. The driver
-never asks which implementation it has; an implementation never calls back into the driver,
-it acts through the :class:`WorkerScope` the driver lends it.
+device). Steps only a device with streams has (checks in the region, the H block's hand-over,
+the one pass, copies in flight, pinned pools) are protocols of their own that a backend
+implements or leaves out: the driver asks once (:class:`OptionalSteps`) and runs the partition
+without those it lacks, so no backend answers a step with a no-op. The driver never asks
+which implementation it has; an implementation never calls back into the driver, it acts
+through the :class:`WorkerScope` the driver lends it.
 
 Who emits what: the driver emits every ``phase_begin``/``phase_end``, ``mutex`` and
 ``partition_done`` event and the ``fault`` of a failed step; a step emits only ``alloc``
@@ -37,7 +37,6 @@ __all__ = [
     "AsyncCopies",
     "Attempt",
     "DeviceChecks",
-    "FenceSteps",
     "HandoverSteps",
     "OnePass",
     "OptionalSteps",
@@ -155,9 +154,9 @@ class PartitionOps(Protocol):
     from its :class:`WorkerScope`; it may keep state across that worker's partitions.
 
     Steps that only some backends have are optional protocols of their own
-    (:class:`DeviceChecks`, :class:`FenceSteps`, :class:`HandoverSteps`, :class:`OnePass`,
-    :class:`AsyncCopies`, :class:`PinnedPools`): the driver asks once which of them the ops
-    take (:class:`OptionalSteps`) and runs the partition without the others, so a backend
+    (:class:`DeviceChecks`, :class:`HandoverSteps`, :class:`OnePass`, :class:`AsyncCopies`,
+    :class:`PinnedPools`): the driver asks once which of them the ops take
+    (:class:`OptionalSteps`) and runs the partition without the others, so a backend
     implements only the steps it has."""
 
     prestage_pool: str
@@ -172,16 +171,13 @@ class PartitionOps(Protocol):
     coefficients."""
 
     h_step_async: bool
-    """Whether :meth:`h_step` returns once the step is queued on a device, so a neighbour's
-    synthesis can wait for its marker there (the ops then implement :class:`FenceSteps`;
-    ``engine.memory.h_step_fence``)."""
+    """Whether :meth:`h_step` returns once the step is queued on a device, so that a
+    neighbour's synthesis can wait on the host until it is (``engine.memory.h_step_fence``)."""
 
-    def synthesize(self, rng: Any, tries: int = 0, after: Any = None) -> Witness:
+    def synthesize(self, rng: Any, tries: int = 0) -> Witness:
         """The partition's witness from its ``rng`` (phase ``synthesis``). ``tries`` counts
         earlier refusals of device memory: the driver pauses and asks again, and a device
-        witness is then made in smaller chunks; the same witness must come out. ``after``:
-        another worker's H-step marker (:meth:`FenceSteps.h_step_done`) that the device work
-        waits for."""
+        witness is then made in smaller chunks; the same witness must come out."""
         ...
 
     def phase_timer(self, phase: str) -> PhaseTimer | None:
@@ -264,18 +260,6 @@ class DeviceChecks(Protocol):
 
 
 @runtime_checkable
-class FenceSteps(Protocol):
-    """The H step's marker for the fence (ops with ``h_step_async``,
-    ``engine.memory.h_step_fence``): a neighbour's synthesis, queued on the device, waits for
-    it instead of starting its launches beside the holder's host steps."""
-
-    def h_step_done(self) -> Any:
-        """A marker that completes when the H step just queued is done (a CUDA event on the
-        compute stream), or None when there is nothing to wait for."""
-        ...
-
-
-@runtime_checkable
 class HandoverSteps(Protocol):
     """H's block handed to the next partition's a (``engine.memory.handover``): the taker's
     a goes up into the rows the giver's MSM pass has finished reading, while it waits for the
@@ -349,7 +333,6 @@ class OptionalSteps:
     is the ops themselves, typed as that protocol, or None."""
 
     checks: DeviceChecks | None = None
-    fence: FenceSteps | None = None
     handover: HandoverSteps | None = None
     one_pass: OnePass | None = None
     copies: AsyncCopies | None = None
@@ -358,14 +341,11 @@ class OptionalSteps:
     @classmethod
     def of(cls, ops: PartitionOps) -> OptionalSteps:
         """The optional steps of ``ops``. A flag that promises steps the ops lack
-        (``checks_on_device``, ``h_step_async``) is refused here, not mid-partition."""
+        (``checks_on_device``) is refused here, not mid-partition."""
         if ops.checks_on_device and not isinstance(ops, DeviceChecks):
             raise TypeError(f"{type(ops).__name__}: checks_on_device without DeviceChecks")
-        if ops.h_step_async and not isinstance(ops, FenceSteps):
-            raise TypeError(f"{type(ops).__name__}: h_step_async without FenceSteps")
         return cls(
             checks=ops if ops.checks_on_device and isinstance(ops, DeviceChecks) else None,
-            fence=ops if ops.h_step_async and isinstance(ops, FenceSteps) else None,
             handover=ops if isinstance(ops, HandoverSteps) else None,
             one_pass=ops if isinstance(ops, OnePass) else None,
             copies=ops if isinstance(ops, AsyncCopies) else None,

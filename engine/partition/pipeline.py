@@ -167,10 +167,10 @@ class PartitionRunner:
         att = Attempt(proof, partition, 0, lane=lane)
         # Before the phase, so that it times the synthesis alone: the wait is the worker's
         # idle time on its lane, not a slower witness.
-        after = self._after_the_h_step()
+        self._after_the_h_step()
         try:
             with self._phase(att, "synthesis"):
-                witness = self._synthesize_tries(att, after)
+                witness = self._synthesize_tries(att)
         except PartitionFailed as exc:
             return Prepared(att, None, exc)
         finally:
@@ -215,26 +215,24 @@ class PartitionRunner:
         self.device.trim()
         self.ctx.sample(self.device)
 
-    def _after_the_h_step(self) -> Any:
-        """Host work about to start (a synthesis, a host check) waits while another worker's
-        region is due or running with its H step not yet queued (``engine.memory.h_step_fence``).
-        Returns what a synthesis's device work should wait for: the H step's marker with
-        ``PROVETOP_SYNTHESIS_AFTER_H=done``, else None."""
-        if not self._fences():
-            return None
-        marker = self.gate.h_step.wait_queued()
-        return marker if self.ctx.tuning.synthesis_after_h == "done" else None
+    def _after_the_h_step(self) -> None:
+        """Host work about to start (a synthesis, a host check) waits, on the host only, while
+        another worker's region is due or running with its H step not yet queued
+        (``engine.memory.h_step_fence``)."""
+        # decided: bench/notes/pipeline.md, 64f4703, 9a03df2, 616e196 and 9304e3b
+        if self._fences():
+            self.gate.h_step.wait_queued()
 
-    def _synthesize_tries(self, att: Attempt, after: Any = None) -> Witness:
+    def _synthesize_tries(self, att: Attempt) -> Witness:
         """The witness, or PartitionFailed. A synthesis refused device memory (a neighbour's
         fallback or retry may hold nearly the whole card) tries again after a pause, with
         ``tries`` telling the ops to use smaller chunks: the witness depends only on the
-        partition's seed, so the same one comes out. ``after``: see :meth:`_after_the_h_step`."""
+        partition's seed, so the same one comes out."""
         cfg = self.ctx.config
         for tries in range(SYNTH_OOM_TRIES):
             rng = partition_rng(cfg.seed, att.proof, att.partition)
             try:
-                return self.ops.synthesize(rng, tries, after=after)
+                return self.ops.synthesize(rng, tries)
             except DeviceOOM as exc:
                 self.scope.fault_oom(att, exc)
                 if tries + 1 == SYNTH_OOM_TRIES:
@@ -429,8 +427,8 @@ class PartitionRunner:
         goes back. Where the step is only queued, the fence learns of it."""
         with self._phase(st.att, "h_step"):
             st.h = self.ops.h_step(st.a, st.b, st.c)
-            if self.steps.fence is not None:
-                self.gate.h_step.queued(self.worker, self.steps.fence.h_step_done())
+            if self._fences():
+                self.gate.h_step.queued(self.worker)
             st.b = st.c = None
             assert st.d_bc is not None  # the pre-stage's, or the fallback upload's
             self.scope.free(st.att, st.d_bc)
@@ -592,19 +590,18 @@ class PartitionRunner:
                 self.mutex.acquire()
 
     def _fences(self) -> bool:
-        """Whether a synthesis waits for the running region's H step to be queued, and with
-        ``done`` finished (``engine.memory.h_step_fence``): only where the H step is queued on a
-        device and returns at once."""
-        return self.ctx.tuning.synthesis_after_h != "off" and self.steps.fence is not None
+        """Whether a synthesis waits for the running region's H step to be queued
+        (``engine.memory.h_step_fence``): only where the H step is queued on a device and
+        returns at once."""
+        return self.ops.h_step_async
 
     def _handover(self) -> HandoverSteps | None:
         """The ops' hand-over steps where H's block may pass to the next partition's a
         (``engine.memory.handover``): with two workers a device, the waiting one holds the
         next region; else None."""
-        cfg, tuning = self.ctx.config, self.ctx.tuning
-        if cfg.workers_per_device != 2 or tuning.a_handover != "on":
+        if self.ctx.config.workers_per_device != 2:
             return None
-        return self.steps.handover
+        return self.steps.handover  # decided: bench/notes/memory.md, 6d599a8 and 2c079c0
 
     def _fallback_upload_tries(
         self, att: Attempt, w: Witness

@@ -271,21 +271,9 @@ def emit_plan(
     )
 
 
-def make_cuda_devices(
-    indices: tuple[int, ...],
-    capacity: int | None,
-    sync_scope: str = "worker",
-    priority_to: str = "synthesis",
-) -> list[Device]:
-    """One :class:`engine.devices.cuda.CudaDevice` per index (``--device-memory`` each).
-    ``sync_scope="device"`` (``PROVETOP_SYNC_SCOPE``) makes every synchronise before a trim
-    wait for the whole device (the other worker's kernels too): the variant to measure the
-    trim stall against. ``priority_to="compute"`` (``PROVETOP_PRIORITY_TO``) gives the compute
-    streams the greatest priority instead of the synthesis stream
-    (``engine.devices.cuda.PRIORITY_TO``)."""
-    return [
-        CudaDevice(i, capacity, sync_scope=sync_scope, priority_to=priority_to) for i in indices
-    ]
+def make_cuda_devices(indices: tuple[int, ...], capacity: int | None) -> list[Device]:
+    """One :class:`engine.devices.cuda.CudaDevice` per index (``--device-memory`` each)."""
+    return [CudaDevice(i, capacity) for i in indices]
 
 
 def cuda_side(device: Device) -> CudaDevice:

@@ -208,12 +208,7 @@ class Engine:
         cfg = self.config
         if cfg.backend == "cuda":  # real pools (engine.devices.cuda); ballast for a cap
             try:
-                return cuda_run.make_cuda_devices(
-                    cfg.devices,
-                    cfg.device_memory,
-                    sync_scope=self.tuning.sync_scope,
-                    priority_to=self.tuning.priority_to,
-                )
+                return cuda_run.make_cuda_devices(cfg.devices, cfg.device_memory)
             except CudaDeviceError as exc:
                 raise EngineError(str(exc)) from None
         capacity = cfg.device_memory

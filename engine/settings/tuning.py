@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.tuning import ON_OFF, KernelTuning, Setting, SettingError, choice, read
 from kernels.tuning import SETTINGS as KERNEL_SETTINGS
+from kernels.tuning import KernelTuning, Setting, SettingError, read
 from kernels.tuning import markdown_table as _markdown_table
 
 # Defaults owned here, read by the modules they configure (engine/run/heap.py,
@@ -31,9 +31,6 @@ ACCEPT_RATE = 100.0
 ACCEPT_BURST = 32
 
 
-SYNC_SCOPES = ("worker", "device")
-PRIORITY_TO = ("synthesis", "compute")
-SYNTHESIS_AFTER_H = ("off", "queued", "done")
 # A short switch interval lets a worker waiting to launch its next kernel get the GIL soon:
 # 0.5 ms, against the interpreter's 5 ms default (docs/architecture.md, "GIL").
 DEFAULT_SWITCH_INTERVAL_S = 0.0005
@@ -64,53 +61,6 @@ def _optional_text(raw: str) -> str | None:
 
 
 ENGINE_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "PROVETOP_SYNC_SCOPE",
-        "sync_scope",
-        choice("PROVETOP_SYNC_SCOPE", SYNC_SCOPES),
-        "`worker` (default), `device`",
-        "what the synchronise before a trim waits for: the worker's own streams, or the whole "
-        "device (cuzk's way; the trim-stall A/B)",
-    ),
-    Setting(
-        "PROVETOP_PRIORITY_TO",
-        "priority_to",
-        choice("PROVETOP_PRIORITY_TO", PRIORITY_TO),
-        "`synthesis` (default), `compute`",
-        "which worker stream gets the device's greatest priority",
-    ),
-    Setting(
-        "PROVETOP_ABC_OVERLAP",
-        "abc_overlap",
-        choice("PROVETOP_ABC_OVERLAP", ON_OFF),
-        "`on` (default), `off`",
-        "the fallback path's copies of a, b, c (pinned witness, CUDA): `on` copies a, then "
-        "starts b and c on the upload stream and begins the H step on a while they go up "
-        "(each input's transforms wait for its copy; 16 GiB H200: -160 ms a partition); "
-        "`off` copies all three before the H step",
-    ),
-    Setting(
-        "PROVETOP_A_HANDOVER",
-        "a_handover",
-        choice("PROVETOP_A_HANDOVER", ON_OFF),
-        "`on` (default), `off`",
-        "a partition on the fallback path whose witness is pinned (CUDA) copies its a, while it "
-        "waits for the mutex, into the rows of the previous partition's H block that the "
-        "running MSM pass has finished reading, and takes that block over when the pass ends "
-        "(`engine/memory/handover.py`); `off` copies a under the mutex",
-    ),
-    Setting(
-        "PROVETOP_SYNTHESIS_AFTER_H",
-        "synthesis_after_h",
-        choice("PROVETOP_SYNTHESIS_AFTER_H", SYNTHESIS_AFTER_H),
-        "`queued` (default), `off`, `done`",
-        "a worker's synthesis on the GPU that starts while another worker's region is due or "
-        "running (`engine/memory/h_step_fence.py`): `queued` starts once that region's H step is "
-        "queued (the holder's host steps before it run without the synthesis's launches "
-        "beside them), `done` also waits on the device for the H step to finish, so it runs "
-        "beside the MSM pass instead; `off` starts at once. The host wait comes before the "
-        "`synthesis` phase (the worker's lane is idle), the device wait inside it",
-    ),
     Setting(
         "PROVETOP_SWITCH_INTERVAL",
         "switch_interval_s",
@@ -154,14 +104,6 @@ class Tuning:
     """Engine settings plus the kernels' (:class:`kernels.tuning.KernelTuning`)."""
 
     kernels: KernelTuning = field(default_factory=KernelTuning)
-    sync_scope: str = "worker"
-    priority_to: str = "synthesis"
-    abc_overlap: str = "on"  # measured on the H200, 2026-12-02: 2,151 -> 1,991 ms at 16 GiB
-    a_handover: str = "on"
-    # measured on the H200, 2026-12-02 (bench/notes/pipeline.md): `queued` 1,584.7 / 1,582.6
-    # against `off` 1,588.1 / 1,596.4 at 16 GiB; `done` took the H step 313 -> 301 ms but the
-    # pass +25-35
-    synthesis_after_h: str = "queued"
     switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S
     heap_trim_s: float = HEAP_TRIM_EVERY_S
     accept_rate: float = ACCEPT_RATE
@@ -178,11 +120,6 @@ class Tuning:
         """Plain values (msgpack and JSON safe), the kernels' nested under ``kernels``."""
         return {
             "kernels": self.kernels.as_dict(),
-            "sync_scope": self.sync_scope,
-            "priority_to": self.priority_to,
-            "abc_overlap": self.abc_overlap,
-            "a_handover": self.a_handover,
-            "synthesis_after_h": self.synthesis_after_h,
             "switch_interval_s": self.switch_interval_s,
             "heap_trim_s": self.heap_trim_s,
             "accept_rate": self.accept_rate,

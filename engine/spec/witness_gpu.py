@@ -63,13 +63,10 @@ def synthesize_on_gpu(
     stream: Any,
     allocator: Any,
     chunk: int = CHUNK,
-    after: object = None,
 ) -> Witness:
     """A witness like ``engine.spec.workload.synthesize`` in ``bufs`` (see the module docstring);
     ``seed`` makes it reproducible, whatever ``chunk`` is (each vector has its own generator
-    seed and a chunk continues its sequence; the partition's ``--seed`` stream picks ``seed``).
-    ``after``: a CUDA event the stream waits for before the first kernel (the neighbour's H
-    step, ``engine.memory.h_step_fence``), or None."""
+    seed and a chunk continues its sequence; the partition's ``--seed`` stream picks ``seed``)."""
     import cupy
 
     n = 1 << domain_log
@@ -84,8 +81,6 @@ def synthesize_on_gpu(
     # 0.6 s alone (bench/notes/pipeline.md). Each chunk's device arrays are freed in stream
     # order, after their copies, so device memory stays at one chunk's worth.
     with on_stream(stream, allocator) as s:
-        if after is not None:
-            s.wait_event(after)
         try:
             for lo in range(0, n, chunk):
                 hi = min(n, lo + chunk)

@@ -117,9 +117,9 @@ def test_bench_pipeline_reports_the_checks_and_the_unchecked_gpu_total(tmp_path,
 
 
 def test_bench_pipeline_refuses_a_bad_setting_with_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("PROVETOP_SYNC_SCOPE", "host")
+    monkeypatch.setenv("PROVETOP_MSM_HOST_BUFFERS", "1")
     rec = tmp_path / "run.pvtrec"
     rc = main(["bench", "pipeline", "--backend", "cpu", "--preset", "ci", "--record", str(rec)])
     err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "PROVETOP_SYNC_SCOPE" in err
+    assert rc == 2 and err.count("\n") == 1 and "PROVETOP_MSM_HOST_BUFFERS" in err
     assert not rec.exists()

@@ -574,14 +574,7 @@ def test_bound_backend_runs_the_one_pass_with_caps_lead_and_buffers():
     assert not BoundBackend(Recorder(), Dev(), 19, None, host_scalars=True).host_scalars
 
 
-@pytest.mark.parametrize(
-    ("priority_to", "want"),
-    [
-        ("synthesis", [0, None, dcuda.GREATEST_PRIORITY]),
-        ("compute", [dcuda.GREATEST_PRIORITY, None, 0]),
-    ],
-)
-def test_worker_streams_need_only_what_cupy_wraps(priority_to, want):
+def test_worker_streams_need_only_what_cupy_wraps():
     """Each worker's three streams, made through a *fake* CuPy (a stand-in that records the
     Stream arguments; it proves nothing about CUDA) whose runtime module has no functions at
     all: CuPy 14.2 wraps no cudaDeviceGetStreamPriorityRange, and reading it raised
@@ -601,11 +594,11 @@ def test_worker_streams_need_only_what_cupy_wraps(priority_to, want):
     dev._tl = __import__("threading").local()
     dev.dev = types.SimpleNamespace(use=lambda: None)
     dev.rt, dev.index = types.SimpleNamespace(getDevice=lambda: 0), 0  # cudaGetDevice: wrapped
-    dev.priority_to = priority_to
     st = dev.streams()
     assert dev.streams() is st  # once per thread
     assert all(m["non_blocking"] for m in made) and len(made) == 3
-    assert [m["priority"] for m in made] == want  # compute, upload, synthesis
+    # compute, upload, synthesis: the synthesis stream first
+    assert [m["priority"] for m in made] == [0, None, dcuda.GREATEST_PRIORITY]
     assert dcuda.GREATEST_PRIORITY < -100  # far below any device's range ([-5, 0] on Hopper)
     assert dev.kernel_args("synthesis")["stream"] is st.synthesis
     assert dev.kernel_args("verify")["stream"] is st.compute
@@ -1132,26 +1125,28 @@ def _run_engine(cfg, forced=(), **kw):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("scalars", ["device", "host"])
-def test_gpu_engine_streams_every_query_in_one_pass_and_verifies(cp, monkeypatch, scalars):
-    """Every query's points in pinned host memory (the residency decision forced to the host,
-    as on a 16 GiB card), chunks of 128 points: the aware plan runs the four MSMs in one pass
-    (phase ``msm_interleaved``; the aux scalars copied by the pass itself, or, with
-    ``msm_pass_scalars = "host"``, sent up chunk by chunk from the witness's pinned pool), and
-    every partition verifies exactly on the GPU."""
+@pytest.mark.parametrize("on_device", [(), ("b_g1",)])
+def test_gpu_engine_streams_the_host_queries_in_one_pass_and_verifies(cp, monkeypatch, on_device):
+    """The residency decision forced to the host for every query but those ``on_device``
+    (every query: as on a 16 GiB card; all but B-G1: as on a 40 GiB one), chunks of 128
+    points: the aware plan runs the streamed MSMs in one pass (phase ``msm_interleaved``), and
+    every partition verifies exactly on the GPU. With every reader of the aux scalars in the
+    pass they are sent up chunk by chunk from the witness's pinned pool; with B-G1's points on
+    the device the pass copies them up whole (a ``msm_scalars`` block), which B-G1's own MSM
+    reads after the pass."""
     from dataclasses import replace
 
     from engine.memory.residency import plan_residency
     from engine.run import cuda_srs
     from engine.settings.config import from_preset
-    from engine.settings.tuning import Tuning
     from kernels.cuda.backend import CudaBackend
 
-    def all_host(sizes, free, fp, workers, chunk_bytes):
+    def some_host(sizes, free, fp, workers, chunk_bytes):
         placed = plan_residency(sizes, free, fp, workers, chunk_bytes)
-        return [replace(p, where="host", reason="pinned host (the test's choice)") for p in placed]
+        host = [replace(p, where="host", reason="pinned host (the test's choice)") for p in placed]
+        return [p if p.query in on_device else h for p, h in zip(placed, host, strict=True)]
 
-    monkeypatch.setattr(cuda_srs, "plan_residency", all_host)
+    monkeypatch.setattr(cuda_srs, "plan_residency", some_host)
     sites = set()
     malloc = dcuda.CudaDevice.malloc
 
@@ -1161,21 +1156,17 @@ def test_gpu_engine_streams_every_query_in_one_pass_and_verifies(cp, monkeypatch
 
     monkeypatch.setattr(dcuda.CudaDevice, "malloc", recording_malloc)
     cfg = from_preset("small", backend="cuda", proofs=1, verify="always", allocator="aware")
-    kernels = KernelTuning(msm_pass_scalars=scalars)
-    engine, events = _run_engine(
-        cfg,
-        backend=CudaBackend(host_chunk=1 << 7, tuning=kernels),
-        tuning=Tuning(kernels=kernels),
-    )
+    engine, events = _run_engine(cfg, backend=CudaBackend(host_chunk=1 << 7))
     assert engine.ok, engine.error
     done = [e for e in events if e["k"] == "partition_done"]
     assert done and all(e["ok"] and e["verified"] for e in done)
     plan = next(e for e in events if e["k"] == "alloc" and e["site"] == "plan")
     assert "one interleaved pass" in plan["reason"]
-    assert ("aux scalars sent up with each chunk" in plan["reason"]) == (scalars == "host")
-    assert ("msm_scalars" in sites) == (scalars == "device")  # z's device block, or none
+    assert ("aux scalars sent up with each chunk" in plan["reason"]) == (not on_device)
+    assert ("msm_scalars" in sites) == bool(on_device)  # z's device block, or none
     phases = {e["phase"] for e in events if e["k"] == "phase_end"}
     assert "msm_interleaved" in phases and "msm_h" not in phases
+    assert ("msm_b_g1" in phases) == bool(on_device)
 
 
 @pytest.mark.gpu
@@ -1380,36 +1371,6 @@ def test_gpu_witness_is_valid_and_reproducible(cp, device):
 
 
 @pytest.mark.gpu
-def test_gpu_witness_waits_on_the_device_for_the_event_it_is_given(cp, device):
-    """``after`` (the neighbour's H step, engine.memory.h_step_fence): the synthesis stream's work
-    starts only once the event is done. The event follows a ~0.25 s spin on another stream;
-    a 2^12 witness alone takes milliseconds, so without the wait it would finish first."""
-    from engine.spec.witness_gpu import PinnedBuffers, synthesize_on_gpu
-    from engine.spec.workload import query_sizes
-    from kernels.constants import FR_MODULUS as R
-    from kernels.cuda.spin import spin_kernel
-    from kernels.layout import fr_from_limbs
-
-    spin = spin_kernel(cp)
-    cycles = np.int64(500_000_000)  # ~0.25 s at the H200's ~2 GHz; seconds on none slower
-    k = 12
-    sizes = query_sizes(k)
-    bufs = PinnedBuffers(1 << k, max(sizes.l, sizes.a, sizes.b_g1), "register")
-    kw = device.kernel_args("synthesis")
-    other = cp.cuda.Stream(non_blocking=True)
-    event = cp.cuda.Event(disable_timing=True)
-    for after in (event, None):
-        bufs.abc[...] = POISON
-        spin((1,), (1,), (cycles,), stream=other)
-        event.record(other)
-        w = synthesize_on_gpu(k, sizes, (0.3, 0.3, 0.4), 7, bufs, chunk=1000, after=after, **kw)
-        assert event.done is (after is not None)
-        other.synchronize()
-        a, b, c = (fr_from_limbs(v) for v in (w.a, w.b, w.c))
-        assert all(x * y % R == z for x, y, z in zip(a, b, c, strict=True))
-
-
-@pytest.mark.gpu
 def test_gpu_upload_async_overlaps_and_refuses_pageable(cp, device):
     from kernels.cuda.host_pinned import pinned_empty
 
@@ -1483,18 +1444,15 @@ def test_gpu_engine_checks_catch_a_wrong_result(cp, what):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("overlap", ["off", "on"])
-def test_gpu_fallback_path_uploads_the_pinned_witness_and_verifies(cp, overlap):
+def test_gpu_fallback_path_uploads_the_pinned_witness_and_verifies(cp):
     """An injected pre-stage OOM sends the partition to the fallback path: a, b, c go whole
-    from the worker's pinned pool into the stream-ordered pool (no staging block), and the
-    retried partition still verifies on the GPU; with ``PROVETOP_ABC_OVERLAP=on`` b and c go
-    up under the H step, which waits for each."""
+    from the worker's pinned pool into the stream-ordered pool (no staging block), b and c
+    up under the H step, which waits for each, and the retried partition still verifies on
+    the GPU."""
     from engine.settings.config import from_preset
-    from engine.settings.tuning import Tuning
 
     cfg = from_preset("small", backend="cuda", proofs=1, partitions=2, verify="always")
-    tuning = Tuning(abc_overlap=overlap)
-    engine, events = _run_engine(cfg, inject="alloc:prestage:1", tuning=tuning)
+    engine, events = _run_engine(cfg, inject="alloc:prestage:1")
     assert engine.ok, engine.error
     done = [e for e in events if e["k"] == "partition_done" and e["ok"]]
     assert len(done) == 2 and all(e["verified"] for e in done)
@@ -1503,4 +1461,4 @@ def test_gpu_fallback_path_uploads_the_pinned_witness_and_verifies(cp, overlap):
     prestage_allocs = [e for e in events if e["k"] == "alloc" and e["site"] == "prestage"]
     whole = [e for e in prestage_allocs if "pinned pool" in (e.get("reason") or "")]
     assert whole and whole[0]["pool"] == "async"
-    assert ("under the H step" in whole[0]["reason"]) is (overlap == "on")
+    assert "under the H step" in whole[0]["reason"]

@@ -1,12 +1,11 @@
 """A neighbour's synthesis held behind the running region's H step (engine.memory.h_step_fence):
-the fence alone, then through the driver with ops whose H step is 'queued' (a marker)."""
+the fence alone, then through the driver with ops whose H step is 'queued'."""
 
 from __future__ import annotations
 
 import random
 import threading
 import time
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,7 +17,6 @@ from engine.memory.h_step_fence import HStepFence
 from engine.partition.cpu import CpuPartition
 from engine.partition.pipeline import PartitionRunner, RunContext
 from engine.settings.config import from_preset
-from engine.settings.tuning import Tuning
 from engine.spec.srs import generate_srs
 from engine.spec.workload import query_sizes
 from engine.telemetry.bus import Bus
@@ -37,7 +35,7 @@ def _in_thread(fn):
 def test_nothing_wanted_or_running_lets_a_synthesis_go_at_once():
     fence = HStepFence()
     t0 = time.monotonic()
-    assert fence.wait_queued(timeout=5) is None
+    assert fence.wait_queued(timeout=5) is True
     assert time.monotonic() - t0 < 1
 
 
@@ -45,10 +43,12 @@ def test_a_queued_h_step_is_what_the_synthesis_waits_for():
     fence = HStepFence()
     fence.want(0)
     fence.acquired(0, fenced=True)
-    fence.queued(0, "H0")
-    assert fence.wait_queued(timeout=5) == "H0"
+    fence.queued(0)
+    t0 = time.monotonic()
+    assert fence.wait_queued(timeout=5) is True
     fence.released(0)
-    assert fence.wait_queued(timeout=5) is None
+    assert fence.wait_queued(timeout=5) is True
+    assert time.monotonic() - t0 < 1
 
 
 def test_a_synthesis_between_two_regions_waits_for_the_next_h_step_to_be_queued():
@@ -60,45 +60,48 @@ def test_a_synthesis_between_two_regions_waits_for_the_next_h_step_to_be_queued(
     fence.acquired(1, fenced=True)
     time.sleep(0.1)
     assert t.is_alive()  # held, its H step not yet queued
-    fence.queued(1, "H1")
+    fence.queued(1)
     t.join(5)
-    assert not t.is_alive() and box["out"] == "H1"
+    assert not t.is_alive() and box["out"] is True
 
 
 def test_an_unfenced_region_and_a_region_given_back_release_the_waiter():
     fence = HStepFence()
     fence.want(0)
-    fence.acquired(0, fenced=False)  # a streamed H step, or the setting off
-    assert fence.wait_queued(timeout=5) is None
+    fence.acquired(0, fenced=False)  # a streamed H step
+    t0 = time.monotonic()
+    assert fence.wait_queued(timeout=5) is True
+    assert time.monotonic() - t0 < 1
     fence.released(0)
     fence.want(1)
     t, box = _in_thread(lambda: fence.wait_queued(timeout=10))
     time.sleep(0.05)
     fence.released(1)  # the attempt failed before it got the mutex
     t.join(5)
-    assert not t.is_alive() and box["out"] is None
+    assert not t.is_alive() and box["out"] is True
 
 
 def test_the_wait_is_bounded_and_only_the_holder_publishes_or_clears():
     fence = HStepFence()
     fence.want(0)
     t0 = time.monotonic()
-    assert fence.wait_queued(timeout=0.2) is None  # nobody came: goes ahead unfenced
+    assert fence.wait_queued(timeout=0.2) is False  # nobody came: goes ahead unfenced
     assert 0.15 < time.monotonic() - t0 < 2
     fence.acquired(0, fenced=True)
-    fence.queued(1, "not the holder's")
+    fence.queued(1)  # not the holder's
     fence.released(1)
-    fence.queued(0, "H0")
-    assert fence.wait_queued(timeout=5) == "H0"
+    assert fence.wait_queued(timeout=0.2) is False  # the holder's H step is not queued yet
+    fence.queued(0)
+    assert fence.wait_queued(timeout=5) is True
 
 
 # -- through the driver ------------------------------------------------------------------------
 
 
 class MarkedOps(CpuPartition):
-    """CPU ops that pretend their H step is queued on a device: ``h_step_done`` returns a
-    marker naming the worker and its count, and every synthesis records what it was told to
-    wait for. Worker 0's first region stops after its H step until ``hold`` is set."""
+    """CPU ops that pretend their H step is queued on a device (``h_step_async``): every
+    synthesis and every check is logged with its worker, and worker 0's first region stops
+    after its H step until ``hold`` is set."""
 
     h_step_async = True
     log: list = []
@@ -107,15 +110,15 @@ class MarkedOps(CpuPartition):
 
     def __init__(self, scope) -> None:
         super().__init__(scope)
-        self.marks = 0
+        self.marks = 0  # H steps this worker has taken
 
-    def synthesize(self, rng, tries=0, after=None):
-        MarkedOps.log.append((self.scope.worker, after))
+    def synthesize(self, rng, tries=0):
+        MarkedOps.log.append((self.scope.worker, "synthesis"))
         return super().synthesize(rng, tries)
 
-    def h_step_done(self):
+    def h_step(self, a, b, c):
         self.marks += 1
-        return f"H{self.scope.worker}.{self.marks}"
+        return super().h_step(a, b, c)
 
     def verify(self, att, w, h, results):
         MarkedOps.log.append((self.scope.worker, "verify"))
@@ -139,7 +142,7 @@ def _close_buses():
         _buses.pop().close()
 
 
-def _runners(tuning: Tuning) -> tuple[PartitionRunner, PartitionRunner, threading.Lock]:
+def _runners() -> tuple[PartitionRunner, PartitionRunner, threading.Lock]:
     cfg = from_preset("ci", seed=random.randrange(1 << 30), workers_per_device=2)
     sizes = query_sizes(cfg.domain_log)
     backend = CpuBackend()
@@ -157,7 +160,6 @@ def _runners(tuning: Tuning) -> tuple[PartitionRunner, PartitionRunner, threadin
         Controls(),
         lambda d: None,
     )
-    ctx = replace(ctx, tuning=tuning)
     dev, gate, mutex = ModeledDevice(0, 1 << 30), DeviceGate(), threading.Lock()
     # The CPU H step of worker 0 may take longer than the engine's 1.5 s bound on a loaded
     # machine; past it the synthesis would go ahead unfenced and the test would read timing.
@@ -175,25 +177,9 @@ def _reset() -> None:
     MarkedOps.hold.clear()
 
 
-def test_the_driver_holds_a_synthesis_behind_the_running_regions_h_step():
-    _reset()
-    w0, w1, _mutex = _runners(Tuning(synthesis_after_h="done"))
-    t, box = _in_thread(lambda: w0.run(0, 0))
-    assert MarkedOps.in_region.wait(30)  # worker 0 holds the region, its H step queued
-    prep = w1.prepare(0, 1)
-    assert MarkedOps.log[-1] == (1, "H0.1")
-    MarkedOps.hold.set()
-    t.join(30)
-    assert box["out"].ok
-    assert w1.complete(prep).ok
-    # nothing running any more: the next synthesis waits for nothing
-    w0.prepare(0, 2)
-    assert MarkedOps.log[-1] == (0, None)
-
-
 def test_a_synthesis_started_while_the_next_region_waits_for_the_mutex_waits_for_its_h_step():
     _reset()
-    w0, w1, mutex = _runners(Tuning(synthesis_after_h="done"))
+    w0, w1, mutex = _runners()
     prep0 = w0.prepare(0, 0)
     mutex.acquire()  # a region that is ending: worker 0 must wait for the mutex
     t, box = _in_thread(lambda: w0.complete(prep0))
@@ -210,29 +196,29 @@ def test_a_synthesis_started_while_the_next_region_waits_for_the_mutex_waits_for
     MarkedOps.hold.set()
     t.join(30)
     assert box["out"].ok and w1.complete(sbox["out"]).ok
-    assert (1, "H0.1") in MarkedOps.log
+    assert (1, "synthesis") in MarkedOps.log
     # the wait is not the synthesis's: its phase times the witness alone (milliseconds here)
     assert sbox["out"].att.phases_ms["synthesis"] < 250
 
 
-def test_queued_holds_the_synthesis_on_the_host_only_and_off_not_at_all():
-    for setting in ("queued", "off"):
-        _reset()
-        w0, w1, mutex = _runners(Tuning(synthesis_after_h=setting))
-        prep0 = w0.prepare(0, 0)
-        mutex.acquire()  # worker 0 must wait for the mutex
-        t, box = _in_thread(lambda w0=w0, prep0=prep0: w0.complete(prep0))
-        while setting == "queued" and 0 not in w0.gate.h_step._wanting:
-            time.sleep(0.01)
-        s, sbox = _in_thread(lambda w1=w1: w1.prepare(0, 1))
-        s.join(0.3)
-        assert s.is_alive() is (setting == "queued")  # queued: held until the H step is
-        MarkedOps.hold.set()
-        mutex.release()
-        s.join(30)
-        t.join(30)
-        assert box["out"].ok and w1.complete(sbox["out"]).ok
-        assert (1, None) in MarkedOps.log  # never a device wait
+def test_a_synthesis_while_a_region_runs_after_its_h_step_goes_at_once():
+    """The fence holds only the host work that would run beside the holder's host steps
+    before its H step: once the H step is queued, a synthesis starts at once, and with
+    nothing running any more, too."""
+    _reset()
+    w0, w1, _mutex = _runners()
+    t, box = _in_thread(lambda: w0.run(0, 0))
+    assert MarkedOps.in_region.wait(30)  # worker 0 holds the region, its H step queued
+    t0 = time.monotonic()
+    prep = w1.prepare(0, 1)
+    # held, it would have waited for worker 0's region to end (which waits 10 s for ``hold``)
+    assert time.monotonic() - t0 < 5 and MarkedOps.log[-1] == (1, "synthesis")
+    MarkedOps.hold.set()
+    t.join(30)
+    assert box["out"].ok
+    assert w1.complete(prep).ok
+    w0.prepare(0, 2)  # nothing running any more: the next synthesis waits for nothing
+    assert MarkedOps.log[-1] == (0, "synthesis")
 
 
 def test_a_checked_partitions_host_check_waits_for_the_next_regions_h_step():
@@ -240,7 +226,7 @@ def test_a_checked_partitions_host_check_waits_for_the_next_regions_h_step():
     the next region wanted and its H step not yet queued, it waits; then it runs."""
     _reset()
     MarkedOps.hold.set()
-    w0, _w1, _mutex = _runners(Tuning(synthesis_after_h="queued"))
+    w0, _w1, _mutex = _runners()
     fence = w0.gate.h_step
     prep = w0.prepare(0, 0)
     fence.want(1)  # worker 1 waits for the mutex worker 0 is about to give back
@@ -248,7 +234,7 @@ def test_a_checked_partitions_host_check_waits_for_the_next_regions_h_step():
     t.join(0.5)
     assert t.is_alive() and (0, "verify") not in MarkedOps.log
     fence.acquired(1, fenced=True)
-    fence.queued(1, "H1")
+    fence.queued(1)
     t.join(30)
     assert box["out"].ok and box["out"].verified
     assert (0, "verify") in MarkedOps.log

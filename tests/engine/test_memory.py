@@ -280,7 +280,7 @@ def test_a_synthesis_refused_memory_tries_again_with_the_same_witness(monkeypatc
     real = CpuPartition.synthesize
     calls, witnesses = [], []
 
-    def flaky(self, rng, tries=0, after=None):
+    def flaky(self, rng, tries=0):
         calls.append(tries)
         if len(calls) <= refusals:
             raise DeviceOOM(6 << 26, "async", "synthesis", self.device.sample())

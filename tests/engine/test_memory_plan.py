@@ -72,19 +72,27 @@ def test_the_fastest_plan_that_fits_is_chosen(free_gib, slots, z_with_h, release
     assert plan.name in plan.reason
 
 
-@pytest.mark.parametrize("free_gib", [5.5, 8.3, 9.5, 11.0, 13.0, 13.35, 15.2, 17.0, 20.0, 40.0])
-@pytest.mark.parametrize("interleave", ["on", "off"])
-def test_the_streamed_msms_never_slow_the_plan(free_gib, interleave):
+# Streamed queries with a reader of the aux scalars on the device, and free GiB where a plan
+# fits: B-G1's points there (as on a 40 GiB card; in turn up to 13 GiB, where the plan has no
+# room for the pass, one pass from 13.35), or H's (the residency places the largest first;
+# without H streamed, no pass).
+NO_HOST_Z = [(("h", "l", "a"), f) for f in (8.3, 9.5, 11.0, 13.0, 13.35, 15.2, 17.0, 20.0, 40.0)]
+NO_HOST_Z += [(("l", "a", "b_g1"), f) for f in (40.0, 60.0)]
+
+
+@pytest.mark.parametrize("queries, free_gib", NO_HOST_Z)
+def test_the_streamed_msms_never_slow_the_plan(queries, free_gib):
     """How the streamed MSMs run is chosen only among variants whose plan is as fast as the
     floor's window run one query at a time; more memory never gives a smaller cap in the same
-    mode; one interleaved pass only beside H's aux scalars, with its bytes in the footprint;
-    and where the cap stops short of what the rule wants, one more bit would slow the plan.
-    With the aux scalars on the device (a pass reading them from host memory needs less, so
-    its plan may be faster than the floor's: the test below)."""
-    tuning = replace(DEFAULT_TUNING, msm_host_interleave=interleave, msm_pass_scalars="device")
+    mode; one interleaved pass only with H in it and beside H's aux scalars, with its bytes in
+    the footprint; and where the cap stops short of what the rule wants, one more bit would
+    slow the plan. With the aux scalars on the device, as where a reader of them has its points
+    there (a pass reading them from host memory needs less, so its plan may be faster than the
+    floor's: the test below); without H among the streamed queries, no pass."""
+    tuning = DEFAULT_TUNING
     sizes = query_sizes(27)
     base = footprint(27, sizes)
-    streamed = {q: 1 << 22 for q in sizes.as_dict()}
+    streamed = {q: 1 << 22 for q in queries}
     z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
     free = int(free_gib * GiB)
     chosen = plan_with_window(free, base, sizes.as_dict(), streamed, tuning, z, tables)
@@ -98,13 +106,15 @@ def test_the_streamed_msms_never_slow_the_plan(free_gib, interleave):
         return (p.slots, p.z_with_h, not p.release_tables)
 
     assert rank(plan) == rank(at_floor)
-    top = stream_window_bits(sizes.h, None, -(-sizes.h // (1 << 22)))  # what the rule wants
+    each = sizes.as_dict()
+    top = max(stream_window_bits(each[q], None, -(-each[q] // (1 << 22))) for q in queries)
     assert plan.need <= free and floor <= cap <= top
     assert (fp.together > 0) == chosen.together
+    assert not chosen.host_scalars  # a reader of z is not streamed
     if chosen.together:
-        assert interleave == "on" and plan.z_with_h
-    else:  # with the same cap, one pass would have slowed the plan (or off, or no room)
-        if interleave == "on" and at_floor.z_with_h:
+        assert "h" in streamed and plan.z_with_h
+    else:  # with the same cap, one pass would have slowed the plan (or no H, or no room)
+        if "h" in streamed and at_floor.z_with_h:
             for c in range(floor, top + 1):
                 fp_t = cuda_footprint(base, sizes.as_dict(), streamed, tuning, c, True)
                 try:
@@ -123,30 +133,26 @@ def test_the_streamed_msms_never_slow_the_plan(free_gib, interleave):
 
 def test_a_16gib_card_runs_the_streamed_msms_in_one_pass_and_an_8gib_one_too_with_z_on_host():
     """The H200's free bytes under --device-memory 16GiB and 8GiB (from the plans recorded on
-    2026-12-02): 16 GiB runs the four streamed MSMs in one pass either way; 8 GiB, with the
-    aux scalars copied to the device (after H), one at a time, and with the pass reading them
-    from host memory (the default), in one pass too."""
+    2026-12-02): both run the four streamed MSMs in one pass, the pass reading the aux scalars
+    from host memory."""
     sizes = query_sizes(27)
     base = footprint(27, sizes)
     streamed = {q: 1 << 22 for q in sizes.as_dict()}
     z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
-    for mode in ("device", "host"):
-        tuning = replace(DEFAULT_TUNING, msm_pass_scalars=mode)
-        args = (base, sizes.as_dict(), streamed, tuning, z, tables)
-        at16 = plan_with_window(int(13.35 * GiB), *args)
-        assert at16.together and at16.plan.slots == 3 and at16.window_max >= 19
-        at8 = plan_with_window(int(5.35 * GiB), *args)
-        assert at8.together == (mode == "host") and at8.plan.z_with_h == (mode == "host")
-    assert DEFAULT_TUNING.msm_pass_scalars == "host"
+    args = (base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables)
+    at16 = plan_with_window(int(13.35 * GiB), *args)
+    assert at16.together and at16.host_scalars
+    assert at16.plan.slots == 3 and at16.window_max >= 19
+    at8 = plan_with_window(int(5.35 * GiB), *args)
+    assert at8.together and at8.host_scalars and at8.plan.z_with_h
 
 
 @pytest.mark.parametrize("free_gib", [5.5, 8.3, 11.0, 13.35, 17.0, 40.0])
 def test_a_larger_chunk_only_where_the_plan_stays_as_fast(free_gib):
     """plan_streaming keeps the configured chunk's plan (slots, aux scalars, table) and its
     one pass, and takes a larger chunk only where the model finds it cheaper; off, the
-    configured chunk. At the H200's 16 GiB (13.35 GiB free): 6 Mi points with z on the device
-    (measured -82 ms a partition against 2^22), 11 Mi with z read from host memory (-60 ms
-    against 6 Mi; bench/notes/memory.md, 2026-12-02)."""
+    configured chunk. At the H200's 16 GiB (13.35 GiB free): 11 Mi points, the pass reading z
+    from host memory (bench/notes/memory.md, 2026-12-02)."""
     from engine.memory.stream_plan import CHUNK_STEPS, plan_streaming
     from kernels.cuda.msm_plan import stream_cost
 
@@ -172,11 +178,8 @@ def test_a_larger_chunk_only_where_the_plan_stays_as_fast(free_gib):
         return stream_cost(sizes.h, c, chunks)
 
     assert cost(got) <= cost(replace(ref, chunk=small))
-    if free_gib == 13.35:  # 11 Mi with z read from host memory (the default), else 6 Mi
-        assert got.chunk == 11 << 20 and got.together
-        dev = replace(DEFAULT_TUNING, msm_pass_scalars="device")
-        on_device = plan_streaming(free, base, sizes.as_dict(), streamed, dev, z, tables)
-        assert on_device.chunk == 6 << 20 and on_device.together
+    if free_gib == 13.35:
+        assert got.chunk == 11 << 20 and got.together and got.host_scalars
     off = replace(DEFAULT_TUNING, msm_host_chunk_grow="off")
     assert plan_streaming(free, base, sizes.as_dict(), streamed, off, z, tables) == ref
 
@@ -330,40 +333,41 @@ def test_msms_in_one_pass_complete_every_partition_exactly(monkeypatch):
     assert "msm_il" in text
 
 
+def _bytes_with_z_on_device(monkeypatch, sizes, streamed, tuning, window_max):
+    """The joint pass's bytes if the aux scalars were on the device (no scalar buffers): what
+    the buffers of a pass reading them from host memory are counted against."""
+    from engine.memory import stream_plan
+
+    with monkeypatch.context() as m:
+        m.setattr(stream_plan, "pass_reads_host_scalars", lambda sizes, streamed: False)
+        return stream_plan.interleaved_bytes(sizes, streamed, tuning, window_max)
+
+
 @pytest.mark.parametrize("free_gib", [5.35, 9.35, 13.35])
-def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(free_gib):
-    """With ``msm_pass_scalars = "host"`` a joint pass needs its scalar buffers, not the aux
-    scalars' 4.2 GB: at the H200's 8, 12 and 16 GiB (5.35, 9.35 and 13.35 GiB free) the four
-    streamed MSMs run in one pass, no plan is slower than with z on the device, and the
-    largest chunk the 16 GiB card then takes is larger."""
+def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(monkeypatch, free_gib):
+    """With every reader of the aux scalars in it, a joint pass reads them from host memory
+    and needs its scalar buffers, not the aux scalars' 4.2 GB: at the H200's 8, 12 and 16 GiB
+    (5.35, 9.35 and 13.35 GiB free) the four streamed MSMs run in one pass."""
     from engine.memory.stream_plan import interleaved_bytes, plan_streaming
-    from kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, pass_scalar_slots
+    from kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, pass_lead, pass_scalar_slots
 
     sizes = query_sizes(27)
     base = footprint(27, sizes)
     streamed = {q: 1 << 22 for q in sizes.as_dict()}
     z, tables = aux_scalar_bytes(sizes), twiddle_bytes(27)
     free = int(free_gib * GiB)
-    host = replace(DEFAULT_TUNING, msm_pass_scalars="host")
-    dev = replace(DEFAULT_TUNING, msm_pass_scalars="device")
-    on_device = plan_streaming(free, base, sizes.as_dict(), streamed, dev, z, tables)
-    got = plan_streaming(free, base, sizes.as_dict(), streamed, host, z, tables)
+    got = plan_streaming(free, base, sizes.as_dict(), streamed, DEFAULT_TUNING, z, tables)
     assert got.together and got.host_scalars and got.plan.need <= free
-    assert not on_device.host_scalars
-
-    def rank(p):
-        return (p.slots, not p.release_tables)
-
-    assert rank(got.plan) >= rank(on_device.plan)
     # the pass's bytes count the scalar buffers (two chunks of 32-byte rows here)
     order = [sizes.as_dict()[q] for q in ("h", "l", "a", "b_g1")]
-    slots = pass_scalar_slots(order, got.chunk, [False, True, True, True], INTERLEAVE_BUFFERS, 5)
+    lead = pass_lead(DEFAULT_TUNING, host_scalars=True)
+    slots = pass_scalar_slots(order, got.chunk, [False, True, True, True], INTERLEAVE_BUFFERS, lead)
     chunked = {q: got.chunk for q in streamed}
-    with_slots = interleaved_bytes(sizes.as_dict(), chunked, host, got.window_max)
-    without = interleaved_bytes(sizes.as_dict(), chunked, dev, got.window_max)
+    with_slots = interleaved_bytes(sizes.as_dict(), chunked, DEFAULT_TUNING, got.window_max)
+    without = _bytes_with_z_on_device(
+        monkeypatch, sizes.as_dict(), chunked, DEFAULT_TUNING, got.window_max
+    )
     assert slots >= 2 and with_slots - without == slots * got.chunk * 32
-    if free_gib == 13.35:
-        assert got.chunk > on_device.chunk
 
 
 def _pass_kwargs(bound_backend, **kw):
@@ -407,7 +411,7 @@ def test_more_pass_buffers_are_counted_and_reach_the_pass():
     assert _pass_kwargs(BoundBackend)["buffers"] == 4
 
 
-def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
+def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow(monkeypatch):
     """``PROVETOP_MSM_HOST_LEAD``: the bound backend hands it to the pass, and the memory model
     counts the scalar buffers of the order that lead gives; ``auto`` (the default) is no lead
     where the pass reads z from host memory and five where it copies z up whole."""
@@ -433,15 +437,14 @@ def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow():
     shared = [False, True, True, True]
     for lead in (None, 0, 5):
         t = replace(DEFAULT_TUNING, msm_host_lead=lead)
-        t0 = replace(t, msm_pass_scalars="device")
-        extra = interleaved_bytes(sizes, streamed, t, 20) - interleaved_bytes(
-            sizes, streamed, t0, 20
+        extra = interleaved_bytes(sizes, streamed, t, 20) - _bytes_with_z_on_device(
+            monkeypatch, sizes, streamed, t, 20
         )
         slots = pass_scalar_slots(order, chunk, shared, 4, pass_lead(t, host_scalars=True))
         assert extra == slots * chunk * 32
 
 
-def test_z_stays_on_the_device_where_a_reader_of_it_is_not_in_the_pass():
+def test_z_stays_on_the_device_where_a_reader_of_it_is_not_in_the_pass(monkeypatch):
     """B-G1's points on the device (a 40 GiB card) put B-G1 outside the pass: it reads z from
     a device copy, so the plan keeps z on the device and counts it, and the pass has no scalar
     buffers; with every reader streamed, z stays in host memory."""
@@ -457,7 +460,6 @@ def test_z_stays_on_the_device_where_a_reader_of_it_is_not_in_the_pass():
     some = plan_with_window(free, base, sizes.as_dict(), no_b, DEFAULT_TUNING, z, tables)
     assert every.together and every.host_scalars
     assert some.together and not some.host_scalars
-    dev = replace(DEFAULT_TUNING, msm_pass_scalars="device")
-    assert interleaved_bytes(sizes.as_dict(), no_b, DEFAULT_TUNING, 20) == interleaved_bytes(
-        sizes.as_dict(), no_b, dev, 20
+    assert interleaved_bytes(sizes.as_dict(), no_b, DEFAULT_TUNING, 20) == (
+        _bytes_with_z_on_device(monkeypatch, sizes.as_dict(), no_b, DEFAULT_TUNING, 20)
     )

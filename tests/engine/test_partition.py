@@ -14,7 +14,6 @@ from engine.partition.cuda import CudaPartition, CudaPartitionRunner
 from engine.partition.ops import (
     AsyncCopies,
     DeviceChecks,
-    FenceSteps,
     HandoverSteps,
     OnePass,
     PartitionOps,
@@ -22,7 +21,7 @@ from engine.partition.ops import (
 )
 from engine.partition.pipeline import PartitionRunner
 
-OPTIONAL = (DeviceChecks, FenceSteps, HandoverSteps, OnePass, AsyncCopies, PinnedPools)
+OPTIONAL = (DeviceChecks, HandoverSteps, OnePass, AsyncCopies, PinnedPools)
 
 
 def _steps(protocol: type = PartitionOps) -> dict[str, object]:
