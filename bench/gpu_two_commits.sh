@@ -27,6 +27,7 @@ run() {  # run TREE LABEL COMMAND...: into $W/TREE-LABEL-rR.log
 }
 for r in $(seq 1 "$ROUNDS"); do
     for tree in base head; do
+        mkdir -p "$W/$tree-r$r"
         run "$tree" msm bench msm --log-sizes 20,24 --repeats 5 --json --results-dir "$W/$tree-r$r"
         run "$tree" ntt bench ntt --log-sizes 20,24 --repeats 5 --json --results-dir "$W/$tree-r$r"
         run "$tree" engine bench pipeline --preset porep-32g --domain-log 24 --proofs 1 \
