@@ -4,7 +4,8 @@
 # cubins built there; the working tree uses the cubins carried in kernels/cuda/cubin.
 #   bash bench/gpu_two_commits.sh BASE [ROUNDS]
 # Per round and tree: bench msm (2^20, 2^24), bench ntt (2^20, 2^24), and the engine at
-# porep-32g scaled to 2^24 (1 proof, aware, the whole partition driver on the GPU).
+# porep-32g scaled to 2^24 (1 proof, aware, the whole partition driver on the GPU; ENGINE=0:
+# the kernels alone).
 # Logs go to $OUT/two-commits.tgz; the table of medians is printed last.
 set -uo pipefail
 BASE=${1:?base commit}
@@ -30,7 +31,7 @@ for r in $(seq 1 "$ROUNDS"); do
         mkdir -p "$W/$tree-r$r"
         run "$tree" msm bench msm --log-sizes 20,24 --repeats 5 --json --results-dir "$W/$tree-r$r"
         run "$tree" ntt bench ntt --log-sizes 20,24 --repeats 5 --json --results-dir "$W/$tree-r$r"
-        run "$tree" engine bench pipeline --preset porep-32g --domain-log 24 --proofs 1 \
+        [ "${ENGINE:-1}" = 1 ] && run "$tree" engine bench pipeline --preset porep-32g --domain-log 24 --proofs 1 \
             --json --out "$W/$tree-r$r/pipeline.json"
     done
 done
