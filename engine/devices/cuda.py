@@ -458,12 +458,6 @@ class CudaDevice(Device):
             counters=counters,
         )
 
-    def reset_high_water(self) -> None:
-        """Restart the pool's high-water marks from now (setting them to 0)."""
-        with self.dev:
-            for a in (ATTR_RESERVED_HIGH, ATTR_USED_HIGH):
-                self.rt.memPoolSetAttribute(self.pool_handle, a, 0)
-
     def _count_oom(self, pool: str) -> None:
         with self._lock:
             self.counters.ooms[pool] = self.counters.ooms.get(pool, 0) + 1

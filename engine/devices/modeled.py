@@ -182,8 +182,3 @@ class ModeledDevice(Device):
 
     def download(self, array: Array) -> np.ndarray:
         return np.array(array, copy=True)
-
-    def reset_high_water(self) -> None:
-        """Like setting ReservedMemHigh to 0: the mark restarts from the current reservation."""
-        with self._lock:
-            self.async_high = self.async_reserved

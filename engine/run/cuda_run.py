@@ -38,7 +38,7 @@ from engine.memory.stream_plan import (
 from engine.partition.context import EventBus, RunContext
 from engine.partition.cuda_backend import BoundBackend
 from engine.partition.pipeline import PartitionRunner
-from engine.run.cuda_srs import HostSrs, place_device_srs
+from engine.run.cuda_srs import HostSrs, emit_run_alloc, place_device_srs
 from engine.settings.tuning import DEFAULT_SWITCH_INTERVAL_S
 from engine.spec.srs import Srs
 from engine.spec.workload import FR_BYTES
@@ -254,12 +254,9 @@ def emit_plan(
             reason += f", in chunks of {chunk} points"
         if host_scalars:
             reason += ", the aux scalars sent up with each chunk"
-    bus.emit(
-        "alloc",
-        proof=-1,
-        partition=-1,
-        worker=-1,
-        device=device.index,
+    emit_run_alloc(
+        bus,
+        device,
         site="plan",
         pool="async",
         requested=plan.need,
@@ -267,7 +264,6 @@ def emit_plan(
         reason=reason,
         free=plan.free,
         margin=fp.margin,
-        pools=device.sample(),
     )
 
 

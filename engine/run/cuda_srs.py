@@ -147,15 +147,25 @@ def _make_on_device(
     return arr
 
 
-def _emit_placed(bus: EventBus, device: Device, p: Placement) -> None:
-    """The query's ``alloc`` event (site ``srs``; the SRS belongs to the run: -1 for proof,
-    partition and worker)."""
+def emit_run_alloc(bus: EventBus, device: Device, **fields: Any) -> None:
+    """An ``alloc`` event of the run rather than of a partition (the SRS placement, the memory
+    plan): proof, partition and worker are -1, and the device's pools are sampled with it."""
     bus.emit(
         "alloc",
         proof=-1,
         partition=-1,
         worker=-1,
         device=device.index,
+        pools=device.sample(),
+        **fields,
+    )
+
+
+def _emit_placed(bus: EventBus, device: Device, p: Placement) -> None:
+    """The query's ``alloc`` event (site ``srs``: the SRS belongs to the run)."""
+    emit_run_alloc(
+        bus,
+        device,
         site="srs",
         pool="raw" if p.where == "device" else "host",
         requested=p.nbytes,
@@ -163,7 +173,6 @@ def _emit_placed(bus: EventBus, device: Device, p: Placement) -> None:
         reason=f"{p.query}: {p.reason}",
         free=p.free,
         margin=p.need,
-        pools=device.sample(),
     )
 
 

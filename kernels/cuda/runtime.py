@@ -91,13 +91,6 @@ def require_cupy() -> Any:
     return cupy
 
 
-def device_arch(device: int | None = None) -> str:
-    """``sm_XY`` of ``device`` (default: the current CuPy device)."""
-    cupy = require_cupy()
-    dev = cupy.cuda.Device() if device is None else cupy.cuda.Device(device)
-    return f"sm_{dev.compute_capability}"
-
-
 def stderr_log(line: str) -> None:
     """The default progress sink: one line on stderr, flushed."""
     print(f"kernels: {line}", file=sys.stderr, flush=True)
@@ -162,11 +155,6 @@ def load(
                 mod = _build(cupy, source, defs, dev, cubins.search_path(cubin_dir), log)
             _cache[key] = mod
     return mod
-
-
-def loaded_modules() -> list[KernelModule]:
-    """Every module loaded in this process so far (for reports such as ``provetop warmup``)."""
-    return list(_cache.values())
 
 
 def _build(
