@@ -23,7 +23,7 @@ from pathlib import Path
 
 MAGIC = b"PVTRACE1"
 MAGIC_SIZE = 8
-VERSION = 1
+VERSION = 2
 HEADER_SIZE = 64
 RECORD_SIZE = 80
 VALUES = 7
@@ -39,6 +39,13 @@ KIND_OOM_STATE = 8
 KIND_POOL = 9
 KIND_EXIT = 10
 KIND_STATUS = 11
+KIND_DEVICE = 12
+KIND_HEAL = 13
+KIND_HEAL_REQUEST = 14
+
+HEAL_ALLOC = 1
+HEAL_COMMAND = 2
+HEAL_ASKED = 4
 
 POOL_DEFAULT = 1
 POOL_CURRENT = 2
@@ -48,6 +55,12 @@ STATUS_SUBSCRIBED = 1
 STATUS_NO_CUPTI = 2
 STATUS_NO_DRIVER = 3
 STATUS_RING_FULL = 4
+STATUS_NO_SOCKET = 5
+
+# commands, the reader to the library (struct PvtCommand)
+COMMAND_SIZE = 32
+OP_TRIM = 1
+OP_HEAL_DONE = 2
 
 API_SAMPLER = 0
 API_MEM_ALLOC = 1
@@ -135,6 +148,8 @@ HEADER = struct.Struct("<8sHHHHIIQQIIIiQ")
 # struct PvtRecord: t_ns (u64), kind, api (u16), device (i16), flags (u16), result (i32),
 # tid (u32), v[7] (u64)
 RECORD = struct.Struct(f"<QHHhHiI{VALUES}Q")
+# struct PvtCommand: op (u32), device (i32), id, arg, reserved (u64)
+COMMAND = struct.Struct("<IiQQQ")
 
 
 class TraceFormatError(ValueError):
@@ -212,6 +227,11 @@ def encode_header(header: Header) -> bytes:
         MAGIC, h.version, HEADER_SIZE, RECORD_SIZE, 0, h.pid, h.ppid, h.t0_mono_ns,
         h.t0_wall_ns, h.interval_ms, h.ring_slots, h.cupti_version, h.cupti_result, 0,
     )  # fmt: skip
+
+
+def encode_command(op: int, device: int = -1, id: int = 0, arg: int = 0) -> bytes:
+    """One command for the library (``OP_TRIM``, ``OP_HEAL_DONE``), as its thread reads it."""
+    return COMMAND.pack(op, device, id, arg, 0)
 
 
 def encode_record(r: Record) -> bytes:

@@ -22,7 +22,7 @@
 
 #define PVT_MAGIC "PVTRACE1"  // 8 bytes, no terminator in the stream
 #define PVT_MAGIC_SIZE 8
-#define PVT_VERSION 1
+#define PVT_VERSION 2
 #define PVT_HEADER_SIZE 64
 #define PVT_RECORD_SIZE 80
 #define PVT_VALUES 7  // u64 payload words per record (v[0] .. v[6])
@@ -67,6 +67,32 @@
 // STATUS: something the reader should be told. v0 a PVT_STATUS_* code, v1 its detail.
 #define PVT_KIND_STATUS 11
 
+// DEVICE: a device the program uses, written once, before its first SAMPLE (by the library's
+//   thread, api 0). v0 PCI domain, v1 PCI bus, v2 PCI device (cuDeviceGetAttribute), v3 and v4
+//   the device's UUID (cuDeviceGetUuid: bytes 0-7 and 8-15, little-endian), v5 total memory
+//   (cuDeviceTotalMem). What the reader matches NVML's devices with: CUDA ordinals follow
+//   CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, NVML's indices do not.
+#define PVT_KIND_DEVICE 12
+// HEAL: the library trimmed the stream-ordered pools of one device (cuMemPoolTrimTo to keep
+//   nothing unused). flags: PVT_HEAL_* (why). v0 bytes of the allocation it was for (0 on a
+//   command), v1 driver free before, v2 driver free after, v3 the pools' reserved-but-unused
+//   bytes before, v4 nanoseconds the trim took, v5 the command's id (PVT_HEAL_COMMAND; else 0),
+//   v6 pools trimmed. result: the first trim that failed, else 0. api: the allocation's call
+//   (PVT_HEAL_ALLOC), else 0.
+#define PVT_KIND_HEAL 13
+// HEAL_REQUEST: a plain allocation will not fit even with this process's own pools trimmed,
+//   and the library asks the reader (only over a socket, PROVETOP_TRACE_OUT=unix:PATH) to have
+//   the other traced processes on the same device trim theirs; the allocating thread waits for
+//   PVT_OP_HEAL_DONE with the same id, at most PROVETOP_TRACE_HEAL_WAIT_MS. v0 the request id,
+//   v1 bytes the allocation asks, v2 driver free now, v3 the UUID's bytes 0-7 (as DEVICE's v3).
+//   api: the allocation's call.
+#define PVT_KIND_HEAL_REQUEST 14
+
+// HEAL flags
+#define PVT_HEAL_ALLOC 1    // before a plain allocation that would not fit (PROVETOP_TRACE_HEAL)
+#define PVT_HEAL_COMMAND 2  // on the reader's PVT_OP_TRIM (the operator, or another process)
+#define PVT_HEAL_ASKED 4    // (with ALLOC) not enough alone: a HEAL_REQUEST follows
+
 // POOL record flags
 #define PVT_POOL_DEFAULT 1  // the device's default pool (cuDeviceGetDefaultMemPool)
 #define PVT_POOL_CURRENT 2  // the device's current pool (cuDeviceGetMemPool) at that instant
@@ -78,6 +104,7 @@
                                   // subscriber, e.g. a profiler, already holds CUPTI)
 #define PVT_STATUS_NO_DRIVER 3    // a driver entry point the library needs was not found
 #define PVT_STATUS_RING_FULL 4    // first record dropped; v1 = the ring's slots
+#define PVT_STATUS_NO_SOCKET 5    // unix:PATH could not be connected: v1 = errno (not tracing)
 
 // ---- driver calls (the `api` field): numbers of our own, stable across CUDA versions --------
 #define PVT_API_SAMPLER 0
@@ -105,6 +132,25 @@
 
 #define PVT_CUDA_SUCCESS 0
 #define PVT_CUDA_ERROR_OUT_OF_MEMORY 2  // CUDA_ERROR_OUT_OF_MEMORY (cudaErrorMemoryAllocation)
+
+// ---- commands: the reader to the library, over the socket of PROVETOP_TRACE_OUT=unix:PATH ----
+// Fixed-size PvtCommand messages; the library's thread reads them between two drains (at most
+// DRAIN_MS late) and ignores what it does not know.
+#define PVT_COMMAND_SIZE 32
+// TRIM: trim every stream-ordered pool of `device` (-1: every device) to keep nothing unused;
+//   answered by a HEAL record with flags PVT_HEAL_COMMAND and v5 = id.
+#define PVT_OP_TRIM 1
+// HEAL_DONE: the answer to HEAL_REQUEST `id`; arg = bytes the other processes released. The
+//   waiting allocation goes on (and may still fail: then it is an ordinary out-of-memory).
+#define PVT_OP_HEAL_DONE 2
+
+typedef struct PvtCommand {
+    uint32_t op;             // PVT_OP_*
+    int32_t device;          // CUDA device ordinal in the library's process; -1 every device
+    uint64_t id;             // echoed in the answer
+    uint64_t arg;            // per op
+    uint64_t reserved;
+} PvtCommand;
 
 // The stream's first PVT_HEADER_SIZE bytes.
 typedef struct PvtHeader {
@@ -138,6 +184,7 @@ typedef struct PvtRecord {
 #ifdef __cplusplus
 static_assert(sizeof(PvtHeader) == PVT_HEADER_SIZE, "PvtHeader layout");
 static_assert(sizeof(PvtRecord) == PVT_RECORD_SIZE, "PvtRecord layout");
+static_assert(sizeof(PvtCommand) == PVT_COMMAND_SIZE, "PvtCommand layout");
 static_assert(offsetof(PvtRecord, v) == PVT_RECORD_SIZE - 8 * PVT_VALUES, "PvtRecord.v");
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the record stream is little-endian");
 #endif
