@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "warmup": "compile or load every CUDA module on this machine, once, with a line per module",
     "bench": "benchmarks: cpu, ntt, msm, pipeline, tui",
     "import-cuzk": "turn a cuzk prover's log into a provetop recording",
+    "trace": "run any CUDA program and see both of its pools, live, like an engine's",
 }
 
 

@@ -257,6 +257,13 @@ class Converter:
         return self._release(None)
 
     @property
+    def wall_anchor_ns(self) -> int | None:
+        """The wall time (ns since the epoch) of t = 0 in use: the tracing lines' bound once
+        one came, else the ``wall_ns`` given; what a reader that puts these events on another
+        clock (``provetop trace --cuzk-log``) shifts them by."""
+        return self._wall_anchor if self._wall_anchor is not None else self.default_wall_ns
+
+    @property
     def proofs(self) -> dict[str, int]:
         """cuzk job id -> provetop proof number."""
         return {job_id: job.proof for job_id, job in self.jobs.items()}

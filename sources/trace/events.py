@@ -41,15 +41,22 @@ reserved-but-unused bytes in ``phantom``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from provetop.base.units import fmt_bytes
 from recordings.schema import make
+from sources.trace.heal import verdict
 from sources.trace.records import (
     API_ALLOCATOR,
     CUPTI_RESULTS,
+    HEAL_ALLOC,
+    HEAL_ASKED,
     KIND_ALLOC,
+    KIND_DEVICE,
     KIND_EXIT,
+    KIND_HEAL,
+    KIND_HEAL_REQUEST,
     KIND_OOM_STATE,
     KIND_POOL_TRIM,
     KIND_SAMPLE,
@@ -59,6 +66,7 @@ from sources.trace.records import (
     POOL_DEFAULT,
     STATUS_NO_CUPTI,
     STATUS_NO_DRIVER,
+    STATUS_NO_SOCKET,
     STATUS_RING_FULL,
     DeviceState,
     Grouper,
@@ -80,6 +88,49 @@ UNOBSERVED = ("sync_cached", "ballast")
 # proof, partition and worker of an event that belongs to the run, not to a partition: the
 # engine's own convention (its 'plan' and 'srs' alloc events)
 _RUN_IDS = {"proof": -1, "partition": -1, "worker": -1}
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A device as a traced process's DEVICE record names it: what NVML's devices are matched
+    with (CUDA ordinals follow the process's CUDA_VISIBLE_DEVICES, NVML's indices do not)."""
+
+    ordinal: int  # the CUDA device ordinal inside the traced process
+    pci_bus_id: str  # NVML's form, "00000000:BB:DD.0"; "" when the driver did not say
+    uuid: str  # NVML's form, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"; "" when unknown
+    total: int  # bytes (cuDeviceTotalMem)
+
+    @classmethod
+    def of(cls, r: Record) -> DeviceInfo:
+        domain, bus, dev, lo, hi, total = r.v[:6]
+        raw = lo.to_bytes(8, "little") + hi.to_bytes(8, "little")
+        uuid = ""
+        if any(raw):
+            h = raw.hex()
+            uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        pci = f"{domain:08X}:{bus:02X}:{dev:02X}.0" if (domain or bus or dev) else ""
+        return cls(r.device, pci, uuid, total)
+
+
+class Lanes(Protocol):
+    """Where a traced process's device goes in the events: the ``device`` index of its
+    ``memory``, ``alloc`` and ``fault`` events. Several processes may share one GPU, and the
+    reducer keeps one memory picture per index, so each (process, device) gets a lane of its
+    own (``provetop.trace.lanes``); one process alone keeps its CUDA ordinals."""
+
+    def see(self, pid: int, info: DeviceInfo) -> None: ...
+
+    def lane(self, pid: int, ordinal: int) -> int: ...
+
+
+class OwnOrdinals:
+    """The lanes of one process read alone (a stream file): its CUDA ordinals."""
+
+    def see(self, pid: int, info: DeviceInfo) -> None:
+        pass
+
+    def lane(self, pid: int, ordinal: int) -> int:
+        return ordinal
 
 
 def trace_config(header: Header) -> dict[str, Any]:
@@ -145,9 +196,22 @@ class TraceEvents:
     (``header.t0_mono_ns``, whose wall-clock twin is ``header.t0_wall_ns``)."""
 
     def __init__(
-        self, header: Header, *, origin_ns: int | None = None, alloc_min: int = ALLOC_EVENT_MIN
+        self,
+        header: Header,
+        *,
+        origin_ns: int | None = None,
+        alloc_min: int = ALLOC_EVENT_MIN,
+        lanes: Lanes | None = None,
     ) -> None:
         self.header = header
+        self.lanes: Lanes = lanes if lanes is not None else OwnOrdinals()
+        self.devices: dict[int, DeviceInfo] = {}
+        # the library's requests for other processes' memory (KIND_HEAL_REQUEST), in order,
+        # for the trace command to act on (take_requests)
+        self.requests: list[Record] = []
+        # the newest memory picture of each CUDA ordinal: its pools' unused bytes are what a
+        # heal request from another process may reclaim here
+        self.latest: dict[int, DeviceState] = {}
         self.origin_ns = header.t0_mono_ns if origin_ns is None else origin_ns
         self.alloc_min = alloc_min
         self.exited = False
@@ -166,6 +230,23 @@ class TraceEvents:
     def _t(self, t_ns: int) -> int:
         return max(0, t_ns - self.origin_ns)
 
+    def _lane(self, ordinal: int) -> int:
+        return self.lanes.lane(self.header.pid, ordinal) if ordinal >= 0 else ordinal
+
+    def take_requests(self) -> list[Record]:
+        """The heal requests read since the last call."""
+        out, self.requests = self.requests, []
+        return out
+
+    def unused(self, ordinal: int) -> int:
+        """The reserved-but-unused bytes of ``ordinal``'s pools at the newest sample."""
+        state = self.latest.get(ordinal)
+        return state.pool_unused if state is not None else 0
+
+    def ordinal_of(self, pci_bus_id: str) -> int | None:
+        """The CUDA ordinal this process gives the device at ``pci_bus_id``, if it uses it."""
+        return next((o for o, d in self.devices.items() if d.pci_bus_id == pci_bus_id), None)
+
     def _events(self, items: Iterable[Record | DeviceState | Oom]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for item in items:
@@ -183,10 +264,12 @@ class TraceEvents:
         self.dropped = max(self.dropped, state.dropped)
         if state.record.kind != KIND_SAMPLE or state.device < 0 or not state.complete:
             return None  # a cut-short group: its sums would be wrong
+        self.latest[state.device] = state
         return make(
             "memory",
             self._t(state.t_ns),
-            device=state.device,
+            device=self._lane(state.device),
+            cuda_device=state.device,
             pid=self.header.pid,
             **memory_fields(state),
         )
@@ -204,7 +287,8 @@ class TraceEvents:
             "result": a.result,
         }
         if a.device >= 0:
-            fields["device"] = a.device
+            fields["device"] = self._lane(a.device)
+            fields["cuda_device"] = a.device
         state = (
             oom.state if oom.state is not None and oom.state.record.kind == KIND_OOM_STATE else None
         )
@@ -217,9 +301,11 @@ class TraceEvents:
             if allocator == "async":
                 why = f"the stream-ordered pools hold {fmt_bytes(phantom)} reserved and unused"
             else:
+                v = verdict(a.v[1], state.driver_free, phantom)
+                fields["case"] = v.case
                 why = (
                     f"{fmt_bytes(phantom)} reserved and unused in the stream-ordered pools "
-                    f"(phantom), driver free {free}"
+                    f"(phantom), driver free {free}: {v.words()}"
                 )
         else:
             why = "the device's memory was not read (the ring had no room for it)"
@@ -233,12 +319,22 @@ class TraceEvents:
             return None
         if r.kind == KIND_STATUS:
             return self._status(r)
+        if r.kind == KIND_DEVICE:
+            info = DeviceInfo.of(r)
+            self.devices[r.device] = info
+            self.lanes.see(self.header.pid, info)
+            return None
+        if r.kind == KIND_HEAL:
+            return self._heal(r)
+        if r.kind == KIND_HEAL_REQUEST:
+            self.requests.append(r)
+            return None
         if r.kind == KIND_POOL_TRIM and r.result == 0:
             return make(
                 "alloc",
                 self._t(r.t_ns),
                 **_RUN_IDS,
-                device=r.device,
+                device=self._lane(r.device),
                 site=r.api_name,
                 pool="async",
                 requested=r.v[1],
@@ -251,7 +347,7 @@ class TraceEvents:
                 "alloc",
                 self._t(r.t_ns),
                 **_RUN_IDS,
-                device=r.device,
+                device=self._lane(r.device),
                 site=r.api_name,
                 pool=API_ALLOCATOR.get(r.api, "sync"),
                 requested=r.v[1],
@@ -261,6 +357,46 @@ class TraceEvents:
             )
         return None
 
+    def _heal(self, r: Record) -> dict[str, Any]:
+        """A trim the library made: before a plain allocation (``--heal``) or on a command
+        (the operator's ``trim``, or another traced process's heal request)."""
+        asked, before, after, unused, took_ns, cid, pools = r.v
+        reclaimed = max(0, after - before)
+        took = f"{took_ns / 1e6:.2f} ms"
+        if r.flags & HEAL_ALLOC:
+            site = "heal"
+            why = (
+                f"before a {r.api_name} of {fmt_bytes(asked)} with {fmt_bytes(before)} free: "
+                f"trimmed {pools} pool(s) holding {fmt_bytes(unused)} unused, "
+                f"reclaimed {fmt_bytes(reclaimed)} in {took}"
+            )
+            if r.flags & HEAL_ASKED:
+                why += "; not enough alone, the other traced processes were asked"
+        else:
+            site = "trim"
+            why = (
+                f"trim on request: {pools} pool(s) holding {fmt_bytes(unused)} unused, "
+                f"reclaimed {fmt_bytes(reclaimed)} in {took}"
+            )
+        return make(
+            "alloc",
+            self._t(r.t_ns),
+            **_RUN_IDS,
+            device=self._lane(r.device),
+            cuda_device=r.device,
+            site=site,
+            pool="async",
+            requested=asked or unused,
+            decision="trim",
+            reason=why,
+            free=before,
+            reclaimed=reclaimed,
+            took_ns=took_ns,
+            command_id=cid,
+            result=r.result,
+            pid=self.header.pid,
+        )
+
     def _status(self, r: Record) -> dict[str, Any] | None:
         code, detail = r.v[0], r.v[1]
         if code == STATUS_NO_CUPTI:
@@ -268,6 +404,8 @@ class TraceEvents:
             message = f"trace: CUPTI refused the library's callbacks: {why}; nothing is traced"
         elif code == STATUS_NO_DRIVER:
             message = "trace: the driver's memory entry points were not found; nothing is traced"
+        elif code == STATUS_NO_SOCKET:
+            message = f"trace: the library could not connect to the trace (errno {detail})"
         elif code == STATUS_RING_FULL:
             message = (
                 f"trace: the record ring ({detail} slots) was full: records are being dropped "

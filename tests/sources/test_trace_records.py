@@ -94,7 +94,7 @@ def test_the_doc_names_every_kind() -> None:
 # ---- bytes built field by field -------------------------------------------------------------
 
 
-def header_bytes(magic: bytes = b"PVTRACE1", version: int = 1, interval: int = 100) -> bytes:
+def header_bytes(magic: bytes = b"PVTRACE1", version: int = R.VERSION, interval: int = 100) -> bytes:
     return struct.pack(
         "<8sHHHHIIQQIIIiQ", magic, version, 64, 80, 0, PID, 1, T0, 1_700_000_000 * 10**9,
         interval, 65536, 130001, 0, 0,
@@ -136,7 +136,7 @@ def test_decodes_every_field() -> None:
     data = header_bytes() + rec(10, R.KIND_ALLOC, R.API_MEM_ALLOC_ASYNC, 1, 0, 0, 0xA0, 512, 0, 7)
     stream = R.decode(data)
     h = stream.header
-    assert h == R.Header(1, PID, 1, T0, 1_700_000_000 * 10**9, 100, 65536, 130001, 0)
+    assert h == R.Header(R.VERSION, PID, 1, T0, 1_700_000_000 * 10**9, 100, 65536, 130001, 0)
     assert h.subscribed and not stream.truncated and not stream.exited
     (r,) = stream.records
     assert (r.t_ns, r.kind, r.api, r.device, r.flags, r.result, r.tid) == (
@@ -173,8 +173,9 @@ def test_bad_magic_is_a_clear_error() -> None:
 
 
 def test_another_version_is_a_clear_error() -> None:
-    with pytest.raises(R.TraceFormatError, match="version 2.*reads version 1"):
-        R.decode(header_bytes(version=2))
+    other = R.VERSION + 1
+    with pytest.raises(R.TraceFormatError, match=f"version {other}.*reads version {R.VERSION}"):
+        R.decode(header_bytes(version=other))
 
 
 def test_feeding_byte_by_byte_gives_the_same_records() -> None:
