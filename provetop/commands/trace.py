@@ -32,30 +32,58 @@ def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
         "telemetry like an engine (docs/trace.md).",
         usage="provetop trace [options] -- COMMAND [ARGS...]",
     )
-    p.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND",
-                   help="the program to run, after --")  # fmt: skip
-    p.add_argument("--listen", metavar="ADDR", default=None,
-                   help="telemetry socket: unix (default, a fresh private socket that watch and "
-                   "top find), unix:PATH, or tcp://127.0.0.1:PORT with --token-file")  # fmt: skip
+    p.add_argument(
+        "program", nargs=argparse.REMAINDER, metavar="COMMAND", help="the program to run, after --"
+    )
+    p.add_argument(
+        "--listen",
+        metavar="ADDR",
+        default=None,
+        help="telemetry socket: unix (default, a fresh private socket that watch and "
+        "top find), unix:PATH, or tcp://127.0.0.1:PORT with --token-file",
+    )
     p.add_argument("--no-listen", action="store_true", help="serve no telemetry socket")
     p.add_argument("--token-file", metavar="F", help="token for a tcp:// listener")
-    p.add_argument("--record", metavar="PATH",
-                   help="recording file (default: a new file in the recordings directory)")
+    p.add_argument(
+        "--record",
+        metavar="PATH",
+        help="recording file (default: a new file in the recordings directory)",
+    )
     p.add_argument("--no-record", action="store_true", help="write no recording")
-    p.add_argument("--metrics", metavar="ADDR",
-                   help="serve Prometheus /metrics on ADDR (e.g. 127.0.0.1:9400)")
-    p.add_argument("--heal", action="store_true",
-                   help="trim stream-ordered pools before a plain allocation that only their "
-                   "unused reserve keeps from fitting, this process's or another traced one's")
-    p.add_argument("--interval-ms", type=int, default=INTERVAL_MS, metavar="MS",
-                   help="pool sampling interval in the program (default %(default)s; 0: none)")
-    p.add_argument("--cuzk-log", metavar="LOG",
-                   help="also follow this cuzk log: its partitions on the pools' time axis")
-    p.add_argument("--workers-per-device", type=int, default=2, metavar="N",
-                   help="cuzk's gpu_workers_per_device, with --cuzk-log (default 2)")
+    p.add_argument(
+        "--metrics", metavar="ADDR", help="serve Prometheus /metrics on ADDR (e.g. 127.0.0.1:9400)"
+    )
+    p.add_argument(
+        "--heal",
+        action="store_true",
+        help="trim stream-ordered pools before a plain allocation that only their "
+        "unused reserve keeps from fitting, this process's or another traced one's",
+    )
+    p.add_argument(
+        "--interval-ms",
+        type=int,
+        default=INTERVAL_MS,
+        metavar="MS",
+        help="pool sampling interval in the program (default %(default)s; 0: none)",
+    )
+    p.add_argument(
+        "--cuzk-log",
+        metavar="LOG",
+        help="also follow this cuzk log: its partitions on the pools' time axis",
+    )
+    p.add_argument(
+        "--workers-per-device",
+        type=int,
+        default=2,
+        metavar="N",
+        help="cuzk's gpu_workers_per_device, with --cuzk-log (default 2)",
+    )
     p.add_argument("--read-only", action="store_true", help="refuse control commands (trim)")
-    p.add_argument("--library", metavar="PATH",
-                   help="the injection library to use (default: build or find the cached one)")
+    p.add_argument(
+        "--library",
+        metavar="PATH",
+        help="the injection library to use (default: build or find the cached one)",
+    )
 
 
 def _command(args: argparse.Namespace) -> list[str]:
@@ -107,8 +135,9 @@ def _check(args: argparse.Namespace) -> None:
     if args.listen and args.no_listen:
         raise UsageError("trace: --listen and --no-listen are mutually exclusive")
     if args.record and os.path.lexists(args.record):
-        raise UsageError(f"trace: --record {args.record}: the path exists; a trace never "
-                         "overwrites")  # fmt: skip
+        raise UsageError(
+            f"trace: --record {args.record}: the path exists; a trace never overwrites"
+        )
     if args.interval_ms < 0 or args.interval_ms > 60_000:
         raise UsageError(f"trace: --interval-ms {args.interval_ms}: between 0 and 60000")
     if args.workers_per_device < 1:
@@ -152,7 +181,10 @@ def run(args: argparse.Namespace) -> int:
         pid = session.start()
     except TraceError as exc:
         raise UsageError(f"trace: {exc}") from None
-    say = lambda line: print(f"provetop trace: {line}", file=err, flush=True)  # noqa: E731
+
+    def say(line: str) -> None:
+        print(f"provetop trace: {line}", file=err, flush=True)
+
     say(f"pid {pid}: {session.line}" + (" (heal on)" if args.heal else ""))
     if session.address:
         say(f"listening on {session.address}")

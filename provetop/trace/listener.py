@@ -177,4 +177,3 @@ class TraceListener:
                 os.rmdir(self._dir)
             except OSError:
                 pass
-

@@ -85,8 +85,9 @@ class TraceSession:
         self.clock = Clock()
         self.bus = Bus(self.clock)
         self.lanes = LaneMap()
-        self.listener = TraceListener(self._on_header, self._on_records, self._on_close,
-                                      self._on_error)  # fmt: skip
+        self.listener = TraceListener(
+            self._on_header, self._on_records, self._on_close, self._on_error
+        )
         self.broker = HealBroker(self._live_streams, self.bus.emit, self.lanes.lane)
         self.events: dict[int, TraceEvents] = {}  # by stream number
         self._events_lock = threading.Lock()
@@ -117,8 +118,7 @@ class TraceSession:
             self._close_carriers(discard=True)
             raise TraceError(str(exc)) from None
         socket_path = self.listener.start()
-        env = traced_env(os.environ, o.library, socket_path, interval_ms=o.interval_ms,
-                         heal=o.heal)  # fmt: skip
+        env = traced_env(os.environ, o.library, socket_path, interval_ms=o.interval_ms, heal=o.heal)
         self.child = Child(o.command, env)
         started_wall = time.time_ns()
         try:
@@ -129,12 +129,15 @@ class TraceSession:
             raise TraceError(f"cannot run {o.command[0]!r}: {exc.strerror or exc}") from None
         self.bus.emit("engine_state", state="running", reason=f"tracing pid {pid}: {self.line}")
         if o.cuzk_log:
-            self.cuzk = CuzkLog(o.cuzk_log, self.bus.publish, trace_wall_ns=self.clock.wall_ns,
-                                started_wall_ns=started_wall,
-                                workers_per_device=o.workers_per_device)  # fmt: skip
+            self.cuzk = CuzkLog(
+                o.cuzk_log,
+                self.bus.publish,
+                trace_wall_ns=self.clock.wall_ns,
+                started_wall_ns=started_wall,
+                workers_per_device=o.workers_per_device,
+            )
             self.cuzk.start()
-        self._nvml_thread = threading.Thread(target=self._nvml_loop, name="trace-nvml",
-                                             daemon=True)  # fmt: skip
+        self._nvml_thread = threading.Thread(target=self._nvml_loop, name="trace-nvml", daemon=True)
         self._nvml_thread.start()
         return pid
 
@@ -151,8 +154,9 @@ class TraceSession:
                 if not o.token_file:
                     raise ValueError("--listen tcp:// needs --token-file F")
                 token = read_token(o.token_file)
-            self.server = TelemetryServer(self.bus, self._on_frame, self._on_bad_frame,
-                                          listen=kind, token=token)  # fmt: skip
+            self.server = TelemetryServer(
+                self.bus, self._on_frame, self._on_bad_frame, listen=kind, token=token
+            )
         if o.metrics:
             self.metrics = EngineMetrics(self.bus, o.metrics)
         if o.record:
@@ -181,11 +185,15 @@ class TraceSession:
             config["synth_worker_base"] = SYNTH_WORKER_BASE
             config["workers_per_device"] = o.workers_per_device
         devices = [
-            {"index": int(g["index"]), "name": str(g.get("name", "GPU")),
-             "capacity": int(g.get("capacity", 0)), "modeled": False,
-             "pci_bus_id": str(g.get("pci_bus_id", ""))}
+            {
+                "index": int(g["index"]),
+                "name": str(g.get("name", "GPU")),
+                "capacity": int(g.get("capacity", 0)),
+                "modeled": False,
+                "pci_bus_id": str(g.get("pci_bus_id", "")),
+            }
             for g in self.lanes.gpus
-        ]  # fmt: skip
+        ]
         return {
             "schema": SCHEMA_VERSION,
             "engine_id": self.engine_id,
@@ -205,8 +213,9 @@ class TraceSession:
 
     def _live_streams(self) -> list[tuple[Stream, TraceEvents]]:
         with self._events_lock:
-            return [(s, self.events[s.number]) for s in self.listener.live()
-                    if s.number in self.events]  # fmt: skip
+            return [
+                (s, self.events[s.number]) for s in self.listener.live() if s.number in self.events
+            ]
 
     def _on_header(self, stream: Stream) -> None:
         assert stream.header is not None
@@ -239,8 +248,11 @@ class TraceSession:
             self.bus.emit("marker", name=f"trace: pid {stream.pid} exited")
 
     def _on_error(self, stream: Stream, message: str) -> None:
-        self.bus.emit("fault", kind="source", message=f"trace: connection {stream.number}: "
-                      f"{message}; that stream is ignored")  # fmt: skip
+        self.bus.emit(
+            "fault",
+            kind="source",
+            message=f"trace: connection {stream.number}: {message}; that stream is ignored",
+        )
 
     def _publish(self, events: list[dict[str, Any]]) -> None:
         for e in events:
@@ -275,8 +287,11 @@ class TraceSession:
         further lane on it, so each memory panel has its nvidia-smi view beside it."""
         from provetop.base import nvml
 
-        devices = {int(g["index"]): nvml.NvmlDevice(pci_bus_id=g.get("pci_bus_id"))
-                   for g in self.lanes.gpus if g.get("pci_bus_id")}  # fmt: skip
+        devices = {
+            int(g["index"]): nvml.NvmlDevice(pci_bus_id=g.get("pci_bus_id"))
+            for g in self.lanes.gpus
+            if g.get("pci_bus_id")
+        }
         while not self._stop.wait(self.options.nvml_interval):
             for index, dev in devices.items():
                 fields = dev.gpu()
@@ -298,9 +313,15 @@ class TraceSession:
                 raise CommandError(f"{cmd}: {NOT_APPLICABLE[cmd]}")
             targets = self._trim_targets(args.get("device")) if cmd == "trim" else []
         except CommandError as exc:
-            return self.bus.emit("control", id=frame_id(frame), cmd=frame_cmd(frame),
-                                 args=frame_args(frame), ok=False, error=str(exc),
-                                 client=client)  # fmt: skip
+            return self.bus.emit(
+                "control",
+                id=frame_id(frame),
+                cmd=frame_cmd(frame),
+                args=frame_args(frame),
+                ok=False,
+                error=str(exc),
+                client=client,
+            )
         ack = self.bus.emit("control", id=cid, cmd=cmd, args=args, ok=True, client=client)
         if cmd == "trim":
             for stream, ordinal in targets:
@@ -329,8 +350,9 @@ class TraceSession:
         return [(streams[lane.pid], lane.ordinal)]
 
     def _on_bad_frame(self, error: str, client: str) -> None:
-        self.bus.emit("control", id=-1, cmd="?", args={}, ok=False, error=f"bad frame: {error}",
-                      client=client)  # fmt: skip
+        self.bus.emit(
+            "control", id=-1, cmd="?", args={}, ok=False, error=f"bad frame: {error}", client=client
+        )
 
     # -- end ------------------------------------------------------------------------------
 
@@ -343,8 +365,11 @@ class TraceSession:
         self.exit_code = rc
         self.child.restore_signals()
         if not self.listener.wait_streams(STREAMS_GRACE_S):
-            self.bus.emit("marker", name="trace: a process of the program still runs after it "
-                          "exited; its stream is cut here")  # fmt: skip
+            self.bus.emit(
+                "marker",
+                name="trace: a process of the program still runs after it "
+                "exited; its stream is cut here",
+            )
         return rc
 
     def close(self) -> None:
@@ -357,8 +382,11 @@ class TraceSession:
         self.listener.close()
         if self._nvml_thread is not None:
             self._nvml_thread.join(timeout=5)
-        reason = (f"the program exited with code {self.exit_code}" if self.exit_code is not None
-                  else "the trace stopped")  # fmt: skip
+        reason = (
+            f"the program exited with code {self.exit_code}"
+            if self.exit_code is not None
+            else "the trace stopped"
+        )
         self.bus.emit("engine_state", state="done", reason=reason)
         self._close_carriers(discard=False)
 
@@ -389,4 +417,3 @@ class TraceSession:
             "lanes": peaks,
             "recording": self.options.record,
         }
-
