@@ -103,7 +103,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"prebuild: {exc}", file=sys.stderr, flush=True)
     total = time.perf_counter() - t0
     print(f"{len(jobs) - failures}/{len(jobs)} cubins in {folder} ({total:.0f} s)", flush=True)
+    if not args.source:  # a whole prebuild also makes provetop trace's library
+        print(inject_line(), flush=True)
     return 1 if failures else 0
+
+
+def inject_line() -> str:
+    """Build (or find cached) the injection library of ``provetop trace``; one line saying
+    which, or why not. Never a failure of the prebuild: tracing is optional, the kernels
+    are not."""
+    from kernels.cuda import inject_build
+
+    t0 = time.perf_counter()
+    result = inject_build.build()
+    if not result.ok:
+        return f"trace library not built: {result.reason} (provetop trace will say so)"
+    how = "cached" if result.cached else f"built in {time.perf_counter() - t0:.1f} s"
+    return f"trace library {how}: {result.path}"
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ long it took. Where nvcc is on the PATH the missing cubins are first compiled wi
 parallel, for the visible GPUs' architectures (``kernels.cuda.warmup.prebuild_missing``). Later
 processes load every module in well under a second.
 
+Last, the injection library of ``provetop trace`` is built (or found cached), one line saying
+which or why not; a missing compiler or CUPTI never fails the warm-up.
+
 Modules are built with the kernels' tuning record from the environment (``PROVETOP_*``), so
 ``PROVETOP_NTT_DEFINES`` warms the NTT a tuned run will load. Exit status: 0 when every module
 loaded, or when there is nothing to do (the cpu backend, or no GPU and no ``--backend``); 2
@@ -22,6 +25,7 @@ import argparse
 import sys
 import time
 
+from kernels.cuda.prebuild import inject_line
 from kernels.cuda.runtime import CudaUnavailable
 from kernels.cuda.warmup import (
     Built,
@@ -62,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     except CudaUnavailable as exc:
         if args.backend == "cuda":
             raise UsageError(f"warmup --backend cuda: {exc}") from exc
-        print(f"warmup: no GPU here ({exc}); nothing to do")
+        print(f"warmup: no GPU here ({exc}); no module to load")
+        print(inject_line(), flush=True)
         return 0
 
     def show(w: Warmed) -> None:
@@ -86,4 +91,5 @@ def run(args: argparse.Namespace) -> int:
         return 1
     total = time.perf_counter() - t0
     print(f"{len(done)} modules ready on {len(devices)} GPU(s) in {total:.1f} s")
+    print(inject_line(), flush=True)
     return 0

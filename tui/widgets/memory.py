@@ -192,6 +192,17 @@ class MemoryPanel(DevicePanel):
             known |= {int(d.get("index", i)) for i, d in enumerate(self.state.hello["devices"])}
         return sorted(known)
 
+    def _label(self, d: int, sample: dict[str, Any]) -> str:
+        """``gpu0``; a traced process's lane says its GPU and pid (``gpu0 pid 4242``): two
+        processes on one GPU are two lanes (``provetop.trace.lanes``)."""
+        pid = sample.get("pid")
+        if not isinstance(pid, int):
+            return f"gpu{d}"
+        config = ((self.state.hello if self.state else None) or {}).get("config") or {}
+        stride = config.get("lane_stride")
+        gpu = d % stride if isinstance(stride, int) and stride > 0 else d
+        return f"gpu{gpu} pid {pid}"
+
     def _content(self, width: int) -> Group | Text:
         if self.state is None or not self.state.memory:
             return Text("no memory samples yet", style="dim")
@@ -220,7 +231,7 @@ class MemoryPanel(DevicePanel):
                 continue
             p = parts(sample)
             phantom = phantom_bytes(sample)
-            title = Text(f"gpu{d}", style="bold reverse" if d == selected else "bold")
+            title = Text(self._label(d, sample), style="bold reverse" if d == selected else "bold")
             if d != selected:
                 tail = Text(f" PHANTOM {size(phantom)}", style="bold #d7af00" if phantom else "")
                 bar_w = max(10, width - title.cell_len - tail.cell_len - 1)
@@ -251,7 +262,7 @@ class MemoryPanel(DevicePanel):
                 continue
             p = parts(sample)
             phantom = phantom_bytes(sample)
-            label = f"gpu{d}"
+            label = self._label(d, sample)
             dev = names.get(d, {})
             name = str(dev.get("name", ""))
             if sample.get("modeled") and "modeled" not in name.lower():
