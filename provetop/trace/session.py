@@ -35,6 +35,7 @@ from engine.telemetry.bus import Bus, Clock
 from engine.telemetry.control import CommandError, frame_args, frame_cmd, frame_id, parse_command
 from engine.telemetry.metrics import EngineMetrics
 from engine.telemetry.server import TelemetryServer, parse_listen, read_token
+from provetop.base.units import fmt_bytes
 from provetop.base.version import __version__
 from provetop.trace.broker import HealBroker, heal_command_id
 from provetop.trace.child import Child, traced_env
@@ -44,7 +45,8 @@ from provetop.trace.listener import Stream, TraceListener
 from recordings.schema import SCHEMA_VERSION, SYNTH_WORKER_BASE
 from recordings.writer import RecordingWriter
 from sources.trace.events import TraceEvents
-from sources.trace.records import OP_TRIM, Record, encode_command
+from sources.trace.heal import verdict
+from sources.trace.records import OP_HEAL_DONE, OP_TRIM, Record, encode_command
 
 NVML_INTERVAL_S = 1.0  # the engine's own default (--nvml-interval)
 # After the program exited, how long its processes' libraries get to flush: the library's exit
@@ -229,9 +231,51 @@ class TraceSession:
 
     def _on_records(self, stream: Stream, records: list[Record]) -> None:
         events = self.events[stream.number]
-        self._publish(events.feed(records))
+        out = events.feed(records)
+        for e in out:
+            if e["k"] == "fault" and e.get("kind") == "oom" and "cuda_device" in e:
+                self._peers_phantom(stream, events, e)
+        self._publish(out)
         for r in events.take_requests():
-            self.broker.request(stream, events, r)
+            if self.options.heal:
+                self.broker.request(stream, events, r)
+            else:  # (a library asks only with --heal's variable) never let it wait for nothing
+                stream.send(encode_command(OP_HEAL_DONE, r.device, r.v[0], 0))
+
+    def _peers_phantom(self, stream: Stream, events: TraceEvents, fault: dict[str, Any]) -> None:
+        """An OOM of one process beside another traced process's reserve on the same GPU: the
+        phantom is the other's (CUDA releases a pool's reserve implicitly only for its own
+        process), so the fault names it, and the rule's case counts it."""
+        info = events.devices.get(int(fault["cuda_device"]))
+        if info is None or not info.pci_bus_id:
+            return
+        held: dict[int, int] = {}
+        for other_stream, other in self._live_streams():
+            if other_stream is stream:
+                continue
+            ordinal = other.ordinal_of(info.pci_bus_id)
+            if ordinal is not None and other.unused(ordinal) > 0:
+                held[other_stream.pid] = other.unused(ordinal)
+        if not held:
+            return
+        fault["peers_unused"] = {str(pid): n for pid, n in held.items()}
+        pools = fault.get("pools") or {}
+        own = int(fault.get("phantom") or 0)
+        v = verdict(
+            int(fault.get("requested") or 0),
+            int(pools.get("driver_free", 0)),
+            own + sum(held.values()),
+        )
+        fault["case"] = v.case
+        names = ", ".join(f"pid {pid} holds {fmt_bytes(n)}" for pid, n in held.items())
+        fault["message"] += (
+            f"; on this GPU {names} reserved and unused in its stream-ordered pools: "
+            + (
+                "with them trimmed it would have fitted (--heal asks them)"
+                if v.heal
+                else "even with them trimmed it would not have fitted"
+            )
+        )
 
     def _on_close(self, stream: Stream) -> None:
         events = self.events[stream.number]

@@ -131,6 +131,20 @@ def test_heal_across_processes(tmp_path: Path) -> None:
     assert not [e for e in events if e["k"] == "fault" and e["kind"] == "oom"]
 
 
+@pytest.mark.skipif(shutil.which("sh") is None, reason="no sh")
+def test_without_heal_the_refusal_names_the_other_process(tmp_path: Path) -> None:
+    """The stand-in asks whatever its environment says; unanswered, its allocation is refused,
+    and the fault names the process whose reserve is the phantom."""
+    session, rc = run_session(tmp_path, two_processes(tmp_path), heal=False)
+    assert session.broker.served == 0
+    events = events_of(tmp_path / "trace.pvtrec")
+    assert rc == 3
+    (fault,) = [e for e in events if e["k"] == "fault" and e["kind"] == "oom"]
+    holder = next(e["pid"] for e in events if e["k"] == "memory" and e["async_reserved"])
+    assert fault["peers_unused"] == {str(holder): 8 * GIB}
+    assert fault["case"] == "phantom" and f"pid {holder} holds 8.00 GiB" in fault["message"]
+
+
 def test_heal_sets_the_librarys_environment(tmp_path: Path) -> None:
     from provetop.trace.child import traced_env
 
