@@ -188,7 +188,9 @@ EVENTS: dict[str, dict[str, Field]] = {
         "host": _f(STR, "host name"),
         "pid": _opt(INT, "engine process id"),
         "version": _f(STR, "producer version"),
-        "source": _f(STR, "'provetop' for our engine, 'cuzk' for the cuzk adapter"),
+        "source": _f(
+            STR, "'provetop' for our engine, 'cuzk' for the cuzk adapter, 'trace' for provetop trace"
+        ),
         "backend": _f(STR, "'cpu' (memory modeled) or 'cuda'"),
         "modeled": _f(BOOL, "true when device memory is modeled, not real"),
         "devices": _f(LIST, "list of {index, name, capacity, modeled}"),
@@ -231,7 +233,9 @@ EVENTS: dict[str, dict[str, Field]] = {
             STR,
             "'prestage', 'handover' (a copied into the previous partition's H block), "
             "'h_slots', 'msm_scratch', 'msm_scalars', 'ntt_scratch', 'srs', 'host_register', "
-            "'plan' (the device's memory plan, once per run)",
+            "'plan' (the device's memory plan, once per run); from provetop trace: the driver "
+            "call's name, 'heal' (pools trimmed before a plain allocation) and 'trim' (pools "
+            "trimmed on a command)",
         ),
         "pool": _f(STR, "'sync', 'async' or 'host'"),
         "requested": _f(INT, "bytes asked for"),
