@@ -21,9 +21,18 @@ struct Driver {
     CUresult (*defaultPool)(CUmemoryPool*, CUdevice) = nullptr;        // cuDeviceGetDefaultMemPool
     CUresult (*currentPool)(CUmemoryPool*, CUdevice) = nullptr;        // cuDeviceGetMemPool
     CUresult (*poolGetAttr)(CUmemoryPool, CUmemPool_attribute, void*) = nullptr;
+    // Optional (a missing one leaves its figures at zero, or its action undone): the DEVICE
+    // record's identity and the heal's trim. cuda.h maps cuDeviceGetUuid to
+    // cuDeviceGetUuid_v2 and cuDeviceTotalMem to cuDeviceTotalMem_v2; cuMemPoolTrimTo and
+    // cuDeviceGetAttribute have one form only (no _v2, no _ptsz).
+    CUresult (*poolTrimTo)(CUmemoryPool, size_t) = nullptr;            // cuMemPoolTrimTo
+    CUresult (*deviceGetAttr)(int*, CUdevice_attribute, CUdevice) = nullptr;
+    CUresult (*deviceGetUuid)(CUuuid*, CUdevice) = nullptr;            // cuDeviceGetUuid_v2
+    CUresult (*deviceTotalMem)(size_t*, CUdevice) = nullptr;           // cuDeviceTotalMem_v2
 
     // True when every entry point the samples need was found (cuCtxGetDevice_v2 is optional:
-    // drivers before CUDA 12.5 lack it, and the current context's device serves in callbacks).
+    // drivers before CUDA 12.5 lack it, and the current context's device serves in callbacks;
+    // so are the ones above marked optional).
     bool load() {
         void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
         if (lib == nullptr) lib = dlopen("libcuda.so.1", RTLD_NOW);
@@ -36,6 +45,11 @@ struct Driver {
         find(lib, "cuDeviceGetDefaultMemPool", defaultPool);
         find(lib, "cuDeviceGetMemPool", currentPool);
         find(lib, "cuMemPoolGetAttribute", poolGetAttr);
+        find(lib, "cuMemPoolTrimTo", poolTrimTo);
+        find(lib, "cuDeviceGetAttribute", deviceGetAttr);
+        find(lib, "cuDeviceGetUuid_v2", deviceGetUuid);
+        if (deviceGetUuid == nullptr) find(lib, "cuDeviceGetUuid", deviceGetUuid);  // same args
+        find(lib, "cuDeviceTotalMem_v2", deviceTotalMem);
         return memGetInfo && ctxGetDevice && ctxPush && ctxPop && defaultPool && currentPool &&
                poolGetAttr;
     }

@@ -11,15 +11,29 @@
 // from inside a callback are fenced off by a thread-local flag, and its own thread never
 // records).
 //
+// With PROVETOP_TRACE_HEAL=1 it also acts, once, where it can spare the program an
+// out-of-memory that is not one: before a plain allocation that the driver's free bytes cannot
+// hold but this process's stream-ordered pools' unused reserve could, it trims those pools
+// (heal_before). That changes no result either: the driver then performs the allocation the
+// program asked, with the program's arguments, and returns what it returns.
+//
 // Environment:
 //   PROVETOP_TRACE_OUT          where to write: a path (a FIFO or a file; "%p" becomes the pid),
-//                               or "fd:N" for an inherited descriptor. Unset: the library stays
+//                               "fd:N" for an inherited descriptor, or "unix:PATH" for a stream
+//                               socket the reader listens on (each traced process connects on
+//                               its own; commands come back on it). Unset: the library stays
 //                               idle.
 //   PROVETOP_TRACE_PID          the process meant to be traced. A descendant that inherits the
 //                               environment (another pid) traces only where the path has "%p",
-//                               so it never writes into its parent's stream.
+//                               so it never writes into its parent's stream. Not read for
+//                               "unix:": there every process is a connection of its own.
 //   PROVETOP_TRACE_INTERVAL_MS  sampling interval, default 100; 0: no periodic samples.
 //   PROVETOP_TRACE_RING         ring slots (rounded up to a power of two), default 65536.
+//   PROVETOP_TRACE_HEAL         "1": trim this process's pools before a plain allocation that
+//                               does not fit without their unused bytes (and, over a socket, ask
+//                               the reader for the other processes' when even that is short).
+//   PROVETOP_TRACE_HEAL_WAIT_MS how long such an allocation waits for the reader's answer,
+//                               default 1000.
 //
 // Build: kernels/cuda/inject_build.py (C++17, -fPIC -shared, against cuda.h and cupti.h,
 // linked with libcupti only; libcuda's entry points come from the process, driver.h).
@@ -50,8 +64,28 @@ constexpr uint32_t DEFAULT_INTERVAL_MS = 100;
 constexpr uint32_t DEFAULT_RING = 1u << 16;
 constexpr uint32_t MIN_RING = 1u << 10;
 constexpr uint32_t MAX_RING = 1u << 24;  // 1.4 GiB of host memory: beyond that, a typo
+// How long an allocation that asked the reader for other processes' memory waits for the
+// answer. Only an allocation about to fail waits (its alternative is an out-of-memory error),
+// so a moment is cheap; the reader answers within tens of milliseconds (one drain of each
+// library it asks to trim, 5 ms, plus the trims), and waits for them at most 0.6 s itself
+// (provetop/trace/broker.py, PEER_WAIT_S), so 1 s leaves room for a loaded machine while a
+// reader that never answers costs the program one second per such allocation, no more.
+constexpr uint32_t DEFAULT_HEAL_WAIT_MS = 1000;
+// The granule of a plain allocation's footprint. The driver backs cuMemAlloc with 2 MiB pages
+// (the large-page size of device memory on every GPU since Pascal; the granularity that
+// cuMemGetAllocationGranularity reports for device memory), and cuMemGetInfo's free bytes are
+// counted in those pages: an allocation of a few bytes over a page boundary needs the next
+// page. Rounding up may over-estimate a small allocation that shares a page already mapped,
+// so the heal acts a little early, never late. sources/trace/heal.py (GRANULE) is the same.
+constexpr uint64_t HEAL_GRANULE = 2ull << 20;
+// cuMemAllocPitch pads each row to the driver's pitch alignment, 512 bytes at most on the GPUs
+// seen; the footprint counts rows of the width rounded up to that (an over-estimate at worst).
+constexpr uint64_t PITCH_ALIGN = 512;
 
 std::atomic<bool> g_on{false};
+bool g_heal = false;                          // PROVETOP_TRACE_HEAL=1
+uint32_t g_heal_wait_ms = DEFAULT_HEAL_WAIT_MS;  // PROVETOP_TRACE_HEAL_WAIT_MS
+std::atomic<uint64_t> g_heal_ids{0};          // HEAL_REQUEST ids: 1, 2, ...
 bool g_child_of_fork = false;  // set in a fork()ed child: no drain thread there, no flush
 LiveMap* g_device_ptrs = nullptr;  // cuMemAlloc*, cuMemAllocManaged (freed by cuMemFree)
 LiveMap* g_host_ptrs = nullptr;    // cuMemHostRegister, cuMemHostAlloc, cuMemAllocHost
@@ -204,20 +238,84 @@ int16_t location_device(const CUmemLocation& loc) {
                                                    : static_cast<int16_t>(-1);
 }
 
+// The heal, at the entry of a plain allocation (cuMemAlloc, cuMemAllocPitch, cuMemCreate) on
+// the program's thread, inside its callback (t_in_hook is set: the driver calls made here
+// record nothing). `bytes`: what the call asks (its ALLOC record's v1); `footprint`: what it
+// takes before rounding to pages; `device`: -1 for the current context's.
+//
+// The rule, mirrored in sources/trace/heal.py (verdict; the reader labels every OOM with it):
+// need = footprint rounded up to HEAL_GRANULE; it fits when need <= the driver's free bytes,
+// and nothing is done. Otherwise the device's pools' reserved-but-unused bytes (`unused`) are
+// what this process can give back: when there are any, every pool of the device is trimmed
+// (cuMemPoolTrimTo(pool, 0): only what is unused goes) and a HEAL record says so. When even
+// free + unused < need (or the trim gave back less than it held: memory freed stream-ordered
+// but not yet synchronised counts as used), the memory is elsewhere: over a socket, a
+// HEAL_REQUEST asks the reader to have the other traced processes on that GPU trim theirs
+// (sources/trace/heal.py, peers_to_trim) and the thread waits for the answer, at most
+// PROVETOP_TRACE_HEAL_WAIT_MS. Then the callback returns and the driver performs the
+// allocation as the program asked: it may still fail, an ordinary out-of-memory.
+void heal_before(uint16_t api, const CUpti_CallbackData* cb, uint64_t bytes, uint64_t footprint,
+                 int16_t device) {
+    const int16_t current = device_of(cb->context);
+    if (device < 0) device = current;
+    if (device < 0 || device >= MAX_DEVICES) return;
+    const uint64_t need = (footprint + HEAL_GRANULE - 1) / HEAL_GRANULE * HEAL_GRANULE;
+    TrimOutcome t;
+    bool fits = false;
+    if (!g_registry->heal_before_alloc(device, current, need, &t, &fits) || fits) return;
+    const bool short_alone = t.free_before + t.unused < need || t.free_after < need;
+    uint64_t id = 0;
+    int slot = -1;
+    if (short_alone && g_writer->can_ask()) {
+        id = g_heal_ids.fetch_add(1, std::memory_order_relaxed) + 1;
+        slot = g_writer->wait_begin(id);  // before the request: no answer can be missed
+    }
+    if (t.trimmed > 0) {
+        PvtRecord r = make(PVT_KIND_HEAL, api, device, t.result);
+        r.flags = PVT_HEAL_ALLOC | (slot >= 0 ? PVT_HEAL_ASKED : 0);
+        r.v[0] = bytes;
+        Registry::fill_heal(r, t);
+        push(r);
+    }
+    if (slot < 0) return;  // not over a socket, the reader gone, or too many waiting already
+    PvtRecord q = make(PVT_KIND_HEAL_REQUEST, api, device, CUDA_SUCCESS);
+    q.v[0] = id;
+    q.v[1] = bytes;
+    q.v[2] = t.free_after;
+    q.v[3] = g_registry->uuid_lo(device);
+    if (!g_writer->ring.push(&q, 1)) {  // the ring is full: nobody will answer
+        g_writer->wait_end(slot, 0);
+        return;
+    }
+    g_writer->kick();
+    g_writer->wait_end(slot, g_heal_wait_ms);
+}
+
 void on_call(const CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     const bool exit_site = cb->callbackSite == CUPTI_API_EXIT;
     switch (cbid) {
         // ---- plain device memory ----
         case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: {
-            if (!exit_site) return;
             auto* p = params<cuMemAlloc_v2_params>(cb);
+            if (!exit_site) {
+                if (g_heal) heal_before(PVT_API_MEM_ALLOC, cb, p->bytesize, p->bytesize, -1);
+                return;
+            }
             alloc_record(PVT_API_MEM_ALLOC, cb, written(cb, &p->dptr), p->bytesize, 0, 0, 0,
                          g_device_ptrs, LIVE_PLAIN);
             return;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
-            if (!exit_site) return;
             auto* p = params<cuMemAllocPitch_v2_params>(cb);
+            if (!exit_site) {
+                if (g_heal) {
+                    const uint64_t row = (p->WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN *
+                                         PITCH_ALIGN;
+                    heal_before(PVT_API_MEM_ALLOC_PITCH, cb, p->WidthInBytes * p->Height,
+                                row * p->Height, -1);
+                }
+                return;
+            }
             const uint64_t pitch = written(cb, &p->pPitch);
             const uint64_t bytes = (pitch != 0 ? pitch : p->WidthInBytes) * p->Height;
             alloc_record(PVT_API_MEM_ALLOC_PITCH, cb, written(cb, &p->dptr), bytes, 0, 0, 0,
@@ -359,8 +457,13 @@ void on_call(const CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
             return;
         // ---- virtual memory management: physical allocations ----
         case CUPTI_DRIVER_TRACE_CBID_cuMemCreate: {
-            if (!exit_site) return;
             auto* p = params<cuMemCreate_params>(cb);
+            if (!exit_site) {  // device memory only: a host or NUMA location is not the GPU's
+                if (g_heal && p->prop != nullptr && location_device(p->prop->location) >= 0)
+                    heal_before(PVT_API_MEM_CREATE, cb, p->size, p->size,
+                                location_device(p->prop->location));
+                return;
+            }
             const int16_t dev = p->prop != nullptr ? location_device(p->prop->location)
                                                    : static_cast<int16_t>(-1);
             alloc_record(PVT_API_MEM_CREATE, cb, written(cb, &p->handle), p->size, 0, 0, p->flags,
@@ -441,6 +544,12 @@ uint32_t env_u32(const char* name, uint32_t fallback) {
 bool output_from_env(Output* out) {
     const char* spec = getenv("PROVETOP_TRACE_OUT");
     if (spec == nullptr || *spec == '\0') return false;
+    if (strncmp(spec, "unix:", 5) == 0) {  // every process: each its own connection
+        if (spec[5] == '\0' || strlen(spec + 5) >= sizeof(out->path)) return false;
+        strcpy(out->path, spec + 5);
+        out->socket = true;
+        return true;
+    }
     const bool per_process = strstr(spec, "%p") != nullptr;
     const char* want = getenv("PROVETOP_TRACE_PID");
     const long pid = static_cast<long>(getpid());
@@ -472,6 +581,7 @@ uint32_t pow2_at_least(uint32_t n) {
 void at_fork_child() {
     g_child_of_fork = true;  // the drain thread did not come along; CUDA is unusable here
     g_on.store(false);
+    if (g_writer != nullptr) g_writer->forget_in_child();
 }
 
 void at_exit() {
@@ -511,6 +621,9 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
     h.interval_ms = env_u32("PROVETOP_TRACE_INTERVAL_MS", DEFAULT_INTERVAL_MS);
     h.ring_slots = have_ring ? slots : 0;
     h.cupti_version = CUPTI_API_VERSION;
+    const char* heal = getenv("PROVETOP_TRACE_HEAL");
+    g_heal = heal != nullptr && strcmp(heal, "1") == 0;
+    g_heal_wait_ms = env_u32("PROVETOP_TRACE_HEAL_WAIT_MS", DEFAULT_HEAL_WAIT_MS);
 
     PvtRecord status{};
     status.t_ns = t0;
