@@ -649,8 +649,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
         }
     }
     h.cupti_result = static_cast<int32_t>(sub_res);
+    w.start(out, status);  // first: the callbacks read what it sets (can_ask)
     g_on.store(sub_res == CUPTI_SUCCESS && have_ring, std::memory_order_release);
-    w.start(out, status);
     pthread_atfork(nullptr, nullptr, at_fork_child);
     atexit(at_exit);
     return 1;
