@@ -78,8 +78,9 @@ constexpr uint32_t DEFAULT_HEAL_WAIT_MS = 1000;
 // page. Rounding up may over-estimate a small allocation that shares a page already mapped,
 // so the heal acts a little early, never late. sources/trace/heal.py (GRANULE) is the same.
 constexpr uint64_t HEAL_GRANULE = 2ull << 20;
-// cuMemAllocPitch pads each row to the driver's pitch alignment, 512 bytes at most on the GPUs
-// seen; the footprint counts rows of the width rounded up to that (an over-estimate at worst).
+// cuMemAllocPitch pads each row to the driver's pitch alignment (the pitch it returns is a
+// multiple of 512 bytes on the GPUs seen); the footprint counts rows of the width rounded up to
+// 512. The pitch itself is only known at the call's exit, too late for the heal.
 constexpr uint64_t PITCH_ALIGN = 512;
 
 std::atomic<bool> g_on{false};
