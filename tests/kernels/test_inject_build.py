@@ -5,11 +5,15 @@ Why a stand-in: this machine (and CI) has the CUDA headers and CUPTI but no GPU 
 libcuda. Two small libraries take their place on LD_LIBRARY_PATH, ahead of the real CUPTI the
 library was linked with: ``libcupti.so.13`` keeps the callback the library subscribes, and
 ``libcuda.so.1`` answers the few driver calls the library makes (cuMemGetInfo, the pool
-attributes) from a table the harness sets. The harness then calls the callback as CUPTI would,
+attributes, the device's PCI ids, UUID and total memory, cuMemPoolTrimTo) from a table the
+harness sets; a trim moves a pool's reserve down to its use and adds what it released to the
+free bytes, and the harness's plain allocations succeed only where the free bytes hold them,
+so a heal that makes room is seen to work. The harness then calls the callback as CUPTI would,
 with the real parameter structs of ``generated_cuda_meta.h``, so everything between the
-callback and the bytes on disk (records, the ring, the drain thread, the OOM group, the live
-map, the re-entry guard, the exit flush) runs as on the GPU. The GPU test
-(``test_cuda_inject.py``) covers what only the real driver can show.
+callback and the bytes on disk or on the socket (records, the ring, the drain thread, the OOM
+group, the live map, the re-entry guard, the exit flush, the reader's commands, the heal and
+its wait) runs as on the GPU. The GPU test (``test_cuda_inject.py``) covers what only the real
+driver can show.
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import tempfile
 import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,7 +56,8 @@ extern "C" CUpti_CallbackFunc fake_cupti_callback() { return g_cb; }
 extern "C" int fake_cupti_enabled() { return g_enabled; }
 """
 
-# Contexts are 0x1000 * (device + 1); device d's default pool is 0xD00 + d.
+# Contexts are 0x1000 * (device + 1); device d's default pool is 0xD00 + d. Device d is at PCI
+# 0001:(0x17 + d):02.0, its UUID's bytes are 0xA0 + 16 d + i, its memory 96 GiB + d.
 FAKE_CUDA = r"""
 #include <cuda.h>
 #include <cupti.h>
@@ -101,10 +110,48 @@ extern "C" CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* p, CUdevice d) {
 extern "C" CUresult cuDeviceGetMemPool(CUmemoryPool* p, CUdevice d) {
     return cuDeviceGetDefaultMemPool(p, d);
 }
-extern "C" CUresult cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute a, void* v) {
+static int slot_of(CUmemoryPool p) {
     uintptr_t h = reinterpret_cast<uintptr_t>(p);
-    int dev = h >= 0xD00 && h < 0xD04 ? int(h - 0xD00) : 3;  // created pools read slot 3
-    *static_cast<cuuint64_t*>(v) = g_pool[dev].v[a];
+    return h >= 0xD00 && h < 0xD04 ? int(h - 0xD00) : 3;  // created pools read slot 3
+}
+extern "C" CUresult cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute a, void* v) {
+    *static_cast<cuuint64_t*>(v) = g_pool[slot_of(p)].v[a];
+    return CUDA_SUCCESS;
+}
+// a trim gives back what the pool holds beyond its use (and minBytesToKeep) to the free bytes
+extern "C" CUresult cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
+    uint64_t* v = g_pool[slot_of(p)].v;
+    uint64_t floor = v[CU_MEMPOOL_ATTR_USED_MEM_CURRENT] > keep ? v[CU_MEMPOOL_ATTR_USED_MEM_CURRENT]
+                                                                : keep;
+    if (v[CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT] > floor) {
+        g_free += v[CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT] - floor;
+        v[CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT] = floor;
+    }
+    return CUDA_SUCCESS;
+}
+extern "C" uint64_t fake_pool_reserved(int dev) {
+    return g_pool[dev].v[CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT];
+}
+// the driver's side of a plain allocation: whole 2 MiB pages out of the free bytes, or none
+extern "C" CUresult fake_alloc(size_t bytes) {
+    size_t need = (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    if (need > g_free) return CUDA_ERROR_OUT_OF_MEMORY;
+    g_free -= need;
+    return CUDA_SUCCESS;
+}
+extern "C" CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
+    *v = a == CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID ? 1
+       : a == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID    ? 0x17 + d
+       : a == CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID ? 2
+                                                : 0;
+    return CUDA_SUCCESS;
+}
+extern "C" CUresult cuDeviceGetUuid_v2(CUuuid* u, CUdevice d) {
+    for (int i = 0; i < 16; i++) u->bytes[i] = static_cast<char>(0xA0 + 16 * d + i);
+    return CUDA_SUCCESS;
+}
+extern "C" CUresult cuDeviceTotalMem_v2(size_t* b, CUdevice d) {
+    *b = (96ull << 30) + d;
     return CUDA_SUCCESS;
 }
 """
@@ -136,6 +183,26 @@ static void call(CUpti_CallbackId id, const void* params, CUresult res, bool bot
     }
     d.callbackSite = CUPTI_API_EXIT;
     cb(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+}
+
+// a plain allocation as the driver runs it: the entry callback (where the heal acts), the fake
+// driver's answer from its free bytes, the exit callback with that result
+static CUresult (*fake_alloc)(size_t);
+static CUresult alloc_call(CUpti_CallbackId id, const void* params, size_t footprint,
+                           unsigned long long* out, unsigned long long value) {
+    CUpti_CallbackData d;
+    memset(&d, 0, sizeof(d));
+    CUresult res = CUDA_SUCCESS;
+    d.functionParams = params;
+    d.functionReturnValue = &res;
+    d.context = ctx0;
+    d.callbackSite = CUPTI_API_ENTER;
+    cb(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+    res = fake_alloc(footprint);
+    if (res == CUDA_SUCCESS) *out = value;
+    d.callbackSite = CUPTI_API_EXIT;
+    cb(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+    return res;
 }
 
 // mode "threads": THREADS threads push CALLS allocation records each, as fast as they can
@@ -172,6 +239,68 @@ int main(int argc, char** argv) {
     auto set_pool = reinterpret_cast<void (*)(int, uint64_t, uint64_t, uint64_t)>(
         dlsym(RTLD_DEFAULT, "fake_set_pool"));
     auto set = reinterpret_cast<void (*)(size_t, size_t)>(dlsym(RTLD_DEFAULT, "fake_set"));
+    fake_alloc = reinterpret_cast<CUresult (*)(size_t)>(dlsym(RTLD_DEFAULT, "fake_alloc"));
+    if (strcmp(mode, "fork") == 0) {  // a child that outlives its parent, holding no stream
+        CUdeviceptr p = 0xA000;
+        cuMemAlloc_v2_params a = {&p, 1 << 20};
+        call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &a, CUDA_SUCCESS);
+        usleep(30 * 1000);
+        pid_t child = fork();
+        if (child == 0) {
+            close(1);
+            close(2);
+            sleep(60);
+            _exit(0);
+        }
+        printf("%d\n", static_cast<int>(child));
+        return 7;
+    }
+    if (strcmp(mode, "trim") == 0) {  // holds 6 MiB unused in its pool until the reader trims it
+        CUdeviceptr p = 0xA000;
+        cuMemAlloc_v2_params a = {&p, 1 << 20};
+        call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &a, CUDA_SUCCESS);  // device 0's context
+        set_pool(0, 8 << 20, 2 << 20, ~0ull);
+        set(3 << 20, 80 << 20);
+        auto reserved = reinterpret_cast<uint64_t (*)(int)>(dlsym(RTLD_DEFAULT, "fake_pool_reserved"));
+        for (int i = 0; i < 3000 && reserved(0) != (2u << 20); i++) usleep(10 * 1000);  // 30 s
+        usleep(50 * 1000);
+        return 7;
+    }
+    if (strcmp(mode, "heal") == 0) {
+        // A: 5 MiB (6 MiB of pages) with 3 MiB free and 6 MiB unused in the pool: fits once
+        // the pool is trimmed
+        set(3 << 20, 80 << 20);
+        set_pool(0, 8 << 20, 2 << 20, ~0ull);
+        CUdeviceptr a = 0;
+        cuMemAlloc_v2_params pa = {&a, 5 << 20};
+        alloc_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &pa, 5 << 20, &a, 0xC000);
+        // B: 64 MiB with 3 MiB free and 2 MiB unused: short even so, the reader is asked
+        set_pool(0, 4 << 20, 2 << 20, ~0ull);
+        CUdeviceptr b = 0;
+        cuMemAlloc_v2_params pb = {&b, 64 << 20};
+        alloc_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &pb, 64 << 20, &b, 0xD000);
+        // C: cuMemCreate of 4 MiB on device 0 with 1 MiB free and 4 MiB unused
+        set(1 << 20, 80 << 20);
+        set_pool(0, 6 << 20, 2 << 20, ~0ull);
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof(prop));
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = 0;
+        CUmemGenericAllocationHandle h = 0;
+        cuMemCreate_params pc = {&h, 4 << 20, &prop, 0};
+        alloc_call(CUPTI_DRIVER_TRACE_CBID_cuMemCreate, &pc, 4 << 20, &h, 0x77);
+        // D: a pitched 1000 x 2090 (2,090,000 bytes, under one page) whose 1024-byte rows
+        // take two pages: 3 MiB free does not hold them, 2 MiB unused makes it
+        set(3 << 20, 80 << 20);
+        set_pool(0, 4 << 20, 2 << 20, ~0ull);
+        CUdeviceptr dp = 0;
+        size_t pitch = 0;
+        cuMemAllocPitch_v2_params pd = {&dp, &pitch, 1000, 2090, 4};
+        pitch = 1024;
+        alloc_call(CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, &pd, 1024 * 2090, &dp, 0xE000);
+        return 7;
+    }
 
     CUdeviceptr p1 = 0xA000;
     cuMemAlloc_v2_params a1 = {&p1, 1 << 20};
@@ -266,6 +395,119 @@ def _run(built: dict[str, Path], out: str, mode: str = "normal", **env: str):
         text=True,
         timeout=30,
     )
+
+
+def _popen(built: dict[str, Path], out: str, mode: str = "normal", **env: str):
+    full = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(built["fake"]),
+        "PROVETOP_TRACE_OUT": out,
+        "PROVETOP_TRACE_INTERVAL_MS": INTERVAL_MS,
+        **env,
+    }
+    return subprocess.Popen(
+        [str(built["harness"]), str(built["lib"]), mode],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+WAIT_S = 30.0  # for anything the harness or the library's thread does: a loaded 2-core machine
+MIB = 1 << 20
+
+
+class Reader:
+    """The reader's end of one library's connection: decodes the stream as it comes (a thread of
+    its own) and sends commands."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.decoder = R.StreamDecoder()
+        self.records: list[R.Record] = []
+        self.eof = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.conn.recv(1 << 16)
+            except OSError:
+                data = b""
+            with self._cond:
+                if not data:
+                    self.eof = True
+                else:
+                    self.records += self.decoder.feed(data)
+                self._cond.notify_all()
+            if not data:
+                return
+
+    def wait_for(self, what: str, pred: Callable[[R.Record], bool]) -> R.Record:
+        """The first record that matches, waiting for it to come."""
+        deadline = time.monotonic() + WAIT_S
+        with self._cond:
+            while True:
+                found = next((r for r in self.records if pred(r)), None)
+                if found is not None:
+                    return found
+                left = deadline - time.monotonic()
+                if self.eof or left <= 0:
+                    kinds = [r.kind for r in self.records]
+                    pytest.fail(f"no {what} in the stream (eof {self.eof}): kinds {kinds}")
+                self._cond.wait(left)
+
+    def wait_eof(self) -> list[R.Record]:
+        self._thread.join(WAIT_S)
+        assert self.eof, "the library did not end its stream"
+        return self.records
+
+    def send(self, data: bytes) -> None:
+        self.conn.sendall(data)
+
+
+@pytest.fixture
+def listening() -> Iterator[tuple[str, socket.socket]]:
+    """A Unix socket listening where the library is told to connect (``unix:PATH``), in a
+    short folder of its own (a socket's path must fit in 108 bytes)."""
+    folder = tempfile.mkdtemp(prefix="pvt-", dir="/tmp")
+    path = os.path.join(folder, "trace.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    sock.listen(4)
+    sock.settimeout(WAIT_S)
+    try:
+        yield path, sock
+    finally:
+        sock.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _connected(
+    built: dict[str, Path], listening: tuple[str, socket.socket], mode: str, **env: str
+) -> tuple[subprocess.Popen[str], Reader]:
+    path, sock = listening
+    proc = _popen(built, f"unix:{path}", mode, **env)
+    try:
+        conn, _ = sock.accept()
+    except TimeoutError:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the library never connected (exit {proc.returncode}): {err}")
+    return proc, Reader(conn)
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the harness did not end: {err}")
+    return proc.returncode, err
 
 
 def test_build_reports_a_path_or_a_reason() -> None:
@@ -440,3 +682,215 @@ def test_fifo_output(built: dict[str, Path], tmp_path: Path) -> None:
     recs = [r for c in chunks for r in dec.feed(c)]
     assert dec.header is not None and dec.pending == 0
     assert any(r.kind == R.KIND_EXIT for r in recs)
+
+
+# ---- version 2: the socket, the commands, the DEVICE record, the heal --------------------------
+
+UUID0 = bytes(range(0xA0, 0xB0))  # the fake's device 0 (FAKE_CUDA)
+
+
+def test_socket_output_is_the_whole_stream(
+    built: dict[str, Path], listening: tuple[str, socket.socket]
+) -> None:
+    """Every process that has the environment connects on its own: PROVETOP_TRACE_PID does not
+    hold a unix: output back (it names another pid here)."""
+    proc, reader = _connected(built, listening, "normal", PROVETOP_TRACE_PID="1")
+    records = reader.wait_eof()
+    rc, err = _finish(proc)
+    assert rc == 7, err  # the program's exit status, unchanged
+    h = reader.decoder.header
+    assert h is not None and h.pid == proc.pid and h.subscribed
+    assert reader.decoder.pending == 0  # ended on a whole record
+    assert any(r.kind == R.KIND_EXIT for r in records)
+    allocs = [(r.api_name, r.v[1], r.result) for r in records if r.kind == R.KIND_ALLOC]
+    assert allocs == [
+        ("cuMemAlloc_v2", 1 << 20, 0),
+        ("cuMemAllocAsync", 2 << 20, 0),
+        ("cuMemAlloc_v2", 12 << 20, R.CUDA_ERROR_OUT_OF_MEMORY),
+        ("cuMemAlloc_v2", 5, 1),
+        ("cuMemHostRegister_v2", 4096, 0),
+    ]
+    assert not any(r.kind in (R.KIND_HEAL, R.KIND_HEAL_REQUEST) for r in records)
+
+
+def test_a_device_is_described_before_its_first_sample(
+    built: dict[str, Path], listening: tuple[str, socket.socket]
+) -> None:
+    proc, reader = _connected(built, listening, "normal")
+    records = reader.wait_eof()
+    assert _finish(proc)[0] == 7
+    devices = [r for r in records if r.kind == R.KIND_DEVICE]
+    assert len(devices) == 1  # once, however many samples follow
+    (d,) = devices
+    assert (d.device, d.api, d.result) == (0, R.API_SAMPLER, 0)
+    assert d.v[:3] == (1, 0x17, 2)  # PCI domain, bus, device
+    assert d.v[3] == int.from_bytes(UUID0[:8], "little")
+    assert d.v[4] == int.from_bytes(UUID0[8:], "little")
+    assert d.v[5] == 96 << 30
+    first_sample = next(i for i, r in enumerate(records) if r.kind == R.KIND_SAMPLE)
+    assert records.index(d) < first_sample
+
+
+def test_a_trim_command_is_answered_with_a_heal_and_a_sample(
+    built: dict[str, Path], listening: tuple[str, socket.socket]
+) -> None:
+    proc, reader = _connected(built, listening, "trim")
+    # the harness's pool holds 6 MiB unused once a sample shows it reserved 8, used 2
+    reader.wait_for("the pool's reserve", lambda r: r.kind == R.KIND_POOL and r.v[1] == 8 * MIB)
+    reader.send(R.encode_command(99, 0, 5))  # an op this library does not know: ignored
+    cmd = R.encode_command(R.OP_TRIM, 0, 77)
+    reader.send(cmd[:10])  # in two pieces: the library keeps the first until the rest comes
+    time.sleep(0.05)
+    reader.send(cmd[10:])
+    heal = reader.wait_for("the trim's HEAL", lambda r: r.kind == R.KIND_HEAL)
+    records = reader.wait_eof()
+    rc, err = _finish(proc)
+    assert rc == 7, err
+    assert (heal.flags, heal.device, heal.api, heal.result) == (R.HEAL_COMMAND, 0, 0, 0)
+    asked, before, after, unused, took_ns, cid, pools = heal.v
+    assert (asked, cid, pools) == (0, 77, 1)  # the default pool, which is also the current one
+    assert (before, unused) == (3 * MIB, 6 * MIB)
+    assert after == before + unused
+    assert took_ns < 10**10
+    assert [r for r in records if r.kind == R.KIND_HEAL] == [heal]  # one answer, for op 1 only
+    at = records.index(heal)
+    sample = records[at + 1]  # the fresh picture follows the answer directly
+    assert (sample.kind, sample.device, sample.flags, sample.v[0]) == (R.KIND_SAMPLE, 0, 1, after)
+    pool = records[at + 2]
+    assert pool.kind == R.KIND_POOL and pool.v[1] == pool.v[3] == 2 * MIB  # reserved == used
+
+
+def test_a_trim_of_every_device(
+    built: dict[str, Path], listening: tuple[str, socket.socket]
+) -> None:
+    proc, reader = _connected(built, listening, "trim")
+    reader.wait_for("the pool's reserve", lambda r: r.kind == R.KIND_POOL and r.v[1] == 8 * MIB)
+    reader.send(R.encode_command(R.OP_TRIM, -1, 78))
+    heal = reader.wait_for("the trim's HEAL", lambda r: r.kind == R.KIND_HEAL)
+    reader.wait_eof()
+    assert _finish(proc)[0] == 7
+    assert (heal.device, heal.v[5], heal.v[2] - heal.v[1]) == (0, 78, 6 * MIB)
+
+
+def _heal_records(records: list[R.Record]) -> list[R.Record]:
+    return [r for r in records if r.kind in (R.KIND_HEAL, R.KIND_HEAL_REQUEST, R.KIND_ALLOC)]
+
+
+def test_heal_before_allocations_over_a_file(built: dict[str, Path], tmp_path: Path) -> None:
+    """The harness's four allocations (HARNESS, mode heal), written to a file: no reader to
+    ask, so nobody waits and no HEAL says it asked."""
+    out = tmp_path / "trace.bin"
+    done = _run(built, str(out), "heal", PROVETOP_TRACE_HEAL="1")
+    assert done.returncode == 7, done.stderr
+    stream = R.read_file(out)
+    assert stream.complete
+    seen = [(r.kind, r.api, r.flags, r.result) for r in _heal_records(stream.records)]
+    heal, alloc = R.KIND_HEAL, R.KIND_ALLOC
+    assert seen == [
+        (heal, R.API_MEM_ALLOC, R.HEAL_ALLOC, 0),  # A: trimmed first ...
+        (alloc, R.API_MEM_ALLOC, 0, 0),  # ... then it fits
+        (heal, R.API_MEM_ALLOC, R.HEAL_ALLOC, 0),  # B: trimmed, still short
+        (alloc, R.API_MEM_ALLOC, 0, R.CUDA_ERROR_OUT_OF_MEMORY),
+        (heal, R.API_MEM_CREATE, R.HEAL_ALLOC, 0),  # C
+        (alloc, R.API_MEM_CREATE, 0, 0),
+        (heal, R.API_MEM_ALLOC_PITCH, R.HEAL_ALLOC, 0),  # D: its padded rows did not fit
+        (alloc, R.API_MEM_ALLOC_PITCH, 0, 0),
+    ]
+    heals = [r for r in stream.records if r.kind == R.KIND_HEAL]
+    # bytes asked, free before, free after, unused before; pools trimmed
+    assert [(r.v[0], r.v[1], r.v[2], r.v[3], r.v[6]) for r in heals] == [
+        (5 * MIB, 3 * MIB, 9 * MIB, 6 * MIB, 1),
+        (64 * MIB, 3 * MIB, 5 * MIB, 2 * MIB, 1),
+        (4 * MIB, 1 * MIB, 5 * MIB, 4 * MIB, 1),
+        (1000 * 2090, 3 * MIB, 5 * MIB, 2 * MIB, 1),
+    ]
+    assert all(r.device == 0 and r.v[5] == 0 for r in heals)
+
+
+def test_without_heal_nothing_is_trimmed(built: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "trace.bin"
+    done = _run(built, str(out), "heal")
+    assert done.returncode == 7, done.stderr
+    stream = R.read_file(out)
+    assert stream.complete
+    assert not any(r.kind in (R.KIND_HEAL, R.KIND_HEAL_REQUEST) for r in stream.records)
+    allocs = [r for r in stream.records if r.kind == R.KIND_ALLOC]
+    assert allocs[0].result == R.CUDA_ERROR_OUT_OF_MEMORY  # A: the phantom the heal removes
+
+
+def test_a_heal_request_waits_for_its_answer(
+    built: dict[str, Path], listening: tuple[str, socket.socket]
+) -> None:
+    proc, reader = _connected(
+        built, listening, "heal", PROVETOP_TRACE_HEAL="1", PROVETOP_TRACE_HEAL_WAIT_MS="20000"
+    )
+    req = reader.wait_for("a HEAL_REQUEST", lambda r: r.kind == R.KIND_HEAL_REQUEST)
+    time.sleep(0.5)  # the allocating thread must still be waiting
+    sent_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, the records' clock
+    reader.send(R.encode_command(R.OP_HEAL_DONE, req.device, req.v[0], 0))
+    records = reader.wait_eof()
+    rc, err = _finish(proc)
+    assert rc == 7, err
+    assert (req.api, req.device, req.v[0], req.v[1], req.v[2]) == (
+        R.API_MEM_ALLOC, 0, 1, 64 * MIB, 5 * MIB,
+    )  # fmt: skip
+    assert req.v[3] == int.from_bytes(UUID0[:8], "little")
+    b = next(r for r in records if r.kind == R.KIND_ALLOC and r.v[1] == 64 * MIB)
+    assert b.t_ns >= sent_ns  # the call returned only after the answer ...
+    assert b.t_ns - sent_ns < 10 * 10**9  # ... because of it (the wait was 20 s)
+    assert b.result == R.CUDA_ERROR_OUT_OF_MEMORY  # the result is the driver's, unchanged
+    seen = [(r.kind, r.flags) for r in _heal_records(records)]
+    assert seen[2:5] == [
+        (R.KIND_HEAL, R.HEAL_ALLOC | R.HEAL_ASKED),  # trimmed its own, not enough: asked
+        (R.KIND_HEAL_REQUEST, 0),
+        (R.KIND_ALLOC, 0),
+    ]
+    assert len([r for r in records if r.kind == R.KIND_HEAL_REQUEST]) == 1  # only B was short
+
+
+def test_an_unanswered_heal_request_times_out(
+    built: dict[str, Path], listening: tuple[str, socket.socket]
+) -> None:
+    proc, reader = _connected(
+        built, listening, "heal", PROVETOP_TRACE_HEAL="1", PROVETOP_TRACE_HEAL_WAIT_MS="200"
+    )
+    records = reader.wait_eof()
+    rc, err = _finish(proc)
+    assert rc == 7, err
+    (req,) = [r for r in records if r.kind == R.KIND_HEAL_REQUEST]
+    b = next(r for r in records if r.kind == R.KIND_ALLOC and r.v[1] == 64 * MIB)
+    assert 200 * 10**6 <= b.t_ns - req.t_ns < 10 * 10**9
+    assert any(r.kind == R.KIND_EXIT for r in records)
+
+
+def test_a_missing_socket_is_reported_and_changes_nothing(
+    built: dict[str, Path], tmp_path: Path
+) -> None:
+    path = tmp_path / "nobody-listens.sock"
+    done = _run(built, f"unix:{path}")
+    assert done.returncode == 7  # the program's exit status, unchanged
+    assert f"provetop trace: cannot connect to {path}: " in done.stderr
+    assert "not tracing" in done.stderr
+    # with the heal on and a long wait, nobody waits for a reader that is not there
+    started = time.monotonic()
+    done = _run(
+        built, f"unix:{path}", "heal", PROVETOP_TRACE_HEAL="1", PROVETOP_TRACE_HEAL_WAIT_MS="60000"
+    )
+    assert done.returncode == 7
+    assert time.monotonic() - started < WAIT_S
+
+
+def test_a_forked_child_does_not_hold_the_stream_open(
+    built: dict[str, Path], listening: tuple[str, socket.socket]
+) -> None:
+    """The reader sees the end of the parent's stream when the parent ends, though a fork()ed
+    child (which inherited the socket) lives on."""
+    proc, reader = _connected(built, listening, "fork")
+    out, err = proc.communicate(timeout=WAIT_S)
+    child = int(out.split()[0])
+    try:
+        assert proc.returncode == 7, err
+        records = reader.wait_eof()  # within WAIT_S; the child sleeps 60 s
+        assert any(r.kind == R.KIND_EXIT for r in records)
+    finally:
+        os.kill(child, signal.SIGKILL)

@@ -78,8 +78,9 @@ constexpr uint32_t DEFAULT_HEAL_WAIT_MS = 1000;
 // page. Rounding up may over-estimate a small allocation that shares a page already mapped,
 // so the heal acts a little early, never late. sources/trace/heal.py (GRANULE) is the same.
 constexpr uint64_t HEAL_GRANULE = 2ull << 20;
-// cuMemAllocPitch pads each row to the driver's pitch alignment, 512 bytes at most on the GPUs
-// seen; the footprint counts rows of the width rounded up to that (an over-estimate at worst).
+// cuMemAllocPitch pads each row to the driver's pitch alignment (the pitch it returns is a
+// multiple of 512 bytes on the GPUs seen); the footprint counts rows of the width rounded up to
+// 512. The pitch itself is only known at the call's exit, too late for the heal.
 constexpr uint64_t PITCH_ALIGN = 512;
 
 std::atomic<bool> g_on{false};
@@ -649,8 +650,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
         }
     }
     h.cupti_result = static_cast<int32_t>(sub_res);
+    w.start(out, status);  // first: the callbacks read what it sets (can_ask)
     g_on.store(sub_res == CUPTI_SUCCESS && have_ring, std::memory_order_release);
-    w.start(out, status);
     pthread_atfork(nullptr, nullptr, at_fork_child);
     atexit(at_exit);
     return 1;

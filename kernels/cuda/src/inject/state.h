@@ -15,6 +15,7 @@
 // reads its OOM state never waits for a slow reader.
 #pragma once
 #include <cuda.h>
+#include <atomic>
 #include <mutex>
 #include <stdint.h>
 #include <string.h>
@@ -74,6 +75,7 @@ class Registry {
             devices_[device].ctx = ctx;
             devices_[device].default_pool = nullptr;
             if (device >= ndevices_) ndevices_ = device + 1;
+            if (!info_[device].described) fresh_.store(true, std::memory_order_release);
         }
     }
 
@@ -137,6 +139,7 @@ class Registry {
     // `out`, room for MAX_DEVICES); how many.
     uint32_t describe_new(const PvtRecord& head, PvtRecord* out) {
         uint32_t n = 0;
+        if (!fresh_.exchange(false, std::memory_order_acquire)) return 0;  // the usual case
         std::lock_guard<std::mutex> g(lock_);
         for (int d = 0; d < ndevices_; d++)
             if (devices_[d].ctx != nullptr) n += describe(d, head, &out[n]);
@@ -398,6 +401,7 @@ class Registry {
     DeviceSlot devices_[MAX_DEVICES];
     DeviceInfo info_[MAX_DEVICES];  // kept when a context is forgotten: a device is described once
     int ndevices_ = 0;
+    std::atomic<bool> fresh_{false};  // a device got its first context: describe_new has work
     PoolSlot pools_[MAX_POOLS];
 };
 
