@@ -189,7 +189,8 @@ EVENTS: dict[str, dict[str, Field]] = {
         "pid": _opt(INT, "engine process id"),
         "version": _f(STR, "producer version"),
         "source": _f(
-            STR, "'provetop' for our engine, 'cuzk' for the cuzk adapter, 'trace' for provetop trace"
+            STR,
+            "'provetop' for our engine, 'cuzk' for the cuzk adapter, 'trace' for provetop trace",
         ),
         "backend": _f(STR, "'cpu' (memory modeled) or 'cuda'"),
         "modeled": _f(BOOL, "true when device memory is modeled, not real"),

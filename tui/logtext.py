@@ -20,11 +20,13 @@ from tui.style import size
 
 # "2048 bytes", "free 512", "need 6144 + margin 512 + 180912" (the allocator's arithmetic on
 # sizes), or a bare number of 7 digits or more (1 MB and up: only sizes are
-# that large in engine messages) that is not a proof, partition or command number
+# that large in engine messages) that is not a proof, partition or command number. Never a
+# number that is part of another: "free 2.00 GiB" (already a size), a file name's date
+# ("/recordings/20261206-101500-....pvtrec").
 _BYTES = re.compile(
-    r"(?<![\w.#])(\d+) bytes\b"
-    r"|(?:(?<=free )|(?<=need )|(?<=margin )|(?<=[-+<] )|(?<=>= ))(\d+)\b"
-    r"|(?<![\w.#])(?<!proof )(?<!partition )(\d{7,})\b"
+    r"(?<![\w.#/-])(\d+) bytes\b"
+    r"|(?:(?<=free )|(?<=need )|(?<=margin )|(?<=[-+<] )|(?<=>= ))(\d+)\b(?![.,]\d|[-/])"
+    r"|(?<![\w.#/-])(?<!proof )(?<!partition )(\d{7,})\b(?![.,]\d|[-/])"
 )
 RECENT = 200  # entries a later event may still fold into
 # what folds lines into one entry: (decision, device, proof, partition)

@@ -268,14 +268,13 @@ class TraceSession:
         )
         fault["case"] = v.case
         names = ", ".join(f"pid {pid} holds {fmt_bytes(n)}" for pid, n in held.items())
-        fault["message"] += (
-            f"; on this GPU {names} reserved and unused in its stream-ordered pools: "
-            + (
-                "with them trimmed it would have fitted (--heal asks them)"
-                if v.heal
-                else "even with them trimmed it would not have fitted"
-            )
+        head = str(fault["message"]).split(": ", 1)[0]
+        fit = (
+            "with them trimmed it would have fitted (--heal asks them)"
+            if v.heal
+            else "even with them trimmed it would not have fitted"
         )
+        fault["message"] = f"{head}: on this GPU {names} reserved and unused; {fit}"
 
     def _on_close(self, stream: Stream) -> None:
         events = self.events[stream.number]

@@ -297,16 +297,12 @@ class TraceEvents:
             phantom = state.pool_unused
             fields["pools"] = memory_fields(state)
             fields["phantom"] = phantom
-            free = fmt_bytes(state.driver_free)
             if allocator == "async":
                 why = f"the stream-ordered pools hold {fmt_bytes(phantom)} reserved and unused"
             else:
                 v = verdict(a.v[1], state.driver_free, phantom)
                 fields["case"] = v.case
-                why = (
-                    f"{fmt_bytes(phantom)} reserved and unused in the stream-ordered pools "
-                    f"(phantom), driver free {free}: {v.words()}"
-                )
+                why = v.words()  # the log line adds the phantom and the free bytes
         else:
             why = "the device's memory was not read (the ring had no room for it)"
         message = f"{a.api_name} of {fmt_bytes(a.v[1])} refused (out of memory): {why}"

@@ -121,8 +121,8 @@ extern "C" CUresult cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute a,
 // a trim gives back what the pool holds beyond its use (and minBytesToKeep) to the free bytes
 extern "C" CUresult cuMemPoolTrimTo(CUmemoryPool p, size_t keep) {
     uint64_t* v = g_pool[slot_of(p)].v;
-    uint64_t floor = v[CU_MEMPOOL_ATTR_USED_MEM_CURRENT] > keep ? v[CU_MEMPOOL_ATTR_USED_MEM_CURRENT]
-                                                                : keep;
+    uint64_t used = v[CU_MEMPOOL_ATTR_USED_MEM_CURRENT];
+    uint64_t floor = used > keep ? used : keep;
     if (v[CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT] > floor) {
         g_free += v[CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT] - floor;
         v[CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT] = floor;
@@ -261,7 +261,8 @@ int main(int argc, char** argv) {
         call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &a, CUDA_SUCCESS);  // device 0's context
         set_pool(0, 8 << 20, 2 << 20, ~0ull);
         set(3 << 20, 80 << 20);
-        auto reserved = reinterpret_cast<uint64_t (*)(int)>(dlsym(RTLD_DEFAULT, "fake_pool_reserved"));
+        auto reserved =
+            reinterpret_cast<uint64_t (*)(int)>(dlsym(RTLD_DEFAULT, "fake_pool_reserved"));
         for (int i = 0; i < 3000 && reserved(0) != (2u << 20); i++) usleep(10 * 1000);  // 30 s
         usleep(50 * 1000);
         return 7;

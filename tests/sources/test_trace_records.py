@@ -94,7 +94,9 @@ def test_the_doc_names_every_kind() -> None:
 # ---- bytes built field by field -------------------------------------------------------------
 
 
-def header_bytes(magic: bytes = b"PVTRACE1", version: int = R.VERSION, interval: int = 100) -> bytes:
+def header_bytes(
+    magic: bytes = b"PVTRACE1", version: int = R.VERSION, interval: int = 100
+) -> bytes:
     return struct.pack(
         "<8sHHHHIIQQIIIiQ", magic, version, 64, 80, 0, PID, 1, T0, 1_700_000_000 * 10**9,
         interval, 65536, 130001, 0, 0,
@@ -259,8 +261,11 @@ def test_an_oom_is_a_fault_with_its_phantom() -> None:
     assert ev["phantom"] == 8 * GIB and ev["site"] == "cuMemAlloc_v2"
     assert ev["pools"]["async_reserved"] == 8 * GIB and ev["pools"]["driver_free"] == 2 * GIB
     assert set(ev["pools"]) >= {f for f, s in MEMORY_FIELDS.items() if s.required}
-    assert "8.00 GiB" in ev["message"] and "phantom" in ev["message"]
+    # 2 GiB free + 8 GiB unused < 12 GiB: not the phantom's doing, and the message says so
+    assert ev["case"] == "short" and "would not have fitted" in ev["message"]
     assert conv.ooms == 1
+    conv, (ev,) = events_of(oom(50, 0, 6 * GIB, 2 * GIB, [(0xD0, 8 * GIB, 0, UNLIMITED, DEFAULT)]))
+    assert ev["case"] == "phantom" and "would have made it fit" in ev["message"]
 
 
 def test_allocations_below_the_floor_make_no_event() -> None:
