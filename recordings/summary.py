@@ -100,10 +100,39 @@ def summarize_state(
         "engine_state": state.engine_state,
         "events": state.events,
         "attempts": rows,
+        "memory": _memory_rows(state),
         "totals": totals,
         "gpu": gpu.medians(),
     }
     return {key: json_safe(value) for key, value in out.items()}
+
+
+def _memory_rows(state: State) -> list[dict[str, Any]]:
+    """Per device (a traced process's lane, with its pid): the peaks of both pools and the
+    least free memory over the samples the reducer kept, and the out-of-memory refusals by the
+    trace's case (``sources/trace/heal.py``; engine OOMs have none)."""
+    out = []
+    for device, series in sorted(state.series.items()):
+        cols = series.columns
+        last = state.memory.get(device) or {}
+        ooms = [f for f in state.faults if f.get("kind") == "oom" and f.get("device") == device]
+        cases: dict[str, int] = {}
+        for f in ooms:
+            case = str(f.get("case") or "-")
+            cases[case] = cases.get(case, 0) + 1
+        free = [v for v in cols["driver_free"] if v >= 0]
+        out.append({
+            "device": device,
+            "pid": last.get("pid"),
+            "samples": len(series),
+            "async_reserved_peak": max(cols["async_reserved"], default=0),
+            "async_used_peak": max(cols["async_used"], default=0),
+            "sync_used_peak": max(cols["sync_used"], default=0),
+            "driver_free_min": min(free) if free else None,
+            "ooms": len(ooms),
+            "oom_cases": cases,
+        })  # fmt: skip
+    return out
 
 
 def _order(row: dict[str, Any]) -> tuple[int, ...]:
@@ -160,6 +189,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     """A readable report: header, one line per partition attempt, totals."""
     lines = _header_lines(summary)
     lines.extend(_attempt_lines(summary.get("attempts") or []))
+    if (summary.get("engine") or {}).get("source") == "trace":  # a traced program: its pools
+        lines.extend(_memory_lines(summary.get("memory") or []))
     lines.append("")
     lines.extend(_totals_lines(summary.get("totals") or {}, bool(summary.get("modeled"))))
     lines.extend(_gpu_lines(summary.get("gpu") or {}))
@@ -189,6 +220,24 @@ def _header_lines(summary: dict[str, Any]) -> list[str]:
             size = fmt_bytes(cap) if isinstance(cap, (int, float)) else "?"
             tag = " (modeled)" if d.get("modeled") else ""
             lines.append(f"  device {d.get('index')}: {d.get('name')}, {size}{tag}")
+    return lines
+
+
+def _memory_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per device's memory: what a traced program's summary is mostly about."""
+    if not rows:
+        return []
+    lines = ["", "memory (peaks over the samples; reserved and used of the stream-ordered pools):"]
+    for r in rows:
+        who = f" pid {r['pid']}" if r.get("pid") is not None else ""
+        free = r.get("driver_free_min")
+        cases = ", ".join(f"{k} {v}" for k, v in sorted((r.get("oom_cases") or {}).items()))
+        lines.append(
+            f"  gpu{r['device']}{who}: async reserved {fmt_bytes(r['async_reserved_peak'])}, "
+            f"used {fmt_bytes(r['async_used_peak'])}; plain {fmt_bytes(r['sync_used_peak'])}; "
+            f"least free {fmt_bytes(free) if free is not None else '-'}; OOMs {r['ooms']}"
+            + (f" ({cases})" if cases else "")
+        )
     return lines
 
 

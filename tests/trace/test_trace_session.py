@@ -77,6 +77,10 @@ def test_an_oom_with_its_phantom_and_the_exit_code(tmp_path: Path) -> None:
     assert events[-1]["k"] == "engine_state" and events[-1]["state"] == "done"
     assert "code 7" in events[-1]["reason"]
     assert session.summary()["ooms"] == 1
+    from recordings.summary import build_summary, format_summary
+
+    text = format_summary(build_summary(tmp_path / "trace.pvtrec"))
+    assert "async reserved 8.00 GiB" in text and "OOMs 1 (phantom 1)" in text
 
 
 def test_a_crashed_program_leaves_a_readable_recording(tmp_path: Path) -> None:
