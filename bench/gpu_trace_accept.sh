@@ -16,6 +16,10 @@ PHASES=${*:-tests samples engine overhead}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
+# everything in one archive (the device returns few files), also when a timeout cuts the run
+pack() { tar czf "$OUT/gpu-trace-accept.tgz" -C "$OUT" trace 2>/dev/null; }
+trap pack EXIT
+trap 'exit 143' TERM
 has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 say "commit $PROVETOP_COMMIT, $(date -u +%FT%TZ), phases: $PHASES"
@@ -28,7 +32,7 @@ cat "$W/build.log" | tee -a "$SUMMARY"
 if has tests; then
     export PROVETOP_TRACE_EVIDENCE=$W/evidence.jsonl
     : >"$PROVETOP_TRACE_EVIDENCE"
-    timeout 420 python3 -m pytest -q -rs -p no:cacheprovider tests/kernels/test_cuda_trace.py \
+    timeout 420 python3 -m pytest -q -rfs -p no:cacheprovider tests/kernels/test_cuda_trace.py \
         tests/kernels/test_cuda_inject.py tests/kernels/test_inject_build.py tests/trace \
         tests/sources/test_trace_records.py >"$W/tests.log" 2>&1
     say "tests rc=$?: $(tail -n 1 "$W/tests.log")"
@@ -58,20 +62,21 @@ fi
 
 if has engine; then
     # provetop's own engine, traced from outside: its recording and the trace's, compared
-    for mode in aware24 naive16; do
+    for mode in ${ENGINE_MODES:-aware24 naive16}; do
         case $mode in
             aware24) flags="--preset porep-32g --domain-log 24 --proofs 1" ;;
             naive16) flags="--preset porep-32g --proofs 1 --allocator naive --device-memory 16GiB" ;;
         esac
         rm -f "$W/engine-$mode.pvtrec" "$W/trace-$mode.pvtrec"
-        timeout 420 python3 -m provetop trace --no-listen --record "$W/trace-$mode.pvtrec" -- \
+        timeout 420 python3 -m provetop trace --no-listen --record "$W/trace-$mode.pvtrec" \
+            --interval-ms "${INTERVAL_MS:-100}" -- \
             python3 -m provetop engine --backend cuda $flags --workers-per-device 2 \
             --record "$W/engine-$mode.pvtrec" --exit-when-done \
             >"$W/engine-$mode.stdout" 2>"$W/engine-$mode.stderr"
         say "engine $mode traced: rc=$? $(grep -h '^done:' "$W/engine-$mode.stdout")"
         say "  $(tail -n 1 "$W/engine-$mode.stderr")"
         python3 bench/trace_vs_engine.py "$W/engine-$mode.pvtrec" "$W/trace-$mode.pvtrec" \
-            --json "$W/compare-$mode.json" 2>&1 | tee -a "$SUMMARY"
+            --interval-ms "${INTERVAL_MS:-100}" --json "$W/compare-$mode.json" 2>&1 | tee -a "$SUMMARY"
     done
 fi
 

@@ -90,7 +90,7 @@ class TraceSession:
         self.listener = TraceListener(
             self._on_header, self._on_records, self._on_close, self._on_error
         )
-        self.broker = HealBroker(self._live_streams, self.bus.emit, self.lanes.lane)
+        self.broker = HealBroker(self._live_streams, self._emit_heal, self.lanes.lane)
         self.events: dict[int, TraceEvents] = {}  # by stream number
         self._events_lock = threading.Lock()
         self.server: TelemetryServer | None = None
@@ -213,6 +213,11 @@ class TraceSession:
 
     # -- the streams ----------------------------------------------------------------------
 
+    def _emit_heal(self, kind: str, **fields: Any) -> object:
+        """The broker's own events (a request served): counted with the libraries' heals."""
+        self.heals += 1
+        return self.bus.emit(kind, **fields)
+
     def _live_streams(self) -> list[tuple[Stream, TraceEvents]]:
         with self._events_lock:
             return [
@@ -305,7 +310,7 @@ class TraceSession:
             elif k == "fault" and e.get("kind") == "oom":
                 self.ooms += 1
             elif k == "alloc" and e.get("site") in ("heal", "trim"):
-                self.heals += e.get("site") == "heal"
+                self.heals += e.get("site") == "heal"  # a library's own (its process's pools)
                 cid = heal_command_id(e)
                 if cid is not None:
                     self.broker.answered(cid)
