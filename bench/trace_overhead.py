@@ -59,7 +59,7 @@ def workloads() -> dict[str, tuple[list[str], dict[str, str]]]:
         "cupy alloc-heavy": ([py, "-c", CUPY], {}),
     }  # fmt: skip
     sppark = os.environ.get("PROVETOP_SPPARK_MSM")
-    if sppark:
+    if sppark and os.path.exists(sppark):
         out["sppark msm 2^24 x5"] = ([sppark, "24", "5"], {})
     return out
 
@@ -94,12 +94,16 @@ def main() -> int:
               if not a.only or any(o in k for o in a.only.split(","))}  # fmt: skip
     rows = []
     for name, (argv, env) in chosen.items():
-        timed(argv, env, traced=False)  # one warm-up run: caches (kernels, NVRTC) filled
         plain: list[float] = []
         traced: list[float] = []
-        for _ in range(a.runs):
-            plain.append(timed(argv, env, traced=False))
-            traced.append(timed(argv, env, traced=True))
+        try:
+            timed(argv, env, traced=False)  # one warm-up run: caches (kernels, NVRTC) filled
+            for _ in range(a.runs):
+                plain.append(timed(argv, env, traced=False))
+                traced.append(timed(argv, env, traced=True))
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            print(f"{name}: failed: {exc}", flush=True)
+            continue
         mp, mt = statistics.median(plain), statistics.median(traced)
         rows.append({"workload": name, "untraced_s": plain, "traced_s": traced,
                      "median_untraced_s": mp, "median_traced_s": mt,

@@ -141,8 +141,9 @@ def evidence(**fields: Any) -> None:
             f.write(line + "\n")
 
 
-def of(events: list[dict[str, Any]], kind: str, **match: Any) -> list[dict[str, Any]]:
-    return [e for e in events if e["k"] == kind and all(e.get(k) == v for k, v in match.items())]
+def of(events: list[dict[str, Any]], k: str, **match: Any) -> list[dict[str, Any]]:
+    """The events of kind ``k`` whose fields match (``kind="oom"`` is a fault's own field)."""
+    return [e for e in events if e["k"] == k and all(e.get(f) == v for f, v in match.items())]
 
 
 def peak(events: list[dict[str, Any]], field: str) -> int:
