@@ -65,6 +65,24 @@ while not os.path.exists(os.environ["STOP"]):
 """
 )
 
+# The holder of the sppark case: its 8 GiB reserve, and the rest of the card filled with plain
+# allocations to 1 GiB free, less than sppark's own cudaMalloc of points and scalars at 2^24
+HOLDER_FILLER = (
+    PRELUDE
+    + f"""
+import os
+pool = cp.cuda.MemoryAsyncPool()
+cp.cuda.set_allocator(pool.malloc)
+a = cp.empty({RESERVE}, dtype=cp.uint8)
+del a
+cp.cuda.Device().synchronize()
+blocks = fill(1 * GIB)
+open(os.environ["READY"], "w").close()
+while not os.path.exists(os.environ["STOP"]):
+    time.sleep(0.05)
+"""
+)
+
 TORCH_HOLDER = f"""
 import os, time, torch
 x = torch.empty({RESERVE}, dtype=torch.uint8, device="cuda")
@@ -282,4 +300,36 @@ def test_sppark_msm(library: Path, tmp_path: Path) -> None:
             ),
             default=0,
         ),
+    )
+
+
+@pytest.mark.gpu
+def test_sppark_msm_beside_another_process_reserve(library: Path, tmp_path: Path) -> None:
+    """sppark's MSM needs plain cudaMalloc memory (its dev_ptr_t) that another process's
+    stream-ordered reserve holds: refused without --heal, done with it."""
+    binary = os.environ.get("PROVETOP_SPPARK_MSM")
+    if not binary or not shutil.which(binary):
+        pytest.skip("PROVETOP_SPPARK_MSM names no sppark MSM binary")
+    ready, stop = tmp_path / "ready", tmp_path / "stop"
+    (tmp_path / "holder.py").write_text(HOLDER_FILLER)
+    script = (f"export READY={ready} STOP={stop}; rm -f $READY $STOP; "
+              f"{sys.executable} {tmp_path}/holder.py & "
+              f"until [ -e $READY ]; do sleep 0.05; done; {binary} 24 1; rc=$?; "
+              "touch $STOP; wait; exit $rc")  # fmt: skip
+    rc, events, err = trace(library, tmp_path, ["sh", "-c", script])
+    ooms = of(events, "fault", kind="oom")
+    assert rc != 0 and ooms, err
+    rc_heal, healed, err = trace(library, tmp_path, ["sh", "-c", script], "--heal")
+    assert rc_heal == 0, err
+    assert not of(healed, "fault", kind="oom")
+    trims = of(healed, "alloc", site="trim")
+    assert trims
+    evidence(
+        case="sppark-beside-reserve",
+        rc_plain=rc,
+        oom_message=ooms[0]["message"],
+        oom_case=ooms[0].get("case"),
+        rc_heal=rc_heal,
+        reclaimed=trims[0]["reclaimed"],
+        trim_ms=trims[0]["took_ns"] / 1e6,
     )
