@@ -66,6 +66,11 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("metrics-overhead-", "gpu-metrics-", "load-clients-"),
     ),
     (
+        "trace",
+        "`provetop trace` on a GPU: its tests' evidence, the engine traced from outside, its cost",
+        ("trace-",),
+    ),
+    (
         "checks",
         "GPU test logs, self-tests, the cold start and the bench after a change of structure",
         ("coldstart-", "gpu-check-", "gpu-health-", "gpu-tests-", "selftest-"),
