@@ -45,14 +45,7 @@ from engine.settings.tuning import Tuning
 from engine.spec.srs import draw_srs, generate_srs
 from engine.spec.workload import query_sizes
 from engine.telemetry.bus import Bus, Clock, Subscription
-from engine.telemetry.control import (
-    CommandError,
-    Controls,
-    frame_args,
-    frame_cmd,
-    frame_id,
-    parse_command,
-)
+from engine.telemetry.control import CommandError, Controls, acknowledge, refuse_bad_frame
 from engine.telemetry.metrics import EngineMetrics
 from engine.telemetry.progress import Progress, Stopped
 from engine.telemetry.sampler import Sampler
@@ -600,29 +593,17 @@ class Engine:
         self._on_frame(frame, client)
 
     def _on_frame(self, frame: Any, client: str) -> dict[str, Any]:
-        try:
-            cid, cmd, args = parse_command(frame)
-            if self.read_only:
-                raise CommandError("this engine is read-only (--read-only)")
-            self._check_applicable(cmd, args)
-        except CommandError as exc:
-            return self.bus.emit(
-                "control",
-                id=frame_id(frame),
-                cmd=frame_cmd(frame),
-                args=frame_args(frame),
-                ok=False,
-                error=str(exc),
-                client=client,
-            )
-        ack = self.bus.emit("control", id=cid, cmd=cmd, args=args, ok=True, client=client)
+        read_only = "this engine is read-only (--read-only)" if self.read_only else None
+        answer = acknowledge(self.bus, frame, client, read_only=read_only,
+                             check=self._check_applicable)  # fmt: skip
+        if isinstance(answer, dict):
+            return answer
+        ack, cmd, args = answer
         self._apply(cmd, args)
         return ack
 
     def _on_bad_frame(self, error: str, client: str) -> None:
-        self.bus.emit(
-            "control", id=-1, cmd="?", args={}, ok=False, error=f"bad frame: {error}", client=client
-        )
+        refuse_bad_frame(self.bus, error, client)
 
     def _check_applicable(self, cmd: str, args: dict[str, Any]) -> None:
         if cmd in ("pause", "resume") and (self._stop_requested.is_set() or self.done):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from recordings.schema import CONTROL_COMMANDS
 
@@ -151,3 +152,45 @@ def _short(v: object) -> object:
     if isinstance(v, dict | list):
         return f"<{'map' if isinstance(v, dict) else 'array'} of {len(v)}>"
     return v
+
+
+class Emits(Protocol):
+    """The part of the bus a command's acknowledgement goes through."""
+
+    def emit(self, kind: str, /, **fields: Any) -> dict[str, Any]: ...
+
+
+Check = Callable[[str, dict[str, Any]], None]
+
+
+def acknowledge(
+    bus: Emits, frame: object, client: str, *, read_only: str | None, check: Check
+) -> tuple[dict[str, Any], str, dict[str, Any]] | dict[str, Any]:
+    """Check one client frame and send its ``control`` event: the refusal (returned alone)
+    when it is malformed, the producer is read-only (``read_only``: the refusal's words) or
+    ``check(cmd, args)`` raises :class:`CommandError`; else (the acknowledgement, cmd, args)
+    for the caller to apply. Every producer that takes commands (the engine, a trace) answers
+    them alike through this."""
+    try:
+        cid, cmd, args = parse_command(frame)
+        if read_only is not None:
+            raise CommandError(read_only)
+        check(cmd, args)
+    except CommandError as exc:
+        return bus.emit(
+            "control",
+            id=frame_id(frame),
+            cmd=frame_cmd(frame),
+            args=frame_args(frame),
+            ok=False,
+            error=str(exc),
+            client=client,
+        )
+    return bus.emit("control", id=cid, cmd=cmd, args=args, ok=True, client=client), cmd, args
+
+
+def refuse_bad_frame(bus: Emits, error: str, client: str) -> None:
+    """A frame the server could not decode: one refusal, the connection is the server's."""
+    bus.emit(
+        "control", id=-1, cmd="?", args={}, ok=False, error=f"bad frame: {error}", client=client
+    )

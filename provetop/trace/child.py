@@ -9,7 +9,6 @@ trace keeps reading until the program's libraries have flushed).
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -94,7 +93,3 @@ class Child:
             except (ValueError, TypeError):
                 pass
         self._old.clear()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid if self.proc is not None else os.getpid()

@@ -35,19 +35,6 @@ class Lane:
     pci_bus_id: str = ""
     nvml: nvml.NvmlDevice | None = field(default=None, repr=False)
 
-    def describe(self) -> dict[str, Any]:
-        """The lane as ``hello.devices`` lists a device (plus who it is)."""
-        return {
-            "index": self.index,
-            "name": self.name,
-            "capacity": 0,
-            "modeled": False,
-            "pid": self.pid,
-            "cuda_device": self.ordinal,
-            "gpu": self.gpu,
-            "pci_bus_id": self.pci_bus_id,
-        }
-
 
 class LaneMap:
     """(pid, CUDA ordinal) -> :class:`Lane`; thread-safe (each stream has its reader thread)."""

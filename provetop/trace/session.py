@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.telemetry.bus import Bus, Clock
-from engine.telemetry.control import CommandError, frame_args, frame_cmd, frame_id, parse_command
+from engine.telemetry.control import CommandError, acknowledge, refuse_bad_frame
 from engine.telemetry.metrics import EngineMetrics
 from engine.telemetry.server import TelemetryServer, parse_listen, read_token
 from provetop.base.units import fmt_bytes
@@ -40,7 +40,7 @@ from provetop.base.version import __version__
 from provetop.trace.broker import HealBroker, heal_command_id
 from provetop.trace.child import Child, traced_env
 from provetop.trace.cuzk_log import CuzkLog
-from provetop.trace.lanes import LaneMap
+from provetop.trace.lanes import LANE_STRIDE, LaneMap
 from provetop.trace.listener import Stream, TraceListener
 from recordings.schema import SCHEMA_VERSION, SYNTH_WORKER_BASE
 from recordings.writer import RecordingWriter
@@ -181,7 +181,7 @@ class TraceSession:
             "library": str(o.library),
             "record": o.record,
             "cuzk_log": o.cuzk_log,
-            "lane_stride": 64,
+            "lane_stride": LANE_STRIDE,
         }
         if o.cuzk_log:
             config["synth_worker_base"] = SYNTH_WORKER_BASE
@@ -353,24 +353,19 @@ class TraceSession:
     # -- control --------------------------------------------------------------------------
 
     def _on_frame(self, frame: Any, client: str) -> dict[str, Any]:
-        try:
-            cid, cmd, args = parse_command(frame)
-            if self.options.read_only:
-                raise CommandError("this trace is read-only (--read-only)")
+        targets: list[tuple[Stream, int]] = []
+
+        def check(cmd: str, args: dict[str, Any]) -> None:
             if cmd in NOT_APPLICABLE:
                 raise CommandError(f"{cmd}: {NOT_APPLICABLE[cmd]}")
-            targets = self._trim_targets(args.get("device")) if cmd == "trim" else []
-        except CommandError as exc:
-            return self.bus.emit(
-                "control",
-                id=frame_id(frame),
-                cmd=frame_cmd(frame),
-                args=frame_args(frame),
-                ok=False,
-                error=str(exc),
-                client=client,
-            )
-        ack = self.bus.emit("control", id=cid, cmd=cmd, args=args, ok=True, client=client)
+            if cmd == "trim":
+                targets.extend(self._trim_targets(args.get("device")))
+
+        read_only = "this trace is read-only (--read-only)" if self.options.read_only else None
+        answer = acknowledge(self.bus, frame, client, read_only=read_only, check=check)
+        if isinstance(answer, dict):
+            return answer
+        ack, cmd, args = answer
         if cmd == "trim":
             for stream, ordinal in targets:
                 stream.send(encode_command(OP_TRIM, ordinal, self.broker.new_command_id()))
@@ -398,9 +393,7 @@ class TraceSession:
         return [(streams[lane.pid], lane.ordinal)]
 
     def _on_bad_frame(self, error: str, client: str) -> None:
-        self.bus.emit(
-            "control", id=-1, cmd="?", args={}, ok=False, error=f"bad frame: {error}", client=client
-        )
+        refuse_bad_frame(self.bus, error, client)
 
     # -- end ------------------------------------------------------------------------------
 

@@ -133,21 +133,6 @@ class OwnOrdinals:
         return ordinal
 
 
-def trace_config(header: Header) -> dict[str, Any]:
-    """What the stream's header says about the traced process, for the ``hello`` the trace
-    command sends (``config``; its ``wall_ns`` anchor is ``header.t0_wall_ns`` when the
-    events' origin is the library's start)."""
-    return {
-        "adapter": "trace",
-        "pid": header.pid,
-        "ppid": header.ppid,
-        "interval_ms": header.interval_ms,
-        "ring_slots": header.ring_slots,
-        "cupti_version": header.cupti_version,
-        "subscribed": header.subscribed,
-    }
-
-
 def memory_fields(state: DeviceState) -> dict[str, Any]:
     """The MEMORY_FIELDS of one device's state (a sample or the instant of an OOM), with the
     trace's extra fields: what a ``memory`` event carries (less ``device``) and what a

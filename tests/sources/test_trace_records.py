@@ -17,7 +17,7 @@ import pytest
 from recordings.schema import EVENTS, MEMORY_FIELDS, validate
 from recordings.state import phantom_bytes
 from sources.trace import records as R
-from sources.trace.events import ALLOC_EVENT_MIN, TraceEvents, memory_fields, trace_config
+from sources.trace.events import ALLOC_EVENT_MIN, TraceEvents, memory_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER_H = ROOT / "kernels" / "cuda" / "src" / "inject" / "records.h"
@@ -315,9 +315,3 @@ def test_memory_fields_have_the_engines_keys() -> None:
     }
     assert fields["sync_used"] == 3 + 5  # plain + VMM physical memory
     assert EVENTS["memory"]["device"].required
-
-
-def test_trace_config() -> None:
-    header = R.decode(header_bytes()).header
-    assert header is not None
-    assert trace_config(header)["adapter"] == "trace" and trace_config(header)["pid"] == PID
