@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kernels.cuda import cubins
+from kernels.cuda import cubins, inject_build
 from kernels.cuda.sources import SOURCES, Defines, normalize_defines
 from kernels.tuning import SettingError, parse_defines
 
@@ -112,8 +112,6 @@ def inject_line() -> str:
     """Build (or find cached) the injection library of ``provetop trace``; one line saying
     which, or why not. Never a failure of the prebuild: tracing is optional, the kernels
     are not."""
-    from kernels.cuda import inject_build
-
     t0 = time.perf_counter()
     result = inject_build.build()
     if not result.ok:

@@ -16,9 +16,11 @@ import os
 import sys
 from pathlib import Path
 
+from kernels.cuda import inject_build
 from provetop.base.errors import UsageError
 from provetop.base.units import fmt_bytes
 from provetop.commands import Subparsers
+from provetop.trace.session import TraceError, TraceOptions, TraceSession
 from recordings.writer import default_recording_path
 
 INTERVAL_MS = 100  # the engine's own sampling period (its --sample-hz 10)
@@ -118,8 +120,6 @@ def find_library(given: str | None) -> Path:
         if not path.is_file():
             raise UsageError(f"trace: --library {given}: no such file")
         return path.resolve()
-    from kernels.cuda import inject_build
-
     result = inject_build.build()
     if not result.ok or result.path is None:
         raise UsageError(
@@ -156,8 +156,6 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         raise UsageError(f"trace needs an NVIDIA GPU: {problem}")
     library = find_library(args.library)
-
-    from provetop.trace.session import TraceError, TraceOptions, TraceSession
 
     record = None if args.no_record else (args.record or None)
     options = TraceOptions(

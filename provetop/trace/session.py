@@ -35,6 +35,7 @@ from engine.telemetry.bus import Bus, Clock
 from engine.telemetry.control import CommandError, acknowledge, refuse_bad_frame
 from engine.telemetry.metrics import EngineMetrics
 from engine.telemetry.server import TelemetryServer, parse_listen, read_token
+from provetop.base import nvml
 from provetop.base.units import fmt_bytes
 from provetop.base.version import __version__
 from provetop.trace.broker import HealBroker, heal_command_id
@@ -333,8 +334,6 @@ class TraceSession:
     def _nvml_loop(self) -> None:
         """``gpu`` events once per interval: every GPU at its own index, and again for every
         further lane on it, so each memory panel has its nvidia-smi view beside it."""
-        from provetop.base import nvml
-
         devices = {
             int(g["index"]): nvml.NvmlDevice(pci_bus_id=g.get("pci_bus_id"))
             for g in self.lanes.gpus
