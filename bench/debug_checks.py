@@ -1,17 +1,17 @@
 """Diagnose the engine's GPU checks on a small CUDA run: each identity's pieces, next to the
-same checks computed from host copies (kernels.cuda.check) and the CPU reference."""
+same checks computed from host copies (provetop.kernels.cuda.check) and the CPU reference."""
 
 from __future__ import annotations
 
 import sys
 
-from engine.partition.cuda import CudaPartition
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from kernels.constants import FR_MODULUS as R
-from kernels.cpu.g1 import GENERATOR, scalar_mul
-from kernels.cuda import check as cuda_check
-from kernels.layout import fr_from_limbs, g1_from_limbs
+from provetop.engine.partition.cuda import CudaPartition
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.kernels.constants import FR_MODULUS as R
+from provetop.kernels.cpu.g1 import GENERATOR, scalar_mul
+from provetop.kernels.cuda import check as cuda_check
+from provetop.kernels.layout import fr_from_limbs, g1_from_limbs
 
 K = int(sys.argv[1]) if len(sys.argv) > 1 else 12
 orig_sums, orig_checks, orig_inputs = (
@@ -50,7 +50,7 @@ def checks(self, att, w, h, results):
         "h(tau) host == device:", h2 == h, " H identity (host):", (A2 * B2 - C2) % R == h2 * z % R
     )
     if n <= 1 << 12:
-        from kernels.cpu.ntt import evaluate_interpolant
+        from provetop.kernels.cpu.ntt import evaluate_interpolant
 
         a_i, b_i, c_i = (fr_from_limbs(v) for v in (w.a, w.b, w.c))
         ok = all(x * y % R == v for x, y, v in zip(a_i, b_i, c_i, strict=True))

@@ -13,7 +13,7 @@
 #                                      # partition times with /metrics scraped every second
 #   bash bench/gpu_check.sh alltests   # the self-test, then every GPU test of the repository
 #                                      # (kernels, engine, sources), with the carried cubins
-# Carry the sm_90 cubins built here (`python3 -m kernels.cuda.prebuild --arch sm_90`, into
+# Carry the sm_90 cubins built here (`python3 -m provetop.kernels.cuda.prebuild --arch sm_90`, into
 # kernels/cuda/cubin) for the first step of coldstart. Logs and JSON go to $OUT (at most 8
 # files come back, so they are packed into one tgz); the short table is printed last.
 set -uo pipefail

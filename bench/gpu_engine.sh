@@ -3,7 +3,7 @@
 # naive16). Run from the repository root on the GPU machine, carrying the nvcc-built cubins in
 # kernels/cuda/cubin (else msm.cu takes ~3 min of NVRTC at first use; `provetop warmup` does
 # that once, up front):
-#   python3 -m kernels.cuda.prebuild --arch sm_90
+#   python3 -m provetop.kernels.cuda.prebuild --arch sm_90
 #   bash bench/gpu_engine.sh smoke     # gpu tests + selftest + one small engine run
 #   bash bench/gpu_engine.sh probe     # gpu tests + 2^24 and one porep-32g proof
 #   bash bench/gpu_engine.sh acceptance  # checks + acceptance runs aware16, naive16 (16 GiB)
@@ -146,7 +146,7 @@ samples)  # after the sort rule (a30e5a8): its GPU tests and the engine's (these
     # and 2^27, then the three acceptance runs for recordings/samples; limits sum to < 570 s
     gpu_tests 50 tests/kernels/test_cuda_msm.py -k "sort or window or reference or host_streamed"
     gpu_tests 80 tests/engine/test_cuda.py
-    timeout 50 python3 -m kernels.bench_msm --log-sizes 24,27 --repeats 5 --json \
+    timeout 50 python3 -m provetop.kernels.bench_msm --log-sizes 24,27 --repeats 5 --json \
         --results-dir "$W" --tag rule >"$W/msm-rule.log" 2>&1
     tail -n 4 "$W/msm-rule.log" | tee -a "$TABLES"
     bench aware 85 --preset porep-32g --proofs 2 --workers-per-device 2 --allocator aware
@@ -209,7 +209,7 @@ stream)  # the streamed MSMs at their defaults, all in the same call: the GPU te
     gpu_tests 100 tests/engine/test_cuda.py
     mkdir -p "$W/msm"
     echo "== msm host points 2^27 dense, chunk 2^22" | tee -a "$TABLES"
-    timeout 90 python3 -m kernels.bench_msm --log-sizes 27 --points host --chunk-log 22 \
+    timeout 90 python3 -m provetop.kernels.bench_msm --log-sizes 27 --points host --chunk-log 22 \
         --repeats 3 --json --results-dir "$W/msm" --tag host-22 >"$W/msm-host-22.log" 2>&1
     echo "rc=$?" >>"$W/msm-host-22.log"
     tail -n 3 "$W/msm-host-22.log" | tee -a "$TABLES"

@@ -2,7 +2,7 @@
 # One device call (< 10 minutes) for the MSM's radix-partition sort (PROVETOP_MSM_SORT) against
 # the counting sort in the same run, after their GPU tests; then the NVML tests of `provetop
 # top`'s source. Run from the repository root on the GPU machine with the sm_90 cubins carried
-# (python3 -m kernels.cuda.prebuild --arch sm_90):
+# (python3 -m provetop.kernels.cuda.prebuild --arch sm_90):
 #   PROVETOP_COMMIT=<hash> bash bench/gpu_kernels_ab.sh
 # The full mode is `bash bench/gpu_msm.sh sort` (longer test runs, the auto sort and the
 # ones-heavy MSM too). Logs and JSON are packed into $OUT/kernels-ab.tgz; the table is printed
@@ -26,7 +26,7 @@ t() {  # label, limit (s), command...: the log's last lines
 t msm-tests 110 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_cuda_msm.py \
     -k "radix or sort"
 for s in counting radix; do
-    PROVETOP_MSM_SORT=$s t "msm-bench-$s" 75 python3 -m kernels.bench_msm --log-sizes 20,24,27 \
+    PROVETOP_MSM_SORT=$s t "msm-bench-$s" 75 python3 -m provetop.kernels.bench_msm --log-sizes 20,24,27 \
         --check --json --results-dir "$W/msm" --tag "sort-$s"
 done
 t nvml-tests 40 python3 -m pytest -q -s -m gpu -p no:cacheprovider \

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from recordings.reader import open_recording
+from provetop.recordings.reader import open_recording
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the MSM work: GPU tests, then the benchmarks; short table last.
 # Run from the repository root on the GPU machine, with the nvcc-built cubins carried in
-# kernels/cuda/cubin (python3 -m kernels.cuda.prebuild --arch sm_90).
+# kernels/cuda/cubin (python3 -m provetop.kernels.cuda.prebuild --arch sm_90).
 #   bash bench/gpu_msm.sh quick   # tests + 2^16..2^24 bench with the window sweep
 #   bash bench/gpu_msm.sh full    # the GPU MSM tests but the slow ones (to the first failure),
 #                                         # then 2^16..2^27 with the SRS, host-streamed, ones-heavy
@@ -27,7 +27,7 @@ export PROVETOP_COMMIT=$(bash bench/commit.sh)  # pass it in: the device copy's 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total \
     --format=csv | tee "$OUT/gpu.txt"
 ls -R kernels/cuda/cubin 2>/dev/null
-B="python3 -m kernels.bench_msm --results-dir $OUT --json"
+B="python3 -m provetop.kernels.bench_msm --results-dir $OUT --json"
 if [ "$MODE" = "sort" ]; then
     timeout 180 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py -p no:cacheprovider \
         2>&1 | tee -a "$OUT/msm.log" | tail -n 30
@@ -72,7 +72,7 @@ elif [ "$MODE" = "mul" ]; then
     M=/tmp/msm-mul
     mkdir -p "$M"
     trap 'tar czf "$OUT/msm-mul.tgz" -C /tmp msm-mul' EXIT
-    BM="python3 -m kernels.bench_msm --results-dir $M --json"
+    BM="python3 -m provetop.kernels.bench_msm --results-dir $M --json"
     VARIANTS=${MSM_VARIANTS:-base MONT_MUL_KARATSUBA MONT_SQR_SOS MONT_MUL_KARATSUBA,MONT_SQR_SOS}
     PARTS=${MUL_PARTS-chain}
     msm_round() {  # the MSM variants in turn, 2^20, 2^24, 2^27

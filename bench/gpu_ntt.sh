@@ -22,8 +22,8 @@ for v in $VARIANTS; do
   python3 - <<'PY' 2>&1 | tee -a "$LOG"
 import time
 t = time.time()
-from kernels.cuda import ntt
-from kernels.tuning import KernelTuning
+from provetop.kernels.cuda import ntt
+from provetop.kernels.tuning import KernelTuning
 mod = ntt.module(KernelTuning.from_env())  # PROVETOP_NTT_DEFINES: this variant's defines
 print(f"ntt.cu compiled+loaded in {time.time() - t:.1f} s ({mod.origin})")
 for name in ("ntt_pass_dif", "ntt_pass_dit", "fr_mul_chain", "fr_mul_chain_v0", "fr_mul_chain_v2"):
@@ -34,8 +34,8 @@ PY
   timeout 200 python3 -m pytest -q -m gpu -rs tests/kernels/test_cuda_ntt.py 2>&1 | tail -4 | sed "s/^/[$label pytest] /" | tee -a "$LOG"
   python3 - <<'PY' 2>&1 | sed "s/^/[selftest] /" | tee -a "$LOG"
 import time
-from kernels.selftest.rows_cuda import ntt_checks
-from kernels.tuning import KernelTuning
+from provetop.kernels.selftest.rows_cuda import ntt_checks
+from provetop.kernels.tuning import KernelTuning
 for c in ntt_checks(KernelTuning.from_env()):
     t = time.time()
     try:

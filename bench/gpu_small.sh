@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,m
 SITE=$(bash bench/gmpy2_site.sh)
 echo "gmpy2 site: ${SITE:-none}" | tee -a "$M/log"
 WITH="PYTHONPATH=.:$SITE"
-BM="python3 -m kernels.bench_msm --results-dir $M --json"
+BM="python3 -m provetop.kernels.bench_msm --results-dir $M --json"
 
 PYTHONPATH=.:$SITE timeout 240 python3 -m pytest -q -m gpu tests/kernels/test_cuda_msm.py \
     -p no:cacheprovider -k "bucket_reduction or matches_reference or window_sizes or selftest" \
@@ -85,8 +85,8 @@ for v in $NTT_VARIANTS; do
     mkdir -p "$M/ntt-$label"
     timeout 120 python3 - "$label" <<'PY' 2>&1 | tee -a "$M/log"
 import sys
-from kernels.selftest.rows_cuda import ntt_checks
-from kernels.tuning import KernelTuning
+from provetop.kernels.selftest.rows_cuda import ntt_checks
+from provetop.kernels.tuning import KernelTuning
 for c in ntt_checks(KernelTuning.from_env()):
     try:
         c.run(); status = "pass"

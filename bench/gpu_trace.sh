@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the injection library of `provetop trace`: build it on the GPU machine
-# (python -m kernels.cuda.inject_build), run its tests (the record decoder, the build and the
+# (python -m provetop.kernels.cuda.inject_build), run its tests (the record decoder, the build and the
 # stand-in driver run, then the GPU tests: CuPy programs traced, the phantom in one and in two
 # processes, a killed program), and measure what tracing costs a program:
 #   - CuPy: a loop of cudaMallocAsync/cudaFreeAsync pairs, a loop of cudaMalloc/cudaFree
@@ -40,7 +40,7 @@ nvcc --version | tail -1 | tee -a "$SUMMARY"
 
 # 1. the library
 export PROVETOP_INJECT_DIR=$W/lib
-LIB=$(timeout 300 python3 -m kernels.cuda.inject_build -v 2>"$W/build.log")
+LIB=$(timeout 300 python3 -m provetop.kernels.cuda.inject_build -v 2>"$W/build.log")
 BUILD_RC=$?
 cat "$W/build.log" | tee -a "$SUMMARY"
 if [ "$BUILD_RC" -ne 0 ] || [ ! -f "$LIB" ]; then
@@ -147,7 +147,7 @@ done
 
 python3 - "$W" <<'EOF' | tee -a "$SUMMARY"
 import glob, json, os, statistics, sys
-from sources.trace import records as R
+from provetop.sources.trace import records as R
 w = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{w}/overhead.jsonl") if l.strip()]
 def med(mode, part, key):

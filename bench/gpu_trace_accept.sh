@@ -25,7 +25,7 @@ has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 say "commit $PROVETOP_COMMIT, $(date -u +%FT%TZ), phases: $PHASES"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/gpu: /' |
     tee -a "$SUMMARY"
-LIB=$(timeout 300 python3 -m kernels.cuda.inject_build -v 2>"$W/build.log") || {
+LIB=$(timeout 300 python3 -m provetop.kernels.cuda.inject_build -v 2>"$W/build.log") || {
     cat "$W/build.log"; say "library build failed"; exit 1; }
 cat "$W/build.log" | tee -a "$SUMMARY"
 

@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.devices.cuda import CudaDevice
-from kernels.cuda.host_pinned import pinned_empty
-from kernels.cuda.spin import spin_kernel
 from provetop.base import nvml
 from provetop.base.units import parse_size
+from provetop.engine.devices.cuda import CudaDevice
+from provetop.kernels.cuda.host_pinned import pinned_empty
+from provetop.kernels.cuda.spin import spin_kernel
 
 
 def _median_us(fn: Callable[[], object], repeats: int) -> float:

@@ -49,7 +49,7 @@ def client_main(mode: str, address: str, arg: float) -> int:
     ``stuck``: connect with a tiny receive buffer and never read; ``churn``: open and close
     ``arg`` connections back to back."""
     sys.path.insert(0, str(ROOT))
-    from sources.client import EngineClient
+    from provetop.sources.client import EngineClient
 
     if mode == "churn":
         t0 = time.monotonic()
@@ -153,9 +153,9 @@ def run_load(
     """Run ``cycles`` x (quiet, loaded), then quiet-again and churn (``seconds`` each) on one
     engine; return the report. Alternating cycles let slow drifts of the machine cancel out."""
     sys.path.insert(0, str(ROOT))
-    from engine.run.runner import Engine
-    from engine.settings.config import from_preset
-    from recordings.reader import open_recording
+    from provetop.engine.run.runner import Engine
+    from provetop.engine.settings.config import from_preset
+    from provetop.recordings.reader import open_recording
 
     cfg = from_preset("ci", domain_log=domain_log, partitions=4, proofs=10**6, workers_per_device=1)
     engine = Engine(cfg, record=record)

@@ -38,7 +38,7 @@ if [ -n "${NTT_SMALL_ONLY:-}" ]; then
     # before the timed forward transforms: the table-building one and the warm-up, P passes
     # each (the planner's count at 2^20); skip those and 19 timed transforms, 21 P launches,
     # then profile one transform's P passes
-    P=$(python3 -c "from kernels.cuda.ntt import CudaNtt
+    P=$(python3 -c "from provetop.kernels.cuda.ntt import CudaNtt
 print(len(CudaNtt().plan(20, inverse=False, coset=False, input_order='natural', output_order='natural')))")
     COUNT=$P profile ntt20-passes "ntt_pass_di" $((21 * P)) python3 -m provetop bench ntt --log-sizes 20 \
         --repeats 30 --warmup 1 --warmup-ms 0 --no-h-step

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from recordings.reader import open_recording
+from provetop.recordings.reader import open_recording
 
 COLUMNS = ("h_step", "msm_interleaved")  # device time (gpu_ms)
 

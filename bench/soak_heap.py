@@ -20,11 +20,11 @@ import tempfile
 import threading
 import time
 
-from engine.bench.soak import malloc_bytes, rss_bytes
-from engine.run.heap import HeapTrimmer
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from engine.settings.tuning import Tuning
+from provetop.engine.bench.soak import malloc_bytes, rss_bytes
+from provetop.engine.run.heap import HeapTrimmer
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.engine.settings.tuning import Tuning
 
 OBMALLOC = ("arenas allocated current", "bytes in allocated blocks", "bytes in available blocks")
 

@@ -3,7 +3,8 @@ threads' CPU during a storm against the seconds before it.
 
 Why a separate script: ``provetop bench soak`` says *how much* a storm slows the partitions;
 this says *who* took the time. It runs the soak's engine (ci preset, ``--verify never``,
-recorded) in this process and the storm (:func:`engine.bench.soak.storm_in_child`) in another,
+recorded) in this process and the storm (:func:`provetop.engine.bench.soak.storm_in_child`) in
+another,
 then prints:
 
 - ``paused``: with the workers paused, the process's CPU (user and system, from
@@ -27,10 +28,10 @@ import tempfile
 import threading
 import time
 
-from engine.bench.soak import PartitionTimes, storm_in_child
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from engine.settings.tuning import Tuning
+from provetop.engine.bench.soak import PartitionTimes, storm_in_child
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.engine.settings.tuning import Tuning
 
 # After ``pause`` the partitions in flight finish and the recorder catches up: the idle rate
 # taken out of the paused figure is read once that is over (2 s was too short on a 2-core VM:

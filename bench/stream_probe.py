@@ -1,7 +1,8 @@
 """Where a joint streamed MSM's time goes (a device-call probe for the 16 GiB engine).
 
 Why: at 16 GiB the engine streams the porep-32g SRS (41 GB of points) from pinned host memory,
-and the four MSMs in one pass (``kernels.cuda.msm.msm_host_points_many``) took 1,659 ms on the
+and the four MSMs in one pass (``provetop.kernels.cuda.msm.msm_host_points_many``) took 1,659 ms on
+the
 H200 against ~1,500 ms for the sum of their sums (2026-12-02, c1e7701). This replays that pass
 outside the engine, at the engine's sizes, with a CUDA event pair around every chunk's sums:
 the pass's time is then the chunks' sums (per query) plus the time the compute stream waited
@@ -36,13 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from engine.spec.workload import query_sizes
-from kernels.bench_meta import gpu_bench_meta
-from kernels.cuda import msm as cm
-from kernels.cuda import msm_plan as mp
-from kernels.cuda.host_pinned import pinned_empty
-from kernels.cuda.srs import srs
-from kernels.tuning import KernelTuning
+from provetop.engine.spec.workload import query_sizes
+from provetop.kernels.bench_meta import gpu_bench_meta
+from provetop.kernels.cuda import msm as cm
+from provetop.kernels.cuda import msm_plan as mp
+from provetop.kernels.cuda.host_pinned import pinned_empty
+from provetop.kernels.cuda.srs import srs
+from provetop.kernels.tuning import KernelTuning
 
 QUERIES = ("h", "l", "a", "b_g1")
 POINT_BLOCK = 1 << 22  # real points made once and repeated through every query

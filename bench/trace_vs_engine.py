@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recordings.reader import open_recording  # noqa: E402
+from provetop.recordings.reader import open_recording  # noqa: E402
 
 PAGE = 2 << 20  # one granule of the driver's device allocations: readings differ by whole pages
 FIELDS = ("async_reserved", "async_used")

@@ -1,5 +1,5 @@
 """Choosing a kernel backend by name: the one place the engine and the CLI turn "cpu" or
-"cuda" into an object implementing ``kernels.backend.KernelBackend``.
+"cuda" into an object implementing ``provetop.kernels.backend.KernelBackend``.
 
 Why lazily: constructing the CUDA backend pulls in CuPy; a CPU-only run must never pay for (or
 fail on) that. The modules themselves import anywhere (CuPy is imported only when a kernel
@@ -8,10 +8,10 @@ runs), so the imports are at the top.
 
 from __future__ import annotations
 
-from kernels.backend import KernelBackend
-from kernels.cpu_backend import CpuBackend
-from kernels.cuda.backend import CudaBackend
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.backend import KernelBackend
+from provetop.kernels.cpu_backend import CpuBackend
+from provetop.kernels.cuda.backend import CudaBackend
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 BACKENDS = ("cpu", "cuda")
 
@@ -22,7 +22,8 @@ class BackendUnavailable(RuntimeError):
 
 def get_backend(name: str, tuning: KernelTuning | None = None) -> KernelBackend:
     """A fresh backend instance: ``"cpu"`` (always available) or ``"cuda"`` (needs CuPy and a
-    GPU), with the kernels' tuning record (default: :data:`kernels.tuning.DEFAULT_TUNING`; the
+    GPU), with the kernels' tuning record (default: :data:`provetop.kernels.tuning.DEFAULT_TUNING`;
+    the
     CPU backend has nothing to tune). Raises ValueError for an unknown name and
     BackendUnavailable, with the reason, when CUDA cannot be used."""
     if name == "cpu":

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernels.tuning import KernelTuning
+from provetop.kernels.tuning import KernelTuning
 
 
 def _run(cmd: list[str]) -> str | None:

@@ -25,19 +25,19 @@ from typing import Any
 
 import numpy as np
 
-from kernels.bench_meta import bench_command, gpu_bench_meta
-from kernels.cpu import g1
-from kernels.cpu.srs import R
-from kernels.cuda import msm as cm
-from kernels.cuda import msm_fixed as mf
-from kernels.cuda import msm_plan as mp
-from kernels.cuda import msm_stages
-from kernels.cuda import srs as cs
-from kernels.cuda.host_pinned import pinned_empty
-from kernels.cuda.runtime import CudaUnavailable, require_cupy
-from kernels.layout import fr_from_limbs, g1_from_limbs
-from kernels.tuning import KernelTuning, SettingError
 from provetop.base.errors import UsageError
+from provetop.kernels.bench_meta import bench_command, gpu_bench_meta
+from provetop.kernels.cpu import g1
+from provetop.kernels.cpu.srs import R
+from provetop.kernels.cuda import msm as cm
+from provetop.kernels.cuda import msm_fixed as mf
+from provetop.kernels.cuda import msm_plan as mp
+from provetop.kernels.cuda import msm_stages
+from provetop.kernels.cuda import srs as cs
+from provetop.kernels.cuda.host_pinned import pinned_empty
+from provetop.kernels.cuda.runtime import CudaUnavailable, require_cupy
+from provetop.kernels.layout import fr_from_limbs, g1_from_limbs
+from provetop.kernels.tuning import KernelTuning, SettingError
 
 DEFAULT_SIZES = "16,20,24,26,27"
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench" / "results"
@@ -421,7 +421,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    """``python -m kernels.bench_msm ...`` (the GPU machine has no provetop entry point)."""
+    """``python -m provetop.kernels.bench_msm ...`` (the GPU machine has no provetop entry
+    point)."""
     parser = argparse.ArgumentParser(prog="provetop bench msm")
     add_arguments(parser)
     try:

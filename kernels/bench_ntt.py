@@ -5,7 +5,8 @@ same run this measures the two ceilings that bound an NTT (a large device-to-dev
 bandwidth, a chain of Fr Montgomery multiplications for integer throughput), then reports for
 each size the medians (CUDA events, after warm-up, inputs rotated so L2 cannot serve them),
 the bytes per second and multiplications per second implied by the plan's cost model
-(``kernels.cuda.ntt_plan.plan_cost``), and which ceiling is closer: that is what bounds the size.
+(``provetop.kernels.cuda.ntt_plan.plan_cost``), and which ceiling is closer: that is what bounds
+the size.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from typing import Any, Required, TypedDict
 
 import numpy as np
 
-from kernels.bench_meta import bench_command, gpu_bench_meta
-from kernels.cuda import ntt as cn
-from kernels.cuda import ntt_plan as npl
-from kernels.cuda.fr import elementwise, random_fr
-from kernels.cuda.runtime import CudaUnavailable, require_cupy
-from kernels.tuning import KernelTuning, SettingError
 from provetop.base.errors import UsageError
+from provetop.kernels.bench_meta import bench_command, gpu_bench_meta
+from provetop.kernels.cuda import ntt as cn
+from provetop.kernels.cuda import ntt_plan as npl
+from provetop.kernels.cuda.fr import elementwise, random_fr
+from provetop.kernels.cuda.runtime import CudaUnavailable, require_cupy
+from provetop.kernels.tuning import KernelTuning, SettingError
 
 DEFAULT_SIZES = "16,20,24,26,27"
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench" / "results"
@@ -178,7 +179,8 @@ def _bound(ms: float, nbytes: int, mults: int, ceil: dict[str, float]) -> dict[s
 
 
 class _Variant(TypedDict, total=False):
-    """One timed transform: its keyword arguments to :meth:`kernels.cuda.ntt.CudaNtt.ntt`."""
+    """One timed transform: its keyword arguments to
+    :meth:`provetop.kernels.cuda.ntt.CudaNtt.ntt`."""
 
     inverse: Required[bool]
     coset: Required[bool]

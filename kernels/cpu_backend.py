@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from kernels.backend import Order
-from kernels.constants import FP_LIMBS, FR_LIMBS
-from kernels.cpu import msm as _msm
-from kernels.cpu import ntt as _ntt
-from kernels.cpu import srs as _srs
-from kernels.layout import fr_from_limbs, fr_to_limbs, g1_from_limbs, g1_to_limbs
+from provetop.kernels.backend import Order
+from provetop.kernels.constants import FP_LIMBS, FR_LIMBS
+from provetop.kernels.cpu import msm as _msm
+from provetop.kernels.cpu import ntt as _ntt
+from provetop.kernels.cpu import srs as _srs
+from provetop.kernels.layout import fr_from_limbs, fr_to_limbs, g1_from_limbs, g1_to_limbs
 
 
 def _fr_array(x: Any, what: str) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""``python -m kernels.cpu_bench``: time the CPU backend (the numbers in docs/kernels.md).
+"""``python -m provetop.kernels.cpu_bench``: time the CPU backend (the numbers in docs/kernels.md).
 
 Why a script: the 2^12-partition budget (3 s on a 2-core machine) is a requirement, so the
 measurement must be reproducible with one command. Every timed result is also verified with
@@ -14,11 +14,17 @@ import time
 
 import numpy as np
 
-from kernels.constants import FR_MODULUS as R
-from kernels.cpu import msm, ntt, srs
-from kernels.cpu.srs import check_h_identity, check_msm_identity, powers
-from kernels.cpu_backend import CpuBackend
-from kernels.layout import fr_from_limbs, fr_to_limbs, g1_from_limbs, random_fr, random_fr_limbs
+from provetop.kernels.constants import FR_MODULUS as R
+from provetop.kernels.cpu import msm, ntt, srs
+from provetop.kernels.cpu.srs import check_h_identity, check_msm_identity, powers
+from provetop.kernels.cpu_backend import CpuBackend
+from provetop.kernels.layout import (
+    fr_from_limbs,
+    fr_to_limbs,
+    g1_from_limbs,
+    random_fr,
+    random_fr_limbs,
+)
 
 
 def _partition(n: int, use_arkworks: bool | None, repeats: int) -> list[float]:

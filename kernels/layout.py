@@ -30,7 +30,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
-from kernels.constants import (
+from provetop.kernels.constants import (
     FP_BYTES,
     FP_LIMBS,
     FP_MODULUS,
@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover - the GPU image has no gmpy2
     _mpz = int
 # gmpy2's mpz where installed, else int: typed as the conversion it is used as (gmpy2 has no
 # type information), and bound here rather than imported as, so that it is this module's own
-# name for kernels.cuda.msm_stages to import.
+# name for provetop.kernels.cuda.msm_stages to import.
 fast_int: Callable[[int], int] = _mpz
 
 Point = tuple[int, int] | None  # affine point, canonical coordinates; None = infinity

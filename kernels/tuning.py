@@ -4,10 +4,12 @@ Why a record and not ``os.environ`` lookups where each knob is used: an A/B run 
 it changed. Every setting is parsed and checked in one place (a bad value is one
 :class:`SettingError` naming the variable, before any work starts), the record is passed down
 explicitly to whatever needs it, and its :meth:`KernelTuning.as_dict` goes into every bench
-JSON's ``meta`` (and, through :mod:`engine.settings.tuning`, into every run's ``hello`` event). The
+JSON's ``meta`` (and, through :mod:`provetop.engine.settings.tuning`, into every run's ``hello``
+event). The
 table in ``engine/README.md`` is generated from :data:`SETTINGS` and a test compares the two.
 
-The engine adds its own settings in :mod:`engine.settings.tuning`; this module knows only the
+The engine adds its own settings in :mod:`provetop.engine.settings.tuning`; this module knows only
+the
 kernels'.
 """
 
@@ -114,11 +116,12 @@ class KernelTuning:
     # device buffer (two buffers) plus the chunk's own scratch (~1 GiB at a 2^22 chunk)
     msm_host_chunk: int = 1 << 22
     msm_host_chunk_grow: str = "on"
-    # chunk buffers of the engine's one streamed pass (why four: kernels.cuda.msm_plan, at
+    # chunk buffers of the engine's one streamed pass (why four: provetop.kernels.cuda.msm_plan, at
     # INTERLEAVE_BUFFERS, which is this default)
     msm_host_buffers: int = 4
     # H's chunks the one pass takes before any other query's; None: by where the aux scalars
-    # come from (kernels.cuda.msm_plan.pass_lead: 0 read from host memory, 5 copied up whole)
+    # come from (provetop.kernels.cuda.msm_plan.pass_lead: 0 read from host memory, 5 copied up
+    # whole)
     msm_host_lead: int | None = None
     cubin_dir: str = ""  # empty: the package's own prebuilt folder
     inject_dir: str = ""  # empty: the user's cache (the trace library's build folder)

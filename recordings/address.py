@@ -3,7 +3,8 @@
 An address is written the same way on both ends of the socket (``docs/telemetry.md``, "Wire
 protocol"): ``unix:PATH`` (or a bare path, as ``provetop engine`` prints it), ``unix`` alone
 for the default, and ``tcp://HOST:PORT``. It lives beside the frame codec because both are the
-wire protocol's: the engine (``engine.telemetry.server``) and the sources (``sources.client``)
+wire protocol's: the engine (``provetop.engine.telemetry.server``) and the sources
+(``provetop.sources.client``)
 import it,
 and neither imports the other. What each end does with the default, and which TCP hosts it
 accepts, is its own policy: the server listens in a fresh private directory and only on

@@ -1,6 +1,7 @@
 """Recording -> Chrome trace JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open.
 
-Built from the reducer (:class:`recordings.state.State`), so the trace shows exactly the lanes
+Built from the reducer (:class:`provetop.recordings.state.State`), so the trace shows exactly the
+lanes
 and series the dashboard draws:
 
 - one process per device (``pid`` = device index + 1) and one for the engine (``pid`` 0);
@@ -28,11 +29,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from recordings.gpu_series import MISSING, GpuSeries
-from recordings.reader import Recording
-from recordings.schema import PHASES
-from recordings.state import Lane, Segment, State
-from recordings.summary import fold_with_gpu, json_safe
+from provetop.recordings.gpu_series import MISSING, GpuSeries
+from provetop.recordings.reader import Recording
+from provetop.recordings.schema import PHASES
+from provetop.recordings.state import Lane, Segment, State
+from provetop.recordings.summary import fold_with_gpu, json_safe
 
 ENGINE_PID = 0
 GPU_TID = 1000

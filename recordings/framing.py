@@ -56,7 +56,8 @@ def _reject_ext(code: int, data: bytes) -> Any:
 
 # The bounds msgpack itself applies to every frame decoded here: string keys only, no extension
 # types, no string, binary or container longer than one frame could hold. Also the options of
-# any other msgpack decoder of frames (sources.replay splits seek snapshots with an Unpacker).
+# any other msgpack decoder of frames (provetop.sources.replay splits seek snapshots with an
+# Unpacker).
 UNPACK_LIMITS: dict[str, Any] = {
     "raw": False,
     "strict_map_key": True,
@@ -81,7 +82,7 @@ def decode_payload(
     of untrusted peers should pass a ``max_frame`` sized for what they may send.
 
     ``walk=False`` skips :func:`check_depth`'s Python-level walk, which costs about as much as
-    the decoding itself: replay's seeks (``sources.replay``) skip it and catch whatever a
+    the decoding itself: replay's seeks (``provetop.sources.replay``) skip it and catch whatever a
     damaged frame makes the reducer raise. msgpack's own nesting limit and every other bound
     still hold."""
     if len(payload) > max_frame:

@@ -1,6 +1,6 @@
 """One line for a ``progress`` event: the engine's stderr and the dashboard's header say the
 same thing, so the words are made in one place (the events come from
-``engine.telemetry.progress``)."""
+``provetop.engine.telemetry.progress``)."""
 
 from __future__ import annotations
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from recordings.errors import RecordingError
-from recordings.format import (
+from provetop.recordings.errors import RecordingError
+from provetop.recordings.format import (
     END_MAGIC,
     FORMAT_VERSION,
     HEADER_KIND,
@@ -35,9 +35,9 @@ from recordings.format import (
     TRAILER,
     TRAILER_SIZE,
 )
-from recordings.framing import HEADER_SIZE, MAX_FRAME, FrameError, decode_payload
-from recordings.schema import SchemaError, validate
-from recordings.state import State
+from provetop.recordings.framing import HEADER_SIZE, MAX_FRAME, FrameError, decode_payload
+from provetop.recordings.schema import SchemaError, validate
+from provetop.recordings.state import State
 
 __all__ = [
     "Recording",

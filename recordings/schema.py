@@ -302,7 +302,9 @@ EVENTS: dict[str, dict[str, Field]] = {
     "marker": {"name": _f(STR, "the marker's label")},
     "lag": {"missed": _f(INT, "events this client missed because it read too slowly")},
     "snapshot": {
-        "state": _f(MAP, "recordings.state.State.snapshot(): the current state, no history"),
+        "state": _f(
+            MAP, "provetop.recordings.state.State.snapshot(): the current state, no history"
+        ),
     },
     "counters": {
         "events": _f(INT, "events emitted so far"),

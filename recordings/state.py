@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provetop.base.units import fmt_bytes
-from recordings.progress import progress_line
-from recordings.schema import MEMORY_FIELDS, PHASES
+from provetop.recordings.progress import progress_line
+from provetop.recordings.schema import MEMORY_FIELDS, PHASES
 
 SERIES_FIELDS = tuple(name for name in MEMORY_FIELDS if name != "modeled")
 LOG_LIMIT = 2000  # event-log lines kept; the recording keeps everything

@@ -1,6 +1,7 @@
 """The per-partition summary of a recording, as data and as a table.
 
-Every number is read from :class:`recordings.state.State` (the reducer the dashboard draws), so
+Every number is read from :class:`provetop.recordings.state.State` (the reducer the dashboard
+draws), so
 ``provetop summary`` and the screen cannot disagree: per-attempt rows come from
 ``State.attempts`` (plus partitions still in flight when the recording stops), run totals from
 ``State.totals()``, ``State.s_per_proof()`` and ``State.busy_fraction()``. The NVML samples'
@@ -16,10 +17,10 @@ from dataclasses import asdict
 from typing import Any
 
 from provetop.base.units import fmt_bytes
-from recordings.gpu_series import GpuSeries
-from recordings.reader import Recording, fold_recording
-from recordings.schema import PHASES
-from recordings.state import PartitionRow, State
+from provetop.recordings.gpu_series import GpuSeries
+from provetop.recordings.reader import Recording, fold_recording
+from provetop.recordings.schema import PHASES
+from provetop.recordings.state import PartitionRow, State
 
 ROW_FIELDS = (
     "proof",

@@ -2,13 +2,14 @@
 
 The engine's recorder thread calls :meth:`RecordingWriter.write` for every event (the recording
 never drops). ``write`` only validates, encodes, folds the event into the writer's own
-:class:`~recordings.state.State` and appends to an in-memory buffer; a background thread moves
+:class:`~provetop.recordings.state.State` and appends to an in-memory buffer; a background thread
+moves
 the buffer to the file every ``flush_every_s`` seconds, so a SIGKILL loses at most that much.
 Every ``snapshot_every_s`` seconds of recorded time the writer adds a *seek snapshot* (the
 reducer's current state, trimmed to the live engine's window plus running totals, so the
 writer's memory does not grow with the run), and :meth:`RecordingWriter.close` appends an
 index of the snapshots and a fixed trailer so a reader can find them without scanning. The
-layout is in ``docs/recordings.md`` and :mod:`recordings.format`.
+layout is in ``docs/recordings.md`` and :mod:`provetop.recordings.format`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from provetop.base.version import __version__
-from recordings.errors import RecordingError
-from recordings.format import (
+from provetop.recordings.errors import RecordingError
+from provetop.recordings.format import (
     END_MAGIC,
     FORMAT_VERSION,
     HEADER_KIND,
@@ -31,9 +32,9 @@ from recordings.format import (
     SUFFIX,
     TRAILER,
 )
-from recordings.framing import FrameError, encode_frame
-from recordings.schema import validate
-from recordings.state import State, Window
+from provetop.recordings.framing import FrameError, encode_frame
+from provetop.recordings.schema import validate
+from provetop.recordings.state import State, Window
 
 SYNC_FLUSH_BYTES = 1 << 20  # without the background thread, flush at least every MiB
 
@@ -147,7 +148,8 @@ class RecordingWriter:
 
     def write(self, event: dict[str, Any]) -> None:
         """Record one event. The first event must be ``hello``. Raises
-        :class:`~recordings.schema.SchemaError` for an invalid event (nothing is written) and
+        :class:`~provetop.recordings.schema.SchemaError` for an invalid event (nothing is written)
+        and
         :class:`RecordingError` when the file cannot be written (disk full, closed)."""
         with self._write_lock:
             self._write(event)

@@ -17,9 +17,9 @@ import time
 import urllib.request
 from typing import Any
 
-from recordings.prometheus.fold import MetricsFold
-from recordings.prometheus.http_server import MetricsServer
-from sources.synthetic import generate
+from provetop.recordings.prometheus.fold import MetricsFold
+from provetop.recordings.prometheus.http_server import MetricsServer
+from provetop.sources.synthetic import generate
 
 TARGET_MS = 50.0
 

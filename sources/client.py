@@ -2,9 +2,11 @@
 commands.
 
 Why one: the dashboard's live source, the tests, ``bench/load_clients.py`` and any script need
-the same few steps (the address syntax of :mod:`recordings.address`, the TCP auth frame, framed
+the same few steps (the address syntax of :mod:`provetop.recordings.address`, the TCP auth frame,
+framed
 msgpack with the decoder's bounds, command ids), and two copies had drifted apart. This module
-does no reconnecting, batching or schema checks: :class:`sources.live.LiveSource` adds those
+does no reconnecting, batching or schema checks: :class:`provetop.sources.live.LiveSource` adds
+those
 for the dashboard.
 
     with EngineClient("unix:/run/user/1000/provetop-x/engine.sock") as client:
@@ -19,8 +21,8 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from recordings.address import Address, parse_address
-from recordings.framing import FrameDecoder, FrameError, encode_frame
+from provetop.recordings.address import Address, parse_address
+from provetop.recordings.framing import FrameDecoder, FrameError, encode_frame
 
 __all__ = ["EngineClient", "RECV_BYTES"]
 
@@ -32,9 +34,10 @@ class EngineClient:
     ``provetop engine`` prints it). With ``token``, the first frame sent is the TCP auth frame
     (the engine closes a TCP connection without it). ``timeout`` bounds the connect and, until
     a read passes its own, every read. Raises ``OSError`` when the engine cannot be reached and
-    :class:`recordings.address.AddressError` (a ``ValueError``) for a malformed address; the
+    :class:`provetop.recordings.address.AddressError` (a ``ValueError``) for a malformed address;
+    the
     default ``unix`` address names no socket, so a caller resolves it first
-    (:func:`sources.discovery.default_address`)."""
+    (:func:`provetop.sources.discovery.default_address`)."""
 
     def __init__(
         self, address: str | Address, token: str | None = None, timeout: float = 10.0
@@ -52,7 +55,8 @@ class EngineClient:
     # -- sending --------------------------------------------------------------------------------
 
     def send(self, frame: dict[str, Any]) -> None:
-        """Send one frame (a map; :class:`recordings.framing.FrameError` if it cannot be one)."""
+        """Send one frame (a map; :class:`provetop.recordings.framing.FrameError` if it cannot be
+        one)."""
         self.sock.sendall(encode_frame(frame))
 
     def send_raw(self, data: bytes) -> None:
@@ -75,7 +79,8 @@ class EngineClient:
     def read(self, timeout: float | None = None) -> list[dict[str, Any]] | None:
         """One read of the socket: the frames it completed (``[]`` when nothing, or only part
         of a frame, arrived within ``timeout``); None when the engine closed the connection.
-        Raises :class:`recordings.framing.FrameError` on broken framing, after returning the
+        Raises :class:`provetop.recordings.framing.FrameError` on broken framing, after returning
+        the
         frames complete before it (the connection is then unusable), and ``OSError`` on
         socket errors."""
         if self._broken is not None:

@@ -1,9 +1,11 @@
 """Finding the engines running on this machine, so a reader needs no address.
 
 ``provetop engine`` listens by default in a fresh private directory ``provetop-*`` under
-``$XDG_RUNTIME_DIR`` (or the temp directory, as :mod:`engine.telemetry.server` decides) and prints
+``$XDG_RUNTIME_DIR`` (or the temp directory, as :mod:`provetop.engine.telemetry.server` decides)
+and prints
 the
-path; ``provetop watch`` without an address, or a :class:`sources.live.LiveSource` given the
+path; ``provetop watch`` without an address, or a :class:`provetop.sources.live.LiveSource` given
+the
 default address ``unix``, looks there.
 """
 

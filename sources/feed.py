@@ -11,8 +11,8 @@ import threading
 import time
 from typing import Any
 
-from sources.errors import SourceError
-from sources.protocol import BATCH_SECONDS, Sink, names_its_thread
+from provetop.sources.errors import SourceError
+from provetop.sources.protocol import BATCH_SECONDS, Sink, names_its_thread
 
 __all__ = ["FeedSource"]
 

@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from sources.protocol import THREAD_PREFIX, EventSource
+from provetop.sources.protocol import THREAD_PREFIX, EventSource
 
 
 class StatusLines:

@@ -1,10 +1,12 @@
 """A live engine as an event source: the dashboard's (or a script's) view of one engine's socket.
 
-:class:`LiveSource` wraps :class:`sources.client.EngineClient` with what a long-running reader
+:class:`LiveSource` wraps :class:`provetop.sources.client.EngineClient` with what a long-running
+reader
 needs and a one-shot client does not: reconnecting with backoff when the engine goes away (and,
 for the local engine, finding it again: a restarted engine listens in a fresh private
 directory), checking every event against the schema before the state reducer sees it (a peer
-may be broken or hostile), handing events to a :class:`sources.protocol.Sink` in batches, and
+may be broken or hostile), handing events to a :class:`provetop.sources.protocol.Sink` in batches,
+and
 keeping what it received so "save the run" can write it as a recording.
 """
 
@@ -18,13 +20,13 @@ from typing import Any
 
 import msgpack
 
-from recordings.address import Address, parse_address
-from recordings.framing import FrameError
-from recordings.schema import SchemaError, validate
-from sources.client import EngineClient
-from sources.discovery import default_address
-from sources.errors import SourceError
-from sources.protocol import BATCH_MAX, BATCH_SECONDS, Sink, names_its_thread
+from provetop.recordings.address import Address, parse_address
+from provetop.recordings.framing import FrameError
+from provetop.recordings.schema import SchemaError, validate
+from provetop.sources.client import EngineClient
+from provetop.sources.discovery import default_address
+from provetop.sources.errors import SourceError
+from provetop.sources.protocol import BATCH_MAX, BATCH_SECONDS, Sink, names_its_thread
 
 __all__ = ["KEEP_MAX", "LiveSource"]
 

@@ -19,16 +19,17 @@ from typing import Any
 
 from provetop.base import nvml
 from provetop.base.version import __version__
-from recordings.schema import SCHEMA_VERSION, make
-from sources.errors import SourceError
-from sources.protocol import Sink, names_its_thread
+from provetop.recordings.schema import SCHEMA_VERSION, make
+from provetop.sources.errors import SourceError
+from provetop.sources.protocol import Sink, names_its_thread
 
 __all__ = ["NvmlSource"]
 
 
 class NvmlSource:
     """Every local GPU, one ``gpu`` event each per ``interval`` seconds, until :meth:`close`.
-    Read-only. ``monitor`` (:class:`sources.protocol.MachineMonitor`) tells the dashboard this
+    Read-only. ``monitor`` (:class:`provetop.sources.protocol.MachineMonitor`) tells the dashboard
+    this
     view is the machine's, not an engine's."""
 
     monitor = True

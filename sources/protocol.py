@@ -5,7 +5,7 @@ Sources know nothing about Textual. A live source runs a blocking loop (the dash
 in a thread worker) and hands events to a :class:`Sink` in batches, because handing a UI
 thousands of single events per second is what makes dashboards stutter. A replay source is
 driven by its reader's clock instead: it answers "the state at position p" quickly thanks to
-checkpoints (:mod:`sources.replay`).
+checkpoints (:mod:`provetop.sources.replay`).
 
 Beyond the protocol, a source may have a few optional capabilities, each a small protocol a
 reader asks about with ``isinstance``: :class:`Connects` (where it connects to),
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from recordings.address import Address
+from provetop.recordings.address import Address
 
 __all__ = [
     "BATCH_MAX",
@@ -61,7 +61,8 @@ class EventSource(Protocol):
 
     ``run`` blocks until :meth:`close` and delivers batches to the sink; a batch starting with
     ``hello`` begins a new session (the app starts a fresh state). ``read_only`` sources refuse
-    :meth:`send` with :class:`sources.errors.SourceError`; the dashboard greys their controls
+    :meth:`send` with :class:`provetop.sources.errors.SourceError`; the dashboard greys their
+    controls
     out. ``label`` names the source in a list of them (a source may rename itself, for
     example after the peer's ``hello``)."""
 

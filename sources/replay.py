@@ -6,9 +6,9 @@ before the wanted window and the frames after it; playing on decodes frames as t
 hour of eight GPUs opens in the time it takes to map the file, and a seek costs the events of
 one snapshot interval, not of the whole run. Files without an index (still being written, or
 cut short) go through the tolerant full reader instead
-(:class:`sources.replay_memory.ReplaySource`). The trailer and index are checked by
-:mod:`recordings.reader`, and every frame is decoded with the bounds of
-:mod:`recordings.framing`.
+(:class:`provetop.sources.replay_memory.ReplaySource`). The trailer and index are checked by
+:mod:`provetop.recordings.reader`, and every frame is decoded with the bounds of
+:mod:`provetop.recordings.framing`.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any
 
 import msgpack
 
-from recordings.errors import RecordingError
-from recordings.format import PREFIX, PREFIX_SIZE
-from recordings.framing import HEADER_SIZE, UNPACK_LIMITS, FrameError, decode_payload
-from recordings.reader import index_snapshots, open_regular, read_footer
-from recordings.state import PartitionRow, State
-from sources.errors import SourceError
-from sources.replay_memory import ReplaySource, next_point
+from provetop.recordings.errors import RecordingError
+from provetop.recordings.format import PREFIX, PREFIX_SIZE
+from provetop.recordings.framing import HEADER_SIZE, UNPACK_LIMITS, FrameError, decode_payload
+from provetop.recordings.reader import index_snapshots, open_regular, read_footer
+from provetop.recordings.state import PartitionRow, State
+from provetop.sources.errors import SourceError
+from provetop.sources.replay_memory import ReplaySource, next_point
 
 _MEMORY_KEY = b"\xa1k\xa6memory"  # a map whose first key is k = "memory" (after the header)
 HISTORY_BYTES = 24 << 20  # a seek decodes at most about this much before the position
@@ -408,7 +408,7 @@ class FileReplaySource:
 
 
 def _decode(payload: memoryview) -> dict[str, Any]:
-    """One frame's map, with the bounds of recordings.framing but without its Python-level
+    """One frame's map, with the bounds of provetop.recordings.framing but without its Python-level
     nesting walk, which would double the cost of a seek."""
     return decode_payload(payload, walk=False)
 

@@ -1,7 +1,9 @@
 """Replay from events held in memory: seekable through checkpoints of the state.
 
-What :func:`sources.replay.open_replay` falls back to for a recording without an index (still
-being written, or cut short: :func:`recordings.reader.open_recording` reads those up to their
+What :func:`provetop.sources.replay.open_replay` falls back to for a recording without an index
+(still
+being written, or cut short: :func:`provetop.recordings.reader.open_recording` reads those up to
+their
 last whole frame), and what a test or an adapter that has the events already replays.
 :meth:`ReplaySource.state_at` answers "the state at position p" by folding forward from the
 nearest checkpoint: the recording's own seek snapshots when it has them, else snapshots built
@@ -22,10 +24,10 @@ from typing import Any
 
 import msgpack
 
-from recordings.reader import open_recording
-from recordings.state import State
-from sources.errors import SourceError
-from sources.protocol import Sink
+from provetop.recordings.reader import open_recording
+from provetop.recordings.state import State
+from provetop.sources.errors import SourceError
+from provetop.sources.protocol import Sink
 
 __all__ = ["Checkpoint", "ReplaySource", "next_point"]
 
@@ -96,7 +98,7 @@ class ReplaySource:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> ReplaySource:
-        """Read a whole recording file (:func:`recordings.reader.open_recording`)."""
+        """Read a whole recording file (:func:`provetop.recordings.reader.open_recording`)."""
         rec = open_recording(path)
         source = cls(rec.events, label=Path(path).name, truncated=rec.truncated, path=str(path))
         cks = []
@@ -109,7 +111,7 @@ class ReplaySource:
 
     @property
     def event_count(self) -> int:
-        """How many events the recording holds (as :class:`sources.replay.FileReplaySource`
+        """How many events the recording holds (as :class:`provetop.sources.replay.FileReplaySource`
         says from its index)."""
         return len(self.events)
 

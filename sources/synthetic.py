@@ -17,10 +17,10 @@ import threading
 import time
 from typing import Any
 
-from recordings.framing import encode_frame
-from recordings.schema import MS, SCHEMA_VERSION
-from recordings.writer import RecordingWriter
-from sources.protocol import THREAD_PREFIX
+from provetop.recordings.framing import encode_frame
+from provetop.recordings.schema import MS, SCHEMA_VERSION
+from provetop.recordings.writer import RecordingWriter
+from provetop.sources.protocol import THREAD_PREFIX
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from sources.protocol import THREAD_PREFIX
+from provetop.sources.protocol import THREAD_PREFIX
 from tests import tuning_env
 
 pytest_plugins = ("pytester",)  # tests/sources/test_threads.py runs a pytest of its own
@@ -21,7 +21,7 @@ THREAD_GRACE_S = 2.0  # how long a thread the test stopped may take to end after
 def cp():
     """CuPy with a visible CUDA device; the GPU tests that take it skip with the reason
     otherwise (no CuPy, no driver, no device)."""
-    from kernels.cuda.runtime import CudaUnavailable, require_cupy
+    from provetop.kernels.cuda.runtime import CudaUnavailable, require_cupy
 
     try:
         return require_cupy()

@@ -38,12 +38,14 @@ def test_no_module_imports_our_modules_inside_a_function():
 
 def test_the_check_finds_an_import_inside_a_function(tmp_path):
     sample = tmp_path / "m.py"
-    sample.write_text("def f():\n    from engine.run.runner import Engine\n    return Engine\n")
+    sample.write_text(
+        "def f():\n    from provetop.engine.run.runner import Engine\n    return Engine\n"
+    )
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
         assert _own_imports_inside_functions(sample) == [
-            "m.py:2: from engine.run.runner import Engine"
+            "m.py:2: from provetop.engine.run.runner import Engine"
         ]
     finally:
         ROOT = saved

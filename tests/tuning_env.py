@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import kernels.tuning as kt
+import provetop.kernels.tuning as kt
 
 
 def apply(environ: Mapping[str, str]) -> kt.KernelTuning:
-    """Make ``kernels.tuning.DEFAULT_TUNING`` the settings of ``environ`` when it asks for it
+    """Make ``provetop.kernels.tuning.DEFAULT_TUNING`` the settings of ``environ`` when it asks for
+    it
     (``PROVETOP_TEST_TUNING=env``); returns the settings in force. Must run before the kernel
     modules are imported: they bind the default when they load (conftest.py calls it first)."""
     mode = environ.get("PROVETOP_TEST_TUNING", "")

@@ -29,12 +29,12 @@ import sys
 import tempfile
 import time
 
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from sources.live import LiveSource
-from sources.nvml import NvmlSource
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.sources.live import LiveSource
+from provetop.sources.nvml import NvmlSource
+from provetop.tui.app import ProvetopApp
 from tests.sources.fake_pynvml import FakeNvml
-from tui.app import ProvetopApp
 
 
 async def _shoot(out: str, seconds: float, size: tuple[int, int]) -> None:

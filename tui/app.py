@@ -1,6 +1,7 @@
 """The provetop dashboard: one Textual app for live engines and recordings.
 
-Sources feed events; each engine's events fold into its own :class:`recordings.state.State`;
+Sources feed events; each engine's events fold into its own
+:class:`provetop.recordings.state.State`;
 a timer redraws the panels from the selected engine's state a few times a second. Nothing here
 computes a figure the reducer does not: the panels only draw. Controls go back to the engine as
 commands and come back as ``control`` events, which is how the log proves they arrived.
@@ -24,12 +25,16 @@ from textual.geometry import Size
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from recordings.state import LogLine, State
-from recordings.writer import RecordingWriter, default_recording_dir, default_recording_path
-from sources.discovery import POLL_S, new_engines
-from sources.errors import SourceError
-from sources.live import LiveSource
-from sources.protocol import (
+from provetop.recordings.state import LogLine, State
+from provetop.recordings.writer import (
+    RecordingWriter,
+    default_recording_dir,
+    default_recording_path,
+)
+from provetop.sources.discovery import POLL_S, new_engines
+from provetop.sources.errors import SourceError
+from provetop.sources.live import LiveSource
+from provetop.sources.protocol import (
     Connects,
     EventSource,
     KeepsEvents,
@@ -37,17 +42,17 @@ from sources.protocol import (
     Prepares,
     Reconnecting,
 )
-from sources.replay import FileReplaySource, open_replay
-from sources.replay_memory import ReplaySource
-from tui.commands import DashboardCommands
-from tui.screens import EventScreen, HelpScreen, MarkerPrompt
-from tui.widgets.eventlog import EventLog
-from tui.widgets.header import Header, HeaderInfo
-from tui.widgets.health import HealthPanel
-from tui.widgets.memory import MemoryPanel
-from tui.widgets.partitions import PartitionsTable
-from tui.widgets.replaybar import ReplayBar
-from tui.widgets.timeline import Timeline
+from provetop.sources.replay import FileReplaySource, open_replay
+from provetop.sources.replay_memory import ReplaySource
+from provetop.tui.commands import DashboardCommands
+from provetop.tui.screens import EventScreen, HelpScreen, MarkerPrompt
+from provetop.tui.widgets.eventlog import EventLog
+from provetop.tui.widgets.header import Header, HeaderInfo
+from provetop.tui.widgets.health import HealthPanel
+from provetop.tui.widgets.memory import MemoryPanel
+from provetop.tui.widgets.partitions import PartitionsTable
+from provetop.tui.widgets.replaybar import ReplayBar
+from provetop.tui.widgets.timeline import Timeline
 
 REFRESH_HZ = 5.0
 REPLAY_TICK_S = 0.1

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from provetop.base.errors import UsageError
-from sources.live import LiveSource
-from sources.protocol import Prepares
-from sources.replay import open_replay
-from sources.synthetic import GPU_SAMPLE_S, serve_synthetic, write_synthetic_recording
-from tui.app import ProvetopApp
+from provetop.sources.live import LiveSource
+from provetop.sources.protocol import Prepares
+from provetop.sources.replay import open_replay
+from provetop.sources.synthetic import GPU_SAMPLE_S, serve_synthetic, write_synthetic_recording
+from provetop.tui.app import ProvetopApp
 
 TARGETS = {"key_ms": 100.0, "cpu_cores": 0.5, "open_s": 2.0, "seek_ms": 200.0}
 

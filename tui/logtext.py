@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from recordings.state import LogLine, phantom_bytes
-from tui.style import size
+from provetop.recordings.state import LogLine, phantom_bytes
+from provetop.tui.style import size
 
 # "2048 bytes", "free 512", "need 6144 + margin 512 + 180912" (the allocator's arithmetic on
 # sizes), or a bare number of 7 digits or more (1 MB and up: only sizes are

@@ -14,8 +14,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-from tui.logtext import Entry
-from tui.style import clock, size
+from provetop.tui.logtext import Entry
+from provetop.tui.style import clock, size
 
 SIZE_KEYS = {"requested", "bytes", "nbytes", "budget", "chunk", "device_memory"}
 

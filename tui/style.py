@@ -8,7 +8,7 @@ GiB only at the edges").
 from __future__ import annotations
 
 from provetop.base.units import fmt_bytes
-from recordings.schema import PHASES
+from provetop.recordings.schema import PHASES
 
 # phase group -> (legend label, colour). Colours chosen to read on dark and light backgrounds.
 GROUPS: dict[str, tuple[str, str]] = {

@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
-from kernels.constants import FP_MODULUS, FR_MODULUS  # noqa: E402
+from provetop.kernels.constants import FP_MODULUS, FR_MODULUS  # noqa: E402
 
 M64 = (1 << 64) - 1
 SENTINEL = 0xA5A5A5A5A5A5A5A5
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-    from kernels.bench_meta import bench_command, gpu_bench_meta
+    from provetop.kernels.bench_meta import bench_command, gpu_bench_meta
 
     meta = gpu_bench_meta(bench.cp, bench_command(sys.argv if argv is None else argv))
     meta["nvrtc_compile_s"] = round(bench.compile_s, 2)

@@ -16,11 +16,11 @@ import sys
 import time
 from typing import Any
 
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from kernels.cpu.msm import ARKWORKS_AVAILABLE
 from provetop.base.errors import UsageError
-from recordings.schema import PHASES
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.kernels.cpu.msm import ARKWORKS_AVAILABLE
+from provetop.recordings.schema import PHASES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ synthesis and the last partition's drain are left out. The busy fraction counts 
 so launch gaps inside a phase count as busy (an upper bound on kernel time).
 
 With a list of sizes, ``--device-memory 8GiB,16GiB,uncapped``, the bench runs once per point,
-each in a fresh process (``engine.bench.sweep``: the table, the JSON and the ``--plot``).
+each in a fresh process (``provetop.engine.bench.sweep``: the table, the JSON and the ``--plot``).
 """
 
 from __future__ import annotations
@@ -33,17 +33,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.bench.sweep import EXAMPLE, parse_memory_list, run_sweep
-from engine.run.options import config_from_args, tuning_from_env
-from engine.run.runner import Engine, EngineError
-from engine.settings.config import ConfigError, EngineConfig, with_changes
-from engine.settings.tuning import Tuning
-from kernels.bench_meta import bench_command, gpu_bench_meta, host_bench_meta
 from provetop.base.errors import UsageError
-from recordings.reader import fold_recording
-from recordings.schema import PHASES
-from recordings.state import State
-from recordings.summary import summarize_state
+from provetop.engine.bench.sweep import EXAMPLE, parse_memory_list, run_sweep
+from provetop.engine.run.options import config_from_args, tuning_from_env
+from provetop.engine.run.runner import Engine, EngineError
+from provetop.engine.settings.config import ConfigError, EngineConfig, with_changes
+from provetop.engine.settings.tuning import Tuning
+from provetop.kernels.bench_meta import bench_command, gpu_bench_meta, host_bench_meta
+from provetop.recordings.reader import fold_recording
+from provetop.recordings.schema import PHASES
+from provetop.recordings.state import State
+from provetop.recordings.summary import summarize_state
 
 GPU_MS_PHASES = (
     "h_step",
@@ -332,7 +332,7 @@ def run_point(config: EngineConfig, tuning: Tuning, record: str) -> dict[str, An
 
 
 def sweep_point(config: EngineConfig, tuning: Tuning, record: str, result: str) -> None:
-    """A sweep's point, in its own process (``engine.bench.sweep``): :func:`run_point`, its
+    """A sweep's point, in its own process (``provetop.engine.bench.sweep``): :func:`run_point`, its
     outcome written to ``result`` as JSON, since nothing else crosses back to the parent."""
     try:
         doc: dict[str, Any] = {"status": "done", "result": run_point(config, tuning, record)}

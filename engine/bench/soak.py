@@ -37,11 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from engine.settings.tuning import Tuning
-from kernels.tuning import SettingError
 from provetop.base.errors import UsageError
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.engine.settings.tuning import Tuning
+from provetop.kernels.tuning import SettingError
 
 RSS_DRIFT = 0.10  # RSS late within 10 % of RSS early
 STORM_RSS_BYTES = 50 << 20  # RSS after the storm within 50 MB of before
@@ -192,7 +192,7 @@ def storm(path: str, cycles: int) -> int:
 def storm_in_child(path: str, cycles: int) -> int:
     """:func:`storm` in a process of its own (the engine's clients are other processes)."""
     code = (
-        "import sys\nfrom engine.bench.soak import storm\n"
+        "import sys\nfrom provetop.engine.bench.soak import storm\n"
         "print(storm(sys.argv[1], int(sys.argv[2])))"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -418,7 +418,8 @@ def _write_json(
         "quiet_partition_ms": f.quiet_ms,
         "storm_partition_ms": f.storm_ms,
         "partitions": f.partitions,
-        # engine.run.heap: malloc_trim every heap_trim_every_s (0: off, PROVETOP_HEAP_TRIM_S)
+        # provetop.engine.run.heap: malloc_trim every heap_trim_every_s (0: off,
+        # PROVETOP_HEAP_TRIM_S)
         "heap_trim_every_s": heap.every if heap.active else 0,
         "heap_trims": heap.trims,
         "heap_trim_longest_ms": round(heap.longest_ms, 3),

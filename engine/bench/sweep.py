@@ -15,7 +15,8 @@ that is refused (its engine cannot start: a ballast that does not fit, a size th
 refuses), that crashes, or that runs past ``--point-timeout`` becomes a row saying so, and the
 sweep goes on with the next point.
 
-The per-point figures are those of ``engine.bench.pipeline`` (its ``reduce_recording``); this
+The per-point figures are those of ``provetop.engine.bench.pipeline`` (its ``reduce_recording``);
+this
 module reads them from the result dicts and does not recompute any.
 """
 
@@ -31,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.bench.plot import Series, line_chart
-from engine.settings.config import ConfigError, EngineConfig, with_changes
-from engine.settings.tuning import Tuning
 from provetop.base.errors import UsageError
 from provetop.base.units import fmt_bytes, parse_size
+from provetop.engine.bench.plot import Series, line_chart
+from provetop.engine.settings.config import ConfigError, EngineConfig, with_changes
+from provetop.engine.settings.tuning import Tuning
 
 UNCAPPED = "uncapped"  # the list item for "no cap": the whole card (the model's default on cpu)
 # the phases the sweep's table shows, medians per point (B in G2 is not a GPU phase here)

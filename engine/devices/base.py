@@ -10,8 +10,10 @@ same questions afterwards:
 - ``async``: the stream-ordered pool (cudaMallocAsync, release threshold UINT64_MAX): frees
   stay reserved by the pool until :meth:`Device.trim`; the other two cannot use that memory.
 
-``sample()`` returns the ``memory`` event's fields (``recordings.schema.MEMORY_FIELDS``). The
-cpu backend implements this with a model (``engine.devices.modeled``); the cuda backend with
+``sample()`` returns the ``memory`` event's fields (``provetop.recordings.schema.MEMORY_FIELDS``).
+The
+cpu backend implements this with a model (``provetop.engine.devices.modeled``); the cuda backend
+with
 CuPy's pools and NVML.
 """
 
@@ -24,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from engine.devices.cuda import CudaDevice
+    from provetop.engine.devices.cuda import CudaDevice
 
 import numpy as np
 
-from kernels.backend import Array
+from provetop.kernels.backend import Array
 
 POOLS = ("raw", "sync", "async")
 _ids = itertools.count(1)
@@ -37,7 +39,7 @@ _ids = itertools.count(1)
 class DeviceOOM(MemoryError):
     """An allocation the device refused. Carries what a fault event needs."""
 
-    injected = False  # True on a refusal made on purpose (engine.partition.faults)
+    injected = False  # True on a refusal made on purpose (provetop.engine.partition.faults)
 
     def __init__(self, requested: int, pool: str, site: str, pools: dict[str, Any]) -> None:
         self.requested = requested

@@ -1,6 +1,6 @@
 """A real GPU behind the ``Device`` interface: CuPy's pools, the driver and NVML.
 
-Why these three doors (``engine.devices.base``), on real memory:
+Why these three doors (``provetop.engine.devices.base``), on real memory:
 
 - ``raw``: plain ``cudaMalloc``/``cudaFree`` (``cupy.cuda.runtime.malloc``), freed exactly at
   :meth:`CudaDevice.free` and never cached: the device-resident SRS. (The seed's pre-stage
@@ -43,10 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import POOLS, Block, Device, DeviceOOM
-from kernels.backend import Array
-from kernels.cuda.runtime import require_cupy
 from provetop.base.nvml import NvmlDevice
+from provetop.engine.devices.base import POOLS, Block, Device, DeviceOOM
+from provetop.kernels.backend import Array
+from provetop.kernels.cuda.runtime import require_cupy
 
 # CuPy has no type information: its objects are named here for the reader, not checked
 Stream = Any  # cupy.cuda.Stream
@@ -165,7 +165,7 @@ def choose_backend(
 ) -> tuple[str, str]:
     """(backend, one-line reason) for ``--backend`` (None = default: cuda when a GPU is
     visible and CuPy can use it, cpu otherwise). ``probe()`` returns None when CUDA is usable
-    or the reason it is not (default: ``kernels.cuda.runtime.require_cupy``)."""
+    or the reason it is not (default: ``provetop.kernels.cuda.runtime.require_cupy``)."""
     if requested:
         return requested, f"backend {requested} (asked for)"
     if probe is None:

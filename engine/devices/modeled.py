@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import POOLS, Block, Device, DeviceOOM
-from kernels.backend import Array
 from provetop.base.units import fmt_bytes
+from provetop.engine.devices.base import POOLS, Block, Device, DeviceOOM
+from provetop.kernels.backend import Array
 
 
 class ModeledDevice(Device):

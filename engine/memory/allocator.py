@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.devices.base import Device
-from engine.spec.workload import FR_BYTES, G1_AFFINE_BYTES, QuerySizes
-from kernels.cpu.msm import default_window_bits, num_windows
+from provetop.engine.devices.base import Device
+from provetop.engine.spec.workload import FR_BYTES, G1_AFFINE_BYTES, QuerySizes
+from provetop.kernels.cpu.msm import default_window_bits, num_windows
 
 MSM_BATCH = 1 << 22  # points uploaded per MSM batch
 XYZZ_BYTES = 4 * 48
@@ -52,7 +52,8 @@ class Footprint:
     u: int  # one of a, b, c
     msm: dict[str, int]  # query -> scratch bytes
     margin: int
-    # the streamed queries' MSMs run in one pass (engine.memory.stream_plan), 0 where they do not
+    # the streamed queries' MSMs run in one pass (provetop.engine.memory.stream_plan), 0 where they
+    # do not
     together: int = 0
 
     @property

@@ -1,7 +1,8 @@
 """Per-device bookkeeping that lets a partition's retry recover (``DeviceGate``).
 
 Why its own module: the gate is shared by every worker of one device and outlives any one
-partition; the driver (``engine.partition.pipeline``) counts pre-stages in and out and commits its
+partition; the driver (``provetop.engine.partition.pipeline``) counts pre-stages in and out and
+commits its
 ledger entries here, and a worker recovering from a failure waits here for its neighbours'
 pre-staged buffers to go.
 """
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 import threading
 
-from engine.memory.h_step_fence import HStepFence
-from engine.memory.handover import Handover
+from provetop.engine.memory.h_step_fence import HStepFence
+from provetop.engine.memory.handover import Handover
 
 
 class DeviceGate:

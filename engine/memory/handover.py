@@ -24,7 +24,7 @@ The protocol, per device (one GPU region at a time, so at most one offer is open
 Only for two workers a device: the block a claim receives is held from the giver's release
 to the taker's region, which must be the next region (a third worker's region could find
 4 GiB fewer than its plan). Backend-neutral: events and copies are opaque here (the CUDA ops
-supply them), and a block is the device's :class:`~engine.devices.base.Block`.
+supply them), and a block is the device's :class:`~provetop.engine.devices.base.Block`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.devices.base import Block
+from provetop.engine.devices.base import Block
 
 # A backend's marker that work is done (a CUDA event): only passed on, never looked into here
 Event = object

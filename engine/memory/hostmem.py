@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.spec.workload import FR_BYTES
+from provetop.engine.spec.workload import FR_BYTES
 
 # What the plan may take of the host's available memory: the rest stays for the process itself
 # (Python, CuPy, the recording's buffers) and for everything else on the host.
@@ -40,7 +40,8 @@ class PinnedPlan:
 
 
 def witness_pool_bytes(domain_log: int, m: int) -> int:
-    """One pool of ``engine.spec.witness_gpu.PinnedBuffers``: a, b, c of 2^k rows and z of m."""
+    """One pool of ``provetop.engine.spec.witness_gpu.PinnedBuffers``: a, b, c of 2^k rows and z of
+    m."""
     return (3 * (1 << domain_log) + m) * FR_BYTES
 
 

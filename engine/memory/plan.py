@@ -5,7 +5,8 @@ the pre-stage fits beside what the neighbours hold; its fallback still needs a, 
 the device at once (3 x 4 GiB at 2^27). A card of 8 or 12 GiB never has that, so every
 partition there used to be lost to OOMs. The H step is linear up to one pointwise product,
 so it can go through the device one or two polynomials at a time
-(``kernels.cuda.h_streamed``); the plan says how many, and whether the aux scalars (z, 4.2 GB
+(``provetop.kernels.cuda.h_streamed``); the plan says how many, and whether the aux scalars (z, 4.2
+GB
 at 2^27) go up beside H (during ``msm_h``) or after H's memory is given back:
 
 - ``resident`` (3 slots): today's path, a pre-stage outside the mutex or the fallback;
@@ -35,10 +36,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.memory.allocator import Footprint
-from engine.spec.workload import FR_BYTES
-from kernels.cuda.h_streamed import OPERAND_CHUNK
 from provetop.base.units import fmt_bytes
+from provetop.engine.memory.allocator import Footprint
+from provetop.engine.spec.workload import FR_BYTES
+from provetop.kernels.cuda.h_streamed import OPERAND_CHUNK
 
 # The one-slot plan's device buffer for the host operand of its product and difference:
 # the streamed H step's OPERAND_CHUNK rows of one Fr each (128 MiB)

@@ -3,7 +3,7 @@
 Why a decision and not a rule: a 32 GiB sector's G1 queries are ~38 GiB of points. On an H200
 they fit next to two workers' partitions; on a 16 GiB card (or an H200 capped to 16 GiB with
 ``--device-memory``) they cannot, and the MSM must stream them from pinned host memory
-(``kernels.cuda.msm.msm_host_points``, two device chunk buffers, copies overlapped with the
+(``provetop.kernels.cuda.msm.msm_host_points``, two device chunk buffers, copies overlapped with the
 sums). The choice is per query, largest first, against what the workers still need; each one
 is an ``alloc`` event with site ``srs`` (decision ``ok`` = on the device, ``fallback`` = pinned
 host, with the reason and the free bytes it was based on).
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.memory.allocator import Footprint
+from provetop.engine.memory.allocator import Footprint
 
 G1_AFFINE_BYTES = 96
 

@@ -2,7 +2,7 @@
 scratch sizes, and the plan chosen with the window cap, the chunk and whether the streamed
 queries run in one interleaved pass.
 
-Why apart from ``engine.memory.plan``: that module chooses how many of a, b, c sit on the
+Why apart from ``provetop.engine.memory.plan``: that module chooses how many of a, b, c sit on the
 device from a footprint; this one builds the footprint a CUDA run's MSMs really need (their
 scratch depends on the kernels' settings and on how the queries are streamed) and searches the
 streaming choices around ``choose_plan``. Pure arithmetic: no device is touched.
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.memory.allocator import Footprint
-from engine.memory.plan import MemoryPlan, PlanError, choose_plan
-from engine.spec.workload import FR_BYTES, QuerySizes
-from kernels.cuda.msm_plan import (
+from provetop.engine.memory.allocator import Footprint
+from provetop.engine.memory.plan import MemoryPlan, PlanError, choose_plan
+from provetop.engine.spec.workload import FR_BYTES, QuerySizes
+from provetop.kernels.cuda.msm_plan import (
     companion_window_cap,
     host_scratch_bytes,
     many_scratch_bytes,
@@ -26,8 +26,8 @@ from kernels.cuda.msm_plan import (
     stream_window_bits,
     stream_window_floor,
 )
-from kernels.cuda.ntt_plan import twiddle_bytes
-from kernels.tuning import KernelTuning
+from provetop.kernels.cuda.ntt_plan import twiddle_bytes
+from provetop.kernels.tuning import KernelTuning
 
 
 def cuda_footprint(
@@ -70,7 +70,8 @@ def interleaved_order(streamed: dict[str, int]) -> list[str]:
 def interleaved_bytes(
     sizes: dict[str, int], streamed: dict[str, int], tuning: KernelTuning, window_max: int | None
 ) -> int:
-    """Device bytes of the joint pass (:func:`kernels.cuda.msm_plan.many_scratch_bytes`): H at a
+    """Device bytes of the joint pass (:func:`provetop.kernels.cuda.msm_plan.many_scratch_bytes`):
+    H at a
     window of at most ``window_max``, the others at most COMPANION_WINDOW_MAX, with
     ``tuning.msm_host_buffers`` chunk buffers."""
     qs = interleaved_order(streamed)
@@ -111,7 +112,8 @@ def pass_reads_host_scalars(sizes: dict[str, int], streamed: dict[str, int]) -> 
 
 def window_floor(streamed: dict[str, int], tuning: KernelTuning) -> int:
     """The smallest window cap a streamed MSM is given
-    (:func:`kernels.cuda.msm_plan.stream_window_floor` of the largest chunk): no plan needs more
+    (:func:`provetop.kernels.cuda.msm_plan.stream_window_floor` of the largest chunk): no plan
+    needs more
     memory with the buckets kept per query than with a bucket array per chunk."""
     return stream_window_floor(max(streamed.values(), default=1), tuning)
 
@@ -160,7 +162,8 @@ def plan_streaming(
     """:func:`plan_with_window` with the chunk chosen too: among the chunks of CHUNK_STEPS
     (with ``tuning.msm_host_chunk_grow`` on), those whose plan is as fast as the configured
     chunk's (the same slots, aux scalars and table) and no less interleaved, the one whose
-    H-sized query the model (:func:`kernels.cuda.msm_plan.stream_cost`, at the window the plan
+    H-sized query the model (:func:`provetop.kernels.cuda.msm_plan.stream_cost`, at the window the
+    plan
     allows) finds cheapest; ties to the smaller chunk. Why a larger chunk pays: every chunk
     after the first adds into the kept buckets it reaches, so fewer chunks are fewer of those
     additions (and fewer count stages)."""
@@ -211,7 +214,7 @@ def plan_with_window(
     queries' ~700 ms of copies hide under H's sums only when they run together, which is
     worth more than a bit of window (~7 % of H's sums); and a larger window is fewer windows
     of additions per point, but its buckets (192 bytes each, W 2^(c-1) of them) must not push
-    the H step onto a slower plan. :class:`engine.memory.plan.PlanError` when no plan fits
+    the H step onto a slower plan. :class:`provetop.engine.memory.plan.PlanError` when no plan fits
     even at the floor."""
     if not streamed:
         fp = cuda_footprint(base, sizes, streamed, tuning)
@@ -245,7 +248,8 @@ def startup_plan_inputs(
     base: Footprint, sizes: QuerySizes, domain_log: int, host_chunk: int, tuning: KernelTuning
 ) -> tuple[Footprint, int, int]:
     """(footprint, aux scalar bytes, twiddle table bytes) of the smallest CUDA region: every
-    query streamed from the host. The start-up check (``engine.run.runner``) refuses a device on
+    query streamed from the host. The start-up check (``provetop.engine.run.runner``) refuses a
+    device on
     which no plan fits these, before the SRS is made."""
     streamed = {q: host_chunk for q in sizes.as_dict()}
     fp = cuda_footprint(base, sizes.as_dict(), streamed, tuning, window_floor(streamed, tuning))

@@ -13,16 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.devices.base import Device
-from engine.memory.allocator import Decision, Footprint
-from engine.memory.plan import RESIDENT, MemoryPlan
-from engine.settings.config import EngineConfig
-from engine.settings.tuning import Tuning
-from engine.spec.srs import Srs
-from engine.spec.workload import QuerySizes
-from engine.telemetry.bus import Clock
-from engine.telemetry.control import Controls
-from kernels.backend import KernelBackend
+from provetop.engine.devices.base import Device
+from provetop.engine.memory.allocator import Decision, Footprint
+from provetop.engine.memory.plan import RESIDENT, MemoryPlan
+from provetop.engine.settings.config import EngineConfig
+from provetop.engine.settings.tuning import Tuning
+from provetop.engine.spec.srs import Srs
+from provetop.engine.spec.workload import QuerySizes
+from provetop.engine.telemetry.bus import Clock
+from provetop.engine.telemetry.control import Controls
+from provetop.kernels.backend import KernelBackend
 
 
 class Emit(Protocol):
@@ -32,7 +32,8 @@ class Emit(Protocol):
 
 
 class EventBus(Protocol):
-    """What the engine asks of the telemetry bus (``engine.telemetry.bus.Bus``): events now,
+    """What the engine asks of the telemetry bus (``provetop.engine.telemetry.bus.Bus``): events
+    now,
     events at a time the caller measured (the mutex's), and the clock those times count
     from."""
 
@@ -45,7 +46,7 @@ class EventBus(Protocol):
 
 
 class Policy(Protocol):
-    """An allocation policy (``engine.memory.allocator``: naive, aware, lazy aware)."""
+    """An allocation policy (``provetop.engine.memory.allocator``: naive, aware, lazy aware)."""
 
     @property
     def name(self) -> str: ...
@@ -65,7 +66,7 @@ class Policy(Protocol):
 
 
 class FaultHooks(Protocol):
-    """Where injected faults fire (``engine.partition.faults.FaultInjector``)."""
+    """Where injected faults fire (``provetop.engine.partition.faults.FaultInjector``)."""
 
     def on_phase(self, phase: str, device: Device, where: dict[str, int]) -> None: ...
 
@@ -87,6 +88,6 @@ class RunContext:
     sample: Callable[[Device], None]  # emit a memory sample of the device now
     faults: FaultHooks | None = None  # None: no injection
     tuning: Tuning = field(default_factory=Tuning)  # the run's PROVETOP_* settings
-    plan: MemoryPlan = RESIDENT  # how the device's memory is used (engine.memory.plan)
+    plan: MemoryPlan = RESIDENT  # how the device's memory is used (provetop.engine.memory.plan)
     # True once the run is stopping: the start-up steps (the SRS on CUDA) end between chunks
     stopping: Callable[[], bool] = lambda: False

@@ -1,8 +1,9 @@
-"""The partition's steps on the cpu backend and the modeled device (``engine.partition.ops``).
+"""The partition's steps on the cpu backend and the modeled device
+(``provetop.engine.partition.ops``).
 
 Why these are the reference: the witness is made with numpy on the host, a, b, c are uploaded
 into modeled blocks, the arithmetic is the exact CPU backend, and the checks are the exact
-identities of ``kernels.cpu.srs`` on the host after the release. The CUDA ops fall back on
+identities of ``provetop.kernels.cpu.srs`` on the host after the release. The CUDA ops fall back on
 these wherever a device lacks what they need (a modeled device in the tests).
 """
 
@@ -10,18 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.devices.base import Block
-from engine.memory.allocator import Decision
-from engine.memory.plan import OPERAND_BYTES, MemoryPlan
-from engine.partition.ops import Attempt, PhaseTimer, WorkerScope
-from engine.spec.srs import QUERIES
-from engine.spec.workload import QuerySizes, Witness, synthesize
-from kernels.cpu.srs import check_h_identity, check_msm_identity
-from kernels.layout import fr_from_limbs, g1_from_limbs
+from provetop.engine.devices.base import Block
+from provetop.engine.memory.allocator import Decision
+from provetop.engine.memory.plan import OPERAND_BYTES, MemoryPlan
+from provetop.engine.partition.ops import Attempt, PhaseTimer, WorkerScope
+from provetop.engine.spec.srs import QUERIES
+from provetop.engine.spec.workload import QuerySizes, Witness, synthesize
+from provetop.kernels.cpu.srs import check_h_identity, check_msm_identity
+from provetop.kernels.layout import fr_from_limbs, g1_from_limbs
 
 
 class CpuPartition:
-    """:class:`engine.partition.ops.PartitionOps` for the cpu backend on a modeled device:
+    """:class:`provetop.engine.partition.ops.PartitionOps` for the cpu backend on a modeled device:
     the steps every backend takes, and none of the optional ones (its checks run on the host
     after the release, its H step is over when it returns, its copies are synchronous and
     its MSMs have no copies to hide)."""
@@ -115,7 +116,7 @@ class CpuPartition:
         return self.ctx.backend.msm(self.ctx.srs.points[query], scalars)
 
     def verify(self, att: Attempt, w: Witness, h: Any, results: dict[str, Any]) -> bool:
-        """The checks of ``kernels.cpu.srs`` on the host (the CPU reference's speed)."""
+        """The checks of ``provetop.kernels.cpu.srs`` on the host (the CPU reference's speed)."""
 
         srs = self.ctx.srs
         scalars = host_scalars(self.ctx.sizes, w, h)

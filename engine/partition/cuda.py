@@ -1,9 +1,10 @@
-"""The partition's steps on a real GPU (``engine.partition.ops``): CuPy and our kernels.
+"""The partition's steps on a real GPU (``provetop.engine.partition.ops``): CuPy and our kernels.
 
-Why these differ from the cpu ops (``engine.partition.cpu``), step by step:
+Why these differ from the cpu ops (``provetop.engine.partition.cpu``), step by step:
 
 - synthesis: the witness is made on the GPU into the worker's pinned pool
-  (``engine.spec.witness_gpu``), the pre-stage's page-locked buffers: no registration per partition;
+  (``provetop.engine.spec.witness_gpu``), the pre-stage's page-locked buffers: no registration per
+  partition;
 - pre-stage pool: d_a and d_bc come from CuPy's caching pool, so a worker's next partition
   reuses the cached 4 + 8 GiB blocks (see :class:`CudaPartition`);
 - fallback: a, b, c copied whole from the pinned pool into the stream-ordered pool;
@@ -11,11 +12,12 @@ Why these differ from the cpu ops (``engine.partition.cpu``), step by step:
   ``msm_h`` runs; the L, A and B-G1 MSMs read prefixes of it;
 - MSM scratch: a *reservation* (the MSM draws its real scratch through the allocator, so
   allocating the planned bytes as well would count them twice);
-- checks: sums on the GPU inside the region (``kernels.cuda.check``), compared on the host;
+- checks: sums on the GPU inside the region (``provetop.kernels.cuda.check``), compared on the host;
 - phase times: CUDA events on the worker's compute stream (kernel phases) and upload stream
   (copies), into ``phase_end``'s ``gpu_ms``.
 
-The kernel calls themselves go through ``ctx.backend``, which ``engine.run.cuda_run.CudaRun``
+The kernel calls themselves go through ``ctx.backend``, which
+``provetop.engine.run.cuda_run.CudaRun``
 binds to the calling worker's streams and the device's stream-ordered pool
 (``BoundBackend``). On a device without CUDA (a modeled one, in the tests) the steps that need
 CuPy fall back on the cpu ops; the timers and the MSM-scratch reservation still apply.
@@ -26,27 +28,27 @@ from __future__ import annotations
 import threading
 from typing import Any, cast
 
-from engine.devices.base import Block, Device
-from engine.devices.cuda import H2D, CudaDevice
-from engine.memory.allocator import Decision
-from engine.memory.gate import DeviceGate
-from engine.memory.handover import Handover, Offer, Taker
-from engine.memory.hostmem import witness_pool_bytes
-from engine.memory.plan import MemoryPlan
-from engine.partition.cpu import CpuPartition
-from engine.partition.cuda_backend import BoundBackend
-from engine.partition.ops import MSM_PHASES, Attempt, PhaseTimer, WorkerScope
-from engine.partition.pipeline import PartitionRunner, RunContext
-from engine.spec.srs import QUERIES
-from engine.spec.witness_gpu import CHUNK, PinnedBuffers, synthesize_on_gpu
-from engine.spec.workload import Witness
-from engine.telemetry.progress import Progress
-from kernels.constants import FR_MODULUS as R
-from kernels.cpu.g1 import GENERATOR, scalar_mul
-from kernels.cuda import check as cuda_check
-from kernels.cuda.host_pinned import pinned_empty, take_fallbacks
-from kernels.layout import g1_from_limbs
-from recordings.schema import PHASES
+from provetop.engine.devices.base import Block, Device
+from provetop.engine.devices.cuda import H2D, CudaDevice
+from provetop.engine.memory.allocator import Decision
+from provetop.engine.memory.gate import DeviceGate
+from provetop.engine.memory.handover import Handover, Offer, Taker
+from provetop.engine.memory.hostmem import witness_pool_bytes
+from provetop.engine.memory.plan import MemoryPlan
+from provetop.engine.partition.cpu import CpuPartition
+from provetop.engine.partition.cuda_backend import BoundBackend
+from provetop.engine.partition.ops import MSM_PHASES, Attempt, PhaseTimer, WorkerScope
+from provetop.engine.partition.pipeline import PartitionRunner, RunContext
+from provetop.engine.spec.srs import QUERIES
+from provetop.engine.spec.witness_gpu import CHUNK, PinnedBuffers, synthesize_on_gpu
+from provetop.engine.spec.workload import Witness
+from provetop.engine.telemetry.progress import Progress
+from provetop.kernels.constants import FR_MODULUS as R
+from provetop.kernels.cpu.g1 import GENERATOR, scalar_mul
+from provetop.kernels.cuda import check as cuda_check
+from provetop.kernels.cuda.host_pinned import pinned_empty, take_fallbacks
+from provetop.kernels.layout import g1_from_limbs
+from provetop.recordings.schema import PHASES
 
 GPU_PHASES = frozenset(
     {"check_inputs", "h_step", *MSM_PHASES.values(), "msm_interleaved", "check_sums"}
@@ -58,11 +60,12 @@ MIN_SYNTH_CHUNK = 1 << 16  # elements: 3 x 2 MiB of device memory; 2,048 chunks 
 
 
 class CudaPartition:
-    """:class:`engine.partition.ops.PartitionOps` on a CUDA device: CUDA-event phase times and
+    """:class:`provetop.engine.partition.ops.PartitionOps` on a CUDA device: CUDA-event phase times
+    and
     MSM scratch as a reservation; on a real CUDA device also the witness made on the GPU
     into the worker's pinned pool, the aux scalars uploaded once per partition into a
     stream-ordered block while ``msm_h`` runs (before, each MSM uploaded its own copy inside
-    the GPU region), and the exact checks on the GPU (``kernels.cuda.check``)."""
+    the GPU region), and the exact checks on the GPU (``provetop.kernels.cuda.check``)."""
 
     def __init__(self, scope: WorkerScope) -> None:
         self.scope = scope
@@ -85,7 +88,7 @@ class CudaPartition:
             # phantom that refuses the stream-ordered pool.
             self.prestage_pool = "sync"
             self.checks_on_device = True  # in the region: see PartitionRunner._state
-        # the H step returns once queued, on a real device (engine.memory.h_step_fence)
+        # the H step returns once queued, on a real device (provetop.engine.memory.h_step_fence)
         self.h_step_async = self.real
         # pinned witness pools, used in turn: one, or two with --synthesis-ahead (the next
         # witness is made while the current one's partition still reads its pool; the
@@ -97,7 +100,8 @@ class CudaPartition:
         # the fallback's b and c copies still in flight under the H step: {"b": event, ...}
         self._abc_ready: dict[str, Any] = {}
         self._scratch: Any = None  # the one-slot plan's pinned host scratch
-        # engine.memory.handover: this worker's offer of its H block to the next partition's a (as
+        # provetop.engine.memory.handover: this worker's offer of its H block to the next
+        # partition's a (as
         # giver), its claim on a neighbour's (as taker), and the claimed block once adopted
         self._handover: Handover | None = None
         self._offer: Offer | None = None
@@ -114,7 +118,8 @@ class CudaPartition:
 
     @property
     def kernels(self) -> BoundBackend:
-        """The run's backend as a CUDA run binds it to this worker (``engine.run.cuda_run``:
+        """The run's backend as a CUDA run binds it to this worker
+        (``provetop.engine.run.cuda_run``:
         its streams, the device's pool, the streamed MSMs' plan). Only the steps of a real
         device reach for it; elsewhere the context's backend is called as it is."""
         return cast(BoundBackend, self.ctx.backend)
@@ -244,13 +249,14 @@ class CudaPartition:
         else:
             a, self._abc_ready["a"] = handed[1], handed[2]
         # the phase times a's copy; b's and c's run on the upload stream, and the H step
-        # waits for each just before its own transforms (kernels.cuda.ntt.run_h_step)
+        # waits for each just before its own transforms (provetop.kernels.cuda.ntt.run_h_step)
         # decided: bench/notes/memory.md, 1eb9006
         b, self._abc_ready["b"] = gpu.upload_async(w.b, blocks[1], event="abc.b")
         c, self._abc_ready["c"] = gpu.upload_async(w.c, blocks[2], event="abc.c")
         return blocks[0], blocks[1:], a, b, c
 
-    # -- the H block handed to the next partition's a (engine.memory.handover) ---------------
+    # -- the H block handed to the next partition's a (provetop.engine.memory.handover)
+    # ---------------
 
     def offer_h(self, att: Attempt, block: Block, h: Any, handover: Handover) -> None:
         """Before the one pass of a partition that reads H nowhere after it: offer H's block
@@ -307,7 +313,8 @@ class CudaPartition:
 
     def take_offer(self, att: Attempt, w: Any, handover: Handover) -> None:
         """While waiting for the mutex on the fallback path: claim the running pass's H block
-        for this partition's a (``engine.memory.handover``); its copies go on this worker's upload
+        for this partition's a (``provetop.engine.memory.handover``); its copies go on this
+        worker's upload
         stream, queued by whichever thread learns that a range is free."""
         if not (self.real and w.pinned) or self._taker is not None:
             return
@@ -418,7 +425,7 @@ class CudaPartition:
 
     def h_step_streamed(self, att: Attempt, w: Any, plan: MemoryPlan) -> tuple[Block, Any]:
         """a, b, c from the worker's pinned pool through ``plan.slots`` stream-ordered blocks
-        (``kernels.cuda.h_streamed``), with a pinned host scratch for one slot. A plan that
+        (``provetop.kernels.cuda.h_streamed``), with a pinned host scratch for one slot. A plan that
         gives the twiddle table to the MSMs (``plan.release_tables``) drops it afterwards and
         trims CuPy's pool, where it lived."""
         if not (self.real and w.pinned):
@@ -502,7 +509,7 @@ class CudaPartition:
 
     def msm_together(self) -> list[str]:
         """The streamed queries, H first, where the device's plan runs them in one pass
-        (``engine.memory.stream_plan.plan_with_window``)."""
+        (``provetop.engine.memory.stream_plan.plan_with_window``)."""
         if not self.real:
             return []
         together = self.kernels.together
@@ -597,8 +604,8 @@ class CudaPartition:
 
 
 class CudaPartitionRunner(PartitionRunner):
-    """The one driver (``engine.partition.pipeline``) with the CUDA steps
-    (:class:`engine.partition.cuda.CudaPartition`): what a worker of a CUDA run runs."""
+    """The one driver (``provetop.engine.partition.pipeline``) with the CUDA steps
+    (:class:`provetop.engine.partition.cuda.CudaPartition`): what a worker of a CUDA run runs."""
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 Every kernel call of a partition's GPU region gets the calling worker's compute stream and the
 device's stream-ordered pool (``CudaDevice.kernel_args``) injected, and the streamed MSMs the
-choices of the device's memory plan (``engine.memory.stream_plan``): the window cap, the
+choices of the device's memory plan (``provetop.engine.memory.stream_plan``): the window cap, the
 chunk, the one interleaved pass. The H step runs in place (H in d_a's memory, d_b/d_c as work
 buffers: the footprint the allocator plans for).
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, INTERLEAVE_LEAD, companion_window_cap
+from provetop.kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, INTERLEAVE_LEAD, companion_window_cap
 
 if TYPE_CHECKING:
-    from engine.devices.cuda import CudaDevice
-    from kernels.cuda.backend import CudaBackend
+    from provetop.engine.devices.cuda import CudaDevice
+    from provetop.kernels.cuda.backend import CudaBackend
 
 
 class BoundBackend:

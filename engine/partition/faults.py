@@ -5,7 +5,7 @@ the fallback path, trim, a replacement worker, a dropped client) only run when s
 wrong, so a test or an operator must be able to make exactly that thing go wrong, on the real
 engine, and read what happened in the recording. Off unless ``--inject SPEC`` (or the
 ``PROVETOP_INJECT`` environment variable of ``provetop engine`` / ``provetop run``, read with
-the other settings by ``engine.settings.tuning``) is given.
+the other settings by ``provetop.engine.settings.tuning``) is given.
 
 SPEC is a comma-separated list of items; counts are 1-based and count over the whole run (all
 devices and workers together):
@@ -32,11 +32,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from engine.devices.base import Block, Device, DeviceOOM, PhaseTimer
-from engine.devices.cuda import CudaDevice
-from engine.partition.context import Emit
-from engine.partition.pipeline import PartitionFailed
-from recordings.schema import PHASES
+from provetop.engine.devices.base import Block, Device, DeviceOOM, PhaseTimer
+from provetop.engine.devices.cuda import CudaDevice
+from provetop.engine.partition.context import Emit
+from provetop.engine.partition.pipeline import PartitionFailed
+from provetop.recordings.schema import PHASES
 
 ALLOC_SITES = ("prestage", "msm_scratch", "ntt_scratch", "host_register")
 MAX_DELAY_S = 600.0

@@ -1,10 +1,12 @@
 """What a backend does to one partition: the steps, as documented interfaces.
 
 Why protocols: the order of a partition (phases, the mutex, the pre-stage decision, faults,
-the retry) is the same on every backend and lives in one driver, ``engine.partition.pipeline``;
+the retry) is the same on every backend and lives in one driver,
+``provetop.engine.partition.pipeline``;
 only *how* some steps are carried out differs. :class:`PartitionOps` names the steps every
-backend takes, and each backend implements them once: ``engine.partition.cpu`` (the cpu
-backend on the modeled device) and ``engine.partition.cuda`` (CuPy and our kernels on a real
+backend takes, and each backend implements them once: ``provetop.engine.partition.cpu`` (the cpu
+backend on the modeled device) and ``provetop.engine.partition.cuda`` (CuPy and our kernels on a
+real
 device). Steps only a device with streams has (checks in the region, the H block's hand-over,
 the one pass, copies in flight, pinned pools) are protocols of their own that a backend
 implements or leaves out: the driver asks once (:class:`OptionalSteps`) and runs the partition
@@ -16,7 +18,8 @@ Who emits what: the driver emits every ``phase_begin``/``phase_end``, ``mutex`` 
 ``partition_done`` event and the ``fault`` of a failed step; a step emits only ``alloc``
 events for its own allocation decisions (with a ``memory`` sample, through the scope), and
 ``registration`` faults for host buffers it could not register. A step reports a refused
-allocation by raising :class:`engine.devices.base.DeviceOOM` and anything else by raising any
+allocation by raising :class:`provetop.engine.devices.base.DeviceOOM` and anything else by raising
+any
 exception: the driver turns both into the attempt's fault and its retry.
 """
 
@@ -25,12 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from engine.devices.base import Block, Device, DeviceOOM, PhaseTimer
-from engine.memory.allocator import Decision
-from engine.memory.handover import Handover
-from engine.memory.plan import MemoryPlan
-from engine.partition.context import RunContext
-from engine.spec.workload import Witness
+from provetop.engine.devices.base import Block, Device, DeviceOOM, PhaseTimer
+from provetop.engine.memory.allocator import Decision
+from provetop.engine.memory.handover import Handover
+from provetop.engine.memory.plan import MemoryPlan
+from provetop.engine.partition.context import RunContext
+from provetop.engine.spec.workload import Witness
 
 __all__ = [
     "MSM_PHASES",
@@ -46,7 +49,7 @@ __all__ = [
     "WorkerScope",
 ]
 
-# The phase of each query's MSM, in pipeline order (``engine.spec.srs.QUERIES``).
+# The phase of each query's MSM, in pipeline order (``provetop.engine.spec.srs.QUERIES``).
 MSM_PHASES = {"h": "msm_h", "l": "msm_l", "a": "msm_a", "b_g1": "msm_b_g1"}
 
 
@@ -150,7 +153,8 @@ class WorkerScope:
 
 class PartitionOps(Protocol):
     """The steps of one partition that every backend takes, in the order the driver
-    (``engine.partition.pipeline.PartitionRunner``) calls them. One instance per worker, built
+    (``provetop.engine.partition.pipeline.PartitionRunner``) calls them. One instance per worker,
+    built
     from its :class:`WorkerScope`; it may keep state across that worker's partitions.
 
     Steps that only some backends have are optional protocols of their own
@@ -172,7 +176,8 @@ class PartitionOps(Protocol):
 
     h_step_async: bool
     """Whether :meth:`h_step` returns once the step is queued on a device, so that a
-    neighbour's synthesis can wait on the host until it is (``engine.memory.h_step_fence``)."""
+    neighbour's synthesis can wait on the host until it is
+    (``provetop.engine.memory.h_step_fence``)."""
 
     def synthesize(self, rng: Any, tries: int = 0) -> Witness:
         """The partition's witness from its ``rng`` (phase ``synthesis``). ``tries`` counts
@@ -208,7 +213,7 @@ class PartitionOps(Protocol):
         ...
 
     def h_step_streamed(self, att: Attempt, w: Witness, plan: MemoryPlan) -> tuple[Block, Any]:
-        """The H step of a streamed plan (``engine.memory.plan``: one or two device slots;
+        """The H step of a streamed plan (``provetop.engine.memory.plan``: one or two device slots;
         phase ``h_step``, under the mutex, no pre-stage): a, b, c go up from the witness one at
         a time. Emits the ``alloc`` event of its slots (site ``h_slots``). Returns (the block
         holding H, H)."""
@@ -261,7 +266,7 @@ class DeviceChecks(Protocol):
 
 @runtime_checkable
 class HandoverSteps(Protocol):
-    """H's block handed to the next partition's a (``engine.memory.handover``): the taker's
+    """H's block handed to the next partition's a (``provetop.engine.memory.handover``): the taker's
     a goes up into the rows the giver's MSM pass has finished reading, while it waits for the
     mutex."""
 

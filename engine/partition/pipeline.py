@@ -9,8 +9,9 @@ partition; a partition whose first attempt fails is retried once on the fallback
 the engine synchronises and trims the device.
 
 What differs between backends is *how* a step is carried out: the driver calls the steps of
-:class:`engine.partition.ops.PartitionOps` (``engine.partition.cpu`` on the cpu backend,
-``engine.partition.cuda`` on a GPU), and the optional ones the ops take (asked once, when
+:class:`provetop.engine.partition.ops.PartitionOps` (``provetop.engine.partition.cpu`` on the cpu
+backend,
+``provetop.engine.partition.cuda`` on a GPU), and the optional ones the ops take (asked once, when
 the driver is built); it never asks which implementation it has. An attempt takes one of
 three paths, chosen from the device's plan and the pre-stage decision (:meth:`_path`), each
 one short method over the same named steps: pre-staged (a, b, c up before the mutex),
@@ -26,12 +27,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.devices.base import Block, Device, DeviceOOM
-from engine.memory.allocator import Decision
-from engine.memory.gate import DeviceGate
-from engine.partition.context import RunContext
-from engine.partition.cpu import CpuPartition
-from engine.partition.ops import (
+from provetop.engine.devices.base import Block, Device, DeviceOOM
+from provetop.engine.memory.allocator import Decision
+from provetop.engine.memory.gate import DeviceGate
+from provetop.engine.partition.context import RunContext
+from provetop.engine.partition.cpu import CpuPartition
+from provetop.engine.partition.ops import (
     MSM_PHASES,
     Attempt,
     DeviceChecks,
@@ -41,8 +42,8 @@ from engine.partition.ops import (
     PartitionOps,
     WorkerScope,
 )
-from engine.spec.srs import QUERIES
-from engine.spec.workload import Witness, partition_rng
+from provetop.engine.spec.srs import QUERIES
+from provetop.engine.spec.workload import Witness, partition_rng
 
 __all__ = [
     "MSM_PHASES",
@@ -70,7 +71,8 @@ FALLBACK_OOM_PAUSE_S = 0.5
 
 
 # The longest a worker that took the mutex back waits for the other worker's region when it
-# has handed that worker its H block (engine.memory.handover): that worker is already waiting
+# has handed that worker its H block (provetop.engine.memory.handover): that worker is already
+# waiting
 # for the mutex, so it comes within a thread switch; a worker that died never comes.
 HANDOVER_WAIT_S = 2.0
 
@@ -126,8 +128,9 @@ class _AttemptState:
 
 class PartitionRunner:
     """Runs partitions for one worker (``worker`` is its index within ``device``), calling the
-    backend's steps through ``ops`` (:class:`engine.partition.ops.PartitionOps`; a factory taking
-    the worker's :class:`engine.partition.ops.WorkerScope`, by default the cpu ops)."""
+    backend's steps through ``ops`` (:class:`provetop.engine.partition.ops.PartitionOps`; a factory
+    taking
+    the worker's :class:`provetop.engine.partition.ops.WorkerScope`, by default the cpu ops)."""
 
     def __init__(
         self,
@@ -150,7 +153,7 @@ class PartitionRunner:
 
     def detach_pools(self) -> list[Any]:
         """The worker's pinned pools, handed to the run when the worker stops
-        (``engine.run.cuda_run.CudaRun.retire``); none where the ops keep none."""
+        (``provetop.engine.run.cuda_run.CudaRun.retire``); none where the ops keep none."""
         pools = self.steps.pools
         return pools.detach_pools() if pools is not None else []
 
@@ -218,7 +221,7 @@ class PartitionRunner:
     def _after_the_h_step(self) -> None:
         """Host work about to start (a synthesis, a host check) waits, on the host only, while
         another worker's region is due or running with its H step not yet queued
-        (``engine.memory.h_step_fence``)."""
+        (``provetop.engine.memory.h_step_fence``)."""
         # decided: bench/notes/pipeline.md, 64f4703, 9a03df2, 616e196 and 9304e3b
         if self._fences():
             self.gate.h_step.wait_queued()
@@ -305,7 +308,7 @@ class PartitionRunner:
 
     def _streamed(self, st: _AttemptState) -> None:
         """a, b, c never sit on the device together: the H step takes them from the witness
-        one at a time, through the plan's slots (``engine.memory.plan``)."""
+        one at a time, through the plan's slots (``provetop.engine.memory.plan``)."""
         self._acquire(st, fenced=False)
         self._check_inputs(st, st.w.a, st.w.b, st.w.c)
         self._h_step_streamed(st)
@@ -380,7 +383,7 @@ class PartitionRunner:
 
     def _take_offer(self, st: _AttemptState) -> None:
         """Before waiting for the mutex (fallback, first attempt): a from the pinned pool into
-        the running pass's H block (``engine.memory.handover``)."""
+        the running pass's H block (``provetop.engine.memory.handover``)."""
         handover = self._handover()
         if handover is not None and not st.retry:
             handover.take_offer(st.att, st.w, self.gate.handover)
@@ -479,7 +482,7 @@ class PartitionRunner:
 
     def _msm(self, st: _AttemptState, q: str) -> None:
         """The MSM of query ``q`` in its own phase, with its planned scratch."""
-        if q not in st.scalars:  # the aux scalars go up where H was (engine.memory.plan)
+        if q not in st.scalars:  # the aux scalars go up where H was (provetop.engine.memory.plan)
             self._scalars_after_h(st)
         if self.steps.copies is not None:
             self.steps.copies.wait_for_scalars(q)
@@ -591,13 +594,13 @@ class PartitionRunner:
 
     def _fences(self) -> bool:
         """Whether a synthesis waits for the running region's H step to be queued
-        (``engine.memory.h_step_fence``): only where the H step is queued on a device and
+        (``provetop.engine.memory.h_step_fence``): only where the H step is queued on a device and
         returns at once."""
         return self.ops.h_step_async
 
     def _handover(self) -> HandoverSteps | None:
         """The ops' hand-over steps where H's block may pass to the next partition's a
-        (``engine.memory.handover``): with two workers a device, the waiting one holds the
+        (``provetop.engine.memory.handover``): with two workers a device, the waiting one holds the
         next region; else None."""
         if self.ctx.config.workers_per_device != 2:
             return None
@@ -644,7 +647,8 @@ class PartitionRunner:
         """Ask the policy whether the pre-stage blocks in a caching pool must go back to the
         driver for the next ``need`` bytes of stream-ordered allocations at ``site`` (after
         the H step: d_bc, for the MSMs; before a fallback: whatever pre-stage blocks were
-        given back meanwhile, for its a, b, c; ``reclaim_cache`` in ``engine.memory.allocator``); a
+        given back meanwhile, for its a, b, c; ``reclaim_cache`` in
+        ``provetop.engine.memory.allocator``); a
         trim is an ``alloc`` event."""
         if self.ops.prestage_pool != "sync":
             return  # a plain cudaFree already gave them back

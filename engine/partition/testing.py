@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from kernels.backend import KernelBackend
+from provetop.kernels.backend import KernelBackend
 
 
 class GatedBackend:

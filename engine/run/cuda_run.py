@@ -1,12 +1,15 @@
 """A CUDA run's set-up around the one partition driver, per device and per run.
 
 What a CUDA run does once per device or once per run, before and after its partitions:
-:class:`CudaRun` (the warm-up, the SRS placed on each device by ``engine.run.cuda_srs``, the
-memory plan chosen by ``engine.memory.stream_plan`` and emitted, the host check of the pinned
+:class:`CudaRun` (the warm-up, the SRS placed on each device by ``provetop.engine.run.cuda_srs``,
+the
+memory plan chosen by ``provetop.engine.memory.stream_plan`` and emitted, the host check of the
+pinned
 memory, the bound backend and lazy policy of the device's workers, the retired witness pools,
 the interpreter's switch interval), the plan's ``alloc`` event (:func:`emit_plan`) and the
 devices themselves (:func:`make_cuda_devices`). The steps of a partition on a GPU are
-``engine.partition.cuda``; the one driver every backend runs is ``engine.partition.pipeline``.
+``provetop.engine.partition.cuda``; the one driver every backend runs is
+``provetop.engine.partition.pipeline``.
 """
 
 from __future__ import annotations
@@ -15,19 +18,19 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-from engine.devices.base import Block, Device
-from engine.devices.cuda import CudaDevice
-from engine.memory.allocator import Footprint, LazyAwarePolicy
-from engine.memory.hostmem import (
+from provetop.engine.devices.base import Block, Device
+from provetop.engine.devices.cuda import CudaDevice
+from provetop.engine.memory.allocator import Footprint, LazyAwarePolicy
+from provetop.engine.memory.hostmem import (
     HostMemoryError,
     PinnedPlan,
     host_available,
     refusal,
     witness_pool_bytes,
 )
-from engine.memory.plan import RESIDENT, MemoryPlan
-from engine.memory.residency import G1_AFFINE_BYTES
-from engine.memory.stream_plan import (
+from provetop.engine.memory.plan import RESIDENT, MemoryPlan
+from provetop.engine.memory.residency import G1_AFFINE_BYTES
+from provetop.engine.memory.stream_plan import (
     StreamPlan,
     aux_scalar_bytes,
     cuda_footprint,
@@ -35,22 +38,22 @@ from engine.memory.stream_plan import (
     plan_streaming,
     window_floor,
 )
-from engine.partition.context import EventBus, RunContext
-from engine.partition.cuda_backend import BoundBackend
-from engine.partition.pipeline import PartitionRunner
-from engine.run.cuda_srs import HostSrs, emit_run_alloc, place_device_srs
-from engine.settings.tuning import DEFAULT_SWITCH_INTERVAL_S
-from engine.spec.srs import Srs
-from engine.spec.workload import FR_BYTES
-from engine.telemetry.progress import Progress
-from kernels.backend import HostStreaming, KernelBackend, WarmUp
-from kernels.cuda.host_pinned import take_fallbacks
-from kernels.cuda.msm_plan import pass_lead
-from kernels.cuda.ntt_plan import twiddle_bytes
-from kernels.tuning import DEFAULT_TUNING
+from provetop.engine.partition.context import EventBus, RunContext
+from provetop.engine.partition.cuda_backend import BoundBackend
+from provetop.engine.partition.pipeline import PartitionRunner
+from provetop.engine.run.cuda_srs import HostSrs, emit_run_alloc, place_device_srs
+from provetop.engine.settings.tuning import DEFAULT_SWITCH_INTERVAL_S
+from provetop.engine.spec.srs import Srs
+from provetop.engine.spec.workload import FR_BYTES
+from provetop.engine.telemetry.progress import Progress
+from provetop.kernels.backend import HostStreaming, KernelBackend, WarmUp
+from provetop.kernels.cuda.host_pinned import take_fallbacks
+from provetop.kernels.cuda.msm_plan import pass_lead
+from provetop.kernels.cuda.ntt_plan import twiddle_bytes
+from provetop.kernels.tuning import DEFAULT_TUNING
 
 if TYPE_CHECKING:
-    from kernels.cuda.backend import CudaBackend
+    from provetop.kernels.cuda.backend import CudaBackend
 
 
 class CudaRun:
@@ -61,7 +64,8 @@ class CudaRun:
     GIL for the whole switch interval (5 ms by default), so each launch can wait 5 ms. On the
     first H200 run that stretched a 2^20 MSM from 13-19 ms to 670-930 ms (gpu_ms too: the
     stream idles between launches). The run lowers the interval to ``switch_interval_s``
-    (``PROVETOP_SWITCH_INTERVAL``, 0.5 ms by default: ``engine.settings.tuning``; process-wide;
+    (``PROVETOP_SWITCH_INTERVAL``, 0.5 ms by default: ``provetop.engine.settings.tuning``;
+    process-wide;
     restored at close)."""
 
     def __init__(self, switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S) -> None:
@@ -128,7 +132,7 @@ class CudaRun:
     def _place_srs(
         self, ctx: RunContext, device: Device, workers: int
     ) -> tuple[dict[str, Any], list[Block], dict[str, int]]:
-        """The SRS on ``device`` (``engine.run.cuda_srs``); the host queries from the one
+        """The SRS on ``device`` (``provetop.engine.run.cuda_srs``); the host queries from the one
         pinned copy every device shares, made by the first device that streams them."""
         with self._lock:
             if self.host_srs is None:
@@ -198,7 +202,7 @@ class CudaRun:
 
     def _check_host(self, ctx: RunContext, streamed: dict[str, int], workers: int) -> None:
         """Refuse (HostMemoryError) a run whose page-locked memory would not fit the host,
-        before the witness pools are pinned (see ``engine.memory.hostmem``)."""
+        before the witness pools are pinned (see ``provetop.engine.memory.hostmem``)."""
         cfg, sizes, qs = ctx.config, dict(ctx.srs.sizes), ctx.sizes
         m = max(qs.l, qs.a, qs.b_g1)  # the aux witness z
         plan = PinnedPlan(
@@ -268,7 +272,7 @@ def emit_plan(
 
 
 def make_cuda_devices(indices: tuple[int, ...], capacity: int | None) -> list[Device]:
-    """One :class:`engine.devices.cuda.CudaDevice` per index (``--device-memory`` each)."""
+    """One :class:`provetop.engine.devices.cuda.CudaDevice` per index (``--device-memory`` each)."""
     return [CudaDevice(i, capacity) for i in indices]
 
 

@@ -1,4 +1,5 @@
-"""The run's SRS placed on a real device: the residency decision (``engine.memory.residency``)
+"""The run's SRS placed on a real device: the residency decision
+(``provetop.engine.memory.residency``)
 carried out and emitted.
 
 Device queries are made straight into a ``raw`` block; host ones come from one pinned copy
@@ -13,17 +14,17 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from engine.devices.base import Block, Device
-from engine.devices.cuda import CudaDevice
-from engine.memory.allocator import Footprint
-from engine.memory.residency import G1_AFFINE_BYTES, Placement, plan_residency
-from engine.partition.context import EventBus
-from engine.spec.srs import Srs
-from engine.telemetry.progress import Progress
-from kernels.cuda.host_pinned import pinned_empty
+from provetop.engine.devices.base import Block, Device
+from provetop.engine.devices.cuda import CudaDevice
+from provetop.engine.memory.allocator import Footprint
+from provetop.engine.memory.residency import G1_AFFINE_BYTES, Placement, plan_residency
+from provetop.engine.partition.context import EventBus
+from provetop.engine.spec.srs import Srs
+from provetop.engine.telemetry.progress import Progress
+from provetop.kernels.cuda.host_pinned import pinned_empty
 
 if TYPE_CHECKING:
-    from kernels.cuda.backend import CudaBackend
+    from provetop.kernels.cuda.backend import CudaBackend
 
 
 class HostSrs:
@@ -82,7 +83,8 @@ def place_device_srs(
     into a ``raw`` block; host ones from the shared pinned copy) and emit one ``alloc`` event
     per query. Returns (points by query, device blocks to free at the end, streamed queries ->
     chunk points). The points made are counted in one ``progress`` step per device; between
-    two chunks ``stopping()`` ends the generation (``engine.telemetry.progress.Stopped``)."""
+    two chunks ``stopping()`` ends the generation
+    (``provetop.engine.telemetry.progress.Stopped``)."""
     gpu = device.cuda
     if gpu is None:
         raise TypeError(f"device {device.index} has no CUDA side to make its SRS on")

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from engine.settings.tuning import HEAP_TRIM_EVERY_S
+from provetop.engine.settings.tuning import HEAP_TRIM_EVERY_S
 
 
 def _malloc_trim() -> Callable[[int], int] | None:

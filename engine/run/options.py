@@ -1,7 +1,8 @@
 """The engine's command-line flags, and the configuration and tuning built from them.
 
 Why in the engine: ``provetop engine``, ``provetop run`` and ``provetop bench pipeline`` all
-turn the same flags into an :class:`engine.settings.config.EngineConfig`, and a benchmark in the
+turn the same flags into an :class:`provetop.engine.settings.config.EngineConfig`, and a benchmark
+in the
 engine
 must not import the command line above it (the layers of docs/architecture.md). Errors are
 :class:`provetop.base.errors.UsageError` (a leaf module): one line, exit code 2.
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 
-from engine.devices.cuda import choose_backend
-from engine.settings.config import ConfigError, EngineConfig, from_preset
-from engine.settings.tuning import SettingError, Tuning
 from provetop.base.errors import UsageError
 from provetop.base.units import parse_size
+from provetop.engine.devices.cuda import choose_backend
+from provetop.engine.settings.config import ConfigError, EngineConfig, from_preset
+from provetop.engine.settings.tuning import SettingError, Tuning
 
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
@@ -150,7 +151,8 @@ def backend_note(args: argparse.Namespace) -> str:
 
 
 def tuning_from_env() -> Tuning:
-    """The run's ``PROVETOP_*`` settings, read once (``engine.settings.tuning``); a bad value is a
+    """The run's ``PROVETOP_*`` settings, read once (``provetop.engine.settings.tuning``); a bad
+    value is a
     UsageError naming the variable."""
     try:
         return Tuning.from_env()

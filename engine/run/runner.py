@@ -22,43 +22,43 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine.devices.base import Device
-from engine.devices.cuda import CudaDeviceError
-from engine.devices.modeled import ModeledDevice
-from engine.memory.allocator import footprint, make_policy, phantom_capacity
-from engine.memory.plan import PlanError, choose_plan, minimum_capacity, reclaimable
-from engine.memory.stream_plan import startup_plan_inputs
-from engine.partition import cuda as partition_cuda
-from engine.partition.faults import FaultInjector, FaultSpecError
-from engine.partition.pipeline import DeviceGate, PartitionRunner, RunContext
-from engine.run import cuda_run
-from engine.run.heap import HeapTrimmer
-from engine.run.workers import (
+from provetop.base.units import fmt_bytes
+from provetop.base.version import __version__
+from provetop.engine.devices.base import Device
+from provetop.engine.devices.cuda import CudaDeviceError
+from provetop.engine.devices.modeled import ModeledDevice
+from provetop.engine.memory.allocator import footprint, make_policy, phantom_capacity
+from provetop.engine.memory.plan import PlanError, choose_plan, minimum_capacity, reclaimable
+from provetop.engine.memory.stream_plan import startup_plan_inputs
+from provetop.engine.partition import cuda as partition_cuda
+from provetop.engine.partition.faults import FaultInjector, FaultSpecError
+from provetop.engine.partition.pipeline import DeviceGate, PartitionRunner, RunContext
+from provetop.engine.run import cuda_run
+from provetop.engine.run.heap import HeapTrimmer
+from provetop.engine.run.workers import (
     Scheduler,
     Supervisor,
     WorkerSlot,
     lookahead_loop,
     worker_loop,
 )
-from engine.settings.config import DEFAULT_MODELED_MEMORY, SYNTH_LANE_BASE, EngineConfig
-from engine.settings.tuning import Tuning
-from engine.spec.srs import draw_srs, generate_srs
-from engine.spec.workload import query_sizes
-from engine.telemetry.bus import Bus, Clock, Subscription
-from engine.telemetry.control import CommandError, Controls, acknowledge, refuse_bad_frame
-from engine.telemetry.metrics import EngineMetrics
-from engine.telemetry.progress import Progress, Stopped
-from engine.telemetry.sampler import Sampler
-from engine.telemetry.server import ListenError, TelemetryServer, parse_listen, read_token
-from kernels.backend import KernelBackend
-from kernels.backends import BackendUnavailable, get_backend
-from provetop.base.units import fmt_bytes
-from provetop.base.version import __version__
-from recordings.errors import RecordingError
-from recordings.prometheus.http_server import MetricsAddressError
-from recordings.schema import SCHEMA_VERSION
-from recordings.state import State
-from recordings.writer import RecordingWriter
+from provetop.engine.settings.config import DEFAULT_MODELED_MEMORY, SYNTH_LANE_BASE, EngineConfig
+from provetop.engine.settings.tuning import Tuning
+from provetop.engine.spec.srs import draw_srs, generate_srs
+from provetop.engine.spec.workload import query_sizes
+from provetop.engine.telemetry.bus import Bus, Clock, Subscription
+from provetop.engine.telemetry.control import CommandError, Controls, acknowledge, refuse_bad_frame
+from provetop.engine.telemetry.metrics import EngineMetrics
+from provetop.engine.telemetry.progress import Progress, Stopped
+from provetop.engine.telemetry.sampler import Sampler
+from provetop.engine.telemetry.server import ListenError, TelemetryServer, parse_listen, read_token
+from provetop.kernels.backend import KernelBackend
+from provetop.kernels.backends import BackendUnavailable, get_backend
+from provetop.recordings.errors import RecordingError
+from provetop.recordings.prometheus.http_server import MetricsAddressError
+from provetop.recordings.schema import SCHEMA_VERSION
+from provetop.recordings.state import State
+from provetop.recordings.writer import RecordingWriter
 
 
 class EngineError(ValueError):
@@ -66,7 +66,7 @@ class EngineError(ValueError):
 
 
 def _fault_injector(spec: str | None) -> FaultInjector | None:
-    """Fault injection (``engine.partition.faults``); None unless asked for."""
+    """Fault injection (``provetop.engine.partition.faults``); None unless asked for."""
     try:
         return FaultInjector.from_spec(spec)
     except FaultSpecError as exc:
@@ -80,7 +80,8 @@ class Engine:
     or False for no socket at all (in-process use). ``token_file`` is required for TCP.
     ``record``: a path to write the recording to, or None for none. ``backend``: a
     ``KernelBackend`` instance to use instead of the one named by ``config.backend``.
-    ``tuning``: the run's ``PROVETOP_*`` settings (``engine.settings.tuning.Tuning.from_env()`` in
+    ``tuning``: the run's ``PROVETOP_*`` settings
+    (``provetop.engine.settings.tuning.Tuning.from_env()`` in
     the
     CLI); None means the defaults, so an in-process run never depends on the environment.
     """
@@ -199,7 +200,7 @@ class Engine:
 
     def _make_devices(self) -> list[Device]:
         cfg = self.config
-        if cfg.backend == "cuda":  # real pools (engine.devices.cuda); ballast for a cap
+        if cfg.backend == "cuda":  # real pools (provetop.engine.devices.cuda); ballast for a cap
             try:
                 return cuda_run.make_cuda_devices(cfg.devices, cfg.device_memory)
             except CudaDeviceError as exc:
@@ -218,7 +219,7 @@ class Engine:
 
     def _check_plans(self, devices: list[Device]) -> None:
         """Refuse, before anything is made, a device on which no memory plan fits one
-        partition (``engine.memory.plan``), naming the device memory that would."""
+        partition (``provetop.engine.memory.plan``), naming the device memory that would."""
         cfg = self.config
         fp, z, tables = self.footprint, 0, 0
         if cfg.backend == "cuda":  # every query streamed: the smallest footprint
@@ -337,7 +338,9 @@ class Engine:
             import numpy as np
 
             rng = np.random.default_rng(None if self.config.seed is None else [self.config.seed])
-            if self.config.backend == "cuda":  # points made per device (engine.run.cuda_srs)
+            if (
+                self.config.backend == "cuda"
+            ):  # points made per device (provetop.engine.run.cuda_srs)
                 srs = draw_srs(self.sizes, rng)
             else:
                 total = sum(self.sizes.as_dict().values())
@@ -425,7 +428,8 @@ class Engine:
             else:
                 worker_loop(self.scheduler, self._runner_fn(runner), on_done, on_error, slot)
             # a stopped worker's pinned pools are freed when the run closes; a dead one's are
-            # not kept (its replacement pins its own: engine.memory.hostmem plans one set per
+            # not kept (its replacement pins its own: provetop.engine.memory.hostmem plans one set
+            # per
             # worker)
             if self.cuda_run is not None and slot.exited:
                 self.cuda_run.retire(runner)
@@ -435,7 +439,7 @@ class Engine:
     def _device_context(self, ctx: RunContext, device: Device) -> RunContext:
         """The context of ``device``'s workers: shared on the cpu backend; on cuda, the SRS
         placed on (or streamed to) this device, the backend bound to its streams and pools
-        (``engine.run.cuda_run``)."""
+        (``provetop.engine.run.cuda_run``)."""
         if self.config.backend != "cuda":
             if self.config.allocator != "aware":
                 return ctx
@@ -570,7 +574,7 @@ class Engine:
 
     @property
     def state(self) -> State:
-        """The live reducer state (``recordings.state.State``); read it after
+        """The live reducer state (``provetop.recordings.state.State``); read it after
         ``bus.flush()`` for a consistent picture."""
         return self.bus.state
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from recordings.schema import SYNTH_WORKER_BASE
+from provetop.recordings.schema import SYNTH_WORKER_BASE
 
 # Synthesis lanes: with the look-ahead, a worker's next partition is synthesised while its
 # current one runs, and those phases are drawn on lane SYNTH_LANE_BASE + worker of the device
@@ -150,7 +150,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The CI run: tiny domain, every partition checked exactly.
     "ci": {"domain_log": 5, "partitions": 2, "proofs": 1, "verify": "always"},
     # The seed's failure: a modeled capacity (computed from the partition's real sizes, see
-    # engine.memory.allocator.phantom_capacity) at which naive pre-staging OOMs from partition 1 on
+    # provetop.engine.memory.allocator.phantom_capacity) at which naive pre-staging OOMs from
+    # partition 1 on
     # while the pools hold enough free memory. One worker keeps the order deterministic.
     "phantom": {
         "domain_log": 6,

@@ -1,7 +1,8 @@
 """The run's one tuning record: every ``PROVETOP_*`` setting, read and checked once.
 
 The command line builds it with :meth:`Tuning.from_env` before anything starts (a bad value is
-one line and exit code 2), and passes it to :class:`engine.run.runner.Engine`, which hands the
+one line and exit code 2), and passes it to :class:`provetop.engine.run.runner.Engine`, which hands
+the
 kernel part to the backend and writes :meth:`Tuning.as_dict` into the run's ``hello`` event, so
 an A/B run records differently from a default one. ``engine/README.md``'s table of variables
 is :func:`markdown_table`'s output; ``tests/engine/test_tuning.py`` compares them.
@@ -14,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.tuning import SETTINGS as KERNEL_SETTINGS
-from kernels.tuning import KernelTuning, Setting, SettingError, read
-from kernels.tuning import markdown_table as _markdown_table
+from provetop.kernels.tuning import SETTINGS as KERNEL_SETTINGS
+from provetop.kernels.tuning import KernelTuning, Setting, SettingError, read
+from provetop.kernels.tuning import markdown_table as _markdown_table
 
 # Defaults owned here, read by the modules they configure (engine/run/heap.py,
 # engine/telemetry/server.py).
@@ -101,7 +102,7 @@ SETTINGS: tuple[Setting, ...] = KERNEL_SETTINGS + ENGINE_SETTINGS
 
 @dataclass(frozen=True)
 class Tuning:
-    """Engine settings plus the kernels' (:class:`kernels.tuning.KernelTuning`)."""
+    """Engine settings plus the kernels' (:class:`provetop.kernels.tuning.KernelTuning`)."""
 
     kernels: KernelTuning = field(default_factory=KernelTuning)
     switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S
@@ -112,7 +113,7 @@ class Tuning:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Tuning:
         """Every setting from ``environ`` (default ``os.environ``), checked; raises
-        :class:`kernels.tuning.SettingError` naming the first bad variable."""
+        :class:`provetop.kernels.tuning.SettingError` naming the first bad variable."""
         env = os.environ if environ is None else environ
         return cls(kernels=KernelTuning.from_env(env), **read(ENGINE_SETTINGS, env))
 

@@ -2,23 +2,24 @@
 
 Why known secrets: every MSM result can then be checked exactly with one dot product and one
 scalar multiplication, and with the H query's secrets tau^i the whole H step is checked by
-(a*b - c)(tau) = h(tau) Z(tau) (``kernels.cpu.srs``). Generated once per run and shared
+(a*b - c)(tau) = h(tau) Z(tau) (``provetop.kernels.cpu.srs``). Generated once per run and shared
 read-only by every partition and worker, as a real prover loads its parameters once.
 
 Why each query's secrets are the powers of one secret (s_i = sigma_q^i, sigma_h = tau, the
 four sigmas independent and uniform): a 32 GiB sector's queries hold 4.2e8 points, and their
 secrets as Python ints would take ~25 GB and hours to make. Four ints describe them all: the
-GPU makes any range of secrets on demand (``kernels.cuda.check.powers``) and a check needs no
+GPU makes any range of secrets on demand (``provetop.kernels.cuda.check.powers``) and a check needs
+no
 stored secrets (<k, s> is the value at sigma of the polynomial with coefficients k). The
 structure is invisible to the MSM, which only sees points.
 
 Where the points are made: on the CPU backend, all on the host (:func:`generate_srs`), in
 chunks of :data:`HOST_CHUNK` points, each counted by the run's
-``engine.telemetry.progress.Progress``
+``provetop.engine.telemetry.progress.Progress``
 (which also ends the generation between two chunks when the run is stopped).
 On CUDA, each device makes the queries its residency plan keeps on the device directly in
 device memory, and the queries streamed from the host are made once into pinned host memory
-shared by every device (``engine.run.cuda_srs``).
+shared by every device (``provetop.engine.run.cuda_srs``).
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.spec.workload import QuerySizes
-from kernels.backend import Array, KernelBackend
-from kernels.cpu.srs import powers
-from kernels.layout import fr_to_limbs, random_fr
+from provetop.engine.spec.workload import QuerySizes
+from provetop.kernels.backend import Array, KernelBackend
+from provetop.kernels.cpu.srs import powers
+from provetop.kernels.layout import fr_to_limbs, random_fr
 
 QUERIES = ("h", "l", "a", "b_g1")
 # points per backend.srs call on the host: ~0.07 s with arkworks on one core, so a stop during
@@ -40,7 +41,7 @@ HOST_CHUNK = 1024
 
 
 class StepProgress(Protocol):
-    """What a step reports its work to: ``engine.telemetry.progress.Progress``, whose
+    """What a step reports its work to: ``provetop.engine.telemetry.progress.Progress``, whose
     ``advance`` also raises ``Stopped`` once the run is stopping."""
 
     def advance(self, n: int) -> None: ...
@@ -87,7 +88,7 @@ def make_host_points(
 ) -> np.ndarray:
     """One query's points on the host with the backend's ``srs`` kernel (CPU path), ``chunk``
     points per call; ``progress.advance(points)`` after each (it raises
-    ``engine.telemetry.progress.Stopped`` when the run is stopping)."""
+    ``provetop.engine.telemetry.progress.Stopped`` when the run is stopping)."""
 
     secrets = srs.secrets(query)
     parts = []
@@ -106,7 +107,7 @@ def generate_srs(
     progress: StepProgress | None = None,
 ) -> Srs:
     """Draw the secrets and make every query's points on the host (``progress``: an
-    ``engine.telemetry.progress.Progress`` over all the queries' points, or None)."""
+    ``provetop.engine.telemetry.progress.Progress`` over all the queries' points, or None)."""
     srs = draw_srs(sizes, rng)
     for q in QUERIES:
         srs.points[q] = make_host_points(backend, srs, q, progress)

@@ -1,6 +1,7 @@
 """The synthetic witness made on the GPU into a worker's pinned host buffers (CUDA runs).
 
-Why: the witness is synthetic (``engine.spec.workload``), but at n = 2^27 making it on the CPU is
+Why: the witness is synthetic (``provetop.engine.spec.workload``), but at n = 2^27 making it on the
+CPU is
 the slowest step of the run: ~16 s of numpy per 4 GiB vector and ~15 min of Python for
 c = a * b. A real prover's witness comes from circuit synthesis on the CPU; ours only has to be
 valid and of the right shape, so each worker makes it on its own device, chunk by chunk (a few
@@ -18,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.spec.srs import StepProgress
-from engine.spec.workload import QuerySizes, Witness
-from kernels.cuda.fr import elementwise, random_fr
-from kernels.cuda.host_pinned import pinned_empty
-from kernels.cuda.runtime import on_stream
+from provetop.engine.spec.srs import StepProgress
+from provetop.engine.spec.workload import QuerySizes, Witness
+from provetop.kernels.cuda.fr import elementwise, random_fr
+from provetop.kernels.cuda.host_pinned import pinned_empty
+from provetop.kernels.cuda.runtime import on_stream
 
 CHUNK = 1 << 21  # elements per device round trip: 3 x 64 MiB of device memory for a, b, c
 
@@ -35,7 +36,8 @@ class PinnedBuffers:
     def __init__(
         self, n: int, m: int, pin_method: str, progress: StepProgress | None = None
     ) -> None:
-        """``progress``: an ``engine.telemetry.progress.Progress`` over both arrays' bytes, or
+        """``progress``: an ``provetop.engine.telemetry.progress.Progress`` over both arrays'
+        bytes, or
         None."""
         step = None if progress is None else progress.advance
         self.abc = pinned_empty((3, n, 4), method=pin_method, progress=step)
@@ -64,7 +66,8 @@ def synthesize_on_gpu(
     allocator: Any,
     chunk: int = CHUNK,
 ) -> Witness:
-    """A witness like ``engine.spec.workload.synthesize`` in ``bufs`` (see the module docstring);
+    """A witness like ``provetop.engine.spec.workload.synthesize`` in ``bufs`` (see the module
+    docstring);
     ``seed`` makes it reproducible, whatever ``chunk`` is (each vector has its own generator
     seed and a chunk continues its sequence; the partition's ``--seed`` stream picks ``seed``)."""
     import cupy

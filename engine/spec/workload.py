@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.constants import FR_MODULUS
-from kernels.layout import fr_from_limbs, fr_to_limbs, random_fr_limbs
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.layout import fr_from_limbs, fr_to_limbs, random_fr_limbs
 
 # One partition of a 32 GiB PoRep sector (domain.md section 2): n = 2^27 and these query sizes.
 POREP_DOMAIN_LOG = 27
@@ -60,7 +60,7 @@ class Witness:
     c: np.ndarray
     z: np.ndarray
     counts: dict[str, int]  # zeros / ones / dense in z
-    pinned: bool = False  # a, b, c, z in page-locked host memory (engine.spec.witness_gpu)
+    pinned: bool = False  # a, b, c, z in page-locked host memory (provetop.engine.spec.witness_gpu)
 
     @property
     def abc_bytes(self) -> int:

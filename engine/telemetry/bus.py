@@ -2,13 +2,14 @@
 
 Why a bus with one dispatcher thread: a worker must never wait on a slow disk or a slow
 dashboard, so ``emit`` only validates the event and puts it on two unbounded queues, in one
-step so both see the same order: the recorder's (:mod:`engine.telemetry.recorder`, its own thread:
+step so both see the same order: the recorder's (:mod:`provetop.engine.telemetry.recorder`, its own
+thread:
 the
 recording never waits on the dispatcher, the bus lock or any client) and the dispatcher's. The
 dispatcher thread then, in order:
 
 1. (nothing for the recorder: it has its own thread);
-2. folds it into the live :class:`~recordings.state.State` (what ``provetop run`` draws),
+2. folds it into the live :class:`~provetop.recordings.state.State` (what ``provetop run`` draws),
    which keeps a window (:data:`LIVE_WINDOW`: the newest finished partitions, a minute of
    timeline and memory samples, the newest faults and markers) plus running totals; what
    leaves the window is only in the recording, so the engine's memory does not grow with
@@ -34,12 +35,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from engine.telemetry.recorder import RecorderThread, Stop, Writer
-from recordings.schema import make
-from recordings.state import TRIM_EVERY, State, Window
+from provetop.engine.telemetry.recorder import RecorderThread, Stop, Writer
+from provetop.recordings.schema import make
+from provetop.recordings.state import TRIM_EVERY, State, Window
 
 _STOP = Stop.STOP
-LIVE_WINDOW = Window()  # see recordings.state.Window and docs/reliability.md
+LIVE_WINDOW = Window()  # see provetop.recordings.state.Window and docs/reliability.md
 # Retained events are kept in immutable chunks of this many: a joining client gets references
 # to them (and the chunks' encodings are cached by the server for every client) instead of a
 # copy of the whole history under the bus lock
@@ -182,7 +183,8 @@ class Subscription:
 
 
 class Bus:
-    """See the module docstring. A recorder is any :class:`~engine.telemetry.recorder.Writer`."""
+    """See the module docstring. A recorder is any
+    :class:`~provetop.engine.telemetry.recorder.Writer`."""
 
     def __init__(
         self,

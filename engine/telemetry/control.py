@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from recordings.schema import CONTROL_COMMANDS
+from provetop.recordings.schema import CONTROL_COMMANDS
 
 
 class Controls:

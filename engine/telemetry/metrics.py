@@ -3,16 +3,16 @@
 Why a subscriber and not a bus listener: a listener runs on the bus's dispatcher thread, so a
 slow fold would delay the recorder and every client. A subscriber has its own bounded queue,
 exactly as a socket client does; the fold reads it on its own thread, and a scrape only copies
-the fold's numbers under a short lock (``recordings.prometheus``).
+the fold's numbers under a short lock (``provetop.recordings.prometheus``).
 """
 
 from __future__ import annotations
 
 import threading
 
-from engine.telemetry.bus import Bus, Subscription
-from recordings.prometheus.fold import MetricsFold
-from recordings.prometheus.http_server import MetricsServer
+from provetop.engine.telemetry.bus import Bus, Subscription
+from provetop.recordings.prometheus.fold import MetricsFold
+from provetop.recordings.prometheus.http_server import MetricsServer
 
 QUEUE = 1_000_000  # events the fold may fall behind by before it is told it missed some
 

@@ -25,7 +25,7 @@ class Stopped(Exception):
 
 
 class Emit(Protocol):
-    """``emit(kind, **fields)``: the bus's (``engine.telemetry.bus.Bus.emit``)."""
+    """``emit(kind, **fields)``: the bus's (``provetop.engine.telemetry.bus.Bus.emit``)."""
 
     def __call__(self, kind: str, /, **fields: Any) -> object: ...
 

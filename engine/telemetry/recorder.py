@@ -26,7 +26,7 @@ _STOP = Stop.STOP
 
 
 class Writer(Protocol):
-    """What a recorder is: ``recordings.writer.RecordingWriter``, or a test's stand-in."""
+    """What a recorder is: ``provetop.recordings.writer.RecordingWriter``, or a test's stand-in."""
 
     def write(self, event: dict[str, Any]) -> object: ...
 

@@ -12,11 +12,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from engine.devices.base import Device
+from provetop.engine.devices.base import Device
 
 
 class SampleBus(Protocol):
-    """The part of ``engine.telemetry.bus.Bus`` the sampler uses."""
+    """The part of ``provetop.engine.telemetry.bus.Bus`` the sampler uses."""
 
     def emit(self, kind: str, /, **fields: Any) -> object: ...
 

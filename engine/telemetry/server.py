@@ -31,10 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.settings.tuning import ACCEPT_BURST, ACCEPT_RATE
-from engine.telemetry.bus import Bus, Subscription
-from recordings.address import Address, AddressError, parse_address
-from recordings.framing import HEADER_SIZE, FrameDecoder, FrameError, encode_frame
+from provetop.engine.settings.tuning import ACCEPT_BURST, ACCEPT_RATE
+from provetop.engine.telemetry.bus import Bus, Subscription
+from provetop.recordings.address import Address, AddressError, parse_address
+from provetop.recordings.framing import HEADER_SIZE, FrameDecoder, FrameError, encode_frame
 
 # The whole TCP handshake (connect to a valid auth frame) must fit in this many seconds, however
 # the bytes trickle in: a deadline, not a timeout per recv, so a slot cannot be held for long.
@@ -85,7 +85,8 @@ class ListenError(ValueError):
 
 
 class ClientDrops(Protocol):
-    """The injected faults the listener asks about (``engine.partition.faults.FaultInjector``)."""
+    """The injected faults the listener asks about
+    (``provetop.engine.partition.faults.FaultInjector``)."""
 
     def drop_client(self) -> bool:
         """Called once per accepted client; True when this one is to be dropped."""
@@ -95,7 +96,8 @@ class ClientDrops(Protocol):
 def parse_listen(spec: str | None) -> tuple[str, str | None, int | None]:
     """``None``/"unix" -> ("unix", None, None); "unix:PATH" (or a bare path) -> ("unix", PATH,
     None); "tcp://127.0.0.1:PORT" -> ("tcp", host, port). The syntax is the clients' own
-    (:func:`recordings.address.parse_address`); the policy is the server's: non-loopback hosts
+    (:func:`provetop.recordings.address.parse_address`); the policy is the server's: non-loopback
+    hosts
     are refused, and ``localhost`` is 127.0.0.1."""
     try:
         address = parse_address(spec)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kernels.constants import FP_MODULUS, FR_MODULUS
+from provetop.kernels.constants import FP_MODULUS, FR_MODULUS
 
 
 class PrimeField:

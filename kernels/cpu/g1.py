@@ -22,7 +22,7 @@ p - y, compressed only).
 
 from __future__ import annotations
 
-from kernels.constants import (
+from provetop.kernels.constants import (
     FLAG_COMPRESSED,
     FLAG_INFINITY,
     FLAG_SORT,
@@ -31,7 +31,7 @@ from kernels.constants import (
     G1_B,
     G1_GENERATOR,
 )
-from kernels.cpu.fields import FP
+from provetop.kernels.cpu.fields import FP
 
 P = FP_MODULUS
 Affine = tuple[int, int] | None

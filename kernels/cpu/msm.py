@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
-from kernels.constants import FP_MODULUS, FR_MODULUS
-from kernels.cpu.fields import FP
-from kernels.cpu.g1 import (
+from provetop.kernels.constants import FP_MODULUS, FR_MODULUS
+from provetop.kernels.cpu.fields import FP
+from provetop.kernels.cpu.g1 import (
     XYZZ,
     XYZZ_INFINITY,
     Affine,
@@ -43,7 +43,7 @@ from kernels.cpu.g1 import (
     xyzz_double,
     xyzz_to_affine,
 )
-from kernels.layout import g1_to_limbs
+from provetop.kernels.layout import g1_to_limbs
 
 P = FP_MODULUS
 SCALAR_BITS = 255  # every scalar is < r < 2^255

@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-from kernels.constants import (
+from provetop.kernels.constants import (
     FR_COSET_GENERATOR,
     FR_MODULUS,
     FR_ROOT_OF_UNITY,

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from kernels.constants import FR_MODULUS
-from kernels.cpu.g1 import (
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cpu.g1 import (
     GENERATOR,
     XYZZ_INFINITY,
     Affine,
@@ -28,7 +28,7 @@ from kernels.cpu.g1 import (
     scalar_mul,
     xyzz_add_mixed,
 )
-from kernels.cpu.ntt import evaluate, evaluate_interpolant, log2_size
+from provetop.kernels.cpu.ntt import evaluate, evaluate_interpolant, log2_size
 
 try:
     from py_arkworks_bls12381 import G1Point as _ArkG1

@@ -1,14 +1,15 @@
 """The CUDA kernel backend: ``KernelBackend`` composed from the GPU NTT/H step, MSM and SRS.
 
-Why a thin composition: the arithmetic lives in ``kernels.cuda.ntt``, ``msm`` and ``srs``
+Why a thin composition: the arithmetic lives in ``provetop.kernels.cuda.ntt``, ``msm`` and ``srs``
 (each with its own tests and notes); this class only decides *where data lives* and *which
 allocator and stream* a call uses, so the engine can drive the GPU through the same interface
 as the CPU reference. It also carries the kernels' tuning record
-(:class:`kernels.tuning.KernelTuning`) and passes it to every call.
+(:class:`provetop.kernels.tuning.KernelTuning`) and passes it to every call.
 
 Where results live: the result of :meth:`ntt`, :meth:`h_step` and :meth:`srs` lives where the
 inputs lived. CuPy in, CuPy out (the engine's path: nothing leaves the device until copy-back);
-numpy in, numpy out (a caller without a GPU-side array, such as ``engine.spec.srs.generate_srs``,
+numpy in, numpy out (a caller without a GPU-side array, such as
+``provetop.engine.spec.srs.generate_srs``,
 gets host arrays and never holds device memory after the call). :meth:`msm` always returns a
 numpy ``(12,)`` point (the window combination runs on the host).
 
@@ -29,20 +30,22 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda import check, msm, msm_stages, srs
-from kernels.cuda.h_streamed import run_streamed_h_step
-from kernels.cuda.ntt import CudaNtt
-from kernels.cuda.ntt_plan import log2_size
-from kernels.cuda.runtime import CudaArray, on_stream, require_cupy, to_device
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.cuda import check, msm, msm_stages, srs
+from provetop.kernels.cuda.h_streamed import run_streamed_h_step
+from provetop.kernels.cuda.ntt import CudaNtt
+from provetop.kernels.cuda.ntt_plan import log2_size
+from provetop.kernels.cuda.runtime import CudaArray, on_stream, require_cupy, to_device
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
-DEFAULT_HOST_CHUNK = DEFAULT_TUNING.msm_host_chunk  # points per streamed chunk (kernels.tuning)
+DEFAULT_HOST_CHUNK = (
+    DEFAULT_TUNING.msm_host_chunk
+)  # points per streamed chunk (provetop.kernels.tuning)
 SRS_HOST_CHUNK = 1 << 23  # points generated per device round trip for numpy secrets
 
 
 def is_host(x: Any) -> bool:
     """True for numpy arrays (and anything else that is not in device memory: no CUDA array
-    interface, :class:`kernels.cuda.runtime.CudaArray`)."""
+    interface, :class:`provetop.kernels.cuda.runtime.CudaArray`)."""
     return isinstance(x, np.ndarray) or not isinstance(x, CudaArray)
 
 
@@ -68,8 +71,9 @@ def uncached_allocator(cupy: Any) -> Any:
 class CudaBackend:
     """``KernelBackend`` on the GPU (see the module docstring for data placement).
 
-    Raises ``kernels.cuda.runtime.CudaUnavailable`` (a RuntimeError) at construction when CuPy
-    or a device is missing, which ``kernels.backends.get_backend`` turns into
+    Raises ``provetop.kernels.cuda.runtime.CudaUnavailable`` (a RuntimeError) at construction when
+    CuPy
+    or a device is missing, which ``provetop.kernels.backends.get_backend`` turns into
     BackendUnavailable. ``tuning`` is kept (:attr:`tuning`) and passed to every kernel.
     """
 
@@ -151,7 +155,7 @@ class CudaBackend:
         stream: Any = None,
         allocator: Any = None,
     ) -> Any:
-        """Forward/inverse (coset) NTT; see ``kernels.backend.KernelBackend.ntt``."""
+        """Forward/inverse (coset) NTT; see ``provetop.kernels.backend.KernelBackend.ntt``."""
         host = is_host(x)
         with on_stream(stream, self._host_default(allocator, x)) as s:
             d = self._device(x, "ntt")
@@ -184,7 +188,8 @@ class CudaBackend:
 
         ``overwrite_inputs`` (default :attr:`h_in_place`): for device inputs, run the H step
         in place, H in ``a``'s memory and ``b``, ``c`` used as the work buffers, so the step
-        needs no device memory beyond a, b, c (the footprint ``engine.memory.allocator`` plans: at
+        needs no device memory beyond a, b, c (the footprint ``provetop.engine.memory.allocator``
+        plans: at
         n = 2^27 the out-of-place step would need 12 GiB more). Safe because the passes that
         read a, b, c first are tile-local DIF passes (no gather), which ``ntt.cuh`` runs in
         place; the one gathering pass reads ``c``'s buffer and writes ``a``'s."""
@@ -229,7 +234,7 @@ class CudaBackend:
     ) -> Any:
         """The H step from host a, b, c (page-locked) through one or two device ``slots``
         ((n, 4) uint64, the caller's), with ``scratch`` (page-locked (n, 4)) for one slot
-        (``kernels.cuda.h_streamed``). H is a view of ``slots[0]``. With
+        (``provetop.kernels.cuda.h_streamed``). H is a view of ``slots[0]``. With
         ``release_twiddles`` the twiddle table is dropped afterwards (its bytes: the return's
         second item) so that a small card can give them to the MSMs."""
         with on_stream(stream, allocator) as s:
@@ -292,7 +297,7 @@ class CudaBackend:
         rows_read: Any = None,
     ) -> list[np.ndarray]:
         """Several MSMs whose points are all in (pinned) host memory, streamed together
-        (:func:`kernels.cuda.msm.msm_host_points_many`: their chunks interleaved through
+        (:func:`provetop.kernels.cuda.msm.msm_host_points_many`: their chunks interleaved through
         ``buffers`` device buffers, so that the copies of the copy-bound queries run under
         the sums of the compute-bound one). ``windows_max``: each query's window cap;
         ``ready``: per query, an event its scalars' upload records, or None; ``lead`` and
@@ -367,7 +372,8 @@ class CudaBackend:
         progress: Callable[[int], None] | None = None,
     ) -> Any:
         """Fill ``out`` ``(count, 12)`` with [sigma^i]G, i < count: an SRS query made without
-        its secrets ever existing outside the device (``engine.spec.srs``). ``out`` on the device
+        its secrets ever existing outside the device (``provetop.engine.spec.srs``). ``out`` on the
+        device
         is written in place; a host ``out`` (pinned memory for full copy speed) receives
         device round trips of ``chunk`` points. ``progress(points)``: called after each chunk
         is complete (the stream synchronised, so the count is of points made, not queued);

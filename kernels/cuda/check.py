@@ -1,4 +1,4 @@
-"""The exact partition checks of ``kernels.cpu.srs`` on the GPU, streamed in chunks.
+"""The exact partition checks of ``provetop.kernels.cpu.srs`` on the GPU, streamed in chunks.
 
 Why: at n = 2^27 the CPU checks are hours of Python per partition, and holding a, b, c and h
 on the device for a check would need 16 GiB beside the partitions it checks. Here every
@@ -7,7 +7,8 @@ elements at a time; the device keeps only the chunk buffers and one partial sum 
 (``src/checks/fr_check.cu``). The answers are the same integers the CPU functions compute,
 and ``tests/kernels/test_cuda_check.py`` compares the two on fresh random inputs.
 
-The SRS secrets of a query are the powers s_i = sigma^i of one secret sigma (``engine.spec.srs``),
+The SRS secrets of a query are the powers s_i = sigma^i of one secret sigma
+(``provetop.engine.spec.srs``),
 so <k, s> is the value at sigma of the polynomial with coefficients k, and the secrets never
 need to be stored.
 """
@@ -18,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from kernels.constants import FR_MODULUS
-from kernels.cpu.g1 import GENERATOR, Affine, scalar_mul
-from kernels.cpu.ntt import domain_root, evaluate_interpolant
-from kernels.cuda.runtime import KernelModule, load, on_stream, require_cupy, to_device
-from kernels.layout import fr_from_limbs, fr_to_limbs
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cpu.g1 import GENERATOR, Affine, scalar_mul
+from provetop.kernels.cpu.ntt import domain_root, evaluate_interpolant
+from provetop.kernels.cuda.runtime import KernelModule, load, on_stream, require_cupy, to_device
+from provetop.kernels.layout import fr_from_limbs, fr_to_limbs
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 R = FR_MODULUS
 K = 8  # = CHECK_K in fr_check.cu: elements per thread
@@ -89,7 +90,7 @@ def powers(
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> Any:
     """``(count, 4)`` device array of base^(start + j): one SRS query's secrets (canonical, as
-    ``kernels.cuda.srs.srs`` takes them) without a host round trip."""
+    ``provetop.kernels.cuda.srs.srs`` takes them) without a host round trip."""
     cupy = require_cupy()
     fn = module(tuning).get_function("fr_powers_range")
     with on_stream(stream, allocator) as s:
@@ -168,7 +169,7 @@ def interpolants_at(
 ) -> tuple[int, int, int]:
     """A(x), B(x), C(x) for the polynomials of degree < n whose evaluations on the size-n
     domain (natural order, Montgomery rows) are ``a``, ``b``, ``c``: the barycentric form of
-    ``kernels.cpu.ntt.evaluate_interpolant``, one shared batch inversion per K elements."""
+    ``provetop.kernels.cpu.ntt.evaluate_interpolant``, one shared batch inversion per K elements."""
     cupy = require_cupy()
     n = int(a.shape[0])
     if b.shape[0] != n or c.shape[0] != n or n & (n - 1) or n == 0:
@@ -199,7 +200,8 @@ def interpolants_at(
 
 
 def check_h_identity(a: Any, b: Any, c: Any, h: Any, tau: int, **kw: Any) -> bool:
-    """``kernels.cpu.srs.check_h_identity`` for limb arrays: a, b, c evaluations (Montgomery),
+    """``provetop.kernels.cpu.srs.check_h_identity`` for limb arrays: a, b, c evaluations
+    (Montgomery),
     h canonical coefficients (``(n, 4)``, or ``(n - 1, 4)``)."""
     n = int(a.shape[0])
     A, B, C = interpolants_at(a, b, c, tau, **kw)
@@ -208,8 +210,8 @@ def check_h_identity(a: Any, b: Any, c: Any, h: Any, tau: int, **kw: Any) -> boo
 
 
 def check_msm_identity(sigma: int, scalars: Any, result: Affine, **kw: Any) -> bool:
-    """``kernels.cpu.srs.check_msm_identity`` for the points [sigma^i]G: ``result`` (an
-    affine point as ``kernels.cpu.g1`` represents it) = [<k, s>]G, k canonical rows."""
+    """``provetop.kernels.cpu.srs.check_msm_identity`` for the points [sigma^i]G: ``result`` (an
+    affine point as ``provetop.kernels.cpu.g1`` represents it) = [<k, s>]G, k canonical rows."""
     e = dot_powers(scalars, sigma, **kw)
     return scalar_mul(GENERATOR, e) == result
 

@@ -3,10 +3,12 @@ to make one.
 
 Why: NVRTC compiles at first use, on the GPU machine, and msm.cu is slow to compile: the first
 ``provetop selftest --backend cuda`` on a new H200 host took 183 s, 153 s of it compiling msm.cu.
-A cubin built ahead of time by nvcc (``python -m kernels.cuda.prebuild``) loads in milliseconds.
+A cubin built ahead of time by nvcc (``python -m provetop.kernels.cuda.prebuild``) loads in
+milliseconds.
 
 A cubin is found only for the exact build: its file name carries the source's hash (expanded
-text and defines, :func:`kernels.cuda.sources.source_hash`) and the architecture, so a stale
+text and defines, :func:`provetop.kernels.cuda.sources.source_hash`) and the architecture, so a
+stale
 or foreign cubin is never picked up. Layout of a cubin folder, one sub-folder per layer::
 
     <dir>/msm/msm-<hash16>-sm_90.cubin
@@ -20,7 +22,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from kernels.cuda.sources import BASE_OPTIONS, SRC_DIR, Defines, define_options, source_hash
+from provetop.kernels.cuda.sources import (
+    BASE_OPTIONS,
+    SRC_DIR,
+    Defines,
+    define_options,
+    source_hash,
+)
 
 # The package's own folder (shipped as package data when a wheel is built after a prebuild);
 # ``KernelTuning.cubin_dir`` (PROVETOP_CUBIN_DIR) points elsewhere.

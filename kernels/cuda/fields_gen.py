@@ -4,16 +4,19 @@ Why generated: the CUDA header must carry the moduli and Montgomery constants as
 has no Python to ask), but ``kernels/constants.py`` is the single source of truth. The header
 keeps the rendered block between two marker lines;
 ``tests/kernels/test_cuda_fields_host.py`` renders it
-again and compares, so the two can never drift. Run ``python -m kernels.cuda.fields_gen`` to
+again and compares, so the two can never drift. Run ``python -m provetop.kernels.cuda.fields_gen``
+to
 rewrite the block after a constants change.
 """
 
 from __future__ import annotations
 
-from kernels import constants as C
-from kernels.cuda.sources import SRC_DIR
+from provetop.kernels import constants as C
+from provetop.kernels.cuda.sources import SRC_DIR
 
-BEGIN = "// BEGIN GENERATED CONSTANTS (python -m kernels.cuda.fields_gen); do not edit by hand"
+BEGIN = (
+    "// BEGIN GENERATED CONSTANTS (python -m provetop.kernels.cuda.fields_gen); do not edit by hand"
+)
 END = "// END GENERATED CONSTANTS"
 HEADER = SRC_DIR / "field" / "fields.cuh"
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels.constants import FR_MODULUS
-from kernels.cuda.ntt import module
-from kernels.cuda.ntt_plan import from_words, to_words
-from kernels.cuda.runtime import require_cupy
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cuda.ntt import module
+from provetop.kernels.cuda.ntt_plan import from_words, to_words
+from provetop.kernels.cuda.runtime import require_cupy
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 R = FR_MODULUS
 OPS = {"mul": 0, "add": 1, "sub": 2, "to_mont": 3, "from_mont": 4, "sqr": 5, "inv": 6, "neg": 7}

@@ -11,14 +11,14 @@ until the one pointwise product, so it can go through the device one polynomial 
   copied to S; C' in P, P = S - P; the same last transform.
 
 Every transform runs in place (tile-local DIF passes from natural order, DIT passes from
-bit-reversed order: no gather, ``kernels.cuda.ntt_plan.plan_transform``); the one gathering
+bit-reversed order: no gather, ``provetop.kernels.cuda.ntt_plan.plan_transform``); the one gathering
 pass of the in-place H step (the last inverse transform into natural order) becomes a DIF pass
 into bit-reversed order plus an in-place swap of bit-reversed pairs (``fr_bitrev_swap``). The
 arithmetic is the H step's: the same factor tables ("hprep", "h_final"), so H comes out
-canonical and identical to :meth:`kernels.cuda.ntt.CudaNtt.h_step`'s.
+canonical and identical to :meth:`provetop.kernels.cuda.ntt.CudaNtt.h_step`'s.
 
-Planner and executor as for the resident H step (``kernels.cuda.ntt_plan``,
-``kernels.cuda.ntt``): :func:`plan_streamed_h_step` is pure Python
+Planner and executor as for the resident H step (``provetop.kernels.cuda.ntt_plan``,
+``provetop.kernels.cuda.ntt``): :func:`plan_streamed_h_step` is pure Python
 over named buffers (a, b, c and S on the host, P and Q on the device), run on the GPU by
 :func:`run_streamed_h_step` and on numpy buffers by the CPU tests (with the host build of
 ``ntt.cuh`` for the passes), so the sequence is proven in CI.
@@ -34,15 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda.ntt import CudaNtt
-from kernels.cuda.ntt_plan import (
+from provetop.kernels.cuda.ntt import CudaNtt
+from provetop.kernels.cuda.ntt_plan import (
     TILE_LOG,
     Pass,
     log2_size,
     plan_coset_evaluations,
     plan_transform,
 )
-from kernels.cuda.runtime import require_cupy
+from provetop.kernels.cuda.runtime import require_cupy
 
 HOST_BUFFERS = frozenset({"a", "b", "c", "S"})
 DEVICE_BUFFERS = frozenset({"P", "Q"})
@@ -66,7 +66,7 @@ class Step:
 
 def _coset_evaluations(k: int, buf: str, max_levels: int) -> Step:
     """Natural evaluations on the domain -> natural evaluations on the coset, in place (the
-    resident H step's recipe, ``kernels.cuda.ntt_plan.plan_coset_evaluations``)."""
+    resident H step's recipe, ``provetop.kernels.cuda.ntt_plan.plan_coset_evaluations``)."""
     return Step("passes", buf, passes=tuple(plan_coset_evaluations(k, buf, buf, max_levels)))
 
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda.runtime import require_cupy
-from kernels.tuning import PIN_METHODS
+from provetop.kernels.cuda.runtime import require_cupy
+from provetop.kernels.tuning import PIN_METHODS
 
 METHODS = PIN_METHODS  # ("register", "alloc"): the first is the default
 # cudaHostRegisterPortable / cudaHostAllocPortable (the CUDA runtime's flag value, 1 for both)

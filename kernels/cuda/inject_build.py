@@ -22,7 +22,8 @@ the toolkit's ``cuda.h`` may not compile against it, and the next pair then serv
 goes to a cache folder under a name that carries a hash of the sources and the pair, so a stale
 library is never picked up; it is written under a temporary name and renamed.
 
-``python -m kernels.cuda.inject_build`` prints the library's path, or one line saying why it
+``python -m provetop.kernels.cuda.inject_build`` prints the library's path, or one line saying why
+it
 cannot be built, and exits 2 then.
 """
 
@@ -39,7 +40,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernels.tuning import KernelTuning
+from provetop.kernels.tuning import KernelTuning
 
 SRC_DIR = Path(__file__).resolve().parent / "src"
 INJECT_DIR = SRC_DIR / "inject"
@@ -307,7 +308,7 @@ def _compile(
 def main(argv: list[str] | None = None) -> int:
     """Print the library's path (exit 0) or why there is none (exit 2)."""
     parser = argparse.ArgumentParser(
-        prog="python -m kernels.cuda.inject_build",
+        prog="python -m provetop.kernels.cuda.inject_build",
         description="Build the injection library of `provetop trace`; print its path.",
     )
     parser.add_argument(

@@ -1,23 +1,26 @@
 """GPU multi-scalar multiplication on BLS12-381 G1: the entry points.
 
 :func:`msm` sums device (or host) points in one pass of the stages of
-:mod:`kernels.cuda.msm_stages`; :func:`msm_host_points` and :func:`msm_host_points_many` stream
+:mod:`provetop.kernels.cuda.msm_stages`; :func:`msm_host_points` and :func:`msm_host_points_many`
+stream
 points from host memory in chunks (a card smaller than the SRS), several queries' chunks
 interleaved in one pass. The sizes, orders and memory models of all three are
-:mod:`kernels.cuda.msm_plan` (pure Python), which the engine's memory plan reads.
+:mod:`provetop.kernels.cuda.msm_plan` (pure Python), which the engine's memory plan reads.
 
 Layout (``kernels/backend.py``): points ``(n, 12)`` uint64 affine Montgomery, scalars ``(n, 4)``
 uint64 canonical; the result is one affine point as a numpy ``(12,)`` array.
 
 Scratch memory is drawn from ``allocator`` (a callable ``nbytes -> cupy.cuda.MemoryPointer``, as
 ``cupy.cuda.set_allocator`` takes) when given, else CuPy's current allocator;
-:func:`kernels.cuda.msm_plan.scratch_bytes` says how much one call needs at most, so the engine
+:func:`provetop.kernels.cuda.msm_plan.scratch_bytes` says how much one call needs at most, so the
+engine
 can budget.
 
-Tuning (:class:`kernels.tuning.KernelTuning`, passed down by the caller; the defaults are what
+Tuning (:class:`provetop.kernels.tuning.KernelTuning`, passed down by the caller; the defaults are
+what
 the published figures use): the build's defines, and which sort orders the entries by bucket
 (``msm_sort``: the counting sort's scatter, or the radix partition of
-:func:`kernels.cuda.msm_plan.radix_plan`).
+:func:`provetop.kernels.cuda.msm_plan.radix_plan`).
 """
 
 from __future__ import annotations
@@ -29,13 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda import msm_plan as mp
+from provetop.kernels.cuda import msm_plan as mp
 
 # Read through the module: tests stand in for its launchers to follow the pass on the host.
-from kernels.cuda import msm_stages
-from kernels.cuda.msm_stages import Counted, MsmKernels, StageMarks
-from kernels.cuda.runtime import CudaArray, Event, on_stream, require_cupy, to_device
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.cuda import msm_stages
+from provetop.kernels.cuda.msm_stages import Counted, MsmKernels, StageMarks
+from provetop.kernels.cuda.runtime import CudaArray, Event, on_stream, require_cupy, to_device
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 
 def window_sums(
@@ -99,7 +102,8 @@ def msm(
 ) -> np.ndarray:
     """sum_i scalars[i] * points[i] for ``points`` (n, 12) and ``scalars`` (n, 4); returns the
     affine result as a numpy ``(12,)`` array (infinity = zeros). The window is
-    :func:`kernels.cuda.msm_plan.choose_window_bits` of the number of scalars other than 0 and
+    :func:`provetop.kernels.cuda.msm_plan.choose_window_bits` of the number of scalars other than 0
+    and
     1 unless given. Device ``points`` are read in place; host (numpy) ``points`` go through
     :func:`msm_host_points` (chunked uploads, pinned memory for the overlap). ``tuning``
     selects the build's defines and the sort."""
@@ -192,19 +196,19 @@ def msm_host_points(
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> np.ndarray:
     """The same sum with ``points`` in host memory (pinned, see
-    :func:`kernels.cuda.host_pinned.pinned_empty`, for the overlap) and ``scalars`` on the
+    :func:`provetop.kernels.cuda.host_pinned.pinned_empty`, for the overlap) and ``scalars`` on the
     device: for a card smaller than the SRS. Points go up in chunks through two device buffers
     on a copy stream; chunk k+1 uploads while chunk k is summed.
 
     One bucket array is kept for the whole query (window:
-    :func:`kernels.cuda.msm_plan.stream_window_bits` of the query's non-trivial scalars, at
+    :func:`provetop.kernels.cuda.msm_plan.stream_window_bits` of the query's non-trivial scalars, at
     most ``window_max``), every chunk is summed straight into it (a bucket begun in a chunk
     starts from its kept sum), and the buckets are reduced once at the end. Why: a chunk
     summed as an MSM of its own (its window, a bucket reduction per chunk) took 1,295 ms at
     2^27 in chunks of 2^22 where the kept buckets took 1,061, and later chunks summed into a
     second array that a merge kernel added in took 1,177 (H200, 2026-12-02, 465a624 and
     3f043be; bench/notes/msm.md). Device memory:
-    :func:`kernels.cuda.msm_plan.host_scratch_bytes`."""
+    :func:`provetop.kernels.cuda.msm_plan.host_scratch_bytes`."""
     job = StreamedQuery(points, scalars, window_bits=window_bits, window_max=window_max)
     return msm_host_points_many(
         [job], chunk=chunk, stream=stream, allocator=allocator, buffers=2, tuning=tuning
@@ -443,14 +447,16 @@ def msm_host_points_many(
 ) -> list[np.ndarray]:
     """Several streamed MSMs in one pass (the results in ``jobs`` order): every query keeps its
     bucket array (:func:`msm_host_points`), and their chunks go up through ``buffers`` device
-    buffers on one copy stream in :func:`kernels.cuda.msm_plan.interleave_order` (``lead``),
+    buffers on one copy stream in :func:`provetop.kernels.cuda.msm_plan.interleave_order`
+    (``lead``),
     the copy stream running up to ``buffers`` - 1 chunks ahead of the sums. With one query and
     two buffers this is :func:`msm_host_points`. Device memory:
-    :func:`kernels.cuda.msm_plan.many_scratch_bytes`.
+    :func:`provetop.kernels.cuda.msm_plan.many_scratch_bytes`.
 
     A query's scalars may be on the device or in (pinned) host memory. Host scalars go up
     chunk by chunk beside the points, through a few scalar buffers
-    (:func:`kernels.cuda.msm_plan.plan_scalar_feed`): queries whose host scalars begin at one
+    (:func:`provetop.kernels.cuda.msm_plan.plan_scalar_feed`): queries whose host scalars begin at
+    one
     address (prefixes of one array, as the engine's L, A and B-G1 of z) take their chunk k
     together (the order is then ``grouped``) and share one upload of those rows. Why: the
     engine's aux scalars (4.2 GB at 2^27) need not sit on the device through the whole pass.

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda import msm_plan as mp
-from kernels.cuda import msm_stages
-from kernels.cuda import srs as cs
-from kernels.cuda.runtime import on_stream, require_cupy, to_device
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.cuda import msm_plan as mp
+from provetop.kernels.cuda import msm_stages
+from provetop.kernels.cuda import srs as cs
+from provetop.kernels.cuda.runtime import on_stream, require_cupy, to_device
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 AFFINE_BYTES = 96  # one affine point: two Fp coordinates of 48 bytes
 # Table rows are sort entries with the sign in bit 31 (msm.cu): at most 2^31 rows.
@@ -50,7 +50,7 @@ def table_bytes(n: int, c: int) -> int:
 def fixed_window_cost(n: int, c: int) -> int:
     """Modelled work of one fixed-base MSM in field multiplications: n W mixed additions
     (every digit non-zero) and ONE bucket set's running-sum reduction (2^(c-1) buckets, 28
-    multiplications each), against :func:`kernels.cuda.msm_plan.window_cost`'s W sets."""
+    multiplications each), against :func:`provetop.kernels.cuda.msm_plan.window_cost`'s W sets."""
     return mp.MADD_MULS * n * mp.num_windows(c) + mp.BUCKET_MULS * (1 << (c - 1))
 
 
@@ -158,7 +158,7 @@ def msm_fixed(
 ) -> np.ndarray:
     """sum_i scalars[i] P_i for the points of ``table`` and ``scalars`` ((n, 4) canonical Fr,
     device or host); the affine result as a numpy ``(12,)`` array (infinity = zeros), exactly
-    what :func:`kernels.cuda.msm.msm` returns for the same points. ``marks``: a list that
+    what :func:`provetop.kernels.cuda.msm.msm` returns for the same points. ``marks``: a list that
     receives (stage, event) pairs for a time breakdown."""
     cupy = require_cupy()
     if scalars.ndim != 2 or scalars.shape[1] != 4 or scalars.dtype != np.uint64:

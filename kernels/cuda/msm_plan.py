@@ -1,6 +1,7 @@
 """The GPU MSM's planning: window rules, launch shapes, chunk orders and memory models.
 
-Why apart from the launches (:mod:`kernels.cuda.msm`): everything here is arithmetic on sizes,
+Why apart from the launches (:mod:`provetop.kernels.cuda.msm`): everything here is arithmetic on
+sizes,
 with no CuPy and no device, so the engine's memory plan, the bench's models and the tests
 reason with exactly the numbers the launches use, on any machine. What a launch sequence
 looks like is documented with it (``src/msm/msm.cu`` and bench/notes/msm.md); this module
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 XYZZ_WORDS = 24  # uint64 words of one XYZZ point (4 coordinates x 6 limbs)
 LEVEL_L = 8  # chunk length of the reduction levels past the first (latency ~ L serial adds)
@@ -428,7 +429,8 @@ def scratch_bytes(
     *,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> int:
-    """Peak device scratch bytes of :func:`kernels.cuda.msm.msm` for ``n`` points with window
+    """Peak device scratch bytes of :func:`provetop.kernels.cuda.msm.msm` for ``n`` points with
+    window
     ``c`` (default: :func:`choose_window_bits` (n)), not counting the inputs. ``n_entries`` is
     the number of (point, bucket) entries; by default the worst case n * W (every digit
     non-zero).
@@ -535,7 +537,8 @@ def host_scratch_bytes(
     *,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> int:
-    """Peak device bytes of :func:`kernels.cuda.msm.msm_host_points` with window at most ``c``
+    """Peak device bytes of :func:`provetop.kernels.cuda.msm.msm_host_points` with window at most
+    ``c``
     (default: the window of ``n`` dense scalars, :func:`stream_window_bits`): two point buffers
     of ``chunk`` rows, and the largest over the windows it may take (fewer non-trivial scalars
     choose a smaller one) of the query's bucket array, alive throughout, beside one chunk's
@@ -683,7 +686,7 @@ def many_scratch_bytes(
     scalar_slots: int = 0,
     tuning: KernelTuning = DEFAULT_TUNING,
 ) -> int:
-    """Peak device bytes of :func:`kernels.cuda.msm.msm_host_points_many` for queries of
+    """Peak device bytes of :func:`provetop.kernels.cuda.msm.msm_host_points_many` for queries of
     ``sizes`` points at windows of at most ``windows``: ``buffers`` point buffers of ``chunk``
     rows (and ``scalar_slots`` scalar buffers of as many rows, 32 bytes each, where the scalars
     are sent up per chunk: :func:`pass_scalar_slots`), each query's kept bucket array, one

@@ -1,14 +1,16 @@
 """The MSM's stages on the GPU, one launcher each: loading src/msm/msm.cu, the sort (stages
 1-3), the accumulation and the bucket reduction (4-7), and the host's window combination (8).
 
-Why apart from the entry points (:mod:`kernels.cuda.msm`): the general MSM, its streamed form
-and the fixed-base MSM (:mod:`kernels.cuda.msm_fixed`) run the same stages in different
+Why apart from the entry points (:mod:`provetop.kernels.cuda.msm`): the general MSM, its streamed
+form
+and the fixed-base MSM (:mod:`provetop.kernels.cuda.msm_fixed`) run the same stages in different
 orders; each stage is here once, with the sizes of its launches from
-:mod:`kernels.cuda.msm_plan` (pure Python, which the engine's memory plan reads too).
+:mod:`provetop.kernels.cuda.msm_plan` (pure Python, which the engine's memory plan reads too).
 
 The pipeline (details in ``src/msm/msm.cu`` and ``bench/notes/msm.md``):
 signed window digits, a counting sort of (point, sign) entries by bucket on the GPU (or the
-radix partition of :func:`kernels.cuda.msm_plan.radix_plan`), a bucket accumulation cut into
+radix partition of :func:`provetop.kernels.cuda.msm_plan.radix_plan`), a bucket accumulation cut
+into
 equal chunks of entries (so very uneven buckets cost no more than uniform ones), a multi-level
 segmented reduction of the partial sums, a parallel running-sum bucket reduction per window,
 and the window combination (c doublings per window) on the host. Scalars equal to 0 are
@@ -27,14 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cpu import g1
+from provetop.kernels.cpu import g1
 
 # Read through the module, not copied: tests change its constants (the radix sort's shapes,
 # HEADS_MAX_CHUNKS) for one run, and the launches here must see what its planners see.
-from kernels.cuda import msm_plan as mp
-from kernels.cuda.runtime import Event, KernelArgs, KernelModule, load, require_cupy
-from kernels.layout import fast_int, g1_to_limbs, g1_xyzz_from_limbs
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.cuda import msm_plan as mp
+from provetop.kernels.cuda.runtime import Event, KernelArgs, KernelModule, load, require_cupy
+from provetop.kernels.layout import fast_int, g1_to_limbs, g1_xyzz_from_limbs
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 SOURCE = "msm/msm.cu"
 # Threads per block of the MSM's point and sort kernels, built with the compiler's choice of
@@ -78,7 +80,7 @@ class MsmKernels:
 
 def kernels(tuning: KernelTuning = DEFAULT_TUNING) -> MsmKernels:
     """The MSM kernels with ``tuning``'s defines, on the current device (through
-    :func:`kernels.cuda.runtime.load`: a prebuilt cubin when one matches, else NVRTC)."""
+    :func:`provetop.kernels.cuda.runtime.load`: a prebuilt cubin when one matches, else NVRTC)."""
     return MsmKernels(load(SOURCE, defines=tuning.msm_defines, cubin_dir=tuning.cubin_dir))
 
 
@@ -230,7 +232,8 @@ def bucket_sort(
 ) -> tuple[Any, Any, int, int]:
     """Stages 1-3 (msm.cu): the digits counted per bucket, their offsets (K + 1, device), and
     the entries (point index | sign << 31) grouped by bucket, by the sort
-    :func:`kernels.cuda.msm_plan.sort_kind` picks for ``tuning``; with the entries in all and
+    :func:`provetop.kernels.cuda.msm_plan.sort_kind` picks for ``tuning``; with the entries in all
+    and
     in the largest bucket (None, 0, 0 when there are none).
     The one host sync of the MSM is here: it sizes everything after. ``counted``: stages 1-2
     already queued (:func:`count_stage`), so only the read-back is waited for."""
@@ -318,7 +321,8 @@ def _radix_sort(
 
 def _carve(xp: Any, shapes: list[tuple[int, Any]]) -> list[Any]:
     """1-D arrays of the given (length, dtype) as views into one new allocation
-    (:func:`kernels.cuda.msm_plan.carve_layout`). Why one: the radix sort's buffers are freed
+    (:func:`provetop.kernels.cuda.msm_plan.carve_layout`). Why one: the radix sort's buffers are
+    freed
     before the bucket array and the accumulation's levels are made, and a pool such as CuPy's
     reuses a freed block only for requests that fit inside it; five separate buffers (the
     largest 2.1 GB at 2^27) left the bucket array (4.8 GB) to a new allocation, and the pool
@@ -407,7 +411,7 @@ def accumulate(
     chunk remains; the first chunk length follows ``m_max`` so that scratch is known in
     advance. ``kept``: ``buckets`` holds sums already, which the entries are added to
     (``msm_accumulate0_kept``); otherwise it must be all infinity. ``largest``: the entries of
-    the largest bucket when known; where :func:`kernels.cuda.msm_plan.takes_heads` says so,
+    the largest bucket when known; where :func:`provetop.kernels.cuda.msm_plan.takes_heads` says so,
     one launch adds each cut bucket's partial sums (``msm_accumulate_heads``) in place of the
     levels."""
     cupy = require_cupy()
@@ -452,7 +456,7 @@ def accumulate_buckets(
     new zeroed array made after the sort (so the sort's own buffers and the buckets are never
     alive together). Returns the bucket array: None when none was given and every scalar is 0
     (nothing to add). Why ``buckets`` may be given: a streamed MSM sums every chunk into the
-    one array it keeps for the whole query (:func:`kernels.cuda.msm.msm_host_points`). The
+    one array it keeps for the whole query (:func:`provetop.kernels.cuda.msm.msm_host_points`). The
     ones (key K - 1) are one more bucket of the balanced accumulation."""
     cupy = require_cupy()
     mark = mark or no_mark
@@ -474,7 +478,8 @@ def accumulate_buckets(
 
 def reduce_buckets(mod: MsmKernels, buckets: Any, p: mp.Plan, stream: Any, mark: Any = None) -> Any:
     """Stages 6-7: the ``(W + 1, 24)`` device array of window sums sum_b (b+1) bucket[w][b]
-    followed by the ones bucket, through the tree of :func:`kernels.cuda.msm_plan.reduce_tree`
+    followed by the ones bucket, through the tree of
+    :func:`provetop.kernels.cuda.msm_plan.reduce_tree`
     (msm.cuh, xyzz_sum_weighted_thread: where its doublings go, and why)."""
     cupy = require_cupy()
     leaf, levels = mp.reduce_tree(p)
@@ -502,7 +507,8 @@ def combine_windows(sums: np.ndarray, c: int) -> np.ndarray:
     thread would take milliseconds for it, Python ints about one. The window sums go to affine
     with one batched inversion, so each window is a mixed Jacobian + affine addition, and the
     doublings (dbl-2009-l, 2M + 5S, against 6M + 3S for XYZZ) are inlined: ~20% less time than
-    the XYZZ chain through kernels.cpu.g1 (2.31 -> 1.87 ms at c = 16 on the build machine's CPU,
+    the XYZZ chain through provetop.kernels.cpu.g1 (2.31 -> 1.87 ms at c = 16 on the build
+    machine's CPU,
     min of 75 calls). On gmpy2's integers (a dependency of the package; the GPU image used for
     the benchmarks lacks it unless carried) the whole call takes 0.60 ms instead of 1.35 at c =
     16 on the build machine's CPU (min of 30 calls, 2026-12-02)."""

@@ -1,6 +1,6 @@
 """GPU NTT and Groth16 H step over BLS12-381 Fr: the launches of ``src/ntt/ntt.cu`` (CuPy).
 
-Why split into a planner and an executor: the planner (:mod:`kernels.cuda.ntt_plan`, pure
+Why split into a planner and an executor: the planner (:mod:`provetop.kernels.cuda.ntt_plan`, pure
 Python, no CuPy) turns one request into a list of passes over named buffers and named tables;
 this module maps the names to CuPy arrays and launches, and keeps the device's tables. The CPU
 tests run the very same plans through a host build of ``src/ntt/ntt.cuh``
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cuda.ntt_plan import (
+from provetop.kernels.cuda.ntt_plan import (
     F_POST_FULL,
     F_PRE_FULL,
     TILE_LOG,
@@ -36,8 +36,8 @@ from kernels.cuda.ntt_plan import (
     plan_ntt,
     twiddle_split,
 )
-from kernels.cuda.runtime import KernelModule, load, require_cupy
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.cuda.runtime import KernelModule, load, require_cupy
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 DEFAULT_SHARED_BYTES = 48 << 10  # above this a kernel needs the opt-in attribute
 _U64 = np.dtype(np.uint64)  # CuPy arrays carry NumPy dtypes
@@ -54,7 +54,7 @@ def ntt_defines(tuning: KernelTuning = DEFAULT_TUNING) -> dict[str, str]:
 
 def module(tuning: KernelTuning = DEFAULT_TUNING) -> KernelModule:
     """ntt.cu on the current device, with ``tuning``'s defines (also home of the Fr utility
-    kernels of :mod:`kernels.cuda.fr` and the multiplication ceilings of ``bench ntt``)."""
+    kernels of :mod:`provetop.kernels.cuda.fr` and the multiplication ceilings of ``bench ntt``)."""
     return load(SOURCE, defines=tuning.ntt_defines, cubin_dir=tuning.cubin_dir)
 
 
@@ -175,7 +175,8 @@ def _alloc(cupy: Any, shape: tuple[int, ...], allocator: Any) -> Any:
 
 
 class CudaNtt:
-    """The NTT and H-step half of the CUDA backend (matches kernels.backend.KernelBackend)."""
+    """The NTT and H-step half of the CUDA backend (matches
+    provetop.kernels.backend.KernelBackend)."""
 
     name = "cuda"
 
@@ -283,7 +284,8 @@ class CudaNtt:
     def release_twiddles(self) -> int:
         """Drop this device's twiddle table (rebuilt by the next transform, ~2 ms at 2^27); the
         bytes it held, which go back to CuPy's pool until that is trimmed. The H step in one or
-        two slots (``kernels.cuda.h_streamed``) gives its 2 GiB to the MSMs this way on a card
+        two slots (``provetop.kernels.cuda.h_streamed``) gives its 2 GiB to the MSMs this way on a
+        card
         of 8 GiB."""
         st = _device_tables()
         if st.tw is None:

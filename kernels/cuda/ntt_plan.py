@@ -1,6 +1,6 @@
 """The NTT's planning and host-side tables (pure Python: no CuPy, no device).
 
-Why apart from the launches (:mod:`kernels.cuda.ntt`): the planner turns one request into a
+Why apart from the launches (:mod:`provetop.kernels.cuda.ntt`): the planner turns one request into a
 list of :class:`Pass` launches over named buffers and named tables, and the executor maps the
 names to CuPy arrays and launches. The CPU tests run the very same plans through a host build
 of ``src/ntt/ntt.cuh`` (``tests/kernels/test_cuda_ntt_host.py``), so the index algebra is proven
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.constants import (
+from provetop.kernels.constants import (
     FR_COSET_GENERATOR,
     FR_MODULUS,
     FR_MONT_R,
@@ -123,7 +123,8 @@ def split_levels(k: int, max_levels: int = TILE_LOG, whole: int = 0) -> list[int
 
 
 def default_max_levels(k: int, *, h_step: bool = False) -> int:
-    """The ``max_levels`` a :class:`kernels.cuda.ntt.CudaNtt` without one plans 2^k with: 2^9
+    """The ``max_levels`` a :class:`provetop.kernels.cuda.ntt.CudaNtt` without one plans 2^k with:
+    2^9
     tiles, except the H step at the sizes where the finer tiles' extra pass per transform was
     measured to cost more than they gain (COARSE_H_STEP_LOGS)."""
     if h_step and k in COARSE_H_STEP_LOGS:
@@ -132,7 +133,7 @@ def default_max_levels(k: int, *, h_step: bool = False) -> int:
 
 
 def default_lowest_levels(k: int) -> int:
-    """The levels a :class:`kernels.cuda.ntt.CudaNtt` without ``lowest_levels`` gives the
+    """The levels a :class:`provetop.kernels.cuda.ntt.CudaNtt` without ``lowest_levels`` gives the
     transforms' pass over the lowest levels at 2^k: a whole 2^9 tile (FINE_TILE_LOG). That
     pass has no lower levels to take columns from, so its tile is 2^L elements whatever the
     tile size, and with fewer levels it runs in blocks smaller than a tile (with 2^9 tiles at
@@ -171,12 +172,14 @@ def plan_transform(
     index (first pass), ``post``/``post_const``/``quotient`` act on the output (last pass).
     The first pass always writes ``dst`` (out of place unless src == dst), later ones in place.
 
-    ``small``: the plans :class:`kernels.cuda.ntt.CudaNtt` runs (faster or equal at every size
+    ``small``: the plans :class:`provetop.kernels.cuda.ntt.CudaNtt` runs (faster or equal at every
+    size
     than the plans without it, H200, 2026-12-02, 378b076): passes of up to SMALL_TILE_LOG
     levels (fewer passes at 2^11 and 2^21 .. 2^22), one pass up to WHOLE_TILE_LOG, and full
     factor tables up to FULL_TABLE_MAX_LOG; a pass of at most TILE_LOG levels keeps its
     2^TILE_LOG tile, so the grids of 2^13 .. 2^20 are the same either way. Without it (the
-    streamed H step's plans, :mod:`kernels.cuda.h_streamed`): passes of at most ``max_levels``
+    streamed H step's plans, :mod:`provetop.kernels.cuda.h_streamed`): passes of at most
+    ``max_levels``
     and split factor tables.
 
     ``max_levels`` below TILE_LOG (``provetop bench ntt --max-levels``) also makes the tiles
@@ -273,7 +276,8 @@ def plan_ntt(
     small: bool = False,
     lowest_levels: int = 0,
 ) -> list[Pass]:
-    """Passes for :meth:`kernels.cuda.ntt.CudaNtt.ntt`: buffer "x" (input, never written) into
+    """Passes for :meth:`provetop.kernels.cuda.ntt.CudaNtt.ntt`: buffer "x" (input, never written)
+    into
     "out". The constants array (post_const) is always [n^-1, Z^-1] in Montgomery form."""
     return plan_transform(
         k,

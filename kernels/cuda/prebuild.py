@@ -1,8 +1,8 @@
-"""``python -m kernels.cuda.prebuild``: compile every CUDA source with nvcc for the common
+"""``python -m provetop.kernels.cuda.prebuild``: compile every CUDA source with nvcc for the common
 architectures, into the folder the loader looks in first.
 
 Why: a GPU machine that finds a matching cubin (same source hash, defines and architecture;
-:mod:`kernels.cuda.cubins`) skips NVRTC entirely. Run it on any machine with nvcc (no GPU
+:mod:`provetop.kernels.cuda.cubins`) skips NVRTC entirely. Run it on any machine with nvcc (no GPU
 needed), before building a wheel or an image; ``provetop warmup`` then only loads. A cubin the
 GPU machine's driver cannot load (nvcc newer than the driver) is skipped with the reason, and
 that module is compiled with NVRTC instead.
@@ -22,9 +22,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kernels.cuda import cubins, inject_build
-from kernels.cuda.sources import SOURCES, Defines, normalize_defines
-from kernels.tuning import SettingError, parse_defines
+from provetop.kernels.cuda import cubins, inject_build
+from provetop.kernels.cuda.sources import SOURCES, Defines, normalize_defines
+from provetop.kernels.tuning import SettingError, parse_defines
 
 
 def _build_one(
@@ -44,7 +44,9 @@ def _build_one(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.cuda.prebuild", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m provetop.kernels.cuda.prebuild", description=__doc__
+    )
     parser.add_argument(
         "--arch",
         default=",".join(cubins.ARCHS),

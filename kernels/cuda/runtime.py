@@ -9,7 +9,8 @@ compile does not block loads of other modules).
 Where a module comes from, in order:
 
 1. a prebuilt cubin for exactly this build and the device's architecture
-   (:mod:`kernels.cuda.cubins`, made by ``python -m kernels.cuda.prebuild``). A cubin the driver
+   (:mod:`provetop.kernels.cuda.cubins`, made by ``python -m provetop.kernels.cuda.prebuild``). A
+   cubin the driver
    refuses (nvcc newer than the driver, say) is reported on stderr with the reason and skipped;
 2. NVRTC through ``cupy.RawModule(code=...)``. CuPy keeps the compiled binary in its on-disk
    cache (``CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``, keyed on the source text,
@@ -36,8 +37,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from kernels.cuda import cubins
-from kernels.cuda.sources import Defines, expand, normalize_defines, nvrtc_options, source_hash
+from provetop.kernels.cuda import cubins
+from provetop.kernels.cuda.sources import (
+    Defines,
+    expand,
+    normalize_defines,
+    nvrtc_options,
+    source_hash,
+)
 
 # A compile slower than this is reported even when CuPy's cache was expected to have it.
 SLOW_COMPILE_S = 10.0
@@ -135,7 +142,7 @@ def load(
 ) -> KernelModule:
     """The module of ``kernels/cuda/src/<source>`` (e.g. ``"msm/msm.cu"``) compiled with
     ``defines`` (``-DNAME=VALUE``) on ``device`` (default: the current one), from the cache,
-    a prebuilt cubin in ``cubin_dir`` (default: :func:`kernels.cuda.cubins.search_path`) or
+    a prebuilt cubin in ``cubin_dir`` (default: :func:`provetop.kernels.cuda.cubins.search_path`) or
     NVRTC, in that order. Compiled now, so a compile error surfaces here (CuPy's
     CompileException with NVRTC's log) and not at the first launch. Raises CudaUnavailable
     without CuPy or a device."""

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels.constants import G1_GENERATOR
-from kernels.cuda.msm_plan import XYZZ_WORDS, num_windows
-from kernels.cuda.runtime import KernelArgs, KernelModule, load, on_stream, require_cupy
-from kernels.layout import fr_to_limbs, g1_to_limbs, random_fr
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.constants import G1_GENERATOR
+from provetop.kernels.cuda.msm_plan import XYZZ_WORDS, num_windows
+from provetop.kernels.cuda.runtime import KernelArgs, KernelModule, load, on_stream, require_cupy
+from provetop.kernels.layout import fr_to_limbs, g1_to_limbs, random_fr
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 SOURCE = "srs/srs.cu"
 BLOCK = 256  # threads per block of every srs.cu kernel

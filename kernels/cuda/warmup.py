@@ -7,7 +7,7 @@ process loads the modules from a prebuilt cubin or CuPy's on-disk cache in well 
 
 Where the machine has nvcc, the builds that have no cubin yet are compiled with it first, all at
 once (one nvcc process per build, in parallel: NVRTC compiles one module after the other in
-this process), into the user's cubin folder (:func:`kernels.cuda.cubins.directory`); the
+this process), into the user's cubin folder (:func:`provetop.kernels.cuda.cubins.directory`); the
 loader then finds them there. Without nvcc, NVRTC compiles each in turn.
 """
 
@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from kernels.cuda import cubins, runtime
-from kernels.cuda.runtime import Log, stderr_log
-from kernels.cuda.sources import SOURCES, Defines, normalize_defines
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.cuda import cubins, runtime
+from provetop.kernels.cuda.runtime import Log, stderr_log
+from provetop.kernels.cuda.sources import SOURCES, Defines, normalize_defines
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 
 @dataclass(frozen=True)

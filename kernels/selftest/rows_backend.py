@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from kernels.constants import FR_MODULUS as R
-from kernels.cpu import g1, ntt, srs
-from kernels.layout import fr_from_limbs, fr_to_limbs, g1_from_limbs, random_fr, to_host
-from kernels.selftest.registry import Check
+from provetop.kernels.constants import FR_MODULUS as R
+from provetop.kernels.cpu import g1, ntt, srs
+from provetop.kernels.layout import fr_from_limbs, fr_to_limbs, g1_from_limbs, random_fr, to_host
+from provetop.kernels.selftest.registry import Check
 
 
 def _identity(x: np.ndarray) -> Any:

@@ -15,14 +15,20 @@ import random
 from types import ModuleType
 from typing import Any
 
-from kernels import constants
-from kernels.constants import FR_MODULUS
-from kernels.cpu import g1, srs
-from kernels.cpu.fields import FP, FR
-from kernels.cpu.msm import ARKWORKS_AVAILABLE, msm_fast, msm_naive, pippenger, signed_digits
-from kernels.cpu.ntt import ntt, ntt_naive
-from kernels.cpu_backend import CpuBackend
-from kernels.layout import (
+from provetop.kernels import constants
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cpu import g1, srs
+from provetop.kernels.cpu.fields import FP, FR
+from provetop.kernels.cpu.msm import (
+    ARKWORKS_AVAILABLE,
+    msm_fast,
+    msm_naive,
+    pippenger,
+    signed_digits,
+)
+from provetop.kernels.cpu.ntt import ntt, ntt_naive
+from provetop.kernels.cpu_backend import CpuBackend
+from provetop.kernels.layout import (
     fp_from_limbs,
     fp_to_limbs,
     fr_from_limbs,
@@ -31,8 +37,8 @@ from kernels.layout import (
     g1_to_limbs,
     random_fr,
 )
-from kernels.selftest.registry import Check, SkipCheck
-from kernels.selftest.rows_backend import backend_checks
+from provetop.kernels.selftest.registry import Check, SkipCheck
+from provetop.kernels.selftest.rows_backend import backend_checks
 
 
 def _rng() -> random.Random:

@@ -14,22 +14,22 @@ from typing import Any
 
 import numpy as np
 
-from kernels import layout
-from kernels.constants import FR_MODULUS as R
-from kernels.cpu import msm as cmsm
-from kernels.cpu import ntt as cntt
-from kernels.cpu import srs as csrs
-from kernels.cpu.ntt import evaluate_interpolant
-from kernels.cuda import check as gcheck
-from kernels.cuda.fr import elementwise, evaluate, random_fr
-from kernels.cuda.msm import msm
-from kernels.cuda.ntt import CudaNtt
-from kernels.cuda.ntt_plan import ORDERS, from_words, to_words
-from kernels.cuda.runtime import require_cupy, to_device
-from kernels.cuda.srs import srs_random_points
-from kernels.selftest.registry import Check
-from kernels.selftest.rows_backend import backend_checks
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels import layout
+from provetop.kernels.constants import FR_MODULUS as R
+from provetop.kernels.cpu import msm as cmsm
+from provetop.kernels.cpu import ntt as cntt
+from provetop.kernels.cpu import srs as csrs
+from provetop.kernels.cpu.ntt import evaluate_interpolant
+from provetop.kernels.cuda import check as gcheck
+from provetop.kernels.cuda.fr import elementwise, evaluate, random_fr
+from provetop.kernels.cuda.msm import msm
+from provetop.kernels.cuda.ntt import CudaNtt
+from provetop.kernels.cuda.ntt_plan import ORDERS, from_words, to_words
+from provetop.kernels.cuda.runtime import require_cupy, to_device
+from provetop.kernels.cuda.srs import srs_random_points
+from provetop.kernels.selftest.registry import Check
+from provetop.kernels.selftest.rows_backend import backend_checks
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 # --- NTT and H step --------------------------------------------------------------------------
 
@@ -187,7 +187,7 @@ def _check_sums_vs_reference(k: int, tuning: KernelTuning) -> None:
 
 
 def partition_check_checks(tuning: KernelTuning = DEFAULT_TUNING) -> list[Check]:
-    """The GPU partition checks the engine uses (``kernels.cuda.check``)."""
+    """The GPU partition checks the engine uses (``provetop.kernels.cuda.check``)."""
     return [
         Check(
             "cuda checks: sigma^i beyond one launch grid",

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kernels.backends import get_backend
-from kernels.selftest.registry import Check, CheckResult, run_check
-from kernels.selftest.rows_cpu import cpu_checks
-from kernels.selftest.rows_cuda import cuda_checks
-from kernels.tuning import DEFAULT_TUNING, KernelTuning
+from provetop.kernels.backends import get_backend
+from provetop.kernels.selftest.registry import Check, CheckResult, run_check
+from provetop.kernels.selftest.rows_cpu import cpu_checks
+from provetop.kernels.selftest.rows_cuda import cuda_checks
+from provetop.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
 
 def collect_checks(backend: str, tuning: KernelTuning = DEFAULT_TUNING) -> list[Check]:

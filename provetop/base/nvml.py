@@ -146,7 +146,8 @@ class NvmlDevice:
         return out
 
     def gpu(self) -> dict[str, int]:
-        """The ``gpu`` event's fields (``recordings.schema.GPU_FIELDS``) this GPU reports now;
+        """The ``gpu`` event's fields (``provetop.recordings.schema.GPU_FIELDS``) this GPU reports
+        now;
         each is read on its own, and one the GPU or driver does not support is left out. The
         XID counts come from the process's one :class:`XidWatch` (started at the first call)."""
         if self.handle is None:

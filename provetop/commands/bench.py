@@ -10,13 +10,13 @@ from provetop.commands import Subparsers
 
 # target -> module providing add_arguments(parser) and run(args) -> int
 TARGETS: dict[str, str] = {
-    "cpu": "engine.bench.cpu",
-    "ntt": "kernels.bench_ntt",
-    "msm": "kernels.bench_msm",
-    "pipeline": "engine.bench.pipeline",
-    "metrics": "sources.bench_metrics",
-    "soak": "engine.bench.soak",
-    "tui": "tui.bench",
+    "cpu": "provetop.engine.bench.cpu",
+    "ntt": "provetop.kernels.bench_ntt",
+    "msm": "provetop.kernels.bench_msm",
+    "pipeline": "provetop.engine.bench.pipeline",
+    "metrics": "provetop.sources.bench_metrics",
+    "soak": "provetop.engine.bench.soak",
+    "tui": "provetop.tui.bench",
 }
 
 

@@ -1,7 +1,8 @@
 """``provetop engine``: run the proving engine headless, serving telemetry on a socket.
 
 Keeps its imports light (the parser is built for every command): the flags come from
-``engine.run.options`` (configuration only); the engine itself is imported when the command runs.
+``provetop.engine.run.options`` (configuration only); the engine itself is imported when the
+command runs.
 """
 
 from __future__ import annotations
@@ -14,13 +15,18 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, TextIO
 
-from engine.run.options import add_engine_arguments, backend_note, config_from_args, tuning_from_env
-from engine.run.runner import Engine, EngineError
 from provetop.base.errors import UsageError
 from provetop.base.units import fmt_bytes
 from provetop.commands import Subparsers
-from recordings.progress import progress_line
-from recordings.writer import default_recording_path
+from provetop.engine.run.options import (
+    add_engine_arguments,
+    backend_note,
+    config_from_args,
+    tuning_from_env,
+)
+from provetop.engine.run.runner import Engine, EngineError
+from provetop.recordings.progress import progress_line
+from provetop.recordings.writer import default_recording_path
 
 PROGRESS_PREFIX = "progress: "  # the stderr lines of a long start-up step (run skips them)
 PROGRESS_LINE_S = 1.0  # at most one line a second per step on stderr, and always its last

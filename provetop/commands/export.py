@@ -8,8 +8,8 @@ from pathlib import Path
 
 from provetop.base.errors import UsageError
 from provetop.commands import Subparsers
-from recordings.errors import RecordingError
-from recordings.export_perfetto import write_perfetto
+from provetop.recordings.errors import RecordingError
+from provetop.recordings.export_perfetto import write_perfetto
 
 FORMATS = ("perfetto",)
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from provetop.base.errors import UsageError
 from provetop.commands import Subparsers
-from recordings.errors import RecordingError
-from recordings.writer import RecordingWriter
-from sources.cuzk.convert import MS, Converter
-from sources.cuzk.follow import iter_lines
-from sources.cuzk.parse import TimelineLine, parse_line
+from provetop.recordings.errors import RecordingError
+from provetop.recordings.writer import RecordingWriter
+from provetop.sources.cuzk.convert import MS, Converter
+from provetop.sources.cuzk.follow import iter_lines
+from provetop.sources.cuzk.parse import TimelineLine, parse_line
 
 
 def add_parser(sub: Subparsers, name: str, help_text: str) -> None:

@@ -1,5 +1,5 @@
 """``provetop replay FILE``: the dashboard over a recording, with play, pause, speed, seeks and
-jumps between faults and markers. The dashboard opens the file with ``sources.replay``.
+jumps between faults and markers. The dashboard opens the file with ``provetop.sources.replay``.
 
 Before the terminal is taken over the file goes through the reader ``summary`` uses (every
 frame decoded, checked against the schema and folded), so replay refuses exactly what summary
@@ -14,9 +14,9 @@ import os
 from provetop.base.errors import UsageError
 from provetop.commands import Subparsers
 from provetop.commands.watch import add_display_arguments
-from recordings.errors import RecordingError
-from recordings.reader import fold_recording
-from tui.app import ProvetopApp
+from provetop.recordings.errors import RecordingError
+from provetop.recordings.reader import fold_recording
+from provetop.tui.app import ProvetopApp
 
 
 def add_parser(sub: Subparsers, name: str, help_text: str) -> None:

@@ -28,9 +28,9 @@ from provetop.base.errors import UsageError
 from provetop.commands import Subparsers
 from provetop.commands.engine import PROGRESS_PREFIX, add_engine_arguments, config_from_args
 from provetop.commands.watch import add_display_arguments, read_token
-from recordings.writer import default_recording_path
-from sources.live import LiveSource
-from tui.app import ProvetopApp
+from provetop.recordings.writer import default_recording_path
+from provetop.sources.live import LiveSource
+from provetop.tui.app import ProvetopApp
 
 STARTUP_TIMEOUT_S = 600.0  # the engine prints its address before the SRS is made: this is
 # only reached when the child hangs before serving (a GPU start can take a minute)

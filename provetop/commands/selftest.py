@@ -14,12 +14,12 @@ import argparse
 import json
 import sys
 
-from kernels.backends import BackendUnavailable
-from kernels.selftest.registry import CheckResult
-from kernels.selftest.runner import run_selftest
-from kernels.tuning import KernelTuning, SettingError
 from provetop.base.errors import UsageError
 from provetop.commands import Subparsers
+from provetop.kernels.backends import BackendUnavailable
+from provetop.kernels.selftest.registry import CheckResult
+from provetop.kernels.selftest.runner import run_selftest
+from provetop.kernels.tuning import KernelTuning, SettingError
 
 
 def add_parser(sub: Subparsers, name: str, help_text: str) -> None:

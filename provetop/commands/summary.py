@@ -8,8 +8,8 @@ import sys
 
 from provetop.base.errors import UsageError
 from provetop.commands import Subparsers
-from recordings.errors import RecordingError
-from recordings.summary import build_summary, format_summary
+from provetop.recordings.errors import RecordingError
+from provetop.recordings.summary import build_summary, format_summary
 
 
 def add_parser(sub: Subparsers, name: str, help_text: str) -> None:

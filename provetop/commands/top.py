@@ -19,7 +19,7 @@ from provetop.commands.watch import (
     cuzk_source,
     run_monitor,
 )
-from sources.protocol import EventSource
+from provetop.sources.protocol import EventSource
 
 INTERVAL_MAX = 3600.0
 

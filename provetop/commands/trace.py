@@ -16,12 +16,12 @@ import os
 import sys
 from pathlib import Path
 
-from kernels.cuda import inject_build
 from provetop.base.errors import UsageError
 from provetop.base.units import fmt_bytes
 from provetop.commands import Subparsers
+from provetop.kernels.cuda import inject_build
+from provetop.recordings.writer import default_recording_path
 from provetop.trace.session import TraceError, TraceOptions, TraceSession
-from recordings.writer import default_recording_path
 
 INTERVAL_MS = 100  # the engine's own sampling period (its --sample-hz 10)
 

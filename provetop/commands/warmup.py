@@ -4,9 +4,11 @@ Why a command: on a new GPU machine the first use of each kernel source compiles
 (msm.cu alone took 153 s of a first 183 s ``provetop selftest --backend cuda`` on an H200
 host), silently, inside whatever ran first. Here that is one explicit step with one line per
 module and device: where the module came from (``cubin``: prebuilt by ``python -m
-kernels.cuda.prebuild``; ``nvrtc``: compiled, or read back from CuPy's on-disk cache) and how
+provetop.kernels.cuda.prebuild``; ``nvrtc``: compiled, or read back from CuPy's on-disk cache) and
+how
 long it took. Where nvcc is on the PATH the missing cubins are first compiled with it, in
-parallel, for the visible GPUs' architectures (``kernels.cuda.warmup.prebuild_missing``). Later
+parallel, for the visible GPUs' architectures (``provetop.kernels.cuda.warmup.prebuild_missing``).
+Later
 processes load every module in well under a second.
 
 Last, the injection library of ``provetop trace`` is built (or found cached), one line saying
@@ -25,9 +27,11 @@ import argparse
 import sys
 import time
 
-from kernels.cuda.prebuild import inject_line
-from kernels.cuda.runtime import CudaUnavailable
-from kernels.cuda.warmup import (
+from provetop.base.errors import UsageError
+from provetop.commands import Subparsers
+from provetop.kernels.cuda.prebuild import inject_line
+from provetop.kernels.cuda.runtime import CudaUnavailable
+from provetop.kernels.cuda.warmup import (
     Built,
     Warmed,
     builds,
@@ -36,9 +40,7 @@ from kernels.cuda.warmup import (
     visible_devices,
     warm,
 )
-from kernels.tuning import KernelTuning, SettingError
-from provetop.base.errors import UsageError
-from provetop.commands import Subparsers
+from provetop.kernels.tuning import KernelTuning, SettingError
 
 
 def add_parser(sub: Subparsers, name: str, help_text: str) -> None:

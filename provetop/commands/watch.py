@@ -16,16 +16,16 @@ from typing import Any
 
 from provetop.base.errors import UsageError
 from provetop.commands import Subparsers
-from recordings.address import AddressError, parse_address
-from recordings.prometheus.fold import MetricsFold
-from recordings.prometheus.http_server import MetricsAddressError, MetricsServer
-from sources.cuzk.source import CuzkSource
-from sources.discovery import default_address
-from sources.headless import run_headless
-from sources.live import LiveSource
-from sources.nvml import NvmlSource
-from sources.protocol import EventSource
-from tui.app import ProvetopApp
+from provetop.recordings.address import AddressError, parse_address
+from provetop.recordings.prometheus.fold import MetricsFold
+from provetop.recordings.prometheus.http_server import MetricsAddressError, MetricsServer
+from provetop.sources.cuzk.source import CuzkSource
+from provetop.sources.discovery import default_address
+from provetop.sources.headless import run_headless
+from provetop.sources.live import LiveSource
+from provetop.sources.nvml import NvmlSource
+from provetop.sources.protocol import EventSource
+from provetop.tui.app import ProvetopApp
 
 
 def add_parser(sub: Subparsers, name: str, help_text: str) -> None:

@@ -3,7 +3,8 @@
 Why here and not in the libraries: a library knows its own process only. When a plain
 allocation will not fit even with its own pools trimmed, it asks (``KIND_HEAL_REQUEST``) and
 its thread waits; the broker, which reads every traced process's samples, picks the processes
-whose reserved-but-unused bytes on that GPU make the allocation fit (``sources.trace.heal``),
+whose reserved-but-unused bytes on that GPU make the allocation fit
+(``provetop.sources.trace.heal``),
 has their libraries trim (``OP_TRIM``), waits for their answers, and answers the one that
 asked (``OP_HEAL_DONE``). CUDA documents its implicit release of a pool's reserve for
 allocations of the same process only; across processes nothing gives it back without this.
@@ -21,10 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from provetop.base.units import fmt_bytes
+from provetop.sources.trace.events import TraceEvents
+from provetop.sources.trace.heal import need_bytes, peers_to_trim
+from provetop.sources.trace.records import OP_HEAL_DONE, OP_TRIM, Record, encode_command
 from provetop.trace.listener import Stream
-from sources.trace.events import TraceEvents
-from sources.trace.heal import need_bytes, peers_to_trim
-from sources.trace.records import OP_HEAL_DONE, OP_TRIM, Record, encode_command
 
 # How long the broker waits for the peers' trims: under the library's own wait for the answer
 # (PROVETOP_TRACE_HEAL_WAIT_MS, 1000 by default), so the answer arrives while it still waits.

@@ -1,6 +1,7 @@
 """``provetop trace --cuzk-log LOG``: a cuzk run's partitions on the same time axis as its pools.
 
-cuzk's log says what each partition did and when (``sources.cuzk``); the trace says what the
+cuzk's log says what each partition did and when (``provetop.sources.cuzk``); the trace says what
+the
 pools held. Both are put on the trace's clock: the converter's events are on cuzk's own clock
 (t = 0 at the wall time the converter anchors from the log's tracing timestamps, or, until one
 comes, the program's start), so each is shifted by that anchor less the trace's own. The
@@ -14,9 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sources.cuzk.convert import Converter
-from sources.cuzk.follow import open_follower
-from sources.protocol import THREAD_PREFIX
+from provetop.sources.cuzk.convert import Converter
+from provetop.sources.cuzk.follow import open_follower
+from provetop.sources.protocol import THREAD_PREFIX
 
 POLL_S = 0.2  # how often the log is read: events reach the dashboard at most this late
 _OWN = ("hello", "engine_state")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provetop.base import nvml
-from sources.trace.events import DeviceInfo
+from provetop.sources.trace.events import DeviceInfo
 
 # The library traces device ordinals below 64 (MAX_DEVICES in its live.h): lane indices of
 # further processes on one GPU step by it, so a lane's GPU is its index modulo the stride.

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from sources.trace.records import Header, Record, StreamDecoder, TraceFormatError
+from provetop.sources.trace.records import Header, Record, StreamDecoder, TraceFormatError
 
 RECV_BYTES = 1 << 18  # a drain of the library writes up to 320 KiB at once (writer.h, BATCH)
 ACCEPT_BACKLOG = 64  # processes starting CUDA at the same instant, queued before accept

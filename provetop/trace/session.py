@@ -1,11 +1,12 @@
 """One ``provetop trace`` run: the program, its processes' streams, and the engine's carriers.
 
-Everything downstream is the engine's: the events go on a :class:`~engine.telemetry.bus.Bus`
+Everything downstream is the engine's: the events go on a
+:class:`~provetop.engine.telemetry.bus.Bus`
 (the one reducer folds them), to the telemetry socket (``watch`` and ``top`` attach to it as
 to an engine, discovery included), to a recording and to /metrics. What is the trace's own:
 
 - every process of the program that initialises CUDA connects to :class:`TraceListener`; its
-  records become events through :class:`sources.trace.events.TraceEvents`, all on the bus's
+  records become events through :class:`provetop.sources.trace.events.TraceEvents`, all on the bus's
   clock (the library's timestamps are CLOCK_MONOTONIC, the bus's too), each process's devices
   on lanes of their own (:mod:`provetop.trace.lanes`);
 - NVML, read here once a second per GPU (``gpu`` events) and with every memory sample (the
@@ -31,23 +32,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.telemetry.bus import Bus, Clock
-from engine.telemetry.control import CommandError, acknowledge, refuse_bad_frame
-from engine.telemetry.metrics import EngineMetrics
-from engine.telemetry.server import TelemetryServer, parse_listen, read_token
 from provetop.base import nvml
 from provetop.base.units import fmt_bytes
 from provetop.base.version import __version__
+from provetop.engine.telemetry.bus import Bus, Clock
+from provetop.engine.telemetry.control import CommandError, acknowledge, refuse_bad_frame
+from provetop.engine.telemetry.metrics import EngineMetrics
+from provetop.engine.telemetry.server import TelemetryServer, parse_listen, read_token
+from provetop.recordings.schema import SCHEMA_VERSION, SYNTH_WORKER_BASE
+from provetop.recordings.writer import RecordingWriter
+from provetop.sources.trace.events import TraceEvents
+from provetop.sources.trace.heal import verdict
+from provetop.sources.trace.records import OP_HEAL_DONE, OP_TRIM, Record, encode_command
 from provetop.trace.broker import HealBroker, heal_command_id
 from provetop.trace.child import Child, traced_env
 from provetop.trace.cuzk_log import CuzkLog
 from provetop.trace.lanes import LANE_STRIDE, LaneMap
 from provetop.trace.listener import Stream, TraceListener
-from recordings.schema import SCHEMA_VERSION, SYNTH_WORKER_BASE
-from recordings.writer import RecordingWriter
-from sources.trace.events import TraceEvents
-from sources.trace.heal import verdict
-from sources.trace.records import OP_HEAL_DONE, OP_TRIM, Record, encode_command
 
 NVML_INTERVAL_S = 1.0  # the engine's own default (--nvml-interval)
 # After the program exited, how long its processes' libraries get to flush: the library's exit

@@ -1,4 +1,5 @@
-"""What a scrape answers: the families of :data:`~recordings.prometheus.families.METRICS`, built
+"""What a scrape answers: the families of :data:`~provetop.recordings.prometheus.families.METRICS`,
+built
 from one :class:`Reading` and written in prometheus-client's text format.
 
 Why a reading and not the fold itself: a scrape must not hold the fold's lock while it formats
@@ -22,9 +23,9 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from recordings.prometheus.families import COUNTER_FIELDS, DURATION_BUCKETS, METRICS
-from recordings.schema import is_number
-from recordings.state import WORKER_STATES, async_cached, phantom_bytes
+from provetop.recordings.prometheus.families import COUNTER_FIELDS, DURATION_BUCKETS, METRICS
+from provetop.recordings.schema import is_number
+from provetop.recordings.state import WORKER_STATES, async_cached, phantom_bytes
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

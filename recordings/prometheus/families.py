@@ -1,7 +1,8 @@
 """The metric families ``/metrics`` serves: one table, read by everything that names a metric.
 
-The exposition (:mod:`recordings.prometheus.exposition`), ``docs/metrics.md`` (``python -m
-recordings.prometheus.families`` prints its table) and the Grafana dashboard's test all read
+The exposition (:mod:`provetop.recordings.prometheus.exposition`), ``docs/metrics.md`` (``python -m
+provetop.recordings.prometheus.families`` prints its table) and the Grafana dashboard's test all
+read
 :data:`METRICS`, so a metric cannot exist in one and not the other.
 """
 

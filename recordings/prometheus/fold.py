@@ -1,7 +1,8 @@
 """The fold behind ``/metrics``: the state reducer, and the counts only Prometheus keeps.
 
 Why not a fold of its own: an operator compares ``/metrics`` with the dashboard and with
-``summary``, so every figure the reducer derives comes from a :class:`recordings.state.State`
+``summary``, so every figure the reducer derives comes from a
+:class:`provetop.recordings.state.State`
 folded here: the memory picture and its phantom bytes, the latest NVML sample, s/proof, the
 synthesis lanes, what each worker is doing, the proofs completed and failed, the listener's
 counters and the missed events. What the reducer does not keep is what Prometheus wants for the
@@ -16,7 +17,7 @@ folds the adapter's events.
 Threading: :meth:`MetricsFold.apply` runs on one thread (a bus subscriber, a source's thread);
 :meth:`MetricsFold.render` runs on HTTP threads. Both take one short lock: ``apply`` folds one
 event, :meth:`MetricsFold.reading` copies the numbers, and the text is built outside the lock
-(:mod:`recordings.prometheus.exposition`).
+(:mod:`provetop.recordings.prometheus.exposition`).
 """
 
 from __future__ import annotations
@@ -28,16 +29,16 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from recordings.prometheus.exposition import (
+from provetop.recordings.prometheus.exposition import (
     HistogramCopy,
     Reading,
     build_families,
     registry,
     render,
 )
-from recordings.prometheus.families import DURATION_BUCKETS
-from recordings.schema import is_number
-from recordings.state import TRIM_EVERY, State, Window
+from provetop.recordings.prometheus.families import DURATION_BUCKETS
+from provetop.recordings.schema import is_number
+from provetop.recordings.state import TRIM_EVERY, State, Window
 
 Labels = tuple[str, ...]
 

@@ -13,7 +13,7 @@ run. Here that means:
   thread;
 - at most :data:`MAX_THREADS` connections are served at once; one more is closed at once;
 - a request only calls ``render()``, which copies the fold's numbers under a short lock
-  (:mod:`recordings.prometheus.fold`); the fold itself runs elsewhere.
+  (:mod:`provetop.recordings.prometheus.fold`); the fold itself runs elsewhere.
 
 Addresses: ``HOST:PORT``, ``:PORT`` or ``PORT`` (host 127.0.0.1), ``[::1]:PORT`` for IPv6. A
 host other than loopback is served only when named; port 0 picks a free port (the bound address
@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import BufferedIOBase
 from typing import Any
 
-from recordings.prometheus.exposition import CONTENT_TYPE
+from provetop.recordings.prometheus.exposition import CONTENT_TYPE
 
 DEFAULT_HOST = "127.0.0.1"
 MAX_REQUEST_BYTES = 8192  # request line and headers together

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from recordings.schema import MS, is_number
-from sources.cuzk.parse import Value
-from sources.cuzk.timing import PHASE_MS, REGION_KEYS
+from provetop.recordings.schema import MS, is_number
+from provetop.sources.cuzk.parse import Value
+from provetop.sources.cuzk.timing import PHASE_MS, REGION_KEYS
 
 MIB = 1 << 20
 PRESTAGE_MARGIN = 512 * MIB  # cuzk's SAFETY_MARGIN in groth16_cuda.cu

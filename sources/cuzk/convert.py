@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from provetop.base.version import __version__
-from recordings.schema import (
+from provetop.recordings.schema import (
     MS,
     SCHEMA_VERSION,
     SYNTH_WORKER_BASE,
@@ -46,7 +46,7 @@ from recordings.schema import (
     is_number,
     make,
 )
-from sources.cuzk.calls import (
+from provetop.sources.cuzk.calls import (
     MIB,
     PRESTAGE_MARGIN,
     Attempt,
@@ -56,7 +56,7 @@ from sources.cuzk.calls import (
     ms_to_ns,
     prestage_outcome,
 )
-from sources.cuzk.parse import (
+from provetop.sources.cuzk.parse import (
     Malformed,
     PanicLine,
     TimelineLine,
@@ -64,7 +64,7 @@ from sources.cuzk.parse import (
     TraceLine,
     parse_line,
 )
-from sources.cuzk.timing import (
+from provetop.sources.cuzk.timing import (
     AFTER_KEYS,
     CALL_KEYS,
     PHASE_MS,

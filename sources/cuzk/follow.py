@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO, Protocol
 
-from sources.protocol import THREAD_PREFIX
+from provetop.sources.protocol import THREAD_PREFIX
 
 CHUNK = 1 << 16
 # A line longer than this is cut: its first MAX_LINE bytes are handed out as a partial (cut)

@@ -384,13 +384,16 @@ def status_snapshot(run: Run, t_ms: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sources.cuzk.sim [--realtime]``: print a modeled cuzk log, to try the adapter
+    """``python -m provetop.sources.cuzk.sim [--realtime]``: print a modeled cuzk log, to try the
+    adapter
     (``... | provetop watch --cuzk-log -``) without a cuzk daemon."""
     import argparse
     import sys
     import time
 
-    parser = argparse.ArgumentParser(prog="python -m sources.cuzk.sim", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m provetop.sources.cuzk.sim", description=main.__doc__
+    )
     parser.add_argument("--jobs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2, help="GPU workers (one GPU)")

@@ -9,7 +9,7 @@ the source's thread). The first event is ``hello`` with ``source="cuzk"`` and
 always refuses.
 
 While the log is quiet the source advances the converter's clock from wall time, so events held
-back for ordering (``sources.cuzk.convert``) are released within about a second.
+back for ordering (``provetop.sources.cuzk.convert``) are released within about a second.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from recordings.schema import MS
-from sources.cuzk.convert import Converter
-from sources.cuzk.follow import Follower, open_follower
-from sources.cuzk.status import StatusPoller, StatusResult, fetch_status, status_url
-from sources.errors import SourceError
-from sources.protocol import BATCH_SECONDS, THREAD_PREFIX, names_its_thread
+from provetop.recordings.schema import MS
+from provetop.sources.cuzk.convert import Converter
+from provetop.sources.cuzk.follow import Follower, open_follower
+from provetop.sources.cuzk.status import StatusPoller, StatusResult, fetch_status, status_url
+from provetop.sources.errors import SourceError
+from provetop.sources.protocol import BATCH_SECONDS, THREAD_PREFIX, names_its_thread
 
 Events = list[dict[str, Any]]
 
@@ -168,7 +168,7 @@ class CuzkSource:
         self.stop()
 
     def send(self, cmd: str, args: dict[str, Any]) -> int:
-        """cuzk takes no commands: raises :class:`sources.errors.SourceError`."""
+        """cuzk takes no commands: raises :class:`provetop.sources.errors.SourceError`."""
         raise SourceError("cuzk is read-only: provetop cannot control it")
 
     def command(self, cmd: str, args: dict[str, Any] | None = None) -> dict[str, Any]:

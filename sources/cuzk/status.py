@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from sources.protocol import THREAD_PREFIX
+from provetop.sources.protocol import THREAD_PREFIX
 
 MAX_BODY = 4 << 20  # a status body is a few KiB; refuse anything absurd
 MAX_DEPTH = 32  # cuzk's status nests 3-4 levels; a deeper body is refused, not walked

@@ -8,7 +8,7 @@ to the oldest GPU call that has not yet received a line of its kind (its *slot*,
 
 from __future__ import annotations
 
-from sources.cuzk.parse import TimingLine
+from provetop.sources.cuzk.parse import TimingLine
 
 # CUZK_TIMING keys, by where in a GPU call they are printed.
 REGION_KEYS = ("ntt_msm_h_ms", "batch_add_ms", "tail_msm_ms", "mutex_wait_ms", "mutex_held_ms")

@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from provetop.base.units import fmt_bytes
-from recordings.schema import make
-from sources.trace.heal import verdict
-from sources.trace.records import (
+from provetop.recordings.schema import make
+from provetop.sources.trace.heal import verdict
+from provetop.sources.trace.records import (
     API_ALLOCATOR,
     CUPTI_RESULTS,
     HEAL_ALLOC,

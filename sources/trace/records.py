@@ -207,7 +207,7 @@ def parse_header(data: bytes) -> Header:
         raise TraceFormatError(
             f"trace stream version {version}; this provetop reads version {VERSION} "
             "(rebuild the injection library with this provetop: python -m "
-            "kernels.cuda.inject_build --force)"
+            "provetop.kernels.cuda.inject_build --force)"
         )
     if header_size != HEADER_SIZE or record_size != RECORD_SIZE:
         raise TraceFormatError(

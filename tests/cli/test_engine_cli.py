@@ -119,8 +119,8 @@ def _start_engine_process(tmp_path, *extra):
 
 
 def test_engine_serves_until_stopped_then_exits_0(tmp_path):
-    from recordings.reader import open_recording
-    from sources.client import EngineClient
+    from provetop.recordings.reader import open_recording
+    from provetop.sources.client import EngineClient
 
     proc, address, rec = _start_engine_process(tmp_path)
     try:
@@ -140,7 +140,7 @@ def test_engine_serves_until_stopped_then_exits_0(tmp_path):
 def test_sigterm_closes_the_recording_cleanly(tmp_path):
     import signal
 
-    from recordings.reader import open_recording
+    from provetop.recordings.reader import open_recording
 
     proc, address, rec = _start_engine_process(tmp_path, "--proofs", "100000")
     try:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from provetop.cli import main
-from recordings.reader import open_recording, read_state
-from sources.cuzk import sim
+from provetop.recordings.reader import open_recording, read_state
+from provetop.sources.cuzk import sim
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cuzk"
 

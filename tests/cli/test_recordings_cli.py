@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recordings.writer import RecordingWriter
+from provetop.recordings.writer import RecordingWriter
 from tests.recordings.fixtures import make_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from recordings.reader import RecordingError, open_recording
+from provetop.recordings.reader import RecordingError, open_recording
 
 ROOT = Path(__file__).resolve().parents[2]
 USED = ("sync_used", "async_used", "pinned_host")

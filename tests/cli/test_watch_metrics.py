@@ -11,10 +11,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from recordings.prometheus.fold import MetricsFold
-from recordings.prometheus.http_server import MetricsServer
-from recordings.state import State
-from sources.cuzk.source import CuzkSource
+from provetop.recordings.prometheus.fold import MetricsFold
+from provetop.recordings.prometheus.http_server import MetricsServer
+from provetop.recordings.state import State
+from provetop.sources.cuzk.source import CuzkSource
 
 LOG = Path(__file__).resolve().parents[1] / "fixtures" / "cuzk" / "daemon.log"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 def run_engine(cfg: Any, timeout: float = 60, **kw: Any) -> tuple[Any, list[dict[str, Any]]]:
     """(the closed engine, every event it emitted); ``kw`` goes to ``Engine``."""
-    from engine.run.runner import Engine
+    from provetop.engine.run.runner import Engine
 
     engine = Engine(cfg, listen=False, **kw)
     sub = engine.subscribe("test")
@@ -24,8 +24,8 @@ def run_engine(cfg: Any, timeout: float = 60, **kw: Any) -> tuple[Any, list[dict
 def serving_engine(proofs: int = 100_000, **overrides: Any) -> Iterator[Any]:
     """A started cpu engine of the ``ci`` preset listening on a private Unix socket (its
     ``address``), stopped and closed afterwards. The default proof count outlasts any test."""
-    from engine.run.runner import Engine
-    from engine.settings.config import from_preset
+    from provetop.engine.run.runner import Engine
+    from provetop.engine.settings.config import from_preset
 
     engine = Engine(
         from_preset("ci", backend="cpu", proofs=proofs, **overrides), listen=None, record=None

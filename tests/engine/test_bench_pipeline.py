@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-from engine.bench.pipeline import format_table, reduce_recording
 from provetop.cli import main
-from recordings.summary import build_summary
+from provetop.engine.bench.pipeline import format_table, reduce_recording
+from provetop.recordings.summary import build_summary
 
 
 def test_bench_pipeline_cpu_run_reduces_its_recording(tmp_path, capsys, monkeypatch):
-    from engine.settings.tuning import Tuning
-    from recordings.reader import open_recording
+    from provetop.engine.settings.tuning import Tuning
+    from provetop.recordings.reader import open_recording
 
     monkeypatch.setenv("PROVETOP_MSM_HOST_BUFFERS", "6")  # recorded, not used on the cpu backend
     out = tmp_path / "res.json"
@@ -63,8 +63,8 @@ def test_bench_pipeline_reports_the_upload_copy_time_of_a_recording(tmp_path, ca
     """The copy column comes from the upload phases' ``gpu_ms`` (a CUDA run's upload-stream
     events). It once read an event list that the folding reader never keeps, and said "-" on
     the H200."""
-    from recordings.reader import open_recording
-    from recordings.writer import RecordingWriter
+    from provetop.recordings.reader import open_recording
+    from provetop.recordings.writer import RecordingWriter
 
     src = tmp_path / "cpu.pvtrec"
     args = ["bench", "pipeline", "--backend", "cpu", "--preset", "small", "--proofs", "1"]
@@ -88,8 +88,8 @@ def test_bench_pipeline_reports_the_checks_and_the_unchecked_gpu_total(tmp_path,
     """A CUDA run's checked partitions carry check_inputs and check_sums in their region:
     their medians and the gpu_total of the partitions without a check (``verified`` nil) are
     printed; a run without those phases (cpu, older recordings) prints no such line."""
-    from recordings.reader import open_recording
-    from recordings.writer import RecordingWriter
+    from provetop.recordings.reader import open_recording
+    from provetop.recordings.writer import RecordingWriter
 
     src = tmp_path / "cpu.pvtrec"
     args = ["bench", "pipeline", "--backend", "cpu", "--preset", "small", "--proofs", "1"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from engine.bench.soak import malloc_bytes
 from provetop.cli import main
+from provetop.engine.bench.soak import malloc_bytes
 
 
 def test_the_short_soak_runs_every_stage_and_prints_the_targets(tmp_path, capsys):

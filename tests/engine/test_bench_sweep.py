@@ -10,12 +10,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from engine.bench.pipeline import sweep_point
-from engine.bench.plot import Series, line_chart, nice_ticks
-from engine.bench.sweep import Point, format_sweep_table, parse_memory_list, run_sweep
-from engine.settings.config import from_preset
-from engine.settings.tuning import Tuning
 from provetop.cli import main
+from provetop.engine.bench.pipeline import sweep_point
+from provetop.engine.bench.plot import Series, line_chart, nice_ticks
+from provetop.engine.bench.sweep import Point, format_sweep_table, parse_memory_list, run_sweep
+from provetop.engine.settings.config import from_preset
+from provetop.engine.settings.tuning import Tuning
 
 SVG = "{http://www.w3.org/2000/svg}"
 KIB = 1 << 10

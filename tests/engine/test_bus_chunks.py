@@ -3,9 +3,9 @@ them, not a copy of the history under the bus lock, and still ends with exactly 
 
 from __future__ import annotations
 
-import engine.telemetry.bus as bus_mod
-from engine.telemetry.bus import Bus
-from recordings.state import State
+import provetop.engine.telemetry.bus as bus_mod
+from provetop.engine.telemetry.bus import Bus
+from provetop.recordings.state import State
 from tests.recordings.fixtures import make_run
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.partition.cpu import CpuPartition
-from engine.settings.config import from_preset
+from provetop.engine.partition.cpu import CpuPartition
+from provetop.engine.settings.config import from_preset
 from tests.engine.run_helper import run_engine
 
 

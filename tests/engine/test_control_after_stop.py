@@ -3,11 +3,11 @@ and the engine keeps stopping."""
 
 from __future__ import annotations
 
-from engine.partition.testing import GatedBackend
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from kernels.backends import get_backend
-from sources.client import EngineClient
+from provetop.engine.partition.testing import GatedBackend
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.kernels.backends import get_backend
+from provetop.sources.client import EngineClient
 
 
 def test_resume_after_stop_is_refused_with_a_reason(tmp_path):

@@ -20,11 +20,11 @@ import types
 import numpy as np
 import pytest
 
-from engine.devices import cuda as dcuda
-from engine.memory.allocator import footprint
-from engine.memory.residency import G1_AFFINE_BYTES, partition_need, plan_residency
-from engine.spec.workload import query_sizes
-from kernels.tuning import KernelTuning
+from provetop.engine.devices import cuda as dcuda
+from provetop.engine.memory.allocator import footprint
+from provetop.engine.memory.residency import G1_AFFINE_BYTES, partition_need, plan_residency
+from provetop.engine.spec.workload import query_sizes
+from provetop.kernels.tuning import KernelTuning
 
 GiB = 1 << 30
 
@@ -75,7 +75,7 @@ def test_oom_classification():
 
 
 def test_pool_sample_has_every_memory_field():
-    from recordings.schema import MEMORY_FIELDS, validate
+    from provetop.recordings.schema import MEMORY_FIELDS, validate
 
     r = [random.randrange(1 << 40) for _ in range(8)]
     attrs = {dcuda.ATTR_RESERVED_CURRENT: r[0], dcuda.ATTR_RESERVED_HIGH: r[1]}
@@ -109,7 +109,7 @@ def test_backend_choice_and_start_up_line():
 def test_default_backend_line_without_a_gpu(monkeypatch):
     import argparse
 
-    from engine.run import options as cmd
+    from provetop.engine.run import options as cmd
 
     monkeypatch.setattr(dcuda, "gpu_visible", lambda: False)
     args = argparse.Namespace(backend=None)
@@ -127,7 +127,7 @@ def test_cuda_backend_without_cupy_says_why():
         pytest.skip("CuPy is installed here")
     except ImportError:
         pass
-    from kernels.backends import BackendUnavailable, get_backend
+    from provetop.kernels.backends import BackendUnavailable, get_backend
 
     with pytest.raises(BackendUnavailable) as exc:
         get_backend("cuda")
@@ -135,7 +135,7 @@ def test_cuda_backend_without_cupy_says_why():
 
 
 def test_is_host():
-    from kernels.cuda.backend import is_host
+    from provetop.kernels.cuda.backend import is_host
 
     assert is_host(np.zeros((2, 4), np.uint64))
     assert is_host([1, 2])
@@ -197,15 +197,15 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     import threading
     from dataclasses import replace
 
-    from engine.devices.modeled import ModeledDevice
-    from engine.memory.allocator import make_policy
-    from engine.partition.cuda import COPY_PHASES, GPU_PHASES, CudaPartitionRunner
-    from engine.partition.pipeline import RunContext
-    from engine.settings.config import from_preset
-    from engine.spec.srs import generate_srs
-    from engine.telemetry.bus import Bus
-    from engine.telemetry.control import Controls
-    from kernels.cpu_backend import CpuBackend
+    from provetop.engine.devices.modeled import ModeledDevice
+    from provetop.engine.memory.allocator import make_policy
+    from provetop.engine.partition.cuda import COPY_PHASES, GPU_PHASES, CudaPartitionRunner
+    from provetop.engine.partition.pipeline import RunContext
+    from provetop.engine.settings.config import from_preset
+    from provetop.engine.spec.srs import generate_srs
+    from provetop.engine.telemetry.bus import Bus
+    from provetop.engine.telemetry.control import Controls
+    from provetop.kernels.cpu_backend import CpuBackend
 
     class TimedModeled(ModeledDevice):
         def gpu_timer(self):
@@ -238,7 +238,7 @@ def test_cuda_partition_runner_times_gpu_phases_and_reserves_msm_scratch():
     bus.flush()
     assert result.ok and result.verified
     # an injected OOM at the (reserved, not allocated) MSM scratch site still fires
-    from engine.partition.faults import FaultInjector
+    from provetop.engine.partition.faults import FaultInjector
 
     inj = FaultInjector.from_spec("alloc:msm_scratch:1")
     inj.bind(bus.emit)
@@ -266,16 +266,16 @@ def test_a_phase_failing_before_its_timer_started_reports_no_gpu_time():
     import time
     from dataclasses import replace
 
-    from engine.devices.modeled import ModeledDevice
-    from engine.memory.allocator import make_policy
-    from engine.partition.cuda import CudaPartitionRunner
-    from engine.partition.faults import FaultInjector
-    from engine.partition.pipeline import RunContext
-    from engine.settings.config import from_preset
-    from engine.spec.srs import generate_srs
-    from engine.telemetry.bus import Bus
-    from engine.telemetry.control import Controls
-    from kernels.cpu_backend import CpuBackend
+    from provetop.engine.devices.modeled import ModeledDevice
+    from provetop.engine.memory.allocator import make_policy
+    from provetop.engine.partition.cuda import CudaPartitionRunner
+    from provetop.engine.partition.faults import FaultInjector
+    from provetop.engine.partition.pipeline import RunContext
+    from provetop.engine.settings.config import from_preset
+    from provetop.engine.spec.srs import generate_srs
+    from provetop.engine.telemetry.bus import Bus
+    from provetop.engine.telemetry.control import Controls
+    from provetop.kernels.cpu_backend import CpuBackend
 
     pair = {"start": None}  # the thread's one start event
 
@@ -324,9 +324,9 @@ def test_failed_attempt_orders_the_scalars_free_after_their_upload():
     device here is a stand-in that records the order of calls (no GPU)."""
     import threading
 
-    from engine.devices.base import Block
-    from engine.partition.cuda import CudaPartition
-    from engine.partition.pipeline import Attempt, PartitionRunner
+    from provetop.engine.devices.base import Block
+    from provetop.engine.partition.cuda import CudaPartition
+    from provetop.engine.partition.pipeline import Attempt, PartitionRunner
 
     log = []
 
@@ -375,8 +375,8 @@ def test_cuda_ops_hand_the_copies_in_flight_to_the_h_step_or_the_check():
     compute stream wait for both before it reads them, and the H step then waits for none."""
     import threading
 
-    from engine.partition.cuda import CudaPartition
-    from engine.partition.pipeline import PartitionRunner
+    from provetop.engine.partition.cuda import CudaPartition
+    from provetop.engine.partition.pipeline import PartitionRunner
 
     waits, calls = [], []
 
@@ -412,9 +412,9 @@ def test_cuda_ops_reserve_their_scalars_block_for_the_gpu_region():
     free) includes the aux scalars' block the CUDA ops allocate after the H step, as the
     cache reclaim's need does; on the fallback path, whichever of a, b, c or d_a + scalars +
     the largest MSM is larger. The device and witness are stand-ins (no GPU)."""
-    from engine.memory.allocator import Footprint
-    from engine.partition.cuda import CudaPartition
-    from engine.partition.ops import WorkerScope
+    from provetop.engine.memory.allocator import Footprint
+    from provetop.engine.partition.cuda import CudaPartition
+    from provetop.engine.partition.ops import WorkerScope
 
     u, z = 4 * GiB, random.randrange(1, 5 * GiB)
     fp = Footprint(u=u, msm={"h": 3 * GiB, "l": GiB}, margin=512 << 20)
@@ -446,8 +446,8 @@ def test_a_free_that_raises_still_gives_the_gate_back():
     is a stand-in whose free raises (no GPU)."""
     import threading
 
-    from engine.devices.base import Block
-    from engine.partition.pipeline import Attempt, DeviceGate, PartitionRunner
+    from provetop.engine.devices.base import Block
+    from provetop.engine.partition.pipeline import Attempt, DeviceGate, PartitionRunner
 
     class Dev:
         index = 0
@@ -473,8 +473,8 @@ def test_a_free_that_raises_still_gives_the_gate_back():
 
 
 def test_lazy_aware_policy_trims_only_when_short():
-    from engine.devices.modeled import ModeledDevice
-    from engine.memory.allocator import LazyAwarePolicy
+    from provetop.engine.devices.modeled import ModeledDevice
+    from provetop.engine.memory.allocator import LazyAwarePolicy
 
     fp = footprint(8, query_sizes(8))
     dev = ModeledDevice(0, 1 << 30)
@@ -490,8 +490,8 @@ def test_lazy_aware_policy_trims_only_when_short():
 
 
 def test_cuda_footprint_uses_the_gpu_msm_scratch():
-    from engine.memory.stream_plan import cuda_footprint
-    from kernels.cuda.msm_plan import host_scratch_bytes, scratch_bytes, stream_window_bits
+    from provetop.engine.memory.stream_plan import cuda_footprint
+    from provetop.kernels.cuda.msm_plan import host_scratch_bytes, scratch_bytes, stream_window_bits
 
     sizes = query_sizes(20)
     fp = footprint(20, sizes)
@@ -510,7 +510,7 @@ def test_cuda_footprint_uses_the_gpu_msm_scratch():
 
 
 def test_bound_backend_injects_stream_allocator_and_in_place():
-    from engine.partition.cuda_backend import BoundBackend
+    from provetop.engine.partition.cuda_backend import BoundBackend
 
     calls = []
 
@@ -542,8 +542,12 @@ def test_bound_backend_injects_stream_allocator_and_in_place():
 
 
 def test_bound_backend_runs_the_one_pass_with_caps_lead_and_buffers():
-    from engine.partition.cuda_backend import BoundBackend
-    from kernels.cuda.msm_plan import COMPANION_WINDOW_MAX, INTERLEAVE_BUFFERS, INTERLEAVE_LEAD
+    from provetop.engine.partition.cuda_backend import BoundBackend
+    from provetop.kernels.cuda.msm_plan import (
+        COMPANION_WINDOW_MAX,
+        INTERLEAVE_BUFFERS,
+        INTERLEAVE_LEAD,
+    )
 
     calls = []
 
@@ -673,9 +677,10 @@ def test_pinned_empty_is_portable_and_exactly_the_size_asked(monkeypatch):
     """The cudaHostAlloc method (the fallback), through a *fake* CuPy (records the
     cudaHostAlloc arguments; proves nothing about CUDA): the host SRS is made on one device
     and streamed by every device, so its memory must be page-locked for all of them
-    (cudaHostAllocPortable), and a witness pool must take the bytes engine.memory.hostmem plans
+    (cudaHostAllocPortable), and a witness pool must take the bytes provetop.engine.memory.hostmem
+    plans
     for, not CuPy's pool's power-of-two block (16 GiB for the 12 GiB a, b, c at 2^27)."""
-    from kernels.cuda import host_pinned
+    from provetop.kernels.cuda import host_pinned
 
     asked = []
 
@@ -765,13 +770,13 @@ def test_nvml_process_not_listed_and_v1_fallback(fake_nvml):
 
 @pytest.fixture(scope="module")
 def backend(cp):
-    from kernels.cuda.backend import CudaBackend
+    from provetop.kernels.cuda.backend import CudaBackend
 
     return CudaBackend(host_chunk=1 << 9)
 
 
 def _fr_rows(n, rng=None):
-    from kernels.layout import fr_to_limbs, random_fr
+    from provetop.kernels.layout import fr_to_limbs, random_fr
 
     return fr_to_limbs(random_fr(n, rng), montgomery=True)
 
@@ -779,8 +784,8 @@ def _fr_rows(n, rng=None):
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [1, 5, 11])
 def test_gpu_h_step_host_and_in_place_match_the_cpu_reference(cp, backend, k):
-    from kernels.cpu_backend import CpuBackend
-    from kernels.cuda.fr import elementwise
+    from provetop.kernels.cpu_backend import CpuBackend
+    from provetop.kernels.cuda.fr import elementwise
 
     n = 1 << k
     a, b = _fr_rows(n), _fr_rows(n)
@@ -805,7 +810,7 @@ def test_gpu_h_step_waits_for_inputs_still_being_copied(cp, backend):
     (no wait, or a wait in the wrong place) differs."""
     k = 16
     n = 1 << k
-    from kernels.cuda.fr import elementwise
+    from provetop.kernels.cuda.fr import elementwise
 
     a, b = _fr_rows(n), _fr_rows(n)
     c = elementwise("mul", cp.asarray(a), cp.asarray(b)).get()
@@ -834,8 +839,8 @@ def test_gpu_h_step_waits_for_inputs_still_being_copied(cp, backend):
 
 @pytest.mark.gpu
 def test_gpu_msm_device_and_streamed_host_points_agree(cp, backend):
-    from kernels.cpu import srs as csrs
-    from kernels.layout import fr_to_limbs, g1_from_limbs, random_fr
+    from provetop.kernels.cpu import srs as csrs
+    from provetop.kernels.layout import fr_to_limbs, g1_from_limbs, random_fr
 
     n = 3000  # host_chunk 512: six chunks, the last one short
     secrets = random_fr(n)
@@ -853,14 +858,15 @@ def test_gpu_msm_device_and_streamed_host_points_agree(cp, backend):
 
 @pytest.mark.gpu
 def test_gpu_rows_released_by_the_pass_can_be_overwritten_while_it_runs(cp, backend):
-    """The hand-over's premise (engine.memory.handover): once the pass reports H's rows lo..hi read
+    """The hand-over's premise (provetop.engine.memory.handover): once the pass reports H's rows
+    lo..hi read
     (``rows_read``), another stream may overwrite them while the pass goes on. Here each
     reported range gets the next partition's a, copied from pinned memory on a side stream
     after the reported event: the pass's results must still be the MSMs of the old scalars
     (checked against the secrets), and the block must end as exactly the new a. A report
     made before the last read of its rows gives wrong sums."""
-    from kernels.cpu import srs as csrs
-    from kernels.layout import fr_to_limbs, g1_from_limbs, random_fr
+    from provetop.kernels.cpu import srs as csrs
+    from provetop.kernels.layout import fr_to_limbs, g1_from_limbs, random_fr
 
     n, m = 5000, 3000  # host_chunk 512: H in ten chunks, the last short
     secrets = random_fr(n)
@@ -905,10 +911,10 @@ def test_gpu_engine_hands_h_blocks_to_the_next_partitions_a_and_verifies(cp, mon
     hold, and at least one checked partition must have started from a handed-over block."""
     from dataclasses import replace
 
-    from engine.memory.residency import plan_residency
-    from engine.run import cuda_srs
-    from engine.settings.config import from_preset
-    from kernels.cuda.backend import CudaBackend
+    from provetop.engine.memory.residency import plan_residency
+    from provetop.engine.run import cuda_srs
+    from provetop.engine.settings.config import from_preset
+    from provetop.kernels.cuda.backend import CudaBackend
 
     def all_host(sizes, free, fp, workers, chunk_bytes):
         placed = plan_residency(sizes, free, fp, workers, chunk_bytes)
@@ -958,7 +964,7 @@ def test_gpu_device_sample_and_ballast(cp):
         assert s["ballast"] == total - want and s["modeled"] is False
         assert s["driver_free"] <= free - s["ballast"] + (64 << 20)
         assert dev.capacity == want and "ballast" in dev.name
-        from recordings.schema import validate
+        from provetop.recordings.schema import validate
 
         validate({"k": "memory", "t": 0, "device": 0, **s})
     finally:
@@ -1112,7 +1118,7 @@ def test_gpu_scratch_oom_becomes_device_oom(cp, device):
 def _run_engine(cfg, forced=(), **kw):
     """Run an in-process engine (no socket) to the end, the devices in ``forced`` on the
     fallback path (the operator's control); (the engine, every event)."""
-    from engine.run.runner import Engine
+    from provetop.engine.run.runner import Engine
 
     engine = Engine(cfg, listen=False, **kw)
     for device in forced:
@@ -1136,10 +1142,10 @@ def test_gpu_engine_streams_the_host_queries_in_one_pass_and_verifies(cp, monkey
     reads after the pass."""
     from dataclasses import replace
 
-    from engine.memory.residency import plan_residency
-    from engine.run import cuda_srs
-    from engine.settings.config import from_preset
-    from kernels.cuda.backend import CudaBackend
+    from provetop.engine.memory.residency import plan_residency
+    from provetop.engine.run import cuda_srs
+    from provetop.engine.settings.config import from_preset
+    from provetop.kernels.cuda.backend import CudaBackend
 
     def some_host(sizes, free, fp, workers, chunk_bytes):
         placed = plan_residency(sizes, free, fp, workers, chunk_bytes)
@@ -1171,7 +1177,7 @@ def test_gpu_engine_streams_the_host_queries_in_one_pass_and_verifies(cp, monkey
 
 @pytest.mark.gpu
 def test_gpu_engine_small_run_verifies(cp, tmp_path):
-    from engine.settings.config import from_preset
+    from provetop.engine.settings.config import from_preset
 
     cfg = from_preset("small", backend="cuda", proofs=1, verify="always")
     engine, events = _run_engine(cfg, record=tmp_path / "run.pvtrec")
@@ -1206,7 +1212,7 @@ def test_gpu_engine_small_run_verifies(cp, tmp_path):
 def test_gpu_engine_with_synthesis_ahead_verifies_every_partition(cp, tmp_path):
     """Two pinned witness pools per worker, the next witness made on the look-ahead thread
     (its own CUDA streams) while the current partition runs: every check must still hold."""
-    from engine.settings.config import SYNTH_LANE_BASE, from_preset
+    from provetop.engine.settings.config import SYNTH_LANE_BASE, from_preset
 
     cfg = from_preset(
         "small", backend="cuda", proofs=2, partitions=4, verify="always", synthesis_ahead=True
@@ -1225,7 +1231,7 @@ def test_gpu_two_devices_with_look_ahead_and_fallback_verify_every_partition(cp,
     fallback path, so its workers' first CUDA call is an async malloc inside ``with dev``
     (the case that left a thread on device 0). Every partition must verify on both devices,
     and each device's memory samples must be its own card's (PCI bus ids differ)."""
-    from engine.settings.config import from_preset
+    from provetop.engine.settings.config import from_preset
 
     if cp.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("needs two CUDA devices (multi-GPU path)")
@@ -1252,9 +1258,9 @@ def test_gpu_two_devices_with_look_ahead_and_fallback_verify_every_partition(cp,
 @pytest.mark.gpu
 @pytest.mark.parametrize("where", ["device", "host"])
 def test_gpu_srs_powers_match_the_cpu_points(cp, backend, where):
-    from kernels.cpu.srs import powers, srs_points
-    from kernels.cuda.host_pinned import pinned_empty
-    from kernels.layout import g1_from_limbs, random_fr
+    from provetop.kernels.cpu.srs import powers, srs_points
+    from provetop.kernels.cuda.host_pinned import pinned_empty
+    from provetop.kernels.layout import g1_from_limbs, random_fr
 
     m = 101
     sigma = random_fr(1)[0]
@@ -1271,8 +1277,8 @@ POISON = np.uint64(0xFFFFFFFFFFFFFFFF)
 @pytest.mark.gpu
 @pytest.mark.parametrize("where", ["device", "host"])
 def test_gpu_srs_powers_report_each_chunk_and_stop_on_a_raise(cp, backend, where):
-    from kernels.cuda.host_pinned import pinned_empty
-    from kernels.layout import random_fr
+    from provetop.kernels.cuda.host_pinned import pinned_empty
+    from provetop.kernels.layout import random_fr
 
     m = 101
     sigma = random_fr(1)[0]
@@ -1296,7 +1302,7 @@ def test_gpu_srs_powers_report_each_chunk_and_stop_on_a_raise(cp, backend, where
 
 @pytest.mark.gpu
 def test_gpu_pinning_reports_the_bytes_it_touched(cp):
-    from kernels.cuda import host_pinned
+    from provetop.kernels.cuda import host_pinned
 
     seen: list[int] = []
     arr = host_pinned.pinned_empty((1000, 4), method="register", progress=seen.append)
@@ -1306,11 +1312,12 @@ def test_gpu_pinning_reports_the_bytes_it_touched(cp):
 
 @pytest.mark.gpu
 def test_gpu_engine_stops_within_2_s_during_the_srs(cp):
-    """2^26 on the GPU: ~0.3 G SRS points in chunks of 4 M (engine.run.cuda_srs.SRS_CHUNK)."""
+    """2^26 on the GPU: ~0.3 G SRS points in chunks of 4 M
+    (provetop.engine.run.cuda_srs.SRS_CHUNK)."""
     import time
 
-    from engine.run.runner import Engine
-    from engine.settings.config import EngineConfig
+    from provetop.engine.run.runner import Engine
+    from provetop.engine.settings.config import EngineConfig
 
     engine = Engine(EngineConfig(backend="cuda", domain_log=26, partitions=1, seed=1), listen=False)
     sub = engine.subscribe("test")
@@ -1340,10 +1347,10 @@ def test_gpu_engine_stops_within_2_s_during_the_srs(cp):
 
 @pytest.mark.gpu
 def test_gpu_witness_is_valid_and_reproducible(cp, device):
-    from engine.spec.witness_gpu import PinnedBuffers, synthesize_on_gpu
-    from engine.spec.workload import query_sizes
-    from kernels.constants import FR_MODULUS as R
-    from kernels.layout import fr_from_limbs
+    from provetop.engine.spec.witness_gpu import PinnedBuffers, synthesize_on_gpu
+    from provetop.engine.spec.workload import query_sizes
+    from provetop.kernels.constants import FR_MODULUS as R
+    from provetop.kernels.layout import fr_from_limbs
 
     k = 12
     sizes = query_sizes(k)
@@ -1372,7 +1379,7 @@ def test_gpu_witness_is_valid_and_reproducible(cp, device):
 
 @pytest.mark.gpu
 def test_gpu_upload_async_overlaps_and_refuses_pageable(cp, device):
-    from kernels.cuda.host_pinned import pinned_empty
+    from provetop.kernels.cuda.host_pinned import pinned_empty
 
     rows = _fr_rows(5000)
     pinned = pinned_empty(rows.shape)
@@ -1397,12 +1404,12 @@ class _Corrupting:
     """A CUDA backend whose MSM (or H step) result is wrong: the GPU checks must say so."""
 
     def __init__(self, what):
-        from kernels.cuda.backend import CudaBackend
+        from provetop.kernels.cuda.backend import CudaBackend
 
         self.inner = CudaBackend()
         self.what = what
         self.name = "cuda"
-        # the capabilities the engine asks for (kernels.backend.HostStreaming, WarmUp) are
+        # the capabilities the engine asks for (provetop.kernels.backend.HostStreaming, WarmUp) are
         # checked on the object itself, not through __getattr__
         self.host_chunk = self.inner.host_chunk
         self.WARM_UP_STEPS = self.inner.WARM_UP_STEPS
@@ -1419,8 +1426,8 @@ class _Corrupting:
         return h
 
     def msm(self, points, scalars, **kw):
-        from kernels.cpu import g1
-        from kernels.layout import g1_from_limbs, g1_to_limbs
+        from provetop.kernels.cpu import g1
+        from provetop.kernels.layout import g1_from_limbs, g1_to_limbs
 
         res = self.inner.msm(points, scalars, **kw)
         if self.what == "msm" and points.shape[0] == self._l:
@@ -1431,8 +1438,8 @@ class _Corrupting:
 @pytest.mark.gpu
 @pytest.mark.parametrize("what", ["h", "msm", None])
 def test_gpu_engine_checks_catch_a_wrong_result(cp, what):
-    from engine.settings.config import from_preset
-    from engine.spec.workload import query_sizes
+    from provetop.engine.settings.config import from_preset
+    from provetop.engine.spec.workload import query_sizes
 
     cfg = from_preset("small", backend="cuda", proofs=1, partitions=2, verify="always")
     be = _Corrupting(what)
@@ -1449,7 +1456,7 @@ def test_gpu_fallback_path_uploads_the_pinned_witness_and_verifies(cp):
     from the worker's pinned pool into the stream-ordered pool (no staging block), b and c
     up under the H step, which waits for each, and the retried partition still verifies on
     the GPU."""
-    from engine.settings.config import from_preset
+    from provetop.engine.settings.config import from_preset
 
     cfg = from_preset("small", backend="cuda", proofs=1, partitions=2, verify="always")
     engine, events = _run_engine(cfg, inject="alloc:prestage:1")

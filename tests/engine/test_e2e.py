@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from recordings.reader import open_recording
-from recordings.schema import PHASES, validate
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.recordings.reader import open_recording
+from provetop.recordings.schema import PHASES, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,8 +67,8 @@ def test_ci_run_verifies_every_partition_and_records_it(tmp_path):
 
 
 def test_wrong_kernel_result_is_caught_by_verification(tmp_path):
-    from engine.partition.testing import GatedBackend
-    from kernels.backends import get_backend
+    from provetop.engine.partition.testing import GatedBackend
+    from provetop.kernels.backends import get_backend
 
     class WrongMsm(GatedBackend):
         def msm(self, points, scalars, **kw):
@@ -127,8 +127,8 @@ def test_cli_done_criterion(tmp_path):
 
 
 def test_a_kernel_exception_is_a_fault_retried_once_and_never_stops_the_run(tmp_path):
-    from engine.partition.testing import GatedBackend
-    from kernels.backends import get_backend
+    from provetop.engine.partition.testing import GatedBackend
+    from provetop.kernels.backends import get_backend
 
     class FailsFirstH(GatedBackend):
         calls = 0

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import pytest
 
-from engine.devices.base import DeviceOOM
-from engine.devices.modeled import ModeledDevice
-from engine.partition import pipeline
-from engine.partition.cpu import CpuPartition
+from provetop.engine.devices.base import DeviceOOM
+from provetop.engine.devices.modeled import ModeledDevice
+from provetop.engine.partition import pipeline
+from provetop.engine.partition.cpu import CpuPartition
 from tests.engine.run_helper import run_engine
 
 
 def run_forced_fallback(monkeypatch, allocator: str, refusals: int):
     """One partition, one worker, forced onto the fallback path; the first ``refusals``
     fallback allocations (async, site prestage) are refused. Returns (events, devices)."""
-    from engine.telemetry.control import Controls
+    from provetop.engine.telemetry.control import Controls
 
     monkeypatch.setattr(pipeline, "FALLBACK_OOM_PAUSE_S", 0.001)
     monkeypatch.setattr(Controls, "is_forced", lambda self, device: True)
@@ -41,7 +41,7 @@ def run_forced_fallback(monkeypatch, allocator: str, refusals: int):
 
 def run_ci(allocator: str, partitions: int):
     """The ``ci`` preset on one worker, every partition checked: (events, devices, footprint)."""
-    from engine.settings.config import from_preset
+    from provetop.engine.settings.config import from_preset
 
     cfg = from_preset(
         "ci", partitions=partitions, workers_per_device=1, allocator=allocator, verify="always"
@@ -72,7 +72,7 @@ def test_aware_fallback_tries_again_inside_the_attempt(monkeypatch, refusals):
 
 
 def test_aware_gives_up_after_its_tries_and_the_retry_tries_again(monkeypatch):
-    from engine.memory.allocator import AwarePolicy
+    from provetop.engine.memory.allocator import AwarePolicy
 
     tries = AwarePolicy.fallback_tries
     events, devices = run_forced_fallback(monkeypatch, "aware", tries)
@@ -97,7 +97,7 @@ def test_a_cached_prestage_block_is_reclaimed_for_the_msms_by_aware_only(monkeyp
     """The CUDA runner's pre-stage blocks come from a caching pool; after the H step d_bc sits
     in that cache. The pipeline asks the policy, with the region's remaining need, whether
     to give it back; here the need is made larger than what is free so that aware must."""
-    from engine.memory.allocator import AwarePolicy, NaivePolicy
+    from provetop.engine.memory.allocator import AwarePolicy, NaivePolicy
 
     monkeypatch.setattr(CpuPartition, "prestage_pool", "sync")
     asked = []
@@ -128,10 +128,10 @@ def test_aware_fallback_reclaims_cached_prestage_blocks_before_its_a_b_c(monkeyp
     runner's pinned fallback takes a, b, c from the stream-ordered pool without the policy's
     trim, so the pipeline asks ``reclaim_cache`` first: aware empties the cache and the first
     try fits. Here the policy's fallback trim is turned off to stand for that path."""
-    from engine.memory.allocator import AwarePolicy, Decision
-    from engine.run.runner import Engine
-    from engine.settings.config import from_preset
-    from engine.telemetry.control import Controls
+    from provetop.engine.memory.allocator import AwarePolicy, Decision
+    from provetop.engine.run.runner import Engine
+    from provetop.engine.settings.config import from_preset
+    from provetop.engine.telemetry.control import Controls
 
     monkeypatch.setattr(CpuPartition, "prestage_pool", "sync")
     monkeypatch.setattr(Controls, "is_forced", lambda self, device: True)

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from engine.partition.faults import ALLOC_SITES, FaultSpecError, parse_spec
-from engine.run.runner import Engine, EngineError
-from engine.settings.config import from_preset
-from engine.telemetry.server import TelemetryServer
-from recordings.reader import open_recording
-from sources.client import EngineClient
+from provetop.engine.partition.faults import ALLOC_SITES, FaultSpecError, parse_spec
+from provetop.engine.run.runner import Engine, EngineError
+from provetop.engine.settings.config import from_preset
+from provetop.engine.telemetry.server import TelemetryServer
+from provetop.recordings.reader import open_recording
+from provetop.sources.client import EngineClient
 
 PARTITIONS = 4
 USED = ("sync_used", "async_used", "pinned_host")  # bytes some partition still holds
@@ -128,8 +128,8 @@ def test_host_registration_fails(tmp_path):
 
 
 def test_both_attempts_fail_then_the_partition_is_reported_failed(tmp_path, monkeypatch):
-    from engine.memory.allocator import AwarePolicy
-    from engine.partition import pipeline
+    from provetop.engine.memory.allocator import AwarePolicy
+    from provetop.engine.partition import pipeline
 
     monkeypatch.setattr(pipeline, "FALLBACK_OOM_PAUSE_S", 0.001)
     p = random.randrange(PARTITIONS)
@@ -204,7 +204,7 @@ def test_killed_worker_is_replaced_and_no_partition_is_lost(tmp_path, workers):
 
 
 def test_a_partition_that_keeps_killing_its_workers_is_failed_not_retried_forever():
-    from engine.run.workers import Scheduler, Supervisor, worker_loop
+    from provetop.engine.run.workers import Scheduler, Supervisor, worker_loop
 
     sched = Scheduler(proofs=1, partitions=3, concurrency=1)
     died, finished = [], []
@@ -352,7 +352,7 @@ def test_bad_specs_are_one_line_errors(spec, message):
 
 
 def test_random_valid_specs_parse_back_to_themselves():
-    from recordings.schema import PHASES
+    from provetop.recordings.schema import PHASES
 
     rng = random.Random()
     for _ in range(200):

@@ -1,4 +1,5 @@
-"""A neighbour's synthesis held behind the running region's H step (engine.memory.h_step_fence):
+"""A neighbour's synthesis held behind the running region's H step
+(provetop.engine.memory.h_step_fence):
 the fence alone, then through the driver with ops whose H step is 'queued'."""
 
 from __future__ import annotations
@@ -10,18 +11,18 @@ import time
 import numpy as np
 import pytest
 
-from engine.devices.modeled import ModeledDevice
-from engine.memory.allocator import footprint, make_policy
-from engine.memory.gate import DeviceGate
-from engine.memory.h_step_fence import HStepFence
-from engine.partition.cpu import CpuPartition
-from engine.partition.pipeline import PartitionRunner, RunContext
-from engine.settings.config import from_preset
-from engine.spec.srs import generate_srs
-from engine.spec.workload import query_sizes
-from engine.telemetry.bus import Bus
-from engine.telemetry.control import Controls
-from kernels.cpu_backend import CpuBackend
+from provetop.engine.devices.modeled import ModeledDevice
+from provetop.engine.memory.allocator import footprint, make_policy
+from provetop.engine.memory.gate import DeviceGate
+from provetop.engine.memory.h_step_fence import HStepFence
+from provetop.engine.partition.cpu import CpuPartition
+from provetop.engine.partition.pipeline import PartitionRunner, RunContext
+from provetop.engine.settings.config import from_preset
+from provetop.engine.spec.srs import generate_srs
+from provetop.engine.spec.workload import query_sizes
+from provetop.engine.telemetry.bus import Bus
+from provetop.engine.telemetry.control import Controls
+from provetop.kernels.cpu_backend import CpuBackend
 
 
 def _in_thread(fn):

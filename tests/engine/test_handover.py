@@ -1,10 +1,11 @@
-"""The H-block hand-over's protocol (engine.memory.handover), with recorded copies for CUDA's."""
+"""The H-block hand-over's protocol (provetop.engine.memory.handover), with recorded copies for
+CUDA's."""
 
 from __future__ import annotations
 
 import threading
 
-from engine.memory.handover import Handover
+from provetop.engine.memory.handover import Handover
 
 
 class Copies:

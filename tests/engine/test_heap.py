@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.run.heap import HeapTrimmer, _malloc_trim
-from engine.settings.tuning import HEAP_TRIM_EVERY_S, Tuning
-from kernels.tuning import SettingError
+from provetop.engine.run.heap import HeapTrimmer, _malloc_trim
+from provetop.engine.settings.tuning import HEAP_TRIM_EVERY_S, Tuning
+from provetop.kernels.tuning import SettingError
 
 needs_glibc = pytest.mark.skipif(_malloc_trim() is None, reason="no glibc malloc_trim")
 
@@ -24,8 +24,8 @@ needs_glibc = pytest.mark.skipif(_malloc_trim() is None, reason="no glibc malloc
 # leave holes that would place the pin below the blocks.
 _TRIM_SCENARIO = """
 import ctypes, json, sys
-from engine.bench.soak import rss_bytes
-from engine.run.heap import HeapTrimmer
+from provetop.engine.bench.soak import rss_bytes
+from provetop.engine.run.heap import HeapTrimmer
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]

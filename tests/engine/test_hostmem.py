@@ -1,16 +1,16 @@
-"""The page-locked plan of a CUDA run against the host's memory (engine.memory.hostmem)."""
+"""The page-locked plan of a CUDA run against the host's memory (provetop.engine.memory.hostmem)."""
 
 from __future__ import annotations
 
-from engine.memory.hostmem import (
+from provetop.engine.memory.hostmem import (
     PINNED_SHARE,
     PinnedPlan,
     available_bytes,
     refusal,
     witness_pool_bytes,
 )
-from engine.settings.tuning import Tuning
-from engine.spec.workload import query_sizes
+from provetop.engine.settings.tuning import Tuning
+from provetop.engine.spec.workload import query_sizes
 
 MEMINFO = """MemTotal:       131072000 kB
 MemFree:         1000000 kB
@@ -65,9 +65,9 @@ def test_the_cuda_run_refuses_before_pinning_the_witness_pools():
 
     import pytest
 
-    from engine.memory.hostmem import HostMemoryError
-    from engine.run.cuda_run import CudaRun
-    from engine.settings.config import from_preset
+    from provetop.engine.memory.hostmem import HostMemoryError
+    from provetop.engine.run.cuda_run import CudaRun
+    from provetop.engine.settings.config import from_preset
 
     interval = sys.getswitchinterval()
     run = CudaRun()
@@ -95,9 +95,9 @@ def test_the_host_check_counts_every_devices_streamed_queries(monkeypatch):
     (it once sized device 0's plan alone)."""
     from types import SimpleNamespace
 
-    from engine.run import cuda_run
-    from engine.run.cuda_run import CudaRun
-    from engine.settings.config import from_preset
+    from provetop.engine.run import cuda_run
+    from provetop.engine.run.cuda_run import CudaRun
+    from provetop.engine.settings.config import from_preset
 
     sizes = query_sizes(27)
     srs_sizes = {"h": sizes.h, "l": sizes.l, "a": sizes.a, "b_g1": sizes.b_g1}
@@ -146,9 +146,9 @@ def test_stopped_workers_pools_are_freed_only_at_close() -> None:
     import weakref
     from types import SimpleNamespace
 
-    from engine.partition.cuda import CudaPartitionRunner
-    from engine.partition.pipeline import PartitionRunner
-    from engine.run.cuda_run import CudaRun
+    from provetop.engine.partition.cuda import CudaPartitionRunner
+    from provetop.engine.partition.pipeline import PartitionRunner
+    from provetop.engine.run.cuda_run import CudaRun
 
     class Pool:
         pass
@@ -183,9 +183,9 @@ def test_cuda_warm_up_reports_its_steps_as_progress(monkeypatch):
     import contextlib
     from types import SimpleNamespace
 
-    from engine.run import cuda_run
-    from engine.run.cuda_run import CudaRun
-    from engine.settings.config import from_preset
+    from provetop.engine.run import cuda_run
+    from provetop.engine.run.cuda_run import CudaRun
+    from provetop.engine.settings.config import from_preset
 
     sizes = query_sizes(27)
     srs_sizes = {"h": sizes.h, "l": sizes.l, "a": sizes.a, "b_g1": sizes.b_g1}

@@ -8,11 +8,11 @@ from __future__ import annotations
 import socket
 import time
 
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from engine.settings.tuning import Tuning
-from engine.telemetry import server as server_mod
-from engine.telemetry.bus import Bus
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.engine.settings.tuning import Tuning
+from provetop.engine.telemetry import server as server_mod
+from provetop.engine.telemetry.bus import Bus
 
 
 def _connect_and_read(path: str) -> bool:
@@ -50,7 +50,7 @@ def test_a_storm_is_accepted_at_the_pace_after_the_burst():
 def test_the_listener_counters_ride_the_counters_event_to_metrics():
     """What the listener counted (paced accepts, reader threads) is in every ``counters``
     event the bus makes, and so on /metrics (the fold of those events)."""
-    from recordings.prometheus.fold import MetricsFold
+    from provetop.recordings.prometheus.fold import MetricsFold
 
     bus = Bus(retain=100)
     server = server_mod.TelemetryServer(bus, lambda *a: None, lambda *a: None)

@@ -14,14 +14,14 @@ import socket
 import threading
 import time
 
-import engine.telemetry.server as server_mod
-from engine.partition.testing import GatedBackend
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from kernels.backends import get_backend
-from recordings.framing import HEADER, FrameDecoder, encode_frame
-from recordings.reader import open_recording
-from sources.client import EngineClient
+import provetop.engine.telemetry.server as server_mod
+from provetop.engine.partition.testing import GatedBackend
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.kernels.backends import get_backend
+from provetop.recordings.framing import HEADER, FrameDecoder, encode_frame
+from provetop.recordings.reader import open_recording
+from provetop.sources.client import EngineClient
 
 TOKEN = "listener-test-token-0123456789"
 
@@ -238,7 +238,7 @@ def test_accept_errors_are_survived_reported_and_the_socket_keeps_serving(tmp_pa
 def test_a_closed_listener_leaves_no_accept_thread_behind():
     """close() must wake the thread blocked in accept(): on Linux closing the socket alone
     does not, and every listener closed in a long-lived process would leave one behind."""
-    from engine.telemetry.bus import Bus
+    from provetop.engine.telemetry.bus import Bus
 
     def accept_threads() -> set[threading.Thread]:
         return {t for t in threading.enumerate() if t.name == "telemetry-accept"}
@@ -267,7 +267,7 @@ def test_a_reader_waiting_to_deliver_a_refusal_ends_when_the_listener_closes(tmp
     """A client refused for a bad frame gets its refusal before its connection closes: the
     reader waits up to 2 s for the writer. If the listener closes meanwhile the writer has
     stopped, so the wait must end with it, not outlive the engine's close by those 2 s."""
-    from engine.telemetry.bus import Bus
+    from provetop.engine.telemetry.bus import Bus
 
     bus = Bus(retain=10)
     refused = threading.Event()

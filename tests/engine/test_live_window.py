@@ -8,13 +8,13 @@ import socket
 import threading
 import time
 
-import engine.telemetry.bus as bus_mod
-import engine.telemetry.server as server_mod
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from engine.telemetry.bus import Bus
-from recordings.reader import fold_recording
-from recordings.state import State, Window
+import provetop.engine.telemetry.bus as bus_mod
+import provetop.engine.telemetry.server as server_mod
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.engine.telemetry.bus import Bus
+from provetop.recordings.reader import fold_recording
+from provetop.recordings.state import State, Window
 from tests.recordings.fixtures import make_run
 
 SMALL = Window(rows=12, history_ns=2 * 10**9, items=6)

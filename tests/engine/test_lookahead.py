@@ -1,6 +1,7 @@
 """``--synthesis-ahead``, from the worker loop up to the engine.
 
-The loop (``engine.run.workers.lookahead_loop``): the next partition is prepared while the current
+The loop (``provetop.engine.run.workers.lookahead_loop``): the next partition is prepared while the
+current
 one runs, no partition is run twice or lost, and a dying worker hands back what it claimed
 ahead. The engine: the synthesis is drawn on its own lane, every partition still completes
 and verifies once, and a worker killed mid-run loses nothing."""
@@ -11,13 +12,13 @@ import random
 import threading
 import time
 
-from engine.partition.testing import GatedBackend
-from engine.run.runner import Engine
-from engine.run.workers import Scheduler, Supervisor, lookahead_loop
-from engine.settings.config import SYNTH_LANE_BASE, from_preset
-from kernels.backends import get_backend
-from recordings.reader import open_recording
-from recordings.schema import PHASES
+from provetop.engine.partition.testing import GatedBackend
+from provetop.engine.run.runner import Engine
+from provetop.engine.run.workers import Scheduler, Supervisor, lookahead_loop
+from provetop.engine.settings.config import SYNTH_LANE_BASE, from_preset
+from provetop.kernels.backends import get_backend
+from provetop.recordings.reader import open_recording
+from provetop.recordings.schema import PHASES
 
 DELAY = 0.05  # seconds each h_step holds the GPU region, long enough to overlap a synthesis
 
@@ -110,7 +111,7 @@ def test_without_the_flag_synthesis_stays_on_the_worker_lane(tmp_path):
 
 
 def test_the_dashboard_names_the_synthesis_lanes_of_each_device(tmp_path):
-    from tui.widgets.timeline import Timeline
+    from provetop.tui.widgets.timeline import Timeline
 
     _engine, rec = _run(tmp_path, synthesis_ahead=True, devices=(0, 1))
     state = rec.state()
@@ -126,8 +127,8 @@ def test_the_dashboard_names_the_synthesis_lanes_of_each_device(tmp_path):
 
 
 def test_a_row_in_synthesis_ahead_has_no_gpu_worker_yet(tmp_path):
-    from recordings.state import State
-    from tui.widgets.partitions import cells
+    from provetop.recordings.state import State
+    from provetop.tui.widgets.partitions import cells
 
     _engine, rec = _run(tmp_path, synthesis_ahead=True)
     state = State()
@@ -145,7 +146,7 @@ def test_a_row_in_synthesis_ahead_has_no_gpu_worker_yet(tmp_path):
 
 
 def test_a_failed_synthesis_reads_as_never_pre_staged_and_exports_on_its_lane(tmp_path):
-    from recordings.export_perfetto import trace_from_state
+    from provetop.recordings.export_perfetto import trace_from_state
 
     engine, rec = _run(tmp_path, synthesis_ahead=True, inject="raise:synthesis:3")
     assert rec.complete and engine.error is None
@@ -163,8 +164,8 @@ def test_a_failed_synthesis_reads_as_never_pre_staged_and_exports_on_its_lane(tm
 
 
 def test_a_requeued_partition_synthesised_ahead_drops_its_dead_worker():
-    from recordings.schema import make
-    from recordings.state import State
+    from provetop.recordings.schema import make
+    from provetop.recordings.state import State
 
     state = State()
     state.apply(
@@ -185,9 +186,9 @@ def test_a_requeued_partition_synthesised_ahead_drops_its_dead_worker():
 
 
 def test_the_worker_died_fault_names_the_partition_claimed_ahead():
-    from engine.run.runner import Engine
-    from engine.run.workers import WorkerSlot
-    from engine.settings.config import from_preset
+    from provetop.engine.run.runner import Engine
+    from provetop.engine.run.workers import WorkerSlot
+    from provetop.engine.settings.config import from_preset
 
     engine = Engine(from_preset("ci", synthesis_ahead=True), listen=False)
     emitted = []  # what the engine hands its bus (the bus runs only once the engine starts)
@@ -202,8 +203,8 @@ def test_the_worker_died_fault_names_the_partition_claimed_ahead():
 
 
 def test_an_engine_whose_workers_cannot_start_fails_instead_of_hanging(monkeypatch):
-    from engine.partition import pipeline
-    from engine.settings.config import from_preset
+    from provetop.engine.partition import pipeline
+    from provetop.engine.settings.config import from_preset
     from tests.engine.run_helper import run_engine
 
     def broken(self, *args, **kw):
@@ -475,7 +476,7 @@ def test_a_dead_workers_runner_is_freed_before_its_replacement_starts():
 def test_the_death_report_names_the_partition_claimed_ahead():
     """The supervisor hands back a dead worker's claimed-ahead partition and says which one
     (``slot.ahead_requeued``), so the ``worker_died`` fault can name it."""
-    from engine.run.workers import worker_loop
+    from provetop.engine.run.workers import worker_loop
 
     sched = Scheduler(proofs=1, partitions=4, concurrency=1)
     reports, ran, lives = [], [], []
@@ -508,7 +509,7 @@ def test_the_look_ahead_thread_has_ended_when_its_worker_returns():
     # still held that claim: the prepared partition and, through ``prepare``, the runner)
     import sys
 
-    from engine.run.workers import WorkerSlot
+    from provetop.engine.run.workers import WorkerSlot
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # a CUDA run lowers it too: the helper is preempted often
@@ -538,7 +539,7 @@ def _never_starts(slot):
 
 def test_a_worker_that_cannot_start_is_given_up_on_and_the_others_finish():
     """It used to be replaced every poll for ever (no partition held, nothing to requeue)."""
-    from engine.run.workers import worker_loop
+    from provetop.engine.run.workers import worker_loop
 
     sched = Scheduler(proofs=1, partitions=5, concurrency=1)
     ran, deaths = [], []
@@ -558,7 +559,7 @@ def test_a_worker_that_cannot_start_is_given_up_on_and_the_others_finish():
 
 
 def test_when_no_worker_can_start_the_supervisor_says_so_instead_of_spinning():
-    from engine.run.workers import SupervisorError
+    from provetop.engine.run.workers import SupervisorError
 
     sched = Scheduler(proofs=1, partitions=2, concurrency=1)
     sup = Supervisor(sched, lambda slot, requeued: None, lambda *a: None, poll_s=0.01)

@@ -7,24 +7,24 @@ import random
 import numpy as np
 import pytest
 
-from engine.devices.base import DeviceOOM
-from engine.devices.modeled import ModeledDevice
-from engine.memory.allocator import (
+from provetop.engine.devices.base import DeviceOOM
+from provetop.engine.devices.modeled import ModeledDevice
+from provetop.engine.memory.allocator import (
     AwarePolicy,
     NaivePolicy,
     footprint,
     msm_scratch_bytes,
     phantom_capacity,
 )
-from engine.spec.workload import (
+from provetop.engine.spec.workload import (
     POREP_A,
     POREP_B_G1,
     POREP_L,
     query_sizes,
     synthesize,
 )
-from recordings.schema import MEMORY_FIELDS
-from recordings.state import phantom_bytes
+from provetop.recordings.schema import MEMORY_FIELDS
+from provetop.recordings.state import phantom_bytes
 
 KIB = 1 << 10
 
@@ -139,8 +139,8 @@ def test_query_sizes_scale_porep():
 
 
 def test_witness_satisfies_every_constraint_and_follows_the_profile():
-    from kernels.constants import FR_MODULUS as r
-    from kernels.layout import fr_from_limbs
+    from provetop.kernels.constants import FR_MODULUS as r
+    from provetop.kernels.layout import fr_from_limbs
 
     sizes = query_sizes(12)
     w = synthesize(12, sizes, (0.48, 0.48, 0.04), np.random.default_rng())
@@ -156,7 +156,7 @@ def test_witness_satisfies_every_constraint_and_follows_the_profile():
 
 
 def test_upload_copies_into_a_block_with_room_in_chunks():
-    from kernels.layout import random_fr_limbs
+    from provetop.kernels.layout import random_fr_limbs
 
     dev = ModeledDevice(0, 64 * KIB)
     host = random_fr_limbs(100, np.random.default_rng())
@@ -177,7 +177,7 @@ def test_gate_wait_no_prestage_blocks_until_every_prestage_is_released():
     import threading
     import time
 
-    from engine.partition.pipeline import DeviceGate
+    from provetop.engine.partition.pipeline import DeviceGate
 
     gate = DeviceGate()
     assert gate.wait_no_prestage(0.01)  # nothing held
@@ -200,7 +200,7 @@ def test_gate_grants_no_new_prestage_while_a_fallback_waits():
     release (the look-ahead makes that the common case)."""
     import threading
 
-    from engine.partition.pipeline import DeviceGate
+    from provetop.engine.partition.pipeline import DeviceGate
 
     gate = DeviceGate()
     assert gate.try_prestage()
@@ -228,9 +228,9 @@ def test_a_skipped_prestage_lets_the_neighbours_prestage_go_first(monkeypatch):
     takes the mutex, because its fallback's a, b, c may need that memory (on the H200 the
     skipped worker took the mutex first and every such partition OOMed). Pre-staged workers
     never wait."""
-    from engine.partition.pipeline import DeviceGate
-    from engine.run.runner import Engine
-    from engine.settings.config import from_preset
+    from provetop.engine.partition.pipeline import DeviceGate
+    from provetop.engine.run.runner import Engine
+    from provetop.engine.settings.config import from_preset
 
     k = 8
     fp = footprint(k, query_sizes(k))
@@ -270,11 +270,11 @@ def test_a_skipped_prestage_lets_the_neighbours_prestage_go_first(monkeypatch):
 def test_a_synthesis_refused_memory_tries_again_with_the_same_witness(monkeypatch, refusals):
     """A witness made on the device can be refused memory while a neighbour's fallback holds
     the card; it pauses and tries again (smaller chunks on CUDA), up to SYNTH_OOM_TRIES."""
-    from engine.devices.base import DeviceOOM
-    from engine.partition import pipeline
-    from engine.partition.cpu import CpuPartition
-    from engine.run.runner import Engine
-    from engine.settings.config import from_preset
+    from provetop.engine.devices.base import DeviceOOM
+    from provetop.engine.partition import pipeline
+    from provetop.engine.partition.cpu import CpuPartition
+    from provetop.engine.run.runner import Engine
+    from provetop.engine.settings.config import from_preset
 
     monkeypatch.setattr(pipeline, "SYNTH_OOM_PAUSE_S", 0.01)
     real = CpuPartition.synthesize
@@ -314,7 +314,7 @@ def engine_runner_stub(cfg):
     """Just enough of a CpuPartition for its ``synthesize``."""
     from types import SimpleNamespace
 
-    from engine.spec.workload import query_sizes
+    from provetop.engine.spec.workload import query_sizes
 
     return SimpleNamespace(ctx=SimpleNamespace(config=cfg, sizes=query_sizes(cfg.domain_log)))
 

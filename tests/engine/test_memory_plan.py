@@ -13,8 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from engine.memory.allocator import footprint
-from engine.memory.plan import (
+from provetop.cli import main
+from provetop.engine.memory.allocator import footprint
+from provetop.engine.memory.plan import (
     OPERAND_BYTES,
     MemoryPlan,
     PlanError,
@@ -23,19 +24,18 @@ from engine.memory.plan import (
     plan_need,
     smallest_need,
 )
-from engine.memory.stream_plan import (
+from provetop.engine.memory.stream_plan import (
     aux_scalar_bytes,
     cuda_footprint,
     plan_with_window,
     window_floor,
 )
-from engine.run.runner import Engine, EngineError
-from engine.settings.config import from_preset
-from engine.spec.workload import query_sizes
-from kernels.cuda.msm_plan import stream_window_bits
-from kernels.cuda.ntt_plan import twiddle_bytes
-from kernels.tuning import DEFAULT_TUNING
-from provetop.cli import main
+from provetop.engine.run.runner import Engine, EngineError
+from provetop.engine.settings.config import from_preset
+from provetop.engine.spec.workload import query_sizes
+from provetop.kernels.cuda.msm_plan import stream_window_bits
+from provetop.kernels.cuda.ntt_plan import twiddle_bytes
+from provetop.kernels.tuning import DEFAULT_TUNING
 from tests.engine.run_helper import run_engine
 
 GiB = 1 << 30
@@ -153,8 +153,8 @@ def test_a_larger_chunk_only_where_the_plan_stays_as_fast(free_gib):
     one pass, and takes a larger chunk only where the model finds it cheaper; off, the
     configured chunk. At the H200's 16 GiB (13.35 GiB free): 11 Mi points, the pass reading z
     from host memory (bench/notes/memory.md, 2026-12-02)."""
-    from engine.memory.stream_plan import CHUNK_STEPS, plan_streaming
-    from kernels.cuda.msm_plan import stream_cost
+    from provetop.engine.memory.stream_plan import CHUNK_STEPS, plan_streaming
+    from provetop.kernels.cuda.msm_plan import stream_cost
 
     sizes = query_sizes(27)
     base = footprint(27, sizes)
@@ -210,7 +210,7 @@ def _force_plan(monkeypatch, slots: int, z_with_h: bool = True) -> None:
     """The cpu ops' footprint is dominated by the reference MSM's scratch (about 9 times a, b
     and c together), so every plan needs the same memory there and the resident one always
     wins; the streamed path is then taken by choosing the plan for the run."""
-    from engine.run import runner
+    from provetop.engine.run import runner
 
     def choose(free, fp, z=0, tables=0, *, device="device"):
         need = plan_need(slots, fp, z, tables)[0]
@@ -282,7 +282,7 @@ def test_aux_scalars_after_h_go_up_only_once_h_is_freed(monkeypatch):
     """A plan with the aux scalars after H (a card of 8 GiB at 2^27) asks for them once per
     attempt, after msm_h and after H's block went back: asked for first, beside H, they were
     refused on the H200 at 8 GiB and every partition was lost."""
-    from engine.partition.cpu import CpuPartition
+    from provetop.engine.partition.cpu import CpuPartition
 
     _force_plan(monkeypatch, 1, z_with_h=False)
     calls = []
@@ -312,9 +312,9 @@ def test_msms_in_one_pass_complete_every_partition_exactly(monkeypatch):
     """The driver's one-pass branch (phase ``msm_interleaved`` in place of the four msm_*
     phases), run on the cpu ops told to take it: every partition verified, the phase
     recorded, and the summary reads it."""
-    from engine.partition.cpu import CpuPartition
-    from recordings.state import State
-    from recordings.summary import format_summary, summarize_state
+    from provetop.engine.partition.cpu import CpuPartition
+    from provetop.recordings.state import State
+    from provetop.recordings.summary import format_summary, summarize_state
 
     def msm_many(self, queries, scalars):
         return {q: self.msm(q, scalars[q]) for q in queries}
@@ -336,7 +336,7 @@ def test_msms_in_one_pass_complete_every_partition_exactly(monkeypatch):
 def _bytes_with_z_on_device(monkeypatch, sizes, streamed, tuning, window_max):
     """The joint pass's bytes if the aux scalars were on the device (no scalar buffers): what
     the buffers of a pass reading them from host memory are counted against."""
-    from engine.memory import stream_plan
+    from provetop.engine.memory import stream_plan
 
     with monkeypatch.context() as m:
         m.setattr(stream_plan, "pass_reads_host_scalars", lambda sizes, streamed: False)
@@ -348,8 +348,8 @@ def test_a_pass_that_reads_z_from_the_host_plans_without_its_device_copy(monkeyp
     """With every reader of the aux scalars in it, a joint pass reads them from host memory
     and needs its scalar buffers, not the aux scalars' 4.2 GB: at the H200's 8, 12 and 16 GiB
     (5.35, 9.35 and 13.35 GiB free) the four streamed MSMs run in one pass."""
-    from engine.memory.stream_plan import interleaved_bytes, plan_streaming
-    from kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, pass_lead, pass_scalar_slots
+    from provetop.engine.memory.stream_plan import interleaved_bytes, plan_streaming
+    from provetop.kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, pass_lead, pass_scalar_slots
 
     sizes = query_sizes(27)
     base = footprint(27, sizes)
@@ -389,9 +389,9 @@ def _pass_kwargs(bound_backend, **kw):
 def test_more_pass_buffers_are_counted_and_reach_the_pass():
     """``PROVETOP_MSM_HOST_BUFFERS``: each buffer more is one more chunk of points (96 bytes a
     point) in the pass's bytes, and the bound backend hands the count to the pass."""
-    from engine.memory.stream_plan import interleaved_bytes
-    from engine.partition.cuda_backend import BoundBackend
-    from kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, pass_scalar_slots
+    from provetop.engine.memory.stream_plan import interleaved_bytes
+    from provetop.engine.partition.cuda_backend import BoundBackend
+    from provetop.kernels.cuda.msm_plan import INTERLEAVE_BUFFERS, pass_scalar_slots
 
     sizes = query_sizes(27).as_dict()
     chunk = 6 << 20
@@ -415,9 +415,9 @@ def test_the_pass_lead_is_a_setting_the_pass_and_its_scalar_buffers_follow(monke
     """``PROVETOP_MSM_HOST_LEAD``: the bound backend hands it to the pass, and the memory model
     counts the scalar buffers of the order that lead gives; ``auto`` (the default) is no lead
     where the pass reads z from host memory and five where it copies z up whole."""
-    from engine.memory.stream_plan import interleaved_bytes
-    from engine.partition.cuda_backend import BoundBackend
-    from kernels.cuda.msm_plan import (
+    from provetop.engine.memory.stream_plan import interleaved_bytes
+    from provetop.engine.partition.cuda_backend import BoundBackend
+    from provetop.kernels.cuda.msm_plan import (
         HOST_SCALARS_LEAD,
         INTERLEAVE_LEAD,
         pass_lead,
@@ -448,7 +448,7 @@ def test_z_stays_on_the_device_where_a_reader_of_it_is_not_in_the_pass(monkeypat
     """B-G1's points on the device (a 40 GiB card) put B-G1 outside the pass: it reads z from
     a device copy, so the plan keeps z on the device and counts it, and the pass has no scalar
     buffers; with every reader streamed, z stays in host memory."""
-    from engine.memory.stream_plan import interleaved_bytes
+    from provetop.engine.memory.stream_plan import interleaved_bytes
 
     sizes = query_sizes(27)
     base = footprint(27, sizes)

@@ -11,12 +11,12 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from recordings.address import parse_address
-from recordings.framing import encode_frame
-from recordings.reader import open_recording
-from recordings.state import phantom_bytes
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.recordings.address import parse_address
+from provetop.recordings.framing import encode_frame
+from provetop.recordings.reader import open_recording
+from provetop.recordings.state import phantom_bytes
 
 
 def scrape(url: str, timeout: float = 5.0) -> dict[tuple[str, tuple], float]:

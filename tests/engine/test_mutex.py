@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from engine.partition.testing import GatedBackend
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from kernels.backends import get_backend
-from recordings.schema import PHASES
+from provetop.engine.partition.testing import GatedBackend
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.kernels.backends import get_backend
+from provetop.recordings.schema import PHASES
 
 DELAY = 0.05  # seconds each h_step holds the GPU region, so workers really contend
 

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 import pytest
 
 import provetop.base.nvml as nvml_module
-from engine.devices.modeled import ModeledDevice
-from engine.run.options import add_engine_arguments, config_from_args
-from engine.telemetry.bus import Bus
-from engine.telemetry.sampler import Sampler
 from provetop.base.errors import UsageError
 from provetop.base.nvml import NvmlDevice, read_gpu, read_processes
-from recordings.schema import GPU_FIELDS, validate
+from provetop.engine.devices.modeled import ModeledDevice
+from provetop.engine.run.options import add_engine_arguments, config_from_args
+from provetop.engine.telemetry.bus import Bus
+from provetop.engine.telemetry.sampler import Sampler
+from provetop.recordings.schema import GPU_FIELDS, validate
 
 
 class NotSupported(Exception):

@@ -9,9 +9,9 @@ import inspect
 
 import pytest
 
-from engine.partition.cpu import CpuPartition
-from engine.partition.cuda import CudaPartition, CudaPartitionRunner
-from engine.partition.ops import (
+from provetop.engine.partition.cpu import CpuPartition
+from provetop.engine.partition.cuda import CudaPartition, CudaPartitionRunner
+from provetop.engine.partition.ops import (
     AsyncCopies,
     DeviceChecks,
     HandoverSteps,
@@ -19,7 +19,7 @@ from engine.partition.ops import (
     PartitionOps,
     PinnedPools,
 )
-from engine.partition.pipeline import PartitionRunner
+from provetop.engine.partition.pipeline import PartitionRunner
 
 OPTIONAL = (DeviceChecks, HandoverSteps, OnePass, AsyncCopies, PinnedPools)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from recordings.state import phantom_bytes
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.recordings.state import phantom_bytes
 
 
 def _run(allocator: str, **overrides):

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.run.runner import Engine
-from engine.settings.config import EngineConfig
-from engine.telemetry.progress import Progress, Stopped
 from provetop.commands.engine import PROGRESS_PREFIX, progress_printer
-from recordings.progress import progress_line
-from recordings.schema import validate
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import EngineConfig
+from provetop.engine.telemetry.progress import Progress, Stopped
+from provetop.recordings.progress import progress_line
+from provetop.recordings.schema import validate
 
 SLOW_SRS_LOG = 15  # ~104 k SRS points
 STOP_LIMIT_S = 2.0

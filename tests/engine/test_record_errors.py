@@ -11,14 +11,14 @@ import signal
 import time
 import tracemalloc
 
-import engine.run.runner as runner_mod
-from engine.partition.testing import GatedBackend
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from kernels.backends import get_backend
+import provetop.engine.run.runner as runner_mod
 from provetop import cli
-from recordings.reader import open_recording
-from recordings.writer import RecordingWriter
+from provetop.engine.partition.testing import GatedBackend
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.kernels.backends import get_backend
+from provetop.recordings.reader import open_recording
+from provetop.recordings.writer import RecordingWriter
 from tests.recordings.fixtures import hello
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.telemetry.bus import Bus
-from recordings.reader import RecordingError, open_recording
-from recordings.writer import RecordingWriter
+from provetop.engine.telemetry.bus import Bus
+from provetop.recordings.reader import RecordingError, open_recording
+from provetop.recordings.writer import RecordingWriter
 from tests.recordings.fixtures import hello
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ import stat
 
 import pytest
 
-from engine.run.runner import Engine, EngineError
-from engine.settings.config import from_preset
-from sources.client import EngineClient
+from provetop.engine.run.runner import Engine, EngineError
+from provetop.engine.settings.config import from_preset
+from provetop.sources.client import EngineClient
 
 
 def _engine(tmp_path, sock, name="r.pvtrec"):

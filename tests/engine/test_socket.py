@@ -9,14 +9,14 @@ from dataclasses import asdict
 
 import pytest
 
-from engine.partition.testing import GatedBackend
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from engine.telemetry.bus import Bus
-from kernels.backends import get_backend
-from recordings.reader import open_recording
-from recordings.state import State
-from sources.client import EngineClient
+from provetop.engine.partition.testing import GatedBackend
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.engine.telemetry.bus import Bus
+from provetop.kernels.backends import get_backend
+from provetop.recordings.reader import open_recording
+from provetop.recordings.state import State
+from provetop.sources.client import EngineClient
 
 
 def _engine(tmp_path=None, gated=False, **kw):

@@ -20,15 +20,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import engine.telemetry.server as server_mod
-from engine.partition.testing import GatedBackend
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from kernels.backends import get_backend
-from recordings.framing import HEADER, encode_frame
-from recordings.reader import open_recording
-from recordings.schema import CONTROL_COMMANDS
-from sources.client import EngineClient
+import provetop.engine.telemetry.server as server_mod
+from provetop.engine.partition.testing import GatedBackend
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.kernels.backends import get_backend
+from provetop.recordings.framing import HEADER, encode_frame
+from provetop.recordings.reader import open_recording
+from provetop.recordings.schema import CONTROL_COMMANDS
+from provetop.sources.client import EngineClient
 
 TOKEN = "".join(random.choices(string.ascii_letters + string.digits, k=24))
 
@@ -150,7 +150,7 @@ def test_explicit_unix_path_gets_mode_0600_and_is_never_overwritten(tmp_path):
     ["tcp://0.0.0.0:0", "tcp://192.168.1.10:0", "tcp://[::]:0", "tcp://example.com:0"],
 )
 def test_tcp_only_on_loopback(tmp_path, spec):
-    from engine.run.runner import EngineError
+    from provetop.engine.run.runner import EngineError
 
     (tmp_path / "token").write_text(TOKEN)
     (tmp_path / "token").chmod(0o600)
@@ -159,7 +159,7 @@ def test_tcp_only_on_loopback(tmp_path, spec):
 
 
 def test_tcp_needs_a_token_file_with_a_real_token(tmp_path):
-    from engine.run.runner import EngineError
+    from provetop.engine.run.runner import EngineError
 
     with pytest.raises(EngineError, match="token-file"):
         Engine(from_preset("ci"), listen="tcp://127.0.0.1:0")
@@ -585,7 +585,7 @@ def test_any_byte_stream_is_framed_with_the_servers_limits_or_refused(fuzz_engin
     """The server's read path without the socket: its decoder limits, then the engine's
     command handler. Only FrameError may come out (the server turns it into a refusal and
     closes that connection); the decoder never holds more than its bound."""
-    from recordings.framing import HEADER_SIZE, FrameDecoder, FrameError
+    from provetop.recordings.framing import HEADER_SIZE, FrameDecoder, FrameError
 
     decoder = FrameDecoder(
         max_buffer=server_mod.CLIENT_MAX_FRAME + HEADER_SIZE + server_mod.RECV_BYTES,
@@ -603,7 +603,7 @@ def test_any_byte_stream_is_framed_with_the_servers_limits_or_refused(fuzz_engin
 
 
 def test_a_token_file_other_users_can_read_is_refused(tmp_path):
-    from engine.run.runner import EngineError
+    from provetop.engine.run.runner import EngineError
 
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)

@@ -9,8 +9,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from engine.settings.tuning import SETTINGS, Tuning, markdown_table
-from kernels.tuning import KernelTuning, SettingError
+from provetop.engine.settings.tuning import SETTINGS, Tuning, markdown_table
+from provetop.kernels.tuning import KernelTuning, SettingError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,8 +111,8 @@ def test_no_module_reads_a_provetop_variable_but_the_tuning_record():
 def test_the_hello_event_carries_the_runs_tuning(tmp_path):
     """What an A/B run changed is in its recording: ``hello.tuning`` is the record the engine
     was given, and an engine given none records the defaults (never the environment)."""
-    from engine.settings.config import from_preset
-    from recordings.reader import open_recording
+    from provetop.engine.settings.config import from_preset
+    from provetop.recordings.reader import open_recording
     from tests.engine.run_helper import run_engine
 
     tuning = Tuning.from_env(
@@ -134,9 +134,9 @@ def test_the_hello_event_carries_the_runs_tuning(tmp_path):
 def test_a_recording_whose_tuning_names_a_removed_setting_still_reads(tmp_path):
     """``hello.tuning`` is a free map: a recording made while a setting since decided and
     removed still existed carries its key, and reads as any other."""
-    from recordings.reader import open_recording
-    from recordings.schema import validate
-    from recordings.writer import RecordingWriter
+    from provetop.recordings.reader import open_recording
+    from provetop.recordings.schema import validate
+    from provetop.recordings.writer import RecordingWriter
     from tests.recordings.fixtures import hello
 
     old = {**Tuning().as_dict(), "sync_scope": "worker", "synthesis_after_h": "queued"}
@@ -168,8 +168,8 @@ def test_provetop_inject_is_the_default_of_the_inject_flag(monkeypatch):
     """``PROVETOP_INJECT`` reaches the engine through the record; ``--inject`` overrides it."""
     import argparse
 
-    from engine.run.options import add_engine_arguments
     from provetop.commands.engine import build_engine
+    from provetop.engine.run.options import add_engine_arguments
 
     parser = argparse.ArgumentParser()
     add_engine_arguments(parser)
@@ -186,9 +186,9 @@ def test_provetop_inject_is_the_default_of_the_inject_flag(monkeypatch):
 
 def test_the_engine_hands_the_kernel_settings_to_the_backend(monkeypatch):
     """``get_backend(name, tuning=...)`` receives the kernels' part of the run's record."""
-    import engine.run.runner
-    from engine.settings.config import from_preset
-    from kernels.backends import get_backend
+    import provetop.engine.run.runner
+    from provetop.engine.settings.config import from_preset
+    from provetop.kernels.backends import get_backend
 
     kernels = KernelTuning(msm_host_buffers=3)
     seen = []
@@ -197,8 +197,10 @@ def test_the_engine_hands_the_kernel_settings_to_the_backend(monkeypatch):
         seen.append((name, tuning))
         return get_backend(name, tuning=tuning)
 
-    monkeypatch.setattr(engine.run.runner, "get_backend", spy)
-    run = engine.run.runner.Engine(from_preset("ci"), listen=False, tuning=Tuning(kernels=kernels))
+    monkeypatch.setattr(provetop.engine.run.runner, "get_backend", spy)
+    run = provetop.engine.run.runner.Engine(
+        from_preset("ci"), listen=False, tuning=Tuning(kernels=kernels)
+    )
     run.close()
     assert seen == [("cpu", kernels)]
 
@@ -208,7 +210,7 @@ def test_the_cuda_run_takes_its_switch_interval_from_the_record():
     it for its life and restores the interpreter's at close (no GPU needed)."""
     import sys
 
-    from engine.run.cuda_run import CudaRun
+    from provetop.engine.run.cuda_run import CudaRun
 
     before = sys.getswitchinterval()
     run = CudaRun(Tuning.from_env({"PROVETOP_SWITCH_INTERVAL": "0.002"}).switch_interval_s)
@@ -222,7 +224,7 @@ def test_the_cuda_run_takes_its_switch_interval_from_the_record():
 def test_defines_read_alike_from_settings_and_prebuild():
     """PROVETOP_*_DEFINES and `prebuild --define` go through one parser, so a prebuilt cubin
     and a run name the same defines (NAME alone is NAME=1); a bad name is one clear error."""
-    from kernels.tuning import parse_defines
+    from provetop.kernels.tuning import parse_defines
 
     env = {"PROVETOP_MSM_DEFINES": "MONT_SQR_SOS, G1_COLD_DBL=1"}
     from_env = Tuning.from_env(env).kernels.msm_defines

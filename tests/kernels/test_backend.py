@@ -7,13 +7,13 @@ import random
 import numpy as np
 import pytest
 
-from kernels.backend import KernelBackend
-from kernels.backends import BackendUnavailable, get_backend
-from kernels.constants import FR_MODULUS
-from kernels.cpu import g1, ntt
-from kernels.cpu.srs import check_h_identity, check_msm_identity, powers
-from kernels.cpu_backend import CpuBackend
-from kernels.layout import (
+from provetop.kernels.backend import KernelBackend
+from provetop.kernels.backends import BackendUnavailable, get_backend
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cpu import g1, ntt
+from provetop.kernels.cpu.srs import check_h_identity, check_msm_identity, powers
+from provetop.kernels.cpu_backend import CpuBackend
+from provetop.kernels.layout import (
     fr_from_limbs,
     fr_to_limbs,
     g1_from_limbs,
@@ -31,7 +31,7 @@ def test_get_backend() -> None:
     with pytest.raises(ValueError):
         get_backend("tpu")
     try:
-        import kernels.cuda.backend  # noqa: F401
+        import provetop.kernels.cuda.backend  # noqa: F401
     except ImportError:
         with pytest.raises(BackendUnavailable):
             get_backend("cuda")
@@ -101,7 +101,8 @@ def test_scalar_rows_at_or_above_r_raise() -> None:
 
 def test_partition_2_12_is_exact() -> None:
     """One full partition at n = 2^12 (H step + one MSM of 2^12 random 255-bit scalars) checked
-    by both exact identities. Its speed is measured by `python -m kernels.cpu_bench`, not here:
+    by both exact identities. Its speed is measured by `python -m provetop.kernels.cpu_bench`, not
+    here:
     timing assertions belong in benchmarks."""
     be = CpuBackend()
     n = 1 << 12

@@ -1,6 +1,6 @@
 """The benchmark metadata every GPU result carries."""
 
-from kernels.bench_meta import bench_command
+from provetop.kernels.bench_meta import bench_command
 
 
 def test_bench_command_as_a_user_types_it():
@@ -21,8 +21,8 @@ def test_the_commit_says_dirty_when_the_files_differ_from_head(tmp_path, monkeyp
     import shutil
     import subprocess
 
-    from kernels.bench_meta import commit_of
-    from kernels.tuning import KernelTuning
+    from provetop.kernels.bench_meta import commit_of
+    from provetop.kernels.tuning import KernelTuning
 
     if shutil.which("git") is None:
         import pytest
@@ -52,7 +52,7 @@ def test_gpu_meta_records_the_field_multiplication_units():
     FP32:FP64 ratio, so a result from a card with other FP64 units can be told apart."""
     from types import SimpleNamespace
 
-    from kernels.bench_meta import gpu_bench_meta
+    from provetop.kernels.bench_meta import gpu_bench_meta
 
     props = {"name": b"Fake GPU", "multiProcessorCount": 4, "singleToDoublePrecisionPerfRatio": 64}
     runtime = SimpleNamespace(

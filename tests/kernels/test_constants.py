@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kernels import constants as c
-from kernels.cpu import g1
+from provetop.kernels import constants as c
+from provetop.kernels.cpu import g1
 
 
 def _is_probable_prime(n: int) -> bool:

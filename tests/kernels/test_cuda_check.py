@@ -1,4 +1,5 @@
-"""The GPU partition checks (``kernels.cuda.check``) against the CPU reference (marked ``gpu``).
+"""The GPU partition checks (``provetop.kernels.cuda.check``) against the CPU reference (marked
+``gpu``).
 
 Fresh random inputs every run; chunk sizes that do not divide the vectors, so every chunk
 boundary and the short last thread are exercised; host (numpy) and device (CuPy) inputs; and
@@ -12,11 +13,11 @@ import random
 import numpy as np
 import pytest
 
-from kernels.constants import FR_MODULUS
-from kernels.cpu import g1
-from kernels.cpu.ntt import evaluate_interpolant, h_step
-from kernels.cpu.srs import powers as cpu_powers
-from kernels.layout import fr_from_limbs, fr_to_limbs, random_fr
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cpu import g1
+from provetop.kernels.cpu.ntt import evaluate_interpolant, h_step
+from provetop.kernels.cpu.srs import powers as cpu_powers
+from provetop.kernels.layout import fr_from_limbs, fr_to_limbs, random_fr
 
 pytestmark = pytest.mark.gpu
 
@@ -26,7 +27,7 @@ POISON = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 @pytest.fixture(scope="module")
 def chk(cp):
-    from kernels.cuda import check as cuda_check
+    from provetop.kernels.cuda import check as cuda_check
 
     return cuda_check
 
@@ -76,7 +77,7 @@ def test_interpolants_match_reference(cp, chk, k):
 
 
 def test_interpolant_at_a_domain_point(cp, chk):
-    from kernels.cpu.ntt import domain_root
+    from provetop.kernels.cpu.ntt import domain_root
 
     n = 16
     vecs = [random_fr(n) for _ in range(3)]
@@ -105,8 +106,8 @@ def test_h_identity_holds_and_catches_a_wrong_h(cp, chk, k):
 
 
 def test_msm_identity_against_known_secrets(cp, chk):
-    from kernels.cpu.msm import msm_fast
-    from kernels.cpu.srs import srs_points
+    from provetop.kernels.cpu.msm import msm_fast
+    from provetop.kernels.cpu.srs import srs_points
 
     m = 300
     rng = random.Random()
@@ -147,7 +148,7 @@ def _one_grid(chk):
 
 
 def test_powers_beyond_one_grid_form_a_chain(cp, chk):
-    from kernels.cuda.fr import elementwise
+    from provetop.kernels.cuda.fr import elementwise
 
     count = 2 * _one_grid(chk) + 12345
     base = random.Random().randrange(R)
@@ -173,8 +174,8 @@ def test_sums_beyond_one_grid_match_single_iteration_launches(cp, chk):
 
 
 def test_interpolants_beyond_one_grid_match_an_ntt_and_horner(cp, chk):
-    from kernels.cuda.fr import evaluate
-    from kernels.cuda.ntt import CudaNtt
+    from provetop.kernels.cuda.fr import evaluate
+    from provetop.kernels.cuda.ntt import CudaNtt
 
     k = 21
     rng = np.random.default_rng()
@@ -186,6 +187,6 @@ def test_interpolants_beyond_one_grid_match_an_ntt_and_horner(cp, chk):
 
 
 def random_fr_rows(n, rng):
-    from kernels.layout import random_fr_limbs
+    from provetop.kernels.layout import random_fr_limbs
 
     return random_fr_limbs(n, rng)

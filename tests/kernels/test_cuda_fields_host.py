@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels import constants as C
-from kernels.cuda import fields_gen as cuda_fields_gen
+from provetop.kernels import constants as C
+from provetop.kernels.cuda import fields_gen as cuda_fields_gen
 from tests.kernels.host_build import SRC_DIR, WARNINGS, build_driver
 
 HARNESS = r"""
@@ -335,7 +335,7 @@ def test_header_constants_match_kernels_constants() -> None:
     text = (SRC_DIR / "field" / "fields.cuh").read_text()
     assert cuda_fields_gen.current_block(text) == cuda_fields_gen.render(), (
         "fields.cuh constants drifted from kernels/constants.py: "
-        "run python -m kernels.cuda.fields_gen"
+        "run python -m provetop.kernels.cuda.fields_gen"
     )
     # and the rendered values themselves agree with the named constants
     assert C.FR_MONT_INV32 == int(_macro(text, "FR_M0").rstrip("u"), 16)

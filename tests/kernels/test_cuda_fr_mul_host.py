@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.constants import FR_MODULUS
+from provetop.kernels.constants import FR_MODULUS
 from tests.kernels.host_build import build_driver
 
 R = FR_MODULUS

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kernels.constants import FP_MODULUS as P
-from kernels.constants import FR_MODULUS as R
-from kernels.cpu import g1
-from kernels.cpu.msm import signed_digits
+from provetop.kernels.constants import FP_MODULUS as P
+from provetop.kernels.constants import FR_MODULUS as R
+from provetop.kernels.cpu import g1
+from provetop.kernels.cpu.msm import signed_digits
 from tests.kernels.host_build import build_driver
 from tests.kernels.host_io import FP_IO
 
@@ -384,7 +384,7 @@ def test_carry_into_a_window_matches_the_digits(driver: Path) -> None:
     whose low c w bits sit at the limit M_w (every lower digit 2^(c-1)), one above and one
     below it, next to random ones, r - 1 and small values. The digit of window w from an
     iterator started there equals the reference's."""
-    from kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm_plan as mp
 
     rng = random.Random()
     lines, want = [], []
@@ -433,8 +433,8 @@ def test_msm_pipeline_on_host(driver: Path, case: str, parts: int, reduce: str) 
     ``parts`` > 1 the points go through in chunks summed straight into the same kept
     buckets, as a streamed MSM's are; ``reduce``: where the tree's doublings go (by each
     node's span throughout, pre-scaled throughout, or the switch from one to the other at a
-    random level of the tree, as :func:`kernels.cuda.msm_plan.reduce_tree` makes it)."""
-    from kernels.cpu.msm import pippenger
+    random level of the tree, as :func:`provetop.kernels.cuda.msm_plan.reduce_tree` makes it)."""
+    from provetop.kernels.cpu.msm import pippenger
 
     rng = random.Random()
     kept = 1  # (the driver's 0, a second array merged in, is no path of the MSM's)

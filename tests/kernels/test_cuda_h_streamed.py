@@ -15,13 +15,13 @@ import random
 import numpy as np
 import pytest
 
-from kernels.constants import FR_MODULUS
-from kernels.cpu import ntt as ref
-from kernels.cuda import fr as cuda_fr
-from kernels.cuda.h_streamed import run_streamed_h_step
-from kernels.cuda.host_pinned import pinned_empty
-from kernels.cuda.ntt import CudaNtt
-from kernels.cuda.ntt_plan import from_words, to_words
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cpu import ntt as ref
+from provetop.kernels.cuda import fr as cuda_fr
+from provetop.kernels.cuda.h_streamed import run_streamed_h_step
+from provetop.kernels.cuda.host_pinned import pinned_empty
+from provetop.kernels.cuda.ntt import CudaNtt
+from provetop.kernels.cuda.ntt_plan import from_words, to_words
 from tests.kernels.test_cuda_ntt import PoisonAllocator
 
 pytestmark = pytest.mark.gpu

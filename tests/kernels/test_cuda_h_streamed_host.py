@@ -15,10 +15,10 @@ import random
 import numpy as np
 import pytest
 
-from kernels.constants import FR_MODULUS
-from kernels.cpu import ntt as ref
-from kernels.cuda import h_streamed as hs
-from kernels.cuda import ntt_plan as npl
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cpu import ntt as ref
+from provetop.kernels.cuda import h_streamed as hs
+from provetop.kernels.cuda import ntt_plan as npl
 from tests.kernels.test_cuda_ntt_host import Emulator
 from tests.kernels.test_cuda_ntt_host import emu as emu  # the fixture (host build of ntt.cuh)
 

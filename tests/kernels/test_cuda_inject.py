@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from kernels.cuda import inject_build
-from recordings.schema import validate
-from sources.trace import records as R
-from sources.trace.events import TraceEvents
+from provetop.kernels.cuda import inject_build
+from provetop.recordings.schema import validate
+from provetop.sources.trace import records as R
+from provetop.sources.trace.events import TraceEvents
 
 GIB = 1 << 30
 UNLIMITED = (1 << 64) - 1

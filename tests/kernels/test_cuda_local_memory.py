@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.cuda.cubins import nvcc_command
+from provetop.kernels.cuda.cubins import nvcc_command
 
 # "Compiling entry function 'k' ..." then, a line or two later, "N bytes stack frame, M bytes
 # spill stores, ..."

@@ -18,11 +18,11 @@ import random
 import numpy as np
 import pytest
 
-from kernels import layout
-from kernels.constants import FR_MODULUS as R
-from kernels.cpu import g1
-from kernels.cpu import msm as cmsm
-from kernels.tuning import KernelTuning
+from provetop.kernels import layout
+from provetop.kernels.constants import FR_MODULUS as R
+from provetop.kernels.cpu import g1
+from provetop.kernels.cpu import msm as cmsm
+from provetop.kernels.tuning import KernelTuning
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def poison(cp):
 
 def random_points(cp, n: int) -> tuple[object, list[g1.Affine]]:
     """n random points [s]G from the GPU SRS (a few checked against the CPU scalar mult)."""
-    from kernels.cuda.srs import srs_random_points
+    from provetop.kernels.cuda.srs import srs_random_points
 
     pts_dev, secrets = srs_random_points(n)
     pts = layout.g1_from_limbs(pts_dev.get())
@@ -62,7 +62,7 @@ def scalars_of(kind: str, n: int, rng: random.Random) -> list[int]:
 
 
 def gpu_msm(cp, pts_dev, ks: list[int], alloc, **kw) -> g1.Affine:
-    from kernels.cuda.msm import msm
+    from provetop.kernels.cuda.msm import msm
 
     sc = cp.asarray(layout.fr_to_limbs(ks, montgomery=False))
     out = msm(pts_dev, sc, allocator=alloc, **kw)
@@ -115,8 +115,8 @@ def test_sort_in_window_groups(cp, poison, monkeypatch: pytest.MonkeyPatch) -> N
     do not fit the L2, here by pretending the L2 holds ``2 g`` windows of counters: g windows
     per count launch, fewer per scatter launch) gives the same sums: the digits below a group
     are computed for their carries only, the ones are counted once."""
-    from kernels.cuda import msm_plan as mp
-    from kernels.cuda import msm_stages
+    from provetop.kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm_stages
 
     rng = random.Random()
     pts_dev, pts = random_points(cp, 700)
@@ -142,8 +142,8 @@ def test_cut_buckets_summed_by_heads_or_by_the_levels(
     same sums as the levels and the reference, the path taken exactly when the largest bucket
     (from the sort's own offsets) allows it; a witness's ones bucket keeps the levels, and
     HEADS_MAX_CHUNKS = 0 turns the heads off."""
-    from kernels.cuda import msm as cm
-    from kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm as cm
+    from provetop.kernels.cuda import msm_plan as mp
 
     rng = random.Random()
     pts_dev, pts = random_points(cp, n)
@@ -172,7 +172,7 @@ def test_cut_buckets_summed_by_heads_or_by_the_levels(
 
 @pytest.mark.gpu
 def test_bucket_reduction_tree(cp, poison) -> None:
-    """The bucket reduction's tree (kernels.cuda.msm_plan.reduce_tree: span doublings, then
+    """The bucket reduction's tree (provetop.kernels.cuda.msm_plan.reduce_tree: span doublings, then
     pre-scaled sums from the switch on) gives the reference's sums at windows whose reduction
     takes one, two and several tree levels (c = 7: 64 buckets per window, c = 13 and 16: 2^12
     and 2^15, with 2 to 32 buckets per leaf thread; the switch at level 1 at c = 16)."""
@@ -190,8 +190,8 @@ def test_bucket_reduction_tree(cp, poison) -> None:
 def test_sort_rule_with_a_small_l2(cp, poison, monkeypatch: pytest.MonkeyPatch) -> None:
     """The rule's own grouping (three windows per count launch, one per scatter launch, as at
     2^27 on the H200) on small inputs, by pretending the L2 holds six windows of counters."""
-    from kernels.cuda import msm_plan as mp
-    from kernels.cuda import msm_stages
+    from provetop.kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm_stages
 
     rng = random.Random()
     pts_dev, pts = random_points(cp, 500)
@@ -208,7 +208,7 @@ def test_sort_rule_with_a_small_l2(cp, poison, monkeypatch: pytest.MonkeyPatch) 
 def test_sort_groups_rule() -> None:
     """Windows per launch of the count and the scatter: one launch each while all counters fit
     in half the L2; otherwise about half the L2 per count launch and a sixth per scatter."""
-    from kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm_plan as mp
 
     h200_l2 = 50 << 20
     W22, W18 = mp.num_windows(22), mp.num_windows(18)
@@ -259,7 +259,7 @@ def test_auto_sort_takes_each_sort_by_the_entries(
 ) -> None:
     """``msm_sort = "auto"`` with its size floor lowered to these sizes: dense scalars take
     the radix sort, a witness (4 % dense) the counting sort, and both equal the reference."""
-    from kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm_plan as mp
 
     monkeypatch.setattr(mp, "RADIX_AUTO_MIN_LOG", 0)
     taken: list[str] = []
@@ -285,8 +285,8 @@ def test_carved_buffers_are_disjoint_aligned_views_of_one_block() -> None:
     """The radix sort's buffers (:func:`_carve`, numpy standing in for CuPy): the lengths and
     types asked for, each start aligned to CARVE_ALIGN, no two overlapping, all in one block,
     and a write to one leaves the others as they were."""
-    from kernels.cuda import msm_plan as mp
-    from kernels.cuda import msm_stages
+    from provetop.kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm_stages
 
     shapes = [(1001, np.uint32), (7, np.uint16), (0, np.uint32), (513, np.uint16), (3, np.uint32)]
     views = msm_stages._carve(np, shapes)
@@ -311,7 +311,7 @@ def test_carved_buffers_are_disjoint_aligned_views_of_one_block() -> None:
 def test_auto_sort_rule() -> None:
     """The rule on its own (no GPU): the size floor, then the share of dense entries; the
     other settings are taken as they are."""
-    from kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm_plan as mp
 
     auto = KernelTuning(msm_sort="auto")
     n = 1 << mp.RADIX_AUTO_MIN_LOG
@@ -331,7 +331,7 @@ def test_auto_sort_rule() -> None:
 
 
 def sorted_buckets(cp, ks: list[int], c: int, alloc, tuning: KernelTuning):
-    from kernels.cuda.msm import sort_entries
+    from provetop.kernels.cuda.msm import sort_entries
 
     sc = cp.asarray(layout.fr_to_limbs(ks, montgomery=False))
     offs, ent = sort_entries(sc, c, allocator=alloc, tuning=tuning)
@@ -345,7 +345,7 @@ def test_radix_sort_groups_the_same_entries(cp, poison, monkeypatch: pytest.Monk
     slot written. Run with the shipped shape, then with tiny bins and chunks and few tiles, so
     that bins span several level-2 chunks (the global-atomic path) next to one-chunk bins,
     threads loop over several scalars of a tile, and windows go one per launch."""
-    from kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm_plan as mp
 
     rng = random.Random()
     counting = KernelTuning(msm_sort="counting")
@@ -389,7 +389,7 @@ def test_radix_plan_fits_the_kernels() -> None:
     counters fit a block (2^s <= 2^12, low keys fit 16 bits), a launch's bins fit 48 KiB of
     shared memory, the bins tile a window, and tiles cover the scalars; the H200 shapes are the
     ones bench/notes/msm.md reasons with."""
-    from kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm_plan as mp
 
     for c in range(mp.MIN_WINDOW, mp.MAX_WINDOW + 1):
         W, B = mp.num_windows(c), 1 << (c - 1)
@@ -441,7 +441,7 @@ def test_scratch_model_counts_the_radix_buffers() -> None:
     """The radix buffers are alive only before the buckets: the model takes the larger phase,
     so at 2^27 (buckets and levels larger) it equals the counting model, and at a small n with
     a forced large window it may exceed it but never by more than the radix buffers."""
-    from kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda import msm_plan as mp
 
     for n, c in [(1 << 27, 22), (1 << 24, 20), (1 << 20, 16), (1000, 7), (300, 21)]:
         counting = mp.scratch_bytes(n, c, tuning=KernelTuning(msm_sort="counting"))
@@ -457,9 +457,9 @@ def test_pool_stays_within_the_scratch_model(cp, sort: str, log_n: int) -> None:
     :func:`scratch_bytes` says: what an operator's memory budget rests on. With the radix
     buffers in separate blocks the pool held 578 MB at 2^20 against a model of 382
     (2026-12-03)."""
-    from kernels.cuda import msm as cm
-    from kernels.cuda import msm_plan as mp
-    from kernels.cuda.srs import srs
+    from provetop.kernels.cuda import msm as cm
+    from provetop.kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda.srs import srs
 
     n = 1 << log_n
     gen = np.random.default_rng()
@@ -489,8 +489,8 @@ def test_window_sizes_agree(cp, poison) -> None:
 @pytest.mark.gpu
 def test_host_streamed_points(cp, poison) -> None:
     """Points in pinned host memory, uploaded in chunks overlapped with the compute."""
-    from kernels.cuda.host_pinned import pinned_empty
-    from kernels.cuda.msm import msm_host_points
+    from provetop.kernels.cuda.host_pinned import pinned_empty
+    from provetop.kernels.cuda.msm import msm_host_points
 
     rng = random.Random()
     n = 4096
@@ -504,7 +504,7 @@ def test_host_streamed_points(cp, poison) -> None:
     want = cmsm.msm_fast(pts, ks)
     assert layout.g1_from_limbs(got)[0] == want
     # msm() itself routes host points (numpy, not pinned here) and numpy scalars
-    from kernels.cuda.msm import msm
+    from provetop.kernels.cuda.msm import msm
 
     plain = pts_dev.get()
     got2 = msm(plain, layout.fr_to_limbs(ks, montgomery=False), allocator=poison)
@@ -518,8 +518,8 @@ def test_host_streamed_buckets_kept_across_chunks(cp, poison, sort: str) -> None
     the whole query: exact against the reference for witness-like scalars (zeros, ones,
     dense), a short last chunk, a window cap, and both sorts (``auto`` is the counting sort
     there)."""
-    from kernels.cuda import msm as cuda_msm
-    from kernels.cuda.host_pinned import pinned_empty
+    from provetop.kernels.cuda import msm as cuda_msm
+    from provetop.kernels.cuda.host_pinned import pinned_empty
 
     rng = random.Random()
     n = rng.randrange(4000, 6000)
@@ -545,8 +545,8 @@ def test_host_streamed_chunks_that_cancel_the_kept_sums(cp, poison) -> None:
     kept bucket sum goes back to infinity (which the kept accumulation must store, not skip),
     and the MSM is the identity; then the same points with a few scalars changed, against the
     reference."""
-    from kernels.cuda import msm as cuda_msm
-    from kernels.cuda.host_pinned import pinned_empty
+    from provetop.kernels.cuda import msm as cuda_msm
+    from provetop.kernels.cuda.host_pinned import pinned_empty
 
     rng = random.Random()
     half = rng.randrange(1500, 2500)
@@ -580,8 +580,8 @@ def test_host_streamed_queries_in_one_pass(
     buffers: each exact against the reference, whatever its size (one chunk, several, a short
     last one), its scalars (dense, witness-like), its window cap, and an upload its first chunk
     must wait for (scalars copied on another stream just before the call)."""
-    from kernels.cuda import msm as cuda_msm
-    from kernels.cuda.host_pinned import pinned_empty
+    from provetop.kernels.cuda import msm as cuda_msm
+    from provetop.kernels.cuda.host_pinned import pinned_empty
 
     rng = random.Random()
     sizes = [rng.randrange(5000, 7000), rng.randrange(2000, 3000), 900]
@@ -637,9 +637,9 @@ def test_host_scalars_go_up_per_chunk_shared_by_prefix_queries(
     for all of them through a few scalar buffers, refilled only after their last reader; the
     first query's scalars are on the device. Each result exact against the reference, with
     the scalar buffers drawn from a poisoning allocator."""
-    from kernels.cuda import msm as cuda_msm
-    from kernels.cuda import msm_plan as mp
-    from kernels.cuda.host_pinned import pinned_empty
+    from provetop.kernels.cuda import msm as cuda_msm
+    from provetop.kernels.cuda import msm_plan as mp
+    from provetop.kernels.cuda.host_pinned import pinned_empty
 
     rng = random.Random()
     sizes = [rng.randrange(5000, 7000), rng.randrange(4000, 5000), rng.randrange(3000, 4000), 1100]
@@ -670,8 +670,8 @@ def test_host_streamed_calls_in_a_row_reuse_one_copy_stream_and_stay_exact(cp, p
     """Each thread makes its copy stream and events once (creating events waited for the
     running kernel on the H200); back-to-back calls with other chunkings, one of them
     ending with a short chunk and one with a single chunk, must all stay exact."""
-    from kernels.cuda import msm as cuda_msm
-    from kernels.cuda.host_pinned import pinned_empty
+    from provetop.kernels.cuda import msm as cuda_msm
+    from provetop.kernels.cuda.host_pinned import pinned_empty
 
     rng = random.Random()
     n = 3000
@@ -691,8 +691,8 @@ def test_host_streamed_calls_in_a_row_reuse_one_copy_stream_and_stay_exact(cp, p
 @pytest.mark.gpu
 def test_selftest_rows(cp) -> None:
     """The MSM rows of `provetop selftest --backend cuda` pass."""
-    from kernels.selftest.registry import run_check
-    from kernels.selftest.rows_cuda import msm_checks
+    from provetop.kernels.selftest.registry import run_check
+    from provetop.kernels.selftest.rows_cuda import msm_checks
 
     for check in msm_checks():
         res = run_check(check)
@@ -701,7 +701,7 @@ def test_selftest_rows(cp) -> None:
 
 @pytest.mark.gpu
 def test_srs_edges(cp) -> None:
-    from kernels.cuda.srs import srs
+    from provetop.kernels.cuda.srs import srs
 
     rng = random.Random()
     secrets = [0, 1, 2, R - 1, R - 2, (1 << 254) + 12345] + layout.random_fr(26, rng)
@@ -720,8 +720,8 @@ def dot_mod_r(ks: list[int], ss: list[int]) -> int:
 @pytest.mark.parametrize("log_n", [20, 24])
 def test_identity_large(cp, log_n: int) -> None:
     """MSM(k, [s]G) == [<k, s> mod r]G at 2^20 and 2^24, with the SRS from the GPU generator."""
-    from kernels.cuda.msm import msm
-    from kernels.cuda.srs import srs
+    from provetop.kernels.cuda.msm import msm
+    from provetop.kernels.cuda.srs import srs
 
     n = 1 << log_n
     gen = np.random.default_rng()
@@ -744,9 +744,9 @@ def test_combine_windows_on_host(c: int) -> None:
     """The host window combination (inlined Jacobian doublings, affine window sums) against
     sum_w 2^(c w) S_w + ones computed with the reference group law; window sums in random XYZZ
     representations (ZZ != 1), some of them infinity (zeros, as the kernels write them)."""
-    from kernels.constants import FP_MODULUS as P
-    from kernels.cuda.msm_plan import num_windows
-    from kernels.cuda.msm_stages import combine_windows
+    from provetop.kernels.constants import FP_MODULUS as P
+    from provetop.kernels.cuda.msm_plan import num_windows
+    from provetop.kernels.cuda.msm_stages import combine_windows
 
     rng = random.Random()
     W = num_windows(c)

@@ -17,13 +17,13 @@ import random
 import numpy as np
 import pytest
 
-from kernels import layout
-from kernels.constants import FR_MODULUS as R
-from kernels.cpu import g1
-from kernels.cpu import msm as cmsm
-from kernels.cuda import msm as cm
-from kernels.cuda import msm_fixed as mf
-from kernels.cuda import msm_plan as mp
+from provetop.kernels import layout
+from provetop.kernels.constants import FR_MODULUS as R
+from provetop.kernels.cpu import g1
+from provetop.kernels.cpu import msm as cmsm
+from provetop.kernels.cuda import msm as cm
+from provetop.kernels.cuda import msm_fixed as mf
+from provetop.kernels.cuda import msm_plan as mp
 from tests.kernels.test_cuda_msm import (  # noqa: F401 (poison: a fixture)
     poison,
     random_points,
@@ -103,7 +103,7 @@ def test_fixed_and_general_msm_agree_and_tables_are_reused(cp, poison) -> None: 
 def test_fixed_identity_2_20(cp) -> None:
     """MSM(k, [s]G) == [<k, s> mod r]G at 2^20 with the rule's window (c = 20: 13 windows into
     one set of 2^19 buckets), a quarter zeros, a quarter ones, half dense."""
-    from kernels.cuda.srs import srs
+    from provetop.kernels.cuda.srs import srs
 
     n = 1 << 20
     gen = np.random.default_rng()

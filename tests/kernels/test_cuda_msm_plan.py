@@ -11,10 +11,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from kernels.cuda import msm as cm
-from kernels.cuda import msm_plan as mp
-from kernels.cuda import msm_stages
-from kernels.tuning import DEFAULT_TUNING
+from provetop.kernels.cuda import msm as cm
+from provetop.kernels.cuda import msm_plan as mp
+from provetop.kernels.cuda import msm_stages
+from provetop.kernels.tuning import DEFAULT_TUNING
 
 
 def test_window_rule_is_the_cost_argmin_and_grows_with_n() -> None:

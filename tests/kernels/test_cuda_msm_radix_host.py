@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels import layout
-from kernels.constants import FR_MODULUS as R
-from kernels.cpu.msm import signed_digits
-from kernels.cuda import msm_plan as mp
-from kernels.cuda import msm_stages
+from provetop.kernels import layout
+from provetop.kernels.constants import FR_MODULUS as R
+from provetop.kernels.cpu.msm import signed_digits
+from provetop.kernels.cuda import msm_plan as mp
+from provetop.kernels.cuda import msm_stages
 from tests.kernels.host_build import build_driver
 
 SHIM = r"""
@@ -105,7 +105,8 @@ def emu(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
 
 
 class HostKernels:
-    """Stands for kernels.cuda.msm_stages.MsmKernels: launch_blocks runs the host build, one thread
+    """Stands for provetop.kernels.cuda.msm_stages.MsmKernels: launch_blocks runs the host build,
+    one thread
     per block, with numpy arrays as the device buffers."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:

@@ -29,7 +29,7 @@ import random
 import numpy as np
 import pytest
 
-from kernels.constants import FR_COSET_GENERATOR, FR_MODULUS
+from provetop.kernels.constants import FR_COSET_GENERATOR, FR_MODULUS
 
 pytestmark = pytest.mark.gpu
 
@@ -55,7 +55,7 @@ class PlainPlans:
 
     def ntt(self, x, *, inverse=False, coset=False, input_order="natural", output_order="natural",
             out=None):  # fmt: skip
-        from kernels.cuda.ntt_plan import log2_size, plan_ntt
+        from provetop.kernels.cuda.ntt_plan import log2_size, plan_ntt
 
         k = log2_size(x.shape[-2])
         out = self.cp.empty_like(x) if out is None else out
@@ -68,7 +68,7 @@ class PlainPlans:
         return out
 
     def h_step(self, a, b, c, *, out=None, allocator=None):
-        from kernels.cuda.ntt_plan import log2_size, plan_h_step
+        from provetop.kernels.cuda.ntt_plan import log2_size, plan_h_step
 
         cp, n = self.cp, a.shape[0]
         k = log2_size(n)
@@ -84,7 +84,7 @@ class PlainPlans:
 def eng(cp):
     """The plans without the small ones (:class:`PlainPlans`), which the small ones are
     checked against at the sizes the reference is too slow for."""
-    from kernels.cuda.ntt import CudaNtt
+    from provetop.kernels.cuda.ntt import CudaNtt
 
     return PlainPlans(cp, CudaNtt())
 
@@ -95,7 +95,7 @@ def _rand(n: int) -> list[int]:
 
 
 def _reorder(vals: list[int], order: str) -> list[int]:
-    from kernels.cpu import ntt as ref
+    from provetop.kernels.cpu import ntt as ref
 
     if order == "natural":
         return vals
@@ -125,8 +125,8 @@ class PoisonAllocator:
 
 
 def test_device_field_ops_match_python_ints(cp) -> None:
-    from kernels.cuda import fr as cuda_fr
-    from kernels.cuda.ntt_plan import from_words, to_words
+    from provetop.kernels.cuda import fr as cuda_fr
+    from provetop.kernels.cuda.ntt_plan import from_words, to_words
 
     n = 4096
     edges = [0, 1, 2, R - 1, R - 2, (1 << 256) % R]
@@ -156,8 +156,8 @@ def test_device_fr_mul_variants_match_python_ints(cp) -> None:
     device build: fresh random inputs plus the edge values of tests/kernels/test_cuda_fr_mul_host.py
     (low words 0 / 0xffffffff exercise the r_0 = 1, r_1 = 2^32 - 1 shortcuts), output
     poisoned."""
-    from kernels.cuda.ntt import module
-    from kernels.cuda.ntt_plan import from_words, to_words
+    from provetop.kernels.cuda.ntt import module
+    from provetop.kernels.cuda.ntt_plan import from_words, to_words
     from tests.kernels.test_cuda_fr_mul_host import edge_values
 
     edges = edge_values()
@@ -177,8 +177,8 @@ def test_device_fr_mul_variants_match_python_ints(cp) -> None:
 
 @pytest.mark.parametrize("k", [1, 2, 5, 10, 11])
 def test_ntt_matches_reference_all_combinations(cp, eng, k: int) -> None:
-    from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt_plan import from_words, to_words
+    from provetop.kernels.cpu import ntt as ref
+    from provetop.kernels.cuda.ntt_plan import from_words, to_words
 
     n, batch = 1 << k, 2
     for inv, coset, io, oo in COMBOS:
@@ -194,8 +194,8 @@ def test_ntt_matches_reference_all_combinations(cp, eng, k: int) -> None:
 
 
 def test_ntt_matches_reference_2_16(cp, eng) -> None:
-    from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt_plan import from_words, to_words
+    from provetop.kernels.cpu import ntt as ref
+    from provetop.kernels.cuda.ntt_plan import from_words, to_words
 
     k, n = 16, 1 << 16
     rng = random.Random()
@@ -214,7 +214,7 @@ def _natural(cp, arr, order: str, k: int):
     """A natural-order copy of a vector stored in ``order`` (device bit-reversal kernel)."""
     if order == "natural":
         return arr
-    from kernels.cuda.ntt import module
+    from provetop.kernels.cuda.ntt import module
 
     out = cp.empty_like(arr)
     fn = module().get_function("fr_bitrev_permute")
@@ -223,9 +223,9 @@ def _natural(cp, arr, order: str, k: int):
 
 
 def test_ntt_2_20_round_trip_and_point_evaluations(cp, eng) -> None:
-    from kernels.cpu.ntt import domain_root
-    from kernels.cuda import fr as cuda_fr
-    from kernels.cuda.ntt_plan import from_words
+    from provetop.kernels.cpu.ntt import domain_root
+    from provetop.kernels.cuda import fr as cuda_fr
+    from provetop.kernels.cuda.ntt_plan import from_words
 
     k = 20
     n = 1 << k
@@ -253,8 +253,8 @@ def test_ntt_2_20_round_trip_and_point_evaluations(cp, eng) -> None:
 
 
 def test_h_step_matches_reference(cp, eng) -> None:
-    from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt_plan import from_words, to_words
+    from provetop.kernels.cpu import ntt as ref
+    from provetop.kernels.cuda.ntt_plan import from_words, to_words
 
     n = 1 << 10
     a, b = _rand(n), _rand(n)
@@ -271,7 +271,7 @@ def test_h_step_matches_reference(cp, eng) -> None:
 
 @pytest.mark.parametrize("k", [1, 2, 5, 10, 16, 20, 24])
 def test_h_identity_at_tau(cp, eng, k: int) -> None:
-    from kernels.cuda import fr as cuda_fr
+    from provetop.kernels.cuda import fr as cuda_fr
 
     n = 1 << k
     a = cuda_fr.random_fr((n,))
@@ -294,7 +294,7 @@ def test_h_identity_at_tau(cp, eng, k: int) -> None:
 def test_random_fr_continues_one_sequence_across_launches(cp) -> None:
     """A vector made in chunks (``first`` = the chunk's start) is the vector made at once, and
     every row is below 2^254."""
-    from kernels.cuda import fr as cuda_fr
+    from provetop.kernels.cuda import fr as cuda_fr
 
     seed, n = random.getrandbits(64), 5000
     whole = cuda_fr.random_fr((n,), seed=seed)
@@ -315,7 +315,7 @@ def test_random_fr_continues_one_sequence_across_launches(cp) -> None:
 @pytest.fixture(scope="module")
 def eng_small(cp):
     """The plans and the cached launches of ``CudaNtt.ntt`` and ``h_step``."""
-    from kernels.cuda.ntt import CudaNtt
+    from provetop.kernels.cuda.ntt import CudaNtt
 
     return CudaNtt()
 
@@ -326,8 +326,8 @@ def test_driver_launches_from_two_threads(cp) -> None:
     (compared with another instance's, computed on this thread first)."""
     import threading
 
-    from kernels.cuda import fr as cuda_fr
-    from kernels.cuda.ntt import CudaNtt
+    from provetop.kernels.cuda import fr as cuda_fr
+    from provetop.kernels.cuda.ntt import CudaNtt
 
     fast = CudaNtt()
     slow = CudaNtt()
@@ -377,8 +377,8 @@ def test_driver_launches_from_two_threads(cp) -> None:
 def test_small_ntt_matches_reference_all_combinations(cp, eng_small, k: int) -> None:
     """Every combination, twice each with fresh inputs (the second call reuses the cached
     launches with other buffers), batched, against the CPU reference; outputs poisoned."""
-    from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt_plan import from_words, to_words
+    from provetop.kernels.cpu import ntt as ref
+    from provetop.kernels.cuda.ntt_plan import from_words, to_words
 
     n, batch = 1 << k, 2
     for inv, coset, io, oo in COMBOS:
@@ -396,8 +396,8 @@ def test_small_ntt_matches_reference_all_combinations(cp, eng_small, k: int) -> 
 
 @pytest.mark.parametrize("k", [15, 16])
 def test_small_ntt_matches_reference_mid_sizes(cp, eng_small, k: int) -> None:
-    from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt_plan import from_words, to_words
+    from provetop.kernels.cpu import ntt as ref
+    from provetop.kernels.cuda.ntt_plan import from_words, to_words
 
     rng = random.Random()
     for inv in (False, True):
@@ -417,9 +417,9 @@ def test_small_ntt_large_sizes(cp, eng, eng_small, k: int) -> None:
     """Where the Python reference is too slow: every combination equals the default plans'
     output bit for bit (those are checked against the reference above), the round trip gives
     the input back, and 2 random outputs equal a direct Horner evaluation on the GPU."""
-    from kernels.cpu.ntt import domain_root
-    from kernels.cuda import fr as cuda_fr
-    from kernels.cuda.ntt_plan import from_words
+    from provetop.kernels.cpu.ntt import domain_root
+    from provetop.kernels.cuda import fr as cuda_fr
+    from provetop.kernels.cuda.ntt_plan import from_words
 
     n = 1 << k
     w = domain_root(k)
@@ -447,8 +447,8 @@ def test_small_ntt_large_sizes(cp, eng, eng_small, k: int) -> None:
 
 @pytest.mark.parametrize("k", [5, 12])
 def test_small_h_step_matches_reference(cp, eng_small, k: int) -> None:
-    from kernels.cpu import ntt as ref
-    from kernels.cuda.ntt_plan import from_words, to_words
+    from provetop.kernels.cpu import ntt as ref
+    from provetop.kernels.cuda.ntt_plan import from_words, to_words
 
     n = 1 << k
     for _ in range(2):  # the second call runs the cached launches
@@ -464,7 +464,7 @@ def test_small_h_step_matches_reference(cp, eng_small, k: int) -> None:
 
 @pytest.mark.parametrize("k", [1, 3, 13, 21, 22])
 def test_small_h_identity_at_tau(cp, eng_small, k: int) -> None:
-    from kernels.cuda import fr as cuda_fr
+    from provetop.kernels.cuda import fr as cuda_fr
 
     n = 1 << k
     a = cuda_fr.random_fr((n,))
@@ -486,8 +486,8 @@ def test_small_h_identity_at_tau(cp, eng_small, k: int) -> None:
 def _assert_equals_default_plans(cp, eng, tag: int) -> None:
     """``eng``'s transforms at 2^14 and 2^20, every direction and order, bit for bit those of a
     CudaNtt with the default plans, outputs poisoned."""
-    from kernels.cuda import fr as cuda_fr
-    from kernels.cuda.ntt import CudaNtt
+    from provetop.kernels.cuda import fr as cuda_fr
+    from provetop.kernels.cuda.ntt import CudaNtt
 
     default = CudaNtt()
     for k in (14, 20):
@@ -505,7 +505,7 @@ def test_small_tiles_equal_the_default_plans(cp, levels: int) -> None:
     --max-levels``; 10 is the plans before 2^9 tiles became the default), at 2^20 and 2^14 in
     every direction and order: bit for bit the default plans' output (those are checked
     against the reference above), outputs poisoned."""
-    from kernels.cuda.ntt import CudaNtt
+    from provetop.kernels.cuda.ntt import CudaNtt
 
     _assert_equals_default_plans(cp, CudaNtt(max_levels=levels), levels)
 
@@ -516,6 +516,6 @@ def test_other_lowest_levels_equal_the_default_plans(cp, lowest: int) -> None:
     --lowest-levels``; 0 is the plans before a whole tile became the default), at 2^20 and
     2^14 in every direction and order: bit for bit the default plans' output, outputs
     poisoned."""
-    from kernels.cuda.ntt import CudaNtt
+    from provetop.kernels.cuda.ntt import CudaNtt
 
     _assert_equals_default_plans(cp, CudaNtt(lowest_levels=lowest), lowest)

@@ -15,10 +15,10 @@ import random
 import numpy as np
 import pytest
 
-from kernels.constants import FR_MODULUS
-from kernels.cpu import ntt as ref
-from kernels.cuda import ntt as cn
-from kernels.cuda import ntt_plan as npl
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cpu import ntt as ref
+from provetop.kernels.cuda import ntt as cn
+from provetop.kernels.cuda import ntt_plan as npl
 from tests.kernels.host_build import build_driver
 
 SHIM = r"""
@@ -88,7 +88,7 @@ def _ptr(a: np.ndarray) -> ctypes.c_void_p:
 
 
 class Emulator:
-    """Runs kernels.cuda.ntt_plan plans on numpy buffers through the host build."""
+    """Runs provetop.kernels.cuda.ntt_plan plans on numpy buffers through the host build."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib

@@ -1,4 +1,5 @@
-"""The one CUDA loader (kernels.cuda.runtime), the source identity and the prebuilt-cubin lookup,
+"""The one CUDA loader (provetop.kernels.cuda.runtime), the source identity and the prebuilt-cubin
+lookup,
 on the CPU: a FAKE CuPy stands in for the real one (it records what the loader asks of it and
 proves nothing about CUDA; the GPU tests and ``provetop warmup`` on the device machine do)."""
 
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels.cuda import cubins, runtime, sources
 from provetop.cli import main
+from provetop.kernels.cuda import cubins, runtime, sources
 
 # --- sources ---------------------------------------------------------------------------------
 
@@ -165,8 +166,8 @@ def test_concurrent_loads_of_one_key_compile_once(fake_cupy) -> None:
 
 
 def test_warm_loads_every_source_a_run_uses_on_every_device(fake_cupy) -> None:
-    from kernels.cuda.warmup import warm
-    from kernels.tuning import KernelTuning
+    from provetop.kernels.cuda.warmup import warm
+    from provetop.kernels.tuning import KernelTuning
 
     seen = []
     done = warm(KernelTuning(ntt_defines=(("A", "1"),)), on_module=seen.append, log=lambda s: None)
@@ -179,8 +180,8 @@ def test_warm_loads_every_source_a_run_uses_on_every_device(fake_cupy) -> None:
 def test_prebuild_missing_compiles_only_what_has_no_cubin(tmp_path) -> None:
     """A stand-in nvcc (a script that writes the -o file) shows which builds are compiled:
     each (build, arch) without a cubin on the search path, once."""
-    from kernels.cuda.warmup import builds, prebuild_missing
-    from kernels.tuning import KernelTuning
+    from provetop.kernels.cuda.warmup import builds, prebuild_missing
+    from provetop.kernels.tuning import KernelTuning
 
     log = tmp_path / "calls"
     nvcc = tmp_path / "nvcc"
@@ -220,14 +221,14 @@ def test_warmup_without_a_gpu(monkeypatch, capsys) -> None:
 
 
 def test_prebuild_without_nvcc_says_so(capsys, tmp_path) -> None:
-    from kernels.cuda import prebuild
+    from provetop.kernels.cuda import prebuild
 
     rc = prebuild.main(["--nvcc", "no-such-nvcc", "--out", str(tmp_path)])
     assert rc == 1 and "no-such-nvcc not found" in capsys.readouterr().err
 
 
 def test_prebuild_reports_a_failed_compile(capsys, tmp_path) -> None:
-    from kernels.cuda import prebuild
+    from provetop.kernels.cuda import prebuild
 
     fake = tmp_path / "nvcc"
     fake.write_text("#!/bin/sh\necho 'error: no such arch' >&2\nexit 1\n")
@@ -245,7 +246,7 @@ def test_prebuild_reports_a_failed_compile(capsys, tmp_path) -> None:
 @pytest.mark.slow
 def test_prebuild_builds_a_cubin_with_nvcc(tmp_path) -> None:
     """The real nvcc on the smallest source (ntt.cu takes about a minute on two cores)."""
-    from kernels.cuda import prebuild
+    from provetop.kernels.cuda import prebuild
 
     out = tmp_path / "cubin"
     assert prebuild.main(["--out", str(out), "--source", "ntt/ntt.cu", "--arch", "sm_90"]) == 0
@@ -258,7 +259,7 @@ def test_no_product_module_imports_the_self_test() -> None:
     for path in root.rglob("*.py"):
         if "selftest" in path.parts:
             continue
-        assert "kernels.selftest" not in path.read_text(), path
+        assert "provetop.kernels.selftest" not in path.read_text(), path
 
 
 def test_the_install_hint_names_the_extras_of_pyproject():
@@ -266,7 +267,7 @@ def test_the_install_hint_names_the_extras_of_pyproject():
     import tomllib
     from pathlib import Path
 
-    from kernels.cuda.runtime import INSTALL_HINT
+    from provetop.kernels.cuda.runtime import INSTALL_HINT
 
     meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     extras = {k for k in meta["project"]["optional-dependencies"] if k.startswith("cuda")}

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.constants import FP_MODULUS, FR_MODULUS
-from kernels.cpu.fields import FP, FR, PrimeField
+from provetop.kernels.constants import FP_MODULUS, FR_MODULUS
+from provetop.kernels.cpu.fields import FP, FR, PrimeField
 
 FIELDS = {"Fr": FR, "Fp": FP}
 fast = settings(max_examples=60, deadline=None)

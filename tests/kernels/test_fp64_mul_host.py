@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.constants import FP_MODULUS, FR_MODULUS
+from provetop.kernels.constants import FP_MODULUS, FR_MODULUS
 from tests.kernels.host_build import WARNINGS, build_driver
 
 ROOT = Path(__file__).resolve().parents[2]

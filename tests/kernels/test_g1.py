@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from kernels.constants import FP_MODULUS, FR_MODULUS
-from kernels.cpu import g1
+from provetop.kernels.constants import FP_MODULUS, FR_MODULUS
+from provetop.kernels.cpu import g1
 
 ecc = pytest.importorskip("py_ecc.optimized_bls12_381")  # the independent implementation
 _prim = pytest.importorskip("py_ecc.bls.g2_primitives")

@@ -1,4 +1,5 @@
-"""kernels.cuda.host_pinned: registered large-page mappings, the cudaHostAlloc fallback, and the
+"""provetop.kernels.cuda.host_pinned: registered large-page mappings, the cudaHostAlloc fallback,
+and the
 release order (unregister before unmap). The CPU tests stand a recording fake in for CuPy's
 runtime; the GPU test copies through a real registration."""
 
@@ -10,7 +11,7 @@ import types
 import numpy as np
 import pytest
 
-from kernels.cuda import host_pinned as hp
+from provetop.kernels.cuda import host_pinned as hp
 
 
 class FakeRuntimeError(Exception):
@@ -122,11 +123,12 @@ def test_registered_pool_round_trip(cp) -> None:
 def test_only_a_worker_that_stops_hands_its_pools_to_the_run(monkeypatch, ahead, dies) -> None:
     """A worker that stops keeps its pools with the run until close (``CudaRun.retire``); one
     that dies must not: its replacement pins pools of its own, and the dead one's must be
-    freed first (engine.memory.hostmem plans one set per worker), at the price of the stall that
+    freed first (provetop.engine.memory.hostmem plans one set per worker), at the price of the
+    stall that
     unpinning them causes the neighbour."""
-    from engine.partition import cuda as partition_cuda
-    from engine.run.runner import Engine
-    from engine.run.workers import Scheduler, WorkerSlot
+    from provetop.engine.partition import cuda as partition_cuda
+    from provetop.engine.run.runner import Engine
+    from provetop.engine.run.workers import Scheduler, WorkerSlot
 
     class Runner:
         def __init__(self, *args) -> None:

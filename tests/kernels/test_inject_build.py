@@ -1,5 +1,6 @@
 """The injection library of ``provetop trace`` builds here, exports what the driver looks up,
-and, run against a stand-in driver and CUPTI, writes the stream that ``sources.trace`` reads.
+and, run against a stand-in driver and CUPTI, writes the stream that ``provetop.sources.trace``
+reads.
 
 Why a stand-in: this machine (and CI) has the CUDA headers and CUPTI but no GPU and no
 libcuda. Two small libraries take their place on LD_LIBRARY_PATH, ahead of the real CUPTI the
@@ -31,9 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from kernels.cuda import inject_build
-from sources.trace import records as R
-from sources.trace.events import TraceEvents
+from provetop.kernels.cuda import inject_build
+from provetop.sources.trace import records as R
+from provetop.sources.trace.events import TraceEvents
 
 FAKE_CUPTI = r"""
 #include <cupti.h>

@@ -7,9 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from kernels.constants import FP_MODULUS, FR_MODULUS, G1_GENERATOR
-from kernels.cpu import g1
-from kernels.layout import (
+from provetop.kernels.constants import FP_MODULUS, FR_MODULUS, G1_GENERATOR
+from provetop.kernels.cpu import g1
+from provetop.kernels.layout import (
     fp_from_limbs,
     fp_to_limbs,
     fr_from_limbs,

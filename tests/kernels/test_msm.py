@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from kernels.constants import FR_MODULUS
-from kernels.cpu import g1
-from kernels.cpu.msm import (
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cpu import g1
+from provetop.kernels.cpu.msm import (
     ARKWORKS_AVAILABLE,
     batch_add,
     default_window_bits,
@@ -19,7 +19,7 @@ from kernels.cpu.msm import (
     signed_digits,
     trace_arrays,
 )
-from kernels.layout import g1_from_limbs, random_fr
+from provetop.kernels.layout import g1_from_limbs, random_fr
 
 try:  # the independent implementation (a test dependency; absent on the GPU image)
     from py_ecc import optimized_bls12_381 as ecc

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from kernels.constants import FR_COSET_GENERATOR, FR_MODULUS, FR_ROOT_OF_UNITY
-from kernels.cpu.ntt import (
+from provetop.kernels.constants import FR_COSET_GENERATOR, FR_MODULUS, FR_ROOT_OF_UNITY
+from provetop.kernels.cpu.ntt import (
     bitrev_indices,
     domain_root,
     evaluate,
@@ -18,8 +18,8 @@ from kernels.cpu.ntt import (
     ntt_naive,
     vanishing_on_coset,
 )
-from kernels.cpu.srs import check_h_identity
-from kernels.layout import random_fr
+from provetop.kernels.cpu.srs import check_h_identity
+from provetop.kernels.layout import random_fr
 
 R = FR_MODULUS
 ORDERS = ("natural", "bitrev")

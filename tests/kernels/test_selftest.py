@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from kernels.selftest.registry import Check, run_check
-from kernels.selftest.rows_cpu import cpu_checks
 from provetop.cli import main
+from provetop.kernels.selftest.registry import Check, run_check
+from provetop.kernels.selftest.rows_cpu import cpu_checks
 
 
 def test_registry_reports_failures_and_errors() -> None:
@@ -39,7 +39,7 @@ def test_selftest_cli_json(capsys) -> None:
 
 
 def test_selftest_cli_table_and_exit_code(capsys, monkeypatch) -> None:
-    import kernels.selftest.runner as st
+    import provetop.kernels.selftest.runner as st
 
     def fail() -> None:
         raise AssertionError("deliberate")

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import random
 
-from kernels.constants import FR_MODULUS
-from kernels.cpu import g1
-from kernels.cpu.msm import msm_fast, pippenger
-from kernels.cpu.srs import (
+from provetop.kernels.constants import FR_MODULUS
+from provetop.kernels.cpu import g1
+from provetop.kernels.cpu.msm import msm_fast, pippenger
+from provetop.kernels.cpu.srs import (
     ARKWORKS_AVAILABLE,
     check_h_identity,
     check_msm_identity,
     powers,
     srs_points,
 )
-from kernels.layout import random_fr
+from provetop.kernels.layout import random_fr
 
 R = FR_MODULUS
 
@@ -55,7 +55,7 @@ def test_msm_identity_accepts_the_right_point_and_rejects_others() -> None:
 
 def test_h_identity_end_to_end_with_srs_msm() -> None:
     """H step -> MSM against the tau-power SRS equals [h(tau)]G, and (ab-c)(tau) = h(tau)Z(tau)."""
-    from kernels.cpu.ntt import evaluate, h_step
+    from provetop.kernels.cpu.ntt import evaluate, h_step
 
     rng = random.Random()
     n = 256

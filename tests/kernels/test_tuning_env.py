@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import kernels.tuning as kt
+import provetop.kernels.tuning as kt
 from tests import tuning_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def test_a_kernel_module_imported_after_it_sees_the_env_settings():
     entry point is the env's settings once apply() ran before the import."""
     code = (
         "import os; from tests import tuning_env; tuning_env.apply(os.environ); "
-        "import inspect, kernels.cuda.msm as m; "
+        "import inspect, provetop.kernels.cuda.msm as m; "
         "print(inspect.signature(m.msm).parameters['tuning'].default.msm_defines)"
     )
     env = {"PROVETOP_TEST_TUNING": "env", "PROVETOP_MSM_DEFINES": "MSM_COUNT_MATCH=1"}

@@ -23,12 +23,12 @@ sys.path.insert(0, str(ROOT))
 import atheris  # noqa: E402
 
 with atheris.instrument_imports():
-    from recordings.export_perfetto import export_perfetto
-    from recordings.framing import HEADER_SIZE, MAX_FRAME, FrameDecoder, FrameError
-    from recordings.reader import RecordingError, open_recording, seek_state
-    from recordings.summary import build_summary, format_summary
+    from provetop.recordings.export_perfetto import export_perfetto
+    from provetop.recordings.framing import HEADER_SIZE, MAX_FRAME, FrameDecoder, FrameError
+    from provetop.recordings.reader import RecordingError, open_recording, seek_state
+    from provetop.recordings.summary import build_summary, format_summary
 
-from recordings.writer import RecordingWriter  # noqa: E402
+from provetop.recordings.writer import RecordingWriter  # noqa: E402
 from tests.recordings.fixtures import make_run  # noqa: E402
 
 _DIR = Path(tempfile.mkdtemp(prefix="atheris-rec-"))

@@ -4,7 +4,7 @@
 partitions as they become free, GPU phases on one device never overlap (the device mutex), one
 partition hits an OOM and is retried on the fallback path, memory is sampled at 10 Hz, and the
 run carries a marker and control acknowledgements. Every event is built with
-:func:`recordings.schema.make`, so it is valid by construction. Times are nanoseconds.
+:func:`provetop.recordings.schema.make`, so it is valid by construction. Times are nanoseconds.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from recordings.schema import make
+from provetop.recordings.schema import make
 
 MS = 1_000_000
 GIB = 1 << 30

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.telemetry.server import ListenError, parse_listen
-from recordings.address import Address, AddressError, parse_address
+from provetop.engine.telemetry.server import ListenError, parse_listen
+from provetop.recordings.address import Address, AddressError, parse_address
 
 
 def test_parse_address():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from recordings.reader import RecordingError, open_recording
-from recordings.summary import build_summary, format_summary
+from provetop.recordings.reader import RecordingError, open_recording
+from provetop.recordings.summary import build_summary, format_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 

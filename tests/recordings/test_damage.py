@@ -12,9 +12,9 @@ import pytest
 
 import provetop.commands.replay as replay_cmd
 from provetop.cli import main
-from recordings.format import PREFIX, TRAILER_SIZE
-from recordings.reader import RecordingError, fold_recording, open_recording
-from recordings.writer import RecordingWriter
+from provetop.recordings.format import PREFIX, TRAILER_SIZE
+from provetop.recordings.reader import RecordingError, fold_recording, open_recording
+from provetop.recordings.writer import RecordingWriter
 from tests.recordings.fixtures import make_run
 from tests.recordings.test_io import _plain
 

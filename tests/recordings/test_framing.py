@@ -5,7 +5,7 @@ import random
 import msgpack
 import pytest
 
-from recordings.framing import (
+from provetop.recordings.framing import (
     HEADER_SIZE,
     MAX_DEPTH,
     MAX_FRAME,

@@ -13,9 +13,9 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recordings.framing import HEADER_SIZE, MAX_FRAME, FrameDecoder, FrameError
-from recordings.reader import RecordingError, fold_recording, open_recording, seek_state
-from recordings.writer import RecordingWriter
+from provetop.recordings.framing import HEADER_SIZE, MAX_FRAME, FrameDecoder, FrameError
+from provetop.recordings.reader import RecordingError, fold_recording, open_recording, seek_state
+from provetop.recordings.writer import RecordingWriter
 from tests.recordings.fixtures import make_run
 
 SETTINGS = settings(
@@ -59,8 +59,8 @@ def _consumers(p: Path) -> None:
     """summary and export on the same file, when they exist in this build."""
     import json
 
-    from recordings.export_perfetto import export_perfetto
-    from recordings.summary import build_summary, format_summary
+    from provetop.recordings.export_perfetto import export_perfetto
+    from provetop.recordings.summary import build_summary, format_summary
 
     summary = build_summary(p)
     format_summary(summary)
@@ -182,7 +182,7 @@ EVENTS = make_run(partitions=2, workers=2, devices=2, proofs=1, seed=11)[:80]
 @st.composite
 def odd_but_valid_runs(draw):
     """Schema-valid events whose values are strange: negative or huge ints, NaN, odd maps."""
-    from recordings.schema import EVENTS as SPEC
+    from provetop.recordings.schema import EVENTS as SPEC
 
     events = [dict(e) for e in EVENTS]
     for _ in range(draw(st.integers(1, 6))):

@@ -3,12 +3,12 @@ tracks), from a recording written with recorded-style H200 samples (not read fro
 
 from __future__ import annotations
 
-import recordings.state as state_module
-from recordings.export_perfetto import export_perfetto
-from recordings.reader import open_recording
-from recordings.schema import make
-from recordings.summary import build_summary, format_summary
-from recordings.writer import RecordingWriter
+import provetop.recordings.state as state_module
+from provetop.recordings.export_perfetto import export_perfetto
+from provetop.recordings.reader import open_recording
+from provetop.recordings.schema import make
+from provetop.recordings.summary import build_summary, format_summary
+from provetop.recordings.writer import RecordingWriter
 from tests.recordings.fixtures import hello
 
 SECOND = 1_000_000_000

@@ -1,5 +1,5 @@
 """The Grafana dashboard and the Prometheus configuration in docs/ query only metrics that the
-table (``recordings.prometheus.families.METRICS``) defines."""
+table (``provetop.recordings.prometheus.families.METRICS``) defines."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from recordings.prometheus.families import METRICS
+from provetop.recordings.prometheus.families import METRICS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 NAME = re.compile(r"\bprovetop_[a-z0-9_]+")

@@ -12,12 +12,16 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recordings.format import END_MAGIC, PREFIX, TRAILER_SIZE
-from recordings.framing import encode_frame
-from recordings.reader import RecordingError, open_recording, read_state, seek_state
-from recordings.schema import SchemaError
-from recordings.state import State, Window
-from recordings.writer import RecordingWriter, default_recording_dir, default_recording_path
+from provetop.recordings.format import END_MAGIC, PREFIX, TRAILER_SIZE
+from provetop.recordings.framing import encode_frame
+from provetop.recordings.reader import RecordingError, open_recording, read_state, seek_state
+from provetop.recordings.schema import SchemaError
+from provetop.recordings.state import State, Window
+from provetop.recordings.writer import (
+    RecordingWriter,
+    default_recording_dir,
+    default_recording_path,
+)
 from tests.recordings.fixtures import hello, make_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -321,7 +325,7 @@ def test_background_flush_makes_events_visible_without_close(run, tmp_path):
 _CHILD = textwrap.dedent(
     """
     import sys, time
-    from recordings.writer import RecordingWriter
+    from provetop.recordings.writer import RecordingWriter
     from tests.recordings.fixtures import hello
     w = RecordingWriter(sys.argv[1], flush_every_s=0.5, snapshot_every_s=0.3)
     t0 = time.monotonic_ns()
@@ -474,7 +478,7 @@ def test_close_racing_with_writes_leaves_a_complete_file(run, tmp_path):
 
 
 def test_fold_recording_streams_the_same_state(run, recorded):
-    from recordings.reader import fold_recording
+    from provetop.recordings.reader import fold_recording
 
     path, _ = recorded
     rec, state = fold_recording(path)
@@ -497,7 +501,7 @@ def test_sample_recordings_read_and_match_their_stored_summaries():
     import re
     from pathlib import Path
 
-    from recordings.summary import build_summary
+    from provetop.recordings.summary import build_summary
 
     samples = sorted((Path(__file__).parents[2] / "recordings" / "samples").glob("*.pvtrec"))
     assert samples
@@ -515,8 +519,8 @@ def test_exclusive_writer_never_truncates_an_existing_path(tmp_path):
     CLI's existence check) is refused, not truncated, and is left as it was."""
     import pytest
 
-    from recordings.errors import RecordingError
-    from recordings.writer import RecordingWriter
+    from provetop.recordings.errors import RecordingError
+    from provetop.recordings.writer import RecordingWriter
 
     victim = tmp_path / "precious"
     victim.write_bytes(b"keep me")

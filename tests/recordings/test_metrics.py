@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from recordings.prometheus import http_server
-from recordings.prometheus.families import METRICS, markdown_table
-from recordings.prometheus.fold import MetricsFold
-from recordings.prometheus.http_server import (
+from provetop.recordings.prometheus import http_server
+from provetop.recordings.prometheus.families import METRICS, markdown_table
+from provetop.recordings.prometheus.fold import MetricsFold
+from provetop.recordings.prometheus.http_server import (
     MetricsAddressError,
     MetricsServer,
     parse_metrics_address,
 )
-from recordings.state import State, phantom_bytes, worker_state
-from sources.synthetic import generate
+from provetop.recordings.state import State, phantom_bytes, worker_state
+from provetop.sources.synthetic import generate
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -32,7 +32,7 @@ def families(body: bytes | str) -> dict[str, list]:
 
 
 def test_docs_match_the_table():
-    regenerate = "regenerate with: python -m recordings.prometheus.families"
+    regenerate = "regenerate with: python -m provetop.recordings.prometheus.families"
     assert markdown_table() in DOC.read_text(), regenerate
 
 

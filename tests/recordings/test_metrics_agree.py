@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from recordings.prometheus.fold import MetricsFold
-from recordings.reader import open_recording
-from recordings.schema import make
-from recordings.state import State, Window, async_cached, phantom_bytes
-from recordings.writer import RecordingWriter
-from sources.cuzk.convert import Converter
-from sources.synthetic import generate
+from provetop.recordings.prometheus.fold import MetricsFold
+from provetop.recordings.reader import open_recording
+from provetop.recordings.schema import make
+from provetop.recordings.state import State, Window, async_cached, phantom_bytes
+from provetop.recordings.writer import RecordingWriter
+from provetop.sources.cuzk.convert import Converter
+from provetop.sources.synthetic import generate
 from tests.recordings.fixtures import make_run
 
 ROOT = Path(__file__).resolve().parents[2]

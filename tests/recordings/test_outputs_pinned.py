@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from recordings.export_perfetto import export_perfetto, trace_from_state
-from recordings.prometheus.fold import MetricsFold
-from recordings.reader import open_recording
-from recordings.state import State
-from recordings.summary import build_summary, format_summary, summarize_state
+from provetop.recordings.export_perfetto import export_perfetto, trace_from_state
+from provetop.recordings.prometheus.fold import MetricsFold
+from provetop.recordings.reader import open_recording
+from provetop.recordings.state import State
+from provetop.recordings.summary import build_summary, format_summary, summarize_state
 from tests.recordings.fixtures import make_run
 
 ROOT = Path(__file__).resolve().parents[2]

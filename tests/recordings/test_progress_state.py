@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from recordings.schema import make
-from recordings.state import State
+from provetop.recordings.schema import make
+from provetop.recordings.state import State
 
 
 def _progress(t: int, done: int, total: int = 100, **where: int) -> dict:

@@ -5,14 +5,16 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from recordings.schema import EVENTS, SchemaError, make, markdown_tables, validate
-from recordings.state import State, phantom_bytes
+from provetop.recordings.schema import EVENTS, SchemaError, make, markdown_tables, validate
+from provetop.recordings.state import State, phantom_bytes
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "telemetry.md"
 
 
 def test_docs_match_schema():
-    assert markdown_tables() in DOC.read_text(), "regenerate with: python -m recordings.schema"
+    assert markdown_tables() in DOC.read_text(), (
+        "regenerate with: python -m provetop.recordings.schema"
+    )
 
 
 def _hello(t=0):

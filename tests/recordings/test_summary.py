@@ -6,12 +6,12 @@ import random
 import msgpack
 import pytest
 
-from recordings.export_perfetto import export_perfetto, write_perfetto
-from recordings.prometheus.fold import MetricsFold
-from recordings.reader import open_recording
-from recordings.schema import PHASES, make
-from recordings.summary import build_summary, format_summary
-from recordings.writer import RecordingWriter
+from provetop.recordings.export_perfetto import export_perfetto, write_perfetto
+from provetop.recordings.prometheus.fold import MetricsFold
+from provetop.recordings.reader import open_recording
+from provetop.recordings.schema import PHASES, make
+from provetop.recordings.summary import build_summary, format_summary
+from provetop.recordings.writer import RecordingWriter
 from tests.recordings.fixtures import MS, hello, make_run
 
 
@@ -231,9 +231,9 @@ def _no_partial_overlap(trace):
 
 
 def test_overlapping_phases_of_one_worker_go_to_an_overflow_thread(tmp_path):
-    from recordings.export_perfetto import trace_from_state
-    from recordings.schema import make
-    from recordings.state import State
+    from provetop.recordings.export_perfetto import trace_from_state
+    from provetop.recordings.schema import make
+    from provetop.recordings.state import State
     from tests.recordings.fixtures import hello
 
     where = {"proof": 0, "partition": 0, "worker": 1, "device": 0}

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from recordings.writer import RecordingWriter
-from sources.cuzk.source import CuzkSource
-from sources.feed import FeedSource
-from sources.live import LiveSource
-from sources.nvml import NvmlSource
-from sources.protocol import (
+from provetop.recordings.writer import RecordingWriter
+from provetop.sources.cuzk.source import CuzkSource
+from provetop.sources.feed import FeedSource
+from provetop.sources.live import LiveSource
+from provetop.sources.nvml import NvmlSource
+from provetop.sources.protocol import (
     Connects,
     EventSource,
     KeepsEvents,
@@ -21,9 +21,9 @@ from sources.protocol import (
     Prepares,
     Reconnecting,
 )
-from sources.replay import FileReplaySource, open_replay
-from sources.replay_memory import ReplaySource
-from sources.synthetic import generate
+from provetop.sources.replay import FileReplaySource, open_replay
+from provetop.sources.replay_memory import ReplaySource
+from provetop.sources.synthetic import generate
 
 CAPABILITIES = (Connects, Reconnecting, KeepsEvents, Prepares, MachineMonitor)
 

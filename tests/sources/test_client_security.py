@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from recordings.framing import HEADER, FrameDecoder, encode_frame
-from recordings.state import State
-from sources.live import LiveSource
+from provetop.recordings.framing import HEADER, FrameDecoder, encode_frame
+from provetop.recordings.state import State
+from provetop.sources.live import LiveSource
 from tests.sources.helpers import close_listener
 from tests.tui.helpers import pilot_test, tap
 
@@ -189,7 +189,7 @@ class AnsweringEngine(HostileEngine):
 async def test_engine_text_is_never_markup_in_the_dashboard():
     """A control acknowledgement whose text looks like Textual markup ("[/]" would crash the
     renderer, "[@click=app.quit]" would become an action) is shown literally."""
-    from tui.app import ProvetopApp
+    from provetop.tui.app import ProvetopApp
 
     evil = "[/][@click=app.quit]x[/]"
 

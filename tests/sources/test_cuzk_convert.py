@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from recordings.schema import validate
-from recordings.state import State
-from sources.cuzk import sim
-from sources.cuzk.convert import MS, SYNTH_WORKER_BASE, Converter
+from provetop.recordings.schema import validate
+from provetop.recordings.state import State
+from provetop.sources.cuzk import sim
+from provetop.sources.cuzk.convert import MS, SYNTH_WORKER_BASE, Converter
 
 
 def convert(lines, **kw):

@@ -7,7 +7,7 @@ import os
 import random
 import time
 
-from sources.cuzk.follow import FileFollower, StreamFollower, iter_lines
+from provetop.sources.cuzk.follow import FileFollower, StreamFollower, iter_lines
 
 
 def words(rng, n):
@@ -127,7 +127,7 @@ def test_claim_stdin_gives_the_terminal_back_to_fd0():
 
     script = (
         "import os, sys\n"
-        "from sources.cuzk.follow import claim_stdin\n"
+        "from provetop.sources.cuzk.follow import claim_stdin\n"
         "stream = claim_stdin()\n"
         "sys.stdout.write(f'{os.isatty(0)} {stream.read().decode()}')\n"
     )

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-import sources.cuzk.follow as follow_mod
+import provetop.sources.cuzk.follow as follow_mod
 from provetop.cli import main
-from recordings.framing import encode_frame
-from recordings.reader import open_recording
-from sources.cuzk.convert import Converter
-from sources.cuzk.follow import FileFollower, iter_lines
-from sources.cuzk.status import MAX_BODY, fetch_status
+from provetop.recordings.framing import encode_frame
+from provetop.recordings.reader import open_recording
+from provetop.sources.cuzk.convert import Converter
+from provetop.sources.cuzk.follow import FileFollower, iter_lines
+from provetop.sources.cuzk.status import MAX_BODY, fetch_status
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cuzk"
 
@@ -165,7 +165,7 @@ def test_deep_nesting_is_refused_before_the_json_parser_recurses():
     import subprocess
     import sys
 
-    from sources.cuzk.status import MAX_DEPTH, _bracket_depth
+    from provetop.sources.cuzk.status import MAX_DEPTH, _bracket_depth
 
     assert _bracket_depth(b'{"a": "[[[[", "b": [1, {"c": [2]}]}') == 4
     assert _bracket_depth(b'["\\"[[[", {}]') == 2
@@ -173,7 +173,7 @@ def test_deep_nesting_is_refused_before_the_json_parser_recurses():
     code = (
         "import sys, threading, http.server\n"
         "sys.setrecursionlimit(10**6)\n"
-        "from sources.cuzk.status import fetch_status\n"
+        "from provetop.sources.cuzk.status import fetch_status\n"
         "class H(http.server.BaseHTTPRequestHandler):\n"
         "    def do_GET(self):\n"
         "        body = b'[' * 200000 + b']' * 200000\n"

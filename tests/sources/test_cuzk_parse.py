@@ -7,7 +7,7 @@ import string
 
 import pytest
 
-from sources.cuzk.parse import (
+from provetop.sources.cuzk.parse import (
     Malformed,
     PanicLine,
     TimelineLine,

@@ -13,8 +13,8 @@ import json
 import pytest
 
 from provetop.cli import main
-from recordings.state import State
-from sources.cuzk.convert import Converter
+from provetop.recordings.state import State
+from provetop.sources.cuzk.convert import Converter
 
 JOB = "5f1c2a9e-0b7d-4e43-9a6e-2d1c0f3b8a71"
 

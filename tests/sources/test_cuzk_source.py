@@ -8,11 +8,11 @@ import subprocess
 import sys
 import time
 
-from recordings.schema import validate
-from recordings.state import State
-from sources.cuzk import sim
-from sources.cuzk.convert import Converter
-from sources.cuzk.source import CuzkSource
+from provetop.recordings.schema import validate
+from provetop.recordings.state import State
+from provetop.sources.cuzk import sim
+from provetop.sources.cuzk.convert import Converter
+from provetop.sources.cuzk.source import CuzkSource
 
 
 def batch(lines):
@@ -81,7 +81,7 @@ def test_stdin_source_in_a_subprocess(tmp_path):
     run = sim.simulate(random.Random(random.randrange(1 << 30)), jobs=1, partitions=3)
     script = (
         "import json, sys\n"
-        "from sources.cuzk.source import CuzkSource\n"
+        "from provetop.sources.cuzk.source import CuzkSource\n"
         "src = CuzkSource('-', poll_interval=0.01).start()\n"
         "for e in src.events(timeout=10):\n"
         "    print(json.dumps(e))\n"
@@ -120,8 +120,8 @@ def test_source_speaks_the_dashboard_protocol(tmp_path):
 
     import pytest
 
-    from sources.errors import SourceError
-    from sources.protocol import EventSource
+    from provetop.sources.errors import SourceError
+    from provetop.sources.protocol import EventSource
 
     run = sim.simulate(random.Random(random.randrange(1 << 30)), jobs=1, partitions=2)
     path = tmp_path / "cuzk.log"

@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sources.cuzk import sim
-from sources.cuzk.source import CuzkSource
-from sources.cuzk.status import StatusPoller, fetch_status, status_url
+from provetop.sources.cuzk import sim
+from provetop.sources.cuzk.source import CuzkSource
+from provetop.sources.cuzk.status import StatusPoller, fetch_status, status_url
 
 
 class FakeCuzk:

@@ -1,5 +1,6 @@
 """A live engine read through the sources package over a real socket: the one client
-(:class:`sources.client.EngineClient`) and the dashboard's live source on top of it, against
+(:class:`provetop.sources.client.EngineClient`) and the dashboard's live source on top of it,
+against
 an in-process engine on the cpu backend."""
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ import time
 
 import pytest
 
-from recordings.address import AddressError
-from recordings.state import State
-from sources.client import EngineClient
-from sources.cuzk.convert import SYNTH_WORKER_BASE
-from sources.live import LiveSource
+from provetop.recordings.address import AddressError
+from provetop.recordings.state import State
+from provetop.sources.client import EngineClient
+from provetop.sources.cuzk.convert import SYNTH_WORKER_BASE
+from provetop.sources.live import LiveSource
 from tests.engine.run_helper import serving_engine
 from tests.sources.helpers import Collect
 
@@ -75,6 +76,6 @@ def test_client_refuses_the_default_address_and_bad_ones():
 
 
 def test_cuzk_synthesis_lanes_are_the_engines():
-    from engine.settings.config import SYNTH_LANE_BASE
+    from provetop.engine.settings.config import SYNTH_LANE_BASE
 
     assert SYNTH_WORKER_BASE == SYNTH_LANE_BASE

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from recordings.framing import FrameDecoder, encode_frame
-from recordings.schema import validate
-from recordings.state import State
-from sources.errors import SourceError
-from sources.feed import FeedSource
-from sources.live import LiveSource
-from sources.replay_memory import ReplaySource
-from sources.synthetic import generate
+from provetop.recordings.framing import FrameDecoder, encode_frame
+from provetop.recordings.schema import validate
+from provetop.recordings.state import State
+from provetop.sources.errors import SourceError
+from provetop.sources.feed import FeedSource
+from provetop.sources.live import LiveSource
+from provetop.sources.replay_memory import ReplaySource
+from provetop.sources.synthetic import generate
 from tests.sources.helpers import Collect, close_listener
 
 
@@ -241,7 +241,7 @@ def test_replay_seek_equals_full_fold(with_checkpoints):
 
 
 def test_replay_from_a_recording_file_uses_its_snapshots(tmp_path: Path):
-    from recordings.writer import RecordingWriter
+    from provetop.recordings.writer import RecordingWriter
 
     events = generate(devices=1, duration_s=30, seed=random.randrange(1 << 30))
     path = tmp_path / "run.pvtrec"
@@ -259,8 +259,8 @@ def test_replay_from_a_recording_file_uses_its_snapshots(tmp_path: Path):
 
 
 def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
-    from recordings.writer import RecordingWriter
-    from sources.replay import FileReplaySource, open_replay
+    from provetop.recordings.writer import RecordingWriter
+    from provetop.sources.replay import FileReplaySource, open_replay
 
     rng = random.Random()
     events = generate(
@@ -303,9 +303,9 @@ def test_file_replay_seeks_lazily_and_lands_on_the_full_fold(tmp_path: Path):
 
 
 def test_watch_finds_the_local_engine_again_after_a_restart(tmp_path, monkeypatch):
-    from engine.run.runner import Engine
-    from engine.settings.config import from_preset
-    from sources.discovery import default_address
+    from provetop.engine.run.runner import Engine
+    from provetop.engine.settings.config import from_preset
+    from provetop.sources.discovery import default_address
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # only this test's engines
 

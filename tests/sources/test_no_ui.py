@@ -15,11 +15,15 @@ def test_sources_load_neither_textual_nor_cupy():
     script = (
         "import sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
-        "import sources.client, sources.live, sources.replay, sources.cuzk\n"
-        "import sources.cuzk.source, sources.feed, sources.synthetic\n"
-        "assert sources.client.__file__.startswith(sys.argv[1]), sources.client.__file__\n"
-        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('textual', 'cupy', 'tui', 'engine', 'kernels'))\n"
+        "import provetop.sources.client, provetop.sources.live, provetop.sources.replay\n"
+        "import provetop.sources.cuzk\n"
+        "import provetop.sources.cuzk.source, provetop.sources.feed, provetop.sources.synthetic\n"
+        "c = provetop.sources.client\n"
+        "assert c.__file__.startswith(sys.argv[1]), c.__file__\n"
+        "bad = ('textual', 'cupy', 'provetop.tui', 'provetop.engine', 'provetop.kernels')\n"
+        "bare = ('tui', 'engine', 'kernels', 'sources', 'recordings')\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in bare\n"
+        "                or any(m == b or m.startswith(b + '.') for b in bad))\n"
         "print(' '.join(loaded))\n"
     )
     proc = subprocess.run(

@@ -10,8 +10,8 @@ import threading
 import pytest
 
 import provetop.base.nvml as nvml_module
-from recordings.schema import validate
-from sources.nvml import NvmlSource
+from provetop.recordings.schema import validate
+from provetop.sources.nvml import NvmlSource
 from tests.sources.fake_pynvml import FakeNvml, MissingNvml
 from tests.sources.helpers import Collect
 

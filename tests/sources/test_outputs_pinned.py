@@ -15,9 +15,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from sources.cuzk import sim
-from sources.cuzk.convert import Converter
-from sources.synthetic import generate
+from provetop.sources.cuzk import sim
+from provetop.sources.cuzk.convert import Converter
+from provetop.sources.synthetic import generate
 
 CUZK = Path(__file__).resolve().parents[1] / "fixtures" / "cuzk"
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from recordings.state import State
-from recordings.writer import RecordingWriter
-from sources import replay
-from sources.replay import FileReplaySource, open_replay
-from sources.synthetic import generate
+from provetop.recordings.state import State
+from provetop.recordings.writer import RecordingWriter
+from provetop.sources import replay
+from provetop.sources.replay import FileReplaySource, open_replay
+from provetop.sources.synthetic import generate
 
 
 def _current(state: State) -> dict:

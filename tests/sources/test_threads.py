@@ -8,8 +8,8 @@ import os
 import threading
 from pathlib import Path
 
-from sources.feed import FeedSource
-from sources.protocol import THREAD_PREFIX
+from provetop.sources.feed import FeedSource
+from provetop.sources.protocol import THREAD_PREFIX
 from tests.sources.helpers import Collect
 
 CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from sources.feed import FeedSource
+from provetop.sources.feed import FeedSource
 from tests.sources.helpers import Collect
 
 

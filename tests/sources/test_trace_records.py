@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from recordings.schema import EVENTS, MEMORY_FIELDS, validate
-from recordings.state import phantom_bytes
-from sources.trace import records as R
-from sources.trace.events import ALLOC_EVENT_MIN, TraceEvents, memory_fields
+from provetop.recordings.schema import EVENTS, MEMORY_FIELDS, validate
+from provetop.recordings.state import phantom_bytes
+from provetop.sources.trace import records as R
+from provetop.sources.trace.events import ALLOC_EVENT_MIN, TraceEvents, memory_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER_H = ROOT / "kernels" / "cuda" / "src" / "inject" / "records.h"

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from sources.trace import records as R
+from provetop.sources.trace import records as R
 
 GIB = 1 << 30
 TOTAL = 80 * GIB

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from provetop.recordings.reader import open_recording
+from provetop.sources.client import EngineClient
 from provetop.trace.lanes import LANE_STRIDE
 from provetop.trace.session import TraceOptions, TraceSession
-from recordings.reader import open_recording
-from sources.client import EngineClient
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
@@ -77,7 +77,7 @@ def test_an_oom_with_its_phantom_and_the_exit_code(tmp_path: Path) -> None:
     assert events[-1]["k"] == "engine_state" and events[-1]["state"] == "done"
     assert "code 7" in events[-1]["reason"]
     assert session.summary()["ooms"] == 1
-    from recordings.summary import build_summary, format_summary
+    from provetop.recordings.summary import build_summary, format_summary
 
     text = format_summary(build_summary(tmp_path / "trace.pvtrec"))
     assert "async reserved 8.00 GiB" in text and "OOMs 1 (phantom 1)" in text

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recordings.state import State
+from provetop.recordings.state import State
 
 H200_POWER_LIMIT_MW = 700_000
 ENGINE_PID = 4242  # the synthetic hello's pid

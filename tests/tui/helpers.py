@@ -6,10 +6,10 @@ import asyncio
 import functools
 import time
 
-from sources.feed import FeedSource
-from sources.replay_memory import ReplaySource
-from sources.synthetic import generate
-from tui.app import ProvetopApp
+from provetop.sources.feed import FeedSource
+from provetop.sources.replay_memory import ReplaySource
+from provetop.sources.synthetic import generate
+from provetop.tui.app import ProvetopApp
 
 SEED = 20261129  # the snapshot tests need one fixed run; other tests draw fresh seeds
 

@@ -7,15 +7,15 @@ import random
 
 from rich.style import Style
 
-from recordings.state import State
-from sources.synthetic import generate
+from provetop.recordings.state import State
+from provetop.sources.synthetic import generate
+from provetop.tui.screens import HelpScreen, MarkerPrompt
+from provetop.tui.style import FAILURE_COLOUR
+from provetop.tui.widgets.header import Header
+from provetop.tui.widgets.memory import MemoryPanel, bar, parts
+from provetop.tui.widgets.partitions import PartitionsTable, cells, sort_value
+from provetop.tui.widgets.timeline import ZOOMS_NS, Timeline
 from tests.tui.helpers import fed, fixed_events, live_app, pilot_test, replay_app, until
-from tui.screens import HelpScreen, MarkerPrompt
-from tui.style import FAILURE_COLOUR
-from tui.widgets.header import Header
-from tui.widgets.memory import MemoryPanel, bar, parts
-from tui.widgets.partitions import PartitionsTable, cells, sort_value
-from tui.widgets.timeline import ZOOMS_NS, Timeline
 
 
 def test_memory_parts_add_up_to_the_card():
@@ -138,7 +138,7 @@ async def test_help_palette_theme_and_panels():
         # controls are greyed for a read-only source; the palette leaves them out
         assert app.check_action("force_fallback", ()) is None
         assert app.check_action("replay_toggle", ()) is False
-        from tui.commands import ACTIONS, _enabled
+        from provetop.tui.commands import ACTIONS, _enabled
 
         titles = [title for action, title, _ in ACTIONS if _enabled(app, action)]
         assert "Toggle forced pre-stage fallback" not in titles and "Zoom in" in titles
@@ -234,8 +234,8 @@ async def test_replay_keys():
 
 @pilot_test
 async def test_watching_two_engines_switches_with_e():
-    from sources.feed import FeedSource
-    from tui.app import ProvetopApp
+    from provetop.sources.feed import FeedSource
+    from provetop.tui.app import ProvetopApp
 
     one = generate(devices=1, duration_s=4, seed=random.randrange(1 << 30))
     two = generate(devices=2, duration_s=6, seed=random.randrange(1 << 30))
@@ -278,9 +278,9 @@ async def test_replay_zoom_out_brings_the_history_in_view():
 
 
 def test_the_header_shows_a_running_start_up_step():
-    from recordings.schema import make
-    from recordings.state import State
-    from tui.widgets.header import HeaderInfo
+    from provetop.recordings.schema import make
+    from provetop.recordings.state import State
+    from provetop.tui.widgets.header import HeaderInfo
 
     state = State()
     state.apply(

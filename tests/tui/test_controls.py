@@ -11,15 +11,15 @@ import time
 import pytest
 from textual.widgets import Input
 
-from engine.run.runner import Engine
-from engine.settings.config import from_preset
-from recordings.reader import open_recording
-from recordings.state import phantom_bytes
-from sources.live import LiveSource
+from provetop.engine.run.runner import Engine
+from provetop.engine.settings.config import from_preset
+from provetop.recordings.reader import open_recording
+from provetop.recordings.state import phantom_bytes
+from provetop.sources.live import LiveSource
+from provetop.tui.app import ProvetopApp
+from provetop.tui.screens import MarkerPrompt
 from tests.engine.run_helper import serving_engine
 from tests.tui.helpers import pilot_test, tap, until
-from tui.app import ProvetopApp
-from tui.screens import MarkerPrompt
 
 
 @pytest.fixture

@@ -6,13 +6,13 @@ import random
 import shutil
 from pathlib import Path
 
-from sources.cuzk import sim
-from sources.cuzk.source import CuzkSource
+from provetop.sources.cuzk import sim
+from provetop.sources.cuzk.source import CuzkSource
+from provetop.tui.app import ProvetopApp
+from provetop.tui.widgets.header import Header
+from provetop.tui.widgets.partitions import PartitionsTable
+from provetop.tui.widgets.timeline import Timeline
 from tests.tui.helpers import fed, pilot_test
-from tui.app import ProvetopApp
-from tui.widgets.header import Header
-from tui.widgets.partitions import PartitionsTable
-from tui.widgets.timeline import Timeline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cuzk"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from provetop.tui.widgets.memory import LEGENDS, MemoryPanel
+from provetop.tui.widgets.partitions import COLUMNS, DROP_ORDER, column_widths
 from tests.tui.helpers import fed, fixed_events, live_app, pilot_test, tap
-from tui.widgets.memory import LEGENDS, MemoryPanel
-from tui.widgets.partitions import COLUMNS, DROP_ORDER, column_widths
 
 SIZES = [(80, 24), (120, 40), (160, 48), (200, 60)]
 

@@ -3,12 +3,18 @@ not read from a card), and the cpu backend's one line."""
 
 from __future__ import annotations
 
-import recordings.state as state_module
-from recordings.state import State
-from sources.synthetic import generate
+import provetop.recordings.state as state_module
+from provetop.recordings.state import State
+from provetop.sources.synthetic import generate
+from provetop.tui.widgets.health import (
+    CPU_MESSAGE,
+    HealthPanel,
+    figures,
+    history_rows,
+    process_rows,
+)
 from tests.tui.gpu_samples import H200_POWER_LIMIT_MW, h200_samples
 from tests.tui.helpers import fed, fixed_events, live_app, pilot_test, tap
-from tui.widgets.health import CPU_MESSAGE, HealthPanel, figures, history_rows, process_rows
 
 
 def _text(app) -> str:
@@ -112,7 +118,7 @@ def test_process_rows_mark_the_engine_and_end_long_commands():
 def test_a_device_not_selected_fits_one_row_in_the_brief_form():
     from rich.text import Text
 
-    from tui.widgets.health import one_row
+    from provetop.tui.widgets.health import one_row
 
     sample = {
         "sm_util_pct": 97,

@@ -9,15 +9,15 @@ import re
 
 import pytest
 
-from recordings.state import LogLine, State
-from sources.live import LiveSource
+from provetop.recordings.state import LogLine, State
+from provetop.sources.live import LiveSource
+from provetop.tui.app import ProvetopApp
+from provetop.tui.logtext import LogFolder, humanise
+from provetop.tui.screens import EventScreen
+from provetop.tui.widgets.eventlog import EventLog
+from provetop.tui.widgets.header import Header
+from provetop.tui.widgets.memory import LEGENDS, MemoryPanel
 from tests.tui.helpers import fed, fixed_events, live_app, pilot_test, until
-from tui.app import ProvetopApp
-from tui.logtext import LogFolder, humanise
-from tui.screens import EventScreen
-from tui.widgets.eventlog import EventLog
-from tui.widgets.header import Header
-from tui.widgets.memory import LEGENDS, MemoryPanel
 
 SIZES = [(80, 24), (120, 40), (160, 48), (200, 60)]
 GIB = 1 << 30

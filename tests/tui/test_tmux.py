@@ -89,7 +89,7 @@ def test_provetop_run_in_a_real_terminal(tmp_path):
         assert status.exists(), f"provetop run did not exit; screen:\n{_screen(session)}"
         assert status.read_text().strip() == "0"
         # the engine closed its recording cleanly on the way out
-        from recordings.reader import open_recording
+        from provetop.recordings.reader import open_recording
 
         rec = open_recording(record)
         assert rec.complete and not rec.truncated

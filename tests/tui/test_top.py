@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 import provetop.base.nvml as nvml_module
-import tui.app as app_module
-from sources.nvml import NvmlSource
+import provetop.tui.app as app_module
+from provetop.sources.nvml import NvmlSource
+from provetop.tui.app import ProvetopApp
+from provetop.tui.widgets.health import HealthPanel
 from tests.engine.run_helper import serving_engine
 from tests.sources.fake_pynvml import FakeNvml, MissingNvml
 from tests.tui.helpers import pilot_test, until
-from tui.app import ProvetopApp
-from tui.widgets.health import HealthPanel
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
-from recordings.state import State
+from provetop.recordings.state import State
 
 
 def rows_of(group: Group) -> int:

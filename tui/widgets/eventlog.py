@@ -1,5 +1,5 @@
 """The event log: OOMs with the pool state, fallbacks, trims, control actions and connection
-events, newest at the bottom, one line per decision (:mod:`tui.logtext`).
+events, newest at the bottom, one line per decision (:mod:`provetop.tui.logtext`).
 
 Drawn with the Line API: each entry is wrapped on word boundaries at the panel's width when it
 arrives and again on a resize, with the text indented under its time, so no line is ever cut.
@@ -18,9 +18,9 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from recordings.state import LogLine, State
-from tui.logtext import Entry, LogFolder
-from tui.style import FAILURE_COLOUR, clock
+from provetop.recordings.state import LogLine, State
+from provetop.tui.logtext import Entry, LogFolder
+from provetop.tui.style import FAILURE_COLOUR, clock
 
 LEVEL_STYLE = {"info": "", "warn": "#d7af00", "error": f"bold {FAILURE_COLOUR}"}
 TIME_W = 10  # "  0:12.3 " and a space: the text is indented under it

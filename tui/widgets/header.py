@@ -14,9 +14,9 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from recordings.progress import progress_line
-from recordings.state import State
-from tui.style import FAILURE_COLOUR, clock
+from provetop.recordings.progress import progress_line
+from provetop.recordings.state import State
+from provetop.tui.style import FAILURE_COLOUR, clock
 
 STATE_STYLE = {
     "running": "bold #5fd75f",

@@ -17,11 +17,11 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
-from recordings.state import State
-from tui.style import FAILURE_COLOUR, size
-from tui.widgets.device_panel import DevicePanel, rows_of
-from tui.widgets.memory import SPARK, flow
-from tui.widgets.timeline import LABEL_W
+from provetop.recordings.state import State
+from provetop.tui.style import FAILURE_COLOUR, size
+from provetop.tui.widgets.device_panel import DevicePanel, rows_of
+from provetop.tui.widgets.memory import SPARK, flow
+from provetop.tui.widgets.timeline import LABEL_W
 
 CPU_MESSAGE = "no NVIDIA GPU (cpu backend): nothing to show"
 WAITING_MESSAGE = "no NVML samples yet"

@@ -15,9 +15,9 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
-from recordings.state import MemorySeries, State, phantom_bytes
-from tui.style import FAILURE_COLOUR, MEMORY_PARTS, size
-from tui.widgets.device_panel import DevicePanel, rows_of
+from provetop.recordings.state import MemorySeries, State, phantom_bytes
+from provetop.tui.style import FAILURE_COLOUR, MEMORY_PARTS, size
+from provetop.tui.widgets.device_panel import DevicePanel, rows_of
 
 SPARK = " ▁▂▃▄▅▆▇█"
 HISTORY = (  # (label, how to read the series at index i, colour)

@@ -17,8 +17,8 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from recordings.state import PartitionRow, State
-from tui.style import FAILURE_COLOUR, ms
+from provetop.recordings.state import PartitionRow, State
+from provetop.tui.style import FAILURE_COLOUR, ms
 
 MAX_ROWS = 2000  # the most recent partitions shown; summary/export have them all
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from tui.style import FAILURE_COLOUR, MARKER_COLOUR, clock
+from provetop.tui.style import FAILURE_COLOUR, MARKER_COLOUR, clock
 
 
 class ReplayBar(Widget):

@@ -22,9 +22,9 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
-from recordings.schema import PHASES
-from recordings.state import Lane, Segment, State
-from tui.style import (
+from provetop.recordings.schema import PHASES
+from provetop.recordings.state import Lane, Segment, State
+from provetop.tui.style import (
     FAILURE_COLOUR,
     GPU_BUSY,
     GROUPS,

@@ -13,7 +13,7 @@
 #pragma once
 #include "field/mont.cuh"
 
-// BEGIN GENERATED CONSTANTS (python -m kernels.cuda.fields_gen); do not edit by hand
+// BEGIN GENERATED CONSTANTS (python -m provetop.kernels.cuda.fields_gen); do not edit by hand
 // FR: m = 0x73eda753299d7d483339d80809a1d80553bda402fffe5bfeffffffff00000001 (255 bits), 8 words, R = 2^256
 #define FR_WORDS 8
 #define FR_MOD_WORDS 0x00000001u, 0xffffffffu, 0xfffe5bfeu, 0x53bda402u, 0x09a1d805u, 0x3339d808u, 0x299d7d48u, 0x73eda753u
