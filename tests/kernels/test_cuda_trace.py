@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from kernels.cuda import inject_build
-from recordings.reader import open_recording
+from provetop.kernels.cuda import inject_build
+from provetop.recordings.reader import open_recording
 from tests.kernels.test_cuda_inject import GIB, PRELUDE, RESERVE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,6 +164,19 @@ def of(events: list[dict[str, Any]], k: str, **match: Any) -> list[dict[str, Any
     return [e for e in events if e["k"] == k and all(e.get(f) == v for f, v in match.items())]
 
 
+def sppark_binary() -> str:
+    """The sppark MSM driver named by ``PROVETOP_SPPARK_MSM``: built on the GPU machine from
+    sppark's public source (never part of this repository), called as ``BINARY LOG2N REPS
+    [resident]``, where ``resident`` keeps the points in sppark's ``dev_ptr_t`` (cudaMalloc)."""
+    binary = os.environ.get("PROVETOP_SPPARK_MSM")
+    if not binary or not shutil.which(binary):
+        pytest.skip(
+            "PROVETOP_SPPARK_MSM names no sppark MSM binary (built from sppark's "
+            "public source on the GPU machine; none is in this repository)"
+        )
+    return binary
+
+
 def peak(events: list[dict[str, Any]], field: str) -> int:
     return max((int(e[field]) for e in of(events, "memory")), default=0)
 
@@ -276,21 +289,22 @@ def test_a_killed_program_leaves_a_readable_recording(library: Path, tmp_path: P
 
 @pytest.mark.gpu
 def test_sppark_msm(library: Path, tmp_path: Path) -> None:
-    binary = os.environ.get("PROVETOP_SPPARK_MSM")
-    if not binary or not shutil.which(binary):
-        pytest.skip(
-            "PROVETOP_SPPARK_MSM names no sppark MSM binary (built from sppark's "
-            "public source on the GPU machine; none is in this repository)"
-        )
-    rc, events, err = trace(library, tmp_path, [binary, "22", "3"])
+    """sppark's MSM takes its scratch from gpu_t's stream-ordered pool (cudaMallocAsync, in
+    msm_t's constructor and in invoke()); the points stay resident in sppark's own dev_ptr_t,
+    a plain cudaMalloc, as a prover keeps its SRS: the seed's exact pair, in one process."""
+    binary = sppark_binary()
+    rc, events, err = trace(library, tmp_path, [binary, "22", "3", "resident"])
     assert rc == 0, err
-    async_peak = peak(events, "async_reserved")
+    scratch = [e for e in of(events, "alloc") if e["pool"] == "async" and e["requested"] > 0]
+    assert scratch, "no stream-ordered allocation seen"  # every call is a record, not a sample
     plain_peak = peak(events, "sync_used")
-    assert async_peak > 0 and plain_peak > 0  # gpu_t's cudaMallocAsync beside dev_ptr_t's
+    assert plain_peak >= (1 << 22) * 96  # the resident points: 2^22 affine points of 96 bytes
     evidence(
         case="sppark-msm-2^22",
         rc=rc,
-        async_reserved_peak=async_peak,
+        async_allocations=len(scratch),
+        async_largest=max(e["requested"] for e in scratch),
+        async_reserved_peak=peak(events, "async_reserved"),
         sync_used_peak=plain_peak,
         threshold=max(
             (
@@ -307,14 +321,12 @@ def test_sppark_msm(library: Path, tmp_path: Path) -> None:
 def test_sppark_msm_beside_another_process_reserve(library: Path, tmp_path: Path) -> None:
     """sppark's MSM needs plain cudaMalloc memory (its dev_ptr_t) that another process's
     stream-ordered reserve holds: refused without --heal, done with it."""
-    binary = os.environ.get("PROVETOP_SPPARK_MSM")
-    if not binary or not shutil.which(binary):
-        pytest.skip("PROVETOP_SPPARK_MSM names no sppark MSM binary")
+    binary = sppark_binary()
     ready, stop = tmp_path / "ready", tmp_path / "stop"
     (tmp_path / "holder.py").write_text(HOLDER_FILLER)
     script = (f"export READY={ready} STOP={stop}; rm -f $READY $STOP; "
               f"{sys.executable} {tmp_path}/holder.py & "
-              f"until [ -e $READY ]; do sleep 0.05; done; {binary} 24 1; rc=$?; "
+              f"until [ -e $READY ]; do sleep 0.05; done; {binary} 24 1 resident; rc=$?; "
               "touch $STOP; wait; exit $rc")  # fmt: skip
     rc, events, err = trace(library, tmp_path, ["sh", "-c", script])
     ooms = of(events, "fault", kind="oom")
