@@ -40,18 +40,20 @@ if has tests; then
 fi
 
 if has samples; then
-    # two CuPy processes on one card: one holds an 8 GiB stream-ordered reserve, the other
-    # fills the card to 2 GiB free and asks for 6 GiB with a plain cudaMalloc
+    # two programs nobody here wrote, on one card: PyTorch (backend:cudaMallocAsync) holds an
+    # 8 GiB stream-ordered reserve, CuPy fills the card to 2 GiB free and asks for 6 GiB with a
+    # plain cudaMalloc; traced together, without and with --heal
     mkdir -p "$W/samples"
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -oiE 'h[0-9]+' |
+          head -n 1 | tr 'A-Z' 'a-z')
+    python3 -c 'from tests.kernels.test_cuda_trace import NEEDER, TORCH_HOLDER
+open("/tmp/pt-holder.py", "w").write(TORCH_HOLDER)
+open("/tmp/pt-needer.py", "w").write(NEEDER)'
     for heal in "" --heal; do
-        name=trace-two-process${heal:+-heal}
+        name=${gpu:-gpu}-trace-torch-cupy${heal:+-heal}
         rm -f "$W/samples/$name.pvtrec" /tmp/pt-ready /tmp/pt-stop
-        python3 - <<'EOF' >/tmp/pt-scripts.txt
-from tests.kernels.test_cuda_trace import HOLDER, NEEDER
-open("/tmp/pt-holder.py", "w").write(HOLDER)
-open("/tmp/pt-needer.py", "w").write(NEEDER)
-EOF
-        timeout 240 python3 -m provetop trace --no-listen $heal --record "$W/samples/$name.pvtrec" \
+        PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout 240 python3 -m provetop trace \
+            --no-listen $heal --interval-ms 50 --record "$W/samples/$name.pvtrec" \
             -- sh -c 'export READY=/tmp/pt-ready STOP=/tmp/pt-stop; python3 /tmp/pt-holder.py &
                       python3 /tmp/pt-needer.py; rc=$?; touch $STOP; wait; exit $rc' \
             2>"$W/samples/$name.stderr"
