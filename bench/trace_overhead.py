@@ -77,7 +77,7 @@ def workloads() -> dict[str, tuple[list[str], dict[str, str]]]:
     }  # fmt: skip
     sppark = os.environ.get("PROVETOP_SPPARK_MSM")
     if sppark and os.path.exists(sppark):
-        out["sppark msm 2^24 x6"] = ([sppark, "24", "6"], {})
+        out["sppark msm 2^23 x6"] = ([sppark, "23", "6"], {})
     return out
 
 

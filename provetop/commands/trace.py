@@ -196,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
         session.close()
     s = session.summary()
     lanes = ", ".join(
-        f"gpu{d} pid {v['pid']} pool peak {fmt_bytes(v['async_high'])}"
-        for d, v in sorted(s["lanes"].items())
+        f"gpu{v['cuda_device']} pid {v['pid']} pool peak {fmt_bytes(v['async_high'])}"
+        for _, v in sorted(s["lanes"].items())
     )
     say(
         f"{command[0]} exited with code {rc}; {s['processes']} process(es) traced, "

@@ -447,7 +447,12 @@ class TraceSession:
     def summary(self) -> dict[str, Any]:
         state = self.bus.state
         peaks = {
-            device: {"async_high": int(last.get("async_high", 0)), "pid": int(last.get("pid", -1))}
+            device: {
+                "async_high": int(last.get("async_high", 0)),
+                "pid": int(last.get("pid", -1)),
+                # the lane's GPU as the program numbers it (lanes of one GPU differ by pid)
+                "cuda_device": int(last.get("cuda_device", device % LANE_STRIDE)),
+            }
             for device, last in state.memory.items()
         }
         return {

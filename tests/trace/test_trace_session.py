@@ -127,6 +127,10 @@ def test_heal_across_processes(tmp_path: Path) -> None:
     assert len(pids) == 2
     lanes = {e["device"] for e in events if e["k"] == "memory"}
     assert lanes == {0, LANE_STRIDE}  # two processes on one GPU: two lanes
+    # the closing line names each lane by the GPU the program sees, not by its lane number
+    assert sorted((v["cuda_device"], v["pid"]) for v in session.summary()["lanes"].values()) == [
+        (0, p) for p in sorted(pids)
+    ]
     (asked,) = [e for e in events if e["k"] == "alloc" and e["site"] == "heal"]
     assert asked["decision"] == "trim" and len(asked["peers"]) == 1
     (trim,) = [e for e in events if e["k"] == "alloc" and e["site"] == "trim"]
