@@ -1,7 +1,8 @@
 """Heal requests across processes: one traced process needs memory another one's pools hold.
 
-Why here and not in the libraries: a library knows its own process only. When a plain
-allocation will not fit even with its own pools trimmed, it asks (``KIND_HEAL_REQUEST``) and
+Why here and not in the libraries: a library knows its own process only. When an
+allocation (plain, or stream-ordered from a pool that cannot grow) will not fit even with its
+own pools trimmed, it asks (``KIND_HEAL_REQUEST``) and
 its thread waits; the broker, which reads every traced process's samples, picks the processes
 whose reserved-but-unused bytes on that GPU make the allocation fit
 (``provetop.sources.trace.heal``),

@@ -1,7 +1,8 @@
-"""The heal's rule: when trimming stream-ordered pools makes a plain allocation fit, and whose.
+"""The heal's rule: when trimming stream-ordered pools makes an allocation fit, and whose.
 
 One rule, read in three places: the injection library applies its first half to its own
-process before a plain allocation (``kernels/cuda/src/inject/``, with ``PROVETOP_TRACE_HEAL``);
+process before a plain or a stream-ordered allocation (``kernels/cuda/src/inject/``, with
+``PROVETOP_TRACE_HEAL``; before a stream-ordered one, the pool it comes from is left alone);
 ``provetop trace --heal`` applies the second half across processes when a library asks
 (``KIND_HEAL_REQUEST``); and every out-of-memory fault of a trace is labelled with it, healing
 or not, so the operator reads which case the refusal was:

@@ -304,6 +304,41 @@ int main(int argc, char** argv) {
         return 7;
     }
 
+    if (strcmp(mode, "heal_async") == 0) {
+        // a pool of its own beside the default one (0xE00, the fake's slot 3), 4 MiB unused
+        CUmemoryPool made = reinterpret_cast<CUmemoryPool>(0xE00);
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof(props));
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = 0;
+        cuMemPoolCreate_params pc = {&made, &props};
+        call(CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate, &pc, CUDA_SUCCESS);
+        set_pool(3, 5 << 20, 1 << 20, 0);
+        // E: 4 MiB from the current pool, which holds 6 MiB unused: served from its reserve
+        set(1 << 20, 80 << 20);
+        set_pool(0, 8 << 20, 2 << 20, ~0ull);
+        CUdeviceptr e = 0xE1;
+        cuMemAllocAsync_params pe = {&e, 4 << 20, reinterpret_cast<CUstream>(0x55)};
+        call(CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, &pe, CUDA_SUCCESS);
+        // F: 6 MiB from the current pool (2 MiB unused) with 3 MiB free: the other pool's
+        // 4 MiB make room for the current one to grow
+        set(3 << 20, 80 << 20);
+        set_pool(0, 4 << 20, 2 << 20, ~0ull);
+        CUdeviceptr f = 0xF1;
+        cuMemAllocAsync_params pf = {&f, 6 << 20, reinterpret_cast<CUstream>(0x55)};
+        call(CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, &pf, CUDA_SUCCESS);
+        // G: 64 MiB from the made pool (nothing unused now): the default pool's 2 MiB are not
+        // enough, the rest is another process's to give
+        CUdeviceptr g = 0;
+        cuMemAllocFromPoolAsync_params pg = {&g, 64 << 20, made, reinterpret_cast<CUstream>(0x55)};
+        call(CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, &pg, CUDA_ERROR_OUT_OF_MEMORY);
+        auto reserved =
+            reinterpret_cast<uint64_t (*)(int)>(dlsym(RTLD_DEFAULT, "fake_pool_reserved"));
+        printf("%llu %llu\n", static_cast<unsigned long long>(reserved(0)),
+               static_cast<unsigned long long>(reserved(3)));
+        return 7;
+    }
+
     CUdeviceptr p1 = 0xA000;
     cuMemAlloc_v2_params a1 = {&p1, 1 << 20};
     call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &a1, CUDA_SUCCESS);
@@ -807,6 +842,54 @@ def test_heal_before_allocations_over_a_file(built: dict[str, Path], tmp_path: P
         (1000 * 2090, 3 * MIB, 5 * MIB, 2 * MIB, 1),
     ]
     assert all(r.device == 0 and r.v[5] == 0 for r in heals)
+
+
+def test_heal_before_stream_ordered_allocations(built: dict[str, Path], tmp_path: Path) -> None:
+    """The harness's three stream-ordered allocations (mode heal_async): one its pool serves, one
+    that fits once this process's other pool is trimmed (the pool it grows is left alone), one
+    still short after that. Over a file nobody is asked."""
+    out = tmp_path / "s.bin"
+    done = _run(built, str(out), "heal_async", PROVETOP_TRACE_HEAL="1")
+    assert done.returncode == 7, done.stderr
+    stream = R.read_file(out)
+    heals = [r for r in stream.records if r.kind == R.KIND_HEAL]
+    assert [(r.api, r.flags, r.v[0], r.v[1], r.v[2], r.v[3], r.v[6]) for r in heals] == [
+        (R.API_MEM_ALLOC_ASYNC, R.HEAL_ALLOC, 6 * MIB, 3 * MIB, 7 * MIB, 4 * MIB, 1),  # F
+        (R.API_MEM_ALLOC_FROM_POOL, R.HEAL_ALLOC, 64 * MIB, 7 * MIB, 9 * MIB, 2 * MIB, 1),  # G
+    ]
+    assert not any(r.kind == R.KIND_HEAL_REQUEST for r in stream.records)
+    # F trimmed the made pool to its use, G the default pool: each time only the other one
+    assert done.stdout.split() == [str(2 * MIB), str(1 * MIB)]
+
+
+def test_without_heal_stream_ordered_allocations_are_left_alone(
+    built: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "s.bin"
+    done = _run(built, str(out), "heal_async")
+    assert done.returncode == 7, done.stderr
+    stream = R.read_file(out)
+    assert not any(r.kind in (R.KIND_HEAL, R.KIND_HEAL_REQUEST) for r in stream.records)
+    assert done.stdout.split() == [str(4 * MIB), str(5 * MIB)]
+
+
+def test_a_short_stream_ordered_allocation_asks_the_reader(
+    built: dict[str, Path], listening: tuple[str, socket.socket]
+) -> None:
+    proc, reader = _connected(
+        built, listening, "heal_async", PROVETOP_TRACE_HEAL="1", PROVETOP_TRACE_HEAL_WAIT_MS="20000"
+    )
+    req = reader.wait_for("a HEAL_REQUEST", lambda r: r.kind == R.KIND_HEAL_REQUEST)
+    reader.send(R.encode_command(R.OP_HEAL_DONE, req.device, req.v[0], 0))
+    records = reader.wait_eof()
+    rc, err = _finish(proc)
+    assert rc == 7, err
+    assert (req.api, req.device, req.v[0], req.v[1], req.v[2]) == (
+        R.API_MEM_ALLOC_FROM_POOL, 0, 1, 64 * MIB, 9 * MIB,
+    )  # fmt: skip
+    (g_heal,) = [r for r in records if r.kind == R.KIND_HEAL and r.v[0] == 64 * MIB]
+    assert g_heal.flags == R.HEAL_ALLOC | R.HEAL_ASKED
+    assert len([r for r in records if r.kind == R.KIND_HEAL_REQUEST]) == 1  # only G was short
 
 
 def test_without_heal_nothing_is_trimmed(built: dict[str, Path], tmp_path: Path) -> None:

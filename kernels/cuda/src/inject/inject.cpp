@@ -14,8 +14,11 @@
 // With PROVETOP_TRACE_HEAL=1 it also acts, once, where it can spare the program an
 // out-of-memory that is not one: before a plain allocation that the driver's free bytes cannot
 // hold but this process's stream-ordered pools' unused reserve could, it trims those pools
-// (heal_before). That changes no result either: the driver then performs the allocation the
-// program asked, with the program's arguments, and returns what it returns.
+// (heal_before); before a stream-ordered allocation that its pool can neither serve nor grow
+// for, it trims this process's other pools (heal_before_async). Over a socket, either asks the
+// reader for other traced processes' reserves when its own are not enough. That changes no
+// result: the driver then performs the allocation the program asked, with the program's
+// arguments, and returns what it returns.
 //
 // Environment:
 //   PROVETOP_TRACE_OUT          where to write: a path (a FIFO or a file; "%p" becomes the pid),
@@ -29,9 +32,10 @@
 //                               "unix:": there every process is a connection of its own.
 //   PROVETOP_TRACE_INTERVAL_MS  sampling interval, default 100; 0: no periodic samples.
 //   PROVETOP_TRACE_RING         ring slots (rounded up to a power of two), default 65536.
-//   PROVETOP_TRACE_HEAL         "1": trim this process's pools before a plain allocation that
-//                               does not fit without their unused bytes (and, over a socket, ask
-//                               the reader for the other processes' when even that is short).
+//   PROVETOP_TRACE_HEAL         "1": trim this process's pools before an allocation that does
+//                               not fit without their unused bytes (plain or stream-ordered;
+//                               over a socket, ask the reader for the other processes' when
+//                               even that is short).
 //   PROVETOP_TRACE_HEAL_WAIT_MS how long such an allocation waits for the reader's answer,
 //                               default 1000.
 //
@@ -292,6 +296,51 @@ void heal_before(uint16_t api, const CUpti_CallbackData* cb, uint64_t bytes, uin
     g_writer->wait_end(slot, g_heal_wait_ms);
 }
 
+// The same before a stream-ordered allocation (cuMemAllocAsync, cuMemAllocFromPoolAsync and
+// their _ptsz forms) from `pool` (nullptr: the current pool). Such an allocation fails only when
+// its pool can neither serve it from its own reserve nor grow: then another pool of this
+// process, or another process's pool, holds what it lacks (Registry::heal_before_async). This
+// process's other pools are trimmed; when that is not enough, the reader is asked, as above.
+// The check costs two pool-attribute reads per call while the heal is on (none when it is off).
+void heal_before_async(uint16_t api, const CUpti_CallbackData* cb, uint64_t bytes,
+                       CUmemoryPool pool) {
+    const int16_t device = device_of(cb->context);
+    if (device < 0 || device >= MAX_DEVICES) return;
+    const uint64_t need = (bytes + HEAL_GRANULE - 1) / HEAL_GRANULE * HEAL_GRANULE;
+    TrimOutcome t;
+    bool fits = false;
+    uint64_t own_unused = 0;
+    if (!g_registry->heal_before_async(device, device, pool, need, &t, &fits, &own_unused) ||
+        fits)
+        return;
+    const bool short_alone = t.free_after < need;
+    uint64_t id = 0;
+    int slot = -1;
+    if (short_alone && g_writer->can_ask()) {
+        id = g_heal_ids.fetch_add(1, std::memory_order_relaxed) + 1;
+        slot = g_writer->wait_begin(id);
+    }
+    if (t.trimmed > 0) {
+        PvtRecord r = make(PVT_KIND_HEAL, api, device, t.result);
+        r.flags = PVT_HEAL_ALLOC | (slot >= 0 ? PVT_HEAL_ASKED : 0);
+        r.v[0] = bytes;
+        Registry::fill_heal(r, t);
+        push(r);
+    }
+    if (slot < 0) return;
+    PvtRecord q = make(PVT_KIND_HEAL_REQUEST, api, device, CUDA_SUCCESS);
+    q.v[0] = id;
+    q.v[1] = bytes;
+    q.v[2] = t.free_after;
+    q.v[3] = g_registry->uuid_lo(device);
+    if (!g_writer->ring.push(&q, 1)) {
+        g_writer->wait_end(slot, 0);
+        return;
+    }
+    g_writer->kick();
+    g_writer->wait_end(slot, g_heal_wait_ms);
+}
+
 void on_call(const CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     const bool exit_site = cb->callbackSite == CUPTI_API_EXIT;
     switch (cbid) {
@@ -335,29 +384,44 @@ void on_call(const CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
             return;
         // ---- stream-ordered ----
         case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync: {
-            if (!exit_site) return;
             auto* p = params<cuMemAllocAsync_params>(cb);
+            if (!exit_site) {
+                if (g_heal) heal_before_async(PVT_API_MEM_ALLOC_ASYNC, cb, p->bytesize, nullptr);
+                return;
+            }
             alloc_record(PVT_API_MEM_ALLOC_ASYNC, cb, written(cb, &p->dptr), p->bytesize, 0,
                          u(p->hStream), 0, nullptr, 0);
             return;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
-            if (!exit_site) return;
             auto* p = params<cuMemAllocAsync_ptsz_params>(cb);
+            if (!exit_site) {
+                if (g_heal)
+                    heal_before_async(PVT_API_MEM_ALLOC_ASYNC_PTSZ, cb, p->bytesize, nullptr);
+                return;
+            }
             alloc_record(PVT_API_MEM_ALLOC_ASYNC_PTSZ, cb, written(cb, &p->dptr), p->bytesize, 0,
                          u(p->hStream), 0, nullptr, 0);
             return;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync: {
-            if (!exit_site) return;
             auto* p = params<cuMemAllocFromPoolAsync_params>(cb);
+            if (!exit_site) {
+                if (g_heal)
+                    heal_before_async(PVT_API_MEM_ALLOC_FROM_POOL, cb, p->bytesize, p->pool);
+                return;
+            }
             alloc_record(PVT_API_MEM_ALLOC_FROM_POOL, cb, written(cb, &p->dptr), p->bytesize,
                          u(p->pool), u(p->hStream), 0, nullptr, 0);
             return;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
-            if (!exit_site) return;
             auto* p = params<cuMemAllocFromPoolAsync_ptsz_params>(cb);
+            if (!exit_site) {
+                if (g_heal)
+                    heal_before_async(PVT_API_MEM_ALLOC_FROM_POOL_PTSZ, cb, p->bytesize, p->pool);
+                return;
+            }
             alloc_record(PVT_API_MEM_ALLOC_FROM_POOL_PTSZ, cb, written(cb, &p->dptr), p->bytesize,
                          u(p->pool), u(p->hStream), 0, nullptr, 0);
             return;

@@ -220,6 +220,49 @@ class Registry {
         return ok;
     }
 
+    // The heal before a stream-ordered allocation from `target` (nullptr: the device's current
+    // pool, where cuMemAllocAsync takes from): it fits when the target pool's own unused
+    // reserve holds `need` (no cuMemGetInfo then, the common case) or the device's free bytes
+    // let the pool grow by all of it. Otherwise this process's *other* pools on the device give their
+    // unused bytes back (the target's own are its to use; trimming them would only make it
+    // grow again), and `*own_unused` says what the target still holds, so the caller can tell
+    // whether the rest must come from another process.
+    bool heal_before_async(int device, int current_device, CUmemoryPool target, uint64_t need,
+                           TrimOutcome* t, bool* fits, uint64_t* own_unused) {
+        if (device < 0 || device >= MAX_DEVICES) return false;
+        std::lock_guard<std::mutex> g(lock_);
+        CUcontext pushed = nullptr;
+        if (device != current_device) {
+            pushed = devices_[device].ctx;
+            if (pushed == nullptr || g_driver.ctxPush(pushed) != CUDA_SUCCESS) return false;
+        }
+        if (target == nullptr) g_driver.currentPool(&target, device);
+        *own_unused = target != nullptr ? unused_of(&target, 1) : 0;
+        *fits = *own_unused >= need;
+        bool ok = true;
+        if (!*fits) {
+            size_t free_b = 0, total_b = 0;
+            ok = g_driver.memGetInfo(&free_b, &total_b) == CUDA_SUCCESS;
+            t->free_before = t->free_after = free_b;
+            *fits = ok && need <= free_b;  // a grown pool takes a fresh block: free must hold it
+            if (ok && !*fits) {
+                CUmemoryPool pools[MAX_GROUP_POOLS], others[MAX_GROUP_POOLS];
+                uint16_t flags[MAX_GROUP_POOLS];
+                const int np = pools_of(device, pools, flags);
+                int no = 0;
+                for (int i = 0; i < np; i++)
+                    if (pools[i] != target) others[no++] = pools[i];
+                t->unused = unused_of(others, no);
+                if (t->unused > 0) trim(others, no, t);
+            }
+        }
+        if (pushed != nullptr) {
+            CUcontext popped;
+            g_driver.ctxPop(&popped);
+        }
+        return ok;
+    }
+
     // The UUID's bytes 0-7 of `device` (0 when the driver does not say), read once.
     uint64_t uuid_lo(int device) {
         if (device < 0 || device >= MAX_DEVICES) return 0;
