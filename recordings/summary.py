@@ -113,6 +113,7 @@ def _memory_rows(state: State) -> list[dict[str, Any]]:
     least free memory over the samples the reducer kept, and the out-of-memory refusals by the
     trace's case (``sources/trace/heal.py``; engine OOMs have none)."""
     out = []
+    stride = ((state.hello or {}).get("config") or {}).get("lane_stride")
     for device, series in sorted(state.series.items()):
         cols = series.columns
         last = state.memory.get(device) or {}
@@ -124,6 +125,9 @@ def _memory_rows(state: State) -> list[dict[str, Any]]:
         free = [v for v in cols["driver_free"] if v >= 0]
         out.append({
             "device": device,
+            # a traced process's lane is its GPU's index plus a multiple of the lane stride
+            # (provetop.trace.lanes): the GPU as nvidia-smi numbers it, as the dashboard says
+            "gpu": device % stride if isinstance(stride, int) and stride > 0 else device,
             "pid": last.get("pid"),
             "samples": len(series),
             "async_reserved_peak": max(cols["async_reserved"], default=0),
@@ -190,11 +194,16 @@ def format_summary(summary: dict[str, Any]) -> str:
     """A readable report: header, one line per partition attempt, totals."""
     lines = _header_lines(summary)
     lines.extend(_attempt_lines(summary.get("attempts") or []))
+    gpu = summary.get("gpu") or {}
     if (summary.get("engine") or {}).get("source") == "trace":  # a traced program: its pools
-        lines.extend(_memory_lines(summary.get("memory") or []))
+        memory = summary.get("memory") or []
+        lines.extend(_memory_lines(memory))
+        # the NVML view of a GPU is repeated on each further lane on it: once per GPU here
+        repeats = {str(r["device"]) for r in memory if r.get("gpu", r["device"]) != r["device"]}
+        gpu = {d: row for d, row in gpu.items() if str(d) not in repeats}
     lines.append("")
     lines.extend(_totals_lines(summary.get("totals") or {}, bool(summary.get("modeled"))))
-    lines.extend(_gpu_lines(summary.get("gpu") or {}))
+    lines.extend(_gpu_lines(gpu))
     return "\n".join(lines) + "\n"
 
 
@@ -234,7 +243,7 @@ def _memory_lines(rows: list[dict[str, Any]]) -> list[str]:
         free = r.get("driver_free_min")
         cases = ", ".join(f"{k} {v}" for k, v in sorted((r.get("oom_cases") or {}).items()))
         lines.append(
-            f"  gpu{r['device']}{who}: async reserved {fmt_bytes(r['async_reserved_peak'])}, "
+            f"  gpu{r.get('gpu', r['device'])}{who}: async reserved {fmt_bytes(r['async_reserved_peak'])}, "
             f"used {fmt_bytes(r['async_used_peak'])}; plain {fmt_bytes(r['sync_used_peak'])}; "
             f"least free {fmt_bytes(free) if free is not None else '-'}; OOMs {r['ooms']}"
             + (f" ({cases})" if cases else "")

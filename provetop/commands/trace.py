@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         session.close()
     s = session.summary()
     lanes = ", ".join(
-        f"gpu{v['cuda_device']} pid {v['pid']} pool peak {fmt_bytes(v['async_high'])}"
+        f"gpu{v['gpu']} pid {v['pid']} pool peak {fmt_bytes(v['async_high'])}"
         for _, v in sorted(s["lanes"].items())
     )
     say(

@@ -450,8 +450,9 @@ class TraceSession:
             device: {
                 "async_high": int(last.get("async_high", 0)),
                 "pid": int(last.get("pid", -1)),
-                # the lane's GPU as the program numbers it (lanes of one GPU differ by pid)
-                "cuda_device": int(last.get("cuda_device", device % LANE_STRIDE)),
+                # the lane's GPU as nvidia-smi numbers it (lanes of one GPU differ by pid), as
+                # the dashboard's memory panel labels it
+                "gpu": device % LANE_STRIDE,
             }
             for device, last in state.memory.items()
         }

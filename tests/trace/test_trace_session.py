@@ -127,8 +127,8 @@ def test_heal_across_processes(tmp_path: Path) -> None:
     assert len(pids) == 2
     lanes = {e["device"] for e in events if e["k"] == "memory"}
     assert lanes == {0, LANE_STRIDE}  # two processes on one GPU: two lanes
-    # the closing line names each lane by the GPU the program sees, not by its lane number
-    assert sorted((v["cuda_device"], v["pid"]) for v in session.summary()["lanes"].values()) == [
+    # the closing line names each lane by its GPU, as the dashboard does, not by its lane number
+    assert sorted((v["gpu"], v["pid"]) for v in session.summary()["lanes"].values()) == [
         (0, p) for p in sorted(pids)
     ]
     (asked,) = [e for e in events if e["k"] == "alloc" and e["site"] == "heal"]
