@@ -242,8 +242,9 @@ def _memory_lines(rows: list[dict[str, Any]]) -> list[str]:
         who = f" pid {r['pid']}" if r.get("pid") is not None else ""
         free = r.get("driver_free_min")
         cases = ", ".join(f"{k} {v}" for k, v in sorted((r.get("oom_cases") or {}).items()))
+        gpu = r.get("gpu", r["device"])
         lines.append(
-            f"  gpu{r.get('gpu', r['device'])}{who}: async reserved {fmt_bytes(r['async_reserved_peak'])}, "
+            f"  gpu{gpu}{who}: async reserved {fmt_bytes(r['async_reserved_peak'])}, "
             f"used {fmt_bytes(r['async_used_peak'])}; plain {fmt_bytes(r['sync_used_peak'])}; "
             f"least free {fmt_bytes(free) if free is not None else '-'}; OOMs {r['ooms']}"
             + (f" ({cases})" if cases else "")

@@ -10,6 +10,7 @@ lanes, pre-stage outcomes of every kind).
 
 from __future__ import annotations
 
+import collections
 import random
 from collections import Counter
 from pathlib import Path
@@ -53,7 +54,9 @@ def assert_agree(events: list[dict], fold: MetricsFold | None = None) -> None:
     fold = fold or MetricsFold()
     fold.fold(events)
     state = State().fold(events)
-    m = scrape(fold)
+    # a family with no sample is absent from a scrape (a traced program has no workers and no
+    # partitions): read as empty
+    m = collections.defaultdict(dict, scrape(fold))
     _producer(m, state)
     _memory(m, state)
     _gpu(m, state)
