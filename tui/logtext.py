@@ -60,9 +60,14 @@ def _of_a_partition(e: dict[str, Any]) -> bool:
     return proof is not None and proof >= 0
 
 
-def _where(e: dict[str, Any]) -> str:
+def _where(e: dict[str, Any], lane_stride: int = 0) -> str:
+    """Where an event happened: ``gpu0 w1``; a traced process's lane as the memory panel names
+    it, its GPU and its pid (``gpu0 pid 4242``: lanes of one GPU differ by ``lane_stride``)."""
     parts = []
-    if e.get("device") is not None:
+    if e.get("device") is not None and isinstance(e.get("pid"), int) and lane_stride > 0:
+        device = e["device"] % lane_stride if e["device"] >= 0 else e["device"]
+        parts.append(f"gpu{device} pid {e['pid']}")
+    elif e.get("device") is not None:
         worker = e.get("worker")
         mine = worker is not None and worker >= 0
         parts.append(f"gpu{e['device']}" + (f" w{worker}" if mine else ""))
@@ -77,8 +82,9 @@ def _key(kind: str, e: dict[str, Any]) -> DecisionKey | None:
     return (kind, e.get("device"), e["proof"], e.get("partition"))
 
 
-def describe(line: LogLine) -> tuple[str, str, DecisionKey | None, bool]:
-    """(level, text, decision key, whether it only adds to an earlier line of that key)."""
+def describe(line: LogLine, lane_stride: int = 0) -> tuple[str, str, DecisionKey | None, bool]:
+    """(level, text, decision key, whether it only adds to an earlier line of that key);
+    ``lane_stride``: a trace's (its hello's config), 0 for an engine."""
     e = line.event
     text = humanise(line.text)
     if not e:
@@ -89,11 +95,16 @@ def describe(line: LogLine) -> tuple[str, str, DecisionKey | None, bool]:
         if e.get("site") not in (None, "prestage"):
             what += f" at {e['site']}"
         reason = humanise(str(e.get("reason") or "no reason given"))
-        text = f"{_where(e)}: {what}: {reason} ({size(e.get('requested'))} requested)"
+        text = f"{_where(e, lane_stride)}: {what}: {reason} ({size(e.get('requested'))} requested)"
         return line.level, text, _key("prestage", e), False
     if kind == "alloc" and e.get("site") == "handover":
         reason = humanise(str(e.get("reason") or ""))
-        return "info", f"{_where(e)}: a handed over: {reason}", _key("prestage", e), True
+        return (
+            "info",
+            f"{_where(e, lane_stride)}: a handed over: {reason}",
+            _key("prestage", e),
+            True,
+        )
     if kind == "alloc":
         return line.level, text, None, False
     if kind == "partition_done" and e.get("ok") and e.get("prestage") == "fallback":
@@ -102,15 +113,18 @@ def describe(line: LogLine) -> tuple[str, str, DecisionKey | None, bool]:
         return line.level, text, _key("failure", e), True
     if kind == "fault":
         pools = e.get("pools") or {}
-        text = f"{str(e.get('kind', 'fault')).upper()} {_where(e)}: {humanise(str(e['message']))}"
+        where = _where(e, lane_stride)
+        text = f"{str(e.get('kind', 'fault')).upper()} {where}: {humanise(str(e['message']))}"
         text = text.replace(" : ", ": ")
         if e.get("requested"):
             text += f"; {size(e['requested'])} requested"
         if pools:
-            text += (
-                f"; phantom {size(phantom_bytes(pools))},"
-                f" driver free {size(pools.get('driver_free'))}"
+            peers = e.get("peers_unused") or {}
+            held = sum(v for v in peers.values() if isinstance(v, int))
+            text += f"; phantom {size(phantom_bytes(pools))}" + (
+                f" here, {size(held)} in other processes" if held else ""
             )
+            text += f", driver free {size(pools.get('driver_free'))}"
         return line.level, text, _key("failure", e), False
     return line.level, text, None, False
 
@@ -123,11 +137,15 @@ class LogFolder:
         self.limit = limit
         self.dropped = 0  # entries dropped from the front (for the widget's bookkeeping)
         self._open: dict[DecisionKey, Entry] = {}
+        self.lane_stride = 0  # a trace's hello sets it (its lanes' names)
 
     def add(self, line: LogLine) -> Entry | None:
         """Fold one line; the entry it created, or None when it joined an earlier one (whose
         ``version`` is bumped if its text changed)."""
-        level, text, key, joins = describe(line)
+        if line.event is not None and line.event.get("k") == "hello":
+            stride = (line.event.get("config") or {}).get("lane_stride")
+            self.lane_stride = stride if isinstance(stride, int) and stride > 0 else 0
+        level, text, key, joins = describe(line, self.lane_stride)
         event = line.event
         earlier = self._open.get(key) if key is not None else None
         if key is not None and earlier is not None and (joins or key[0] == "prestage"):
