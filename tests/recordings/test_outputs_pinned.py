@@ -27,16 +27,16 @@ SAMPLES = sorted((ROOT / "recordings" / "samples").glob("*.pvtrec"))
 
 # sample -> (Perfetto export, /metrics) sha256, first 16 hex digits
 DIGESTS = {
-    "h200-porep32g-ahead": ("0df916d7923f75e3", "b74f9947d0758608"),
-    "h200-porep32g-aware": ("5c9b659f0de7791c", "2de94fd30391447d"),
-    "h200-porep32g-aware12": ("50eadb68b6fcfe78", "112321455ac8b770"),
-    "h200-porep32g-aware16": ("4fb1bbcf3c0d85d7", "b1275da0ba18fa5e"),
-    "h200-porep32g-aware8": ("c3c21c39e2d53fe0", "b027cbe55d2de677"),
-    "h200-porep32g-naive16": ("8b2a67e0dd24b5ad", "ab8ce21e5fd73351"),
-    "h200x2-porep32g-multi": ("10de0488334f78f5", "b67aab92a07632fc"),
+    "h200-porep32g-ahead": ("2c67513d894d82ee", "b74f9947d0758608"),
+    "h200-porep32g-aware": ("e5ea305a82e3b780", "2de94fd30391447d"),
+    "h200-porep32g-aware12": ("990b70f87c7a1056", "112321455ac8b770"),
+    "h200-porep32g-aware16": ("d42d3de319a604d5", "b1275da0ba18fa5e"),
+    "h200-porep32g-aware8": ("f6279b4e1b2ac724", "b027cbe55d2de677"),
+    "h200-porep32g-naive16": ("03cf2bb6adfc6fd5", "ab8ce21e5fd73351"),
+    "h200x2-porep32g-multi": ("2a465decddccdadb", "b67aab92a07632fc"),
 }
 # a fixture run (an OOM retried on the fallback path, a marker, controls): export, summary, /metrics
-FIXTURE_RUN = ("5acb96bc62dad396", "a34f54edb70579ff", "1c9ae1f6f7e5c150")
+FIXTURE_RUN = ('f847b5703bca925e', 'a34f54edb70579ff', '1c9ae1f6f7e5c150')
 
 
 def _sha(data: bytes) -> str:
