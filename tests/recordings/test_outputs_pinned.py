@@ -36,7 +36,7 @@ DIGESTS = {
     "h200x2-porep32g-multi": ("2a465decddccdadb", "b67aab92a07632fc"),
 }
 # a fixture run (an OOM retried on the fallback path, a marker, controls): export, summary, /metrics
-FIXTURE_RUN = ('f847b5703bca925e', 'a34f54edb70579ff', '1c9ae1f6f7e5c150')
+FIXTURE_RUN = ("f847b5703bca925e", "a34f54edb70579ff", "1c9ae1f6f7e5c150")
 
 
 def _sha(data: bytes) -> str:
