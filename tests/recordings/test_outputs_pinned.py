@@ -27,16 +27,16 @@ SAMPLES = sorted((ROOT / "recordings" / "samples").glob("*.pvtrec"))
 
 # sample -> (Perfetto export, /metrics) sha256, first 16 hex digits
 DIGESTS = {
-    "h200-porep32g-ahead": ("2c67513d894d82ee", "b74f9947d0758608"),
-    "h200-porep32g-aware": ("e5ea305a82e3b780", "2de94fd30391447d"),
-    "h200-porep32g-aware12": ("990b70f87c7a1056", "112321455ac8b770"),
-    "h200-porep32g-aware16": ("d42d3de319a604d5", "b1275da0ba18fa5e"),
-    "h200-porep32g-aware8": ("f6279b4e1b2ac724", "b027cbe55d2de677"),
-    "h200-porep32g-naive16": ("03cf2bb6adfc6fd5", "ab8ce21e5fd73351"),
-    "h200x2-porep32g-multi": ("2a465decddccdadb", "b67aab92a07632fc"),
+    "h200-porep32g-ahead": ("2c67513d894d82ee", "7e50b11c855a5e1b"),
+    "h200-porep32g-aware": ("e5ea305a82e3b780", "1e565d75534cd7a0"),
+    "h200-porep32g-aware12": ("990b70f87c7a1056", "7c7d3b2a0fcc07d9"),
+    "h200-porep32g-aware16": ("d42d3de319a604d5", "a8717b28e646ec7c"),
+    "h200-porep32g-aware8": ("f6279b4e1b2ac724", "a7ccc7bac8b1ddb6"),
+    "h200-porep32g-naive16": ("03cf2bb6adfc6fd5", "f2a0e9b1683836fc"),
+    "h200x2-porep32g-multi": ("2a465decddccdadb", "e8b9f5296fc355ac"),
 }
 # a fixture run (an OOM retried on the fallback path, a marker, controls): export, summary, /metrics
-FIXTURE_RUN = ("f847b5703bca925e", "a34f54edb70579ff", "1c9ae1f6f7e5c150")
+FIXTURE_RUN = ("f847b5703bca925e", "a34f54edb70579ff", "b3b5db4ea24a3bf0")
 
 
 def _sha(data: bytes) -> str:
@@ -85,6 +85,6 @@ def test_the_outputs_of_a_fixture_run_are_unchanged():
 
 
 if __name__ == "__main__":
-    print(f"FIXTURE_RUN = {fixture_run_digests()}")
+    print(f"FIXTURE_RUN = {fixture_run_digests()}".replace("'", '"'))
     for p in SAMPLES:
         print(f'    "{p.stem}": ("{_sha(perfetto_bytes(p))}", "{_sha(metrics_bytes(p))}"),')
