@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-from provetop.engine.run.runner import Engine
-from provetop.engine.settings.config import from_preset
 from provetop.recordings.export_perfetto import (
     GPU_LANE,
     UPLOAD_LANE,
@@ -32,19 +30,6 @@ from tests.recordings import perfetto_ui
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((ROOT / "recordings" / "samples").glob("*.pvtrec"))
-# every kind of fault the engine injects, on two workers (worker 0 killed): lanes overlap
-FAULTS = "alloc:prestage:2,raise:h_step:1,delay:msm_h:20ms,kill:worker:0"
-
-
-@pytest.fixture(scope="module")
-def fault_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("perfetto") / "faults.pvtrec"
-    cfg = from_preset("ci", partitions=4, proofs=2, workers_per_device=2)
-    engine = Engine(cfg, listen=False, record=path, inject=FAULTS)
-    engine.start()
-    assert engine.wait(60), "the engine did not finish"
-    engine.close()
-    return path
 
 
 @pytest.fixture(scope="module")
