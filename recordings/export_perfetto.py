@@ -187,8 +187,9 @@ class _Trace:
         for device, series in self.state.series.items():
             if not isinstance(device, int):
                 continue
-            self.devices.add(device)
-            pid = device + 1
+            pid = _pid(device)
+            if pid != ENGINE_PID:
+                self.devices.add(device)
             for track, columns in COUNTERS:
                 cols = {label: series.columns[name] for label, name in columns.items()}
                 for i, t in enumerate(series.t):
