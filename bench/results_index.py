@@ -62,8 +62,9 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("tui", "`provetop bench tui`: the dashboard's latency, open and seek", ("tui-",)),
     (
         "telemetry",
-        "the `/metrics` endpoint's cost, NVML on a card, the telemetry server under load",
-        ("metrics-overhead-", "gpu-metrics-", "load-clients-"),
+        "the `/metrics` endpoint's cost, NVML on a card, the telemetry server under load, a real "
+        "Prometheus counting a fault-injected run",
+        ("metrics-overhead-", "gpu-metrics-", "load-clients-", "prometheus-faults-"),
     ),
     (
         "trace",

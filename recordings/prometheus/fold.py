@@ -11,6 +11,15 @@ whole run by label (counters per device and worker, the faults by kind) and as h
 events. Its state is trimmed to a live window (``Window``) as the engine's is, so a fold that
 runs for days stays small; the trimmed totals stay exact.
 
+Zeros from the first scrape: Prometheus's ``increase()`` and ``rate()`` see a counter's first
+increment only when a scrape before it saw the series, so every counter and histogram whose
+label values are known is served at 0 before anything is counted: the fault kinds and the
+proof outcomes from the start, the telemetry listener's counters from an engine's ``hello``
+(only an engine reports them), and each GPU worker's counters and histograms from the
+``hello`` that announces it (``config.workers_per_device`` on each device) or, for a producer
+that announces none (a cuzk prover), from its first phase. Only the phase histograms, whose
+phases a run reports depend on its memory plan, appear at their first observation.
+
 Any producer of telemetry events gets the metrics: the engine folds its own bus, the cuzk watcher
 folds the adapter's events.
 
@@ -36,8 +45,8 @@ from provetop.recordings.prometheus.exposition import (
     registry,
     render,
 )
-from provetop.recordings.prometheus.families import DURATION_BUCKETS
-from provetop.recordings.schema import is_number
+from provetop.recordings.prometheus.families import COUNTER_FIELDS, DURATION_BUCKETS
+from provetop.recordings.schema import FAULT_KINDS, PRESTAGE_STATUSES, is_number
 from provetop.recordings.state import TRIM_EVERY, State, Window
 
 Labels = tuple[str, ...]
@@ -108,6 +117,16 @@ class MetricsFold:
             hist = self.hists[key] = Histogram()
         hist.observe(max(0.0, seconds))
 
+    def _on_hello(self, e: dict[str, Any]) -> None:
+        """The GPU workers the producer announces: ``workers_per_device`` on each device."""
+        per_device = (e.get("config") or {}).get("workers_per_device")
+        if not isinstance(per_device, int) or isinstance(per_device, bool) or per_device < 1:
+            return
+        for dev in e.get("devices") or []:
+            index = dev.get("index") if isinstance(dev, dict) else None
+            if isinstance(index, int) and not isinstance(index, bool):
+                self.workers.update((index, w) for w in range(min(per_device, MAX_WORKERS)))
+
     def _on_phase_begin(self, e: dict[str, Any]) -> None:
         device, worker = e.get("device"), e.get("worker")
         if isinstance(device, int) and isinstance(worker, int):
@@ -147,8 +166,13 @@ class MetricsFold:
             counters = dict(self.counters)
             ok, failed = state.proof_counts()
             for outcome, n in (("ok", ok), ("failed", failed)):
-                if n:
-                    counters[("proofs_total", (outcome,))] = n
+                counters[("proofs_total", (outcome,))] = n
+            hists = {key: hist.copy() for key, hist in self.hists.items()}
+            _zeros(counters, hists, self.workers)
+            listener = dict(state.counters)
+            if not listener and (state.hello or {}).get("source") == "provetop":
+                listener = {field: 0 for name, field in COUNTER_FIELDS.items()
+                            if name.endswith("_total")}  # fmt: skip
             return Reading(
                 hello=state.hello,
                 events=self.events,
@@ -157,9 +181,9 @@ class MetricsFold:
                 gpu=dict(state.gpu),
                 workers=[(d, w, states.get((d, w), "idle")) for d, w in sorted(self.workers)],
                 counters=counters,
-                hists={key: hist.copy() for key, hist in self.hists.items()},
+                hists=hists,
                 s_per_proof=state.s_per_proof(),
-                listener=dict(state.counters),
+                listener=listener,
             )
 
     def families(self) -> list[Metric]:
@@ -171,8 +195,39 @@ class MetricsFold:
         return render(self._registry)
 
 
+MAX_WORKERS = 256  # workers per device a hello may announce (a bad hello stays small)
+# the counters and histograms of each GPU worker, with every value of their other labels
+WORKER_COUNTERS = (
+    ("partitions_total", ("ok", "failed")),
+    ("prestage_decisions_total", PRESTAGE_STATUSES),
+    ("retries_total", None),
+    ("ooms_total", None),
+)
+WORKER_HISTOGRAMS = ("mutex_wait_seconds", "gpu_region_seconds")
+_EMPTY: HistogramCopy = ([0] * (len(DURATION_BUCKETS) + 1), 0.0, 0)
+
+
+def _zeros(
+    counters: dict[tuple[str, Labels], float],
+    hists: dict[tuple[str, Labels], HistogramCopy],
+    workers: set[tuple[int, int]],
+) -> None:
+    """Every series of a known label set not yet counted, at 0 (see the module docstring)."""
+    for kind in FAULT_KINDS:
+        counters.setdefault(("faults_total", (kind,)), 0)
+    for device, worker in workers:
+        d, w = str(device), str(worker)
+        for name, values in WORKER_COUNTERS:
+            for labels in [(d, w, v) for v in values] if values else [(d, w)]:
+                counters.setdefault((name, labels), 0)
+        for name in WORKER_HISTOGRAMS:
+            if (name, (d, w)) not in hists:
+                hists[(name, (d, w))] = (list(_EMPTY[0]), 0.0, 0)
+
+
 # the events that feed a count of MetricsFold (every event feeds its state)
 _COUNTS: dict[str, Callable[[MetricsFold, dict[str, Any]], None]] = {
+    "hello": MetricsFold._on_hello,
     "phase_begin": MetricsFold._on_phase_begin,
     "partition_done": MetricsFold._on_partition_done,
     "fault": MetricsFold._on_fault,

@@ -4,8 +4,9 @@ Why our own server around prometheus-client's exposition: the endpoint lives ins
 engine (and a cuzk watcher), so what a scraper or a stray client does must never stall the
 run. Here that means:
 
-- only ``GET /metrics`` is served (anything else: 404, other methods: 405), one request per
-  connection;
+- only ``GET /metrics`` is served, and ``HEAD /metrics`` (its headers, no body: HTTP asks every
+  server to answer HEAD wherever it answers GET); any other path: 404; any other method: 405
+  with ``Allow: GET, HEAD``; one request per connection;
 - the request line and the headers together are capped (:data:`MAX_REQUEST_BYTES`; beyond:
   414 or 431);
 - every connection has a socket timeout and a total deadline: a reaper shuts down a connection
@@ -40,6 +41,7 @@ MAX_REQUEST_BYTES = 8192  # request line and headers together
 MAX_THREADS = 8
 TIMEOUT_S = 2.0  # per socket operation
 DEADLINE_S = 5.0  # per connection, from accept to close
+METHODS = ("GET", "HEAD")  # what /metrics answers; any other method: 405 with Allow
 
 
 class MetricsAddressError(ValueError):
@@ -136,8 +138,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if not self.parse_request():  # sends 400/431 itself
                 return
-            if self.command not in ("GET", "HEAD"):
-                self.send_error(HTTPStatus.METHOD_NOT_ALLOWED)
+            if self.command not in METHODS:
+                self._not_allowed()
                 return
             self._get(head=self.command == "HEAD")
             self.wfile.flush()
@@ -160,6 +162,17 @@ class _Handler(BaseHTTPRequestHandler):
         if not head:
             self.wfile.write(body)
         self.server.scrapes += 1
+
+    def _not_allowed(self) -> None:
+        """405 with the ``Allow`` header HTTP requires of it."""
+        body = f"405 {self.command} is not served here: only GET and HEAD\n".encode()
+        self.send_response(HTTPStatus.METHOD_NOT_ALLOWED)
+        self.send_header("Allow", ", ".join(METHODS))
+        self.send_header("Content-Type", self.error_content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: a client must not be able to fill the producer's terminal."""

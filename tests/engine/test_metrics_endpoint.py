@@ -164,3 +164,35 @@ def test_the_metrics_fold_is_not_counted_as_a_client(tmp_path):
         engine.close()
     counters = [e for e in open_recording(record).events if e["k"] == "counters"]
     assert counters and all(e["clients"] == 0 for e in counters)
+
+
+def test_the_first_scrape_of_an_engine_has_every_workers_counters_at_zero():
+    """Scraped before any partition has finished (the SRS is still being made): each
+    announced worker's counters and histograms, every fault kind and both proof outcomes are
+    there at 0, so Prometheus's increase() sees their first increments."""
+    from provetop.recordings.schema import FAULT_KINDS
+
+    cfg = from_preset("ci", backend="cpu", proofs=1, workers_per_device=2)
+    engine = Engine(cfg, listen=False, record=None, metrics="127.0.0.1:0")
+    engine.start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the fold has read the hello
+            first = scrape(engine.metrics_url)
+            if ("provetop_info" in {k[0] for k in first}) or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+    finally:
+        engine.wait(60)
+        engine.close()
+    counted = {k: v for k, v in monotone(first).items() if "phase_duration" not in k[0]}
+    for w in ("0", "1"):
+        where = (("device", "0"), ("worker", w))
+        assert ("provetop_ooms_total", where) in counted
+        assert ("provetop_retries_total", where) in counted
+        assert ("provetop_mutex_wait_seconds_count", where) in counted
+    kinds = {dict(k[1])["kind"] for k in counted if k[0] == "provetop_faults_total"}
+    assert kinds == set(FAULT_KINDS)
+    counts = {k: v for k, v in counted.items() if k[0] != "provetop_events_total"}
+    if partitions_done(first) == 0:  # scraped before the first count: everything still 0
+        assert set(counts.values()) == {0.0}

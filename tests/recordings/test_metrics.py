@@ -184,6 +184,27 @@ def test_only_get_metrics_is_served(server):
     assert exc.value.code == 405
 
 
+def test_every_method_is_answered_as_documented(server):
+    """docs/metrics.md: GET and HEAD /metrics served (HEAD: the headers, no body); any other
+    method 405 with ``Allow: GET, HEAD``; any other path 404, for HEAD too."""
+    get = http.client.HTTPConnection(server.host, server.port, timeout=5)
+    get.request("GET", "/metrics")
+    full = get.getresponse()
+    body = full.read()
+    head = http.client.HTTPConnection(server.host, server.port, timeout=5)
+    head.request("HEAD", "/metrics")
+    answer = head.getresponse()
+    assert (answer.status, answer.read()) == (200, b"")
+    assert answer.getheader("Content-Type") == full.getheader("Content-Type")
+    assert int(answer.getheader("Content-Length")) == len(body) > 0
+    assert _raw(server, b"HEAD /nope HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.0 404")
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "BREW"):
+        raw = _raw(server, f"{method} /metrics HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        status, _, rest = raw.partition(b"\r\n")
+        assert status.startswith(b"HTTP/1.0 405"), (method, status)
+        assert b"\r\nAllow: GET, HEAD\r\n" in b"\r\n" + rest, method
+
+
 def test_huge_request_lines_and_headers_are_refused(server):
     line = _raw(server, b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n\r\n")
     assert line.startswith(b"HTTP/1.0 414")

@@ -27,18 +27,18 @@ SAMPLES = sorted((ROOT / "recordings" / "samples").glob("*.pvtrec"))
 
 # sample -> (Perfetto export, /metrics) sha256, first 16 hex digits
 DIGESTS = {
-    "h100-trace-torch-cupy-heal": ("3d8bd2e3ce18634e", "62a388a72e725d66"),
-    "h100-trace-torch-cupy": ("5551705a82788527", "c8313a7205634884"),
-    "h200-porep32g-ahead": ("0df916d7923f75e3", "b74f9947d0758608"),
-    "h200-porep32g-aware": ("5c9b659f0de7791c", "2de94fd30391447d"),
-    "h200-porep32g-aware12": ("50eadb68b6fcfe78", "112321455ac8b770"),
-    "h200-porep32g-aware16": ("4fb1bbcf3c0d85d7", "b1275da0ba18fa5e"),
-    "h200-porep32g-aware8": ("c3c21c39e2d53fe0", "b027cbe55d2de677"),
-    "h200-porep32g-naive16": ("8b2a67e0dd24b5ad", "ab8ce21e5fd73351"),
-    "h200x2-porep32g-multi": ("10de0488334f78f5", "b67aab92a07632fc"),
+    "h100-trace-torch-cupy-heal": ("1db29d2fbfc7c25e", "542a1b3ee843b5ae"),
+    "h100-trace-torch-cupy": ("aa00a3732d3313e2", "56bbce5bd4e0b9eb"),
+    "h200-porep32g-ahead": ("2c67513d894d82ee", "7e50b11c855a5e1b"),
+    "h200-porep32g-aware": ("e5ea305a82e3b780", "1e565d75534cd7a0"),
+    "h200-porep32g-aware12": ("990b70f87c7a1056", "7c7d3b2a0fcc07d9"),
+    "h200-porep32g-aware16": ("d42d3de319a604d5", "a8717b28e646ec7c"),
+    "h200-porep32g-aware8": ("f6279b4e1b2ac724", "a7ccc7bac8b1ddb6"),
+    "h200-porep32g-naive16": ("03cf2bb6adfc6fd5", "f2a0e9b1683836fc"),
+    "h200x2-porep32g-multi": ("2a465decddccdadb", "e8b9f5296fc355ac"),
 }
 # a fixture run (an OOM retried on the fallback path, a marker, controls): export, summary, /metrics
-FIXTURE_RUN = ("5acb96bc62dad396", "a34f54edb70579ff", "1c9ae1f6f7e5c150")
+FIXTURE_RUN = ("f847b5703bca925e", "a34f54edb70579ff", "b3b5db4ea24a3bf0")
 
 
 def _sha(data: bytes) -> str:
@@ -87,6 +87,6 @@ def test_the_outputs_of_a_fixture_run_are_unchanged():
 
 
 if __name__ == "__main__":
-    print(f"FIXTURE_RUN = {fixture_run_digests()}")
+    print(f"FIXTURE_RUN = {fixture_run_digests()}".replace("'", '"'))
     for p in SAMPLES:
         print(f'    "{p.stem}": ("{_sha(perfetto_bytes(p))}", "{_sha(metrics_bytes(p))}"),')

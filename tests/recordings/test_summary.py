@@ -6,7 +6,7 @@ import random
 import msgpack
 import pytest
 
-from provetop.recordings.export_perfetto import export_perfetto, write_perfetto
+from provetop.recordings.export_perfetto import export_perfetto, lane_tid, write_perfetto
 from provetop.recordings.prometheus.fold import MetricsFold
 from provetop.recordings.reader import open_recording
 from provetop.recordings.schema import PHASES, make
@@ -172,7 +172,9 @@ def test_perfetto_structure(case, tmp_path):
     for e in phase_x:
         assert set(e["args"]) >= {"proof", "partition", "ok"}
     # slices of a worker lane: one (pid, tid) per (device, worker), with exact times
-    expected = sorted((e["device"] + 1, e["worker"], e["t"]) for e in ends)
+    expected = sorted(
+        (e["device"] + 1, lane_tid(e["device"], 1 + e["worker"]), e["t"]) for e in ends
+    )
     got = sorted((e["pid"], e["tid"], round((e["ts"] + e["dur"]) * 1000)) for e in phase_x)
     assert got == expected
     # GPU lane: non-overlapping spans whose total is the union of GPU phases
@@ -199,9 +201,9 @@ def test_perfetto_structure(case, tmp_path):
     instants = [e for e in evs if e["ph"] == "i"]
     faults = [e for e in instants if e["name"].startswith("fault:")]
     assert len(faults) == sum(1 for e in events if e["k"] == "fault")
-    assert faults[0]["args"]["requested"] > 0 and faults[0]["tid"] == next(
-        e["worker"] for e in events if e["k"] == "fault"
-    )
+    first = next(e for e in events if e["k"] == "fault")
+    assert faults[0]["args"]["requested"] > 0
+    assert faults[0]["tid"] == lane_tid(first["device"], 1 + first["worker"])
     assert sum(1 for e in instants if e["name"].startswith("marker:")) == 1
     assert sum(1 for e in instants if e["name"].startswith("control:")) == 2
     assert all(e["s"] in ("g", "p", "t") for e in instants)
@@ -255,9 +257,11 @@ def test_overlapping_phases_of_one_worker_go_to_an_overflow_thread(tmp_path):
         if e["ph"] == "M" and e["name"] == "thread_name"
     }
     slices = {e["name"]: e for e in trace["traceEvents"] if e["ph"] == "X"}
-    assert names[(1, 1)] == "worker 1"
+    assert names[(1, lane_tid(0, 2))] == "worker 1"
     assert names[(1, slices["mutex_wait"]["tid"])] == "worker 1 (overlap 1)"
-    assert slices["upload"]["tid"] == 1 and slices["upload"]["dur"] == pytest.approx((c - a) / 1000)
+    assert slices["upload"]["tid"] == lane_tid(0, 2) and slices["upload"]["dur"] == pytest.approx(
+        (c - a) / 1000
+    )
     assert slices["mutex_wait"]["ts"] == b / 1000
 
 
