@@ -49,7 +49,7 @@ from provetop.tui.screens import EventScreen, HelpScreen, MarkerPrompt
 from provetop.tui.widgets.eventlog import EventLog
 from provetop.tui.widgets.header import Header, HeaderInfo
 from provetop.tui.widgets.health import HealthPanel
-from provetop.tui.widgets.memory import MemoryPanel
+from provetop.tui.widgets.memory import MemoryPanel, Pinned
 from provetop.tui.widgets.partitions import PartitionsTable
 from provetop.tui.widgets.replaybar import ReplayBar
 from provetop.tui.widgets.timeline import Timeline
@@ -209,6 +209,12 @@ class ProvetopApp(App[int]):
         self._enabled: tuple[bool | None, ...] = ()
         self._grid_rows: tuple[str, ...] = ()
         self._grid_columns: tuple[str, ...] = ()
+        # the event in focus (n/p at a fault, a selected log line): the memory panel shows
+        # the pools it carried, the timeline is centred on it; and which view it belongs to
+        self.pinned: Pinned | None = None
+        self._pinned_view: EngineView | None = None
+        self._point_t: int | None = None  # the fault or marker n/p went to last
+        self._window_key: tuple[object, ...] = ()  # the timeline's window at the last redraw
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -502,11 +508,23 @@ class ProvetopApp(App[int]):
             and view.state.engine_state == "running"
         )
         waiting = any(_waiting(v.source) for v in self.views)  # countdown
+        # the operator zoomed, scrolled or moved the cursor (the timeline's own keys): every
+        # panel drawn over the window follows, even where no event arrives (a run that is done)
+        moved = self._window() != self._window_key
         if not (
-            self._dirty or live_moving or waiting or self.replay is not None and self.replay.playing
+            self._dirty
+            or live_moving
+            or waiting
+            or moved
+            or self.replay is not None
+            and self.replay.playing
         ):
             return
         self.redraw()
+
+    def _window(self) -> tuple[object, ...]:
+        timeline = self.timeline
+        return (timeline.window_end, timeline.span, timeline.selected_device, timeline.cursor_t)
 
     def redraw(self) -> None:
         """Draw every panel from the selected view's state (also used by tests)."""
@@ -519,6 +537,8 @@ class ProvetopApp(App[int]):
         timeline.show(state, now)
         device = timeline.selected_device
         end = timeline.window_end
+        self._window_key = self._window()
+        self.memory.pinned = self.pinned if self._pinned_view is view else None
         self.memory.show(state, device, (end - timeline.span, end))
         self.health.show(state, device, (end - timeline.span, end))
         self.header.show(self._header_info(view, now))
@@ -562,6 +582,45 @@ class ProvetopApp(App[int]):
 
     def on_event_log_opened(self, message: EventLog.Opened) -> None:
         self.push_screen(EventScreen(message.entry))
+
+    def on_event_log_selected(self, message: EventLog.Selected) -> None:
+        """A log line selected: at an event that carried the pools (an OOM), show them and
+        centre the timeline on it; back to following: the newest sample again."""
+        entry = message.entry
+        carried = None
+        if entry is not None:
+            carried = next((e for e in entry.events if e.get("pools")), None)
+        if carried is None:
+            if self.pinned is not None:
+                self._unpin()
+            return
+        if self.replay is not None:
+            self.replay.playing = False
+        self.focus_event(carried)
+
+    def focus_event(self, event: dict[str, Any]) -> None:
+        """Show ``event`` (a fault, with the pools it carried): the memory panel shows those
+        pools at the event's time, the timeline is centred on it with the cursor on its lane.
+        In replay the recording is folded half a window past it, so both sides show."""
+        t = int(event["t"])
+        device, worker = event.get("device"), event.get("worker")
+        if isinstance(device, int) and event.get("pools"):
+            where = f"gpu{device}" + (f" w{worker}" if isinstance(worker, int) else "")
+            what = f"{str(event.get('kind', 'event')).upper()} {where}"
+            self.pinned = Pinned(t, device, dict(event["pools"]), what)
+            self._pinned_view = self.view
+        if self.replay is not None:
+            self.seek(min(self.replay.source.end, t + self.timeline.span // 2), keep_pin=True)
+        self.timeline.centre_on(t, device, worker)
+        self._dirty = True
+        self.redraw()
+
+    def _unpin(self) -> None:
+        """Back from an event in focus: the newest sample, the timeline following."""
+        self.pinned = self._pinned_view = None
+        self._point_t = None
+        self.timeline.action_follow()
+        self._dirty = True
 
     def on_timeline_selected(self, message: Timeline.Selected) -> None:
         self._device = message.device
@@ -715,12 +774,15 @@ class ProvetopApp(App[int]):
         if source.truncated:
             view.state.log.append(LogLine(source.end, "warn", "the recording's tail is truncated"))
 
-    def seek(self, position: int, force: bool = False) -> None:
+    def seek(self, position: int, force: bool = False, keep_pin: bool = False) -> None:
         """Show the recording at ``position`` (engine nanoseconds); ``force`` rebuilds the
-        state even for a short step forward (the window grew: more history is needed)."""
+        state even for a short step forward (the window grew: more history is needed);
+        ``keep_pin``: an event stays in focus (any other seek leaves it)."""
         r = self.replay
         if r is None or self.view is None:
             return
+        if not keep_pin and not force and (self.pinned is not None or self._point_t is not None):
+            self._unpin()
         position = max(r.source.start, min(r.source.end, int(position)))
         window = self.timeline.span + int(2e9)
         try:
@@ -761,6 +823,8 @@ class ProvetopApp(App[int]):
             if not self.replay.playing and self.replay.position >= self.replay.source.end:
                 self.seek(self.replay.source.start)
             self.replay.playing = not self.replay.playing
+            if self.replay.playing and (self.pinned is not None or self._point_t is not None):
+                self._unpin()
             self.redraw()
 
     def action_replay_speed(self, factor: float) -> None:
@@ -781,11 +845,22 @@ class ProvetopApp(App[int]):
     def action_replay_point(self, direction: int) -> None:
         if not self.replay:
             return
-        t = self.replay.source.next_point(self.replay.position, direction > 0)
+        base = self._point_t if self._point_t is not None else self.replay.position
+        t = self.replay.source.next_point(base, direction > 0)
         if t is None:
             self.notify("no further fault or marker", timeout=1.5, markup=False)
             return
-        self.seek(t)
+        self.replay.playing = False
+        self.pinned = self._pinned_view = None
+        self.seek(min(self.replay.source.end, t + self.timeline.span // 2), keep_pin=True)
+        self._point_t = t
+        state = self.view.state if self.view is not None else None
+        fault = next((f for f in state.faults if f["t"] == t), None) if state else None
+        if fault is not None:
+            self.focus_event(fault)
+        else:  # a marker: centred, nothing to pin
+            self.timeline.centre_on(t, None, None)
+            self.redraw()
 
     # -- everything else ----------------------------------------------------------------------
 

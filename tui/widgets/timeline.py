@@ -236,6 +236,24 @@ class Timeline(Widget, can_focus=True):
     def watch_follow(self) -> None:
         self.refresh()
 
+    def centre_on(self, t: int, device: int | None, worker: int | None) -> None:
+        """Pause with ``t`` in the middle of the window and the cursor on it, on the lane of
+        ``worker`` on ``device`` (its GPU lane without a worker; the lane stays otherwise):
+        a fault the operator jumped to, with what came before and after it."""
+        self.follow = False
+        self.end_t = t + self.span // 2
+        self.cursor_t = t
+        lanes = self.visible_lanes()
+        want = ("worker", device, worker) if worker is not None and worker >= 0 else None
+        for i, lane in enumerate(lanes):
+            if lane == want or (want is None and lane[0] == "gpu" and lane[1] == device):
+                self.lane_index = i
+                break
+        self._key = None
+        self.refresh()
+        if device is not None:
+            self.post_message(self.Selected(self.selected_device))
+
     def set_window(self, end: int, follow: bool) -> None:
         """Used by replay: the window ends at the replay position."""
         self.end_t = end
