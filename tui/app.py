@@ -9,6 +9,7 @@ commands and come back as ``control`` events, which is how the log proves they a
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -45,12 +46,14 @@ from provetop.sources.protocol import (
 from provetop.sources.replay import FileReplaySource, open_replay
 from provetop.sources.replay_memory import ReplaySource
 from provetop.tui.commands import DashboardCommands
-from provetop.tui.screens import EventScreen, HelpScreen, MarkerPrompt
+from provetop.tui.screens import ConfirmPrompt, EventScreen, HelpScreen, MarkerPrompt
 from provetop.tui.widgets.eventlog import EventLog
+from provetop.tui.widgets.gpu_monitor import GpuMonitor
 from provetop.tui.widgets.header import Header, HeaderInfo
 from provetop.tui.widgets.health import HealthPanel
 from provetop.tui.widgets.memory import MemoryPanel, Pinned
 from provetop.tui.widgets.partitions import PartitionsTable
+from provetop.tui.widgets.processes import ProcessTable
 from provetop.tui.widgets.replaybar import ReplayBar
 from provetop.tui.widgets.timeline import Timeline
 
@@ -172,12 +175,17 @@ class ProvetopApp(App[int]):
         stop: Callable[[], object] | None = None,
         discover: bool = False,
         panel: str | None = None,
+        only: set[int] | None = None,
+        pids: set[int] | None = None,
     ) -> None:
         """``stop``: called in a thread when the operator quits (``provetop run`` stops its
         engine there); the screen says "stopping…" until it returns. ``discover``: look for
         local engines every ``POLL_S`` seconds and attach each new one (``provetop top``).
-        ``panel``: the panel shown first beside the timeline (``memory`` or ``health``)."""
+        ``panel``: the panel shown first beside the timeline (``memory`` or ``health``).
+        ``only``/``pids``: the GPUs and processes the machine's monitor shows (``top``)."""
         super().__init__()
+        self.only, self.pids = only, pids
+        self._engine_seen = False  # the first engine attached under top shows its memory
         self.discover = discover
         self._known: set[str] = set()  # engine sockets already attached (discovery)
         self._discovery_stop = threading.Event()
@@ -228,6 +236,9 @@ class ProvetopApp(App[int]):
                 yield HealthPanel(id="health")
             yield PartitionsTable(id="partitions")
             yield EventLog(id="log")
+        with VerticalScroll(id="monitor"):
+            yield GpuMonitor(id="gpus")
+            yield ProcessTable(id="processes")
         yield ReplayBar(id="replaybar")
         yield Footer()
 
@@ -241,6 +252,13 @@ class ProvetopApp(App[int]):
         self.header = self.query_one(Header)
         self.replaybar = self.query_one(ReplayBar)
         self.grid = self.query_one("#main")
+        self.monitor_box = self.query_one("#monitor")
+        self.gpus = self.query_one(GpuMonitor)
+        self.processes = self.query_one(ProcessTable)
+        self.gpus.only = self.processes.only = self.only
+        self.processes.pids = self.pids
+        self.monitor_box.display = False
+        self.monitoring = False  # the machine's monitor is the view shown
         self.panels = {
             name: self.query_one(f"#{name}")
             for name in ("memory-box", "health-box", "partitions", "log")
@@ -424,6 +442,10 @@ class ProvetopApp(App[int]):
         if _monitor(view.source) or not _monitor(current.source):
             return
         self.selected = self.views.index(view)
+        if not self._engine_seen:  # once: its memory beside the timeline, not device health
+            self._engine_seen = True
+            self.compact_panel = self.top_right = "memory-box"
+            self._layout_panels()
         self.notify(f"attached {view.source.label} (e: next source)", timeout=4, markup=False)
 
     def _acknowledge(self, view: EngineView, event: dict[str, Any]) -> None:
@@ -533,6 +555,14 @@ class ProvetopApp(App[int]):
             return
         state = view.state
         now = self._now(view)
+        self._show_monitor(_monitor(view.source))
+        if self.monitoring:
+            self.header.show(self._header_info(view, now))
+            self.gpus.show(state, now)
+            self.processes.show(state, self.own_pids())
+            self._dirty = False
+            self._refresh_footer()
+            return
         timeline = self.timeline
         timeline.show(state, now)
         device = timeline.selected_device
@@ -560,10 +590,40 @@ class ProvetopApp(App[int]):
         if not self.compact:
             self._layout_panels()
         self._dirty = False
-        enabled = tuple(self.check_action(a, ()) for a in sorted(CONTROL_ACTIONS | REPLAY_ACTIONS))
+        self._refresh_footer()
+
+    def _refresh_footer(self) -> None:
+        actions = sorted(CONTROL_ACTIONS | REPLAY_ACTIONS)
+        enabled = (self.monitoring, *(self.check_action(a, ()) for a in actions))
         if enabled != self._enabled:  # the footer recomposes on refresh: only when it changes
             self._enabled = enabled
             self.refresh_bindings()
+
+    def _show_monitor(self, on: bool) -> None:
+        """The machine's monitor fills the screen (its GPUs, their processes); an engine's
+        view brings the pipeline's panels back. Focus goes with the view."""
+        if on == self.monitoring and self.monitor_box.display == on:
+            return
+        self.monitoring = on
+        self.grid.display = not on
+        self.monitor_box.display = on
+        (self.gpus if on else self.timeline).focus()
+
+    def own_pids(self) -> dict[int, str]:
+        """pid -> which provetop process it is: this monitor, every attached engine or
+        trace (its ``hello.pid``) and every process a trace follows (its lanes' pids)."""
+        own = {os.getpid(): "provetop top"}
+        for v in self.views:
+            hello = v.state.hello or {}
+            source = hello.get("source")
+            if _monitor(v.source):
+                continue
+            if isinstance(hello.get("pid"), int):
+                own[hello["pid"]] = f"provetop {source if source == 'trace' else 'engine'}"
+            for sample in v.state.memory.values():
+                if isinstance(sample.get("pid"), int):
+                    own.setdefault(sample["pid"], "traced by provetop")
+        return own
 
     def _header_info(self, view: EngineView, now: int) -> HeaderInfo:
         engines = [(v.source.label, _conn_text(v)) for v in self.views]
@@ -578,6 +638,7 @@ class ProvetopApp(App[int]):
             elapsed_ns=now,  # since the engine started, as the timeline's axis
             read_only=view.source.read_only and self.mode == "live",
             stopping=self.stopping,
+            monitors=frozenset(i for i, v in enumerate(self.views) if _monitor(v.source)),
         )
 
     def on_event_log_opened(self, message: EventLog.Opened) -> None:
@@ -629,6 +690,10 @@ class ProvetopApp(App[int]):
     # -- controls -----------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if getattr(self, "monitoring", False) and (
+            action in CONTROL_ACTIONS or action in REPLAY_ACTIONS or action == "focus_panel"
+        ):
+            return False  # the machine's GPUs: no pipeline to control (not even greyed out)
         if action in CONTROL_ACTIONS:
             view = self.view
             if self.mode == "replay" or view is None:
@@ -696,7 +761,16 @@ class ProvetopApp(App[int]):
         self.send_command("resume" if paused else "pause", {})
 
     def action_trim(self) -> None:
-        self.send_command("trim", {"device": self._selected_device()})
+        """Trim the selected device's pools, once the operator says yes (it cannot be
+        undone, and ``T`` terminates a process in nvitop)."""
+        device = self._selected_device()
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.send_command("trim", {"device": device})
+
+        question = f"Trim gpu{device}'s pools now? What they cached is released."
+        self.push_screen(ConfirmPrompt(question), answered)
 
     def action_marker(self) -> None:
         view = self.view

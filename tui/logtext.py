@@ -28,7 +28,9 @@ _ALONE_BEFORE = r"(?<![^\s(\[])"  # the word starts the text, or follows a space
 _ALONE_AFTER = r"(?=$|[\s),;\]]|[.:](?!\S))"  # it ends there, or before a space or a bracket
 _BYTES = re.compile(
     _ALONE_BEFORE + r"(\d+) bytes\b"
-    r"|(?:(?<=free )|(?<=need )|(?<=margin )|(?<=[-+<] )|(?<=>= ))(\d+)" + _ALONE_AFTER + "|"
+    r"|(?:(?<=free )|(?<=need )|(?<=margin )|(?<=[-+<] )|(?<=>= ))(\d+)"
+    + _ALONE_AFTER
+    + "|"
     + _ALONE_BEFORE
     + r"(?<!proof )(?<!partition )(?<!engine )(?<!pid )(?<!#)(\d{7,})"
     + _ALONE_AFTER

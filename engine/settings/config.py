@@ -39,7 +39,9 @@ class ConfigError(ValueError):
 
 
 NVML_INTERVAL_MAX = 3600.0
-DURATION_MAX = 7 * 24 * 3600.0  # --duration: a week  # seconds: the dashboard keeps an hour of samples
+DURATION_MAX = (
+    7 * 24 * 3600.0
+)  # --duration: a week  # seconds: the dashboard keeps an hour of samples
 
 
 @dataclass(frozen=True)

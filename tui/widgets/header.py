@@ -42,6 +42,7 @@ class HeaderInfo:
     elapsed_ns: int = 0
     read_only: bool = False
     stopping: bool = False  # the operator quit and the engine is being stopped
+    monitors: frozenset[int] = frozenset()  # indices of ``engines`` that are the GPU monitor
 
 
 def gpu_names(hello: dict[str, Any] | None) -> str:
@@ -80,7 +81,15 @@ class Header(Widget):
         out = []
         for i, (label, conn) in enumerate(info.engines):
             mark = "▸" if i == info.selected and len(info.engines) > 1 else ""
-            chunk = Text(f" {mark}{label} ", style="bold" if i == info.selected else "dim")
+            style = "bold" if i == info.selected else "dim"
+            if i in info.monitors:  # the machine's GPUs: say so, and its state only when bad
+                host = label.partition("@")[2] or label
+                chunk = Text(f" {mark}GPUs of {host}", style=style)
+                if conn != "connected":
+                    chunk.append(f" [{conn}]", style=f"bold {FAILURE_COLOUR}")
+                out.append(chunk + Text(" "))
+                continue
+            chunk = Text(f" {mark}{label} ", style=style)
             chunk.append(f"[{conn}]", style=CONN_STYLE.get(conn, f"bold {FAILURE_COLOUR}"))
             out.append(chunk)
         return out
@@ -88,6 +97,13 @@ class Header(Widget):
     def _setup(self, info: HeaderInfo) -> list[Text]:
         hello = info.state.hello or {}
         out = []
+        if hello.get("source") == "nvml":  # the GPU monitor: its GPUs and what reads them
+            config = hello.get("config") or {}
+            if hello.get("devices"):
+                out.append(Text(" │ ", style="dim") + Text(gpu_names(hello)))
+            driver = f", driver {config['driver']}" if config.get("driver") else ""
+            out.append(Text(" │ ", style="dim") + Text(f"read from NVML{driver}"))
+            return out
         if info.read_only:
             out.append(Text(" read-only", style="italic #d7af00"))
         out.append(Text(" │ ", style="dim") + Text(gpu_names(hello)))
@@ -114,8 +130,6 @@ class Header(Widget):
                 out.append(sep + Text("no GPU visible to NVML", style="bold #d7af00"))
             else:
                 out.append(sep + Text(f"{len(hello.get('devices', []))} GPUs", style="bold"))
-                if config.get("driver"):
-                    out.append(sep + Text(f"driver {config['driver']}"))
                 out.append(sep + Text(f"every {config.get('interval_s', 1):g} s"))
             out.append(Text(" · engines attach as they start", style="dim"))
             return list(enumerate(out))

@@ -492,7 +492,7 @@ class Timeline(Widget, can_focus=True):
         head = f"{mode:<{LABEL_W - 1}} "
         line = [" "] * cols
         styles: list[Style] = [dim] * cols
-        step = _nice_step(self.span, max(1, cols // 12))
+        step = nice_step(self.span, max(1, cols // 12))
         first = max(0, math.ceil(start / step) * step)
         t = first
         while t < end:
@@ -575,7 +575,7 @@ def legend_rows(items: list[tuple[str, str, str]], width: int, base: Style) -> l
     return rows
 
 
-def _nice_step(span: int, ticks: int) -> int:
+def nice_step(span: int, ticks: int) -> int:
     """A round tick interval giving about ``ticks`` labels over ``span`` nanoseconds."""
     raw = span / max(1, ticks)
     for step_s in (
