@@ -670,6 +670,7 @@ class ProvetopApp(App[int]):
             what = f"{str(event.get('kind', 'event')).upper()} {where}"
             self.pinned = Pinned(t, device, dict(event["pools"]), what)
             self._pinned_view = self.view
+        self.timeline.auto_zoom = False  # the window stays the one being looked at
         if self.replay is not None:
             self.seek(min(self.replay.source.end, t + self.timeline.span // 2), keep_pin=True)
         self.timeline.centre_on(t, device, worker)
@@ -926,6 +927,7 @@ class ProvetopApp(App[int]):
             return
         self.replay.playing = False
         self.pinned = self._pinned_view = None
+        self.timeline.auto_zoom = False  # the window stays the one being looked at
         self.seek(min(self.replay.source.end, t + self.timeline.span // 2), keep_pin=True)
         self._point_t = t
         state = self.view.state if self.view is not None else None

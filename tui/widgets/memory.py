@@ -226,10 +226,10 @@ class MemoryPanel(DevicePanel):
         """When the figures of ``d`` were taken: the pinned event's time, or the sample's."""
         pin = self.pinned
         if pin is not None and pin.device == d:
-            return Text(f" at {clock(pin.t)}: {pin.what}'s pools", style="bold #00afff")
+            return Text(f"at {clock(pin.t)}: {pin.what}'s pools", style="bold reverse #00afff")
         if "t" not in sample:
             return Text()
-        return Text(f" sample {clock(sample['t'])}", style="dim")
+        return Text(f"sample {clock(sample['t'])}", style="dim")
 
     def _devices(self) -> list[int]:
         assert self.state is not None
@@ -284,15 +284,9 @@ class MemoryPanel(DevicePanel):
                 bar_w = max(10, width - title.cell_len - tail.cell_len - 1)
                 out.append(title + Text(" ") + bar(sample, bar_w) + tail)
                 continue
-            pin = self.pinned
-            if pin is not None and pin.device == d:  # the event's time on a row of its own
-                out.append(title + self._when(d, sample))
-                out.append(bar(sample, width))
-            else:
-                when = Text(f" {clock(sample['t'])}" if "t" in sample else "", style="dim")
-                bar_w = max(10, width - title.cell_len - when.cell_len - 1)
-                out.append(title + Text(" ") + bar(sample, bar_w) + when)
-            out.extend(self._figures(sample, p, phantom, width).split("\n"))
+            out.append(title + Text(" ") + bar(sample, max(10, width - title.cell_len - 1)))
+            when = self._when(d, sample)
+            out.extend(self._figures(sample, p, phantom, width, when).split("\n"))
             total = p["total"] or int(sample.get("driver_total", 1))
             series = self.state.series.get(d)
             rows = history(series, self.state.faults, d, *self.window, width, total, False)
@@ -332,11 +326,10 @@ class MemoryPanel(DevicePanel):
                 line = title + Text(" ") + bar(sample, bar_w)
                 out.append(line)
                 continue
-            if d == selected:
-                title.append_text(self._when(d, sample))
             out.append(title)
             out.append(bar(sample, width))
-            out.append(self._figures(sample, p, phantom, width))
+            when = self._when(d, sample) if d == selected else None
+            out.append(self._figures(sample, p, phantom, width, when))
             if d == selected:
                 total = p["total"] or int(sample.get("driver_total", 1))
                 series = self.state.series.get(d)
@@ -344,8 +337,16 @@ class MemoryPanel(DevicePanel):
         out.append(self._legend(width))
         return Group(*out)
 
-    def _figures(self, sample: dict[str, Any], p: dict[str, int], phantom: int, width: int) -> Text:
-        """Every figure of the pool asymmetry as an atomic chunk, flowed to the width."""
+    def _figures(
+        self,
+        sample: dict[str, Any],
+        p: dict[str, int],
+        phantom: int,
+        width: int,
+        when: Text | None = None,
+    ) -> Text:
+        """Every figure of the pool asymmetry as an atomic chunk, flowed to the width; first,
+        ``when`` they were taken (the sample's time, or the event's whose pools they are)."""
         bold = "bold"
 
         def chunk(label: str, value: str, glyph: str = "", colour: str = "") -> Text:
@@ -357,7 +358,8 @@ class MemoryPanel(DevicePanel):
             return text
 
         style_of = {key: (colour, glyph) for key, _, colour, glyph in MEMORY_PARTS}
-        chunks = [
+        chunks = [when] if when is not None and when.plain else []
+        chunks += [
             chunk("nvidia-smi used", size(sample.get("nvml_used"))),
             chunk("cudaMemGetInfo free", size(sample.get("driver_free"))),
             chunk("async used", size(p["async_used"]), *reversed(style_of["async_used"])),

@@ -203,6 +203,12 @@ class PartitionsTable(ScrollView, can_focus=True):
             return ""
         index = min(self.cursor, len(self.order) - 1)
         row = self.state.partitions.get(self.order[index])
+        if self._follow and not self.sort_column:  # the newest decided row, not one pending
+            for key in reversed(self.order[-64:]):
+                candidate = self.state.partitions.get(key)
+                if candidate is not None and candidate.prestage is not None:
+                    row = candidate
+                    break
         if row is None:
             return ""
         text = cells(row)[4][0]

@@ -12,6 +12,7 @@ import math
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import Any
 
 from rich.segment import Segment as RichSegment
 from rich.style import Style
@@ -519,8 +520,27 @@ class Timeline(Widget, can_focus=True):
             segs.append(RichSegment(ch, st))
         return Strip(Strip(segs).simplify()).adjust_cell_length(self.size.width, base)
 
+    def _fault_at_cursor(self) -> dict[str, Any] | None:
+        """A fault of the selected lane's worker (or device) in the cursor's column."""
+        lane, state = self.selected_lane, self.state
+        if self.cursor_t is None or lane is None or state is None:
+            return None
+        half = self.span / self._cols() / 2
+        for f in reversed(state.faults):
+            if abs(f["t"] - self.cursor_t) > half or f.get("device", lane[1]) != lane[1]:
+                continue
+            if lane[0] == "worker" and f.get("worker") not in (None, -1, lane[2]):
+                continue
+            return f
+        return None
+
     def _detail(self, seg: Segment | None, width: int, base: Style, dim: Style) -> Strip:
         span_text = f"window {duration_ns(self.span)}"
+        fault = self._fault_at_cursor()
+        if fault is not None:  # the cursor on a fault: the fault first, then the phase under it
+            span_text = f"✖ {str(fault.get('kind', 'fault')).upper()} at {clock(fault['t'])}" + (
+                f" ({fault['site']})" if fault.get("site") else ""
+            )  # in place of the window's width, which the axis shows
         lane = self.selected_lane
         if seg is None:
             when = self.cursor_t if self.cursor_t is not None else self.window_end
@@ -537,7 +557,7 @@ class Timeline(Widget, can_focus=True):
         parts.append(f"{clock(seg.start)} +{duration_ns(end - seg.start)}")
         if seg.end is None:
             parts.append("running")
-        colour = FAILURE_COLOUR if not seg.ok else group_colour(phase_group(seg.phase))
+        colour = FAILURE_COLOUR if not seg.ok or fault else group_colour(phase_group(seg.phase))
         text = " · ".join(parts)
         return Strip(
             [RichSegment("● ", base + Style(color=colour)), RichSegment(text, base)]
