@@ -99,7 +99,7 @@ def pools_of(state: State, only: set[int] | None) -> list[dict[str, Any]]:
 def gather(only: set[int] | None, pids: set[int] | None) -> dict[str, Any]:
     """Everything ``--once`` prints, as plain data (``--json`` prints it as it is)."""
     gpus, why, driver = read_gpus(only)
-    attached = []
+    attached: list[dict[str, Any]] = []
     for path in reversed(local_engines()):
         if not answers(path):
             continue

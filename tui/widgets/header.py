@@ -125,14 +125,14 @@ class Header(Widget):
         hello = state.hello or {}
         if hello.get("source") == "nvml":  # the machine's GPUs, not a run: no proofs to count
             config = hello.get("config") or {}
-            out = [Text(" monitoring ", style=STATE_STYLE["running"])]
+            chunks = [Text(" monitoring ", style=STATE_STYLE["running"])]
             if config.get("nvml_error"):
-                out.append(sep + Text("no GPU visible to NVML", style="bold #d7af00"))
+                chunks.append(sep + Text("no GPU visible to NVML", style="bold #d7af00"))
             else:
-                out.append(sep + Text(f"{len(hello.get('devices', []))} GPUs", style="bold"))
-                out.append(sep + Text(f"every {config.get('interval_s', 1):g} s"))
-            out.append(Text(" · engines attach as they start", style="dim"))
-            return list(enumerate(out))
+                chunks.append(sep + Text(f"{len(hello.get('devices', []))} GPUs", style="bold"))
+                chunks.append(sep + Text(f"every {config.get('interval_s', 1):g} s"))
+            chunks.append(Text(" · engines attach as they start", style="dim"))
+            return list(enumerate(chunks))
         if info.mode == "replay":
             icon = "▶" if info.playing else "⏸"
             head = Text(f" {icon} replay at {info.speed:g}x ", style="bold reverse #00afff")

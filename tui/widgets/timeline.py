@@ -531,7 +531,8 @@ class Timeline(Widget, can_focus=True):
                 continue
             if lane[0] == "worker" and f.get("worker") not in (None, -1, lane[2]):
                 continue
-            return f
+            fault: dict[str, Any] = f
+            return fault
         return None
 
     def _detail(self, seg: Segment | None, width: int, base: Style, dim: Style) -> Strip:
