@@ -18,8 +18,8 @@ import pytest
 import provetop.base.nvml as nvml_module
 import provetop.tui.app as app_module
 from provetop.sources.nvml import NvmlSource
-from provetop.tui.app import ProvetopApp
 from provetop.sources.procstat import ProcStat, provetop_kind
+from provetop.tui.app import ProvetopApp
 from provetop.tui.widgets.gpu_monitor import GpuMonitor
 from provetop.tui.widgets.processes import ProcessTable
 from tests.engine.run_helper import serving_engine
