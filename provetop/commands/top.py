@@ -36,8 +36,7 @@ def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
         metavar="S",
         help="seconds between NVML samples of the local GPUs (default 1)",
     )
-    p.add_argument(
-        "-1",
+    p.add_argument(  # nvitop's -1 too would make argparse read every "-1" value as an option
         "--once",
         action="store_true",
         help="print the GPUs, their processes and the pools of every engine and traced "
