@@ -263,7 +263,7 @@ class MemoryPanel(DevicePanel):
 
     def _compact(self, width: int) -> Group:
         """The same figures in fewer rows, for a short box (80x24): the selected device's
-        title, bar and sample time on one row (a pinned event's time on a row of its own), its
+        title, bar and sample time on one row (a pinned event's time among its figures), its
         figures, and only its phantom history row (OOMs on a red background); every other
         device on one row (bar and phantom); the legend. Every figure of the selected device
         stays; the others' are a key press away (select their lane in the timeline)."""
@@ -284,8 +284,13 @@ class MemoryPanel(DevicePanel):
                 bar_w = max(10, width - title.cell_len - tail.cell_len - 1)
                 out.append(title + Text(" ") + bar(sample, bar_w) + tail)
                 continue
-            out.append(title + Text(" ") + bar(sample, max(10, width - title.cell_len - 1)))
-            when = self._when(d, sample)
+            pin = self.pinned
+            pinned = pin is not None and pin.device == d
+            # the sample's time at the row's end; a fault's pools say so among the figures
+            stamp = Text(f" {clock(sample['t'])}" if "t" in sample and not pinned else "")
+            bar_w = max(10, width - title.cell_len - stamp.cell_len - 1)
+            out.append(title + Text(" ") + bar(sample, bar_w) + Text(stamp.plain, style="dim"))
+            when = self._when(d, sample) if pinned else None
             out.extend(self._figures(sample, p, phantom, width, when).split("\n"))
             total = p["total"] or int(sample.get("driver_total", 1))
             series = self.state.series.get(d)
