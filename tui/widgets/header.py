@@ -101,8 +101,9 @@ class Header(Widget):
             config = hello.get("config") or {}
             if hello.get("devices"):
                 out.append(Text(" │ ", style="dim") + Text(gpu_names(hello)))
-            driver = f", driver {config['driver']}" if config.get("driver") else ""
-            out.append(Text(" │ ", style="dim") + Text(f"read from NVML{driver}"))
+            if not config.get("nvml_error"):  # line 2 says why there is none
+                driver = f", driver {config['driver']}" if config.get("driver") else ""
+                out.append(Text(" │ ", style="dim") + Text(f"read from NVML{driver}"))
             return out
         if info.read_only:
             out.append(Text(" read-only", style="italic #d7af00"))
