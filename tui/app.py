@@ -272,6 +272,8 @@ class ProvetopApp(App[int]):
         self.timeline.follow_label = "replay" if self.mode == "replay" else "live"
         self._apply_size_class()
         self.timeline.focus()
+        if self.view is not None and self.mode == "live":  # top: the GPUs from the first frame
+            self._show_monitor(_monitor(self.view.source))
         for view in self.views:
             self._start_source(view)
         if self.discover:
