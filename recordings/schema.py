@@ -177,7 +177,9 @@ GPU_FIELDS: dict[str, Field] = {
     "processes": _opt(
         LIST,
         "compute processes on the GPU: {pid, used (bytes, absent when NVML cannot say), user, "
-        "command (absent when /proc does not say)}; pids as NVML reports them (host pids)",
+        "command (absent when /proc does not say); from provetop top also cpu_pct, mem_pct, "
+        "rss, run_s (from /proc) and provetop (the subcommand of a provetop process)}; pids as "
+        "NVML reports them (host pids)",
     ),
 }
 

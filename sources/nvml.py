@@ -21,6 +21,7 @@ from provetop.base import nvml
 from provetop.base.version import __version__
 from provetop.recordings.schema import SCHEMA_VERSION, make
 from provetop.sources.errors import SourceError
+from provetop.sources.procstat import ProcStat
 from provetop.sources.protocol import Sink, names_its_thread
 
 __all__ = ["NvmlSource"]
@@ -82,18 +83,11 @@ class NvmlSource:
             self._closed.wait()
             return
         self._xids = nvml.XidWatch(nv, {d["index"]: d["handle"] for d in devices})
+        procs = ProcStat()
         try:
             while not self._closed.is_set():
                 t = time.monotonic_ns() - start
-                batch = [
-                    make(
-                        "gpu",
-                        t,
-                        device=d["index"],
-                        **nvml.read_gpu(nv, d["handle"], self._xids, d["index"]),
-                    )
-                    for d in devices
-                ]
+                batch = [sample(nv, d, t, self._xids, procs) for d in devices]
                 sink.events(self, batch)
                 self._closed.wait(self.interval)
         finally:
@@ -104,3 +98,14 @@ class NvmlSource:
 
     def close(self) -> None:
         self._closed.set()
+
+
+def sample(
+    nv: Any, device: dict[str, Any], t: int, xids: nvml.XidWatch | None, procs: ProcStat
+) -> dict[str, Any]:
+    """One ``gpu`` event of ``device``: NVML's figures, and each compute process's host
+    figures (%CPU, %MEM, run time; provetop's own named) from ``/proc``."""
+    fields = nvml.read_gpu(nv, device["handle"], xids, device["index"])
+    if "processes" in fields:
+        fields["processes"] = procs.enrich(fields["processes"])
+    return make("gpu", t, device=device["index"], **fields)

@@ -9,6 +9,7 @@ commands and come back as ``control`` events, which is how the log proves they a
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -45,12 +46,14 @@ from provetop.sources.protocol import (
 from provetop.sources.replay import FileReplaySource, open_replay
 from provetop.sources.replay_memory import ReplaySource
 from provetop.tui.commands import DashboardCommands
-from provetop.tui.screens import EventScreen, HelpScreen, MarkerPrompt
+from provetop.tui.screens import ConfirmPrompt, EventScreen, HelpScreen, MarkerPrompt
 from provetop.tui.widgets.eventlog import EventLog
+from provetop.tui.widgets.gpu_monitor import GpuMonitor
 from provetop.tui.widgets.header import Header, HeaderInfo
 from provetop.tui.widgets.health import HealthPanel
-from provetop.tui.widgets.memory import MemoryPanel
+from provetop.tui.widgets.memory import MemoryPanel, Pinned
 from provetop.tui.widgets.partitions import PartitionsTable
+from provetop.tui.widgets.processes import ProcessTable
 from provetop.tui.widgets.replaybar import ReplayBar
 from provetop.tui.widgets.timeline import Timeline
 
@@ -172,12 +175,17 @@ class ProvetopApp(App[int]):
         stop: Callable[[], object] | None = None,
         discover: bool = False,
         panel: str | None = None,
+        only: set[int] | None = None,
+        pids: set[int] | None = None,
     ) -> None:
         """``stop``: called in a thread when the operator quits (``provetop run`` stops its
         engine there); the screen says "stopping…" until it returns. ``discover``: look for
         local engines every ``POLL_S`` seconds and attach each new one (``provetop top``).
-        ``panel``: the panel shown first beside the timeline (``memory`` or ``health``)."""
+        ``panel``: the panel shown first beside the timeline (``memory`` or ``health``).
+        ``only``/``pids``: the GPUs and processes the machine's monitor shows (``top``)."""
         super().__init__()
+        self.only, self.pids = only, pids
+        self._engine_seen = False  # the first engine attached under top shows its memory
         self.discover = discover
         self._known: set[str] = set()  # engine sockets already attached (discovery)
         self._discovery_stop = threading.Event()
@@ -209,6 +217,12 @@ class ProvetopApp(App[int]):
         self._enabled: tuple[bool | None, ...] = ()
         self._grid_rows: tuple[str, ...] = ()
         self._grid_columns: tuple[str, ...] = ()
+        # the event in focus (n/p at a fault, a selected log line): the memory panel shows
+        # the pools it carried, the timeline is centred on it; and which view it belongs to
+        self.pinned: Pinned | None = None
+        self._pinned_view: EngineView | None = None
+        self._point_t: int | None = None  # the fault or marker n/p went to last
+        self._window_key: tuple[object, ...] = ()  # the timeline's window at the last redraw
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -222,6 +236,9 @@ class ProvetopApp(App[int]):
                 yield HealthPanel(id="health")
             yield PartitionsTable(id="partitions")
             yield EventLog(id="log")
+        with VerticalScroll(id="monitor"):
+            yield GpuMonitor(id="gpus")
+            yield ProcessTable(id="processes")
         yield ReplayBar(id="replaybar")
         yield Footer()
 
@@ -235,6 +252,13 @@ class ProvetopApp(App[int]):
         self.header = self.query_one(Header)
         self.replaybar = self.query_one(ReplayBar)
         self.grid = self.query_one("#main")
+        self.monitor_box = self.query_one("#monitor")
+        self.gpus = self.query_one(GpuMonitor)
+        self.processes = self.query_one(ProcessTable)
+        self.gpus.only = self.processes.only = self.only
+        self.processes.pids = self.pids
+        self.monitor_box.display = False
+        self.monitoring = False  # the machine's monitor is the view shown
         self.panels = {
             name: self.query_one(f"#{name}")
             for name in ("memory-box", "health-box", "partitions", "log")
@@ -248,6 +272,8 @@ class ProvetopApp(App[int]):
         self.timeline.follow_label = "replay" if self.mode == "replay" else "live"
         self._apply_size_class()
         self.timeline.focus()
+        if self.view is not None and self.mode == "live":  # top: the GPUs from the first frame
+            self._show_monitor(_monitor(self.view.source))
         for view in self.views:
             self._start_source(view)
         if self.discover:
@@ -418,6 +444,10 @@ class ProvetopApp(App[int]):
         if _monitor(view.source) or not _monitor(current.source):
             return
         self.selected = self.views.index(view)
+        if not self._engine_seen:  # once: its memory beside the timeline, not device health
+            self._engine_seen = True
+            self.compact_panel = self.top_right = "memory-box"
+            self._layout_panels()
         self.notify(f"attached {view.source.label} (e: next source)", timeout=4, markup=False)
 
     def _acknowledge(self, view: EngineView, event: dict[str, Any]) -> None:
@@ -502,11 +532,23 @@ class ProvetopApp(App[int]):
             and view.state.engine_state == "running"
         )
         waiting = any(_waiting(v.source) for v in self.views)  # countdown
+        # the operator zoomed, scrolled or moved the cursor (the timeline's own keys): every
+        # panel drawn over the window follows, even where no event arrives (a run that is done)
+        moved = self._window() != self._window_key
         if not (
-            self._dirty or live_moving or waiting or self.replay is not None and self.replay.playing
+            self._dirty
+            or live_moving
+            or waiting
+            or moved
+            or self.replay is not None
+            and self.replay.playing
         ):
             return
         self.redraw()
+
+    def _window(self) -> tuple[object, ...]:
+        timeline = self.timeline
+        return (timeline.window_end, timeline.span, timeline.selected_device, timeline.cursor_t)
 
     def redraw(self) -> None:
         """Draw every panel from the selected view's state (also used by tests)."""
@@ -515,10 +557,20 @@ class ProvetopApp(App[int]):
             return
         state = view.state
         now = self._now(view)
+        self._show_monitor(_monitor(view.source))
+        if self.monitoring:
+            self.header.show(self._header_info(view, now))
+            self.gpus.show(state, now)
+            self.processes.show(state, self.own_pids())
+            self._dirty = False
+            self._refresh_footer()
+            return
         timeline = self.timeline
         timeline.show(state, now)
         device = timeline.selected_device
         end = timeline.window_end
+        self._window_key = self._window()
+        self.memory.pinned = self.pinned if self._pinned_view is view else None
         self.memory.show(state, device, (end - timeline.span, end))
         self.health.show(state, device, (end - timeline.span, end))
         self.header.show(self._header_info(view, now))
@@ -540,10 +592,40 @@ class ProvetopApp(App[int]):
         if not self.compact:
             self._layout_panels()
         self._dirty = False
-        enabled = tuple(self.check_action(a, ()) for a in sorted(CONTROL_ACTIONS | REPLAY_ACTIONS))
+        self._refresh_footer()
+
+    def _refresh_footer(self) -> None:
+        actions = sorted(CONTROL_ACTIONS | REPLAY_ACTIONS)
+        enabled = (self.monitoring, *(self.check_action(a, ()) for a in actions))
         if enabled != self._enabled:  # the footer recomposes on refresh: only when it changes
             self._enabled = enabled
             self.refresh_bindings()
+
+    def _show_monitor(self, on: bool) -> None:
+        """The machine's monitor fills the screen (its GPUs, their processes); an engine's
+        view brings the pipeline's panels back. Focus goes with the view."""
+        if on == self.monitoring and self.monitor_box.display == on:
+            return
+        self.monitoring = on
+        self.grid.display = not on
+        self.monitor_box.display = on
+        (self.gpus if on else self.timeline).focus()
+
+    def own_pids(self) -> dict[int, str]:
+        """pid -> which provetop process it is: this monitor, every attached engine or
+        trace (its ``hello.pid``) and every process a trace follows (its lanes' pids)."""
+        own = {os.getpid(): "provetop top"}
+        for v in self.views:
+            hello = v.state.hello or {}
+            source = hello.get("source")
+            if _monitor(v.source):
+                continue
+            if isinstance(hello.get("pid"), int):
+                own[hello["pid"]] = f"provetop {source if source == 'trace' else 'engine'}"
+            for sample in v.state.memory.values():
+                if isinstance(sample.get("pid"), int):
+                    own.setdefault(sample["pid"], "traced by provetop")
+        return own
 
     def _header_info(self, view: EngineView, now: int) -> HeaderInfo:
         engines = [(v.source.label, _conn_text(v)) for v in self.views]
@@ -558,10 +640,51 @@ class ProvetopApp(App[int]):
             elapsed_ns=now,  # since the engine started, as the timeline's axis
             read_only=view.source.read_only and self.mode == "live",
             stopping=self.stopping,
+            monitors=frozenset(i for i, v in enumerate(self.views) if _monitor(v.source)),
         )
 
     def on_event_log_opened(self, message: EventLog.Opened) -> None:
         self.push_screen(EventScreen(message.entry))
+
+    def on_event_log_selected(self, message: EventLog.Selected) -> None:
+        """A log line selected: at an event that carried the pools (an OOM), show them and
+        centre the timeline on it; back to following: the newest sample again."""
+        entry = message.entry
+        carried = None
+        if entry is not None:
+            carried = next((e for e in entry.events if e.get("pools")), None)
+        if carried is None:
+            if self.pinned is not None:
+                self._unpin()
+            return
+        if self.replay is not None:
+            self.replay.playing = False
+        self.focus_event(carried)
+
+    def focus_event(self, event: dict[str, Any]) -> None:
+        """Show ``event`` (a fault, with the pools it carried): the memory panel shows those
+        pools at the event's time, the timeline is centred on it with the cursor on its lane.
+        In replay the recording is folded half a window past it, so both sides show."""
+        t = int(event["t"])
+        device, worker = event.get("device"), event.get("worker")
+        if isinstance(device, int) and event.get("pools"):
+            where = f"gpu{device}" + (f" w{worker}" if isinstance(worker, int) else "")
+            what = f"{str(event.get('kind', 'event')).upper()} {where}"
+            self.pinned = Pinned(t, device, dict(event["pools"]), what)
+            self._pinned_view = self.view
+        self.timeline.auto_zoom = False  # the window stays the one being looked at
+        if self.replay is not None:
+            self.seek(min(self.replay.source.end, t + self.timeline.span // 2), keep_pin=True)
+        self.timeline.centre_on(t, device, worker)
+        self._dirty = True
+        self.redraw()
+
+    def _unpin(self) -> None:
+        """Back from an event in focus: the newest sample, the timeline following."""
+        self.pinned = self._pinned_view = None
+        self._point_t = None
+        self.timeline.action_follow()
+        self._dirty = True
 
     def on_timeline_selected(self, message: Timeline.Selected) -> None:
         self._device = message.device
@@ -570,6 +693,10 @@ class ProvetopApp(App[int]):
     # -- controls -----------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if getattr(self, "monitoring", False) and (
+            action in CONTROL_ACTIONS or action in REPLAY_ACTIONS or action == "focus_panel"
+        ):
+            return False  # the machine's GPUs: no pipeline to control (not even greyed out)
         if action in CONTROL_ACTIONS:
             view = self.view
             if self.mode == "replay" or view is None:
@@ -637,7 +764,16 @@ class ProvetopApp(App[int]):
         self.send_command("resume" if paused else "pause", {})
 
     def action_trim(self) -> None:
-        self.send_command("trim", {"device": self._selected_device()})
+        """Trim the selected device's pools, once the operator says yes (it cannot be
+        undone, and ``T`` terminates a process in nvitop)."""
+        device = self._selected_device()
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.send_command("trim", {"device": device})
+
+        question = f"Trim gpu{device}'s pools now? What they cached is released."
+        self.push_screen(ConfirmPrompt(question), answered)
 
     def action_marker(self) -> None:
         view = self.view
@@ -715,12 +851,15 @@ class ProvetopApp(App[int]):
         if source.truncated:
             view.state.log.append(LogLine(source.end, "warn", "the recording's tail is truncated"))
 
-    def seek(self, position: int, force: bool = False) -> None:
+    def seek(self, position: int, force: bool = False, keep_pin: bool = False) -> None:
         """Show the recording at ``position`` (engine nanoseconds); ``force`` rebuilds the
-        state even for a short step forward (the window grew: more history is needed)."""
+        state even for a short step forward (the window grew: more history is needed);
+        ``keep_pin``: an event stays in focus (any other seek leaves it)."""
         r = self.replay
         if r is None or self.view is None:
             return
+        if not keep_pin and not force and (self.pinned is not None or self._point_t is not None):
+            self._unpin()
         position = max(r.source.start, min(r.source.end, int(position)))
         window = self.timeline.span + int(2e9)
         try:
@@ -761,6 +900,8 @@ class ProvetopApp(App[int]):
             if not self.replay.playing and self.replay.position >= self.replay.source.end:
                 self.seek(self.replay.source.start)
             self.replay.playing = not self.replay.playing
+            if self.replay.playing and (self.pinned is not None or self._point_t is not None):
+                self._unpin()
             self.redraw()
 
     def action_replay_speed(self, factor: float) -> None:
@@ -781,11 +922,23 @@ class ProvetopApp(App[int]):
     def action_replay_point(self, direction: int) -> None:
         if not self.replay:
             return
-        t = self.replay.source.next_point(self.replay.position, direction > 0)
+        base = self._point_t if self._point_t is not None else self.replay.position
+        t = self.replay.source.next_point(base, direction > 0)
         if t is None:
             self.notify("no further fault or marker", timeout=1.5, markup=False)
             return
-        self.seek(t)
+        self.replay.playing = False
+        self.pinned = self._pinned_view = None
+        self.timeline.auto_zoom = False  # the window stays the one being looked at
+        self.seek(min(self.replay.source.end, t + self.timeline.span // 2), keep_pin=True)
+        self._point_t = t
+        state = self.view.state if self.view is not None else None
+        fault = next((f for f in state.faults if f["t"] == t), None) if state else None
+        if fault is not None:
+            self.focus_event(fault)
+        else:  # a marker: centred, nothing to pin
+            self.timeline.centre_on(t, None, None)
+            self.redraw()
 
     # -- everything else ----------------------------------------------------------------------
 

@@ -19,14 +19,21 @@ from provetop.recordings.state import LogLine, phantom_bytes
 from provetop.tui.style import size
 
 # "2048 bytes", "free 512", "need 6144 + margin 512 + 180912" (the allocator's arithmetic on
-# sizes), or a bare number of 7 digits or more (1 MB and up: only sizes are
-# that large in engine messages) that is not a proof, partition or command number. Never a
-# number that is part of another: "free 2.00 GiB" (already a size), a file name's date
-# ("/recordings/20261206-101500-....pvtrec").
+# sizes), or a bare number of 7 digits or more (1 MB and up: only sizes are that large in
+# engine messages) that is not a proof, partition, pid, engine or command number. Only a
+# number that stands alone as a word is a size: never one inside a path or a name ("free 2.00
+# GiB" is a size already; "/recordings/20261206-101500-e.pvtrec", "20261206.pvtrec",
+# "host-20261206", "gpu0:12345678" keep their digits).
+_ALONE_BEFORE = r"(?<![^\s(\[])"  # the word starts the text, or follows a space or a bracket
+_ALONE_AFTER = r"(?=$|[\s),;\]]|[.:](?!\S))"  # it ends there, or before a space or a bracket
 _BYTES = re.compile(
-    r"(?<![\w.#/-])(\d+) bytes\b"
-    r"|(?:(?<=free )|(?<=need )|(?<=margin )|(?<=[-+<] )|(?<=>= ))(\d+)\b(?![.,]\d|[-/])"
-    r"|(?<![\w.#/-])(?<!proof )(?<!partition )(\d{7,})\b(?![.,]\d|[-/])"
+    _ALONE_BEFORE + r"(\d+) bytes\b"
+    r"|(?:(?<=free )|(?<=need )|(?<=margin )|(?<=[-+<] )|(?<=>= ))(\d+)"
+    + _ALONE_AFTER
+    + "|"
+    + _ALONE_BEFORE
+    + r"(?<!proof )(?<!partition )(?<!engine )(?<!pid )(?<!#)(\d{7,})"
+    + _ALONE_AFTER
 )
 RECENT = 200  # entries a later event may still fold into
 # what folds lines into one entry: (decision, device, proof, partition)

@@ -149,6 +149,36 @@ class MarkerPrompt(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class ConfirmPrompt(ModalScreen[bool]):
+    """Ask before a key that cannot be undone (``T`` trims a device's pools: what they cached
+    is gone; in nvitop ``T`` terminates a process, so a habit must not act at once): ``y``
+    goes ahead, ``n`` or Escape does nothing."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "yes"),
+        Binding("n,escape", "answer(False)", "no"),
+    ]
+    DEFAULT_CSS = """
+    ConfirmPrompt { align: center middle; }
+    ConfirmPrompt > Vertical {
+        width: 64; max-width: 95%; height: auto; border: round $warning;
+        background: $surface; padding: 0 1;
+    }
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.question)
+            yield Label("y: yes   n or Esc: no", classes="dim")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
 def event_text(event: dict[str, Any]) -> Text:
     """One event, field by field; sizes in bytes also as MiB/GiB."""
     text = Text()

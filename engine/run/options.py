@@ -30,6 +30,13 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain-log", type=int, metavar="K", help="domain size n = 2^K (1..28)")
     p.add_argument("--partitions", type=int, help="partitions per proof")
     p.add_argument("--proofs", type=int, help="proofs to run")
+    p.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help="start no proof after S seconds of intake (the proofs started finish; the demo "
+        "preset runs 60 s; --proofs without it runs a count instead)",
+    )
     p.add_argument("--concurrency", type=int, help="proofs in flight")
     p.add_argument("--workers-per-device", type=int, help="worker threads per device (2)")
     p.add_argument("--devices", metavar="LIST", help="device indices, e.g. 0,1")
@@ -113,6 +120,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             domain_log=args.domain_log,
             partitions=args.partitions,
             proofs=args.proofs,
+            duration_s=getattr(args, "duration", None),
             concurrency=getattr(args, "concurrency", None),
             workers_per_device=args.workers_per_device,
             devices=devices,

@@ -122,7 +122,9 @@ class Engine:
             self.faults.bind(self.bus.emit)
         if log is not None:
             self.bus.add_listener(self._log_event)
-        self.scheduler = Scheduler(config.proofs, config.partitions, config.concurrency)
+        self.scheduler = Scheduler(
+            config.proofs, config.partitions, config.concurrency, config.duration_s
+        )
         self.sampler = Sampler(self.bus, self.devices, config.sample_hz, config.nvml_interval)
         self.heap = HeapTrimmer(self.tuning.heap_trim_s)  # RSS flat over a long run
         self.metrics: EngineMetrics | None = self._build_metrics(metrics)
@@ -513,7 +515,7 @@ class Engine:
             self.done
             and self.error is None
             and self.record_error is None
-            and self.proofs_completed == self.config.proofs
+            and self.proofs_completed == self.scheduler.proofs
             and self.proofs_failed == 0
         )
 

@@ -23,8 +23,20 @@ COMPLETED_KEPT = 1000  # completed proofs Scheduler.completed keeps (the newest)
 class Scheduler:
     """Hands out partitions; tracks proofs in flight and their completion."""
 
-    def __init__(self, proofs: int, partitions: int, concurrency: int) -> None:
+    def __init__(
+        self,
+        proofs: int,
+        partitions: int,
+        concurrency: int,
+        duration_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``duration_s``: no proof starts once this many seconds have passed since the first
+        partition was handed out (the proofs started finish); ``proofs`` stays the cap."""
         self.proofs = proofs
+        self.duration_s = duration_s
+        self._clock = clock
+        self._t0: float | None = None  # when the first partition was handed out
         self.partitions = partitions
         self.concurrency = concurrency
         self._cv = threading.Condition()
@@ -50,8 +62,14 @@ class Scheduler:
                     return self._requeued.popleft()
                 if self._next_proof >= self.proofs and not self._requeued:
                     return None  # (a requeued partition waits out a pause: it is not done)
+                if self._out_of_time():
+                    self.proofs = self._next_proof  # the run is as long as its time: done
+                    self._cv.notify_all()
+                    continue
                 if not self.paused:
                     starting = self._next_partition == 0
+                    if self._t0 is None:
+                        self._t0 = self._clock()
                     if not starting or len(self._remaining) < self.concurrency:
                         proof, part = self._next_proof, self._next_partition
                         if starting:
@@ -64,6 +82,18 @@ class Scheduler:
                             self._next_partition = 0
                         return proof, part
                 self._cv.wait(0.5)
+
+    def _out_of_time(self) -> bool:
+        """Whether the run's time is up, at a proof boundary (a proof started runs whole)."""
+        if self.duration_s is None or self._t0 is None or self._next_partition != 0:
+            return False
+        return self._clock() - self._t0 >= self.duration_s
+
+    @property
+    def proofs_started(self) -> int:
+        """Proofs whose first partition was handed out (all of them once intake is over)."""
+        with self._cv:
+            return self._next_proof + (self._next_partition > 0)
 
     def finish(self, proof: int, ok: bool) -> tuple[bool, bool, float] | None:
         """Record one finished partition; when it completes its proof return

@@ -38,7 +38,10 @@ class ConfigError(ValueError):
     """A configuration value that cannot run; the message is one line for the CLI."""
 
 
-NVML_INTERVAL_MAX = 3600.0  # seconds: the dashboard keeps an hour of samples
+NVML_INTERVAL_MAX = 3600.0
+DURATION_MAX = (
+    7 * 24 * 3600.0
+)  # --duration: a week  # seconds: the dashboard keeps an hour of samples
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class EngineConfig:
     domain_log: int = 8
     partitions: int = 2
     proofs: int = 1
+    # intake closes this many seconds after the first partition starts (proofs started then
+    # finish); ``proofs`` stays the cap. A run that should last a while, not a count (demo).
+    duration_s: float | None = None
     concurrency: int = 1  # proofs in flight
     workers_per_device: int = 2
     devices: tuple[int, ...] = (0,)
@@ -92,6 +98,11 @@ class EngineConfig:
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(f"{flag} must be at least 1, got {getattr(self, name)}")
+        if self.duration_s is not None and not 0 < self.duration_s <= DURATION_MAX:
+            raise ConfigError(
+                f"--duration must be above 0 and at most {DURATION_MAX:.0f} seconds, "
+                f"got {self.duration_s:g}"
+            )
         if self.workers_per_device >= SYNTH_LANE_BASE:  # worker ids below the synthesis lanes
             raise ConfigError(
                 f"--workers-per-device must be below {SYNTH_LANE_BASE}, "
@@ -162,15 +173,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         "verify": "always",
         "extra": {"phantom": True},
     },
-    # The quick start: the phantom's capacity with two workers and enough proofs to stay on
-    # screen a minute or more on a 2-core machine without a GPU (measured 2026-12-02 at 2^10:
-    # 3.3 to 6.3 partitions a second, with or without the dashboard, so 480 partitions take
-    # 76 to 145 s). Naive pre-staging leaves the caching pool's blocks behind, the phantom
-    # grows, partitions OOM and recover on the fallback path.
+    # The quick start: the phantom's capacity with two workers, for a minute by the clock
+    # whatever the machine's speed (a proof count ran 36 to 145 s on 2-core machines: at
+    # 2^10, 3.3 to 13 partitions a second). Naive pre-staging leaves the caching pool's
+    # blocks behind, the phantom grows, partitions OOM and recover on the fallback path.
     "demo": {
         "domain_log": 10,
         "partitions": 8,
-        "proofs": 60,
+        "proofs": 100_000,  # the cap; the run lasts duration_s
+        "duration_s": 60.0,
         "concurrency": 1,
         "workers_per_device": 2,
         "allocator": "naive",
@@ -188,6 +199,8 @@ def from_preset(preset: str | None, **overrides: Any) -> EngineConfig:
             raise ConfigError(f"unknown preset {preset!r} (expected one of {', '.join(PRESETS)})")
         values.update(PRESETS[preset])
         values["preset"] = preset
+        if overrides.get("proofs") is not None and overrides.get("duration_s") is None:
+            values.pop("duration_s", None)  # a count asked for: the preset's clock gives way
     known = {f.name for f in fields(EngineConfig)}
     for key, value in overrides.items():
         if key not in known:

@@ -140,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         dev = engine.devices[0]
         print(f"provetop engine {engine.engine_id}: {backend_note(args)}", file=out)
+        count = f"{cfg.proofs} proofs" if cfg.duration_s is None else f"{cfg.duration_s:g} s of"
         print(
-            f"  workload: n = 2^{cfg.domain_log}, {cfg.partitions} partitions x {cfg.proofs} "
+            f"  workload: n = 2^{cfg.domain_log}, {cfg.partitions} partitions x {count} "
             f"proofs, concurrency {cfg.concurrency}, {cfg.workers_per_device} workers/device, "
             f"allocator {cfg.allocator}, verify {cfg.verify_mode}"
             + (", synthesis ahead" if cfg.synthesis_ahead else ""),
@@ -178,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         engine.close()
     totals = engine.state.totals()
     print(
-        f"done: {totals['proofs_done']}/{cfg.proofs} proofs, "
+        f"done: {totals['proofs_done']}/{engine.scheduler.proofs} proofs, "
         f"{totals['partitions_ok']}/{totals['partitions']} partitions ok, "
         f"{totals['partitions_verified']} verified, {totals['ooms']} OOMs, "
         f"{totals['retries']} retries",

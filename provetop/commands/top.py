@@ -4,7 +4,9 @@ With no engine it draws every local GPU from NVML (utilisation, memory, power, t
 clocks, PCIe, fan, ECC, XIDs, processes, history) through the dashboard's device health panel:
 the same ``gpu`` events, reducer and panel as an engine's. Every two seconds it looks for local
 engines and attaches each new one without a restart; ``--cuzk-log``/``--cuzk-status`` add a
-cuzk prover (a log that does not exist yet is followed until it appears).
+cuzk prover (a log that does not exist yet is followed until it appears). ``--once`` and
+``--json`` print the same once and exit (:mod:`provetop.commands.top_once`); ``--only`` and
+``--pid`` choose the GPUs and processes shown, as nvitop's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 
 from provetop.base.errors import UsageError
 from provetop.commands import Subparsers
+from provetop.commands.top_once import print_once
 from provetop.commands.watch import (
     add_cuzk_arguments,
     add_display_arguments,
@@ -33,6 +36,19 @@ def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
         metavar="S",
         help="seconds between NVML samples of the local GPUs (default 1)",
     )
+    p.add_argument(  # nvitop's -1 too would make argparse read every "-1" value as an option
+        "--once",
+        action="store_true",
+        help="print the GPUs, their processes and the pools of every engine and traced "
+        "process once, then exit (no dashboard)",
+    )
+    p.add_argument("--json", action="store_true", help="the same as --once, as JSON")
+    p.add_argument(
+        "--only",
+        metavar="INDEX",
+        help="show only these GPUs (NVML indices, e.g. 0,2)",
+    )
+    p.add_argument("--pid", metavar="PID", help="list only these processes (e.g. 4242,4243)")
     add_cuzk_arguments(p)
     p.add_argument(
         "--save-dir",
@@ -42,13 +58,34 @@ def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
     add_display_arguments(p)
 
 
+def int_set(flag: str, text: str | None) -> set[int] | None:
+    """``--only 0,2`` as {0, 2}; None without the flag; a UsageError naming a bad value."""
+    if text is None:
+        return None
+    values: set[int] = set()
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise UsageError(
+                f"{flag} takes non-negative integers separated by commas, got {text!r}"
+            )
+        values.add(int(part))
+    if not values:
+        raise UsageError(f"{flag} needs at least one value")
+    return values
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.interval <= INTERVAL_MAX:
         raise UsageError(
             f"--interval must be above 0 and at most {INTERVAL_MAX:.0f} seconds, "
             f"got {args.interval:g}"
         )
+    only, pids = int_set("--only", args.only), int_set("--pid", args.pid)
+    if args.once or args.json:
+        return print_once(only, pids, as_json=args.json)
     sources: list[EventSource] = []
     if args.cuzk_log is not None or args.cuzk_status is not None:
         sources.append(cuzk_source(args))
-    return run_monitor(args, sources, interval=args.interval)
+    return run_monitor(args, sources, interval=args.interval, only=only, pids=pids)

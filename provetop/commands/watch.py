@@ -118,16 +118,24 @@ def cuzk_source(
     )
 
 
-def run_monitor(args: argparse.Namespace, sources: list[EventSource], interval: float) -> int:
-    """``provetop top``: the local GPUs (NVML, every ``interval`` seconds), then ``sources``
-    (a cuzk prover's), and every local engine that starts later, attached as it appears."""
+def run_monitor(
+    args: argparse.Namespace,
+    sources: list[EventSource],
+    interval: float,
+    only: set[int] | None = None,
+    pids: set[int] | None = None,
+) -> int:
+    """``provetop top``: the local GPUs (NVML, every ``interval`` seconds; ``only`` and
+    ``pids`` choose the GPUs and processes shown), then ``sources`` (a cuzk prover's), and
+    every local engine and traced process that starts later, attached as it appears."""
     monitor = NvmlSource(interval=interval)
     app = ProvetopApp(
         [monitor, *sources],
         save_dir=args.save_dir,
         light=args.light,
         discover=True,
-        panel="health",
+        only=only,
+        pids=pids,
     )
     return int(app.run() or 0)
 

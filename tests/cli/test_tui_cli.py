@@ -31,7 +31,8 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys, tmp_path, 
 
 
 def test_watch_with_no_engine_falls_into_the_gpu_monitor(tmp_path, monkeypatch):
-    """What ``provetop top`` runs: the local GPUs and discovery, on the health panel."""
+    """What ``provetop top`` runs: the local GPUs (the monitor's own screen) and discovery;
+    ``--only``/``--pid`` reach the dashboard."""
     import provetop.commands.watch as watch
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # no engine lives here
@@ -46,11 +47,12 @@ def test_watch_with_no_engine_falls_into_the_gpu_monitor(tmp_path, monkeypatch):
 
     monkeypatch.setattr(watch, "ProvetopApp", App)
     assert main(["watch"]) == 0
-    assert main(["top", "--interval", "0.5"]) == 0
+    assert main(["top", "--interval", "0.5", "--only", "0,2", "--pid", "4242"]) == 0
     for sources, kw in made:
         assert [type(s).__name__ for s in sources] == ["NvmlSource"]
-        assert kw["discover"] and kw["panel"] == "health"
+        assert kw["discover"]
     assert [s[0].interval for s, _ in made] == [1.0, 0.5]
+    assert made[1][1]["only"] == {0, 2} and made[1][1]["pids"] == {4242}
 
 
 def test_replay_refuses_what_is_not_a_recording(tmp_path, capsys):

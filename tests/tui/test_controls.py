@@ -17,7 +17,7 @@ from provetop.recordings.reader import open_recording
 from provetop.recordings.state import phantom_bytes
 from provetop.sources.live import LiveSource
 from provetop.tui.app import ProvetopApp
-from provetop.tui.screens import MarkerPrompt
+from provetop.tui.screens import ConfirmPrompt, MarkerPrompt
 from tests.engine.run_helper import serving_engine
 from tests.tui.helpers import pilot_test, tap, until
 
@@ -98,8 +98,14 @@ async def test_every_control_reaches_the_engine_and_changes_it(engine, tmp_path)
         await pilot.pause(0.3)
         assert len(app.view.state.partitions) == started
 
-        # T (while paused, so nothing refills the pools): trim -> no phantom memory left
+        # T asks first (it cannot be undone; T terminates a process in nvitop): n sends nothing
         await tap(pilot, "T")
+        assert isinstance(app.screen, ConfirmPrompt)
+        await tap(pilot, "n")
+        assert not isinstance(app.screen, ConfirmPrompt)
+        assert not any(line.text.startswith("sent trim") for line in app.view.state.log)
+        # T, y (while paused, so nothing refills the pools): trim -> no phantom memory left
+        await tap(pilot, "T", "y")
         await until(pilot, lambda: _acks(app, "trim"))
         t_ack = _acks(app, "trim")[0]["t"]
         await until(

@@ -1,6 +1,9 @@
 """The dashboard in a real terminal: tmux runs ``python -m provetop run`` on the cpu backend,
 we wait for partitions to show, press keys (help, a forced fallback, zoom), read the screen
-with capture-pane, and quit; the process must exit 0 and leave the terminal usable."""
+with capture-pane, and quit; the process must exit 0 and leave the terminal usable. Then
+``provetop top`` (NVML replaced by the tests' recorded-style fake) and the README's replay at
+a fault, at 80x24 and 160x48. Every session runs on this module's own tmux server (``-L``),
+never the user's default one, and that server is ended at the end."""
 
 from __future__ import annotations
 
@@ -17,11 +20,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+SOCKET = os.environ.get("PROVETOP_TMUX_SOCKET", f"provetop-tests-{os.getpid()}")
+NAIVE16 = ROOT / "recordings" / "samples" / "h200-porep32g-naive16.pvtrec"
+FAKE_TOP = (  # provetop top with the tests' recorded-style NVML (not a card)
+    "import sys; from tests.sources.fake_pynvml import FakeNvml; "
+    "sys.modules['pynvml'] = FakeNvml(); from provetop.cli import main; "
+    "sys.exit(main(['top', '--interval', '0.5']))"
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _own_server():
+    yield
+    subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True, timeout=10)
 
 
 def _tmux(*args: str) -> str:
     return subprocess.run(
-        ["tmux", *args], check=True, capture_output=True, text=True, timeout=10
+        ["tmux", "-L", SOCKET, *args], check=True, capture_output=True, text=True, timeout=10
     ).stdout
 
 
@@ -54,7 +70,20 @@ def test_provetop_run_in_a_real_terminal(tmp_path):
     )
     env = {**os.environ, "TERM": "xterm-256color"}
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "36", command],
+        [
+            "tmux",
+            "-L",
+            SOCKET,
+            "new-session",
+            "-d",
+            "-s",
+            session,
+            "-x",
+            "120",
+            "-y",
+            "36",
+            command,
+        ],
         check=True,
         env=env,
         timeout=10,
@@ -95,7 +124,9 @@ def test_provetop_run_in_a_real_terminal(tmp_path):
         assert rec.complete and not rec.truncated
         assert any(e["k"] == "control" and e["cmd"] == "force_fallback" for e in rec.events)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=10)
+        subprocess.run(
+            ["tmux", "-L", SOCKET, "kill-session", "-t", session], capture_output=True, timeout=10
+        )
 
 
 def test_run_resized_both_ways_then_quit_fast(tmp_path):
@@ -109,7 +140,20 @@ def test_run_resized_both_ways_then_quit_fast(tmp_path):
     )
     env = {**os.environ, "TERM": "xterm-256color"}
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", command],
+        [
+            "tmux",
+            "-L",
+            SOCKET,
+            "new-session",
+            "-d",
+            "-s",
+            session,
+            "-x",
+            "160",
+            "-y",
+            "48",
+            command,
+        ],
         check=True,
         env=env,
         timeout=10,
@@ -135,4 +179,60 @@ def test_run_resized_both_ways_then_quit_fast(tmp_path):
         assert status.exists() and status.read_text().strip() == "0"
         assert took < 2.0, f"q took {took:.1f} s"
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=10)
+        subprocess.run(
+            ["tmux", "-L", SOCKET, "kill-session", "-t", session], capture_output=True, timeout=10
+        )
+
+
+def _start(session: str, command: str, size: tuple[int, int], tmp_path: Path) -> None:
+    env = {**os.environ, "TERM": "xterm-256color", "XDG_RUNTIME_DIR": str(tmp_path)}
+    x, y = (str(n) for n in size)
+    subprocess.run(
+        ["tmux", "-L", SOCKET, "new-session", "-d", "-s", session, "-x", x, "-y", y, command],
+        check=True, env=env, timeout=10,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_top_fills_the_screen_with_the_gpus(tmp_path, size):
+    session = f"pt-{uuid.uuid4().hex[:8]}"
+    command = f'cd {ROOT} && PYTHONPATH={ROOT} {sys.executable} -c "{FAKE_TOP}"; sleep 30'
+    _start(session, command, size, tmp_path)
+    try:
+        screen = _wait_for(session, lambda s: "gpu1 NVIDIA H200" in s or "%CPU" in s)
+        assert "GPUs of " in screen and "gpu0 NVIDIA H200" in screen
+        assert "SM util" in screen
+        assert "fallback" not in screen and "trim" not in screen  # no pipeline keys
+        assert "timeline" not in screen and "partitions" not in screen
+        if size == (160, 48):
+            assert "%CPU" in screen and "%MEM" in screen and "4242" in screen
+    finally:
+        subprocess.run(
+            ["tmux", "-L", SOCKET, "kill-session", "-t", session], capture_output=True, timeout=10
+        )
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_readme_replay_at_a_fault_says_what_the_fault_says(tmp_path, size):
+    session = f"pt-{uuid.uuid4().hex[:8]}"
+    command = (
+        f"cd {ROOT} && PYTHONPATH={ROOT} {sys.executable} -m provetop replay {NAIVE16} "
+        "--paused; sleep 30"
+    )
+    _start(session, command, size, tmp_path)
+    try:
+        _wait_for(session, lambda s: "replay at 1x" in s)
+        if size == (80, 24):
+            _tmux("send-keys", "-t", session, "2")  # the memory panel under the timeline
+        _tmux("send-keys", "-t", session, "n")
+        screen = _wait_for(session, lambda s: "OOM gpu0 w1's pools" in s)
+        flat = " ".join(screen.split())
+        assert "at 0:17.1: OOM gpu0 w1's pools" in flat
+        assert "PHANTOM 9.22 GiB" in flat  # as the fault's log line says
+        assert "✖ OOM at 0:17.1" in flat  # the cursor on the fault names it
+        header = "\n".join(screen.splitlines()[:2])
+        assert re.search(r"│ OOM \d+ · fallbacks \d+", header), header  # at 80 columns too
+    finally:
+        subprocess.run(
+            ["tmux", "-L", SOCKET, "kill-session", "-t", session], capture_output=True, timeout=10
+        )

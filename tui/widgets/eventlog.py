@@ -49,6 +49,14 @@ class EventLog(ScrollView, can_focus=True):
             super().__init__()
             self.entry = entry
 
+    class Selected(Message):
+        """The cursor moved to an entry (None: following the newest again): the app shows
+        the pool state that entry's events carried beside it, at their time."""
+
+        def __init__(self, entry: Entry | None) -> None:
+            super().__init__()
+            self.entry = entry
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.state: State | None = None
@@ -165,6 +173,7 @@ class EventLog(ScrollView, can_focus=True):
         if rows:
             self.scroll_to_region_rows(rows[0], rows[-1])
         self.refresh()
+        self.post_message(self.Selected(self.entries[self.cursor]))
 
     def scroll_to_region_rows(self, top: int, bottom: int) -> None:
         height = max(1, self.size.height)
@@ -178,6 +187,7 @@ class EventLog(ScrollView, can_focus=True):
         self.cursor = None
         self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.refresh()
+        self.post_message(self.Selected(None))
 
     def action_open(self) -> None:
         if self.cursor is None and self.entries:
@@ -194,4 +204,5 @@ class EventLog(ScrollView, can_focus=True):
         if 0 <= index < len(self._rows):
             self.cursor = self._rows[index][0]
             self.refresh()
+            self.post_message(self.Selected(self.entries[self.cursor]))
             self.post_message(self.Opened(self.entries[self.cursor]))

@@ -8,6 +8,7 @@ source."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ class HeaderInfo:
     elapsed_ns: int = 0
     read_only: bool = False
     stopping: bool = False  # the operator quit and the engine is being stopped
+    monitors: frozenset[int] = frozenset()  # indices of ``engines`` that are the GPU monitor
 
 
 def gpu_names(hello: dict[str, Any] | None) -> str:
@@ -79,7 +81,15 @@ class Header(Widget):
         out = []
         for i, (label, conn) in enumerate(info.engines):
             mark = "▸" if i == info.selected and len(info.engines) > 1 else ""
-            chunk = Text(f" {mark}{label} ", style="bold" if i == info.selected else "dim")
+            style = "bold" if i == info.selected else "dim"
+            if i in info.monitors:  # the machine's GPUs: say so, and its state only when bad
+                host = label.partition("@")[2] or label
+                chunk = Text(f" {mark}GPUs of {host}", style=style)
+                if conn != "connected":
+                    chunk.append(f" [{conn}]", style=f"bold {FAILURE_COLOUR}")
+                out.append(chunk + Text(" "))
+                continue
+            chunk = Text(f" {mark}{label} ", style=style)
             chunk.append(f"[{conn}]", style=CONN_STYLE.get(conn, f"bold {FAILURE_COLOUR}"))
             out.append(chunk)
         return out
@@ -87,6 +97,14 @@ class Header(Widget):
     def _setup(self, info: HeaderInfo) -> list[Text]:
         hello = info.state.hello or {}
         out = []
+        if hello.get("source") == "nvml":  # the GPU monitor: its GPUs and what reads them
+            config = hello.get("config") or {}
+            if hello.get("devices"):
+                out.append(Text(" │ ", style="dim") + Text(gpu_names(hello)))
+            if not config.get("nvml_error"):  # line 2 says why there is none
+                driver = f", driver {config['driver']}" if config.get("driver") else ""
+                out.append(Text(" │ ", style="dim") + Text(f"read from NVML{driver}"))
+            return out
         if info.read_only:
             out.append(Text(" read-only", style="italic #d7af00"))
         out.append(Text(" │ ", style="dim") + Text(gpu_names(hello)))
@@ -102,22 +120,20 @@ class Header(Widget):
             out.append(Text(" │ ", style="dim") + Text(f"host {host}"))
         return out
 
-    def _progress(self, info: HeaderInfo) -> list[Text]:
+    def _progress(self, info: HeaderInfo) -> list[tuple[int, Text]]:
         state = info.state
         sep = Text(" │ ", style="dim")
         hello = state.hello or {}
         if hello.get("source") == "nvml":  # the machine's GPUs, not a run: no proofs to count
             config = hello.get("config") or {}
-            out = [Text(" monitoring ", style=STATE_STYLE["running"])]
+            chunks = [Text(" monitoring ", style=STATE_STYLE["running"])]
             if config.get("nvml_error"):
-                out.append(sep + Text("no GPU visible to NVML", style="bold #d7af00"))
+                chunks.append(sep + Text("no GPU visible to NVML", style="bold #d7af00"))
             else:
-                out.append(sep + Text(f"{len(hello.get('devices', []))} GPUs", style="bold"))
-                if config.get("driver"):
-                    out.append(sep + Text(f"driver {config['driver']}"))
-                out.append(sep + Text(f"every {config.get('interval_s', 1):g} s"))
-            out.append(Text(" · engines attach as they start", style="dim"))
-            return out
+                chunks.append(sep + Text(f"{len(hello.get('devices', []))} GPUs", style="bold"))
+                chunks.append(sep + Text(f"every {config.get('interval_s', 1):g} s"))
+            chunks.append(Text(" · engines attach as they start", style="dim"))
+            return list(enumerate(chunks))
         if info.mode == "replay":
             icon = "▶" if info.playing else "⏸"
             head = Text(f" {icon} replay at {info.speed:g}x ", style="bold reverse #00afff")
@@ -134,28 +150,37 @@ class Header(Widget):
             proofs.append(f" ({totals['proofs_failed']} failed)", style=FAILURE_COLOUR)
         rolling = state.rolling_s_per_proof()
         rate = sep + Text(f"{rolling:.2f} s/proof" if rolling else "– s/proof", style="bold")
-        out = [head, *steps, proofs, rate, sep + Text(f"elapsed {clock(info.elapsed_ns)}")]
-        out.append(Text(f" · partitions {totals['partitions_ok']}/{totals['partitions']}"))
+        # display order; the numbers say which go first on a narrow terminal (lowest stays):
+        # the state, then the failure counts (an OOM storm must never drop off), then progress
+        out: list[tuple[int, Text]] = [(0, head)]
+        out += [(8, step) for step in steps]
+        out += [(3, proofs), (6, rate), (5, sep + Text(f"elapsed {clock(info.elapsed_ns)}"))]
+        out.append((4, Text(f" · partitions {totals['partitions_ok']}/{totals['partitions']}")))
         if totals["ooms"]:
-            out.append(sep + Text(f"OOM {totals['ooms']}", style=f"bold {FAILURE_COLOUR}"))
+            out.append((1, sep + Text(f"OOM {totals['ooms']}", style=f"bold {FAILURE_COLOUR}")))
         if totals["fallbacks"]:
-            out.append(Text(f" · fallbacks {totals['fallbacks']}", style="#ff8700"))
+            out.append((2, Text(f" · fallbacks {totals['fallbacks']}", style="#ff8700")))
         if info.mode == "replay":
-            out.append(sep + Text(f"engine {state.engine_state}", style="dim"))
+            out.append((7, sep + Text(f"engine {state.engine_state}", style="dim")))
         if state.lagged:
-            out.append(Text(f" · lagged {state.lagged}", style="#d7af00"))
+            out.append((2, Text(f" · lagged {state.lagged}", style="#d7af00")))
         return out
 
 
-def pack(chunks: list[Text], width: int) -> Text:
-    """Join chunks in priority order into one line of ``width``, skipping those that no longer
-    fit (so a narrow terminal loses the least important figures, never the layout)."""
-    line = Text(no_wrap=True, overflow="ellipsis")
+def pack(chunks: Sequence[Text | tuple[int, Text]], width: int) -> Text:
+    """Join chunks into one line of ``width``, in their order. Where they do not all fit, the
+    least important go (a chunk's rank: lower stays longer; a bare chunk ranks by its
+    position), so a narrow terminal loses the least important figures, never the layout."""
+    ranked = [c if isinstance(c, tuple) else (i, c) for i, c in enumerate(chunks)]
+    keep: set[int] = set()
     used = 0
-    for chunk in chunks:
-        n = chunk.cell_len
-        if used + n > width:
-            continue
-        line.append_text(chunk)
-        used += n
+    for i in sorted(range(len(ranked)), key=lambda i: (ranked[i][0], i)):
+        n = ranked[i][1].cell_len
+        if used + n <= width:
+            keep.add(i)
+            used += n
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for i, (_, chunk) in enumerate(ranked):
+        if i in keep:
+            line.append_text(chunk)
     return line

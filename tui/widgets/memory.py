@@ -10,13 +10,14 @@ phantom line adds them up.
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Group
 from rich.text import Text
 
 from provetop.recordings.state import MemorySeries, State, phantom_bytes
-from provetop.tui.style import FAILURE_COLOUR, MEMORY_PARTS, size
+from provetop.tui.style import FAILURE_COLOUR, MEMORY_PARTS, clock, size
 from provetop.tui.widgets.device_panel import DevicePanel, rows_of
 
 SPARK = " ▁▂▃▄▅▆▇█"
@@ -34,6 +35,17 @@ LEGENDS = (
     "phantom = ▓ async unused + ▓ sync cached · ✖ OOM",
     "phantom = ▓ + ▓ (pools' unused) · ✖ OOM",
 )
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """The pool state one event carried (an OOM's ``pools``), shown for its device instead
+    of the newest sample, so the panel says what the event says, at the event's time."""
+
+    t: int
+    device: int
+    pools: dict[str, Any]
+    what: str  # the event, as the log names it ("OOM gpu0 w1")
 
 
 def parts(sample: dict[str, Any]) -> dict[str, int]:
@@ -99,10 +111,14 @@ def history(
     end: int,
     width: int,
     total: int,
+    oom_row: bool = True,
 ) -> list[Text]:
     """Sparkline rows of used / phantom / free over [start, end), each scaled to its own
     largest value in the window (printed at the row's end), so a small phantom still shows;
-    every OOM is a red ✖ on the phantom row."""
+    then the OOMs, a red ✖ in every column that had one, on a row of their own (on the
+    phantom's row they hid it wherever OOMs were frequent), with their count in the window.
+    Without ``oom_row`` (a short box) an OOM's column of the phantom row keeps its glyph on a
+    red background instead: the phantom stays readable there too."""
     rows: list[Text] = []
     label_w = 8
     scale_w = 11  # " 179.0 KiB"
@@ -114,10 +130,12 @@ def history(
         for c in range(cols):
             j = bisect_left(t, int(start + (c + 1) * cell)) - 1
             idx[c] = j if j >= 0 and t[j] >= start - cell else None
-    ooms = set()
+    ooms: set[int] = set()
+    count = 0
     for f in faults:
         if f.get("kind") == "oom" and f.get("device", device) == device and start <= f["t"] < end:
             ooms.add(min(cols - 1, int((f["t"] - start) / cell)))
+            count += 1
     for label, name, colour in HISTORY:
         values = [
             None if j is None or series is None else _series_value(series, name, j) for j in idx
@@ -125,8 +143,9 @@ def history(
         top = max((v for v in values if v is not None and v > 0), default=0)
         text = Text(f"{label:<{label_w}}", style="bold")
         for c, value in enumerate(values):
-            if name == "phantom" and c in ooms:
-                text.append("✖", style=f"bold {FAILURE_COLOUR}")
+            if name == "phantom" and not oom_row and c in ooms:
+                glyph = SPARK[max(1, min(8, round(value / top * 8)))] if value and top else "✖"
+                text.append(glyph, style=f"bold white on {FAILURE_COLOUR}")
             elif value is None or value < 0:
                 text.append(" ")
             elif value == 0 or top == 0:
@@ -135,6 +154,13 @@ def history(
                 text.append(SPARK[max(1, min(8, round(value / top * 8)))], style=colour)
         text.append(f" {size(top) if top else '0':>{scale_w - 1}}", style="dim")
         rows.append(text)
+    if not oom_row:
+        return rows
+    marks = Text(f"{'OOM':<{label_w}}", style="bold")
+    for c in range(cols):
+        marks.append("✖" if c in ooms else " ", style=f"bold {FAILURE_COLOUR}")
+    marks.append(f" {count:>{scale_w - 1}}", style=f"bold {FAILURE_COLOUR}" if count else "dim")
+    rows.append(marks)
     return rows
 
 
@@ -182,8 +208,28 @@ class MemoryPanel(DevicePanel):
     MemoryPanel { height: auto; }
     """
 
+    pinned: Pinned | None = None  # set by the app at a fault or a selected event
+
     def _device_count(self, state: State) -> int:
         return len(state.memory)
+
+    def _sample(self, d: int) -> dict[str, Any] | None:
+        """What the panel shows for device ``d``: the pinned event's pools, else the newest
+        sample."""
+        assert self.state is not None
+        pin = self.pinned
+        if pin is not None and pin.device == d:
+            return {"device": d, "t": pin.t, **pin.pools}
+        return self.state.memory.get(d)
+
+    def _when(self, d: int, sample: dict[str, Any]) -> Text:
+        """When the figures of ``d`` were taken: the pinned event's time, or the sample's."""
+        pin = self.pinned
+        if pin is not None and pin.device == d:
+            return Text(f"at {clock(pin.t)}: {pin.what}'s pools", style="bold reverse #00afff")
+        if "t" not in sample:
+            return Text()
+        return Text(f"sample {clock(sample['t'])}", style="dim")
 
     def _devices(self) -> list[int]:
         assert self.state is not None
@@ -217,7 +263,8 @@ class MemoryPanel(DevicePanel):
 
     def _compact(self, width: int) -> Group:
         """The same figures in fewer rows, for a short box (80x24): the selected device's
-        title and bar on one row, its figures, and only its phantom history row; every other
+        title, bar and sample time on one row (a pinned event's time among its figures), its
+        figures, and only its phantom history row (OOMs on a red background); every other
         device on one row (bar and phantom); the legend. Every figure of the selected device
         stays; the others' are a key press away (select their lane in the timeline)."""
         assert self.state is not None
@@ -225,7 +272,7 @@ class MemoryPanel(DevicePanel):
         selected = self.device if self.device in devices else devices[0]
         out: list[Text] = []
         for d in devices:
-            sample = self.state.memory.get(d)
+            sample = self._sample(d)
             if sample is None:
                 out.append(Text(f"gpu{d}: no samples", style="dim"))
                 continue
@@ -237,11 +284,17 @@ class MemoryPanel(DevicePanel):
                 bar_w = max(10, width - title.cell_len - tail.cell_len - 1)
                 out.append(title + Text(" ") + bar(sample, bar_w) + tail)
                 continue
-            out.append(title + Text(" ") + bar(sample, max(10, width - title.cell_len - 1)))
-            out.extend(self._figures(sample, p, phantom, width).split("\n"))
+            pin = self.pinned
+            pinned = pin is not None and pin.device == d
+            # the sample's time at the row's end; a fault's pools say so among the figures
+            stamp = Text(f" {clock(sample['t'])}" if "t" in sample and not pinned else "")
+            bar_w = max(10, width - title.cell_len - stamp.cell_len - 1)
+            out.append(title + Text(" ") + bar(sample, bar_w) + Text(stamp.plain, style="dim"))
+            when = self._when(d, sample) if pinned else None
+            out.extend(self._figures(sample, p, phantom, width, when).split("\n"))
             total = p["total"] or int(sample.get("driver_total", 1))
             series = self.state.series.get(d)
-            rows = history(series, self.state.faults, d, *self.window, width, total)
+            rows = history(series, self.state.faults, d, *self.window, width, total, False)
             out.extend(row for row in rows if row.plain.startswith("phantom"))
         out.append(self._legend(width))
         return Group(*out)
@@ -256,7 +309,7 @@ class MemoryPanel(DevicePanel):
             names = {int(d.get("index", i)): d for i, d in enumerate(self.state.hello["devices"])}
         out: list[Text] = []
         for d in devices:
-            sample = self.state.memory.get(d)
+            sample = self._sample(d)
             if sample is None:
                 out.append(Text(f"gpu{d}: no samples", style="dim"))
                 continue
@@ -280,7 +333,8 @@ class MemoryPanel(DevicePanel):
                 continue
             out.append(title)
             out.append(bar(sample, width))
-            out.append(self._figures(sample, p, phantom, width))
+            when = self._when(d, sample) if d == selected else None
+            out.append(self._figures(sample, p, phantom, width, when))
             if d == selected:
                 total = p["total"] or int(sample.get("driver_total", 1))
                 series = self.state.series.get(d)
@@ -288,8 +342,16 @@ class MemoryPanel(DevicePanel):
         out.append(self._legend(width))
         return Group(*out)
 
-    def _figures(self, sample: dict[str, Any], p: dict[str, int], phantom: int, width: int) -> Text:
-        """Every figure of the pool asymmetry as an atomic chunk, flowed to the width."""
+    def _figures(
+        self,
+        sample: dict[str, Any],
+        p: dict[str, int],
+        phantom: int,
+        width: int,
+        when: Text | None = None,
+    ) -> Text:
+        """Every figure of the pool asymmetry as an atomic chunk, flowed to the width; first,
+        ``when`` they were taken (the sample's time, or the event's whose pools they are)."""
         bold = "bold"
 
         def chunk(label: str, value: str, glyph: str = "", colour: str = "") -> Text:
@@ -301,7 +363,8 @@ class MemoryPanel(DevicePanel):
             return text
 
         style_of = {key: (colour, glyph) for key, _, colour, glyph in MEMORY_PARTS}
-        chunks = [
+        chunks = [when] if when is not None and when.plain else []
+        chunks += [
             chunk("nvidia-smi used", size(sample.get("nvml_used"))),
             chunk("cudaMemGetInfo free", size(sample.get("driver_free"))),
             chunk("async used", size(p["async_used"]), *reversed(style_of["async_used"])),

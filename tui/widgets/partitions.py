@@ -1,4 +1,6 @@
-"""The partitions table: one row per (proof, partition), sortable, failures in red.
+"""The partitions table: one row per (proof, partition), sortable, failures in red; under it
+a detail line with the cursor row's pre-stage decision and failure in full (the column cuts a
+long reason where the panel is narrow: "skip: anoth…" at 160x48).
 
 Drawn with the Line API rather than DataTable: a busy engine changes a few rows per refresh, and
 DataTable re-renders every visible cell whenever any cell changes. Here each row is rendered once
@@ -195,6 +197,23 @@ class PartitionsTable(ScrollView, can_focus=True):
         assert self.state is not None
         return self.state.partitions[self.order[index]]
 
+    def detail(self) -> str:
+        """The cursor row's pre-stage decision and failure in words, for the detail line."""
+        if self.state is None or not self.order:
+            return ""
+        index = min(self.cursor, len(self.order) - 1)
+        row = self.state.partitions.get(self.order[index])
+        if self._follow and not self.sort_column:  # the newest decided row, not one pending
+            for key in reversed(self.order[-64:]):
+                candidate = self.state.partitions.get(key)
+                if candidate is not None and candidate.prestage is not None:
+                    row = candidate
+                    break
+        if row is None:
+            return ""
+        text = cells(row)[4][0]
+        return f"▸ {row.proof}/{row.partition} pre-stage {text}"
+
     def text_at(self, index: int, column: str) -> str:
         """The text shown in one cell (for tests and the detail line)."""
         i = [c.key for c in COLUMNS].index(column)
@@ -220,7 +239,7 @@ class PartitionsTable(ScrollView, can_focus=True):
         self.order = keys
         if self.sort_column:
             self._sort()
-        self.virtual_size = Size(self._table_width(), len(self.order) + 1)
+        self.virtual_size = Size(self._table_width(), len(self.order) + 2)
         if self._follow and not self.sort_column:
             self.cursor = max(0, len(self.order) - 1)
             self._to_end()
@@ -235,7 +254,7 @@ class PartitionsTable(ScrollView, can_focus=True):
         if widths != self.widths:
             self.widths = widths
             self._strips.clear()
-            self.virtual_size = Size(self._table_width(), len(self.order) + 1)
+            self.virtual_size = Size(self._table_width(), len(self.order) + 2)
             self.refresh()
         if self._follow and not self.sort_column:
             self.call_after_refresh(self._to_end)
@@ -254,6 +273,11 @@ class PartitionsTable(ScrollView, can_focus=True):
         scroll_x, scroll_y = self.scroll_offset
         if y == 0:
             return self._header(base).crop(scroll_x, scroll_x + width)
+        if y == self.size.height - 1 and y > 1:  # the cursor row's decision, whole
+            text = self.detail()
+            if len(text) > width:
+                text = text[: width - 1] + "…"
+            return Strip([Segment(text.ljust(width), base + Style(dim=True, italic=True))])
         index = scroll_y + y - 1
         if self.state is None or index >= len(self.order):
             return Strip.blank(width, base)
@@ -300,7 +324,7 @@ class PartitionsTable(ScrollView, can_focus=True):
             return
         self.cursor = max(0, min(len(self.order) - 1, self.cursor + step))
         self._follow = self.cursor == len(self.order) - 1
-        top, height = self.scroll_offset.y, max(1, self.size.height - 1)
+        top, height = self.scroll_offset.y, max(1, self.size.height - 2)
         if self.cursor < top:
             self.scroll_to(y=self.cursor, animate=False)
         elif self.cursor >= top + height:

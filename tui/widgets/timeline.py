@@ -12,6 +12,7 @@ import math
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import Any
 
 from rich.segment import Segment as RichSegment
 from rich.style import Style
@@ -235,6 +236,24 @@ class Timeline(Widget, can_focus=True):
 
     def watch_follow(self) -> None:
         self.refresh()
+
+    def centre_on(self, t: int, device: int | None, worker: int | None) -> None:
+        """Pause with ``t`` in the middle of the window and the cursor on it, on the lane of
+        ``worker`` on ``device`` (its GPU lane without a worker; the lane stays otherwise):
+        a fault the operator jumped to, with what came before and after it."""
+        self.follow = False
+        self.end_t = t + self.span // 2
+        self.cursor_t = t
+        lanes = self.visible_lanes()
+        want = ("worker", device, worker) if worker is not None and worker >= 0 else None
+        for i, lane in enumerate(lanes):
+            if lane == want or (want is None and lane[0] == "gpu" and lane[1] == device):
+                self.lane_index = i
+                break
+        self._key = None
+        self.refresh()
+        if device is not None:
+            self.post_message(self.Selected(self.selected_device))
 
     def set_window(self, end: int, follow: bool) -> None:
         """Used by replay: the window ends at the replay position."""
@@ -474,7 +493,7 @@ class Timeline(Widget, can_focus=True):
         head = f"{mode:<{LABEL_W - 1}} "
         line = [" "] * cols
         styles: list[Style] = [dim] * cols
-        step = _nice_step(self.span, max(1, cols // 12))
+        step = nice_step(self.span, max(1, cols // 12))
         first = max(0, math.ceil(start / step) * step)
         t = first
         while t < end:
@@ -501,8 +520,28 @@ class Timeline(Widget, can_focus=True):
             segs.append(RichSegment(ch, st))
         return Strip(Strip(segs).simplify()).adjust_cell_length(self.size.width, base)
 
+    def _fault_at_cursor(self) -> dict[str, Any] | None:
+        """A fault of the selected lane's worker (or device) in the cursor's column."""
+        lane, state = self.selected_lane, self.state
+        if self.cursor_t is None or lane is None or state is None:
+            return None
+        half = self.span / self._cols() / 2
+        for f in reversed(state.faults):
+            if abs(f["t"] - self.cursor_t) > half or f.get("device", lane[1]) != lane[1]:
+                continue
+            if lane[0] == "worker" and f.get("worker") not in (None, -1, lane[2]):
+                continue
+            fault: dict[str, Any] = f
+            return fault
+        return None
+
     def _detail(self, seg: Segment | None, width: int, base: Style, dim: Style) -> Strip:
         span_text = f"window {duration_ns(self.span)}"
+        fault = self._fault_at_cursor()
+        if fault is not None:  # the cursor on a fault: the fault first, then the phase under it
+            span_text = f"✖ {str(fault.get('kind', 'fault')).upper()} at {clock(fault['t'])}" + (
+                f" ({fault['site']})" if fault.get("site") else ""
+            )  # in place of the window's width, which the axis shows
         lane = self.selected_lane
         if seg is None:
             when = self.cursor_t if self.cursor_t is not None else self.window_end
@@ -519,7 +558,7 @@ class Timeline(Widget, can_focus=True):
         parts.append(f"{clock(seg.start)} +{duration_ns(end - seg.start)}")
         if seg.end is None:
             parts.append("running")
-        colour = FAILURE_COLOUR if not seg.ok else group_colour(phase_group(seg.phase))
+        colour = FAILURE_COLOUR if not seg.ok or fault else group_colour(phase_group(seg.phase))
         text = " · ".join(parts)
         return Strip(
             [RichSegment("● ", base + Style(color=colour)), RichSegment(text, base)]
@@ -557,7 +596,7 @@ def legend_rows(items: list[tuple[str, str, str]], width: int, base: Style) -> l
     return rows
 
 
-def _nice_step(span: int, ticks: int) -> int:
+def nice_step(span: int, ticks: int) -> int:
     """A round tick interval giving about ``ticks`` labels over ``span`` nanoseconds."""
     raw = span / max(1, ticks)
     for step_s in (
