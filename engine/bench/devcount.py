@@ -226,7 +226,8 @@ def derive(sweep: dict[str, Any]) -> None:
     for row in sweep["points"]:
         f = row["figures"]
         n = row["devices"]
-        f["target_proofs_per_hour"] = EFFICIENCY_TARGET * n * base_pph if base_pph else None
+        ran = row.get("result") is not None  # no target drawn over a point that never ran
+        f["target_proofs_per_hour"] = EFFICIENCY_TARGET * n * base_pph if base_pph and ran else None
         pph = f.get("proofs_per_hour")
         f["scaling_efficiency"] = pph / (n * base_pph) if pph and base_pph else None
         f["meets_target"] = (
