@@ -45,6 +45,7 @@ def main() -> int:
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--domain-log", type=int, default=22)
     ap.add_argument("--proofs", type=int, default=6)
+    ap.add_argument("--devices", default="0", help="the engine's --devices, e.g. 0,1,2,3")
     ap.add_argument("--out", default="/tmp/gpu-metrics-check")
     args = ap.parse_args()
     out = Path(args.out)
@@ -52,7 +53,8 @@ def main() -> int:
     rec = out / "metrics-run.pvtrec"
     cmd = [sys.executable, "-m", "provetop", "engine", "--backend", args.backend,
            "--preset", "small", "--domain-log", str(args.domain_log), "--proofs", str(args.proofs),
-           "--metrics", "127.0.0.1:0", "--record", str(rec), "--exit-when-done"]  # fmt: skip
+           "--devices", args.devices, "--metrics", "127.0.0.1:0", "--record", str(rec),
+           "--exit-when-done"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url, lines = None, []
     for line in proc.stdout:

@@ -20,13 +20,17 @@ synthesis and the last partition's drain are left out. The busy fraction counts 
 so launch gaps inside a phase count as busy (an upper bound on kernel time).
 
 With a list of sizes, ``--device-memory 8GiB,16GiB,uncapped``, the bench runs once per point,
-each in a fresh process (``provetop.engine.bench.sweep``: the table, the JSON and the ``--plot``).
+each in a fresh process (``provetop.engine.bench.sweep``: the table, the JSON and the ``--plot``);
+with ``--device-counts 1,2,4,8``, once per count on the first N devices
+(``provetop.engine.bench.devcount``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import tempfile
 import time
@@ -34,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from provetop.base.errors import UsageError
+from provetop.base.units import fmt_bytes
+from provetop.engine.bench.devcount import COUNT_EXAMPLE, parse_count_list, run_count_sweep
 from provetop.engine.bench.sweep import EXAMPLE, parse_memory_list, run_sweep
 from provetop.engine.run.options import config_from_args, tuning_from_env
 from provetop.engine.run.runner import Engine, EngineError
@@ -75,6 +81,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cap each device, e.g. 16GiB; a list (8GiB,16GiB,uncapped) runs one bench per "
         "point, each in a fresh process, and prints one table (engine/bench/sweep.py)",
     )
+    parser.add_argument(
+        "--device-counts",
+        metavar="N[,N...]",
+        help="a device-count sweep: one bench per count on the first N devices, each in a "
+        "fresh process, --proofs per device; one table with proofs/h, scaling efficiency "
+        "against the 1-device point and its 0.95 x N target (engine/bench/devcount.py)",
+    )
     parser.add_argument("--allocator", choices=("naive", "aware"), help="allocation policy")
     parser.add_argument("--witness-profile", metavar="Z,O,D", help="aux scalar mix")
     parser.add_argument("--verify", choices=("always", "sampled", "never"), help="exact checks")
@@ -91,13 +104,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plot",
         metavar="FILE.svg",
-        help="with a --device-memory list: an SVG of median gpu_total and s/proof per point",
+        help="with a --device-memory or --device-counts list: an SVG of the sweep's figures",
     )
     parser.add_argument(
         "--point-timeout",
         type=float,
         metavar="SECONDS",
-        help="with a --device-memory list: stop a point that runs longer (a row says so)",
+        help="with a --device-memory or --device-counts list: stop a point that runs longer "
+        "(a row says so)",
     )
 
 
@@ -202,7 +216,10 @@ def _run_figures(state: Any, summary: dict[str, Any]) -> dict[str, Any]:
     """The run's throughput, how busy each device was (in steady state too), and what each
     device had to work with (a --device-memory cap, the card or the model)."""
     totals = summary["totals"]
-    devices = sorted({a.device for a in state.attempts if isinstance(a.device, int)})
+    devices = sorted(
+        {a.device for a in state.attempts if isinstance(a.device, int)}
+        | {int(d) for d in totals.get("gpu_busy_fraction_by_device") or {}}
+    )  # a device that ran no partition too: it is in the hello
     steady = {str(d): steady_busy(state, d) for d in devices}
     known = [b for b, _ in steady.values() if b is not None]
     return {
@@ -213,6 +230,7 @@ def _run_figures(state: Any, summary: dict[str, Any]) -> dict[str, Any]:
         "gpu_busy_steady_by_device": {d: b for d, (b, _) in steady.items()},
         "steady_window_s": {d: w for d, (_, w) in steady.items()},
         "wall_s": totals.get("wall_s"),
+        "by_device": _by_device(state, devices, totals, steady),
         "modeled": summary.get("modeled"),
         "device_capacity": [
             d.get("capacity")
@@ -220,6 +238,52 @@ def _run_figures(state: Any, summary: dict[str, Any]) -> dict[str, Any]:
             if isinstance(d, dict)
         ],
     }
+
+
+def _by_device(
+    state: Any,
+    devices: list[int],
+    totals: dict[str, Any],
+    steady: dict[str, tuple[float | None, float | None]],
+) -> dict[str, dict[str, Any]]:
+    """Per device: the partitions it completed, their median gpu_total, and its busy
+    fraction over the whole run and in steady state. A device-count sweep names the slowest
+    device from these (``provetop.engine.bench.devcount``)."""
+    whole = totals.get("gpu_busy_fraction_by_device") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for d in devices:
+        done = [a for a in state.attempts if a.ok and a.device == d]
+        out[str(d)] = {
+            "partitions_ok": len(done),
+            "gpu_total_ms_median": _median([a.gpu_total_ms for a in done if a.gpu_total_ms]),
+            "gpu_busy_fraction": whole.get(str(d)),
+            "gpu_busy_steady": steady[str(d)][0],
+        }
+    return out
+
+
+def host_usage(cpu_s: float, wall_s: float) -> dict[str, Any]:
+    """What the engine took of the host: its CPU time (user and system, every thread) over
+    the run's wall time in cores, and the process's peak resident memory (pinned buffers and
+    the witnesses' host arrays are in it), beside what the host has. Peak memory is the
+    process's since it started: a sweep's point, a fresh process, has only its own run in it."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    try:
+        memory: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = None
+    return {
+        "cpu_s": cpu_s,
+        "cpu_cores_used": cpu_s / wall_s if wall_s > 0 else None,
+        "peak_rss_bytes": peak,
+        "host_cpus": os.cpu_count(),
+        "host_memory_bytes": memory,
+    }
+
+
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def _row(a: Any) -> dict[str, Any]:
@@ -270,6 +334,28 @@ def _check_line(res: dict[str, Any]) -> list[str]:
     ]
 
 
+def _device_lines(res: dict[str, Any]) -> list[str]:
+    """Each device's own figures when there are several, and the host's share (results of
+    older versions lack both)."""
+    lines = []
+    by_device = res.get("by_device") or {}
+    if len(by_device) > 1:
+        for d, f in by_device.items():
+            lines.append(
+                f"  gpu{d}: {f['partitions_ok']} partitions, gpu_total median "
+                f"{_fmt(f['gpu_total_ms_median'])} ms, busy {_fmt(f['gpu_busy_fraction'], '.1%')}"
+                f" (steady {_fmt(f['gpu_busy_steady'], '.1%')})"
+            )
+    host = res.get("host_usage")
+    if host:
+        lines.append(
+            f"host: {_fmt(host['cpu_cores_used'], '.2f')} CPU cores of {host['host_cpus']}, "
+            f"peak memory {fmt_bytes(host['peak_rss_bytes'])}"
+            + (f" of {fmt_bytes(host['host_memory_bytes'])}" if host["host_memory_bytes"] else "")
+        )
+    return lines
+
+
 def format_table(res: dict[str, Any]) -> str:
     ph = res["phase_ms_median"]
     lines = [
@@ -288,6 +374,7 @@ def format_table(res: dict[str, Any]) -> str:
         f"{_fmt(res['rolling_s_per_proof'], '.2f')})",
         f"GPU busy: whole run {_fmt(res['gpu_busy_fraction'], '.1%')}, steady state "
         f"{_fmt(res['gpu_busy_steady'], '.1%')}",
+        *_device_lines(res),
     ]
     cfg = res.get("config") or {}
     if cfg.get("witness_profile_label"):
@@ -310,11 +397,13 @@ def run_point(config: EngineConfig, tuning: Tuning, record: str) -> dict[str, An
     run's configuration and the benchmark's meta). EngineError when the engine cannot
     start."""
     engine = Engine(config, listen=False, record=record, tuning=tuning)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu_s()
     with engine:  # starts the engine; closing writes the recording's footer
         engine.wait()
     wall = time.perf_counter() - t0
+    host = host_usage(_cpu_s() - cpu0, wall)
     res = reduce_recording(record)
+    res["host_usage"] = host
     res["recording"] = record
     res["engine_wall_s"] = wall
     res["engine_error"] = engine.error
@@ -346,14 +435,44 @@ def sweep_point(config: EngineConfig, tuning: Tuning, record: str, result: str) 
 def run(args: argparse.Namespace) -> int:
     tuning = tuning_from_env()
     points = parse_memory_list(args.device_memory) if args.device_memory is not None else []
-    if len(points) <= 1 and (args.plot is not None or args.point_timeout is not None):
+    counts = parse_count_list(args.device_counts) if args.device_counts is not None else None
+    if counts is not None and len(points) > 1:
+        raise UsageError("--device-counts takes one --device-memory size (or none), not a list")
+    if counts is not None and args.devices is not None:
+        raise UsageError("--device-counts runs on the first N devices; leave out --devices")
+    if (
+        counts is None
+        and len(points) <= 1
+        and (args.plot is not None or args.point_timeout is not None)
+    ):
         flag = "--plot" if args.plot is not None else "--point-timeout"
-        raise UsageError(f"{flag} needs a --device-memory list, e.g. {EXAMPLE}")
+        raise UsageError(
+            f"{flag} needs a --device-memory list, e.g. {EXAMPLE}, or --device-counts, "
+            f"e.g. {COUNT_EXAMPLE}"
+        )
     if args.point_timeout is not None and not args.point_timeout > 0:
         raise UsageError(f"--point-timeout must be above 0 seconds, got {args.point_timeout:g}")
     # the flags without the memory; each point's size goes on top (a single one too, so
     # "uncapped" means no cap)
     config = config_from_args(argparse.Namespace(**{**vars(args), "device_memory": None}))
+    if counts is not None:
+        if points:
+            try:
+                config = with_changes(config, device_memory=points[0].size)
+            except ConfigError as exc:
+                raise UsageError(str(exc)) from None
+        return run_count_sweep(
+            counts,
+            config,
+            tuning,
+            sweep_point,
+            record=args.record,
+            out=args.out,
+            plot=args.plot,
+            point_timeout=args.point_timeout,
+            as_json=args.json,
+            command=" ".join(bench_command()),
+        )
     if len(points) > 1:
         return run_sweep(
             points,

@@ -24,11 +24,15 @@ COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 
 @dataclass(frozen=True)
 class Series:
-    """One panel: a name with its unit, and a value (or None) per x label."""
+    """One panel: a name with its unit, and a value (or None) per x label; optionally a
+    target per x label, drawn dashed and named in the panel's legend (a device-count sweep's
+    0.95 x N line)."""
 
     name: str
     unit: str
     values: Sequence[float | None]
+    target: Sequence[float | None] | None = None
+    target_name: str = "target"
 
 
 def nice_ticks(top: float, count: int = 5) -> list[float]:
@@ -111,6 +115,8 @@ def _notes(
     for s in series:
         if len(s.values) != len(labels):
             raise ValueError(f"{s.name}: {len(s.values)} values for {len(labels)} labels")
+        if s.target is not None and len(s.target) != len(labels):
+            raise ValueError(f"{s.name}: {len(s.target)} targets for {len(labels)} labels")
     return why
 
 
@@ -125,7 +131,7 @@ def _panel(
     """One series' panel: its axes and ticks, its line (broken where a value is missing),
     its points with their values, and the x labels."""
     bottom = top + PANEL_HEIGHT
-    known = [v for v in s.values if v is not None and math.isfinite(v)]
+    known = [v for v in (*s.values, *(s.target or ())) if v is not None and math.isfinite(v)]
     ticks = nice_ticks(max(known) if known else 1.0)
     scale = PANEL_HEIGHT / ticks[-1]
 
@@ -135,7 +141,18 @@ def _panel(
     out = [f'<g class="panel" data-series={quoteattr(s.name)}>']
     out.append(_text(LEFT, top - 10, f"{s.name} ({s.unit})", anchor="start", size=13))
     out += _axes(ticks, top, bottom, y_of)
-    out += _line(s, colour, xs, y_of)
+    out += _line(s.values, colour, xs, y_of)
+    if s.target is not None:
+        out.append(f'<g class="target" data-target={quoteattr(s.target_name)}>')
+        out += _line(s.target, "#555555", xs, y_of, dashed=True)
+        for x, t in zip(xs, s.target, strict=True):
+            if t is not None and math.isfinite(t):
+                out.append(
+                    f'<circle cx="{_num(x)}" cy="{_num(y_of(t))}" r="2" fill="#555555">'
+                    f"<title>{escape(f'{s.target_name}: {_label(t)} {s.unit}')}</title></circle>"
+                )
+        out.append(_text(WIDTH - RIGHT, top - 10, f"- - - {s.target_name}", "end", 11))
+        out.append("</g>")
     for x, v, name, note in zip(xs, s.values, labels, why, strict=True):
         if v is None or not math.isfinite(v):
             out.append(_text(x, bottom - 8, note, size=10, fill="#888888"))
@@ -174,16 +191,23 @@ def _axes(
     return out
 
 
-def _line(s: Series, colour: str, xs: list[float], y_of: Callable[[float], float]) -> list[str]:
-    """The series' line, one polyline per unbroken stretch of values."""
+def _line(
+    values: Sequence[float | None],
+    colour: str,
+    xs: list[float],
+    y_of: Callable[[float], float],
+    dashed: bool = False,
+) -> list[str]:
+    """A series' line, one polyline per unbroken stretch of values."""
     runs: list[list[str]] = [[]]
-    for x, v in zip(xs, s.values, strict=True):
+    dash = ' stroke-dasharray="6 4"' if dashed else ""
+    for x, v in zip(xs, values, strict=True):
         if v is None or not math.isfinite(v):
             runs.append([])
         else:
             runs[-1].append(f"{_num(x)},{_num(y_of(v))}")
     return [
-        f'<polyline points="{" ".join(run)}" fill="none" stroke="{colour}" stroke-width="2"/>'
+        f'<polyline points="{" ".join(run)}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>'
         for run in runs
         if len(run) > 1
     ]

@@ -79,8 +79,13 @@ def parse_memory_list(text: str) -> list[Point]:
 
 def point_path(path: str | Path, point: Point) -> Path:
     """``run.pvtrec`` -> ``run-8GiB.pvtrec``: each point's own file beside the one asked for."""
+    return labelled_path(path, point.label)
+
+
+def labelled_path(path: str | Path, label: str) -> Path:
+    """``run.pvtrec`` and ``2gpu`` -> ``run-2gpu.pvtrec``."""
     p = Path(path)
-    return p.with_name(f"{p.stem}-{point.label}{p.suffix}")
+    return p.with_name(f"{p.stem}-{label}{p.suffix}")
 
 
 # (config, tuning, recording path, result path): runs one point in the child, writes a JSON
@@ -103,17 +108,7 @@ def run_sweep(
 ) -> int:
     """Run every point (see the module docstring), print the table (or the JSON), write the
     files asked for. 0 when every point ran and lost no partition, else 1."""
-    for path, flag in ((record, "--record"), (out, "--out"), (plot, "--plot")):
-        if path is not None and not Path(path).resolve().parent.is_dir():
-            raise UsageError(f"{flag} {path}: no such directory")
-        if path is not None and Path(path).is_dir():
-            raise UsageError(f"{flag} {path} is a directory; it needs a file name")
-    if record is not None:
-        for p in points:
-            if point_path(record, p).exists():
-                raise UsageError(
-                    f"--record: {point_path(record, p)} exists; the engine never overwrites"
-                )
+    check_paths(record, out, plot, [p.label for p in points])
     work = Path(tempfile.mkdtemp(prefix="provetop-sweep-"))
     sweep: dict[str, Any] = {
         "sweep": "device_memory",
@@ -128,7 +123,7 @@ def run_sweep(
         row = _run_point(point, base, tuning, runner, work, record, point_timeout)
         if out is not None and row["result"] is not None:
             row["json"] = str(point_path(out, point))
-            _write(row["json"], json.dumps(row["result"], indent=1, default=str) + "\n")
+            write_whole(row["json"], json.dumps(row["result"], indent=1, default=str) + "\n")
         print(
             f"sweep {i}/{len(points)}: {point.label} {row['status']} in {row['wall_s']:.1f} s",
             file=sys.stderr,
@@ -136,12 +131,12 @@ def run_sweep(
         )
         sweep["points"].append(row)
         sweep["complete"] = i == len(points)
-        _lift_meta(sweep["meta"], row["result"])
+        lift_meta(sweep["meta"], row["result"])
         # after every point, so a sweep stopped from outside (a time limit) keeps what ran
         if plot is not None:
-            _write(plot, sweep_plot(sweep))
+            write_whole(plot, sweep_plot(sweep))
         if out is not None:
-            _write(out, json.dumps(sweep, indent=1, default=str) + "\n")
+            write_whole(out, json.dumps(sweep, indent=1, default=str) + "\n")
     print(json.dumps(sweep, indent=1, default=str) if as_json else format_sweep_table(sweep))
     clean = all(
         r["status"] == "done"
@@ -152,7 +147,23 @@ def run_sweep(
     return 0 if clean else 1
 
 
-def _lift_meta(meta: dict[str, Any], result: dict[str, Any] | None) -> None:
+def check_paths(record: str | None, out: str | None, plot: str | None, labels: list[str]) -> None:
+    """Refuse, before any point runs, an output path in a missing directory or that is a
+    directory, and a point's recording (``run-LABEL.pvtrec``) that exists already."""
+    for path, flag in ((record, "--record"), (out, "--out"), (plot, "--plot")):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise UsageError(f"{flag} {path}: no such directory")
+        if path is not None and Path(path).is_dir():
+            raise UsageError(f"{flag} {path} is a directory; it needs a file name")
+    if record is not None:
+        for label in labels:
+            if labelled_path(record, label).exists():
+                raise UsageError(
+                    f"--record: {labelled_path(record, label)} exists; the engine never overwrites"
+                )
+
+
+def lift_meta(meta: dict[str, Any], result: dict[str, Any] | None) -> None:
     """Copy the first finished point's environment (GPU, driver, versions, commit, date) into
     the sweep's own ``meta``, beside its command and tuning: the sweep's JSON then says where
     and at which commit it ran without a reader opening a point."""
@@ -162,7 +173,7 @@ def _lift_meta(meta: dict[str, Any], result: dict[str, Any] | None) -> None:
         meta.setdefault(key, value)
 
 
-def _write(path: str | Path, text: str) -> None:
+def write_whole(path: str | Path, text: str) -> None:
     """Replace ``path`` whole (a reader never sees half a file)."""
     tmp = Path(f"{path}.part")
     tmp.write_text(text)
@@ -195,35 +206,50 @@ def _run_point(
         row["error"] = str(exc)
         return row
     rec = str(point_path(record, point)) if record else str(work / f"run-{point.label}.pvtrec")
-    result = work / f"point-{point.label}.json"
     row["recording"] = rec
+    row.update(run_child(runner, config, tuning, rec, work / f"point-{point.label}.json", timeout))
+    if not Path(rec).exists():  # refused before the engine opened its recording
+        row["recording"] = None
+    return row
+
+
+def run_child(
+    runner: PointRunner,
+    config: EngineConfig,
+    tuning: Tuning,
+    record: str,
+    result: Path,
+    timeout: float | None,
+) -> dict[str, Any]:
+    """Run ``runner`` in a spawned child (never forked: CUDA does not survive a fork) and read
+    back what it wrote: the row's ``status``, ``error``, ``wall_s`` and ``result``. Shared by
+    every sweep (device memory, device count), so each point starts as a fresh engine."""
     ctx = multiprocessing.get_context("spawn")
     child = ctx.Process(
-        target=runner, args=(config, tuning, rec, str(result)), name=f"sweep-{point.label}"
+        target=runner, args=(config, tuning, record, str(result)), name=f"sweep-{result.stem}"
     )
     t0 = time.perf_counter()
     child.start()
     child.join(timeout)
+    out: dict[str, Any] = {"status": "refused", "error": None, "result": None}
     if child.is_alive():
         child.terminate()
         child.join(10)
         if child.is_alive():
             child.kill()
             child.join()
-        row.update(status="timed out", error=f"ran past --point-timeout {timeout:g} s")
-    row["wall_s"] = time.perf_counter() - t0
-    if not Path(rec).exists():  # refused before the engine opened its recording
-        row["recording"] = None
-    if row["status"] == "timed out":
-        return row
+        out.update(status="timed out", error=f"ran past --point-timeout {timeout:g} s")
+    out["wall_s"] = time.perf_counter() - t0
+    if out["status"] == "timed out":
+        return out
     try:
         doc = json.loads(result.read_text())
     except (OSError, ValueError):
-        row.update(status="failed", error=f"the point's process exited with code {child.exitcode}")
-        return row
-    row.update(status=doc.get("status", "failed"), error=doc.get("error"))
-    row["result"] = doc.get("result")
-    return row
+        out.update(status="failed", error=f"the point's process exited with code {child.exitcode}")
+        return out
+    out.update(status=doc.get("status", "failed"), error=doc.get("error"))
+    out["result"] = doc.get("result")
+    return out
 
 
 # -- table and plot --------------------------------------------------------------------------
