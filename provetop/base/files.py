@@ -59,19 +59,18 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
 def check_output(
     out: str | os.PathLike[str],
     *,
-    inputs: tuple[str | os.PathLike[str], ...] = (),
+    inputs: dict[str, str | os.PathLike[str]] | None = None,
     force: bool = False,
     what: str = "-o",
 ) -> str:
     """Refuse an output path that would destroy something: an input (never, even with
-    ``force``), a directory, an existing file or link without ``force``, a missing parent
-    directory, a path the kernel cannot take. Returns the path as a string."""
+    ``force``; ``inputs`` maps each input's name in words to its path), a directory, an
+    existing file or link without ``force``, a missing parent directory, a path the kernel
+    cannot take. Returns the path as a string."""
     text = check_path(out, what)
-    for source in inputs:
+    for name, source in (inputs or {}).items():
         if same_file(source, text):
-            raise UsageError(
-                f"{what} {text} is the input {os.fspath(source)}; it is never overwritten"
-            )
+            raise UsageError(f"{what} {text} is the input {name}; it is never overwritten")
     try:
         info = os.lstat(text)
     except FileNotFoundError:
