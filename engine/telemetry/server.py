@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from provetop.base.errors import UsageError
+from provetop.base.files import read_regular
 from provetop.engine.settings.tuning import ACCEPT_BURST, ACCEPT_RATE
 from provetop.engine.telemetry.bus import Bus, Subscription
 from provetop.recordings.address import Address, AddressError, parse_address
@@ -80,6 +82,9 @@ CHUNK_CACHE_BYTES = 32 << 20
 READER_IDLE_S = 30.0
 
 
+MAX_TOKEN_FILE = 4096  # bytes of a token file (a token is 8 to a few hundred characters)
+
+
 class ListenError(ValueError):
     """A --listen value the engine refuses (one line for the CLI)."""
 
@@ -122,14 +127,21 @@ def read_token(path: str) -> str:
     read it can control the engine."""
     try:
         mode = os.stat(path).st_mode
-        if mode & 0o077:
-            raise ListenError(
-                f"--token-file {path} can be read by other users (mode {mode & 0o777:o}); "
-                f"run: chmod 600 {path}"
-            )
-        token = Path(path).read_text().strip()
     except OSError as exc:
         raise ListenError(f"cannot read --token-file {path}: {exc.strerror or exc}") from None
+    if mode & 0o077:
+        raise ListenError(
+            f"--token-file {path} can be read by other users (mode {mode & 0o777:o}); "
+            f"run: chmod 600 {path}"
+        )
+    try:  # a regular file of at most 4 KiB: a FIFO would block start-up, a huge file fill memory
+        raw = read_regular(path, MAX_TOKEN_FILE, "--token-file")
+    except UsageError as exc:
+        raise ListenError(str(exc)) from None
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ListenError(f"--token-file {path}: not UTF-8 text") from None
     if len(token) < 8:
         raise ListenError(f"--token-file {path}: the token must be at least 8 characters")
     return token
