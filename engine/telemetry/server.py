@@ -28,7 +28,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 from provetop.base.errors import UsageError
