@@ -33,7 +33,9 @@ TARGET = 0.10  # no attack may cost the run more than this share of its partitio
 # The attacking process: python -c ATTACKER KIND ADDRESS METRICS_URL SECONDS; prints one JSON.
 ATTACKER = r"""
 import json, socket, sys, threading, time, urllib.request
+from provetop.sources.client import EngineClient
 kind, address, url, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+print("ready", flush=True)  # imports done: the attack window starts now
 end = time.monotonic() + seconds
 out = {"sent": 0, "ok": 0, "tries": 0}
 lock = threading.Lock()
@@ -157,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
                 stdout=subprocess.PIPE, text=True,
                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
             )  # fmt: skip
+            assert proc.stdout is not None
+            proc.stdout.readline()  # the attacker's start-up (imports) is not its attack
             s0 = time.monotonic()
             out, _ = proc.communicate(timeout=args.window * 4 + 60)
             s1, size2 = time.monotonic(), os.path.getsize(record)
