@@ -141,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
         engine.start()
     except EngineError as exc:
         raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:  # a signal while the recording and the socket were opened
+        _ignore_signals()
+        engine.close()
+        print("provetop: interrupted during start-up; recording closed", file=out)
+        return 1 if engine.record_error is not None else 0
     try:
         dev = engine.devices[0]
         print(f"provetop engine {engine.engine_id}: {backend_note(args)}", file=out)
