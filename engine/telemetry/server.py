@@ -73,6 +73,11 @@ COMMAND_BURST = 20
 # none of its stream taken for at least this long), so idle clients cannot lock the operator out
 IDLE_EVICT_S = 1.0
 IDLE_PROBE_S = 0.05  # how long a candidate is watched for reading before it is closed
+# Evictions of idle clients a second, after a burst: each one hands the newcomer the whole
+# join (hello, snapshot, retained events), so a crowd of idle newcomers churning through the
+# slots would cost the run more than it saves; beyond the pace a newcomer is refused as before
+IDLE_EVICT_RATE = 2.0
+IDLE_EVICT_BURST = 4
 WRITE_BATCH_BYTES = 256 << 10  # events sent to a client in one write, at most about this much
 WRITE_COALESCE_S = 0.01  # the writer thread's pause between two rounds of every client's writes
 # Encoded events kept for the other clients: enough for the bus's retained history (20,000
@@ -219,6 +224,7 @@ class TelemetryServer:
         self._readers = _Readers(self._serve, READER_IDLE_S, self._report)
         self.budget = Budget(COMMANDS_PER_S_TOTAL, COMMAND_BURST)
         self.evicted_idle = 0  # idle connections closed to make room at the cap
+        self._evictions = Budget(IDLE_EVICT_RATE, IDLE_EVICT_BURST)
         add_counters = getattr(bus, "add_counters", None)
         if add_counters is not None:  # (a test's stand-in bus may have none)
             add_counters(self.listener_counters)
@@ -390,9 +396,10 @@ class TelemetryServer:
                 evict, _ = self._handshaking.popitem(last=False)
                 self.evicted_handshakes += 1
                 full = False
-        if full:
+        if full and self._evictions.available():
             evict = self._idlest()
             if evict is not None:
+                self._evictions.spend()
                 self.evicted_idle += 1
                 full = False
         if evict is not None:
@@ -754,6 +761,17 @@ class Budget:
         self._lock = threading.Lock()
         self._tat = 0.0  # theoretical arrival time of the next command (GCRA)
         self.waited = 0  # commands that had to wait for their turn
+
+    def available(self) -> bool:
+        """Whether one more would go now, without waiting (nothing is taken)."""
+        with self._lock:
+            now = time.monotonic()
+            return max(self._tat, now) + 1 / self.rate - now - self.burst / self.rate <= 0
+
+    def spend(self) -> None:
+        """Take one without waiting (after :meth:`available`)."""
+        with self._lock:
+            self._tat = max(self._tat, time.monotonic()) + 1 / self.rate
 
     def take(self, closed: threading.Event) -> bool:
         """Wait for this command's turn; False when ``closed`` is set meanwhile."""
