@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     record = os.path.join(work, "flood.pvtrec")
     engine = Engine(config, listen=f"unix:{work}/e.sock", record=record, metrics="127.0.0.1:0")
     done: list[float] = []
+
     def on_event(e: dict[str, Any]) -> None:
         if e["k"] == "partition_done":
             done.append(time.monotonic())
