@@ -375,7 +375,7 @@ def write_perfetto(source: str | os.PathLike[str] | Recording, out: str | os.Pat
     target = Path(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
     try:
-        os.fchmod(fd, 0o644)
+        os.fchmod(fd, 0o600)  # private, as every file the product creates (docs/security.md)
         with os.fdopen(fd, "w") as f:
             json.dump(trace, f, separators=(",", ":"), allow_nan=False)
         os.replace(tmp, target)

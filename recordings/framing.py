@@ -11,6 +11,7 @@ on. Nothing here raises anything else on any input.
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,6 +40,39 @@ def encode_frame(obj: dict[str, Any]) -> bytes:
     if len(payload) > MAX_FRAME:
         raise FrameError(f"frame of {len(payload)} bytes exceeds the {MAX_FRAME}-byte limit")
     return HEADER.pack(len(payload)) + payload
+
+
+CRC = struct.Struct(">I")  # a recording frame's checksum (format version 2)
+CRC_SIZE = CRC.size
+
+
+def encode_checked_frame(obj: dict[str, Any]) -> bytes:
+    """A recording's frame (format version 2): :func:`encode_frame` with the CRC-32 of the
+    length header and the msgpack as its last 4 bytes, counted in the length."""
+    if not isinstance(obj, dict):
+        raise FrameError(f"a frame holds a map, not a {type(obj).__name__}")
+    try:
+        payload: bytes = msgpack.packb(obj, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FrameError(f"cannot encode frame: {exc}") from None
+    if len(payload) + CRC_SIZE > MAX_FRAME:
+        raise FrameError(f"frame of {len(payload)} bytes exceeds the {MAX_FRAME}-byte limit")
+    head = HEADER.pack(len(payload) + CRC_SIZE)
+    return head + payload + CRC.pack(zlib.crc32(payload, zlib.crc32(head)))
+
+
+def checked_payload(
+    head: bytes | bytearray | memoryview, body: bytes | bytearray | memoryview
+) -> bytes | bytearray | memoryview:
+    """The msgpack of a version 2 frame (``body`` is everything its length counts), after its
+    CRC-32 matched; :class:`FrameError` naming the mismatch otherwise."""
+    if len(body) < CRC_SIZE:
+        raise FrameError(f"a checked frame of {len(body)} bytes has no room for its checksum")
+    payload = body[: len(body) - CRC_SIZE]
+    (stored,) = CRC.unpack(body[len(body) - CRC_SIZE :])
+    if zlib.crc32(payload, zlib.crc32(head)) != stored:
+        raise FrameError("checksum mismatch (a flipped bit or overwritten bytes)")
+    return payload
 
 
 def frame_length(header: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME) -> int:

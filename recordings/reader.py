@@ -32,10 +32,18 @@ from provetop.recordings.format import (
     INDEX_KIND,
     MAGIC,
     PREFIX_SIZE,
+    READABLE_VERSIONS,
     TRAILER,
     TRAILER_SIZE,
+    checked,
 )
-from provetop.recordings.framing import HEADER_SIZE, MAX_FRAME, FrameError, decode_payload
+from provetop.recordings.framing import (
+    HEADER_SIZE,
+    MAX_FRAME,
+    FrameError,
+    checked_payload,
+    decode_payload,
+)
 from provetop.recordings.schema import SchemaError, validate
 from provetop.recordings.state import State
 
@@ -48,6 +56,7 @@ __all__ = [
     "index_snapshots",
     "open_recording",
     "open_regular",
+    "file_checked",
     "read_footer",
     "read_state",
     "seek_state",
@@ -94,6 +103,7 @@ class Recording:
         self.event_count = 0  # events read (also when they were folded, not kept)
         self.events_kept = True  # False for fold_recording(): events/offsets stay empty
         self.last_t = 0  # the largest event time
+        self.version = FORMAT_VERSION  # the file's format version (1: frames without checksums)
 
     @property
     def truncated(self) -> bool:
@@ -125,7 +135,7 @@ class Recording:
             return self._fold(State(), 0, t)
         ref = self.snapshots[i]
         with _open(self.path) as f:
-            state = _load_snapshot(f, self.path, ref.offset, self.size)
+            state = _load_snapshot(f, self.path, ref.offset, self.size, checked(self.version))
         return self._fold(state, ref.event_index, t)
 
     def _fold(self, state: State, start: int, until: int | None) -> State:
@@ -191,17 +201,18 @@ def seek_state(path: str | os.PathLike[str], t: int) -> State:
         if footer is None:
             return open_recording(p).state_at(t)
         index_offset, index = footer
+        crc = file_checked(f)
         refs = index_snapshots(index, p, index_offset)
         chosen = [(st, off) for st, off in refs if st <= t]
         if chosen:
-            state = _load_snapshot(f, p, chosen[-1][1], index_offset)  # leaves f after it
+            state = _load_snapshot(f, p, chosen[-1][1], index_offset, crc)  # leaves f after it
         else:
             state = State()
             f.seek(PREFIX_SIZE)
-            _read_frame(f, p, PREFIX_SIZE, index_offset)  # skip the recording header
+            _read_frame(f, p, PREFIX_SIZE, index_offset, crc=crc)  # skip the recording header
         while f.tell() < index_offset:
             offset = f.tell()
-            frame = _read_frame(f, p, offset, index_offset)
+            frame = _read_frame(f, p, offset, index_offset, crc=crc)
             if _is_seek_snapshot(frame):
                 continue
             event = _validate(frame, p, offset)
@@ -233,11 +244,12 @@ def _scan(
     if len(prefix) < PREFIX_SIZE:
         rec.truncation = Truncation(0, size, "the file header")
         return
-    if prefix[-1] != FORMAT_VERSION:
+    if prefix[-1] not in READABLE_VERSIONS:
         raise RecordingError(
             f"{path}: recording format version {prefix[-1]} is not supported "
-            f"(this reader knows version {FORMAT_VERSION})"
+            f"(this reader knows versions {', '.join(map(str, READABLE_VERSIONS))})"
         )
+    rec.version = prefix[-1]
     footer = read_footer(f, path, size)
     limit = footer[0] if footer else size
     # where the file's trailing zero bytes begin (size: none): a frame reaching into them was
@@ -285,10 +297,10 @@ def _scan_frame(
 ) -> None:
     """Read and file the frame at ``offset`` (see :func:`_scan`)."""
     path, size = rec.path, rec.size
-    frame = _read_frame(f, path, offset, limit, tolerant=tolerant)
+    frame = _read_frame(f, path, offset, limit, tolerant=tolerant, crc=checked(rec.version))
     kind = frame.get("k")
     if rec.header is None:
-        rec.header = _check_header(frame, path, offset)
+        rec.header = _check_header(frame, path, offset, rec.version)
     elif kind == INDEX_KIND and tolerant:
         _check_trailer_tail(f, path, offset, size)
         rec.index = frame
@@ -337,8 +349,8 @@ def _zero_tail_start(f: BinaryIO, size: int) -> int:
     return 0
 
 
-def _check_header(frame: dict[str, Any], path: Path, offset: int) -> dict[str, Any]:
-    if frame.get("k") != HEADER_KIND or frame.get("format") != FORMAT_VERSION:
+def _check_header(frame: dict[str, Any], path: Path, offset: int, version: int) -> dict[str, Any]:
+    if frame.get("k") != HEADER_KIND or frame.get("format") != version:
         raise RecordingError(f"{path}: bad recording header frame at byte {offset}")
     return frame
 
@@ -365,11 +377,12 @@ def _apply(state: State, event: dict[str, Any], path: Path, offset: int) -> None
 
 
 def _read_frame(
-    f: BinaryIO, path: Path, offset: int, limit: int, *, tolerant: bool = False
+    f: BinaryIO, path: Path, offset: int, limit: int, *, tolerant: bool = False, crc: bool
 ) -> dict[str, Any]:
     """Read the frame at ``offset`` (the file position). ``limit`` is where frames must end.
     With ``tolerant`` (no footer: the file may have been cut) an incomplete frame at the end
-    raises _Truncated instead of RecordingError."""
+    raises _Truncated instead of RecordingError. With ``crc`` (format version 2) the frame's
+    last 4 bytes must be the CRC-32 of the rest: a mismatch is corruption, never data."""
     head = f.read(HEADER_SIZE)
     if offset + HEADER_SIZE > limit or len(head) < HEADER_SIZE:
         if tolerant:
@@ -393,7 +406,7 @@ def _read_frame(
             raise _Truncated(offset, "a frame body (the file shrank while being read)")
         raise RecordingError(f"{path}: frame at byte {offset} is cut short")
     try:
-        return decode_payload(payload)
+        return decode_payload(checked_payload(head, payload) if crc else payload)
     except FrameError as exc:
         if tolerant and _zero_tail(f, offset):
             raise _Truncated(offset, "frames (the tail is zero-filled)") from None
@@ -423,20 +436,34 @@ def read_footer(f: BinaryIO, path: Path, size: int) -> tuple[int, dict[str, Any]
     where = size - TRAILER_SIZE
     if not PREFIX_SIZE <= index_offset <= where - HEADER_SIZE:
         raise RecordingError(f"{path}: the trailer at byte {where} points outside the file")
+    crc = file_checked(f)
     f.seek(index_offset)
-    index = _read_frame(f, path, index_offset, where)
+    index = _read_frame(f, path, index_offset, where, crc=crc)
     if index.get("k") != INDEX_KIND or f.tell() != where:
         raise RecordingError(f"{path}: the trailer at byte {where} does not point to the index")
     return index_offset, index
 
 
+def file_checked(f: BinaryIO) -> bool:
+    """Whether the open recording's frames carry checksums (its version byte says)."""
+    f.seek(PREFIX_SIZE - 1)
+    version = f.read(1)
+    return bool(version) and checked(version[0])
+
+
 def _check_trailer_tail(f: BinaryIO, path: Path, index_offset: int, size: int) -> None:
     """After an index frame found by scanning (no valid trailer at the end of the file): the
     rest must be the start of a trailer cut short, else the file is damaged."""
+    start = f.tell()
     rest = f.read(TRAILER_SIZE + 1)
     expected = TRAILER.pack(index_offset, END_MAGIC)
     if len(rest) < TRAILER_SIZE and expected.startswith(rest):
-        raise _Truncated(f.tell() - len(rest), f"the trailer ({len(rest)} of 16 bytes)")
+        raise _Truncated(start, f"the trailer ({len(rest)} of 16 bytes)")
+    # a cut inside the trailer followed by zeros (the offset's high bytes are zeros too)
+    whole = rest.rstrip(b"\0")
+    zero_filled = expected.startswith(whole) and _zero_tail(f, start + len(whole))
+    if len(whole) < TRAILER_SIZE and zero_filled:
+        raise _Truncated(start, "the trailer (the tail is zero-filled)")
     raise RecordingError(f"{path}: damaged trailer after the index at byte {index_offset}")
 
 
@@ -454,11 +481,11 @@ def index_snapshots(index: dict[str, Any], path: Path, offset: int) -> list[tupl
     return [(r[0], r[1]) for r in refs]
 
 
-def _load_snapshot(f: BinaryIO, path: Path, offset: int, limit: int) -> State:
+def _load_snapshot(f: BinaryIO, path: Path, offset: int, limit: int, crc: bool) -> State:
     if not PREFIX_SIZE <= offset < limit:
         raise RecordingError(f"{path}: snapshot offset {offset} is outside the frames")
     f.seek(offset)
-    frame = _read_frame(f, path, offset, limit)
+    frame = _read_frame(f, path, offset, limit, crc=crc)
     if not _is_seek_snapshot(frame) or not isinstance(frame.get("state"), dict):
         raise RecordingError(f"{path}: no seek snapshot at byte {offset}")
     try:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from provetop.base.files import create_private, make_private_dirs
 from provetop.base.version import __version__
 from provetop.recordings.errors import RecordingError
 from provetop.recordings.format import (
@@ -32,7 +33,7 @@ from provetop.recordings.format import (
     SUFFIX,
     TRAILER,
 )
-from provetop.recordings.framing import FrameError, encode_frame
+from provetop.recordings.framing import FrameError, encode_checked_frame
 from provetop.recordings.schema import validate
 from provetop.recordings.state import State, Window
 
@@ -108,11 +109,13 @@ class RecordingWriter:
         self._last_snapshot_size = 0
         self._last_snapshot_end = 0
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # private whatever the umask: new directories 0700, the file 0600 (it holds what a
+            # client of the engine can read: host name, pid, every event)
+            make_private_dirs(self.path.parent)
             # exclusive: create or fail in one step (O_EXCL), so a file (or a link) that appears
             # between a caller's existence check and this open is never truncated
-            mode = "xb" if exclusive else "wb"
-            self._file = open(self.path, mode, buffering=0)  # noqa: SIM115 (closed in close())
+            fd = create_private(self.path, exclusive=exclusive)
+            self._file = os.fdopen(fd, "wb", buffering=0)  # closed in close()
         except FileExistsError:
             raise RecordingError(
                 f"cannot write recording {self.path}: the path exists (never overwritten)"
@@ -127,12 +130,13 @@ class RecordingWriter:
             "k": HEADER_KIND,
             "t": 0,
             "format": FORMAT_VERSION,
+            "checksum": "crc32",  # the last 4 bytes of every frame (docs/recordings.md)
             "writer": writer,
             "created_ns": time.time_ns(),
             "snapshot_every_s": float(snapshot_every_s),
             "flush_every_s": float(flush_every_s),
         }
-        self._pending += PREFIX + encode_frame(header)
+        self._pending += PREFIX + encode_checked_frame(header)
         self.offset = len(self._pending)  # logical end of file: flushed plus pending bytes
         self.flush()  # an unwritable file fails here, raised to the caller (not reported)
         self.on_error = on_error
@@ -168,7 +172,7 @@ class RecordingWriter:
             raise RecordingError(
                 f"the first event of a recording must be hello, not {event.get('k')!r}"
             )
-        frame = encode_frame(event)
+        frame = encode_checked_frame(event)
         with self._lock:
             self._pending += frame
             self.offset += len(frame)
@@ -217,7 +221,8 @@ class RecordingWriter:
             # memory stays bounded however long the run (it grew ~1.7 KB per partition)
             self.state.trim(self.window)
         try:
-            frame = encode_frame({"k": "snapshot", "t": t, "seek": True, "state": self.snapshot()})
+            seek = {"k": "snapshot", "t": t, "seek": True, "state": self.snapshot()}
+            frame = encode_checked_frame(seek)
         except FrameError:
             return False
         with self._lock:
@@ -314,7 +319,8 @@ class RecordingWriter:
                 }
                 with self._lock:
                     index_offset = self.offset
-                    self._pending += encode_frame(index) + TRAILER.pack(index_offset, END_MAGIC)
+                    trailer = TRAILER.pack(index_offset, END_MAGIC)
+                    self._pending += encode_checked_frame(index) + trailer
                 self.flush()
                 os.fsync(self._file.fileno())
         except RecordingError:

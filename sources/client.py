@@ -16,8 +16,11 @@ for the dashboard.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import socket
+import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -148,17 +151,47 @@ class EngineClient:
 
 
 def _connect(address: Address, timeout: float) -> socket.socket:
-    if address.kind == "unix":
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        target: Any = address.path
-    else:
+    """A connected socket within ``timeout``. On a Unix socket whose backlog is full (an
+    engine pacing a storm of connections), it waits its turn, as a TCP connect does.
+
+    Why not ``settimeout`` before ``connect`` there: that makes the socket non-blocking, and
+    Linux then fails a Unix connect at once (EAGAIN) while the backlog is full. Instead the
+    connect blocks, bounded by ``SO_SNDTIMEO`` (which Linux applies to a Unix connect's wait
+    for room), and is tried again until the deadline."""
+    if address.kind == "tcp":
         family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
-        target = (address.host, address.port)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(target)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+        sock.settimeout(timeout)
+        try:
+            sock.connect((address.host, address.port))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        left = max(0.001, deadline - time.monotonic())
+        try:
+            secs = int(left)
+            sock.setsockopt(
+                socket.SOL_SOCKET,
+                socket.SO_SNDTIMEO,
+                struct.pack("ll", secs, int((left - secs) * 1e6)),
+            )
+            sock.connect(address.path)
+        except OSError as exc:
+            sock.close()
+            if exc.errno not in (errno.EAGAIN, errno.EINPROGRESS, errno.EINTR):
+                raise
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{address.path}: the engine's backlog stayed full for {timeout:g} s"
+                ) from None
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(0.1, pause * 2)
+            continue
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 0))
+        sock.settimeout(timeout)  # reads and writes from now on, as before
+        return sock

@@ -26,8 +26,14 @@ from typing import Any
 import msgpack
 
 from provetop.recordings.errors import RecordingError
-from provetop.recordings.format import PREFIX, PREFIX_SIZE
-from provetop.recordings.framing import HEADER_SIZE, UNPACK_LIMITS, FrameError, decode_payload
+from provetop.recordings.format import MAGIC, PREFIX_SIZE, READABLE_VERSIONS, checked
+from provetop.recordings.framing import (
+    HEADER_SIZE,
+    UNPACK_LIMITS,
+    FrameError,
+    checked_payload,
+    decode_payload,
+)
 from provetop.recordings.reader import index_snapshots, open_regular, read_footer
 from provetop.recordings.state import PartitionRow, State
 from provetop.sources.errors import SourceError
@@ -56,8 +62,13 @@ class FileReplaySource:
         self._file = open_regular(path)  # a FIFO or a device: RecordingError, never a wait
         try:
             size = os.fstat(self._file.fileno()).st_size
-            if self._file.read(PREFIX_SIZE) != PREFIX:
-                raise NotIndexed("not a recording of this format version")
+            prefix = self._file.read(PREFIX_SIZE)
+            if len(prefix) < PREFIX_SIZE or prefix[:-1] != MAGIC:
+                raise NotIndexed("not a recording")
+            if prefix[-1] not in READABLE_VERSIONS:
+                raise NotIndexed("not a recording of a format version this reader knows")
+            # version 2: every frame ends with its CRC-32, checked as it is decoded
+            self._crc = checked(prefix[-1])
             footer = read_footer(self._file, Path(path), size)  # the reader's trailer checks
             if footer is None:
                 raise NotIndexed("no trailer")
@@ -108,7 +119,10 @@ class FileReplaySource:
         if end > limit:
             raise FrameError(f"frame at byte {offset} runs past byte {limit}")
         with memoryview(self._mm) as view:
-            return _decode(view[end_head:end]), end
+            body = view[end_head:end]
+            if self._crc:
+                body = checked_payload(view[offset:end_head], body)  # type: ignore[assignment]
+            return _decode(body), end
 
     def _events(self, offset: int) -> Iterator[tuple[dict[str, Any], int, int]]:
         """(event, its offset, the next offset) from ``offset`` on, seek snapshots skipped."""
@@ -293,6 +307,8 @@ class FileReplaySource:
         if end > self.limit:
             raise FrameError(f"frame at byte {offset} runs past byte {self.limit}")
         payload = self._mm[end_head:end]
+        if self._crc:
+            payload = bytes(checked_payload(self._mm[offset:end_head], payload))
         try:
             rest, raw_rows = _split_snapshot(payload)
         except Exception:  # noqa: BLE001 (the plain decoder says what is wrong)
@@ -320,14 +336,17 @@ class FileReplaySource:
         This loop is most of a seek (the whole window is folded here), so it is
         :meth:`_events` inlined: one slice of the map per frame, no generator, no per-frame
         bounds helper; a damaged frame still raises FrameError as there."""
-        mm, limit, apply = self._mm, self.limit, state.apply
+        mm, limit, apply, crc = self._mm, self.limit, state.apply, self._crc
         with memoryview(mm) as view:
             while offset + HEADER_SIZE <= limit:
                 body = offset + HEADER_SIZE
                 nxt = body + int.from_bytes(mm[offset:body], "big")
                 if nxt > limit:
                     raise FrameError(f"frame at byte {offset} runs past byte {limit}")
-                event = _decode(view[body:nxt])
+                payload = view[body:nxt]
+                if crc:
+                    payload = checked_payload(view[offset:body], payload)  # type: ignore[assignment]
+                event = _decode(payload)
                 kind = event.get("k")
                 if not (kind == "snapshot" and event.get("seek") is True):
                     if event.get("t", 0) > position:

@@ -11,6 +11,7 @@ must not import the command line above it (the layers of docs/architecture.md). 
 from __future__ import annotations
 
 import argparse
+import math
 
 from provetop.base.errors import UsageError
 from provetop.base.units import parse_size
@@ -74,7 +75,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="seed for reproducible witnesses and SRS")
     p.add_argument(
         "--nvml-interval",
-        type=float,
+        type=_finite_positive,
         metavar="SECONDS",
         help="seconds between NVML samples of each GPU (utilisation, power...; default 1; "
         "rounded to the 10 Hz memory sampling's ticks)",
@@ -114,6 +115,15 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
                     f"--witness-profile expects zeros,ones,dense fractions, "
                     f"got {args.witness_profile!r}"
                 ) from None
+            if not all(math.isfinite(x) and x >= 0 for x in profile):
+                # nan passes any comparison, so a sum check alone let "nan,nan,nan" run
+                raise UsageError(
+                    f"--witness-profile {args.witness_profile!r}: each fraction must be a "
+                    "finite number from 0 to 1"
+                )
+        seed = args.seed
+        if seed is not None and not 0 <= seed < 1 << 63:
+            raise UsageError(f"--seed {seed}: must be between 0 and 2^63 - 1")
         return from_preset(
             args.preset,
             backend=default_backend(args),
@@ -128,13 +138,22 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             allocator=args.allocator,
             witness_profile=profile,
             verify=args.verify,
-            seed=args.seed,
+            seed=seed,
             synthesis_ahead=getattr(args, "synthesis_ahead", None),
             on_record_error=getattr(args, "on_record_error", None),
             nvml_interval=getattr(args, "nvml_interval", None),
         )
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _finite_positive(text: str) -> float:
+    """A float flag that must be a finite number above 0 (argparse turns the ValueError into
+    one line and exit 2)."""
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(text)
+    return value
 
 
 def default_backend(args: argparse.Namespace) -> str:

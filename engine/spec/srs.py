@@ -31,7 +31,7 @@ import numpy as np
 
 from provetop.engine.spec.workload import QuerySizes
 from provetop.kernels.backend import Array, KernelBackend
-from provetop.kernels.cpu.srs import powers
+from provetop.kernels.cpu.srs import R, powers
 from provetop.kernels.layout import fr_to_limbs, random_fr
 
 QUERIES = ("h", "l", "a", "b_g1")
@@ -90,10 +90,16 @@ def make_host_points(
     points per call; ``progress.advance(points)`` after each (it raises
     ``provetop.engine.telemetry.progress.Stopped`` when the run is stopping)."""
 
-    secrets = srs.secrets(query)
+    # the secrets chunk by chunk, never the whole query up front: at 2^26 that list alone took
+    # ~30 s of pure Python before the first stop check, so SIGTERM during start-up waited
+    sigma, size = srs.sigmas[query] % R, srs.sizes[query]
+    acc = 1
     parts = []
-    for lo in range(0, len(secrets), chunk):
-        part = secrets[lo : lo + chunk]
+    for lo in range(0, size, chunk):
+        part = []
+        for _ in range(min(chunk, size - lo)):
+            part.append(acc)
+            acc = acc * sigma % R
         parts.append(np.asarray(backend.srs(fr_to_limbs(part, montgomery=False))))
         if progress is not None:
             progress.advance(len(part))

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from provetop.base.text import clean_text
 from provetop.recordings.schema import CONTROL_COMMANDS
 
 
@@ -98,8 +99,11 @@ def _check_args(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
         name = args.get("name")
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
             raise CommandError("marker needs a 'name' string of 1 to 200 characters")
-        if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in name):
-            raise CommandError("marker: the name must not hold control characters")
+        # stored, broadcast and drawn: control, bidi and zero-width characters and markup
+        # are stripped (provetop.base.text), and a name of nothing else is refused
+        name = clean_text(name).strip()
+        if not name:
+            raise CommandError("marker: the name holds nothing printable")
         return {"name": name}
     return {}
 
@@ -140,13 +144,13 @@ def frame_args(frame: object) -> dict[str, Any]:
     a large payload into the recording and to every other client."""
     if isinstance(frame, dict) and isinstance(frame.get("args"), dict):
         items = list(frame["args"].items())[:16]
-        return {k[:64]: _short(v) for k, v in items if isinstance(k, str)}
+        return {clean_text(k[:64]): _short(v) for k, v in items if isinstance(k, str)}
     return {}
 
 
 def _short(v: object) -> object:
     if isinstance(v, str):
-        return v[:64]
+        return clean_text(v[:64])  # a refusal is broadcast and recorded: nothing raw
     if isinstance(v, bytes):
         return f"<{len(v)} bytes>"
     if isinstance(v, dict | list):

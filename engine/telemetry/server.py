@@ -16,6 +16,7 @@ Bad framing closes only that connection; the engine keeps running.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hmac
 import ipaddress
 import os
@@ -23,14 +24,17 @@ import queue
 import select
 import socket
 import stat
+import struct
 import tempfile
+import termios
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
+from provetop.base.errors import UsageError
+from provetop.base.files import read_regular
 from provetop.engine.settings.tuning import ACCEPT_BURST, ACCEPT_RATE
 from provetop.engine.telemetry.bus import Bus, Subscription
 from provetop.recordings.address import Address, AddressError, parse_address
@@ -60,6 +64,20 @@ ACCEPT_BACKOFF_MAX_S = 1.0
 # Every command, refused or not, is a recorded event; a connection sending more than this many
 # in one second is cut (with one refusal), so no client can flood the recording or the others.
 MAX_COMMANDS_PER_S = 100
+# ... and every connection together is served at most this many commands a second (a shared
+# budget, taken in turn: a flood from many connections waits in their sockets, the engine
+# handles, records and broadcasts no more than this, so no mix of clients costs the run much)
+COMMANDS_PER_S_TOTAL = 20
+COMMAND_BURST = 20
+# At the connection cap, a new connection closes the one idle longest (nothing read from it and
+# none of its stream taken for at least this long), so idle clients cannot lock the operator out
+IDLE_EVICT_S = 1.0
+IDLE_PROBE_S = 0.05  # how long a candidate is watched for reading before it is closed
+# Evictions of idle clients a second, after a burst: each one hands the newcomer the whole
+# join (hello, snapshot, retained events), so a crowd of idle newcomers churning through the
+# slots would cost the run more than it saves; beyond the pace a newcomer is refused as before
+IDLE_EVICT_RATE = 2.0
+IDLE_EVICT_BURST = 4
 WRITE_BATCH_BYTES = 256 << 10  # events sent to a client in one write, at most about this much
 WRITE_COALESCE_S = 0.01  # the writer thread's pause between two rounds of every client's writes
 # Encoded events kept for the other clients: enough for the bus's retained history (20,000
@@ -78,6 +96,9 @@ CHUNK_CACHE_BYTES = 32 << 20
 # (Thread.start waits for the new thread to run), taken from the workers in a storm. At most
 # MAX_CLIENTS readers exist, idle ones included.
 READER_IDLE_S = 30.0
+
+
+MAX_TOKEN_FILE = 4096  # bytes of a token file (a token is 8 to a few hundred characters)
 
 
 class ListenError(ValueError):
@@ -122,14 +143,21 @@ def read_token(path: str) -> str:
     read it can control the engine."""
     try:
         mode = os.stat(path).st_mode
-        if mode & 0o077:
-            raise ListenError(
-                f"--token-file {path} can be read by other users (mode {mode & 0o777:o}); "
-                f"run: chmod 600 {path}"
-            )
-        token = Path(path).read_text().strip()
     except OSError as exc:
         raise ListenError(f"cannot read --token-file {path}: {exc.strerror or exc}") from None
+    if mode & 0o077:
+        raise ListenError(
+            f"--token-file {path} can be read by other users (mode {mode & 0o777:o}); "
+            f"run: chmod 600 {path}"
+        )
+    try:  # a regular file of at most 4 KiB: a FIFO would block start-up, a huge file fill memory
+        raw = read_regular(path, MAX_TOKEN_FILE, "--token-file")
+    except UsageError as exc:
+        raise ListenError(str(exc)) from None
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ListenError(f"--token-file {path}: not UTF-8 text") from None
     if len(token) < 8:
         raise ListenError(f"--token-file {path}: the token must be at least 8 characters")
     return token
@@ -194,6 +222,9 @@ class TelemetryServer:
         self._tokens = float(ACCEPT_BURST)
         self._tokens_at = time.monotonic()
         self._readers = _Readers(self._serve, READER_IDLE_S, self._report)
+        self.budget = Budget(COMMANDS_PER_S_TOTAL, COMMAND_BURST)
+        self.evicted_idle = 0  # idle connections closed to make room at the cap
+        self._evictions = Budget(IDLE_EVICT_RATE, IDLE_EVICT_BURST)
         add_counters = getattr(bus, "add_counters", None)
         if add_counters is not None:  # (a test's stand-in bus may have none)
             add_counters(self.listener_counters)
@@ -207,6 +238,8 @@ class TelemetryServer:
             "auth_failures": self.auth_failures,
             "accept_errors": self.accept_errors,
             "paced_accepts": self.paced_accepts,
+            "evicted_idle": self.evicted_idle,
+            "paced_commands": self.budget.waited,
             "reader_threads": self._readers.alive,
         }
 
@@ -363,6 +396,12 @@ class TelemetryServer:
                 evict, _ = self._handshaking.popitem(last=False)
                 self.evicted_handshakes += 1
                 full = False
+        if full and self._evictions.available():
+            evict = self._idlest()
+            if evict is not None:
+                self._evictions.spend()
+                self.evicted_idle += 1
+                full = False
         if evict is not None:
             try:  # its handler's recv returns b"": it closes and frees the slot itself
                 evict.shutdown(socket.SHUT_RDWR)
@@ -388,6 +427,27 @@ class TelemetryServer:
         drop = self.faults is not None and self.faults.drop_client()
         self._readers.run((conn, name, drop))
 
+    def _idlest(self) -> socket.socket | None:
+        """At the cap: the connection idle longest, if one is idle. Idle: it has sent nothing
+        for IDLE_EVICT_S and does not read its stream (bytes we sent wait unread in its socket
+        and none of them are taken within IDLE_PROBE_S). A dashboard reads along (its unread
+        bytes are none or shrinking), so it is never chosen while it watches."""
+        now = time.monotonic()
+        with self._outs_lock:
+            outs = [o for o in self._outs.values() if not o.gone and now - o.active >= IDLE_EVICT_S]
+        first = {id(o): _unread(o.conn) for o in outs}
+        if not any(first.values()):
+            return None
+        self._closed.wait(IDLE_PROBE_S)
+        idle = []
+        for o in outs:
+            before, after = first[id(o)], _unread(o.conn)
+            if before and after and after >= before:
+                idle.append((o.active, o.conn))
+            else:
+                o.active = now  # it reads: not idle
+        return min(idle, key=lambda item: item[0])[1] if idle else None
+
     def _serve(self, conn: socket.socket, name: str, drop: bool = False) -> None:
         decoder = FrameDecoder(
             max_buffer=CLIENT_MAX_FRAME + HEADER_SIZE + RECV_BYTES, max_frame=CLIENT_MAX_FRAME
@@ -405,19 +465,26 @@ class TelemetryServer:
                 return
             window, in_window = time.monotonic(), 0
             data = b""  # frames that came with the auth frame are in the decoder already
+            out = self._outs.get(conn)
             while not self._closed.is_set():
                 try:
                     decoder.feed(data)
-                    for frame in decoder.frames():
-                        now = time.monotonic()
-                        if now - window >= 1.0:
-                            window, in_window = now, 0
-                        in_window += 1
-                        if in_window > MAX_COMMANDS_PER_S:
-                            raise FrameError(
-                                f"more than {MAX_COMMANDS_PER_S} commands in one second"
-                            )
+                    # counted as they arrive (a connection's own cap), then served in turn
+                    # within the budget every connection shares
+                    frames = list(decoder.frames())
+                    now = time.monotonic()
+                    if now - window >= 1.0:
+                        window, in_window = now, 0
+                    in_window += len(frames)
+                    over = in_window > MAX_COMMANDS_PER_S
+                    if over:
+                        frames = frames[: max(0, len(frames) - (in_window - MAX_COMMANDS_PER_S))]
+                    for frame in frames:
+                        if not self.budget.take(self._closed):
+                            return
                         self.on_command(frame, name)
+                    if over:
+                        raise FrameError(f"more than {MAX_COMMANDS_PER_S} commands in one second")
                 except FrameError as exc:
                     self.on_bad_frame(str(exc), name)
                     if not self._closed.is_set():  # a closing engine sends nothing more
@@ -430,6 +497,8 @@ class TelemetryServer:
                     return
                 if not data:
                     return
+                if out is not None:
+                    out.active = time.monotonic()
         finally:
             if sub is not None:
                 sub.close()
@@ -666,15 +735,56 @@ class _Out:
     reader closes the socket only between two sends (its descriptor is never reused under
     a send in progress)."""
 
-    __slots__ = ("conn", "sub", "buf", "sent_live", "gone", "lock")
+    __slots__ = ("conn", "sub", "buf", "sent_live", "gone", "lock", "active")
 
     def __init__(self, conn: socket.socket, sub: Subscription) -> None:
         self.conn = conn
+        # when the client last sent something (or was seen reading its stream, by _idlest):
+        # the idlest goes first when the connection cap is reached
+        self.active = time.monotonic()
         self.sub = sub
         self.buf: memoryview | None = None
         self.sent_live = False
         self.gone = False
         self.lock = threading.Lock()
+
+
+class Budget:
+    """A token bucket shared by every connection: ``take`` waits (in arrival order, each
+    connection's reader holding one place in the line) until the next command is within
+    ``rate`` a second after a burst of ``burst``. A flood from any number of connections then
+    costs the engine ``rate`` commands a second; the rest wait in their sockets."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self._lock = threading.Lock()
+        self._tat = 0.0  # theoretical arrival time of the next command (GCRA)
+        self.waited = 0  # commands that had to wait for their turn
+
+    def available(self) -> bool:
+        """Whether one more would go now, without waiting (nothing is taken)."""
+        with self._lock:
+            now = time.monotonic()
+            return max(self._tat, now) + 1 / self.rate - now - self.burst / self.rate <= 0
+
+    def spend(self) -> None:
+        """Take one without waiting (after :meth:`available`)."""
+        with self._lock:
+            self._tat = max(self._tat, time.monotonic()) + 1 / self.rate
+
+    def take(self, closed: threading.Event) -> bool:
+        """Wait for this command's turn; False when ``closed`` is set meanwhile."""
+        if self.rate <= 0:
+            return True
+        with self._lock:
+            now = time.monotonic()
+            self._tat = max(self._tat, now) + 1 / self.rate
+            wait = self._tat - now - self.burst / self.rate
+        if wait <= 0:
+            return True
+        self.waited += 1
+        return not closed.wait(wait)
 
 
 class _Readers:
@@ -809,6 +919,15 @@ def _wait_drained(sub: Subscription, timeout: float, closed: threading.Event) ->
         if closed.wait(0.01):
             return
     closed.wait(0.05)
+
+
+def _unread(conn: socket.socket) -> int:
+    """Bytes sent on ``conn`` that its peer has not read yet (SIOCOUTQ); 0 when unknown."""
+    try:
+        raw = fcntl.ioctl(conn.fileno(), termios.TIOCOUTQ, b"\0" * 4)
+    except (OSError, ValueError):
+        return 0
+    return int(struct.unpack("i", raw)[0])
 
 
 def _shutdown(conn: socket.socket) -> None:

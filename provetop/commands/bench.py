@@ -16,6 +16,7 @@ TARGETS: dict[str, str] = {
     "pipeline": "provetop.engine.bench.pipeline",
     "metrics": "provetop.sources.bench_metrics",
     "soak": "provetop.engine.bench.soak",
+    "flood": "provetop.engine.bench.flood",
     "tui": "provetop.tui.bench",
 }
 

@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from provetop.base.errors import UsageError
+from provetop.base.files import check_path
 from provetop.base.units import fmt_bytes
 from provetop.commands import Subparsers
 from provetop.engine.run.options import (
@@ -47,14 +48,17 @@ def build_engine(args: argparse.Namespace, log: Callable[[str], None] | None = N
     config = config_from_args(args)
     tuning = tuning_from_env()  # the only read of the environment's settings
     inject = getattr(args, "inject", None)
-    if args.record and args.no_record:
+    if args.record is not None and args.no_record:
         raise UsageError("--record and --no-record are mutually exclusive")
+    if args.token_file is not None:
+        check_path(args.token_file, "--token-file")
     if args.token_file and not (args.listen or "").startswith("tcp://"):
         raise UsageError("--token-file is only used with --listen tcp://127.0.0.1:PORT")
     record = None
     if not args.no_record:
-        if args.record:
-            record = args.record
+        if args.record is not None:
+            # an empty or overlong path is a typo, never "the default place"
+            record = check_path(args.record, "--record")
             if os.path.lexists(record):  # a typo must not turn a file (or a link) into a recording
                 raise UsageError(f"--record {record}: the path exists; the engine never overwrites")
         else:
@@ -137,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
         engine.start()
     except EngineError as exc:
         raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:  # a signal while the recording and the socket were opened
+        _ignore_signals()
+        engine.close()
+        print("provetop: interrupted during start-up; recording closed", file=out)
+        return 1 if engine.record_error is not None else 0
     try:
         dev = engine.devices[0]
         print(f"provetop engine {engine.engine_id}: {backend_note(args)}", file=out)
@@ -189,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"provetop: recording problem: {problem}", file=sys.stderr)
     if engine.error:
         print(f"provetop: engine failed: {engine.error}", file=sys.stderr)
+        return 1
+    if engine.record_error is not None:  # 1 on every stop path, whatever --on-record-error
         return 1
     if interrupted:  # the operator asked to stop, and the run stopped cleanly
         print("provetop: interrupted; in-flight partitions finished, recording closed", file=out)

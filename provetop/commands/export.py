@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from provetop.base.errors import UsageError
+from provetop.base.files import check_output, check_path
 from provetop.commands import Subparsers
 from provetop.recordings.errors import RecordingError
 from provetop.recordings.export_perfetto import write_perfetto
@@ -26,18 +27,25 @@ def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
         "-o",
         "--output",
         metavar="OUT",
-        help="output file (default: FILE with the suffix .perfetto.json)",
+        help="output file (default: FILE with the suffix .perfetto.json); never the input, "
+        "and an existing file only with --force",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace an existing OUT (never the input FILE)"
     )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.format not in FORMATS:
         raise UsageError(f"unknown export format {args.format!r} (known: {', '.join(FORMATS)})")
-    out = Path(args.output) if args.output else Path(args.file).with_suffix(".perfetto.json")
-    if out.is_dir():
-        raise UsageError(f"cannot write {out}: is a directory")
-    if not out.parent.is_dir():
-        raise UsageError(f"cannot write {out}: directory {out.parent} does not exist")
+    source = check_path(args.file, "FILE")
+    if args.output is not None:
+        out = Path(check_path(args.output, "-o"))
+    else:
+        out = Path(source).with_suffix(".perfetto.json")
+    # never the recording itself (a link or a hard link to it included), never an existing
+    # file without --force: one command must not destroy a run
+    check_output(out, inputs={"recording": source}, force=args.force)
     try:
         count = write_perfetto(args.file, out)
     except RecordingError as exc:

@@ -16,12 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from provetop.base.errors import UsageError
+from provetop.base.files import check_output, check_path, read_regular
 from provetop.commands import Subparsers
 from provetop.recordings.errors import RecordingError
 from provetop.recordings.writer import RecordingWriter
 from provetop.sources.cuzk.convert import MS, Converter
 from provetop.sources.cuzk.follow import iter_lines
 from provetop.sources.cuzk.parse import TimelineLine, parse_line
+from provetop.sources.cuzk.status import MAX_BODY, MAX_DEPTH, bracket_depth
+
+# Saved /status bodies: each at most the poller's limit, all together at most this much (a
+# directory of huge files given by mistake must not be read into memory whole).
+MAX_SNAPSHOT_BYTES = 64 << 20
 
 
 def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
@@ -54,13 +60,31 @@ def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
 
 
 def _snapshots(directory: str) -> tuple[list[tuple[float, dict[str, Any]]], list[str]]:
+    """Every ``*.json`` of ``directory``: each a regular file (a FIFO or a device is refused
+    at once, never waited on) of at most the poller's MAX_BODY, nested at most MAX_DEPTH
+    deep (checked before the JSON parser recurses), MAX_SNAPSHOT_BYTES in all."""
     good: list[tuple[float, dict[str, Any]]] = []
     bad: list[str] = []
+    total = 0
     for path in sorted(Path(directory).glob("*.json")):
         try:
-            snap = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            bad.append(f"{path.name}: {exc}")
+            raw = read_regular(path, MAX_BODY, "status snapshot")
+        except UsageError as exc:
+            bad.append(f"{path.name}: {str(exc).removeprefix(f'status snapshot {path}: ')}")
+            continue
+        total += len(raw)
+        if total > MAX_SNAPSHOT_BYTES:
+            raise UsageError(
+                f"--status-snapshots {directory}: more than {MAX_SNAPSHOT_BYTES} bytes of "
+                "*.json in all; is this the directory of saved /status bodies?"
+            )
+        if bracket_depth(raw) > MAX_DEPTH:
+            bad.append(f"{path.name}: JSON nested deeper than {MAX_DEPTH} levels")
+            continue
+        try:
+            snap = json.loads(raw.decode("utf-8"))
+        except (RecursionError, UnicodeDecodeError, ValueError) as exc:
+            bad.append(f"{path.name}: {type(exc).__name__}: {str(exc)[:200]}")
             continue
         uptime = snap.get("uptime_secs") if isinstance(snap, dict) else None
         if not isinstance(uptime, int | float) or isinstance(uptime, bool):
@@ -89,20 +113,13 @@ def _check_output(args: argparse.Namespace) -> str:
     """Where to write: ``-o`` itself when it does not exist, else (``--force``) a fresh name
     beside it. Never the input log (a typo must not destroy the only copy of a run), never a
     directory, never an existing file without ``--force``; each refusal is one line."""
-    out: str = args.output
+    out: str = check_path(args.output, "-o")
     if os.path.isdir(out):
         raise UsageError(f"-o {out} is a directory; give the recording's file name")
-    if args.log != "-" and os.path.exists(out):
-        try:
-            same = os.path.samefile(args.log, out)
-        except OSError:
-            same = False
-        if same:
-            raise UsageError(f"-o {out} is the input log; it is never overwritten")
+    inputs = {} if args.log == "-" else {"log": args.log}
+    check_output(out, inputs=inputs, force=args.force)
     if not os.path.lexists(out):
         return out
-    if not args.force:
-        raise UsageError(f"-o {out} exists; pass --force to replace it")
     return f"{out}.tmp-{os.getpid()}"
 
 
@@ -113,6 +130,7 @@ def _check_log(log: str) -> None:
     """Refuse a log that cannot be a cuzk log: missing, empty or binary (one line each)."""
     if log == "-":
         return
+    check_path(log, "LOG")
     if not os.path.isfile(log):
         raise UsageError(f"no such cuzk log: {log}")
     try:

@@ -25,6 +25,7 @@ import time
 from typing import IO
 
 from provetop.base.errors import UsageError
+from provetop.base.files import check_path
 from provetop.commands import Subparsers
 from provetop.commands.engine import PROGRESS_PREFIX, add_engine_arguments, config_from_args
 from provetop.commands.watch import add_display_arguments, read_token
@@ -69,13 +70,16 @@ def _check_flags(args: argparse.Namespace) -> str | None:
     """Refuse bad flags here with the engine's one-line messages, before any process starts;
     returns the recording path the engine will write (None for --no-record)."""
     config_from_args(args)
-    if args.record and args.no_record:
+    if args.record is not None and args.no_record:
         raise UsageError("--record and --no-record are mutually exclusive")
+    if args.token_file is not None:
+        check_path(args.token_file, "--token-file")
     if args.token_file and not (args.listen or "").startswith("tcp://"):
         raise UsageError("--token-file is only used with --listen tcp://127.0.0.1:PORT")
     if args.no_record:
         return None
-    if args.record:
+    if args.record is not None:
+        check_path(args.record, "--record")  # an empty path is a typo, not the default
         if os.path.lexists(args.record):
             raise UsageError(
                 f"--record {args.record}: the path exists; the engine never overwrites"

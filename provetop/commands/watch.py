@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from provetop.base.errors import UsageError
+from provetop.base.files import read_regular
 from provetop.commands import Subparsers
 from provetop.recordings.address import AddressError, parse_address
 from provetop.recordings.prometheus.fold import MetricsFold
@@ -88,10 +89,11 @@ def read_token(path: str | None) -> str | None:
     """The token in ``--token-file`` (None without one); one-line UsageError when unusable."""
     if path is None:
         return None
+    raw = read_regular(path, 4096, "--token-file")  # a FIFO never blocks, a huge file is refused
     try:
-        token = open(path).read().strip()
-    except OSError as exc:
-        raise UsageError(f"cannot read --token-file {path}: {exc.strerror or exc}") from None
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise UsageError(f"--token-file {path}: not UTF-8 text") from None
     if not token:
         raise UsageError(f"--token-file {path} is empty")
     return token

@@ -42,6 +42,11 @@ MAX_THREADS = 8
 TIMEOUT_S = 2.0  # per socket operation
 DEADLINE_S = 5.0  # per connection, from accept to close
 METHODS = ("GET", "HEAD")  # what /metrics answers; any other method: 405 with Allow
+REQUEST_DEADLINE_S = 1.0  # the request line and headers must be in by then (slow loris)
+# Requests served a second, all connections together, after a burst: the rest wait in the
+# listen backlog, so back-to-back scrapes cost the producer this many renders a second at most
+REQUESTS_PER_S = 20
+REQUEST_BURST = 20
 
 
 class MetricsAddressError(ValueError):
@@ -138,6 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if not self.parse_request():  # sends 400/431 itself
                 return
+            self.server.request_read(self.request)
             if self.command not in METHODS:
                 self._not_allowed()
                 return
@@ -189,16 +195,27 @@ class _Server(ThreadingHTTPServer):
         self.refused = 0
         self._slots = threading.BoundedSemaphore(MAX_THREADS)
         self._open: dict[Any, float] = {}  # connection -> deadline
+        self._reading: dict[Any, float] = {}  # connections still sending their request -> since
         self._open_lock = threading.Lock()
+        self._tat = 0.0  # the request pace (GCRA, as the telemetry socket's command budget)
+        self.evicted = 0  # connections still sending their request, closed to make room
+        self.paced = 0
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        self._pace()
         if not self._slots.acquire(blocking=False):
-            self.refused += 1
-            self.shutdown_request(request)
-            return
+            # every slot taken: the connection that has been sending its request longest
+            # (a slow loris) makes room, so real scrapes are served however many trickle
+            victim = self._oldest_reading()
+            if victim is None or not self._evict(victim):
+                self.refused += 1
+                self.shutdown_request(request)
+                return
+        now = time.monotonic()
         with self._open_lock:
-            self._open[request] = time.monotonic() + DEADLINE_S
+            self._open[request] = now + DEADLINE_S
+            self._reading[request] = now
         try:
             super().process_request(request, client_address)
         except Exception:
@@ -211,8 +228,39 @@ class _Server(ThreadingHTTPServer):
         finally:
             self._forget(request)
 
+    def _pace(self) -> None:
+        """Wait (in the accepting thread: the next connections wait in the backlog) until
+        this request is within REQUESTS_PER_S after a burst of REQUEST_BURST."""
+        now = time.monotonic()
+        self._tat = max(self._tat, now) + 1 / REQUESTS_PER_S
+        wait = self._tat - now - REQUEST_BURST / REQUESTS_PER_S
+        if wait > 0:
+            self.paced += 1
+            time.sleep(wait)
+
+    def request_read(self, request: Any) -> None:
+        """The handler has the whole request: from now on it is a scrape, not evictable."""
+        with self._open_lock:
+            self._reading.pop(request, None)
+
+    def _oldest_reading(self) -> Any:
+        with self._open_lock:
+            if not self._reading:
+                return None
+            return min(self._reading.items(), key=lambda item: item[1])[0]
+
+    def _evict(self, victim: Any) -> bool:
+        """Close ``victim`` and take its slot once its thread lets go (True), within 1 s."""
+        try:
+            victim.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.evicted += 1
+        return self._slots.acquire(timeout=1.0)
+
     def _forget(self, request: Any) -> None:
         with self._open_lock:
+            self._reading.pop(request, None)
             if self._open.pop(request, None) is None:
                 return
         self._slots.release()
@@ -222,6 +270,7 @@ class _Server(ThreadingHTTPServer):
         now = time.monotonic()
         with self._open_lock:
             late = [r for r, deadline in self._open.items() if deadline <= now]
+            late += [r for r, since in self._reading.items() if now - since >= REQUEST_DEADLINE_S]
         for request in late:
             try:
                 request.shutdown(socket.SHUT_RDWR)

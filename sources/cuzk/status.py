@@ -11,12 +11,13 @@ dashboard's quit, for as long as it liked).
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import socket
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ import numpy as np
 
 from provetop.sources.protocol import THREAD_PREFIX
 
+MAX_REDIRECTS = 3  # on the same host and port only
 MAX_BODY = 4 << 20  # a status body is a few KiB; refuse anything absurd
 MAX_DEPTH = 32  # cuzk's status nests 3-4 levels; a deeper body is refused, not walked
 CHUNK = 1 << 16
@@ -50,23 +52,27 @@ def status_url(url: str) -> str:
 
 
 def fetch_status(url: str, timeout: float = 2.0) -> StatusResult:
-    """One ``GET``; never raises."""
+    """One ``GET``; never raises. ``timeout`` bounds the whole exchange (connect, headers,
+    body, redirects): a watchdog shuts the socket at the deadline, so a server trickling its
+    headers cannot hold the poll past it. A redirect is followed only on the same host and
+    port (at most MAX_REDIRECTS): a status endpoint has no business sending the poller to
+    another machine."""
     now = time.time_ns()
     deadline = time.monotonic() + timeout
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - operator URL
-            body = _read_body(resp, deadline)
+        body = _get(url, deadline, timeout)
+    except _Refused as exc:
+        return StatusResult(False, None, str(exc), now)
     except TimeoutError:
         return StatusResult(False, None, f"no complete response within {timeout:g} s", now)
-    except urllib.error.HTTPError as exc:
-        return StatusResult(False, None, f"HTTP {exc.code} {exc.reason}", now)
-    except urllib.error.URLError as exc:
-        return StatusResult(False, None, f"unreachable: {exc.reason}", now)
-    except (OSError, ValueError) as exc:  # timeouts, resets, bad URLs
-        return StatusResult(False, None, f"unreachable: {exc}", now)
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, reset, bad URL
+        if time.monotonic() >= deadline:
+            return StatusResult(False, None, f"no complete response within {timeout:g} s", now)
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return StatusResult(False, None, f"unreachable: {reason}", now)
     if len(body) > MAX_BODY:
         return StatusResult(False, None, f"body larger than {MAX_BODY} bytes", now)
-    if _bracket_depth(body) > MAX_DEPTH:  # before json.loads, whose C parser recurses
+    if bracket_depth(body) > MAX_DEPTH:  # before json.loads, whose C parser recurses
         return StatusResult(False, None, f"JSON nested deeper than {MAX_DEPTH} levels", now)
     try:
         snapshot = json.loads(body.decode("utf-8"))
@@ -79,6 +85,59 @@ def fetch_status(url: str, timeout: float = 2.0) -> StatusResult:
     if not isinstance(snapshot, dict):
         return StatusResult(False, None, f"JSON {type(snapshot).__name__}, not an object", now)
     return StatusResult(True, snapshot, None, now)
+
+
+class _Refused(Exception):
+    """An answer the poller does not take (an HTTP error, a redirect off the host)."""
+
+
+def _get(url: str, deadline: float, timeout: float) -> bytes:
+    """The body of ``GET url``, following same-host redirects, all before ``deadline``."""
+    origin: tuple[str, int] | None = None
+    for _ in range(MAX_REDIRECTS + 1):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"not an http:// URL: {url[:200]}")
+        where = (parts.hostname, parts.port or 80)
+        if origin is None:
+            origin = where
+        elif where != origin:
+            raise _Refused(f"redirected to another host ({where[0]}:{where[1]}); not followed")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        conn = http.client.HTTPConnection(where[0], where[1], timeout=left)
+        watchdog = threading.Timer(left, _cut, args=(conn,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            conn.request("GET", path, headers={"Accept": "application/json"})
+            resp = conn.getresponse()
+            if resp.status in (301, 302, 303, 307, 308):
+                location = resp.getheader("Location") or ""
+                url = urllib.parse.urljoin(url, location)
+                continue
+            if resp.status >= 400:
+                raise _Refused(f"HTTP {resp.status} {resp.reason}")
+            body = _read_body(resp, deadline)
+        finally:
+            watchdog.cancel()
+            conn.close()
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        return body
+    raise _Refused(f"more than {MAX_REDIRECTS} redirects")
+
+
+def _cut(conn: http.client.HTTPConnection) -> None:
+    """The deadline passed: wake whatever read the exchange is blocked in."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _read_body(resp: Any, deadline: float) -> bytes:
@@ -101,7 +160,7 @@ _STRING = re.compile(rb'"(?:\\.|[^"\\])*"')
 _OPEN_CLOSE = bytes(range(256)).translate(None, b"[]{}")  # every byte but the brackets
 
 
-def _bracket_depth(body: bytes) -> int:
+def bracket_depth(body: bytes) -> int:
     """The deepest nesting of ``[``/``{`` in ``body``, outside string literals, counted without
     parsing. Why not let ``json.loads`` find out: its C scanner recurses once per level and
     relies on the interpreter's recursion limit, which a program may have raised; 100,000

@@ -13,7 +13,7 @@ import msgpack
 import pytest
 
 from provetop.recordings.format import END_MAGIC, PREFIX, TRAILER_SIZE
-from provetop.recordings.framing import encode_frame
+from provetop.recordings.framing import encode_checked_frame
 from provetop.recordings.reader import RecordingError, open_recording, read_state, seek_state
 from provetop.recordings.schema import SchemaError
 from provetop.recordings.state import State, Window
@@ -76,7 +76,7 @@ def test_round_trip(run, recorded):
     assert rec.complete and not rec.truncated and rec.truncation is None
     assert rec.events == run
     assert rec.hello == run[0]
-    assert rec.header["format"] == 1 and rec.header["writer"].startswith("provetop")
+    assert rec.header["format"] == 2 and rec.header["writer"].startswith("provetop")
     assert len(rec.snapshots) >= 3
     assert [(s.t, s.offset) for s in rec.snapshots] == w.snapshots
     assert rec.index["events"] == len(run)
@@ -256,7 +256,7 @@ def test_hello_must_come_first(tmp_path):
     raw = p.read_bytes()
     assert open_recording(p).events == []
     header_len = 4 + int.from_bytes(raw[8:12], "big")
-    forged = raw[: 8 + header_len] + encode_frame({"k": "marker", "t": 0, "name": "x"})
+    forged = raw[: 8 + header_len] + encode_checked_frame({"k": "marker", "t": 0, "name": "x"})
     p.write_bytes(forged)
     with pytest.raises(RecordingError, match="expected the hello"):
         open_recording(p)
@@ -267,9 +267,9 @@ def test_index_that_disagrees_with_the_file_is_corruption(run, tmp_path):
     w = _write(p, run[:200])
     data = bytearray(p.read_bytes())
     index_off = int.from_bytes(data[-16:-8], "big")
-    index = msgpack.unpackb(data[index_off + 4 : -16], raw=False)
+    index = msgpack.unpackb(data[index_off + 4 : -20], raw=False)
     index["snapshots"][0][1] += 1
-    new = bytes(data[:index_off]) + encode_frame(index)
+    new = bytes(data[:index_off]) + encode_checked_frame(index)
     new += index_off.to_bytes(8, "big") + END_MAGIC
     p.write_bytes(new)
     assert w.snapshots
@@ -445,9 +445,10 @@ def test_index_event_count_must_match(run, tmp_path):
     _write(p, run[:100])
     data = p.read_bytes()
     index_off = int.from_bytes(data[-16:-8], "big")
-    index = msgpack.unpackb(data[index_off + 4 : -16], raw=False)
+    index = msgpack.unpackb(data[index_off + 4 : -20], raw=False)
     index["events"] += 1
-    p.write_bytes(data[:index_off] + encode_frame(index) + index_off.to_bytes(8, "big") + END_MAGIC)
+    trailer = index_off.to_bytes(8, "big") + END_MAGIC
+    p.write_bytes(data[:index_off] + encode_checked_frame(index) + trailer)
     with pytest.raises(RecordingError, match="does not match"):
         open_recording(p)
 

@@ -165,11 +165,11 @@ def test_deep_nesting_is_refused_before_the_json_parser_recurses():
     import subprocess
     import sys
 
-    from provetop.sources.cuzk.status import MAX_DEPTH, _bracket_depth
+    from provetop.sources.cuzk.status import MAX_DEPTH, bracket_depth
 
-    assert _bracket_depth(b'{"a": "[[[[", "b": [1, {"c": [2]}]}') == 4
-    assert _bracket_depth(b'["\\"[[[", {}]') == 2
-    assert _bracket_depth(b"[" * 100_000 + b"]" * 100_000) == 100_000 > MAX_DEPTH
+    assert bracket_depth(b'{"a": "[[[[", "b": [1, {"c": [2]}]}') == 4
+    assert bracket_depth(b'["\\"[[[", {}]') == 2
+    assert bracket_depth(b"[" * 100_000 + b"]" * 100_000) == 100_000 > MAX_DEPTH
     code = (
         "import sys, threading, http.server\n"
         "sys.setrecursionlimit(10**6)\n"
