@@ -17,7 +17,6 @@ from typing import Any, TextIO
 
 from provetop.base.errors import UsageError
 from provetop.base.units import fmt_bytes
-from provetop.commands import Subparsers
 from provetop.engine.run.options import (
     add_engine_arguments,
     backend_note,
@@ -32,12 +31,7 @@ PROGRESS_PREFIX = "progress: "  # the stderr lines of a long start-up step (run 
 PROGRESS_LINE_S = 1.0  # at most one line a second per step on stderr, and always its last
 PROGRESS_AFTER_S = 2.0  # a step shorter than this writes nothing (the event log has its line)
 
-__all__ = ["add_engine_arguments", "add_parser", "build_engine", "config_from_args", "run"]
-
-
-def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
-    p = sub.add_parser(name, help=help_text, description=help_text)
-    add_engine_arguments(p)
+__all__ = ["add_engine_arguments", "build_engine", "config_from_args", "run"]
 
 
 def build_engine(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> Engine:

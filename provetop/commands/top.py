@@ -12,34 +12,13 @@ from __future__ import annotations
 import argparse
 
 from provetop.base.errors import UsageError
-from provetop.commands import Subparsers
 from provetop.commands.watch import (
-    add_cuzk_arguments,
-    add_display_arguments,
     cuzk_source,
     run_monitor,
 )
 from provetop.sources.protocol import EventSource
 
 INTERVAL_MAX = 3600.0
-
-
-def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
-    p = sub.add_parser(name, help=help_text, description=help_text)
-    p.add_argument(
-        "--interval",
-        type=float,
-        default=1.0,
-        metavar="S",
-        help="seconds between NVML samples of the local GPUs (default 1)",
-    )
-    add_cuzk_arguments(p)
-    p.add_argument(
-        "--save-dir",
-        metavar="DIR",
-        help="where S saves recordings of an attached engine (default: the recordings directory)",
-    )
-    add_display_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
