@@ -81,6 +81,18 @@ def _reap_zombies(keep: set[int]) -> None:
 SUBREAPER = _become_subreaper()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``nvcc`` compile CUDA with the real nvcc (one compile took over ten
+    minutes on a loaded 2-core machine): they run only when asked for, with a ``-m``
+    expression naming ``nvcc`` or ``PROVETOP_TEST_NVCC=1``; otherwise they skip, saying so."""
+    if "nvcc" in (config.getoption("-m") or "") or os.environ.get("PROVETOP_TEST_NVCC") == "1":
+        return
+    skip = pytest.mark.skip(reason="compiles with nvcc: run with -m nvcc or PROVETOP_TEST_NVCC=1")
+    for item in items:
+        if item.get_closest_marker("nvcc") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="module")
 def cp():
     """CuPy with a visible CUDA device; the GPU tests that take it skip with the reason
