@@ -12,7 +12,7 @@ from tests.conftest import SUBREAPER
 
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 
-LEAKY_TESTS = '''
+LEAKY_TESTS = """
 import subprocess, sys, time
 
 def test_waits_for_its_child():
@@ -28,7 +28,7 @@ def test_its_child_leaves_a_grandchild_running():
 
 def test_a_child_that_ends_soon_after_is_fine():
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
-'''
+"""
 
 
 @pytest.mark.skipif(not SUBREAPER, reason="needs Linux's child subreaper (prctl)")

@@ -94,6 +94,30 @@ def progress_printer(
     return on_event
 
 
+def done_notice(err: TextIO, stays_up: bool) -> Callable[[dict[str, Any]], None]:
+    """A bus listener that says on ``err`` when the run's last proof is done and what the
+    engine does next: an operator who started it headless otherwise sees a process that
+    neither works nor exits. stderr, because stdout carries what ``provetop run`` reads."""
+
+    def on_event(e: dict[str, Any]) -> None:
+        if e.get("k") != "engine_state" or e.get("state") != "done":
+            return
+        reason = str(e.get("reason") or "done")
+        if reason == "all proofs done" and stays_up:
+            line = (
+                "provetop engine: all proofs done; staying up so that dashboards and clients "
+                "can still read it (Ctrl-C or a client's stop ends it; --exit-when-done exits)"
+            )
+        else:
+            line = f"provetop engine: {reason}; exiting"
+        try:
+            print(line, file=err, flush=True)
+        except (OSError, ValueError):
+            pass
+
+    return on_event
+
+
 def _sigterm_as_interrupt() -> None:
     """SIGTERM ends the run like Ctrl-C: intake stops, running partitions finish, the
     recording gets its footer and the socket is removed."""
@@ -123,6 +147,7 @@ def _ignore_signals() -> None:
 def run(args: argparse.Namespace) -> int:
     engine = build_engine(args)
     engine.bus.add_listener(progress_printer(sys.stderr))
+    engine.bus.add_listener(done_notice(sys.stderr, stays_up=not args.exit_when_done))
     out = sys.stdout
     _sigterm_as_interrupt()
     cfg = engine.config
