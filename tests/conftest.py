@@ -20,6 +20,9 @@ tuning_env.apply(os.environ)
 THREAD_GRACE_S = 2.0  # how long a thread the test stopped may take to end after it
 PROCESS_GRACE_S = 2.0  # how long a process the test stopped may take to exit after it
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphans of our descendants become our children
+# The interpreter's own helpers, started once on first use and kept for the whole run: not a
+# test's processes (multiprocessing's resource tracker and fork server).
+PROCESS_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
 def _become_subreaper() -> bool:
@@ -158,7 +161,11 @@ def no_process_outlives_its_test():
     yield
     deadline = time.monotonic() + PROCESS_GRACE_S
     while True:
-        left = {pid: cmd for pid, cmd in _children().items() if pid not in before}
+        left = {
+            pid: cmd
+            for pid, cmd in _children().items()
+            if pid not in before and not any(h in cmd for h in PROCESS_HELPERS)
+        }
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.05)
