@@ -84,10 +84,31 @@ def _reap_zombies(keep: set[int]) -> None:
 SUBREAPER = _become_subreaper()
 
 
+SLOW_TESTS = os.path.join(os.path.dirname(__file__), "slow_tests.txt")
+
+
+def _measured_slow() -> set[str]:
+    """The test ids tests/slow_tests.txt lists (measured durations of about a second or more)."""
+    try:
+        with open(SLOW_TESTS) as f:
+            return {line.strip() for line in f if line.strip() and not line.startswith("#")}
+    except OSError:
+        return set()
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``nvcc`` compile CUDA with the real nvcc (one compile took over ten
-    minutes on a loaded 2-core machine): they run only when asked for, with a ``-m``
-    expression naming ``nvcc`` or ``PROVETOP_TEST_NVCC=1``; otherwise they skip, saying so."""
+    """Two markers set here rather than by hand:
+
+    - ``slow`` on every test tests/slow_tests.txt lists (measured, not guessed), so that
+      ``-m "not slow"`` is the quick subset the README names;
+    - tests marked ``nvcc`` compile CUDA with the real nvcc (one compile took over ten
+      minutes on a loaded 2-core machine): they run only when asked for, with a ``-m``
+      expression naming ``nvcc`` or ``PROVETOP_TEST_NVCC=1``; otherwise they skip, saying
+      so."""
+    slow = _measured_slow()
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
     if "nvcc" in (config.getoption("-m") or "") or os.environ.get("PROVETOP_TEST_NVCC") == "1":
         return
     skip = pytest.mark.skip(reason="compiles with nvcc: run with -m nvcc or PROVETOP_TEST_NVCC=1")

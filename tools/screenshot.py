@@ -41,7 +41,6 @@ from provetop.sources.nvml import NvmlSource
 from provetop.tui.app import ProvetopApp
 from tests.sources.fake_pynvml import FakeNvml
 
-
 # The README's quick start; the screenshot is of this command.
 QUICK_START = ("provetop", "run", "--preset", "demo")
 COMMENT = "<!-- " + " ".join(QUICK_START) + " -->"
