@@ -94,22 +94,27 @@ def progress_printer(
     return on_event
 
 
-def done_notice(err: TextIO, stays_up: bool) -> Callable[[dict[str, Any]], None]:
+def done_notice(
+    err: TextIO, stays_up: bool, stopping: Callable[[], bool] = lambda: False
+) -> Callable[[dict[str, Any]], None]:
     """A bus listener that says on ``err`` when the run's last proof is done and what the
     engine does next: an operator who started it headless otherwise sees a process that
-    neither works nor exits. stderr, because stdout carries what ``provetop run`` reads."""
+    neither works nor exits. A run that stopped or failed gets no line here (the one that
+    says why is printed already). stderr, because stdout carries what ``provetop run``
+    reads."""
 
     def on_event(e: dict[str, Any]) -> None:
         if e.get("k") != "engine_state" or e.get("state") != "done":
             return
-        reason = str(e.get("reason") or "done")
-        if reason == "all proofs done" and stays_up:
+        if e.get("reason") != "all proofs done" or stopping():
+            return  # stopped or failed: the lines that say why are printed already
+        if stays_up:
             line = (
                 "provetop engine: all proofs done; staying up so that dashboards and clients "
                 "can still read it (Ctrl-C or a client's stop ends it; --exit-when-done exits)"
             )
         else:
-            line = f"provetop engine: {reason}; exiting"
+            line = "provetop engine: all proofs done; exiting"
         try:
             print(line, file=err, flush=True)
         except (OSError, ValueError):
@@ -147,7 +152,8 @@ def _ignore_signals() -> None:
 def run(args: argparse.Namespace) -> int:
     engine = build_engine(args)
     engine.bus.add_listener(progress_printer(sys.stderr))
-    engine.bus.add_listener(done_notice(sys.stderr, stays_up=not args.exit_when_done))
+    if not args.exit_when_done:  # with it, stdout's "done:" line is the last word
+        engine.bus.add_listener(done_notice(sys.stderr, True, engine.stopping))
     out = sys.stdout
     _sigterm_as_interrupt()
     cfg = engine.config
