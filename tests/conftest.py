@@ -205,5 +205,5 @@ def no_process_outlives_its_test():
     time.sleep(0.05 if left else 0)
     _reap_zombies(before)
     if left:
-        names = ", ".join(f"{pid} ({cmd[:80]})" for pid, cmd in sorted(left.items()))
+        names = ", ".join(f"{pid} ({cmd[:160]})" for pid, cmd in sorted(left.items()))
         pytest.fail(f"processes outlived the test: {names}", pytrace=False)

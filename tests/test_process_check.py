@@ -46,8 +46,8 @@ def test_the_fixture_fails_the_tests_that_leave_a_process_behind(pytester, monke
     result.stdout.fnmatch_lines(
         [
             "*ERROR at teardown of test_leaves_a_child_running*",
-            "processes outlived the test: * left-child)",
+            "processes outlived the test: *left-child*",
             "*ERROR at teardown of test_its_child_leaves_a_grandchild_running*",
-            "processes outlived the test: * left-grandchild)",
+            "processes outlived the test: *left-grandch*",
         ]
     )
