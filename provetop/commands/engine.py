@@ -18,7 +18,6 @@ from typing import Any, TextIO
 from provetop.base.errors import UsageError
 from provetop.base.files import check_path
 from provetop.base.units import fmt_bytes
-from provetop.commands import Subparsers
 from provetop.engine.run.options import (
     add_engine_arguments,
     backend_note,
@@ -33,12 +32,7 @@ PROGRESS_PREFIX = "progress: "  # the stderr lines of a long start-up step (run 
 PROGRESS_LINE_S = 1.0  # at most one line a second per step on stderr, and always its last
 PROGRESS_AFTER_S = 2.0  # a step shorter than this writes nothing (the event log has its line)
 
-__all__ = ["add_engine_arguments", "add_parser", "build_engine", "config_from_args", "run"]
-
-
-def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
-    p = sub.add_parser(name, help=help_text, description=help_text)
-    add_engine_arguments(p)
+__all__ = ["add_engine_arguments", "build_engine", "config_from_args", "run"]
 
 
 def build_engine(args: argparse.Namespace, log: Callable[[str], None] | None = None) -> Engine:
@@ -104,6 +98,35 @@ def progress_printer(
     return on_event
 
 
+def done_notice(
+    err: TextIO, stays_up: bool, stopping: Callable[[], bool] = lambda: False
+) -> Callable[[dict[str, Any]], None]:
+    """A bus listener that says on ``err`` when the run's last proof is done and what the
+    engine does next: an operator who started it headless otherwise sees a process that
+    neither works nor exits. A run that stopped or failed gets no line here (the one that
+    says why is printed already). stderr, because stdout carries what ``provetop run``
+    reads."""
+
+    def on_event(e: dict[str, Any]) -> None:
+        if e.get("k") != "engine_state" or e.get("state") != "done":
+            return
+        if e.get("reason") != "all proofs done" or stopping():
+            return  # stopped or failed: the lines that say why are printed already
+        if stays_up:
+            line = (
+                "provetop engine: all proofs done; staying up so that dashboards and clients "
+                "can still read it (Ctrl-C or a client's stop ends it; --exit-when-done exits)"
+            )
+        else:
+            line = "provetop engine: all proofs done; exiting"
+        try:
+            print(line, file=err, flush=True)
+        except (OSError, ValueError):
+            pass
+
+    return on_event
+
+
 def _sigterm_as_interrupt() -> None:
     """SIGTERM ends the run like Ctrl-C: intake stops, running partitions finish, the
     recording gets its footer and the socket is removed."""
@@ -133,6 +156,8 @@ def _ignore_signals() -> None:
 def run(args: argparse.Namespace) -> int:
     engine = build_engine(args)
     engine.bus.add_listener(progress_printer(sys.stderr))
+    if not args.exit_when_done:  # with it, stdout's "done:" line is the last word
+        engine.bus.add_listener(done_notice(sys.stderr, True, engine.stopping))
     out = sys.stdout
     _sigterm_as_interrupt()
     cfg = engine.config

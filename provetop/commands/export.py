@@ -8,31 +8,10 @@ from pathlib import Path
 
 from provetop.base.errors import UsageError
 from provetop.base.files import check_output, check_path
-from provetop.commands import Subparsers
 from provetop.recordings.errors import RecordingError
 from provetop.recordings.export_perfetto import write_perfetto
 
 FORMATS = ("perfetto",)
-
-
-def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
-    parser = sub.add_parser(name, help=help_text, description=help_text)
-    parser.add_argument("file", metavar="FILE", help="a recording (.pvtrec)")
-    parser.add_argument(
-        "--format",
-        default="perfetto",
-        help="perfetto: Chrome trace JSON that opens in ui.perfetto.dev (default)",
-    )
-    parser.add_argument(
-        "-o",
-        "--output",
-        metavar="OUT",
-        help="output file (default: FILE with the suffix .perfetto.json); never the input, "
-        "and an existing file only with --force",
-    )
-    parser.add_argument(
-        "--force", action="store_true", help="replace an existing OUT (never the input FILE)"
-    )
 
 
 def run(args: argparse.Namespace) -> int:

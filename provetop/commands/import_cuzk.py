@@ -17,7 +17,6 @@ from typing import Any
 
 from provetop.base.errors import UsageError
 from provetop.base.files import check_output, check_path, read_regular
-from provetop.commands import Subparsers
 from provetop.recordings.errors import RecordingError
 from provetop.recordings.writer import RecordingWriter
 from provetop.sources.cuzk.convert import MS, Converter
@@ -28,35 +27,6 @@ from provetop.sources.cuzk.status import MAX_BODY, MAX_DEPTH, bracket_depth
 # Saved /status bodies: each at most the poller's limit, all together at most this much (a
 # directory of huge files given by mistake must not be read into memory whole).
 MAX_SNAPSHOT_BYTES = 64 << 20
-
-
-def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name,
-        help=help_text,
-        description="Turn a cuzk daemon log (and saved /status bodies) into a provetop recording.",
-    )
-    parser.add_argument("log", metavar="LOG", help="cuzk daemon log file, or - for stdin")
-    parser.add_argument(
-        "--status-snapshots",
-        metavar="DIR",
-        help="directory of saved GET /status bodies (*.json), merged by their uptime_secs",
-    )
-    parser.add_argument("-o", "--output", metavar="RECORDING", required=True)
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="replace an existing RECORDING (never the input log itself)",
-    )
-    parser.add_argument(
-        "--workers-per-device",
-        type=int,
-        default=2,
-        metavar="N",
-        help="cuzk's gpus.gpu_workers_per_device, to place workers on GPUs when no status "
-        "snapshot says (default 2)",
-    )
-    parser.add_argument("--host", help="host name to record (default: this machine's)")
 
 
 def _snapshots(directory: str) -> tuple[list[tuple[float, dict[str, Any]]], list[str]]:

@@ -10,26 +10,42 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
+import provetop.recordings
 from provetop.base.errors import UsageError
-from provetop.commands import Subparsers
-from provetop.commands.watch import add_display_arguments
 from provetop.recordings.errors import RecordingError
 from provetop.recordings.reader import fold_recording
 from provetop.tui.app import ProvetopApp
 
+SAMPLES = Path(provetop.recordings.__file__).parent / "samples"
 
-def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
-    p = sub.add_parser(name, help=help_text, description=help_text)
-    p.add_argument("file", metavar="FILE", help="a recording (.pvtrec)")
-    p.add_argument(
-        "--speed", type=float, default=1.0, help="playback speed, 0.25 to 16 (default 1)"
-    )
-    p.add_argument("--paused", action="store_true", help="start paused at the beginning")
-    add_display_arguments(p)
+
+def sample_names() -> list[str]:
+    """The recordings shipped in the package (``recordings/samples/`` in a checkout)."""
+    return sorted(p.name.removesuffix(".pvtrec") for p in SAMPLES.glob("*.pvtrec"))
+
+
+def sample_path(name: str) -> str:
+    """The file of the sample ``name`` (with or without ``.pvtrec``); UsageError naming the
+    samples there are when there is none of that name."""
+    name = name.removesuffix(".pvtrec")
+    names = sample_names()
+    if name not in names:
+        raise UsageError(f"no sample named {name!r}; the samples: {', '.join(names) or 'none'}")
+    return str(SAMPLES / f"{name}.pvtrec")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sample == "list":
+        print("\n".join(sample_names()))
+        return 0
+    if args.sample is not None:
+        if args.file is not None:
+            raise UsageError("give a FILE or --sample, not both")
+        args.file = sample_path(args.sample)
+    if args.file is None:
+        raise UsageError("replay needs a FILE or --sample (the bundled GPU runs: --sample list)")
     if not os.path.lexists(args.file):
         raise UsageError(f"no such recording: {args.file}")
     if not 0.25 <= args.speed <= 16:

@@ -26,9 +26,8 @@ from typing import IO
 
 from provetop.base.errors import UsageError
 from provetop.base.files import check_path
-from provetop.commands import Subparsers
 from provetop.commands.engine import PROGRESS_PREFIX, add_engine_arguments, config_from_args
-from provetop.commands.watch import add_display_arguments, read_token
+from provetop.commands.watch import read_token
 from provetop.recordings.writer import default_recording_path
 from provetop.sources.live import LiveSource
 from provetop.tui.app import ProvetopApp
@@ -37,17 +36,6 @@ STARTUP_TIMEOUT_S = 600.0  # the engine prints its address before the SRS is mad
 # only reached when the child hangs before serving (a GPU start can take a minute)
 STOP_GRACE_S = 15.0  # after Ctrl-C, partitions in flight finish (a 2^27 one takes seconds)
 STOP_TERM_S = 3.0  # then SIGTERM, then SIGKILL: quitting never hangs on the engine
-
-
-def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
-    p = sub.add_parser(name, help=help_text, description=help_text)
-    add_engine_arguments(p)
-    add_display_arguments(p)
-    p.add_argument(
-        "--save-dir",
-        metavar="DIR",
-        help="where S saves recordings (default: the recordings directory)",
-    )
 
 
 def engine_argv(args: argparse.Namespace) -> list[str]:

@@ -15,22 +15,10 @@ import json
 import sys
 
 from provetop.base.errors import UsageError
-from provetop.commands import Subparsers
 from provetop.kernels.backends import BackendUnavailable
 from provetop.kernels.selftest.registry import CheckResult
 from provetop.kernels.selftest.runner import run_selftest
 from provetop.kernels.tuning import KernelTuning, SettingError
-
-
-def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
-    parser = sub.add_parser(name, help=help_text, description=help_text)
-    parser.add_argument(
-        "--backend",
-        choices=("cpu", "cuda"),
-        default="cpu",
-        help="kernel backend to check (default: cpu)",
-    )
-    parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,15 +7,8 @@ import json
 import sys
 
 from provetop.base.errors import UsageError
-from provetop.commands import Subparsers
 from provetop.recordings.errors import RecordingError
 from provetop.recordings.summary import build_summary, format_summary
-
-
-def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
-    parser = sub.add_parser(name, help=help_text, description=help_text)
-    parser.add_argument("file", metavar="FILE", help="a recording (.pvtrec)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,7 +28,6 @@ import sys
 import time
 
 from provetop.base.errors import UsageError
-from provetop.commands import Subparsers
 from provetop.kernels.cuda.prebuild import inject_line
 from provetop.kernels.cuda.runtime import CudaUnavailable
 from provetop.kernels.cuda.warmup import (
@@ -41,17 +40,6 @@ from provetop.kernels.cuda.warmup import (
     warm,
 )
 from provetop.kernels.tuning import KernelTuning, SettingError
-
-
-def add_parser(sub: Subparsers, name: str, help_text: str) -> None:
-    parser = sub.add_parser(name, help=help_text, description=help_text)
-    parser.add_argument(
-        "--backend",
-        choices=("cpu", "cuda"),
-        default=None,
-        help="cuda: fail (exit 2) without a GPU; cpu: nothing to do (default: cuda where a GPU "
-        "is visible)",
-    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -908,10 +908,32 @@ def test_gpu_engine_hands_h_blocks_to_the_next_partitions_a_and_verifies(cp, mon
     (one pass): an unchecked partition offers its H block, the waiting worker copies its a
     into the rows the pass has finished with and adopts the block. One partition in two is
     checked, on the GPU, from the a it adopted: every partition must complete, every check
-    hold, and at least one checked partition must have started from a handed-over block."""
+    hold, and at least one checked partition must have started from a handed-over block.
+
+    Deterministic: whether the other worker is already waiting when a pass ends is a matter of
+    timing (on a first run on an H100 no claim came in time and nothing was handed over), so
+    each giver's close waits here until the other worker has claimed its offer, bounded by
+    handover_wait_s, except for the last two partitions, which have no next one to take."""
+    import itertools
+    import time
     from dataclasses import replace
 
+    from provetop.engine.memory.handover import Handover
     from provetop.engine.memory.residency import plan_residency
+
+    handover_wait_s = 60.0  # a claim comes within a synthesis (ms at 2^14); only a bound
+    real_close = Handover.close
+    closes = itertools.count()
+    total = 2 * 8  # proofs x partitions below
+
+    def close_after_a_claim(self, offer, final):
+        if next(closes) < total - 2:
+            deadline = time.monotonic() + handover_wait_s
+            while offer.taker is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return real_close(self, offer, final)
+
+    monkeypatch.setattr(Handover, "close", close_after_a_claim)
     from provetop.engine.run import cuda_srs
     from provetop.engine.settings.config import from_preset
     from provetop.kernels.cuda.backend import CudaBackend

@@ -31,6 +31,7 @@ ENTRY = re.compile(
 FRAME_CEILING = {"xyzz_sum_weighted": 48, "msm_bucket_reduce": 56}
 
 
+@pytest.mark.nvcc
 @pytest.mark.slow
 def test_msm_kernels_have_no_stack_frames(tmp_path: Path) -> None:
     nvcc = shutil.which("nvcc")

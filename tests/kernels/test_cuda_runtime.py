@@ -243,6 +243,7 @@ def test_prebuild_reports_a_failed_compile(capsys, tmp_path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on PATH")
+@pytest.mark.nvcc
 @pytest.mark.slow
 def test_prebuild_builds_a_cubin_with_nvcc(tmp_path) -> None:
     """The real nvcc on the smallest source (ntt.cu takes about a minute on two cores)."""
