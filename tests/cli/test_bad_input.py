@@ -55,7 +55,7 @@ CASES: list[tuple[str, list[str], str]] = [
         for f in FOREIGN
     ],
     ("export-format", ["export", str(SAMPLE), "--format", "png", "-o", "{out}.json"], "format"),
-    ("export-out-dir", ["export", str(SAMPLE), "-o", "/nonexistent/dir/o.json"], "cannot write"),
+    ("export-out-dir", ["export", str(SAMPLE), "-o", "/nonexistent/dir/o.json"], "does not exist"),
     ("replay-speed", ["replay", str(SAMPLE), "--speed", "-2"], "speed"),
     ("engine-domain", ["engine", "--domain-log", "99"], "between 1 and 28"),
     ("engine-domain-text", ["engine", "--domain-log", "ten"], "invalid int"),
