@@ -171,7 +171,8 @@ def main() -> int:
     ]
     problems = [line for line in (check.stdout + check.stderr).splitlines() if line.strip()]
     result = {
-        "command": " ".join(cmd),
+        # as typed on any machine: the interpreter by name, not this one's path
+        "command": " ".join(["python", *cmd[1:]]),
         "prometheus": subprocess.run(
             ["prometheus", "--version"], capture_output=True, text=True
         ).stdout.splitlines()[0],  # fmt: skip
