@@ -13,7 +13,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +38,20 @@ from provetop.sources.protocol import (
     Connects,
     EventSource,
     KeepsEvents,
-    MachineMonitor,
     Prepares,
-    Reconnecting,
 )
 from provetop.sources.replay import FileReplaySource, open_replay
 from provetop.sources.replay_memory import ReplaySource
 from provetop.tui.commands import DashboardCommands
 from provetop.tui.screens import ConfirmPrompt, EventScreen, HelpScreen, MarkerPrompt
+from provetop.tui.views import (
+    EngineView,
+    ReplayState,
+    conn_text,
+    is_monitor,
+    reason_of,
+    retry_waiting,
+)
 from provetop.tui.widgets.eventlog import EventLog
 from provetop.tui.widgets.gpu_monitor import GpuMonitor
 from provetop.tui.widgets.header import Header, HeaderInfo
@@ -66,61 +71,10 @@ COMPACT_WIDTH, COMPACT_HEIGHT = 120, 36
 MEMORY_MIN_COLUMN = 52  # cells for the memory panel in the 2x2 grid (its figures and legend)
 
 
-def _why(text: str) -> str:
-    """The reason inside a status text ``state (reason)``."""
-    return text.partition(" (")[2].removesuffix(")") or text
-
-
-def _conn_text(view: EngineView) -> str:
-    """The header's connection state of a view: while a source waits to retry, how many
-    attempts failed and when the next one is."""
-    source = view.source
-    if not isinstance(source, Reconnecting):
-        return view.conn
-    retry_at = source.retry_at
-    if view.conn in ("unreachable", "reconnecting", "disconnected") and retry_at is not None:
-        left = max(0.0, retry_at - time.monotonic())
-        return f"{view.conn}, {source.failures} tries, next in {left:.0f} s"
-    return view.conn
-
-
-def _waiting(source: EventSource) -> bool:
-    """Whether ``source`` waits to retry a connection (the header counts down)."""
-    return isinstance(source, Reconnecting) and bool(source.retry_at)
-
-
-def _monitor(source: EventSource) -> bool:
-    """Whether ``source`` is the machine's view (its GPUs), not an engine's."""
-    return isinstance(source, MachineMonitor) and source.monitor
-
-
 # An engine attached by discovery stays listed this long after it ended, for a last look
 # (or ``S`` to save what the dashboard received), then goes off the list.
 ENDED_KEEP_S = 60.0
 _ENDED = ("disconnected", "closed", "unreachable")  # a discovered source's last states
-
-
-@dataclass
-class EngineView:
-    """One watched engine: its source, its reduced state and its connection."""
-
-    source: EventSource
-    state: State = field(default_factory=State)
-    conn: str = "connecting"
-    last_event_at: float = 0.0  # time.monotonic() of the last batch
-    pending: dict[int, tuple[str, dict[str, Any]]] = field(default_factory=dict)
-    sessions: int = 0
-    discovered: str | None = None  # the socket path, for an engine attached by discovery
-
-
-@dataclass
-class ReplayState:
-    source: FileReplaySource | ReplaySource
-    position: int = 0
-    index: int = 0
-    speed: float = 1.0
-    playing: bool = False
-    window: int = 0  # history folded at the last seek
 
 
 class ProvetopApp(App[int]):
@@ -273,7 +227,7 @@ class ProvetopApp(App[int]):
         self._apply_size_class()
         self.timeline.focus()
         if self.view is not None and self.mode == "live":  # top: the GPUs from the first frame
-            self._show_monitor(_monitor(self.view.source))
+            self._show_monitor(is_monitor(self.view.source))
         for view in self.views:
             self._start_source(view)
         if self.discover:
@@ -441,7 +395,7 @@ class ProvetopApp(App[int]):
         current = self.view
         if view.sessions != 1 or current is None or current is view or self.mode != "live":
             return
-        if _monitor(view.source) or not _monitor(current.source):
+        if is_monitor(view.source) or not is_monitor(current.source):
             return
         self.selected = self.views.index(view)
         if not self._engine_seen:  # once: its memory beside the timeline, not device health
@@ -472,7 +426,7 @@ class ProvetopApp(App[int]):
             # the only source cannot be reached: say so in one line and quit (exit 2)
             self.close_sources()
             where = source.address if isinstance(source, Connects) else source.label
-            message = f"provetop: error: cannot reach {where}: {_why(text)}"
+            message = f"provetop: error: cannot reach {where}: {reason_of(text)}"
             self.exit(2, return_code=2, message=message)
             return
         if conn == view.conn and conn != "unreachable" and level != "error":
@@ -531,7 +485,7 @@ class ProvetopApp(App[int]):
             and view.conn == "connected"
             and view.state.engine_state == "running"
         )
-        waiting = any(_waiting(v.source) for v in self.views)  # countdown
+        waiting = any(retry_waiting(v.source) for v in self.views)  # countdown
         # the operator zoomed, scrolled or moved the cursor (the timeline's own keys): every
         # panel drawn over the window follows, even where no event arrives (a run that is done)
         moved = self._window() != self._window_key
@@ -557,7 +511,7 @@ class ProvetopApp(App[int]):
             return
         state = view.state
         now = self._now(view)
-        self._show_monitor(_monitor(view.source))
+        self._show_monitor(is_monitor(view.source))
         if self.monitoring:
             self.header.show(self._header_info(view, now))
             self.gpus.show(state, now)
@@ -618,7 +572,7 @@ class ProvetopApp(App[int]):
         for v in self.views:
             hello = v.state.hello or {}
             source = hello.get("source")
-            if _monitor(v.source):
+            if is_monitor(v.source):
                 continue
             if isinstance(hello.get("pid"), int):
                 own[hello["pid"]] = f"provetop {source if source == 'trace' else 'engine'}"
@@ -628,7 +582,7 @@ class ProvetopApp(App[int]):
         return own
 
     def _header_info(self, view: EngineView, now: int) -> HeaderInfo:
-        engines = [(v.source.label, _conn_text(v)) for v in self.views]
+        engines = [(v.source.label, conn_text(v)) for v in self.views]
         r = self.replay
         return HeaderInfo(
             state=view.state,
@@ -640,7 +594,7 @@ class ProvetopApp(App[int]):
             elapsed_ns=now,  # since the engine started, as the timeline's axis
             read_only=view.source.read_only and self.mode == "live",
             stopping=self.stopping,
-            monitors=frozenset(i for i, v in enumerate(self.views) if _monitor(v.source)),
+            monitors=frozenset(i for i, v in enumerate(self.views) if is_monitor(v.source)),
         )
 
     def on_event_log_opened(self, message: EventLog.Opened) -> None:

@@ -67,7 +67,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="seed for reproducible witnesses and SRS")
     p.add_argument(
         "--nvml-interval",
-        type=_finite_positive,
+        type=_finite,
         metavar="SECONDS",
         help="seconds between NVML samples of each GPU (utilisation, power...; default 1; "
         "rounded to the 10 Hz memory sampling's ticks)",
@@ -80,10 +80,10 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _finite_positive(text: str) -> float:
-    """A float flag that must be a finite number above 0 (argparse turns the ValueError into
-    one line and exit 2)."""
+def _finite(text: str) -> float:
+    """A float flag that must be a finite number (argparse turns the ValueError into one line
+    and exit 2; the range is the configuration's to check, with its own message)."""
     value = float(text)
-    if not math.isfinite(value) or value <= 0:
+    if not math.isfinite(value):
         raise ValueError(text)
     return value
