@@ -43,7 +43,7 @@ from provetop.engine.bench.sweep import (
     check_paths,
     labelled_path,
     lift_meta,
-    run_child,
+    run_into_row,
     write_whole,
 )
 from provetop.engine.settings.config import MAX_DEVICES, ConfigError, EngineConfig, with_changes
@@ -206,11 +206,7 @@ def _run_point(
         row["error"] = str(exc)
         return row
     rec = str(labelled_path(record, label(n))) if record else str(work / f"run-{label(n)}.pvtrec")
-    row["recording"] = rec
-    row.update(run_child(runner, config, tuning, rec, work / f"point-{label(n)}.json", timeout))
-    if not Path(rec).exists():  # refused before the engine opened its recording
-        row["recording"] = None
-    return row
+    return run_into_row(row, runner, config, tuning, rec, work / f"point-{label(n)}.json", timeout)
 
 
 # -- the sweep's own figures ---------------------------------------------------------------

@@ -206,10 +206,23 @@ def _run_point(
         row["error"] = str(exc)
         return row
     rec = str(point_path(record, point)) if record else str(work / f"run-{point.label}.pvtrec")
-    row["recording"] = rec
-    row.update(run_child(runner, config, tuning, rec, work / f"point-{point.label}.json", timeout))
-    if not Path(rec).exists():  # refused before the engine opened its recording
-        row["recording"] = None
+    return run_into_row(row, runner, config, tuning, rec, work / f"point-{point.label}.json",
+                        timeout)  # fmt: skip
+
+
+def run_into_row(
+    row: dict[str, Any],
+    runner: PointRunner,
+    config: EngineConfig,
+    tuning: Tuning,
+    record: str,
+    result: Path,
+    timeout: float | None,
+) -> dict[str, Any]:
+    """Run one point (:func:`run_child`) and put what it left into its ``row``: status, error,
+    wall time, result, and the recording where the engine got as far as opening one."""
+    row.update(run_child(runner, config, tuning, record, result, timeout))
+    row["recording"] = record if Path(record).exists() else None
     return row
 
 

@@ -50,38 +50,32 @@ sys.exit(5)
 """
 )
 
-HOLDER = (
-    PRELUDE
-    + f"""
-import os
-pool = cp.cuda.MemoryAsyncPool()
-cp.cuda.set_allocator(pool.malloc)
-a = cp.empty({RESERVE}, dtype=cp.uint8)
-del a
-cp.cuda.Device().synchronize()
-open(os.environ["READY"], "w").close()
-while not os.path.exists(os.environ["STOP"]):
-    time.sleep(0.05)
-"""
-)
 
-# The holder of the sppark case: its 8 GiB reserve, and the rest of the card filled with plain
-# allocations to 1 GiB free, less than sppark's own cudaMalloc of points and scalars at 2^24
-HOLDER_FILLER = (
-    PRELUDE
-    + f"""
+def cupy_holder(leave_free: int | None = None) -> str:
+    """A CuPy process that frees an 8 GiB reserve into its stream-ordered pool, fills the rest
+    of the card with plain allocations to ``leave_free`` bytes free when given, says READY and
+    holds everything until STOP."""
+    fill_line = f"blocks = fill({leave_free})\n" if leave_free is not None else ""
+    return (
+        PRELUDE
+        + f"""
 import os
 pool = cp.cuda.MemoryAsyncPool()
 cp.cuda.set_allocator(pool.malloc)
 a = cp.empty({RESERVE}, dtype=cp.uint8)
 del a
 cp.cuda.Device().synchronize()
-blocks = fill(1 * GIB)
-open(os.environ["READY"], "w").close()
+{fill_line}open(os.environ["READY"], "w").close()
 while not os.path.exists(os.environ["STOP"]):
     time.sleep(0.05)
 """
-)
+    )
+
+
+HOLDER = cupy_holder()
+# The holder of the sppark case: the card filled to 1 GiB free beside the reserve, less than
+# sppark's MSM takes stream-ordered at 2^24
+HOLDER_FILLER = cupy_holder(leave_free=1 * GIB)
 
 TORCH_HOLDER = f"""
 import os, time, torch

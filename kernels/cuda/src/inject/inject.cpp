@@ -243,32 +243,11 @@ int16_t location_device(const CUmemLocation& loc) {
                                                    : static_cast<int16_t>(-1);
 }
 
-// The heal, at the entry of a plain allocation (cuMemAlloc, cuMemAllocPitch, cuMemCreate) on
-// the program's thread, inside its callback (t_in_hook is set: the driver calls made here
-// record nothing). `bytes`: what the call asks (its ALLOC record's v1); `footprint`: what it
-// takes before rounding to pages; `device`: -1 for the current context's.
-//
-// The rule, mirrored in sources/trace/heal.py (verdict; the reader labels every OOM with it):
-// need = footprint rounded up to HEAL_GRANULE; it fits when need <= the driver's free bytes,
-// and nothing is done. Otherwise the device's pools' reserved-but-unused bytes (`unused`) are
-// what this process can give back: when there are any, every pool of the device is trimmed
-// (cuMemPoolTrimTo(pool, 0): only what is unused goes) and a HEAL record says so. When even
-// free + unused < need (or the trim gave back less than it held: memory freed stream-ordered
-// but not yet synchronised counts as used), the memory is elsewhere: over a socket, a
-// HEAL_REQUEST asks the reader to have the other traced processes on that GPU trim theirs
-// (sources/trace/heal.py, peers_to_trim) and the thread waits for the answer, at most
-// PROVETOP_TRACE_HEAL_WAIT_MS. Then the callback returns and the driver performs the
-// allocation as the program asked: it may still fail, an ordinary out-of-memory.
-void heal_before(uint16_t api, const CUpti_CallbackData* cb, uint64_t bytes, uint64_t footprint,
-                 int16_t device) {
-    const int16_t current = device_of(cb->context);
-    if (device < 0) device = current;
-    if (device < 0 || device >= MAX_DEVICES) return;
-    const uint64_t need = (footprint + HEAL_GRANULE - 1) / HEAL_GRANULE * HEAL_GRANULE;
-    TrimOutcome t;
-    bool fits = false;
-    if (!g_registry->heal_before_alloc(device, current, need, &t, &fits) || fits) return;
-    const bool short_alone = t.free_before + t.unused < need || t.free_after < need;
+// What both heals do after their trims: a HEAL record when this process trimmed a pool, and,
+// when the allocation is still short (`short_alone`) and a reader can answer, a HEAL_REQUEST
+// for the other traced processes' reserves and the wait for its answer (both heals below).
+void heal_record_and_ask(uint16_t api, int16_t device, uint64_t bytes, const TrimOutcome& t,
+                         bool short_alone) {
     uint64_t id = 0;
     int slot = -1;
     if (short_alone && g_writer->can_ask()) {
@@ -296,6 +275,35 @@ void heal_before(uint16_t api, const CUpti_CallbackData* cb, uint64_t bytes, uin
     g_writer->wait_end(slot, g_heal_wait_ms);
 }
 
+// The heal, at the entry of a plain allocation (cuMemAlloc, cuMemAllocPitch, cuMemCreate) on
+// the program's thread, inside its callback (t_in_hook is set: the driver calls made here
+// record nothing). `bytes`: what the call asks (its ALLOC record's v1); `footprint`: what it
+// takes before rounding to pages; `device`: -1 for the current context's.
+//
+// The rule, mirrored in sources/trace/heal.py (verdict; the reader labels every OOM with it):
+// need = footprint rounded up to HEAL_GRANULE; it fits when need <= the driver's free bytes,
+// and nothing is done. Otherwise the device's pools' reserved-but-unused bytes (`unused`) are
+// what this process can give back: when there are any, every pool of the device is trimmed
+// (cuMemPoolTrimTo(pool, 0): only what is unused goes) and a HEAL record says so. When even
+// free + unused < need (or the trim gave back less than it held: memory freed stream-ordered
+// but not yet synchronised counts as used), the memory is elsewhere: over a socket, a
+// HEAL_REQUEST asks the reader to have the other traced processes on that GPU trim theirs
+// (sources/trace/heal.py, peers_to_trim) and the thread waits for the answer, at most
+// PROVETOP_TRACE_HEAL_WAIT_MS. Then the callback returns and the driver performs the
+// allocation as the program asked: it may still fail, an ordinary out-of-memory.
+void heal_before(uint16_t api, const CUpti_CallbackData* cb, uint64_t bytes, uint64_t footprint,
+                 int16_t device) {
+    const int16_t current = device_of(cb->context);
+    if (device < 0) device = current;
+    if (device < 0 || device >= MAX_DEVICES) return;
+    const uint64_t need = (footprint + HEAL_GRANULE - 1) / HEAL_GRANULE * HEAL_GRANULE;
+    TrimOutcome t;
+    bool fits = false;
+    if (!g_registry->heal_before_alloc(device, current, need, &t, &fits) || fits) return;
+    heal_record_and_ask(api, device, bytes, t,
+                        t.free_before + t.unused < need || t.free_after < need);
+}
+
 // The same before a stream-ordered allocation (cuMemAllocAsync, cuMemAllocFromPoolAsync and
 // their _ptsz forms) from `pool` (nullptr: the current pool). Such an allocation fails only when
 // its pool can neither serve it from its own reserve nor grow: then another pool of this
@@ -313,32 +321,7 @@ void heal_before_async(uint16_t api, const CUpti_CallbackData* cb, uint64_t byte
     if (!g_registry->heal_before_async(device, device, pool, need, &t, &fits, &own_unused) ||
         fits)
         return;
-    const bool short_alone = t.free_after < need;
-    uint64_t id = 0;
-    int slot = -1;
-    if (short_alone && g_writer->can_ask()) {
-        id = g_heal_ids.fetch_add(1, std::memory_order_relaxed) + 1;
-        slot = g_writer->wait_begin(id);
-    }
-    if (t.trimmed > 0) {
-        PvtRecord r = make(PVT_KIND_HEAL, api, device, t.result);
-        r.flags = PVT_HEAL_ALLOC | (slot >= 0 ? PVT_HEAL_ASKED : 0);
-        r.v[0] = bytes;
-        Registry::fill_heal(r, t);
-        push(r);
-    }
-    if (slot < 0) return;
-    PvtRecord q = make(PVT_KIND_HEAL_REQUEST, api, device, CUDA_SUCCESS);
-    q.v[0] = id;
-    q.v[1] = bytes;
-    q.v[2] = t.free_after;
-    q.v[3] = g_registry->uuid_lo(device);
-    if (!g_writer->ring.push(&q, 1)) {
-        g_writer->wait_end(slot, 0);
-        return;
-    }
-    g_writer->kick();
-    g_writer->wait_end(slot, g_heal_wait_ms);
+    heal_record_and_ask(api, device, bytes, t, t.free_after < need);
 }
 
 void on_call(const CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
