@@ -43,6 +43,7 @@ from provetop.sources.protocol import (
 from provetop.sources.replay import FileReplaySource, open_replay
 from provetop.sources.replay_memory import ReplaySource
 from provetop.tui.commands import DashboardCommands
+from provetop.tui.logtext import place_of
 from provetop.tui.screens import ConfirmPrompt, EventScreen, HelpScreen, MarkerPrompt
 from provetop.tui.views import (
     EngineView,
@@ -622,7 +623,10 @@ class ProvetopApp(App[int]):
         t = int(event["t"])
         device, worker = event.get("device"), event.get("worker")
         if isinstance(device, int) and event.get("pools"):
-            where = f"gpu{device}" + (f" w{worker}" if isinstance(worker, int) else "")
+            hello = (self.view.state.hello if self.view is not None else None) or {}
+            stride = (hello.get("config") or {}).get("lane_stride")
+            lane = {k: event.get(k) for k in ("device", "worker", "pid")}  # the lane, as the log
+            where = place_of(lane, stride if isinstance(stride, int) else 0)  # names it
             what = f"{str(event.get('kind', 'event')).upper()} {where}"
             self.pinned = Pinned(t, device, dict(event["pools"]), what)
             self._pinned_view = self.view

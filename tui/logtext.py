@@ -67,7 +67,7 @@ def _of_a_partition(e: dict[str, Any]) -> bool:
     return proof is not None and proof >= 0
 
 
-def _where(e: dict[str, Any], lane_stride: int = 0) -> str:
+def place_of(e: dict[str, Any], lane_stride: int = 0) -> str:
     """Where an event happened: ``gpu0 w1``; a traced process's lane as the memory panel names
     it, its GPU and its pid (``gpu0 pid 4242``: lanes of one GPU differ by ``lane_stride``)."""
     parts = []
@@ -102,13 +102,15 @@ def describe(line: LogLine, lane_stride: int = 0) -> tuple[str, str, DecisionKey
         if e.get("site") not in (None, "prestage"):
             what += f" at {e['site']}"
         reason = humanise(str(e.get("reason") or "no reason given"))
-        text = f"{_where(e, lane_stride)}: {what}: {reason} ({size(e.get('requested'))} requested)"
+        text = (
+            f"{place_of(e, lane_stride)}: {what}: {reason} ({size(e.get('requested'))} requested)"
+        )
         return line.level, text, _key("prestage", e), False
     if kind == "alloc" and e.get("site") == "handover":
         reason = humanise(str(e.get("reason") or ""))
         return (
             "info",
-            f"{_where(e, lane_stride)}: a handed over: {reason}",
+            f"{place_of(e, lane_stride)}: a handed over: {reason}",
             _key("prestage", e),
             True,
         )
@@ -120,7 +122,7 @@ def describe(line: LogLine, lane_stride: int = 0) -> tuple[str, str, DecisionKey
         return line.level, text, _key("failure", e), True
     if kind == "fault":
         pools = e.get("pools") or {}
-        where = _where(e, lane_stride)
+        where = place_of(e, lane_stride)
         text = f"{str(e.get('kind', 'fault')).upper()} {where}: {humanise(str(e['message']))}"
         text = text.replace(" : ", ": ")
         if e.get("requested"):

@@ -8,6 +8,7 @@ from pathlib import Path
 from provetop.recordings.reader import open_recording
 from provetop.recordings.state import State
 from provetop.tui.logtext import LogFolder
+from provetop.tui.widgets.memory import MemoryPanel
 
 SAMPLE = Path(__file__).resolve().parents[2] / "recordings/samples/h100-trace-torch-cupy.pvtrec"
 
@@ -35,3 +36,13 @@ def test_an_engine_oom_keeps_its_worker() -> None:
     engine_fault.update(device=1, worker=0)
     (oom,) = [t for t in _texts([hello, engine_fault]) if t.startswith("OOM")]
     assert oom.startswith("OOM gpu1 w0: ") and "other processes" not in oom
+
+
+def test_a_faults_pools_are_labelled_by_their_lane_gpu_and_pid() -> None:
+    """A fault's pools carry no pid; pinned in the memory panel, the lane still reads
+    ``gpu0 pid N`` (from its own samples), never its lane number."""
+    events = open_recording(SAMPLE).events
+    fault = next(e for e in events if e["k"] == "fault")
+    panel = MemoryPanel()
+    panel.state = State().fold(events)
+    assert panel._label(fault["device"], dict(fault["pools"])) == f"gpu0 pid {fault['pid']}"

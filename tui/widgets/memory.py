@@ -242,6 +242,8 @@ class MemoryPanel(DevicePanel):
         """``gpu0``; a traced process's lane says its GPU and pid (``gpu0 pid 4242``): two
         processes on one GPU are two lanes (``provetop.trace.lanes``)."""
         pid = sample.get("pid")
+        if not isinstance(pid, int) and self.state is not None:  # a fault's pools name no pid:
+            pid = (self.state.memory.get(d) or {}).get("pid")  # the lane's own samples do
         if not isinstance(pid, int):
             return f"gpu{d}"
         config = ((self.state.hello if self.state else None) or {}).get("config") or {}
