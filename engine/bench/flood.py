@@ -44,10 +44,12 @@ def flood(cmd, rate):
         c = EngineClient(address, timeout=30)
     except OSError:
         return
-    c.sock.setblocking(True)
     n, t0 = 0, time.monotonic()
     while time.monotonic() < end:
         args = {"name": f"m{n}"} if cmd == "marker" else {}
+        # a server that stops reading this connection (its budget spent) blocks the send:
+        # it may, but the attack ends with its window all the same
+        c.sock.settimeout(max(0.05, end - time.monotonic()))
         try:
             c.command(cmd, args)
         except OSError:
@@ -163,7 +165,11 @@ def run(args: argparse.Namespace) -> int:
             assert proc.stdout is not None
             proc.stdout.readline()  # the attacker's start-up (imports) is not its attack
             s0 = time.monotonic()
-            out, _ = proc.communicate(timeout=args.window * 4 + 60)
+            try:
+                out, _ = proc.communicate(timeout=args.window * 4 + 60)
+            except subprocess.TimeoutExpired:  # a hung attacker is a row, not a traceback
+                proc.kill()
+                out, _ = proc.communicate()
             s1, size2 = time.monotonic(), os.path.getsize(record)
             quiet = sum(q0 <= t < q1 for t in done) / (q1 - q0)
             storm = sum(s0 <= t < s1 for t in done) / (s1 - s0)

@@ -22,6 +22,7 @@ TARGETS: dict[str, str] = {
     "metrics": "provetop.sources.bench_metrics",
     "soak": "provetop.engine.bench.soak",
     "flood": "provetop.engine.bench.flood",
+    "signals": "provetop.engine.bench.signals",
     "tui": "provetop.tui.bench",
 }
 
@@ -34,6 +35,7 @@ BLURBS: dict[str, str] = {
     "metrics": "the cost of serving Prometheus metrics",
     "soak": "a long run's memory growth under connect/close storms",
     "flood": "what local clients and scrapers cost a run: partitions/s quiet and under each attack",
+    "signals": "how long SIGTERM or SIGINT takes to act at each stage of an engine's start-up",
     "tui": "the dashboard's frame cost at an event rate",
 }
 
