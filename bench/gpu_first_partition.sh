@@ -25,12 +25,34 @@ python3 -m provetop warmup --backend cuda 2>&1 | tee "$OUT/warmup.txt" | tail -3
 echo "warmup: $(python3 -c "import time; print(round(time.time() - $t0, 1))") s" | tee -a "$OUT/warmup.txt"
 
 export CUPY_CACHE_DIR=$(mktemp -d /tmp/cupy-cache.XXXXXX)  # CuPy's own kernels: none yet
+export CUPY_CACHE_SAVE_CUDA_SOURCE=1  # each compiled kernel's source beside it: named below
 REC="$OUT/first-$PRESET.pvtrec"
 rm -f "$REC"
 python3 -m provetop bench pipeline --backend cuda --preset "$PRESET" --proofs "$PROOFS" \
     --record "$REC" --json >"$OUT/pipeline.json" 2>"$OUT/pipeline.err" || {
     echo "the run failed:"; tail -20 "$OUT/pipeline.err"; exit 1; }
 python3 -m provetop summary "$REC" >"$OUT/summary.txt"
+
+# which of CuPy's kernels compiled when: seconds from the recording's start, beside the first
+# partitions' phases (a compile inside a partition is what the warm-up missed)
+python3 - "$REC" "$CUPY_CACHE_DIR" <<'PY' | tee "$OUT/compiles.txt"
+import glob, os, re, sys
+from provetop.recordings.reader import open_recording
+rec = open_recording(sys.argv[1])
+hello = next(e for e in rec.events if e["k"] == "hello")
+t0_wall, t0 = hello.get("wall_ns", 0) / 1e9, 0  # wall_ns is the wall clock at t = 0
+marks = []
+for e in rec.events:
+    if e["k"] in ("phase_begin", "phase_end") and e.get("proof") == 0 and e.get("partition", 9) < 2:
+        marks.append(((e["t"] - t0) / 1e9, f"{e['k'][6:]:5} p{e['partition']} {e['phase']}"))
+    elif e["k"] == "progress" and e["done"] in (0, e["total"]):
+        marks.append(((e["t"] - t0) / 1e9, f"progress {e['task']} {e['done']}/{e['total']}"))
+for path in glob.glob(os.path.join(sys.argv[2], "*.cu")):
+    names = re.findall(r"__global__\s+void\s+(\w+)", open(path, errors="replace").read())
+    marks.append((os.path.getmtime(path) - t0_wall, "COMPILED " + ",".join(names)[:100]))
+for t, what in sorted(marks):
+    print(f"{t:9.3f} s  {what}")
+PY
 
 python3 - "$REC" <<'PY'
 import sys

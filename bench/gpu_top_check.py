@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,8 @@ def main() -> int:
     engine = subprocess.Popen(
         [*py, "engine", "--backend", "cuda", "--preset", "small", "--proofs", "1000",
          "--no-record"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, stdout=subprocess.DEVNULL,
+        stderr=open(os.path.join(os.environ.get("OUT", runtime), "top-engine.err"), "w"),
     )  # fmt: skip
     checks: list[tuple[str, bool, str]] = []
     try:
@@ -79,7 +81,15 @@ def main() -> int:
             checks.append(("screen: process table", "%CPU" in screen, ""))
     finally:
         engine.terminate()
-        engine.wait(30)
+        try:
+            engine.wait(30)
+            checks.append(("engine exits on SIGTERM", True, f"rc {engine.returncode}"))
+        except subprocess.TimeoutExpired:  # a stop that hangs is a finding, not a crash
+            engine.send_signal(signal.SIGUSR1)  # its threads' stacks, to its stderr
+            time.sleep(2)
+            engine.kill()
+            engine.wait()
+            checks.append(("engine exits on SIGTERM", False, "not within 30 s: killed"))
     print(f"{'check':<32} {'ok':<4} value")
     for name, ok, value in checks:
         print(f"{name:<32} {'yes' if ok else 'NO':<4} {value}")

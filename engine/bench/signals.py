@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from provetop.sources.client import EngineClient
+from provetop.recordings.framing import FrameDecoder, FrameError
 
 TARGET_S = 2.0  # a stop signal acts within this many seconds at every stage
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT}
@@ -38,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--at", default="1,3,5,10,20", help="seconds after the start to signal, comma-separated"
     )
     parser.add_argument("--signal", choices=tuple(SIGNALS), default="TERM")
+    parser.add_argument(
+        "--wait", type=float, default=30.0,
+        help="seconds to wait for the exit before the stacks are dumped and it is killed (30)",
+    )  # fmt: skip
+    parser.add_argument("--logs", metavar="DIR", help="stderr of an engine that hung, per delay")
     parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
 
 
@@ -55,19 +61,28 @@ class _Follower:
         self._thread.start()
 
     def _follow(self) -> None:
-        client = None
-        while client is None and time.monotonic() < self.deadline:
+        # a plain reader of the socket's frames (the engine may not import the clients)
+        path = self.address.removeprefix("unix:")
+        sock = None
+        while sock is None and time.monotonic() < self.deadline:
             try:
-                client = EngineClient(self.address, timeout=2)
-            except (OSError, ValueError):
-                time.sleep(0.05)
-        if client is None:
-            return
-        with client:
-            try:
-                for e in client.events(timeout=0.5):
-                    self._take(e)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(path)
             except OSError:
+                sock.close()
+                sock = None
+                time.sleep(0.05)
+        if sock is None:
+            return
+        decoder = FrameDecoder()
+        with sock:
+            try:
+                while data := sock.recv(1 << 16):
+                    decoder.feed(data)
+                    for e in decoder.frames():
+                        if isinstance(e, dict):
+                            self._take(e)
+            except (OSError, FrameError):
                 pass
 
     def _take(self, e: dict[str, Any]) -> None:
@@ -105,18 +120,27 @@ def probe(args: argparse.Namespace, delay: float) -> dict[str, Any]:
         last = (err or "").strip().splitlines()[-1:] or [""]
         return {"at_s": delay, "stage": "ended before the signal", "partitions_running": running,
                 "acted_s": None, "exit_s": 0.0, "rc": proc.returncode,
-                "last_line": last[0][:200], "held": False}  # fmt: skip
+                "last_line": last[0][:200], "held": False, "hung": False}  # fmt: skip
     sent = time.monotonic()
     proc.send_signal(SIGNALS[args.signal])
+    hung = False
     try:
-        _, err = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
+        _, err = proc.communicate(timeout=args.wait)
+    except subprocess.TimeoutExpired:  # where is it stuck? every thread's stack, then kill
+        hung = True
+        proc.send_signal(signal.SIGUSR1)  # provetop engine dumps its threads' stacks on it
+        time.sleep(2.0)
         proc.kill()
         _, err = proc.communicate()
     exited = time.monotonic() - sent
     acted = None if follower.stopping_at is None else follower.stopping_at - sent
     last = (err or "").strip().splitlines()[-1:] or [""]
+    if hung and args.logs:
+        os.makedirs(args.logs, exist_ok=True)
+        with open(os.path.join(args.logs, f"hung-at-{delay:g}s.txt"), "w") as f:
+            f.write(err or "")
     return {
+        "hung": hung,
         "at_s": delay,
         "stage": stage,
         "partitions_running": running,
@@ -142,8 +166,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"provetop: error: --at {args.at!r}: seconds, comma-separated", file=sys.stderr)
         return 2
-    rows = [probe(args, d) for d in delays]
-    _print(args, rows)
+    _print_head(args)
+    rows = []
+    for d in delays:  # each row as it comes: a run that hangs still shows the ones before
+        rows.append(probe(args, d))
+        _print_row(rows[-1])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
@@ -154,16 +181,19 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r["held"] for r in rows) else 1
 
 
-def _print(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+def _print_head(args: argparse.Namespace) -> None:
     size = f"2^{args.domain_log}" if args.domain_log is not None else f"preset {args.preset}"
     print(f"SIG{args.signal} to `provetop engine --backend {args.backend}` ({size}); "
-          f"target {TARGET_S:g} s")  # fmt: skip
+          f"target {TARGET_S:g} s", flush=True)  # fmt: skip
     print(f"{'at s':>5} {'acted s':>8} {'exit s':>7} {'rc':>4} {'held':>5}  stage at the signal")
-    for r in rows:
-        acted = "-" if r["acted_s"] is None else f"{r['acted_s']:.2f}"
-        stage = r["stage"] + (" [partitions running]" if r["partitions_running"] else "")
-        print(f"{r['at_s']:>5g} {acted:>8} {r['exit_s']:>7.2f} {r['rc']:>4} "
-              f"{'yes' if r['held'] else 'NO':>5}  {stage[:90]}")  # fmt: skip
+
+
+def _print_row(r: dict[str, Any]) -> None:
+    acted = "-" if r["acted_s"] is None else f"{r['acted_s']:.2f}"
+    stage = r["stage"] + (" [partitions running]" if r["partitions_running"] else "")
+    stage += " [HUNG: stacks dumped, killed]" if r.get("hung") else ""
+    print(f"{r['at_s']:>5g} {acted:>8} {r['exit_s']:>7.2f} {r['rc']:>4} "
+          f"{'yes' if r['held'] else 'NO':>5}  {stage[:110]}", flush=True)  # fmt: skip
 
 
 __all__ = ["add_arguments", "run"]

@@ -44,6 +44,7 @@ from provetop.engine.partition.pipeline import PartitionRunner
 from provetop.engine.run.cuda_srs import HostSrs, emit_run_alloc, place_device_srs
 from provetop.engine.settings.tuning import DEFAULT_SWITCH_INTERVAL_S
 from provetop.engine.spec.srs import Srs
+from provetop.engine.spec.witness_gpu import warm_synthesis
 from provetop.engine.spec.workload import FR_BYTES
 from provetop.engine.telemetry.progress import Progress
 from provetop.kernels.backend import HostStreaming, KernelBackend, WarmUp
@@ -121,12 +122,15 @@ class CudaRun:
             ctx.bus.emit,
             "warmup",
             f"CUDA warm-up on device {device.index}",
-            len(backend.WARM_UP_STEPS),  # warm_up calls step() after each of them
+            len(backend.WARM_UP_STEPS) + 1,  # warm_up calls step() after each; the witness
             "steps",
             device=device.index,
         )
         with gpu.dev:
             backend.warm_up(ctx.config.domain_log, step=lambda name: progress.advance(1))
+            # the witness's own CuPy kernels, on the synthesis stream as a partition makes it
+            warm_synthesis(ctx.tuning.kernels.pin_method, **gpu.kernel_args("synthesis"))
+            progress.advance(1)
         progress.finish()
 
     def _place_srs(

@@ -142,6 +142,19 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID`` writes every thread's Python stack to stderr and the engine runs
+    on: what an operator (or ``provetop bench signals``) needs when a run or its stop hangs,
+    without a debugger on the machine."""
+    import faulthandler
+    import signal
+
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, ValueError, RuntimeError, OSError):  # no such signal here
+        pass
+
+
 def _ignore_signals() -> None:
     """While the run shuts down cleanly, a second Ctrl-C or SIGTERM would cut the recording's
     footer; the shutdown is bounded (Engine.close), and SIGKILL still works."""
@@ -160,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         engine.bus.add_listener(done_notice(sys.stderr, True, engine.stopping))
     out = sys.stdout
     _sigterm_as_interrupt()
+    _stacks_on_sigusr1()
     cfg = engine.config
     interrupted = False
     try:
