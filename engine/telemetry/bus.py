@@ -45,6 +45,9 @@ LIVE_WINDOW = Window()  # see provetop.recordings.state.Window and docs/reliabil
 # to them (and the chunks' encodings are cached by the server for every client) instead of a
 # copy of the whole history under the bus lock
 RETAIN_CHUNK = 1024
+# Every this many events the dispatcher counts each subscriber's lag and clears the log's
+# slots every subscriber has read (Bus._scan): O(subscribers) per scan, not per event
+SCAN_EVERY = 1024
 
 
 class Clock:
@@ -59,58 +62,48 @@ class Clock:
 
 
 class Subscription:
-    """One client's view of the stream: a bounded queue with lag accounting.
+    """One client's view of the stream: a cursor into the bus's one log of live events, with
+    lag accounting.
 
-    The initial events (hello, snapshot, retained history) are never dropped; when live events
-    overflow ``maxlen`` the oldest live event is dropped and the one after it carries the count,
-    so the client receives one ``lag`` event exactly where the gap is."""
+    Why a cursor and not a queue per client: the dispatcher used to put every event on every
+    subscriber's queue (a lock and a notify each), and with 64 clients that read nothing the
+    fan-out was half of the engine's GIL time (py-spy, cpu backend, 2026-12-07); the log is
+    appended to once per event, whatever the number of clients. A client sees at most
+    ``maxlen`` of the newest live events; when it falls further behind, the oldest are skipped
+    and the next event it gets is preceded by one ``lag`` event counting them. The initial
+    events (hello, snapshot, retained history) come first and are never skipped."""
 
     def __init__(self, bus: Bus, maxlen: int, name: str, counted: bool = True) -> None:
         self.bus = bus
         self.name = name
         self.counted = counted  # a client in ``counters`` (the engine's own metrics fold: no)
         self.maxlen = maxlen
-        self._q: deque[list[Any]] = deque()  # live events: [event, missed just before it]
-        self._protected = 0  # (kept for the overflow arithmetic; initial events live apart)
-        # hello, snapshot and the retained history, served before the live queue and never
-        # dropped: the bus's own immutable chunks of it (shared by every client, not copied),
+        # hello, snapshot and the retained history, served before the live events and never
+        # skipped: the bus's own immutable chunks of it (shared by every client, not copied),
         # taken in order; ``_ipos`` is the position in the first one
         self._initial: deque[tuple[dict[str, Any], ...]] = deque()
         self._ipos = 0
-        self._cv = threading.Condition()
-        self._held: dict[str, Any] | None = None  # event to deliver after its lag event
+        # the live part, under the bus's lock: the sequence number of the next event to take,
+        # events skipped and not yet told (a ``lag`` event before the next one), the event
+        # held back behind that lag event, and (once closed) where the stream ends
+        self._cursor = 0
+        self._lag = 0
+        self._held: dict[str, Any] | None = None
+        self._end: int | None = None
         # set by a socket writer once the initial events are on the wire (not just taken)
         self.initial_sent = threading.Event()
         self.missed = 0
         self.closed = False
 
-    def _put(self, event: dict[str, Any]) -> None:
-        with self._cv:
-            if self.closed:
-                return
-            carried = 0
-            if len(self._q) - self._protected >= self.maxlen:
-                if len(self._q) > self._protected:
-                    dropped = self._q[self._protected]
-                    del self._q[self._protected]
-                    carried = dropped[1] + 1
-                    if len(self._q) > self._protected:
-                        self._q[self._protected][1] += carried
-                        carried = 0
-                self.missed += 1
-            self._q.append([event, carried])
-            self._cv.notify()
-
     def _put_initial(self, parts: list[tuple[dict[str, Any], ...]]) -> None:
-        with self._cv:
-            self._initial = deque(part for part in parts if part)
-            self._ipos = 0
-            self._cv.notify()
+        """(Under the bus's lock.)"""
+        self._initial = deque(part for part in parts if part)
+        self._ipos = 0
 
     def _next_initial(self, most: int) -> tuple[dict[str, Any], ...]:
-        """(Under ``_cv``) up to ``most`` initial events, never across two chunks: a whole
-        chunk is returned as the bus's own tuple, so the server's encoded-chunk cache finds
-        it for every client."""
+        """(Under the bus's lock) up to ``most`` initial events, never across two chunks: a
+        whole chunk is returned as the bus's own tuple, so the server's encoded-chunk cache
+        finds it for every client."""
         if not self._initial:
             return ()
         first = self._initial[0]
@@ -124,61 +117,85 @@ class Subscription:
             self._ipos = 0
         return part
 
+    def _catch_up(self) -> None:
+        """(Under the bus's lock) skip what fell out of this client's window."""
+        bus = self.bus
+        start = max(bus._seq - min(self.maxlen, bus._ring_size), 0)
+        if self._cursor < start:
+            skipped = start - self._cursor
+            self._cursor = start
+            self._lag += skipped
+            self.missed += skipped
+            bus.lagged_events += skipped
+
+    def _take_live(self) -> dict[str, Any] | None:
+        """(Under the bus's lock) the next live event, a ``lag`` event before it where some
+        were skipped, or None."""
+        bus = self.bus
+        if self._held is not None:
+            event, self._held = self._held, None
+            return event
+        self._catch_up()
+        end = bus._seq if self._end is None else self._end
+        if self._cursor >= end:
+            return None
+        event = bus._ring[self._cursor % bus._ring_size]
+        self._cursor += 1
+        if self._lag:
+            lag, self._lag = self._lag, 0
+            self._held = event
+            return make("lag", bus.clock.now(), missed=lag)
+        return event
+
+    def _behind(self) -> int:
+        """(Under the bus's lock) live events not yet taken (at most ``maxlen``)."""
+        bus = self.bus
+        end = bus._seq if self._end is None else self._end
+        start = max(bus._seq - min(self.maxlen, bus._ring_size), 0)
+        return max(0, end - max(self._cursor, start))
+
     def get(self, timeout: float | None = None) -> dict[str, Any] | None:
         """The next event (a ``lag`` event where some were skipped), or None on timeout or
         once closed and drained."""
-        event: dict[str, Any]
-        missed: int
-        with self._cv:
-            if self._held is not None:
-                event, self._held = self._held, None
-                return event
+        with self.bus._new:
             if self._initial:
                 return self._next_initial(1)[0]
-            if not self._q and not self.closed:
-                self._cv.wait(timeout)
-            if self._initial:  # (only set before the first get)
-                return self._next_initial(1)[0]
-            if not self._q:
-                return None
-            event, missed = self._q.popleft()
-            if self._protected:
-                self._protected -= 1
-            if missed:
-                self._held = event
-                return make("lag", self.bus.clock.now(), missed=missed)
+            event = self._take_live()
+            if event is None and not self.closed and timeout != 0:
+                self.bus._new.wait(timeout)
+                event = self._take_live()
             return event
 
     def pending(self) -> int:
         """Events queued and not yet taken."""
-        with self._cv:
+        with self.bus._lock:
             initial = sum(len(part) for part in self._initial) - self._ipos
-            return initial + len(self._q) + (1 if self._held is not None else 0)
+            held = 1 if self._held is not None else 0
+            return initial + self._behind() + held + (1 if self._lag and self._behind() else 0)
 
     def take_initial(self, most: int) -> tuple[dict[str, Any], ...]:
         """Up to ``most`` of the initial events (hello, snapshot, retained history) in one
         step: a joining client's writer takes its thousands of them in slices, not one
         ``get`` (and one lock round) each, which in a connect/close storm was GIL time taken
         from the workers. A slice never spans two of the bus's chunks."""
-        with self._cv:
-            if self._held is not None:
-                return ()
+        with self.bus._lock:
             return self._next_initial(most)
 
     def drain(self) -> list[dict[str, Any]]:
         """Everything queued now, without waiting."""
         out: list[dict[str, Any]] = []
-        while self.pending():
+        while True:
             event = self.get(0)
             if event is None:
-                break
+                return out
             out.append(event)
-        return out
 
     def close(self) -> None:
-        with self._cv:
-            self.closed = True
-            self._cv.notify_all()
+        with self.bus._new:
+            if not self.closed:
+                self.closed = True
+                self._end = self.bus._seq  # what was published before the close still reads
+            self.bus._new.notify_all()
         self.bus._unsubscribe(self)
 
 
@@ -214,11 +231,23 @@ class Bus:
         self._since_trim = 0
         self._hello: dict[str, Any] | None = None
         self._subs: list[Subscription] = []
+        self._draining: list[Subscription] = []  # closed, still reading their last events
+        # the live events every subscriber reads from (Subscription): a ring of the newest
+        # ``_ring_size`` (grown to the largest subscriber's maxlen), ``_seq`` the sequence
+        # number of the next event; ``_new`` is notified once per event for waiting readers.
+        # Slots older than every subscriber's cursor are cleared (SCAN_EVERY), so events are
+        # not kept alive for nobody.
+        self._ring_size = _ring_size(client_queue)
+        self._ring: list[dict[str, Any] | None] = [None] * self._ring_size
+        self._seq = 0
+        self._cleared = 0  # slots below this sequence number are cleared
+        self._since_scan = 0
         self._recorders: list[RecorderThread] = []
         self._publish_lock = threading.Lock()  # the same order on every queue
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._q: queue.SimpleQueue[dict[str, Any] | Stop] = queue.SimpleQueue()
         self._lock = threading.RLock()
+        self._new = threading.Condition(self._lock)
         self.events = 0
         self.lagged_events = 0
         self.dropped_clients = 0
@@ -281,12 +310,23 @@ class Bus:
         ``counters`` and ``/metrics`` do not count it."""
         sub = Subscription(self, maxlen or self.client_queue, name, counted)
         with self._lock:
+            if sub.maxlen > self._ring_size:
+                self._grow(_ring_size(sub.maxlen))
             head: tuple[dict[str, Any], ...] = () if self._hello is None else (self._hello,)
             # references to the shared chunks plus a copy of at most RETAIN_CHUNK events:
             # microseconds under the lock, whatever the retained history's length
             sub._put_initial([(*head, self._join_snap), *self._chunks, tuple(self._tail)])
+            sub._cursor = self._seq  # live events from the next one on
             self._subs.append(sub)
         return sub
+
+    def _grow(self, size: int) -> None:
+        """(Under the lock) a larger ring, keeping the live events still in it."""
+        old, old_size = self._ring, self._ring_size
+        ring: list[dict[str, Any] | None] = [None] * size
+        for seq in range(max(self._cleared, self._seq - old_size), self._seq):
+            ring[seq % size] = old[seq % old_size]
+        self._ring, self._ring_size = ring, size
 
     @property
     def retained(self) -> int:
@@ -298,6 +338,8 @@ class Bus:
         with self._lock:
             if sub in self._subs:
                 self._subs.remove(sub)
+                if sub._behind():
+                    self._draining.append(sub)
 
     @property
     def clients(self) -> int:
@@ -308,6 +350,8 @@ class Bus:
     def missed_by_client(self) -> dict[str, int]:
         """Events each connected subscriber was skipped past so far, by name."""
         with self._lock:
+            for sub in self._subs:
+                sub._catch_up()
             return {sub.name: sub.missed for sub in self._subs}
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -410,14 +454,42 @@ class Bus:
                     fn(event)
                 except Exception:  # a listener bug must not stop the run
                     pass
-            for sub in list(self._subs):
-                before = sub.missed
-                sub._put(event)
-                if sub.missed != before:
-                    self.lagged_events += sub.missed - before
-                    if sub.missed >= self.drop_after:
-                        self.dropped_clients += 1
-                        sub.close()
+            # once into the log, whatever the number of subscribers (Subscription)
+            self._ring[self._seq % self._ring_size] = event
+            self._seq += 1
+            self._since_scan += 1
+            if self._since_scan >= SCAN_EVERY:
+                self._since_scan = 0
+                self._scan()
+            self._new.notify_all()
+
+    def _scan(self) -> None:
+        """(Under the lock, every SCAN_EVERY events) count what each subscriber has fallen
+        behind by (``lagged_events``, and a client that missed ``drop_after`` is
+        disconnected) and clear the slots no subscriber will read again."""
+        floor = self._seq
+        for sub in list(self._subs):
+            sub._catch_up()
+            if sub.missed >= self.drop_after:
+                self.dropped_clients += 1
+                sub.close()
+                continue
+            floor = min(floor, sub._cursor)
+        # closed ones still reading what was published before their close keep theirs
+        self._draining = [sub for sub in self._draining if sub._behind()]
+        for sub in self._draining:
+            floor = min(floor, sub._cursor)
+        floor = max(floor, self._seq - self._ring_size)
+        # (slots of events older than a ring's length hold newer ones already)
+        for seq in range(max(self._cleared, self._seq - self._ring_size), floor):
+            self._ring[seq % self._ring_size] = None
+        self._cleared = max(self._cleared, floor)
+
+
+def _ring_size(maxlen: int) -> int:
+    """Slots for a subscriber window of ``maxlen`` live events: a power of two, at least
+    SCAN_EVERY (slots are cleared a scan at a time)."""
+    return 1 << max(int(maxlen), SCAN_EVERY).bit_length()
 
 
 def _detached(state: State) -> dict[str, Any]:

@@ -204,6 +204,8 @@ def test_cuda_warm_up_reports_its_steps_as_progress(monkeypatch):
     )
     monkeypatch.setattr(cuda_run, "replace", lambda ctx, **changes: changes)
     monkeypatch.setattr(CudaRun, "_check_host", lambda self, ctx, streamed, workers: None)
+    witnesses: list[dict] = []  # the witness warm-up: once, as a partition's synthesis runs
+    monkeypatch.setattr(cuda_run, "warm_synthesis", lambda pin_method, **kw: witnesses.append(kw))
     cfg = from_preset("porep-32g", backend="cuda")
     backend = SimpleNamespace(name="cuda", WARM_UP_STEPS=("one", "two", "three"), warm_up=warm_up)
     ctx = SimpleNamespace(
@@ -219,10 +221,13 @@ def test_cuda_warm_up_reports_its_steps_as_progress(monkeypatch):
     )
     run = CudaRun()
     try:
-        run.context(ctx, _cuda_device(index=3, dev=contextlib.nullcontext()), workers=2)
+        args = {"synthesis": {"stream": "synthesis stream", "allocator": "synthesis pool"}}
+        device = _cuda_device(index=3, dev=contextlib.nullcontext(), kernel_args=args.get)
+        run.context(ctx, device, workers=2)
     finally:
         run.close([])
     assert calls == [cfg.domain_log]
+    assert witnesses == [{"stream": "synthesis stream", "allocator": "synthesis pool"}]
     warm = [f for kind, f in events if kind == "progress" and f["task"] == "warmup"]
-    assert warm and warm[-1]["done"] == warm[-1]["total"] == 3
+    assert warm and warm[-1]["done"] == warm[-1]["total"] == 4  # the backend's 3, the witness
     assert warm[-1]["device"] == 3 and "device 3" in warm[-1]["label"]
