@@ -31,6 +31,9 @@ from provetop.recordings.writer import default_recording_path
 PROGRESS_PREFIX = "progress: "  # the stderr lines of a long start-up step (run skips them)
 PROGRESS_LINE_S = 1.0  # at most one line a second per step on stderr, and always its last
 PROGRESS_AFTER_S = 2.0  # a step shorter than this writes nothing (the event log has its line)
+# The main thread waits this long at a time, so a signal's handler runs within it (SIGTERM and
+# SIGINT must act within 2 s at every stage: a quarter of that, in short waits that cost nothing)
+SIGNAL_POLL_S = 0.25
 
 __all__ = ["add_engine_arguments", "build_engine", "config_from_args", "run"]
 
@@ -155,6 +158,16 @@ def _stacks_on_sigusr1() -> None:
         pass
 
 
+def _wait_interruptibly(wait: Callable[[float], bool]) -> None:
+    """``wait(timeout)`` until it returns True, a short timeout at a time. Why not one wait
+    with no timeout: Python runs a signal's handler in the main thread only once that thread
+    is back in the interpreter, and a process-wide SIGTERM may be delivered to any thread; in
+    a CUDA run (the driver's and NVML's threads beside ours) it was, and the main thread
+    stayed blocked in the untimed wait: SIGTERM was never acted on (H100, 2026-12-07)."""
+    while not wait(SIGNAL_POLL_S):
+        pass
+
+
 def _ignore_signals() -> None:
     """While the run shuts down cleanly, a second Ctrl-C or SIGTERM would cut the recording's
     footer; the shutdown is bounded (Engine.close), and SIGKILL still works."""
@@ -215,10 +228,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"  recording to {engine.record_path}", file=out)
         out.flush()
         if args.exit_when_done:
-            engine.wait()
+            _wait_interruptibly(engine.wait)
         else:
-            engine.wait_for_stop()
-            engine.wait()
+            _wait_interruptibly(engine.wait_for_stop)
+            _wait_interruptibly(engine.wait)
     except KeyboardInterrupt:
         interrupted = True
         _ignore_signals()

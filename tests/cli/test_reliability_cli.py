@@ -165,3 +165,42 @@ def test_a_signal_mid_run_stops_cleanly_and_exits_0(tmp_path, sig):
     assert {k: last[k] for k in USED} == dict.fromkeys(USED, 0), last  # pinned memory released
     assert events[-1]["k"] == "engine_state" and events[-1]["state"] == "done"
     assert not sock.exists()
+
+
+# tgkill(2): a signal to one thread of another process, as the kernel may deliver SIGTERM
+_TGKILL = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)
+
+
+@pytest.mark.skipif(_TGKILL is None or sys.platform != "linux", reason="tgkill on Linux only")
+@pytest.mark.parametrize("exit_when_done", [True, False])
+def test_sigterm_delivered_to_another_thread_still_stops_the_engine(tmp_path, exit_when_done):
+    """A process-wide SIGTERM may land on any thread; in a CUDA run it landed on one of the
+    driver's, and the main thread, blocked in a wait with no timeout, never ran the handler
+    (the engine was killed after 20-28 s, H100). Here the signal is sent to a worker thread."""
+    import ctypes
+
+    sock = tmp_path / "e.sock"
+    cmd = [sys.executable, "-m", "provetop", "engine", "--preset", "ci", "--proofs", "100000",
+           "--no-record", "--listen", f"unix:{sock}"]  # fmt: skip
+    cmd += ["--exit-when-done"] if exit_when_done else []
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists():  # started: its threads run
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
+        assert tids, "the engine has no thread but its main one"
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.syscall(_TGKILL, proc.pid, tids[-1], signal.SIGTERM) == 0
+        out, err = proc.communicate(timeout=30)  # (before: no exit, ever)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, err
+    assert "interrupted" in out and "Traceback" not in err
