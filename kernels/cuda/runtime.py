@@ -95,7 +95,25 @@ def require_cupy() -> Any:
         raise CudaUnavailable(f"CuPy sees no CUDA driver/device ({exc})") from exc
     if count < 1:
         raise CudaUnavailable("CuPy sees no CUDA device")
+    _no_size_specialised_reductions()
     return cupy
+
+
+def _no_size_specialised_reductions() -> None:
+    """CuPy's reductions without its CUB block-reduction accelerator. Why: that accelerator
+    compiles a kernel per reduction, dtype *and size class* on first use (cub_sum_pass1/2,
+    cub_count_nonzero_pass1/2: 1.3-2.7 s each on an H100 with an empty kernel cache), so a
+    warm-up on small arrays cannot build the ones a partition's 2^21-element chunks take, and
+    a ``small`` run's first partition spent 7 s compiling them (2026-12-07). CuPy's own
+    reduction kernels are compiled per expression and dtype alone, which the warm-up covers;
+    the reductions are a few small sums and counts per partition, not where its time goes.
+    ``CUPY_ACCELERATORS`` still governs CuPy's other routines."""
+    try:
+        from cupy._core import _accelerator
+
+        _accelerator.set_reduction_accelerators([])
+    except Exception:  # noqa: BLE001 (a CuPy without this switch: its defaults stay)
+        pass
 
 
 def stderr_log(line: str) -> None:
