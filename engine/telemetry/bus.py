@@ -137,10 +137,16 @@ class Subscription:
             return event
         self._catch_up()
         end = bus._seq if self._end is None else self._end
-        if self._cursor >= end:
-            return None
-        event = bus._ring[self._cursor % bus._ring_size]
-        self._cursor += 1
+        while True:
+            if self._cursor >= end:
+                return None
+            slot = bus._ring[self._cursor % bus._ring_size]
+            self._cursor += 1
+            if slot is not None:
+                event = slot
+                break
+            self._lag += 1  # cleared (no scan counts this one): told as missed
+            self.missed += 1
         if self._lag:
             lag, self._lag = self._lag, 0
             self._held = event
