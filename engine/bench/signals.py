@@ -63,14 +63,14 @@ class _Follower:
     def _follow(self) -> None:
         # a plain reader of the socket's frames (the engine may not import the clients)
         path = self.address.removeprefix("unix:")
-        sock = None
+        sock: socket.socket | None = None
         while sock is None and time.monotonic() < self.deadline:
+            attempt = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.connect(path)
+                attempt.connect(path)
+                sock = attempt
             except OSError:
-                sock.close()
-                sock = None
+                attempt.close()
                 time.sleep(0.05)
         if sock is None:
             return
