@@ -73,8 +73,17 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     (
         "checks",
-        "GPU test logs, self-tests, the cold start and the bench after a change of structure",
-        ("coldstart-", "gpu-check-", "gpu-health-", "gpu-tests-", "selftest-"),
+        "GPU test logs, self-tests, the cold start, the first partition, signals on a CUDA run and "
+        "the bench after a change of structure",
+        (
+            "coldstart-",
+            "first-partition-",
+            "gpu-check-",
+            "gpu-health-",
+            "gpu-tests-",
+            "selftest-",
+            "signals-",
+        ),
     ),
 )
 
