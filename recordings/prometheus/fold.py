@@ -42,7 +42,6 @@ from provetop.recordings.prometheus.exposition import (
     HistogramCopy,
     Reading,
     build_families,
-    registry,
     render,
 )
 from provetop.recordings.prometheus.families import COUNTER_FIELDS, DURATION_BUCKETS
@@ -85,7 +84,6 @@ class MetricsFold:
         self.workers: set[tuple[int, int]] = set()
         self.counters: dict[tuple[str, Labels], float] = {}
         self.hists: dict[tuple[str, Labels], Histogram] = {}
-        self._registry = registry(self.reading)
 
     # -- folding ------------------------------------------------------------------------------
 
@@ -192,7 +190,7 @@ class MetricsFold:
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""
-        return render(self._registry)
+        return render(build_families(self.reading()))
 
 
 MAX_WORKERS = 256  # workers per device a hello may announce (a bad hello stays small)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 import time
 import urllib.error
@@ -10,9 +11,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
 
 from provetop.recordings.prometheus import http_server
+from provetop.recordings.prometheus.exposition import render
 from provetop.recordings.prometheus.families import METRICS, markdown_table
 from provetop.recordings.prometheus.fold import MetricsFold
 from provetop.recordings.prometheus.http_server import (
@@ -73,6 +77,53 @@ def test_the_fold_agrees_with_the_reducer_on_a_synthetic_run():
     assert sum(s.value for s in waits) == len(state.attempts)
     # no NVML on the cpu backend: the gpu metrics are absent, not zero
     assert "provetop_gpu_power_watts" not in fams
+
+
+PROMETHEUS_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+PROMETHEUS_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def test_every_metric_and_label_name_is_valid_without_escaping():
+    # the text writer escapes label values only: the names must need none
+    for spec in METRICS.values():
+        assert PROMETHEUS_NAME.fullmatch(spec.full_name), spec.full_name
+        for label in spec.labels:
+            assert PROMETHEUS_LABEL.fullmatch(label) and not label.startswith("__"), label
+            assert label != "le", label  # the histograms' own bucket label
+
+
+def _parsed(body: bytes) -> list[tuple]:
+    """Every family as prometheus-client's parser reads it: name, type, help, and the
+    samples with their labels in any order."""
+    return [
+        (f.name, f.type, f.documentation,
+         [(s.name, sorted(s.labels.items()), s.value) for s in f.samples])
+        for f in text_string_to_metric_families(body.decode())
+    ]  # fmt: skip
+
+
+def test_the_text_writer_reads_as_prometheus_clients_own_exposition():
+    odd = 'gpu "a"\\host\nline two ✓'  # a quote, a backslash, a newline, non-ASCII
+    events = generate(devices=2, workers=2, duration_s=4.0, oom_every=3)
+    for e in events:
+        if e["k"] == "hello":
+            e["host"] = odd
+            e["devices"][0]["name"] = odd
+    fold = MetricsFold().fold(events)
+    fams = fold.families()
+    ours = render(fams)
+
+    class Collector:
+        def collect(self):
+            return iter(fams)
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(Collector())  # type: ignore[arg-type]
+    theirs = generate_latest(reg)
+    assert _parsed(ours) == _parsed(theirs)
+    assert len(_parsed(ours)) > 20 and sum(len(f[3]) for f in _parsed(ours)) > 1000
+    info = families(ours)["provetop_info"][0]
+    assert info.labels["host"] == odd
 
 
 def test_gpu_events_become_gauges_and_missing_fields_stay_absent():
