@@ -8,7 +8,8 @@ Starts a cuda engine (``--preset small``, a few proofs) so that a provetop proce
 memory, then runs ``provetop top --json`` and ``--once`` (the engine must be listed as
 attached, its pid among the GPU processes marked as provetop's, with %CPU, %MEM and run time),
 and ``provetop top`` in a tmux server of its own at 160x48 for a few seconds, whose screen is
-printed (a block per GPU, the process table, no pipeline key). Prints one table last; exit 1
+printed: first the engine (attached at once, as the docs say), then after `e` the GPU
+monitor (a block per GPU, the process table). Prints one table last; exit 1
 on a failed check.
 """
 
@@ -23,6 +24,11 @@ import sys
 import tempfile
 import time
 import uuid
+
+
+def _capture(tmux: list[str], session: str) -> str:
+    return subprocess.run([*tmux, "capture-pane", "-p", "-t", session],
+                          capture_output=True, text=True).stdout  # fmt: skip
 
 
 def main() -> int:
@@ -72,13 +78,19 @@ def main() -> int:
             subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
                             cmd], env={**env, "TERM": "xterm-256color"}, check=True)  # fmt: skip
             time.sleep(6)
-            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", session],
-                                    capture_output=True, text=True).stdout  # fmt: skip
+            # the engine running before top started is attached and shown at once (its
+            # pipeline); the GPU monitor is the next source, a key `e` away
+            first = _capture(tmux, session)
+            print(first)
+            checks.append(("screen: engine shown first", "partitions" in first.lower(), ""))
+            subprocess.run([*tmux, "send-keys", "-t", session, "e"], check=True)
+            time.sleep(2)
+            screen = _capture(tmux, session)
             subprocess.run([*tmux, "kill-server"], capture_output=True)
             print(screen)
-            checks.append(("screen: a block per GPU", "gpu0 " in screen and "SM util" in screen,
+            checks.append(("e: a block per GPU", "gpu0 " in screen and "SM util" in screen,
                            ""))  # fmt: skip
-            checks.append(("screen: process table", "%CPU" in screen, ""))
+            checks.append(("e: process table", "%CPU" in screen, ""))
     finally:
         engine.terminate()
         try:

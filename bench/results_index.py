@@ -62,9 +62,9 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("tui", "`provetop bench tui`: the dashboard's latency, open and seek", ("tui-",)),
     (
         "telemetry",
-        "the `/metrics` endpoint's cost, NVML on a card, the telemetry server under load, a real "
-        "Prometheus counting a fault-injected run",
-        ("metrics-overhead-", "gpu-metrics-", "load-clients-", "prometheus-faults-"),
+        "the `/metrics` endpoint's cost, NVML on a card, the telemetry server under load and "
+        "floods (`provetop bench flood`), a real Prometheus counting a fault-injected run",
+        ("metrics-overhead-", "gpu-metrics-", "load-clients-", "prometheus-faults-", "flood-"),
     ),
     (
         "trace",
