@@ -77,8 +77,9 @@ def render(families: Iterable[Metric]) -> bytes:
     of every sample on every scrape (about 10,000 sample lines for one GPU's phase histograms),
     which made a scrape cost ~3 ms of the engine's CPU; the names here come from
     :data:`METRICS` and a test holds them to Prometheus's name rules, so only label values are
-    escaped. Another test holds the two writers to the same parsed families. Values are formatted by
-    prometheus-client's own ``floatToGoString``; label order is the family's, as declared.
+    escaped. Values are formatted by
+    prometheus-client's own ``floatToGoString`` and labels sorted by name, as it writes them,
+    so the bytes are its bytes (a test compares them).
     """
     out: list[str] = []
     for fam in families:
@@ -88,7 +89,8 @@ def render(families: Iterable[Metric]) -> bytes:
         for sample in fam.samples:
             value = floatToGoString(sample.value)
             if sample.labels:
-                labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in sample.labels.items())
+                pairs = sorted(sample.labels.items())
+                labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in pairs)
                 out.append(f"{sample.name}{{{labels}}} {value}\n")
             else:
                 out.append(f"{sample.name} {value}\n")
