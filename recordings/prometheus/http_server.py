@@ -1,7 +1,7 @@
 """A small HTTP server for ``GET /metrics`` that a bad client cannot turn against its producer.
 
-Why our own server around prometheus-client's exposition: the endpoint lives inside a proving
-engine (and a cuzk watcher), so what a scraper or a stray client does must never stall the
+Why our own server and not prometheus-client's: the endpoint lives inside a proving engine
+(and a cuzk watcher), so what a scraper or a stray client does must never stall the
 run. Here that means:
 
 - only ``GET /metrics`` is served, and ``HEAD /metrics`` (its headers, no body: HTTP asks every
