@@ -10,7 +10,7 @@ no sample, never a zero: a family with no sample is left out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,8 @@ from provetop.recordings.schema import is_number
 from provetop.recordings.state import WORKER_STATES, async_cached, phantom_bytes
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# prometheus-client's number format ("+Inf", "1e+06"), typed here: it ships without hints
+_go_float: Callable[[float], str] = floatToGoString
 
 # a histogram as the fold keeps it: counts per bucket (not cumulative, +Inf last), sum, count
 HistogramCopy = tuple[list[int], float, int]
@@ -87,7 +89,7 @@ def render(families: Iterable[Metric]) -> bytes:
         doc = fam.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {fam.type}\n")
         for sample in fam.samples:
-            value = floatToGoString(sample.value)
+            value = _go_float(sample.value)
             if sample.labels:
                 pairs = sorted(sample.labels.items())
                 labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in pairs)
