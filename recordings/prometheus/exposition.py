@@ -77,11 +77,12 @@ def render(families: Iterable[Metric]) -> bytes:
 
     Why not prometheus-client's ``generate_latest``: it validates and escapes every label name
     of every sample on every scrape (about 10,000 sample lines for one GPU's phase histograms),
-    which made a scrape cost ~3 ms of the engine's CPU; the names here come from
+    2.7 ms of the engine's CPU a scrape against 1.4 ms here. The names come from
     :data:`METRICS` and a test holds them to Prometheus's name rules, so only label values are
-    escaped. Values are formatted by
-    prometheus-client's own ``floatToGoString`` and labels sorted by name, as it writes them,
-    so the bytes are its bytes (a test compares them).
+    escaped; values are formatted by prometheus-client's own ``floatToGoString`` and labels
+    sorted by name, as it writes them, so the bytes are its bytes (a test compares them). What
+    it also handles and these families never carry: sample timestamps and ``_created``
+    samples.
     """
     out: list[str] = []
     for fam in families:

@@ -190,7 +190,7 @@ class MetricsFold:
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""
-        return render(build_families(self.reading()))
+        return render(self.families())
 
 
 MAX_WORKERS = 256  # workers per device a hello may announce (a bad hello stays small)
