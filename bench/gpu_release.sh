@@ -1,39 +1,57 @@
 #!/usr/bin/env bash
-# The GPU checks of the release work in one call (run it on an H100 and on an H200):
-#   1. the hand-over test, three times (it waits for the claim now instead of racing it);
-#   2. a GPU run loads no CUDA library the slim extras leave out (cuBLAS, cuFFT, cuRAND,
-#      cuSOLVER, cuSPARSE);
-#   3. the warm-up's GPU path: the backend and selftest GPU tests;
-#   4. bench/gpu_first_partition.sh: a `small` run's first partition within 2x the second,
-#      with CuPy's kernel cache empty.
-# Usage on the device machine: bash bench/gpu_release.sh   (files under $OUT; a table last)
+# The GPU checks of the release work (run on an H100 and on an H200), in two calls of a few
+# minutes each:
+#   bash bench/gpu_release.sh tests
+#     1. every GPU test (`pytest -m gpu tests`, Textual from .thirdparty/wheels when carried),
+#        the hand-over test and the loaded-libraries test among them;
+#     2. the hand-over test twice more (it waits for the claim instead of racing it);
+#     3. bench/gpu_first_partition.sh: a `small` run's first partition within 2x the second,
+#        with CuPy's kernel cache empty.
+#   bash bench/gpu_release.sh install      (carry .slim and .thirdparty)
+#     4. bench/gpu_slim_install.py: `pip install provetop[cuda13]` into an empty environment,
+#        with no index, then selftest, warm-up, a proof and a trace from it;
+#     5. bench/gpu_top_check.py: `provetop top` with a cuda engine, --once, --json, 160x48.
+# Files under $OUT (one archive); a table last.
 set -uo pipefail
-export PYTHONPATH=. PYTHONUNBUFFERED=1
+STAGE=${1:-tests}
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_release}
-mkdir -p "$OUT"
+W=/tmp/gpu-release-$STAGE
+mkdir -p "$OUT" "$W"
+export PROVETOP_COMMIT=${PROVETOP_COMMIT:-$(bash bench/commit.sh 2>/dev/null || git rev-parse --short HEAD)}
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
+trap 'tar czf "$OUT/gpu-release-$STAGE.tgz" -C /tmp "gpu-release-$STAGE"' EXIT
+if ls .thirdparty/wheels/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+        .thirdparty/wheels/*.whl && export PYTHONPATH=$PWD:/tmp/site
+fi
 declare -a ROWS
-row() { ROWS+=("$(printf '%-44s %-8s %s' "$1" "$2" "$3")"); }
+row() { ROWS+=("$(printf '%-44s %-5s %s' "$1" "$2" "$3")"); }
+verdict() { [ "$1" = 0 ] && echo ok || echo FAIL; }
 
-for i in 1 2 3; do
+if [ "$STAGE" = tests ]; then
     t=$(date +%s)
-    if python3 -m pytest -q -m gpu -p no:cacheprovider \
-        "tests/engine/test_cuda.py::test_gpu_engine_hands_h_blocks_to_the_next_partitions_a_and_verifies" \
-        >"$OUT/handover-$i.txt" 2>&1; then r=pass; else r=FAIL; fi
-    row "hand-over test, run $i" "$r" "$(( $(date +%s) - t )) s"
-done
-t=$(date +%s)
-if python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_cuda_libraries.py \
-    >"$OUT/libraries.txt" 2>&1; then r=pass; else r=FAIL; fi
-row "no cuBLAS/cuFFT/cuRAND/cuSOLVER/cuSPARSE loaded" "$r" "$(( $(date +%s) - t )) s"
-t=$(date +%s)
-if python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_selftest.py \
-    tests/kernels/test_cuda_msm.py >"$OUT/kernels.txt" 2>&1; then r=pass; else r=FAIL; fi
-row "selftest and MSM GPU tests" "$r" "$(tail -1 "$OUT/kernels.txt" | cut -c1-60)"
-t=$(date +%s)
-if OUT="$OUT/first" bash bench/gpu_first_partition.sh >"$OUT/first.txt" 2>&1; then r=pass; else r=FAIL; fi
-row "first partition within 2x the second" "$r" "$(grep -E '^worker|^verdict' "$OUT/first.txt" | tr '\n' ';' | cut -c1-120)"
-
+    timeout 420 python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests >"$W/gpu-tests.log" 2>&1
+    row "every GPU test" "$(verdict $?)" "$(( $(date +%s) - t )) s; $(tail -n 1 "$W/gpu-tests.log" | cut -c1-70)"
+    for i in 2 3; do
+        t=$(date +%s)
+        timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider \
+            "tests/engine/test_cuda.py::test_gpu_engine_hands_h_blocks_to_the_next_partitions_a_and_verifies" \
+            >"$W/handover-$i.log" 2>&1
+        row "hand-over test, run $i" "$(verdict $?)" "$(( $(date +%s) - t )) s"
+    done
+    OUT="$W/first" timeout 240 bash bench/gpu_first_partition.sh >"$W/first.log" 2>&1
+    row "first partition within 2x the second" "$(verdict $?)" \
+        "$(grep -E '^worker|^verdict' "$W/first.log" | tr '\n' ';' | cut -c1-150)"
+else
+    timeout 330 python3 bench/gpu_slim_install.py --out "$W/slim" >"$W/slim.log" 2>&1
+    row "slim install (bench/gpu_slim_install.py)" "$(verdict $?)" "$W/slim/table.txt"
+    timeout 200 python3 bench/gpu_top_check.py >"$W/top.log" 2>&1
+    row "provetop top (bench/gpu_top_check.py)" "$(verdict $?)" "$(tail -n 1 "$W/top.log" | cut -c1-80)"
+fi
 echo
-echo "GPU: $GPU; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $(date -u +%F)"
-printf '%s\n' "${ROWS[@]}"
+echo "GPU: $GPU; commit $PROVETOP_COMMIT; $(date -u +%F)" | tee "$W/table.txt"
+printf '%s\n' "${ROWS[@]}" | tee -a "$W/table.txt"
+[ "$STAGE" = tests ] && grep -E "^(FAILED|ERROR|SKIPPED)" "$W/gpu-tests.log" | head -n 20
+[ "$STAGE" = install ] && cat "$W/slim/table.txt" && tail -n 40 "$W/top.log"
+exit 0

@@ -18,6 +18,9 @@ trap 'tar czf "$OUT/two-commits.tgz" -C /tmp two-commits' EXIT
 HEAD_COMMIT=${PROVETOP_COMMIT:-$(bash bench/commit.sh)}
 git archive "$BASE" | tar -x -C /tmp/base || { echo "no $BASE in this git" >&2; exit 2; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
+# Base cubins built elsewhere (`python -m kernels.cuda.prebuild --arch sm_90` in the base tree)
+# may be carried in .base-cubin: prebuild then finds them and compiles nothing.
+[ -d .base-cubin ] && mkdir -p /tmp/base/kernels/cuda && cp -r .base-cubin /tmp/base/kernels/cuda/cubin
 (cd /tmp/base && timeout 400 python3 -m provetop.kernels.cuda.prebuild --arch sm_90 --jobs 16 | tail -1)
 run() {  # run TREE LABEL COMMAND...: into $W/TREE-LABEL-rR.log
     local tree=$1 label=$2 dir=$PWD commit=$HEAD_COMMIT
