@@ -31,16 +31,16 @@ verdict() { [ "$1" = 0 ] && echo ok || echo FAIL; }
 
 if [ "$STAGE" = tests ]; then
     t=$(date +%s)
-    timeout 420 python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests >"$W/gpu-tests.log" 2>&1
+    timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests >"$W/gpu-tests.log" 2>&1
     row "every GPU test" "$(verdict $?)" "$(( $(date +%s) - t )) s; $(tail -n 1 "$W/gpu-tests.log" | cut -c1-70)"
     for i in 2 3; do
         t=$(date +%s)
-        timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider \
+        timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider \
             "tests/engine/test_cuda.py::test_gpu_engine_hands_h_blocks_to_the_next_partitions_a_and_verifies" \
             >"$W/handover-$i.log" 2>&1
         row "hand-over test, run $i" "$(verdict $?)" "$(( $(date +%s) - t )) s"
     done
-    OUT="$W/first" timeout 240 bash bench/gpu_first_partition.sh >"$W/first.log" 2>&1
+    OUT="$W/first" timeout 150 bash bench/gpu_first_partition.sh >"$W/first.log" 2>&1
     row "first partition within 2x the second" "$(verdict $?)" \
         "$(grep -E '^worker|^verdict' "$W/first.log" | tr '\n' ';' | cut -c1-150)"
 else
