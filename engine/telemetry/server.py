@@ -69,6 +69,11 @@ MAX_COMMANDS_PER_S = 100
 # handles, records and broadcasts no more than this, so no mix of clients costs the run much)
 COMMANDS_PER_S_TOTAL = 20
 COMMAND_BURST = 20
+# A connection waiting for its turn is checked this often for a sender that has hung up: what
+# such a sender left queued in its socket (a flood of commands stays there at the budget's
+# pace, 20 connections at 95/s for 8 s left ~750 s of turns) is dropped with the connection
+# instead of holding a slot and the budget's turns long after the client is gone
+HANGUP_POLL_S = 0.2
 # At the connection cap, a new connection closes the one idle longest (nothing read from it and
 # none of its stream taken for at least this long), so idle clients cannot lock the operator out
 IDLE_EVICT_S = 1.0
@@ -240,6 +245,7 @@ class TelemetryServer:
             "paced_accepts": self.paced_accepts,
             "evicted_idle": self.evicted_idle,
             "paced_commands": self.budget.waited,
+            "hung_up_dropped": self.budget.abandoned,
             "reader_threads": self._readers.alive,
         }
 
@@ -480,7 +486,7 @@ class TelemetryServer:
                     if over:
                         frames = frames[: max(0, len(frames) - (in_window - MAX_COMMANDS_PER_S))]
                     for frame in frames:
-                        if not self.budget.take(self._closed):
+                        if not self.budget.take(self._closed, lambda: _hung_up(conn)):
                             return
                         self.on_command(frame, name)
                     if over:
@@ -761,6 +767,7 @@ class Budget:
         self._lock = threading.Lock()
         self._tat = 0.0  # theoretical arrival time of the next command (GCRA)
         self.waited = 0  # commands that had to wait for their turn
+        self.abandoned = 0  # connections dropped while waiting: their sender had hung up
 
     def available(self) -> bool:
         """Whether one more would go now, without waiting (nothing is taken)."""
@@ -773,8 +780,10 @@ class Budget:
         with self._lock:
             self._tat = max(self._tat, time.monotonic()) + 1 / self.rate
 
-    def take(self, closed: threading.Event) -> bool:
-        """Wait for this command's turn; False when ``closed`` is set meanwhile."""
+    def take(self, closed: threading.Event, gone: Callable[[], bool] | None = None) -> bool:
+        """Wait for this command's turn; False when ``closed`` is set meanwhile, or when
+        ``gone`` (asked every HANGUP_POLL_S of the wait) says the sender has hung up: its turn
+        is given back and the caller drops the connection with what it still had queued."""
         if self.rate <= 0:
             return True
         with self._lock:
@@ -784,7 +793,16 @@ class Budget:
         if wait <= 0:
             return True
         self.waited += 1
-        return not closed.wait(wait)
+        deadline = now + wait
+        while (left := deadline - time.monotonic()) > 0:
+            if closed.wait(min(left, HANGUP_POLL_S)):
+                return False
+            if gone is not None and gone():
+                with self._lock:  # the turn goes to the next in line
+                    self._tat = max(time.monotonic(), self._tat - 1 / self.rate)
+                self.abandoned += 1
+                return False
+        return True
 
 
 class _Readers:
@@ -919,6 +937,19 @@ def _wait_drained(sub: Subscription, timeout: float, closed: threading.Event) ->
         if closed.wait(0.01):
             return
     closed.wait(0.05)
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the peer has closed ``conn`` (both ways: POLLHUP, or POLLERR once our writes
+    to a closed TCP peer were reset), whatever it left unread. A client that only shut down
+    its sending side (still reading the answers) has not hung up."""
+    poller = select.poll()
+    poller.register(conn, select.POLLIN)
+    try:
+        events = poller.poll(0)
+    except OSError:
+        return True
+    return any(mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in events)
 
 
 def _unread(conn: socket.socket) -> int:
