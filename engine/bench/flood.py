@@ -29,10 +29,9 @@ import tempfile
 import time
 from typing import Any
 
+from provetop.engine.bench.meta import bench_meta
 from provetop.engine.run.runner import Engine
 from provetop.engine.settings.config import from_preset
-from provetop.kernels.bench_meta import commit_of
-from provetop.kernels.tuning import KernelTuning
 
 ATTACKS = ("trim", "marker", "metrics", "idle", "loris")
 TARGET = 0.10  # no attack may cost the run more than this share of its partitions/s
@@ -172,13 +171,7 @@ def run(args: argparse.Namespace) -> int:
         engine.close()
     _print(rows, counters)
     if args.json:
-        meta = {
-            "machine": f"{os.cpu_count()} CPUs, cpu backend",
-            "date": time.strftime("%Y-%m-%d", time.gmtime()),
-            "commit": commit_of(KernelTuning.from_env()),
-            "command": "provetop bench flood "
-            + " ".join(f"--{k} {getattr(args, k)}" for k in ("window", "pairs", "warm", "attacks")),
-        }
+        meta = bench_meta()
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows, "counters": counters, "window_s": args.window,
                        "pairs": args.pairs, "warm_s": args.warm}, f, indent=1)  # fmt: skip

@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+from provetop.engine.bench.meta import bench_meta
 from provetop.recordings.framing import FrameDecoder, FrameError
 
 TARGET_S = 2.0  # a stop signal acts within this many seconds at every stage
@@ -174,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"backend": args.backend, "preset": args.preset, "domain_log": args.domain_log,
+                {"meta": bench_meta(), "backend": args.backend, "preset": args.preset,
+                 "domain_log": args.domain_log,
                  "signal": args.signal, "target_s": TARGET_S, "rows": rows},
                 f, indent=1,
             )  # fmt: skip
