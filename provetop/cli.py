@@ -63,6 +63,15 @@ def _module(name: str) -> ModuleType:
     return importlib.import_module(f"provetop.commands.{name.replace('-', '_')}")
 
 
+def _warn_unknown_variables() -> None:
+    """A misspelled or removed ``PROVETOP_*`` setting, said once (it used to be ignored
+    without a word: the run went on with the defaults)."""
+    from provetop.engine.settings.environment import unknown_variables
+
+    for line in unknown_variables():
+        sys.stderr.write(f"provetop: warning: {line}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -70,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    _warn_unknown_variables()
     try:
         return int(_module(args.command).run(args) or 0)
     except UsageError as exc:
