@@ -319,6 +319,15 @@ EVENTS: dict[str, dict[str, Field]] = {
         "auth_failures": _opt(INT, "connections that failed the token handshake"),
         "accept_errors": _opt(INT, "accept() calls that failed (file descriptors exhausted...)"),
         "paced_accepts": _opt(INT, "accepts that waited for the accept pace"),
+        "evicted_idle": _opt(INT, "idle connections closed to make room at the connection cap"),
+        "paced_commands": _opt(
+            INT, "commands that waited for their turn in the shared command budget"
+        ),
+        "hung_up_dropped": _opt(
+            INT,
+            "connections dropped while a command waited for its turn: the sender had hung up, "
+            "and what it left queued went with it",
+        ),
         "reader_threads": _opt(INT, "threads serving connections, busy or idle"),
     },
 }
