@@ -19,7 +19,6 @@ from typing import NoReturn
 
 from provetop.base.errors import UsageError
 from provetop.base.version import __version__
-from provetop.engine.settings.environment import unknown_variables  # 15 ms: no heavy imports
 
 # name -> one-line help; the module provetop.commands.<name> implements it.
 COMMANDS: dict[str, str] = {
@@ -66,8 +65,10 @@ def _module(name: str) -> ModuleType:
 
 def _warn_unknown_variables() -> None:
     """A misspelled or removed ``PROVETOP_*`` setting, said once (it used to be ignored
-    without a word: the run went on with the defaults)."""
-    for line in unknown_variables():
+    without a word: the run went on with the defaults). Loaded by name after the parse, as
+    the commands are: ``--help`` imports nothing of the engine."""
+    environment = importlib.import_module("provetop.engine.settings.environment")
+    for line in environment.unknown_variables():
         sys.stderr.write(f"provetop: warning: {line}\n")
 
 
