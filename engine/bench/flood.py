@@ -29,9 +29,10 @@ import tempfile
 import time
 from typing import Any
 
-from provetop.engine.bench.meta import bench_meta
 from provetop.engine.run.runner import Engine
 from provetop.engine.settings.config import from_preset
+from provetop.kernels.bench_meta import bench_command, host_bench_meta
+from provetop.kernels.tuning import KernelTuning
 
 ATTACKS = ("trim", "marker", "metrics", "idle", "loris")
 TARGET = 0.10  # no attack may cost the run more than this share of its partitions/s
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         engine.close()
     _print(rows, counters)
     if args.json:
-        meta = bench_meta()
+        meta = host_bench_meta(bench_command(), KernelTuning.from_env())
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows, "counters": counters, "window_s": args.window,
                        "pairs": args.pairs, "warm_s": args.warm}, f, indent=1)  # fmt: skip

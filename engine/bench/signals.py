@@ -25,7 +25,8 @@ import threading
 import time
 from typing import Any
 
-from provetop.engine.bench.meta import bench_meta
+from provetop.kernels.bench_meta import bench_command, host_bench_meta
+from provetop.kernels.tuning import KernelTuning
 from provetop.recordings.framing import FrameDecoder, FrameError
 
 TARGET_S = 2.0  # a stop signal acts within this many seconds at every stage
@@ -173,9 +174,10 @@ def run(args: argparse.Namespace) -> int:
         rows.append(probe(args, d))
         _print_row(rows[-1])
     if args.json:
+        meta = host_bench_meta(bench_command(), KernelTuning.from_env())
         with open(args.json, "w") as f:
             json.dump(
-                {"meta": bench_meta(), "backend": args.backend, "preset": args.preset,
+                {"meta": meta, "backend": args.backend, "preset": args.preset,
                  "domain_log": args.domain_log,
                  "signal": args.signal, "target_s": TARGET_S, "rows": rows},
                 f, indent=1,
