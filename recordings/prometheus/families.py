@@ -138,6 +138,12 @@ METRICS: dict[str, MetricSpec] = {
            "counters"),
         _m("telemetry_paced_accepts_total", "counter", (),
            "accepts that waited for the listener's pace (a connection storm)", "counters"),
+        _m("telemetry_evicted_idle_total", "counter", (),
+           "idle connections closed to make room at the connection cap", "counters"),
+        _m("telemetry_paced_commands_total", "counter", (),
+           "commands that waited for their turn in the shared command budget", "counters"),
+        _m("telemetry_hung_up_dropped_total", "counter", (),
+           "connections dropped while a command waited: the sender had hung up", "counters"),
         _m("telemetry_reader_threads", "gauge", (), "threads serving telemetry connections",
            "counters"),
     )
@@ -152,6 +158,9 @@ COUNTER_FIELDS = {
     "telemetry_auth_failures_total": "auth_failures",
     "telemetry_accept_errors_total": "accept_errors",
     "telemetry_paced_accepts_total": "paced_accepts",
+    "telemetry_evicted_idle_total": "evicted_idle",
+    "telemetry_paced_commands_total": "paced_commands",
+    "telemetry_hung_up_dropped_total": "hung_up_dropped",
     "telemetry_reader_threads": "reader_threads",
 }
 

@@ -13,6 +13,7 @@ import urllib.request
 import provetop.engine.telemetry.server as server_mod
 import provetop.recordings.prometheus.http_server as http_mod
 from provetop.engine.telemetry.server import Budget
+from provetop.recordings.prometheus.fold import MetricsFold
 from provetop.recordings.prometheus.http_server import MetricsServer
 from provetop.sources.client import EngineClient
 from tests.engine.test_socket_security import _engine, _until
@@ -149,6 +150,11 @@ def test_a_flooder_that_hung_up_leaves_no_queue_behind():
             time.sleep(0.02)
         assert len(engine.server._conns) == 1  # the watcher's alone
         assert engine.server.budget.abandoned == 1
+        counters = engine.bus.counters()
+        assert counters["hung_up_dropped"] == 1 and counters["paced_commands"] >= 1
+        fold = MetricsFold()
+        fold.apply({"k": "counters", "t": 1, **counters})  # what /metrics folds
+        assert "provetop_telemetry_hung_up_dropped_total 1.0" in fold.render().decode()
         with EngineClient(engine.address) as operator:
             operator.command("marker", {"name": "operator"})
             seen, found = _until(

@@ -89,6 +89,9 @@ TITLE_WORDS = {
     "provetop_telemetry_auth_failures_total": r"telemetry connections.*auth failures",
     "provetop_telemetry_accept_errors_total": r"telemetry connections.*accept errors",
     "provetop_telemetry_paced_accepts_total": r"telemetry connections.*paced accepts",
+    "provetop_telemetry_evicted_idle_total": r"telemetry connections.*evicted idle",
+    "provetop_telemetry_paced_commands_total": r"telemetry connections.*paced commands",
+    "provetop_telemetry_hung_up_dropped_total": r"telemetry connections.*hung-up dropped",
     "provetop_telemetry_reader_threads": r"reader threads",
 }
 QUANTILE = re.compile(r"histogram_quantile\(\s*([0-9.]+)\s*,.*?\b(provetop_[a-z0-9_]+)_bucket")

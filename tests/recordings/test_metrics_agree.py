@@ -181,9 +181,16 @@ def _run(m, state: State) -> None:
         assert "provetop_seconds_per_proof" not in m
     else:
         assert m["provetop_seconds_per_proof"][()] == state.s_per_proof()
-    fields = {"clients": "telemetry_clients", "dropped_clients": "telemetry_dropped_clients",
-              "lagged_events": "telemetry_lagged_events", "paced_accepts":
-              "telemetry_paced_accepts", "reader_threads": "telemetry_reader_threads"}  # fmt: skip
+    fields = {
+        "clients": "telemetry_clients",
+        "dropped_clients": "telemetry_dropped_clients",
+        "lagged_events": "telemetry_lagged_events",
+        "paced_accepts": "telemetry_paced_accepts",
+        "reader_threads": "telemetry_reader_threads",
+        "evicted_idle": "telemetry_evicted_idle",
+        "paced_commands": "telemetry_paced_commands",
+        "hung_up_dropped": "telemetry_hung_up_dropped",
+    }
     engine = (state.hello or {}).get("source") == "provetop"
     for field, name in fields.items():
         counter = f"provetop_{name}_total" in m
@@ -204,7 +211,8 @@ def test_metrics_agree_with_the_state_on_a_run_recorded_here(tmp_path):
     end = events[-1]["t"]
     events += [
         make("counters", end + 1, events=len(events), clients=2, dropped_clients=1,
-             lagged_events=9, paced_accepts=4, reader_threads=3),
+             lagged_events=9, paced_accepts=4, reader_threads=3, evicted_idle=2,
+             paced_commands=11, hung_up_dropped=1),
         make("lag", end + 2, missed=17),
     ]  # fmt: skip
     path = tmp_path / "run.pvtrec"
