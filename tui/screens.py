@@ -67,6 +67,10 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
         [("o", "cycle the sort column (or click a header)"), ("O", "reverse the sort")],
     ),
     (
+        "Process table (provetop top; tab to it)",
+        [("o", "cycle the sort column (GPU memory first)"), ("O", "reverse the sort")],
+    ),
+    (
         "Replay",
         [
             ("space", "play / pause"),

@@ -21,7 +21,7 @@ from provetop.sources.nvml import NvmlSource
 from provetop.sources.procstat import ProcStat, provetop_kind
 from provetop.tui.app import ProvetopApp
 from provetop.tui.widgets.gpu_monitor import GpuMonitor
-from provetop.tui.widgets.processes import ProcessTable
+from provetop.tui.widgets.processes import SORTS, ProcessTable, header, sort_rows
 from tests.engine.run_helper import serving_engine
 from tests.sources.fake_pynvml import FakeNvml, MissingNvml
 from tests.tui.helpers import pilot_test, until
@@ -151,6 +151,49 @@ def test_the_monitor_filters_gpus_and_processes(monkeypatch):
             text = _text(app)
             assert "gpu1 NVIDIA H200" in text and "gpu0 NVIDIA H200" not in text
             assert "4242" not in _text(app, ProcessTable)
+
+    check()
+
+
+def test_the_process_table_sorts_as_nvitop_missing_values_last():
+    rows = [
+        (1, {"pid": 30, "used": 5 << 30, "cpu_pct": 3.0, "user": "b", "command": "z"}),
+        (0, {"pid": 20, "used": 9 << 30, "user": "a", "command": "y"}),  # no /proc figures
+        (0, {"pid": 10, "used": 1 << 30, "cpu_pct": 90.0, "user": "c", "command": "x"}),
+        (1, {"pid": 40, "used": 5 << 30, "cpu_pct": 3.0}),  # another PID namespace
+    ]
+    pids = lambda column, reverse=False: [p["pid"] for _, p in sort_rows(rows, column, reverse)]  # noqa: E731
+    assert pids("GPU MEM") == [20, 30, 40, 10]  # largest first; equal ones by GPU, then pid
+    assert pids("GPU MEM", True) == [10, 30, 40, 20]
+    assert pids("%CPU") == [10, 30, 40, 20] and pids("%CPU", True) == [30, 40, 10, 20]
+    assert pids("PID") == [10, 20, 30, 40] and pids("GPU") == [10, 20, 30, 40]
+    assert pids("USER") == [20, 30, 10, 40] and pids("COMMAND", True) == [30, 20, 10, 40]
+    for column in SORTS:  # the arrow never moves a column: COMMAND starts where it did
+        assert header(column).index("COMMAND") == header().index("COMMAND") == 60
+        assert header(column, True).index("COMMAND") == 60
+
+
+def test_o_cycles_the_process_tables_sort_and_o_shifted_reverses_it(monkeypatch):
+    FakeNvml().install(monkeypatch)
+
+    @pilot_test
+    async def check():
+        app = _top()
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: len(app.views[0].state.gpu) == 2)
+            app.redraw()
+            await pilot.pause()
+            table = app.query_one(ProcessTable)
+            await pilot.press("tab")  # from the GPU blocks to the process table
+            assert app.focused is table
+            assert table.sort_column == "GPU MEM" and "GPU MEM▼" in _text(app, ProcessTable)
+            await pilot.press("o")
+            assert table.sort_column == "%CPU" and "%CPU▼" in _text(app, ProcessTable)
+            await pilot.press("O")
+            assert table.sort_reverse and "%CPU▲" in _text(app, ProcessTable)
+            for _ in SORTS:
+                await pilot.press("o")
+            assert table.sort_column == "%CPU" and not table.sort_reverse  # round the columns
 
     check()
 

@@ -7,14 +7,20 @@ tell a stuck prover from a busy one. The host figures are the monitor's readings
 (:mod:`provetop.sources.procstat`), carried in the ``gpu`` events like NVML's. A process is
 provetop's (``◆``) when it is an attached engine or trace (its ``hello.pid``), a process a
 trace follows (its lanes' pids), this monitor, or its command line runs provetop.
+
+Sorted as nvitop sorts it: largest GPU memory first until the operator picks another column
+(``o`` cycles, ``O`` reverses, the table focused); the header's arrow names the column. Figures
+sort largest first, names and numbers that identify (GPU, pid, user, command) smallest first,
+and a process missing a figure sorts last either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widget import Widget
 
 from provetop.recordings.state import State
@@ -42,11 +48,59 @@ def pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
+Row = tuple[int, dict[str, Any]]
+
+
+def _figure(field: str) -> Callable[[Row], float | None]:
+    def value(row: Row) -> float | None:
+        v = row[1].get(field)
+        return float(v) if isinstance(v, int | float) else None
+
+    return value
+
+
+def _name(field: str) -> Callable[[Row], str | None]:
+    def value(row: Row) -> str | None:
+        v = row[1].get(field)
+        return None if v is None else str(v)
+
+    return value
+
+
+# column -> (the value it sorts by, largest first by default); in the order ``o`` cycles them
+SORTS: dict[str, tuple[Callable[[Row], Any], bool]] = {
+    "GPU MEM": (_figure("used"), True),
+    "%CPU": (_figure("cpu_pct"), True),
+    "%MEM": (_figure("mem_pct"), True),
+    "TIME": (_figure("run_s"), True),
+    "PID": (_figure("pid"), False),
+    "USER": (_name("user"), False),
+    "GPU": (lambda row: row[0], False),
+    "COMMAND": (_name("command"), False),
+}
+DEFAULT_SORT = "GPU MEM"
+
+
+def sort_rows(rows: list[Row], column: str = DEFAULT_SORT, reverse: bool = False) -> list[Row]:
+    """``rows`` in ``column``'s order (``reverse`` flips it); rows missing the value last,
+    ties by GPU then pid so that a redraw never reorders equal rows."""
+    key, descending = SORTS[column]
+    stable = sorted(rows, key=lambda r: (r[0], r[1].get("pid") or 0))
+    ordered = sorted(
+        (r for r in stable if key(r) is not None), key=key, reverse=descending != reverse
+    )
+    return ordered + [r for r in stable if key(r) is None]
+
+
 def rows_of(
-    state: State, only: set[int] | None, pids: set[int] | None
-) -> list[tuple[int, dict[str, Any]]]:
-    """(GPU, process) of every GPU's newest sample, largest GPU memory first, filtered by
-    ``--only`` (GPUs) and ``--pid``."""
+    state: State,
+    only: set[int] | None,
+    pids: set[int] | None,
+    column: str = DEFAULT_SORT,
+    reverse: bool = False,
+) -> list[Row]:
+    """(GPU, process) of every GPU's newest sample, filtered by ``--only`` (GPUs) and
+    ``--pid``, in ``column``'s order."""
     out = []
     for d in sorted(state.gpu):
         if only is not None and d not in only:
@@ -54,17 +108,26 @@ def rows_of(
         for p in state.gpu[d].get("processes") or ():
             if pids is None or p.get("pid") in pids:
                 out.append((d, p))
-    out.sort(key=lambda dp: (-int(dp[1].get("used") or 0), dp[0]))
-    return out
+    return sort_rows(out, column, reverse)
+
+
+def header(column: str = DEFAULT_SORT, reverse: bool = False) -> str:
+    """The table's header, the sorted column marked ▼ (largest first) or ▲."""
+    descending = SORTS[column][1] != reverse
+
+    def label(name: str) -> str:
+        return name + ("▼" if descending else "▲") if name == column else name
+
+    # "GPU" and the two cells of a row's "◆ " mark: 6 columns before the pid's 7
+    head = f"{label('GPU'):<6}{label('PID'):>7} {label('USER'):<10} {label('GPU MEM'):>10} "
+    return head + f"{label('%CPU'):>6} {label('%MEM'):>5} {label('TIME'):>9}  {label('COMMAND')}"
 
 
 def process_lines(
-    rows: Iterable[tuple[int, dict[str, Any]]], own: Mapping[int, str], width: int
+    rows: Iterable[Row], own: Mapping[int, str], width: int, head: str | None = None
 ) -> list[Text]:
     """The table's lines: a header, then one line per process (its command cut with "…")."""
-    head = f"{'GPU':>3}   {'PID':>7} {'USER':<10} {'GPU MEM':>10} {'%CPU':>6} {'%MEM':>5} "
-    head += f"{'TIME':>9}  COMMAND"
-    lines = [Text(head, style="bold reverse")]
+    lines = [Text(head or header(), style="bold reverse")]
     for d, p in rows:
         pid = p.get("pid")
         name = own.get(pid) if isinstance(pid, int) else None
@@ -90,9 +153,14 @@ def process_lines(
     return lines
 
 
-class ProcessTable(Widget):
-    """Every GPU's compute processes (see the module docstring)."""
+class ProcessTable(Widget, can_focus=True):
+    """Every GPU's compute processes (see the module docstring); ``o`` cycles the sort column,
+    ``O`` reverses it."""
 
+    BINDINGS = [
+        Binding("o", "cycle_sort", "sort"),
+        Binding("O", "reverse_sort", "reverse", show=False),
+    ]
     DEFAULT_CSS = """
     ProcessTable { height: auto; }
     """
@@ -103,6 +171,8 @@ class ProcessTable(Widget):
         self.own: dict[int, str] = {}
         self.only: set[int] | None = None
         self.pids: set[int] | None = None
+        self.sort_column = DEFAULT_SORT
+        self.sort_reverse = False
 
     def show(self, state: State, own: dict[int, str]) -> None:
         """Draw ``state``'s processes; ``own``: pid -> what provetop process it is."""
@@ -112,7 +182,19 @@ class ProcessTable(Widget):
     def lines(self, width: int) -> list[Text]:
         if self.state is None or not self.state.gpu:
             return []
-        return process_lines(rows_of(self.state, self.only, self.pids), self.own, width)
+        rows = rows_of(self.state, self.only, self.pids, self.sort_column, self.sort_reverse)
+        return process_lines(rows, self.own, width, header(self.sort_column, self.sort_reverse))
+
+    def action_cycle_sort(self) -> None:
+        names = list(SORTS)
+        self.sort_column = names[(names.index(self.sort_column) + 1) % len(names)]
+        self.sort_reverse = False
+        self.refresh()
+        self.notify(f"processes sorted by {self.sort_column}", timeout=1.5)
+
+    def action_reverse_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self.refresh()
 
     def render(self) -> Text:
         return Text("\n").join(self.lines(max(20, self.size.width)))
