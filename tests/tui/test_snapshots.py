@@ -2,7 +2,8 @@
 and after a resize in each direction (the layout must be the one of the new size); the device
 health panel (key 5) with recorded-style H200 samples at 80x24 and 160x48; ``provetop top``'s
 GPU monitor (those samples, no pipeline) and a replay at a fault (``n``: the pools the fault
-carried, centred under the cursor) at 80x24 and 160x48.
+carried, centred under the cursor) at 80x24 and 160x48; a trace's replay (no pipeline: the
+timeline's memory lanes) at 80x24 and 160x48.
 
 The app is fed one fixed synthetic run (tests/tui/helpers.py) with the live clock off, so the
 picture depends only on the events. Update the SVGs after an intended change with
@@ -10,13 +11,17 @@ picture depends only on the events. Update the SVGs after an intended change wit
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from provetop.recordings.reader import open_recording
 from provetop.sources.feed import FeedSource
 from provetop.tui.app import ProvetopApp
 from tests.tui.gpu_samples import h200_samples
 from tests.tui.helpers import fed, fixed_events, live_app, replay_app, tap, until
 
+TRACE = Path(__file__).resolve().parents[2] / "recordings/samples/h100-trace-torch-cupy.pvtrec"
 SIZES = [(80, 24), (120, 40), (160, 48), (200, 60)]
 RESIZES = [((160, 48), (80, 24)), ((80, 24), (160, 48))]
 
@@ -114,6 +119,18 @@ def test_replay_at_a_fault(snap_compare, size):
         await until(pilot, lambda: app.replay is not None)
         while not app.view.state.faults or app.pinned is None:  # n until a fault, not a marker
             await pilot.press("n")
+        app.redraw()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=ready)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=_id)
+def test_replay_of_a_trace(snap_compare, size):
+    app = replay_app(open_recording(TRACE).events, position_s=7.0)
+
+    async def ready(pilot):
+        await until(pilot, lambda: app.replay is not None)
         app.redraw()
         await pilot.pause()
 

@@ -37,6 +37,7 @@ from provetop.tui.style import (
     group_colour,
     phase_group,
 )
+from provetop.tui.widgets import memory_lanes
 
 _GROUP_OF = {name: spec.group for name, spec in PHASES.items()}
 ZOOMS_NS = [
@@ -135,9 +136,11 @@ class Timeline(Widget, can_focus=True):
             self._indexes.clear()
             self.state = state
         self.now = now
-        if self.auto_zoom and self.follow and state.first_t is not None:
+        # a trace's first moment is its first sample: it has no phases
+        origin = state.first_t if state.first_t is not None or not self._memory_lanes() else 0
+        if self.auto_zoom and self.follow and origin is not None:
             # a young run fills the window until the operator picks a zoom
-            age = max(1, now - state.first_t)
+            age = max(1, now - origin)
             fit = next((i for i, z in enumerate(ZOOMS_NS) if z >= age * 1.05), DEFAULT_ZOOM)
             self.zoom = min(DEFAULT_ZOOM, max(ZOOMS_NS.index(int(5e9)), fit))
         self._key = None
@@ -268,7 +271,12 @@ class Timeline(Widget, can_focus=True):
         return max(4, self.size.width - LABEL_W)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return max(4, len(self.visible_lanes()) + 2 + self.legend_height(width))
+        lanes = len(self.visible_lanes()) + 2 * len(self._memory_lanes())
+        return max(4, lanes + 2 + self.legend_height(width))
+
+    def _memory_lanes(self) -> list[Any]:
+        """The memory lanes drawn in place of the pipeline's (a trace: no pipeline lanes)."""
+        return [] if self.state is None else memory_lanes.shown(self.state)
 
     def legend_height(self, width: int) -> int:
         return len(self._legend(max(20, width), Style()))
@@ -332,6 +340,9 @@ class Timeline(Widget, can_focus=True):
             if is_sel and cursor_col is not None and 0 <= cursor_col < cols:
                 selected_seg = cells[cursor_col].seg
             rows.append(self._lane_strip(lane, cells, is_sel, cursor_col, base, dim))
+        if not lanes and self._memory_lanes():
+            mem = memory_lanes.lane_rows(self.state, start, end, cols, LABEL_W, width, base)
+            rows.extend(mem[:lane_rows])
         rows.append(self._detail(selected_seg, width, base, dim))
         rows.extend(self._legend(width, base))
         self._rows = rows
@@ -548,6 +559,8 @@ class Timeline(Widget, can_focus=True):
             text = f"{span_text} · cursor {clock(when)}"
             if lane is not None:
                 text += f" · {self._label(lane)}: idle"
+            elif self.state is not None and self._memory_lanes():
+                text += f" · {memory_lanes.detail(self.state, when)}"
             return Strip([RichSegment(text[:width].ljust(width), dim)])
         end = seg.end if seg.end is not None else (self.state.t if self.state else seg.start)
         parts = [span_text]
@@ -565,6 +578,8 @@ class Timeline(Widget, can_focus=True):
         ).adjust_cell_length(width, base)
 
     def _legend(self, width: int, base: Style) -> list[Strip]:
+        if self._memory_lanes():  # a trace: its lanes' glyphs, none of the pipeline's
+            return legend_rows(memory_lanes.LEGEND, width, base)
         items: list[tuple[str, str, str]] = []
         for group, (label, colour) in GROUPS.items():
             items.append(("▒" if group == "mutex_wait" else "█", colour, label))
