@@ -21,7 +21,10 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.t
 # Base cubins built elsewhere (`python -m kernels.cuda.prebuild --arch sm_90` in the base tree)
 # may be carried in .base-cubin: prebuild then finds them and compiles nothing.
 [ -d .base-cubin ] && mkdir -p /tmp/base/kernels/cuda && cp -r .base-cubin /tmp/base/kernels/cuda/cubin
-(cd /tmp/base && timeout 400 python3 -m provetop.kernels.cuda.prebuild --arch sm_90 --jobs 16 | tail -1)
+# a base from before the rooms moved under provetop. names its prebuild kernels.cuda.prebuild
+PREBUILD=provetop.kernels.cuda.prebuild
+[ -e /tmp/base/provetop/kernels ] || PREBUILD=kernels.cuda.prebuild
+(cd /tmp/base && PYTHONPATH=/tmp/base timeout 400 python3 -m $PREBUILD --arch sm_90 --jobs 16 | tail -1)
 run() {  # run TREE LABEL COMMAND...: into $W/TREE-LABEL-rR.log
     local tree=$1 label=$2 dir=$PWD commit=$HEAD_COMMIT
     shift 2
