@@ -15,7 +15,12 @@ process that then lists every library mapped into it, with its folder (each CUDA
 come from the environment, none of cuBLAS/cuFFT/cuRAND/cuSOLVER/cuSPARSE at all); one small
 proof; ``provetop trace`` of a CuPy program (its injection library built from the CUPTI wheel).
 The environment's PATH and LD_LIBRARY_PATH keep only the driver's folders (no CUDA toolkit), and
-CUDA_PATH/CUDA_HOME are unset.
+CUDA_PATH/CUDA_HOME are unset. A GPU image also has the toolkit's libraries in the loader's cache
+(``ldconfig -p``), where a stranger's slim host has none, and CuPy opens some of them when it
+finds them (cuBLASLt, seen on an H100 image 2026-12-08); so, as root with ``unshare``, every
+GPU step runs in a private mount namespace with each such library file covered by an empty
+one (``mount --bind /dev/null``): the steps then see what a slim host has. One extra probe
+outside it, under ``LD_DEBUG=files``, records which object opened each toolkit library.
 
 Usage on the device machine, from the repository root, with ``.slim`` carried::
 
@@ -170,9 +175,52 @@ def _clean_env(venv: Path, home: Path) -> dict[str, str]:
     return env
 
 
+# the toolkit's libraries (not the driver's libcuda/libnvidia-*), which a slim host lacks
+TOOLKIT_LIB = re.compile(
+    r"^lib(cudart|nvrtc|cupti|nvJitLink|nvjitlink|cublas|cufft|curand|cusolver|cusparse|npp"
+    r"|nvjpeg|nvblas|cufile|nvToolsExt|nvfatbin|nvptxcompiler)"
+)
+
+
+def _toolkit_files(site: Path) -> list[str]:
+    """The toolkit libraries the loader's cache names outside the environment (real files)."""
+    try:
+        cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    except OSError:
+        return []
+    files = set()
+    for line in cache.splitlines():
+        name, _, path = line.strip().partition(" => ")
+        if TOOLKIT_LIB.match(name.split()[0] if name else "") and str(site) not in path:
+            files.add(os.path.realpath(path))
+    for root in Path("/usr/local").glob("cuda*"):  # CuPy's pathfinder also looks there
+        for f in root.rglob("lib*.so*"):
+            if TOOLKIT_LIB.match(f.name) and f.is_file():
+                files.add(os.path.realpath(f))
+    return sorted(f for f in files if os.path.isfile(f))
+
+
+def _hidden(cmd: list[str], files: list[str]) -> list[str]:
+    """``cmd`` in a private mount namespace where each of ``files`` reads as empty."""
+    if not files:
+        return cmd
+    script = 'n=$1; shift; while [ "$n" -gt 0 ]; do mount --bind /dev/null "$1" || exit 97; '
+    script += 'shift; n=$((n-1)); done; exec "$@"'
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + [
+        str(len(files)),
+        *files,
+        *cmd,
+    ]
+
+
+HIDE: list[str] = []  # set in main(): the files the GPU steps do not see
+
+
 def _run(
-    cmd: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: int
+    cmd: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: int, hide: bool = True
 ) -> tuple[int, float, str]:
+    if hide:
+        cmd = _hidden(cmd, HIDE)
     t = time.monotonic()
     try:
         done = subprocess.run(
@@ -240,6 +288,7 @@ def main() -> int:
         work,
         out / "pip.txt",
         600,
+        hide=False,
     )
     rows.append(
         (f"pip install provetop[{extra}] (no index)", "ok" if rc == 0 else "FAIL", f"{secs:.0f} s")
@@ -266,6 +315,18 @@ def main() -> int:
             "no cuBLAS/cuFFT/cuRAND/cuSOLVER/cuSPARSE installed",
             "ok" if not banned else "FAIL",
             f"{len(installed)} distributions",
+        )
+    )
+
+    toolkit = _toolkit_files(site)
+    if toolkit and os.geteuid() == 0 and shutil.which("unshare"):
+        HIDE[:] = toolkit
+    (out / "hidden.txt").write_text("\n".join(HIDE) + "\n")
+    rows.append(
+        (
+            "the image's toolkit libraries hidden",
+            "ok" if HIDE or not toolkit else "FAIL",
+            f"{len(HIDE)} of {len(toolkit)} files (unshare -m; mount --bind /dev/null)",
         )
     )
 
@@ -338,6 +399,28 @@ def main() -> int:
             "CUDA libraries from the environment",
             "ok" if probe["ok"] and not outside else "FAIL",
             ", ".join(outside) or "all but the driver's libcuda",
+        )
+    )
+
+    # the same probe with the image's libraries in view: which object opens which library
+    debug = out / "ld-debug"
+    _run([py, "-c", PROBE], {**env, "LD_DEBUG": "files", "LD_DEBUG_OUTPUT": str(debug)},
+         home, out / "probe-visible.txt", 300, hide=False)  # fmt: skip
+    opened = []
+    for f in sorted(out.glob("ld-debug.*")):
+        for line in f.read_text(errors="replace").splitlines():
+            if "file=" in line and ("dynamically loaded by" in line or "needed by" in line):
+                lib = line.split("file=")[1].split()[0]
+                if TOOLKIT_LIB.match(lib):
+                    opened.append(" ".join(line.split()[1:]))
+        f.unlink()
+    (out / "opened-visible.txt").write_text("\n".join(opened) + "\n")
+    outside_libs = sorted({o.split("file=")[1].split()[0] for o in opened})
+    rows.append(
+        (
+            "with the image's libraries in view, opened",
+            "",
+            ", ".join(outside_libs)[:90] or "none",
         )
     )
 

@@ -33,7 +33,13 @@ def _capture(tmux: list[str], session: str) -> str:
 
 def main() -> int:
     runtime = tempfile.mkdtemp(prefix="top-check-")
-    env = {**os.environ, "XDG_RUNTIME_DIR": runtime, "PYTHONPATH": os.getcwd()}
+    env = {
+        **os.environ,
+        "XDG_RUNTIME_DIR": runtime,
+        "PYTHONPATH": os.pathsep.join(
+            [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        ),
+    }
     py = [sys.executable, "-m", "provetop"]
     engine = subprocess.Popen(
         [*py, "engine", "--backend", "cuda", "--preset", "small", "--proofs", "1000",
