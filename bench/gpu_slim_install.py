@@ -17,9 +17,12 @@ proof; ``provetop trace`` of a CuPy program (its injection library built from th
 The environment's PATH and LD_LIBRARY_PATH keep only the driver's folders (no CUDA toolkit), and
 CUDA_PATH/CUDA_HOME are unset. A GPU image also has the toolkit's libraries in the loader's cache
 (``ldconfig -p``), where a stranger's slim host has none, and CuPy opens some of them when it
-finds them (cuBLASLt, seen on an H100 image 2026-12-08); so, as root with ``unshare``, every
-GPU step runs in a private mount namespace with each such library file covered by an empty
-one (``mount --bind /dev/null``): the steps then see what a slim host has. One extra probe
+finds them: ``import cupy`` (14.2) preloads cuTENSOR through cuda-pathfinder, which loads
+cuTENSOR's dependency cuBLASLt first, from the image's toolkit, before cuTENSOR itself is not
+found and the preload gives up (seen on an H100 image, 2026-12-07). So, as root with
+``unshare``, every GPU step runs in a private mount namespace with each such library file
+covered by an empty one (``mount --bind /dev/null``): the steps then see what a slim host has.
+One extra probe
 outside it, under ``LD_DEBUG=files``, records which object opened each toolkit library.
 
 Usage on the device machine, from the repository root, with ``.slim`` carried::

@@ -73,8 +73,8 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     (
         "checks",
-        "GPU test logs, self-tests, the cold start, the first partition, signals on a CUDA run and "
-        "the bench after a change of structure",
+        "GPU test logs, self-tests, the cold start, the first partition, signals on a CUDA run, "
+        "the bench after a change of structure, the slim install and `top` on a card",
         (
             "coldstart-",
             "first-partition-",
@@ -83,6 +83,8 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "gpu-tests-",
             "selftest-",
             "signals-",
+            "slim-install-",
+            "top-check-",
         ),
     ),
 )
