@@ -15,6 +15,7 @@ end; a sample older than :data:`STALE_NS` shows nothing (the process has gone qu
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.segment import Segment as RichSegment
@@ -33,12 +34,12 @@ PHANTOM_COLOUR = "#ff5f5f"  # the memory panel's "phantom" history colour
 STALE_NS = 1_000_000_000
 
 
-def held(c: dict[str, Any], i: int) -> int:
+def held(c: Mapping[str, Sequence[int]], i: int) -> int:
     """Bytes a process holds in both pools at sample ``i`` of a series' columns."""
     return max(0, c["async_reserved"][i]) + max(0, c["sync_used"][i]) + max(0, c["sync_cached"][i])
 
 
-def phantom(c: dict[str, Any], i: int) -> int:
+def phantom(c: Mapping[str, Sequence[int]], i: int) -> int:
     """Bytes held but used by neither pool: the async reservation's unused part, sync cache."""
     return max(0, c["async_reserved"][i] - max(0, c["async_used"][i])) + max(0, c["sync_cached"][i])
 
