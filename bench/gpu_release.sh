@@ -11,6 +11,10 @@
 #     4. bench/gpu_slim_install.py: `pip install provetop[cuda13]` into an empty environment,
 #        with no index, then selftest, warm-up, a proof and a trace from it;
 #     5. bench/gpu_top_check.py: `provetop top` with a cuda engine, --once, --json, 160x48.
+# .thirdparty/wheels (ignored by git): `pip download --only-binary=:all: --python-version 3.12
+# --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64
+# -d .thirdparty/wheels textual==8.2.8 pytest-textual-snapshot pytest-timeout hypothesis py_ecc
+# gmpy2 py-arkworks-bls12381 prometheus-client` (the test extra's pins the GPU image lacks).
 # Files under $OUT (one archive); a table last.
 set -uo pipefail
 STAGE=${1:-tests}

@@ -30,6 +30,18 @@ Usage on the device machine, from the repository root, with ``.slim`` carried::
     python3 bench/gpu_slim_install.py --out $OUT/slim
 
 Prints a table last; exit 1 when a check failed.
+
+``.slim/wheels`` (ignored by git) is built on a machine with an index, from the repository root::
+
+    python -m provetop.kernels.cuda.prebuild --arch sm_90   # the cubins go into the wheel
+    pip wheel --no-deps . -w .slim/wheels
+    pip download --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d .slim/wheels "textual>=8.0,<9" "msgpack>=1.0.7" \
+        "nvidia-ml-py>=12.535" "prometheus-client>=0.20" "gmpy2>=2.2" \
+        "py-arkworks-bls12381>=0.4" "py_ecc>=7"
+    for v in 13.0.0 13.0.1 13.0.2 13.1.0 13.1.1 13.2.0 13.2.1 13.2.2; do
+        pip download --no-deps cuda-toolkit==$v -d .slim/wheels; done
 """
 
 from __future__ import annotations
