@@ -47,6 +47,33 @@ DEV = ("device",)
 MEM = ("device", "modeled")
 WORKER = ("device", "worker")
 
+# The telemetry bus's and listener's figures, one row each: metric, kind, the ``counters``
+# event's field it is read from, help.
+LISTENER: tuple[tuple[str, str, str, str], ...] = (
+    ("telemetry_clients", "gauge", "clients", "clients attached to the telemetry stream"),
+    ("telemetry_dropped_clients_total", "counter", "dropped_clients",
+     "clients dropped for lagging too far"),
+    ("telemetry_lagged_events_total", "counter", "lagged_events",
+     "events skipped for slow clients, all clients together"),
+    ("telemetry_refused_connections_total", "counter", "refused_clients",
+     "connections closed at accept because too many clients were attached"),
+    ("telemetry_evicted_handshakes_total", "counter", "evicted_handshakes",
+     "unauthenticated connections closed to make room for new ones"),
+    ("telemetry_auth_failures_total", "counter", "auth_failures",
+     "connections that failed the token handshake"),
+    ("telemetry_accept_errors_total", "counter", "accept_errors", "accept() calls that failed"),
+    ("telemetry_paced_accepts_total", "counter", "paced_accepts",
+     "accepts that waited for the listener's pace (a connection storm)"),
+    ("telemetry_evicted_idle_total", "counter", "evicted_idle",
+     "idle connections closed to make room at the connection cap"),
+    ("telemetry_paced_commands_total", "counter", "paced_commands",
+     "commands that waited for their turn in the shared command budget"),
+    ("telemetry_hung_up_dropped_total", "counter", "hung_up_dropped",
+     "connections dropped while a command waited: the sender had hung up"),
+    ("telemetry_reader_threads", "gauge", "reader_threads",
+     "threads serving telemetry connections"),
+)  # fmt: skip
+
 METRICS: dict[str, MetricSpec] = {
     m.name: m
     for m in (
@@ -122,47 +149,11 @@ METRICS: dict[str, MetricSpec] = {
            "phase_begin, proof_done"),
         _m("faults_total", "counter", ("kind",), "faults by kind", "fault"),
         # -- the engine's telemetry bus and listener (absent for a producer that reports none)
-        _m("telemetry_clients", "gauge", (), "clients attached to the telemetry stream",
-           "counters"),
-        _m("telemetry_dropped_clients_total", "counter", (),
-           "clients dropped for lagging too far", "counters"),
-        _m("telemetry_lagged_events_total", "counter", (),
-           "events skipped for slow clients, all clients together", "counters"),
-        _m("telemetry_refused_connections_total", "counter", (),
-           "connections closed at accept because too many clients were attached", "counters"),
-        _m("telemetry_evicted_handshakes_total", "counter", (),
-           "unauthenticated connections closed to make room for new ones", "counters"),
-        _m("telemetry_auth_failures_total", "counter", (),
-           "connections that failed the token handshake", "counters"),
-        _m("telemetry_accept_errors_total", "counter", (), "accept() calls that failed",
-           "counters"),
-        _m("telemetry_paced_accepts_total", "counter", (),
-           "accepts that waited for the listener's pace (a connection storm)", "counters"),
-        _m("telemetry_evicted_idle_total", "counter", (),
-           "idle connections closed to make room at the connection cap", "counters"),
-        _m("telemetry_paced_commands_total", "counter", (),
-           "commands that waited for their turn in the shared command budget", "counters"),
-        _m("telemetry_hung_up_dropped_total", "counter", (),
-           "connections dropped while a command waited: the sender had hung up", "counters"),
-        _m("telemetry_reader_threads", "gauge", (), "threads serving telemetry connections",
-           "counters"),
+        *(_m(name, kind, (), help, "counters") for name, kind, _, help in LISTENER),
     )
 }  # fmt: skip
 # the counters event's field behind each telemetry_* metric
-COUNTER_FIELDS = {
-    "telemetry_clients": "clients",
-    "telemetry_dropped_clients_total": "dropped_clients",
-    "telemetry_lagged_events_total": "lagged_events",
-    "telemetry_refused_connections_total": "refused_clients",
-    "telemetry_evicted_handshakes_total": "evicted_handshakes",
-    "telemetry_auth_failures_total": "auth_failures",
-    "telemetry_accept_errors_total": "accept_errors",
-    "telemetry_paced_accepts_total": "paced_accepts",
-    "telemetry_evicted_idle_total": "evicted_idle",
-    "telemetry_paced_commands_total": "paced_commands",
-    "telemetry_hung_up_dropped_total": "hung_up_dropped",
-    "telemetry_reader_threads": "reader_threads",
-}
+COUNTER_FIELDS = {name: field for name, _, field, _ in LISTENER}
 
 
 def markdown_table() -> str:

@@ -17,13 +17,14 @@ from prometheus_client.registry import CollectorRegistry
 
 from provetop.recordings.prometheus import http_server
 from provetop.recordings.prometheus.exposition import render
-from provetop.recordings.prometheus.families import METRICS, markdown_table
+from provetop.recordings.prometheus.families import COUNTER_FIELDS, METRICS, markdown_table
 from provetop.recordings.prometheus.fold import MetricsFold
 from provetop.recordings.prometheus.http_server import (
     MetricsAddressError,
     MetricsServer,
     parse_metrics_address,
 )
+from provetop.recordings.schema import EVENTS
 from provetop.recordings.state import State, phantom_bytes, worker_state
 from provetop.sources.synthetic import generate
 
@@ -288,3 +289,11 @@ def test_slow_clients_cannot_pin_the_server(server, monkeypatch):
     assert time.monotonic() - t0 < http_server.DEADLINE_S + 3
     for s in slow:
         s.close()
+
+
+def test_every_counters_field_has_its_metric():
+    """A figure the listener adds to the ``counters`` event is served on /metrics too (three
+    once went without a series): every field but the event count is read by one metric."""
+    fields = set(EVENTS["counters"]) - {"events"}  # events_total counts every event already
+    assert sorted(COUNTER_FIELDS.values()) == sorted(fields)
+    assert set(COUNTER_FIELDS) <= set(METRICS)
