@@ -162,7 +162,10 @@ def test_the_process_table_sorts_as_nvitop_missing_values_last():
         (0, {"pid": 10, "used": 1 << 30, "cpu_pct": 90.0, "user": "c", "command": "x"}),
         (1, {"pid": 40, "used": 5 << 30, "cpu_pct": 3.0}),  # another PID namespace
     ]
-    pids = lambda column, reverse=False: [p["pid"] for _, p in sort_rows(rows, column, reverse)]  # noqa: E731
+
+    def pids(column: str, reverse: bool = False) -> list[int]:
+        return [p["pid"] for _, p in sort_rows(rows, column, reverse)]
+
     assert pids("GPU MEM") == [20, 30, 40, 10]  # largest first; equal ones by GPU, then pid
     assert pids("GPU MEM", True) == [10, 30, 40, 20]
     assert pids("%CPU") == [10, 30, 40, 20] and pids("%CPU", True) == [30, 40, 10, 20]

@@ -20,7 +20,7 @@ from rich.text import Text
 from provetop.recordings.state import State
 from provetop.tui.style import FAILURE_COLOUR, size
 from provetop.tui.widgets.device_panel import DevicePanel, rows_of
-from provetop.tui.widgets.memory import SPARK, flow
+from provetop.tui.widgets.memory import flow, spark
 from provetop.tui.widgets.timeline import LABEL_W
 
 CPU_MESSAGE = "no NVIDIA GPU (cpu backend): nothing to show"
@@ -172,7 +172,7 @@ def history_rows(samples: Sequence[dict[str, Any]], start: int, end: int, width:
             elif value <= 0 or top <= 0:
                 text.append("_", style="dim")
             else:
-                text.append(SPARK[max(1, min(8, round(value / top * 8)))], style=colour)
+                text.append(spark(value, top), style=colour)
         rows.append(text)
     if rows:
         scales.insert(0, "utilisation 100 %")

@@ -21,9 +21,11 @@ from provetop.tui.style import FAILURE_COLOUR, MEMORY_PARTS, clock, size
 from provetop.tui.widgets.device_panel import DevicePanel, rows_of
 
 SPARK = " ▁▂▃▄▅▆▇█"
+USED_COLOUR = "#5f87ff"
+PHANTOM_COLOUR = "#ff5f5f"
 HISTORY = (  # (label, how to read the series at index i, colour)
-    ("used", "nvml_used", "#5f87ff"),
-    ("phantom", "phantom", "#ff5f5f"),
+    ("used", "nvml_used", USED_COLOUR),
+    ("phantom", "phantom", PHANTOM_COLOUR),
     ("free", "driver_free", "#5fd75f"),
 )
 PHANTOM_WARN = 0.05  # phantom above this share of the usable card (less ballast): highlighted
@@ -95,7 +97,12 @@ def bar(sample: dict[str, Any], width: int) -> Text:
     return text
 
 
-def _series_value(series: MemorySeries, name: str, i: int) -> int:
+def spark(value: float, top: float) -> str:
+    """The sparkline glyph of ``value`` on a scale to ``top`` (both above 0): at least ▁."""
+    return SPARK[max(1, min(8, round(value / top * 8)))]
+
+
+def series_value(series: MemorySeries, name: str, i: int) -> int:
     if name == "phantom":
         c = series.columns
         phantom = max(0, c["async_reserved"][i] - c["async_used"][i]) + max(0, c["sync_cached"][i])
@@ -138,20 +145,20 @@ def history(
             count += 1
     for label, name, colour in HISTORY:
         values = [
-            None if j is None or series is None else _series_value(series, name, j) for j in idx
+            None if j is None or series is None else series_value(series, name, j) for j in idx
         ]
         top = max((v for v in values if v is not None and v > 0), default=0)
         text = Text(f"{label:<{label_w}}", style="bold")
         for c, value in enumerate(values):
             if name == "phantom" and not oom_row and c in ooms:
-                glyph = SPARK[max(1, min(8, round(value / top * 8)))] if value and top else "✖"
+                glyph = spark(value, top) if value and top else "✖"
                 text.append(glyph, style=f"bold white on {FAILURE_COLOUR}")
             elif value is None or value < 0:
                 text.append(" ")
             elif value == 0 or top == 0:
                 text.append("_" if value == 0 else " ", style="dim")
             else:
-                text.append(SPARK[max(1, min(8, round(value / top * 8)))], style=colour)
+                text.append(spark(value, top), style=colour)
         text.append(f" {size(top) if top else '0':>{scale_w - 1}}", style="dim")
         rows.append(text)
     if not oom_row:

@@ -15,7 +15,6 @@ end; a sample older than :data:`STALE_NS` shows nothing (the process has gone qu
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.segment import Segment as RichSegment
@@ -24,24 +23,20 @@ from textual.strip import Strip
 
 from provetop.recordings.state import MemorySeries, State
 from provetop.tui.style import FAILURE_COLOUR, MARKER_COLOUR, size
+from provetop.tui.widgets.memory import PHANTOM_COLOUR, USED_COLOUR, series_value, spark
 
-SPARK = " ▁▂▃▄▅▆▇█"
-HELD_COLOUR = "#5f87ff"  # the memory panel's "used" history colour
-PHANTOM_COLOUR = "#ff5f5f"  # the memory panel's "phantom" history colour
+HELD_COLOUR = USED_COLOUR  # the memory panel's history colours
 # A trace samples every 50 ms and an engine every 100-250 ms: a lane 20 samples or more behind
 # has gone quiet (its process exited or stopped reporting), and holding its last sample on
 # would draw memory that is no longer there.
 STALE_NS = 1_000_000_000
 
 
-def held(c: Mapping[str, Sequence[int]], i: int) -> int:
-    """Bytes a process holds in both pools at sample ``i`` of a series' columns."""
+def held(series: MemorySeries, i: int) -> int:
+    """Bytes a process holds in both pools at sample ``i``: the async pool's reservation, the
+    sync pool's used and cached bytes (a field not observed reads -1: nothing)."""
+    c = series.columns
     return max(0, c["async_reserved"][i]) + max(0, c["sync_used"][i]) + max(0, c["sync_cached"][i])
-
-
-def phantom(c: Mapping[str, Sequence[int]], i: int) -> int:
-    """Bytes held but used by neither pool: the async reservation's unused part, sync cache."""
-    return max(0, c["async_reserved"][i] - max(0, c["async_used"][i])) + max(0, c["sync_cached"][i])
 
 
 def shown(state: State) -> list[Any]:
@@ -92,9 +87,8 @@ def lane_rows(
     for device in shown(state):
         series = state.series[device]
         idx = _columns(series, start, end, cols)
-        c = series.columns
-        holding = [None if j is None else held(c, j) for j in idx]
-        unused = [None if j is None else phantom(c, j) for j in idx]
+        holding = [None if j is None else held(series, j) for j in idx]
+        unused = [None if j is None else series_value(series, "phantom", j) for j in idx]
         top = max((v for v in holding if v), default=0)
         ooms = _oom_columns(state, device, start, end, cols)
         for name, values, style in (
@@ -103,17 +97,13 @@ def lane_rows(
         ):
             segs = [RichSegment(name.ljust(label_w - 1)[: label_w - 1] + " ", bold)]
             for col, v in enumerate(values):
-                glyph = " " if v is None else ("_" if v == 0 or not top else _spark(v, top))
+                glyph = " " if v is None else ("_" if v == 0 or not top else spark(v, top))
                 if values is unused and col in ooms:
                     segs.append(RichSegment("✖" if glyph in " _" else glyph, oom_style))
                 else:
                     segs.append(RichSegment(glyph, dim if glyph in " _" else style))
             rows.append(Strip(Strip(segs).simplify()).adjust_cell_length(width, base))
     return rows
-
-
-def _spark(value: int, top: int) -> str:
-    return SPARK[max(1, min(8, round(value / top * 8)))]
 
 
 def detail(state: State, t: int) -> str:
@@ -125,10 +115,8 @@ def detail(state: State, t: int) -> str:
         if j < 0 or series.t[j] < t - STALE_NS:
             parts.append(f"{label(state, device)} –")
             continue
-        c = series.columns
-        parts.append(
-            f"{label(state, device)} {size(held(c, j))} held, {size(phantom(c, j))} phantom"
-        )
+        name, phantom = label(state, device), series_value(series, "phantom", j)
+        parts.append(f"{name} {size(held(series, j))} held, {size(phantom)} phantom")
     return " · ".join(parts)
 
 

@@ -136,8 +136,9 @@ class Timeline(Widget, can_focus=True):
             self._indexes.clear()
             self.state = state
         self.now = now
-        # a trace's first moment is its first sample: it has no phases
-        origin = state.first_t if state.first_t is not None or not self._memory_lanes() else 0
+        origin = state.first_t  # the first phase; a trace has none and starts at 0
+        if origin is None and self._memory_lanes():
+            origin = 0
         if self.auto_zoom and self.follow and origin is not None:
             # a young run fills the window until the operator picks a zoom
             age = max(1, now - origin)
